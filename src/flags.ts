@@ -1,0 +1,8 @@
+import {Flags} from '@oclif/core'
+
+/** The flags that choose the target deployment: shared by every command that reaches a host. */
+export const targetFlags = {
+  config: Flags.string({char: 'c', helpGroup: 'TARGET', summary: 'Deployment file (YAML).', default: './pdchaos.yaml'}),
+  sim: Flags.boolean({helpGroup: 'TARGET', summary: 'Target the embedded twin (started if needed).'}),
+  'state-dir': Flags.string({helpGroup: 'TARGET', summary: "The twin's state dir (default $PDCHAOS_SIM_DIR or ~/.local/state/pdchaos/sim).", env: 'PDCHAOS_SIM_DIR'}),
+}

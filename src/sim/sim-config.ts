@@ -1,0 +1,64 @@
+import {join} from 'node:path'
+
+/**
+ * The twin's configuration and state-dir layout: the one contract between `sim up` (lifecycle),
+ * the server processes, the router and the nvidia-smi stand-in. The twin imports nothing from the CLI.
+ */
+
+export const BUG_NAMES = ['abort-race', 'early-evict', 'late-evict', 'leak-on-evict', 'stale-prefill-ports'] as const
+export type BugName = (typeof BUG_NAMES)[number]
+export type WatchdogScope = 'all' | 'inflight' | 'off'
+export type Backend = 'nixl' | 'mooncake'
+export type Role = 'prefill' | 'decode'
+
+export interface SimConfig {
+  stateDir: string
+  /** Address every twin socket binds to (127.0.0.1, or the namespace host's address). */
+  host: string
+  model: string
+  version: string
+  gpus: number
+  prefillTp: number
+  decodeTp: number
+  backend: Backend
+  watchdog: {scope: WatchdogScope; deadlineS: number; pollS: number}
+  bugs: BugName[]
+  ports: {router: number; routerMetrics: number; prefill: number; decode: number; bootstrap: number}
+  /** SGLang's timeouts (SGLANG_DISAGGREGATION_*): the env of the server processes carries them. */
+  timeouts: {bootstrapS: number; waitingS: number; heartbeatIntervalS: number; heartbeatMaxFailure: number}
+  /** Simulated cost model. */
+  timing: {forwardMsPerKToken: number; kvBytesPerToken: number; healthTimeoutS: number; idleGaugeRefreshS: number}
+  /** KV pool size per instance in tokens (sglang:token_usage = used / this). */
+  kvPoolTokens: number
+}
+
+/** Where each artefact of a running twin lives inside its state dir. */
+export const simPaths = (stateDir: string) => ({
+  config: join(stateDir, 'sim.json'),
+  deploymentFile: join(stateDir, 'pdchaos.yaml'),
+  lock: join(stateDir, 'sim.lock'),
+  logs: join(stateDir, 'logs'),
+  log: (service: Role | 'router') => join(stateDir, 'logs', `${service}.log`),
+  /** Written by each service once it is healthy: pid, ports, rank pids. */
+  service: (service: Role | 'router') => join(stateDir, 'services', `${service}.json`),
+  services: join(stateDir, 'services'),
+  /** Ground truth, one JSON object per line, one file per service. */
+  truth: (service: Role | 'router') => join(stateDir, 'truth', `${service}.jsonl`),
+  truthDir: join(stateDir, 'truth'),
+  /** One file per GPU index held by a rank: {pid, role, tpRank}. The nvidia-smi stand-in reads these. */
+  gpu: (index: number) => join(stateDir, 'gpus', `${index}.json`),
+  gpus: join(stateDir, 'gpus'),
+  bin: join(stateDir, 'bin'),
+})
+
+/** Environment names the server processes read (and discovery finds in /proc/<pid>/environ). */
+export const SIM_ENV = {
+  bootstrapTimeout: 'SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT',
+  waitingTimeout: 'SGLANG_DISAGGREGATION_WAITING_TIMEOUT',
+  heartbeatInterval: 'SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL',
+  heartbeatMaxFailure: 'SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE',
+  watchdogScope: 'SGLANG_DISAGGREGATION_WATCHDOG_SCOPE',
+  watchdogTimeout: 'SGLANG_DISAGGREGATION_WATCHDOG_TIMEOUT',
+  watchdogPollInterval: 'SGLANG_DISAGGREGATION_WATCHDOG_POLL_INTERVAL',
+  backend: 'SGLANG_DISAGGREGATION_TRANSFER_BACKEND',
+} as const
