@@ -11,7 +11,7 @@ const argv = z.array(z.string().min(1)).min(1).describe('A command as argv; pdch
 export const LogSourceSchema = z.union([
   z.object({file: z.string().min(1).describe('Path of the service log on the host.')}).strict(),
   z.object({journald: z.string().min(1).describe('systemd unit whose journal holds the service log.')}).strict(),
-])
+], {error: 'expected {file: PATH} or {journald: UNIT}'})
 
 export const SshHostSchema = z.object({
   kind: z.literal('ssh'),
@@ -29,7 +29,8 @@ export const SshHostSchema = z.object({
 
 export const LocalHostSchema = z.object({kind: z.literal('local')}).strict()
 
-export const HostSchema = z.union([SshHostSchema, LocalHostSchema])
+// Discriminated on kind, so an error names the field that is wrong instead of a bare "Invalid input".
+export const HostSchema = z.discriminatedUnion('kind', [SshHostSchema, LocalHostSchema], {error: 'expected "ssh" or "local"'})
 
 export const ServiceSchema = z.object({
   url: z.url().describe('Base URL of the service HTTP API, e.g. http://10.0.0.5:30000'),

@@ -27,9 +27,29 @@ export interface SimConfig {
   /** SGLang's timeouts (SGLANG_DISAGGREGATION_*): the env of the server processes carries them. */
   timeouts: {bootstrapS: number; waitingS: number; heartbeatIntervalS: number; heartbeatMaxFailure: number}
   /** Simulated cost model. */
-  timing: {forwardMsPerKToken: number; kvBytesPerToken: number; healthTimeoutS: number; idleGaugeRefreshS: number}
+  timing: {
+    forwardMsPerKToken: number
+    kvBytesPerToken: number
+    healthTimeoutS: number
+    idleGaugeRefreshS: number
+    /** Simulated decode time per generated token (default 1 ms). */
+    decodeMsPerToken?: number
+    /** Delay before a request whose client disconnected is aborted (SGLANG_REQUEST_STATE_WAIT_TIMEOUT-like, default 4 s). */
+    requestStateWaitS?: number
+  }
   /** KV pool size per instance in tokens (sglang:token_usage = used / this). */
   kvPoolTokens: number
+  /** The PD router's settings (sgl-model-gateway flags); defaults as the real router when absent. */
+  router?: RouterSettings
+}
+
+/** sgl-model-gateway: --health-check-interval-secs/-timeout-secs, failure/success thresholds, --request-timeout-secs. */
+export interface RouterSettings {
+  healthIntervalS?: number
+  healthTimeoutS?: number
+  healthFailureThreshold?: number
+  healthSuccessThreshold?: number
+  requestTimeoutS?: number
 }
 
 /** Where each artefact of a running twin lives inside its state dir. */

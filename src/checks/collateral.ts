@@ -1,0 +1,32 @@
+import {round} from './eviction.js'
+import {answerOf, faultWindows, requestsOf, type Timeline} from './timeline.js'
+import {fail, pass, type Verdict} from './verdict.js'
+
+/**
+ * The light steady load that runs beside every experiment: requests outside the fault's reach must all succeed.
+ * A request is within reach when it was in flight at any moment of a fault window (every PD request spans all TP
+ * ranks, so a fault on one rank reaches every request in flight across it); those are reported, not judged here.
+ */
+export function checkCollateral(tl: Timeline): Verdict {
+  const windows = faultWindows(tl)
+  const end = Math.max(...tl.observations.map((o) => o.t))
+  const lost: Array<{rid: string; status?: number; detail?: string; sentAt: number}> = []
+  const inReach: string[] = []
+  let ok = 0
+  for (const sent of requestsOf(tl, 'load')) {
+    const answer = answerOf(tl, sent.rid)
+    const doneAt = answer?.t ?? end
+    const overlaps = windows.some((w) => sent.t <= (w.to ?? end) && doneAt >= w.from)
+    if (overlaps) {
+      inReach.push(sent.rid)
+      continue
+    }
+    if (answer && answer.status >= 200 && answer.status < 300) ok++
+    else lost.push({rid: sent.rid, status: answer?.status, detail: answer?.detail, sentAt: round(sent.t)})
+  }
+  const evidence = {judged: ok + lost.length, succeeded: ok, lost, inFaultReach: inReach.length, inFaultReachRids: inReach.slice(0, 50)}
+  if (lost.length > 0) {
+    return fail('collateral', 'steady load', `${lost.length} of ${ok + lost.length} requests outside the fault's reach failed: ${lost.slice(0, 5).map((l) => `${l.rid} (${l.status ?? 'no answer'})`).join(', ')}${lost.length > 5 ? ', …' : ''}`, evidence)
+  }
+  return pass('collateral', 'steady load', `${ok} of ${ok} requests outside the fault's reach succeeded (${inReach.length} in reach, not judged)`, evidence)
+}

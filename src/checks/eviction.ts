@@ -1,0 +1,107 @@
+import {epsilonFor} from './epsilon.js'
+import {abandonedOf, answerOf, metricAt, requestsOf, type Observation, type PinState, type Timeline} from './timeline.js'
+import {fail, pass, type Verdict} from './verdict.js'
+
+/**
+ * The eviction oracle: every pin leaves no earlier than deadline - ε and no later than deadline + poll + ε after
+ * it entered the watched queue. The clock is the pin's own answer; its absence is judged with the state it was
+ * left in.
+ */
+
+export interface PinRecord {
+  rid: string
+  fault?: string
+  sentAt: number
+  evictedAt: number | null
+  evictionSeconds: number | null
+  bounds: [number, number]
+  verdict: 'pass' | 'fail'
+  evidence: Record<string, unknown>
+}
+
+const UNKNOWN_STATE: PinState = {queue: 'unknown', kvPoll: 'unknown'}
+
+export function checkEvictions(tl: Timeline): {verdicts: Verdict[]; pins: PinRecord[]} {
+  const verdicts: Verdict[] = []
+  const pins: PinRecord[] = []
+  const {deadlineSeconds, pollSeconds, scope} = tl.contract
+  const deadlineMs = deadlineSeconds * 1000
+  const pollMs = pollSeconds * 1000
+  const end = Math.max(...tl.observations.map((o) => o.t))
+
+  for (const sent of requestsOf(tl, 'pin')) {
+    const state = sent.expectedState ?? UNKNOWN_STATE
+    const eps = epsilonFor(tl, state.queue)
+    const entry = sent.t + eps.entryOffsetMs
+    const low = entry + deadlineMs - eps.lowMs
+    const high = entry + deadlineMs + pollMs + eps.highMs
+    const bounds: [number, number] = [(low - sent.t) / 1000, (high - sent.t) / 1000]
+    const answer = answerOf(tl, sent.rid)
+    const base = {
+      clock: 'the request\'s own answer',
+      contract: {scope, deadlineSeconds, pollSeconds},
+      epsilonMs: {low: round(eps.lowMs), high: round(eps.highMs)},
+      epsilonWhy: eps.why,
+      entry: eps.entryOffsetMs === 0 ? 'send time' : `send + ${round(eps.entryOffsetMs)} ms (calibrated)`,
+      expectedState: state,
+    }
+    const record = (verdict: Verdict, evictedAt: number | null) => {
+      verdicts.push(verdict)
+      pins.push({
+        rid: sent.rid, fault: sent.fault, sentAt: sent.t, evictedAt,
+        evictionSeconds: evictedAt === null ? null : round((evictedAt - sent.t) / 1000, 3),
+        bounds: [round(bounds[0], 3), round(bounds[1], 3)], verdict: verdict.verdict, evidence: verdict.evidence,
+      })
+    }
+
+    if (answer && answer.status >= 200 && answer.status < 300) {
+      record(fail('fault-effect', sent.rid, `not pinned: completed with ${answer.status} after ${secs(answer.t - sent.t)} — the fault did not hold it`, {
+        ...base, status: answer.status, answeredAfterSeconds: round((answer.t - sent.t) / 1000, 3),
+      }), null)
+      continue
+    }
+    if (answer) {
+      const after = answer.t - sent.t
+      const evidence = {...base, status: answer.status, detail: answer.detail, evictedAfterSeconds: round(after / 1000, 3)}
+      if (answer.t < low) {
+        record(fail('eviction', sent.rid, `evicted early: after ${secs(after)}, before the deadline window [${bounds[0].toFixed(3)}s, ${bounds[1].toFixed(3)}s] — a false timeout`, evidence), answer.t)
+      } else if (answer.t > high) {
+        record(fail('eviction', sent.rid, `evicted late: after ${secs(after)}, past deadline + poll + ε (${bounds[1].toFixed(3)}s)`, evidence), answer.t)
+      } else {
+        record(pass('eviction', sent.rid, `evicted after ${secs(after)}, inside [${bounds[0].toFixed(3)}s, ${bounds[1].toFixed(3)}s]`, evidence), answer.t)
+      }
+      continue
+    }
+    // No answer: still held when pdchaos stopped watching (or its own client deadline ran out).
+    const gaveUp = abandonedOf(tl, sent.rid)
+    const heldFor = (gaveUp?.t ?? end) - sent.t
+    const signals = stateSignals(tl, gaveUp?.t ?? end)
+    record(fail('eviction', sent.rid, `never evicted: still held after ${secs(heldFor)} (window ended at ${bounds[1].toFixed(3)}s), in the ${state.queue} queue (${state.kvPoll})`, {
+      ...base, heldSeconds: round(heldFor / 1000, 3), leftIn: state, deploymentSignals: signals, stoppedWatching: gaveUp?.detail ?? 'end of observation',
+    }), null)
+  }
+  return {verdicts, pins}
+}
+
+/** What the deployment itself said about its queues at time t (gauges may be stale: reported, never the clock). */
+function stateSignals(tl: Timeline, t: number): Record<string, number | undefined> {
+  const names = ['sglang:num_prefill_bootstrap_queue_reqs', 'sglang:num_prefill_inflight_queue_reqs', 'sglang:num_decode_transfer_queue_reqs', 'sglang:num_decode_prealloc_queue_reqs']
+  const out: Record<string, number | undefined> = {}
+  for (const n of names) {
+    const service = n.includes('decode') ? 'decode' : 'prefill'
+    const v = metricAt(tl, service, n, t)
+    if (v !== undefined) out[n] = v
+  }
+  return out
+}
+
+export function round(v: number, digits = 1): number {
+  const f = 10 ** digits
+  return Math.round(v * f) / f
+}
+
+export function secs(ms: number): string {
+  return `${(ms / 1000).toFixed(3)}s`
+}
+
+export type {Observation}

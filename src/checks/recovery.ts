@@ -1,0 +1,86 @@
+import {round} from './eviction.js'
+import {answerOf, faultWindows, metricAt, requestsOf, type Timeline} from './timeline.js'
+import {fail, pass, type Verdict} from './verdict.js'
+
+/**
+ * After eviction and revert the deployment must be as it was: the next requests succeed, the PD queues drain, KV
+ * token usage returns to its baseline (a leak fails), and the failure counters moved by exactly the number of pins.
+ */
+
+export interface RecoveryOptions {
+  /** The prefill counters that count a failed PD request; their summed delta must equal the pins that failed. */
+  failureCounters?: string[]
+  /** Token usage may differ from the baseline by this much (a fraction of the pool) without being a leak. */
+  tokenUsageTolerance?: number
+}
+
+const QUEUES: Array<['prefill' | 'decode', string]> = [
+  ['prefill', 'sglang:num_prefill_bootstrap_queue_reqs'],
+  ['prefill', 'sglang:num_prefill_inflight_queue_reqs'],
+  ['decode', 'sglang:num_decode_prealloc_queue_reqs'],
+  ['decode', 'sglang:num_decode_transfer_queue_reqs'],
+]
+
+export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict[] {
+  const out: Verdict[] = []
+  const windows = faultWindows(tl)
+  const injectedAt = Math.min(...windows.map((w) => w.from))
+  const revertedAt = Math.max(...windows.map((w) => w.to ?? Number.POSITIVE_INFINITY))
+  const end = Math.max(...tl.observations.map((o) => o.t))
+
+  // 1. The next requests succeed.
+  const canaries = requestsOf(tl, 'canary').filter((c) => c.t >= revertedAt)
+  const bad = canaries.filter((c) => {
+    const a = answerOf(tl, c.rid)
+    return !a || a.status < 200 || a.status > 299
+  })
+  if (canaries.length === 0) out.push(fail('recovery', 'requests', 'no request was sent after the revert: recovery unproven', {revertedAt}))
+  else if (bad.length > 0) out.push(fail('recovery', 'requests', `${bad.length} of ${canaries.length} requests after the revert failed: ${bad.slice(0, 5).map((b) => `${b.rid} (${answerOf(tl, b.rid)?.status ?? 'no answer'})`).join(', ')}`, {canaries: canaries.length, failed: bad.map((b) => b.rid)}))
+  else out.push(pass('recovery', 'requests', `${canaries.length} of ${canaries.length} requests after the revert succeeded`, {canaries: canaries.length}))
+
+  // 2. The queues drain (judged at the last sample, taken after the canaries so the gauges were refreshed by a batch).
+  const queues: Record<string, number | undefined> = {}
+  for (const [svc, name] of QUEUES) queues[name] = metricAt(tl, svc, name, end)
+  const stuck = Object.entries(queues).filter(([, v]) => v !== undefined && v > 0)
+  const seen = Object.values(queues).some((v) => v !== undefined)
+  if (!seen) out.push(fail('recovery', 'queues', 'no queue gauge was sampled after the revert: drain unproven', {}))
+  else if (stuck.length > 0) out.push(fail('recovery', 'queues', `queues not drained: ${stuck.map(([n, v]) => `${n}=${v}`).join(', ')}`, {queues}))
+  else out.push(pass('recovery', 'queues', 'every PD queue drained to 0', {queues}))
+
+  // 3. KV token usage back at its baseline.
+  const tol = opts.tokenUsageTolerance ?? 0.001
+  for (const svc of ['prefill', 'decode'] as const) {
+    const before = metricAt(tl, svc, 'sglang:token_usage', injectedAt)
+    const after = metricAt(tl, svc, 'sglang:token_usage', end)
+    if (before === undefined || after === undefined) continue
+    const evidence = {baseline: before, after, tolerance: tol}
+    if (after - before > tol) out.push(fail('recovery', `${svc} KV tokens`, `${svc} KV token usage did not return to its baseline: ${before} before the fault, ${after} after recovery — a leak`, evidence))
+    else out.push(pass('recovery', `${svc} KV tokens`, `${svc} KV token usage back at its baseline (${after} vs ${before})`, evidence))
+  }
+
+  // 4. Failure counters moved by exactly the number of pins that failed.
+  const counters = opts.failureCounters ?? ['sglang:num_watchdog_evicted_reqs_total']
+  const failedPins = requestsOf(tl, 'pin').filter((p) => {
+    const a = answerOf(tl, p.rid)
+    return a !== undefined && (a.status < 200 || a.status > 299)
+  }).length
+  let delta = 0
+  let have = true
+  const per: Record<string, number> = {}
+  for (const name of counters) {
+    const b = metricAt(tl, 'prefill', name, injectedAt)
+    const a = metricAt(tl, 'prefill', name, end)
+    if (a === undefined || b === undefined) {
+      have = false
+      continue
+    }
+    per[name] = round(a - b, 3)
+    delta += a - b
+  }
+  if (have) {
+    const evidence = {counters: per, failedPins}
+    if (Math.round(delta) !== failedPins) out.push(fail('recovery', 'counters', `failure counters moved by ${round(delta, 3)}, the pins that failed were ${failedPins}`, evidence))
+    else out.push(pass('recovery', 'counters', `failure counters moved by exactly the ${failedPins} failed pins`, evidence))
+  }
+  return out
+}

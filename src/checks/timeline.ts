@@ -1,0 +1,84 @@
+/**
+ * The Timeline: everything pdchaos observed during one experiment, each with its time (epoch ms, fractional).
+ * Faults and workloads append to it; checks read it and nothing else, so every verdict is reproducible from
+ * the journal alone.
+ */
+
+export type RequestRole = 'pin' | 'load' | 'canary' | 'baseline'
+
+/** Where a pinned request sits, as SGLang names it: the prefill queue and the KVPoll state. */
+export interface PinState {
+  queue: 'bootstrap' | 'waiting' | 'inflight' | 'unknown'
+  kvPoll: 'Bootstrapping' | 'WaitingForInput' | 'Transferring' | 'unknown'
+}
+
+export type Observation =
+  | {kind: 'request-sent'; t: number; rid: string; role: RequestRole; fault?: string; scenario?: string; expectedState?: PinState}
+  | {kind: 'request-answered'; t: number; rid: string; status: number; detail?: string}
+  /** The request's client gave up (our own deadline): the request never answered. */
+  | {kind: 'request-abandoned'; t: number; rid: string; detail: string}
+  | {kind: 'abort-sent'; t: number; rid: string; target: 'prefill' | 'decode'; status?: number}
+  | {kind: 'fault-injected'; t: number; fault: string; leaseId: string; verified: boolean; evidence: string}
+  | {kind: 'fault-reverted'; t: number; fault: string; leaseId: string; verifiedClean: boolean; evidence: string}
+  | {kind: 'metric'; t: number; service: 'prefill' | 'decode' | 'router'; name: string; value: number}
+  | {kind: 'log'; t: number; service: string; line: string; rid?: string}
+  | {kind: 'marker'; t: number; name: string; detail?: string}
+
+export interface Timeline {
+  /** The watchdog contract the run is judged by. */
+  contract: {scope: 'all' | 'inflight' | 'off'; deadlineSeconds: number; pollSeconds: number}
+  /**
+   * Measured on unfaulted requests before the fault: how long a request takes from send to entering the prefill
+   * inflight queue (prefillMs), and the spread of that and of one observation round trip (the error pdchaos must allow).
+   */
+  calibration: Calibration
+  observations: Observation[]
+}
+
+export interface Calibration {
+  /** Median time from send until the request reaches the prefill inflight queue (bootstrap + forward), ms. */
+  prefillMs: number
+  /** Spread (p99 - p1) of prefillMs across the calibration requests, ms. */
+  prefillSpreadMs: number
+  /** p99 of the observation delay: from the server's decision to pdchaos seeing the answer (an unfaulted round trip's overhead), ms. */
+  observeMs: number
+  /** Calibration requests behind these figures. */
+  samples: number
+}
+
+export function sentOf(tl: Timeline, rid: string) {
+  return tl.observations.find((o): o is Extract<Observation, {kind: 'request-sent'}> => o.kind === 'request-sent' && o.rid === rid)
+}
+
+export function answerOf(tl: Timeline, rid: string) {
+  return tl.observations.find((o): o is Extract<Observation, {kind: 'request-answered'}> => o.kind === 'request-answered' && o.rid === rid)
+}
+
+export function abandonedOf(tl: Timeline, rid: string) {
+  return tl.observations.find((o): o is Extract<Observation, {kind: 'request-abandoned'}> => o.kind === 'request-abandoned' && o.rid === rid)
+}
+
+export function requestsOf(tl: Timeline, role: RequestRole) {
+  return tl.observations.filter((o): o is Extract<Observation, {kind: 'request-sent'}> => o.kind === 'request-sent' && o.role === role)
+}
+
+export function faultWindows(tl: Timeline): Array<{fault: string; leaseId: string; from: number; to?: number}> {
+  const out: Array<{fault: string; leaseId: string; from: number; to?: number}> = []
+  for (const o of tl.observations) {
+    if (o.kind === 'fault-injected') out.push({fault: o.fault, leaseId: o.leaseId, from: o.t})
+    if (o.kind === 'fault-reverted') {
+      const w = out.find((x) => x.leaseId === o.leaseId && x.to === undefined)
+      if (w) w.to = o.t
+    }
+  }
+  return out
+}
+
+/** The value of a metric series at the last sample at or before t (undefined before its first sample). */
+export function metricAt(tl: Timeline, service: string, name: string, t: number): number | undefined {
+  let v: number | undefined
+  for (const o of tl.observations) {
+    if (o.kind === 'metric' && o.service === service && o.name === name && o.t <= t) v = o.value
+  }
+  return v
+}

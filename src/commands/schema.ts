@@ -1,0 +1,25 @@
+import {Args} from '@oclif/core'
+
+import {BaseCommand} from '../base-command.js'
+import {deploymentJsonSchema} from '../deployment/load.js'
+import {badInput} from '../errors.js'
+
+export default class Schema extends BaseCommand<typeof Schema> {
+  static override summary = 'Print the JSON Schema of the deployment file (pdchaos.yaml) or the suite file.'
+  static override description = 'Editors and CI can validate files against it. The same document is printed with or without --json.'
+  static override examples = ['<%= config.bin %> schema > pdchaos.schema.json', '<%= config.bin %> schema deployment --json']
+
+  static override args = {
+    kind: Args.string({description: 'Which file: deployment or suite.', options: ['deployment', 'suite'], default: 'deployment'}),
+  }
+
+  public async run(): Promise<Record<string, unknown>> {
+    if (this.args.kind === 'suite') {
+      throw badInput('the suite file schema is not available yet', 'use `pdchaos schema deployment`')
+    }
+    const schema = deploymentJsonSchema()
+    // With --json oclif prints the returned document itself; otherwise print it here, pretty.
+    if (!this.jsonEnabled()) process.stdout.write(JSON.stringify(schema, null, 2) + '\n')
+    return schema
+  }
+}

@@ -1,0 +1,16 @@
+import {BaseCommand} from '../../base-command.js'
+import {type SimDownResult, simDown} from '../../sim/lifecycle/index.js'
+import {stateDirFlag} from '../../sim/lifecycle/cli-flags.js'
+
+export default class SimDown extends BaseCommand<typeof SimDown> {
+  static override summary = "Stop the twin's processes (only its own); safe to run when nothing runs."
+  static override examples = ['<%= config.bin %> <%= command.id %> --state-dir /tmp/twin']
+  static override flags = {'state-dir': stateDirFlag}
+
+  async run(): Promise<SimDownResult> {
+    const result = await simDown(this.flags['state-dir'])
+    if (result.stopped.length === 0) this.log(`No twin was running in ${result.stateDir}.`)
+    else this.log(`Stopped ${result.stopped.map((s) => `${s.service} (pid ${s.pid})`).join(', ')}.`)
+    return result
+  }
+}

@@ -1,0 +1,79 @@
+import {Flags} from '@oclif/core'
+
+import {BaseCommand} from '../../base-command.js'
+import {type SimUpResult, simUp} from '../../sim/lifecycle/index.js'
+import {BUG_NAMES} from '../../sim/sim-config.js'
+import {seconds, stateDirFlag} from '../../sim/lifecycle/cli-flags.js'
+
+export default class SimUp extends BaseCommand<typeof SimUp> {
+  static override summary = 'Start the twin: an SGLang-like PD deployment (prefill, decode, router) on this machine.'
+  static override description =
+    'Starts the services detached (they outlive this command), waits until they are healthy, prints the endpoints and writes a deployment file for pdchaos into the state dir.'
+
+  static override examples = [
+    '<%= config.bin %> <%= command.id %>',
+    '<%= config.bin %> <%= command.id %> --deadline 30 --poll 1 --bug late-evict --state-dir /tmp/twin --json',
+  ]
+
+  static override flags = {
+    'state-dir': stateDirFlag,
+    host: Flags.string({summary: 'Address every twin socket binds to.', default: '127.0.0.1'}),
+    gpus: Flags.integer({summary: 'GPUs of the simulated host.', default: 8}),
+    'prefill-tp': Flags.integer({summary: 'Prefill TP size (ranks on GPUs 0..N-1).', default: 4}),
+    'decode-tp': Flags.integer({summary: 'Decode TP size (ranks on the GPUs after prefill).', default: 4}),
+    backend: Flags.option({options: ['nixl', 'mooncake'] as const, summary: 'KV transfer backend: nixl (no prefill bootstrap timeout) or mooncake.', default: 'nixl'})(),
+    watchdog: Flags.option({options: ['all', 'inflight', 'off'] as const, summary: 'Scope of the prefill watchdog under test.', default: 'all'})(),
+    deadline: Flags.string({summary: 'Watchdog deadline in seconds.', default: '60'}),
+    poll: Flags.string({summary: 'Watchdog poll interval in seconds.', default: '1'}),
+    bug: Flags.option({options: BUG_NAMES, multiple: true, summary: 'Switch on a known defect (repeatable).'})(),
+    'base-port': Flags.integer({summary: 'Router port; prefill +100, decode +200, bootstrap +500, router metrics +900.', default: 30_000}),
+    'waiting-timeout': Flags.string({summary: 'SGLANG_DISAGGREGATION_WAITING_TIMEOUT in seconds.', default: '300'}),
+    'bootstrap-timeout': Flags.string({summary: 'SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT in seconds.', default: '300'}),
+    'heartbeat-interval': Flags.string({summary: 'SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL in seconds (>= 2).', default: '5'}),
+    'heartbeat-max-failure': Flags.integer({summary: 'SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE.', default: 2}),
+    'router-health-interval': Flags.string({summary: "The router's worker health-check interval in seconds.", default: '60'}),
+    wait: Flags.string({summary: 'Deadline in seconds for the twin to become healthy.', default: '30'}),
+  }
+
+  async run(): Promise<Omit<SimUpResult, 'config'>> {
+    const f = this.flags
+    const spinner = this.spinner('Starting the twin')
+    let result: SimUpResult
+    try {
+      result = await simUp({
+        stateDir: f['state-dir'],
+        host: f.host,
+        gpus: f.gpus,
+        prefillTp: f['prefill-tp'],
+        decodeTp: f['decode-tp'],
+        backend: f.backend,
+        watchdog: f.watchdog,
+        deadlineS: seconds('--deadline', f.deadline),
+        pollS: seconds('--poll', f.poll),
+        bugs: f.bug ?? [],
+        basePort: f['base-port'],
+        waitingTimeoutS: seconds('--waiting-timeout', f['waiting-timeout']),
+        bootstrapTimeoutS: seconds('--bootstrap-timeout', f['bootstrap-timeout']),
+        heartbeatIntervalS: seconds('--heartbeat-interval', f['heartbeat-interval']),
+        heartbeatMaxFailure: f['heartbeat-max-failure'],
+        routerHealthIntervalS: seconds('--router-health-interval', f['router-health-interval']),
+        waitS: seconds('--wait', f.wait),
+      })
+    } finally {
+      spinner.stop()
+    }
+    const {config, ...out} = result
+    const rows: Array<[string, string]> = [
+      ['router', out.endpoints.router],
+      ['prefill', out.endpoints.prefill],
+      ['bootstrap', out.endpoints.bootstrap],
+      ['decode', out.endpoints.decode],
+      ['router metrics', out.endpoints.routerMetrics],
+    ]
+    this.log(`Twin healthy in ${(out.healthyMs / 1000).toFixed(1)} s (prefill TP ${config.prefillTp}, decode TP ${config.decodeTp}, ${config.backend}, watchdog ${config.watchdog.scope} ${config.watchdog.deadlineS}s/${config.watchdog.pollS}s${config.bugs.length ? `, bugs: ${config.bugs.join(', ')}` : ''})`)
+    for (const [name, url] of rows) this.log(`  ${name.padEnd(15)} ${url}`)
+    this.log(`  deployment file ${out.deploymentFile}`)
+    this.log(`Stop it with: pdchaos sim down --state-dir ${out.stateDir}`)
+    return out
+  }
+}

@@ -1,0 +1,281 @@
+import type {Deployment} from '../deployment/config.js'
+import {RouterClient} from '../deployment/router-client.js'
+import {type HealthResult, SglangClient} from '../deployment/sglang-client.js'
+import {sampleValue, sumOf, type ParsedMetrics} from '../deployment/prom-text.js'
+import {oneLine} from '../errors.js'
+import type {Host} from '../hosts/host.js'
+import {listHostState, type HostState} from './host-state.js'
+import {gpuIndexByPid, parseComputeApps, parseGpuList} from './gpus.js'
+import {parseEnviron, parseProcStat, parsePs, parseRankTitle, parseSsListeners, type ProcessRow} from './proc.js'
+import {timeoutsFromEnv, watchdogFromEnv, watchdogWarnings, type EnvTimeouts, type EnvWatchdog} from './watchdog-env.js'
+
+/**
+ * Discovery: what a PD deployment is right now, read the way an operator would read it — the services' HTTP APIs,
+ * the host's process table, /proc, nvidia-smi and the prefill bootstrap route. The same code runs against the twin
+ * and a real SGLang host; every probe has a deadline, and a probe that fails becomes a warning, not a crash.
+ */
+
+export type ServiceName = 'prefill' | 'decode' | 'router'
+
+export interface ServiceStatus {
+  url: string
+  health: HealthResult
+  readiness?: HealthResult
+  version?: string
+  tpSize?: number
+  backend?: string
+  pid?: number
+}
+
+export interface RankInfo {
+  service: 'prefill' | 'decode'
+  tpRank: number
+  dpRank?: number
+  ppRank?: number
+  pid: number
+  /** /proc/<pid>/stat start time (clock ticks since boot): with the pid, the rank's identity. */
+  startTicks?: number
+  /** Process state letter: R/S running or sleeping, T stopped, D uninterruptible. */
+  state: string
+  title: string
+  gpu?: number
+  /** The rank's ZMQ PULL port from the bootstrap route (prefill only). */
+  zmqPort?: number
+  zmqHost?: string
+}
+
+export interface StatusReport {
+  deployment: {name: string; host: string; labels: Record<string, string>; backend: string}
+  services: Record<ServiceName, ServiceStatus>
+  ranks: RankInfo[]
+  watchdog: {contract: Deployment['watchdog']; prefillEnv?: EnvWatchdog; timeouts?: EnvTimeouts}
+  transport: {backend: string; source: string}
+  counters: Record<'prefill' | 'decode', Record<string, number>>
+  gauges: Record<'prefill' | 'decode', Record<string, number>>
+  hostState: HostState
+  warnings: string[]
+  /** How long discovery took, in ms. */
+  ms: number
+}
+
+const COUNTERS = [
+  'sglang:num_bootstrap_failed_reqs_total',
+  'sglang:num_transfer_failed_reqs_total',
+  'sglang:num_aborted_requests_total',
+  'sglang:num_watchdog_evicted_reqs_total',
+]
+const GAUGES = [
+  'sglang:num_prefill_bootstrap_queue_reqs',
+  'sglang:num_prefill_inflight_queue_reqs',
+  'sglang:num_decode_prealloc_queue_reqs',
+  'sglang:num_decode_transfer_queue_reqs',
+  'sglang:num_running_reqs',
+  'sglang:num_queue_reqs',
+  'sglang:token_usage',
+]
+
+export interface DiscoverOptions {
+  timeoutMs?: number
+}
+
+export async function discover(deployment: Deployment, host: Host, opts: DiscoverOptions = {}): Promise<StatusReport> {
+  const started = performance.now()
+  const timeoutMs = opts.timeoutMs ?? 5000
+  const warnings: string[] = []
+  const svc = deployment.services
+  const prefill = new SglangClient(svc.prefill.url, {service: 'prefill', timeoutMs})
+  const decode = new SglangClient(svc.decode.url, {service: 'decode', timeoutMs})
+  const router = new RouterClient(svc.router.url, {service: 'router', timeoutMs, metricsUrl: svc.router.metricsUrl})
+  const soft = async <T>(what: string, p: Promise<T>): Promise<T | undefined> => {
+    try {
+      return await p
+    } catch (error) {
+      warnings.push(`${what}: ${oneLine(error)}`)
+      return undefined
+    }
+  }
+
+  const [pHealth, dHealth, rHealth, rReady, pInfo, dInfo, pMetrics, dMetrics, procs, hostState] = await Promise.all([
+    prefill.health(svc.prefill.healthPath),
+    decode.health(svc.decode.healthPath),
+    router.health(svc.router.healthPath),
+    router.readiness(svc.router.readinessPath),
+    soft('prefill server_info', prefill.serverInfo()),
+    soft('decode server_info', decode.serverInfo()),
+    soft('prefill metrics', prefill.metrics()),
+    soft('decode metrics', decode.metrics()),
+    soft(`process table on ${host.describe()}`, readProcesses(host, deployment, timeoutMs)),
+    listHostState(host, deployment.stateDir, timeoutMs).catch((error: unknown) => {
+      warnings.push(`pdchaos state on ${host.describe()}: ${oneLine(error)}`)
+      return {leases: [], lock: null} satisfies HostState
+    }),
+  ])
+  for (const [name, h] of [['prefill', pHealth], ['decode', dHealth], ['router', rHealth]] as const) {
+    if (!h.ok) warnings.push(`${name} is not healthy: ${h.error ?? h.status}`)
+  }
+
+  const services: Record<ServiceName, ServiceStatus> = {
+    prefill: {url: svc.prefill.url, health: pHealth, ...infoSummary(pInfo)},
+    decode: {url: svc.decode.url, health: dHealth, ...infoSummary(dInfo)},
+    router: {url: svc.router.url, health: rHealth, readiness: rReady},
+  }
+  if (deployment.sglangVersion) {
+    for (const name of ['prefill', 'decode'] as const) {
+      const v = services[name].version
+      if (v && v !== deployment.sglangVersion) warnings.push(`${name} runs SGLang ${v}, the deployment file expects ${deployment.sglangVersion}`)
+    }
+  }
+
+  const ranks: RankInfo[] = procs?.ranks ?? []
+  for (const name of ['prefill', 'decode'] as const) {
+    services[name].pid = procs?.servicePids[name]
+    const tp = services[name].tpSize
+    const found = ranks.filter((r) => r.service === name).length
+    if (procs && tp !== undefined && found !== tp) warnings.push(`${name}: server_info says tp_size ${tp} but ${found} scheduler processes were found`)
+  }
+  for (const r of ranks) if (r.state === 'T') warnings.push(`${r.service} rank TP${r.tpRank} (pid ${r.pid}) is stopped (state T): the instance is wedged`)
+
+  // Each prefill rank's ZMQ PULL port, from the bootstrap route (it changes on every restart).
+  const bootstrapUrl = bootstrapUrlOf(deployment)
+  const prefillRanks = ranks.filter((r) => r.service === 'prefill')
+  const tpCount = services.prefill.tpSize ?? prefillRanks.length
+  await Promise.all(Array.from({length: tpCount}, async (_, k) => {
+    const route = await soft(`bootstrap route for prefill TP${k}`, prefill.bootstrapRoute(bootstrapUrl, {prefill_dp_rank: 0, prefill_cp_rank: 0, target_tp_rank: k, target_pp_rank: 0}))
+    const r = route as {rank_ip?: string; rank_port?: number} | undefined
+    const rank = prefillRanks.find((x) => x.tpRank === k)
+    if (rank && r?.rank_port !== undefined) {
+      rank.zmqPort = Number(r.rank_port)
+      rank.zmqHost = r.rank_ip
+    }
+  }))
+
+  const contract = deployment.watchdog
+  let prefillEnv: EnvWatchdog | undefined
+  let timeouts: EnvTimeouts | undefined
+  if (procs?.prefillEnv) {
+    prefillEnv = watchdogFromEnv(procs.prefillEnv)
+    timeouts = timeoutsFromEnv(procs.prefillEnv)
+    warnings.push(...watchdogWarnings(prefillEnv, contract, timeouts, 'prefill'))
+  }
+
+  const backendSeen = services.prefill.backend
+  const transport = backendSeen
+    ? {backend: backendSeen, source: 'prefill server_info disaggregation_transfer_backend'}
+    : {backend: deployment.backend, source: 'deployment file'}
+  if (backendSeen && deployment.backend !== 'auto' && backendSeen !== deployment.backend) {
+    warnings.push(`prefill uses the ${backendSeen} backend, the deployment file says ${deployment.backend}`)
+  }
+
+  return {
+    deployment: {name: deployment.name, host: host.describe(), labels: deployment.labels, backend: deployment.backend},
+    services,
+    ranks,
+    watchdog: {contract, prefillEnv, timeouts},
+    transport,
+    counters: {prefill: pick(pMetrics, COUNTERS, true), decode: pick(dMetrics, COUNTERS, true)},
+    gauges: {prefill: pick(pMetrics, GAUGES, false), decode: pick(dMetrics, GAUGES, false)},
+    hostState,
+    warnings,
+    ms: Math.round(performance.now() - started),
+  }
+}
+
+export function bootstrapUrlOf(deployment: Deployment): string {
+  const u = new URL(deployment.services.prefill.url)
+  return `${u.protocol}//${u.hostname.includes(':') ? `[${u.hostname}]` : u.hostname}:${deployment.services.prefill.bootstrapPort}`
+}
+
+function infoSummary(info: Record<string, unknown> | undefined): Partial<ServiceStatus> {
+  if (!info) return {}
+  const str = (v: unknown) => (typeof v === 'string' ? v : undefined)
+  const n = (v: unknown) => (typeof v === 'number' ? v : undefined)
+  return {
+    version: str(info.version),
+    tpSize: n(info.tp_size),
+    backend: str(info.disaggregation_transfer_backend),
+  }
+}
+
+function pick(metrics: ParsedMetrics | undefined, names: string[], sum: boolean): Record<string, number> {
+  const out: Record<string, number> = {}
+  if (!metrics) return out
+  for (const name of names) {
+    const v = sum ? (metrics.samples.some((s) => s.name === name) ? sumOf(metrics.samples, name) : undefined) : sampleValue(metrics.samples, name)
+    if (v !== undefined) out[name] = v
+  }
+  return out
+}
+
+interface ProcessView {
+  ranks: RankInfo[]
+  servicePids: Partial<Record<'prefill' | 'decode', number>>
+  prefillEnv?: Record<string, string>
+}
+
+/**
+ * Ranks by process title, assigned to prefill or decode by their parent: the process listening on the service's
+ * HTTP port (SGLang's HTTP server runs in the launch process whose children are the schedulers).
+ */
+async function readProcesses(host: Host, deployment: Deployment, timeoutMs: number): Promise<ProcessView> {
+  const ps = await host.run(['ps', '-eo', 'pid=,ppid=,stat=,args='], {timeoutMs})
+  if (ps.code !== 0) throw new Error(`ps failed: ${oneLine(ps.stderr)}`)
+  const rows = parsePs(ps.stdout)
+  const ss = await host.run(['ss', '-Hltnp'], {timeoutMs, sudo: true})
+  const listeners = ss.code === 0 ? parseSsListeners(ss.stdout) : []
+  const portOf = (url: string) => Number(new URL(url).port || (url.startsWith('https') ? 443 : 80))
+  const servicePids: ProcessView['servicePids'] = {}
+  for (const name of ['prefill', 'decode'] as const) {
+    const port = portOf(deployment.services[name].url)
+    const owner = listeners.find((l) => l.port === port && l.pids.length > 0)
+    if (owner) servicePids[name] = owner.pids[0]
+  }
+  const byPid = new Map(rows.map((r) => [r.pid, r]))
+  const serviceOf = (row: ProcessRow): 'prefill' | 'decode' | undefined => {
+    // Walk up a few parents: with DP, schedulers may sit under a data-parallel controller.
+    let cur: ProcessRow | undefined = row
+    for (let i = 0; i < 4 && cur; i++) {
+      if (cur.ppid === servicePids.prefill) return 'prefill'
+      if (cur.ppid === servicePids.decode) return 'decode'
+      const mode = /--disaggregation-mode[ =](prefill|decode)/.exec(byPid.get(cur.ppid)?.args ?? '')
+      if (mode) return mode[1] as 'prefill' | 'decode'
+      cur = byPid.get(cur.ppid)
+    }
+    return undefined
+  }
+  const rankRows = rows.map((r) => ({row: r, title: parseRankTitle(r.args)})).filter((x) => x.title !== undefined)
+  const ranks: RankInfo[] = []
+  for (const {row, title} of rankRows) {
+    const service = serviceOf(row)
+    if (!service) continue
+    ranks.push({service, ...title!, pid: row.pid, state: row.stat.charAt(0), title: row.args})
+  }
+  if (ranks.length === 0) return {ranks, servicePids}
+
+  const stat = await host.run(['cat', ...ranks.map((r) => `/proc/${r.pid}/stat`)], {timeoutMs})
+  for (const line of stat.stdout.split('\n')) {
+    const s = parseProcStat(line)
+    const rank = s && ranks.find((r) => r.pid === s.pid)
+    if (rank && s) {
+      rank.startTicks = s.startTicks
+      rank.state = s.state
+    }
+  }
+
+  const [apps, gpus] = await Promise.all([
+    host.run(['nvidia-smi', '--query-compute-apps=pid,gpu_uuid', '--format=csv,noheader'], {timeoutMs}).catch(() => undefined),
+    host.run(['nvidia-smi', '--query-gpu=index,uuid,name', '--format=csv,noheader'], {timeoutMs}).catch(() => undefined),
+  ])
+  if (apps?.code === 0 && gpus?.code === 0) {
+    const map = gpuIndexByPid(parseComputeApps(apps.stdout), parseGpuList(gpus.stdout))
+    for (const r of ranks) r.gpu = map.get(r.pid)?.[0]
+  }
+
+  ranks.sort((a, b) => (a.service === b.service ? a.tpRank - b.tpRank : a.service === 'prefill' ? -1 : 1))
+  const prefill0 = ranks.find((r) => r.service === 'prefill')
+  let prefillEnv: Record<string, string> | undefined
+  if (prefill0) {
+    const env = await host.run(['cat', `/proc/${prefill0.pid}/environ`], {timeoutMs, sudo: true})
+    if (env.code === 0) prefillEnv = parseEnviron(env.stdout)
+  }
+  return {ranks, servicePids, prefillEnv}
+}

@@ -1,0 +1,77 @@
+import type {Watchdog} from '../deployment/config.js'
+
+/**
+ * The watchdog and SGLang PD timeouts as a scheduler process's environment sets them, compared with the
+ * deployment file's contract: a disagreement means pdchaos would judge the watchdog by the wrong deadline.
+ */
+
+export const WATCHDOG_ENV = {
+  scope: 'SGLANG_DISAGGREGATION_WATCHDOG_SCOPE',
+  deadline: 'SGLANG_DISAGGREGATION_WATCHDOG_TIMEOUT',
+  poll: 'SGLANG_DISAGGREGATION_WATCHDOG_POLL_INTERVAL',
+} as const
+
+export const TIMEOUT_ENV = {
+  bootstrapTimeout: 'SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT',
+  waitingTimeout: 'SGLANG_DISAGGREGATION_WAITING_TIMEOUT',
+  heartbeatInterval: 'SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL',
+  heartbeatMaxFailure: 'SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE',
+} as const
+
+/** SGLang's defaults (reference/sglang-pd.md §2) for variables a process leaves unset. */
+export const TIMEOUT_DEFAULTS = {bootstrapTimeout: 300, waitingTimeout: 300, heartbeatInterval: 5, heartbeatMaxFailure: 2}
+
+export interface EnvWatchdog {
+  scope?: string
+  deadlineSeconds?: number
+  pollSeconds?: number
+}
+
+export interface EnvTimeouts {
+  bootstrapTimeout: number
+  waitingTimeout: number
+  heartbeatInterval: number
+  heartbeatMaxFailure: number
+}
+
+const num = (v: string | undefined): number | undefined => {
+  if (v === undefined || v.trim() === '') return undefined
+  const n = Number(v)
+  return Number.isFinite(n) ? n : undefined
+}
+
+export function watchdogFromEnv(env: Record<string, string>): EnvWatchdog {
+  return {scope: env[WATCHDOG_ENV.scope], deadlineSeconds: num(env[WATCHDOG_ENV.deadline]), pollSeconds: num(env[WATCHDOG_ENV.poll])}
+}
+
+export function timeoutsFromEnv(env: Record<string, string>): EnvTimeouts {
+  return {
+    bootstrapTimeout: num(env[TIMEOUT_ENV.bootstrapTimeout]) ?? TIMEOUT_DEFAULTS.bootstrapTimeout,
+    waitingTimeout: num(env[TIMEOUT_ENV.waitingTimeout]) ?? TIMEOUT_DEFAULTS.waitingTimeout,
+    heartbeatInterval: num(env[TIMEOUT_ENV.heartbeatInterval]) ?? TIMEOUT_DEFAULTS.heartbeatInterval,
+    heartbeatMaxFailure: num(env[TIMEOUT_ENV.heartbeatMaxFailure]) ?? TIMEOUT_DEFAULTS.heartbeatMaxFailure,
+  }
+}
+
+/** Human warnings where the process environment and the deployment file's watchdog contract disagree. */
+export function watchdogWarnings(fromEnv: EnvWatchdog, contract: Watchdog, timeouts: EnvTimeouts, where: string): string[] {
+  const w: string[] = []
+  if (fromEnv.scope !== undefined && fromEnv.scope !== contract.scope) {
+    w.push(`${where}: watchdog scope is ${fromEnv.scope} (${WATCHDOG_ENV.scope}) but the deployment file says ${contract.scope}`)
+  }
+  if (fromEnv.deadlineSeconds !== undefined && fromEnv.deadlineSeconds !== contract.deadlineSeconds) {
+    w.push(`${where}: watchdog deadline is ${fromEnv.deadlineSeconds}s (${WATCHDOG_ENV.deadline}) but the deployment file says ${contract.deadlineSeconds}s`)
+  }
+  if (fromEnv.pollSeconds !== undefined && fromEnv.pollSeconds !== contract.pollSeconds) {
+    w.push(`${where}: watchdog poll interval is ${fromEnv.pollSeconds}s (${WATCHDOG_ENV.poll}) but the deployment file says ${contract.pollSeconds}s`)
+  }
+  if (fromEnv.scope === undefined && fromEnv.deadlineSeconds === undefined && contract.scope !== 'off') {
+    w.push(`${where}: no watchdog settings in the scheduler environment; judging by the deployment file alone`)
+  }
+  // SGLang's own timeouts release pins too; a watchdog deadline above them is never the thing that evicts.
+  const releaseBy = Math.min(timeouts.waitingTimeout, timeouts.bootstrapTimeout)
+  if (contract.scope !== 'off' && contract.deadlineSeconds >= releaseBy) {
+    w.push(`${where}: watchdog deadline ${contract.deadlineSeconds}s is not below SGLang's own timeouts (${releaseBy}s): an eviction cannot be told from a timeout; raise SGLANG_DISAGGREGATION_{WAITING,BOOTSTRAP}_TIMEOUT`)
+  }
+  return w
+}

@@ -1,0 +1,126 @@
+import {openSync, closeSync} from 'node:fs'
+import {spawn} from 'node:child_process'
+import {execa, type ResultPromise} from 'execa'
+
+import {PdError} from '../errors.js'
+import {ExitCode} from '../exit-codes.js'
+import {
+  DETACH_SCRIPT, UPLOAD_SCRIPT, buildArgv, checkTimeout, envPrefix, modeString, sudoPrefix,
+  type DetachedOptions, type Host, type RunOptions, type RunResult, type SudoPolicy, type UploadOptions,
+} from './host.js'
+import {describeArgv} from './quote.js'
+
+/** After a kill, how long to wait for the pipes to close before giving up on the process's output. */
+const REAP_MS = 2000
+
+/** This machine as a Host: argv is exec'd directly (no shell), each command in its own process group. */
+export class LocalHost implements Host {
+  private readonly isRoot = typeof process.getuid === 'function' && process.getuid() === 0
+
+  constructor(private readonly sudoPolicy: SudoPolicy = 'never') {}
+
+  describe(): string {
+    return 'local'
+  }
+
+  async run(argv: string[], opts: RunOptions): Promise<RunResult> {
+    checkTimeout(opts.timeoutMs)
+    const full = buildArgv(argv, opts, this.sudoPolicy, this.isRoot)
+    const started = performance.now()
+    // detached: the child leads its own process group, so a timeout kills everything it started.
+    const sub: ResultPromise = execa(full[0]!, full.slice(1), {
+      detached: true, reject: false, stripFinalNewline: false, encoding: 'utf8',
+      input: opts.stdin ?? '', maxBuffer: 64 * 1024 * 1024,
+    })
+    let expire!: () => void
+    const expired = new Promise<'timeout'>((resolve) => { expire = () => resolve('timeout') })
+    const timer = setTimeout(() => {
+      killGroup(sub.pid)
+      expire()
+    }, opts.timeoutMs)
+    try {
+      const result = await Promise.race([sub, expired])
+      if (result === 'timeout') {
+        await Promise.race([sub.catch(() => undefined), delay(REAP_MS)])
+        throw new PdError(`\`${describeArgv(argv)}\` timed out after ${opts.timeoutMs} ms on local; its process group was killed`, {
+          exit: ExitCode.unreachable, suggestion: 'raise the timeout or find out why the command hangs',
+        })
+      }
+      const durationMs = performance.now() - started
+      const errno = (result as {code?: string}).code
+      if (result.exitCode === undefined && result.signal === undefined && errno !== undefined) {
+        // exec itself failed (ENOENT, EACCES): report it the way a shell would, as a result.
+        return {code: errno === 'ENOENT' ? 127 : 126, stdout: '', stderr: `pdchaos: ${full[0]}: ${errno}\n`, durationMs}
+      }
+      return {
+        code: result.exitCode ?? null,
+        ...(result.signal ? {signal: result.signal} : {}),
+        stdout: String(result.stdout ?? ''),
+        stderr: String(result.stderr ?? ''),
+        durationMs,
+      }
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+
+  async upload(path: string, content: string | Buffer, mode = 0o644, opts: UploadOptions = {}): Promise<void> {
+    const argv = [...sudoPrefix(opts.sudo, this.sudoPolicy, this.isRoot), 'sh', '-c', UPLOAD_SCRIPT, 'sh', path, modeString(mode)]
+    const res = await this.run(argv, {timeoutMs: opts.timeoutMs ?? 30_000, stdin: content})
+    if (res.code !== 0) {
+      throw new PdError(`cannot write ${path} on local: ${res.stderr.trim() || `exit ${res.code}`}`, {
+        exit: ExitCode.unreachable, suggestion: 'check the directory exists and is writable (or use sudo)',
+      })
+    }
+  }
+
+  async startDetached(argv: string[], opts: DetachedOptions = {}): Promise<{pid: number}> {
+    if (opts.sudo && !this.isRoot && this.sudoPolicy === 'passwordless') {
+      // Through sudo the session must be made on the far side of sudo: reuse the shell recipe.
+      const res = await this.run(['sh', '-c', DETACH_SCRIPT, 'sh', opts.logFile ?? '/dev/null', ...envPrefix(opts.env), ...argv], {
+        timeoutMs: opts.timeoutMs ?? 30_000, sudo: true,
+      })
+      return {pid: parsePid(res, argv, 'local')}
+    }
+    const full = [...envPrefix(opts.env), ...argv]
+    const fd = openSync(opts.logFile ?? '/dev/null', 'a')
+    try {
+      const child = spawn(full[0]!, full.slice(1), {detached: true, stdio: ['ignore', fd, fd]})
+      const pid = await new Promise<number>((resolve, reject) => {
+        child.once('error', reject)
+        child.once('spawn', () => resolve(child.pid!))
+      }).catch((err: unknown) => {
+        throw new PdError(`cannot start \`${describeArgv(argv)}\` on local: ${(err as Error).message}`, {exit: ExitCode.unreachable})
+      })
+      child.unref()
+      return {pid}
+    } finally {
+      closeSync(fd)
+    }
+  }
+
+  async close(): Promise<void> {}
+}
+
+function killGroup(pid: number | undefined): void {
+  if (pid === undefined) return
+  try {
+    process.kill(-pid, 'SIGKILL')
+  } catch {
+    try { process.kill(pid, 'SIGKILL') } catch { /* already gone */ }
+  }
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms).unref())
+}
+
+export function parsePid(res: RunResult, argv: string[], where: string): number {
+  const pid = Number.parseInt(res.stdout.trim(), 10)
+  if (res.code !== 0 || !Number.isInteger(pid) || pid <= 0) {
+    throw new PdError(`cannot start \`${describeArgv(argv)}\` on ${where}: ${res.stderr.trim() || `exit ${res.code}`}`, {
+      exit: ExitCode.unreachable, suggestion: 'check that setsid and nohup exist on the host',
+    })
+  }
+  return pid
+}

@@ -1,0 +1,45 @@
+import type {StatusReport} from '../discovery/discover.js'
+
+/** `pdchaos status` for a person: one screen, the problems last and loud. */
+export function renderStatus(r: StatusReport): string {
+  const out: string[] = []
+  out.push(`deployment ${r.deployment.name} on ${r.deployment.host}  (backend ${r.transport.backend}, from ${r.transport.source})`)
+  out.push('')
+  out.push('services')
+  for (const [name, s] of Object.entries(r.services)) {
+    const health = s.health.ok ? `healthy (${Math.round(s.health.ms)} ms)` : `UNHEALTHY: ${s.health.error ?? s.health.status}`
+    const ready = s.readiness ? (s.readiness.ok ? ', ready' : ', NOT READY') : ''
+    const extra = [s.version && `SGLang ${s.version}`, s.tpSize !== undefined && `tp ${s.tpSize}`, s.pid !== undefined && `pid ${s.pid}`].filter(Boolean).join(', ')
+    out.push(`  ${name.padEnd(8)} ${s.url.padEnd(28)} ${health}${ready}${extra ? `  [${extra}]` : ''}`)
+  }
+  out.push('')
+  out.push('ranks')
+  if (r.ranks.length === 0) out.push('  (none found)')
+  for (const k of r.ranks) {
+    const gpu = k.gpu === undefined ? 'gpu ?' : `gpu ${k.gpu}`
+    const zmq = k.zmqPort === undefined ? '' : `  zmq ${k.zmqHost ?? ''}:${k.zmqPort}`
+    out.push(`  ${k.service.padEnd(8)} TP${k.tpRank}  pid ${String(k.pid).padEnd(7)} ${gpu.padEnd(6)} state ${k.state}  ${k.title}${zmq}`)
+  }
+  out.push('')
+  const w = r.watchdog
+  const env = w.prefillEnv
+  out.push(`watchdog  contract: scope ${w.contract.scope}, deadline ${w.contract.deadlineSeconds}s, poll ${w.contract.pollSeconds}s` +
+    (env ? `;  prefill env: scope ${env.scope ?? '-'}, deadline ${env.deadlineSeconds ?? '-'}s, poll ${env.pollSeconds ?? '-'}s` : ''))
+  if (w.timeouts) out.push(`sglang    waiting timeout ${w.timeouts.waitingTimeout}s, bootstrap timeout ${w.timeouts.bootstrapTimeout}s, heartbeat ${w.timeouts.heartbeatInterval}s x ${w.timeouts.heartbeatMaxFailure}`)
+  for (const role of ['prefill', 'decode'] as const) {
+    const c = Object.entries(r.counters[role]).map(([k, v]) => `${k.replace(/^sglang:num_|_reqs_total$/g, '')}=${v}`).join(' ')
+    const g = Object.entries(r.gauges[role]).map(([k, v]) => `${k.replace(/^sglang:(num_)?|_reqs$/g, '')}=${v}`).join(' ')
+    out.push(`${role.padEnd(9)} counters: ${c || '-'}`)
+    out.push(`${''.padEnd(9)} gauges (may be stale): ${g || '-'}`)
+  }
+  out.push('')
+  const {leases, lock} = r.hostState
+  out.push(`leases    ${leases.length === 0 ? 'none' : leases.map((l) => `${String(l.id ?? l.file)} (${String(l.fault ?? '?')})`).join(', ')}`)
+  out.push(`lock      ${lock ? `held by ${String(lock.owner)} for ${String(lock.command)}` : 'free'}`)
+  if (r.warnings.length > 0) {
+    out.push('')
+    out.push('warnings')
+    for (const line of r.warnings) out.push(`  ! ${line}`)
+  }
+  return out.join('\n')
+}

@@ -1,0 +1,8 @@
+/** The twin's lifecycle: what `pdchaos sim up|down|status|restart` call. */
+export {simUp, type SimUpResult} from './up.js'
+export {simDown, type SimDownResult} from './down.js'
+export {simRestart, type SimRestartResult} from './restart.js'
+export {simStatus, type SimStatusResult, type ServiceStatus} from './status.js'
+export {buildSimConfig, portsFor, type SimUpOptions, UP_DEFAULTS} from './options.js'
+export {twinDeployment} from './deployment-file.js'
+export {gpuUuid, GPU_NAME} from './nvidia-smi.js'

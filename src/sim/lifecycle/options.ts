@@ -1,0 +1,128 @@
+import {isIP} from 'node:net'
+import {resolve} from 'node:path'
+
+import {badInput} from '../../errors.js'
+import {type Backend, BUG_NAMES, type BugName, type SimConfig, type WatchdogScope} from '../sim-config.js'
+
+/** What `pdchaos sim up` takes (flags map 1:1); every field optional, defaults below. */
+export interface SimUpOptions {
+  stateDir: string
+  host?: string
+  gpus?: number
+  prefillTp?: number
+  decodeTp?: number
+  backend?: Backend
+  watchdog?: WatchdogScope
+  deadlineS?: number
+  pollS?: number
+  bugs?: string[]
+  basePort?: number
+  waitingTimeoutS?: number
+  bootstrapTimeoutS?: number
+  heartbeatIntervalS?: number
+  heartbeatMaxFailure?: number
+  /** Deadline for the whole twin to become healthy. */
+  waitS?: number
+  /** The router's worker health-check interval (sgl-model-gateway --health-check-interval-secs, 60 by default). */
+  routerHealthIntervalS?: number
+  model?: string
+  version?: string
+  /** Overrides of the cost model (tests, benchmark). */
+  timing?: Partial<SimConfig['timing']>
+  kvPoolTokens?: number
+}
+
+export const UP_DEFAULTS = {
+  host: '127.0.0.1',
+  gpus: 8,
+  prefillTp: 4,
+  decodeTp: 4,
+  backend: 'nixl' as Backend,
+  watchdog: 'all' as WatchdogScope,
+  deadlineS: 60,
+  pollS: 1,
+  basePort: 30_000,
+  // SGLang's defaults (environ.py).
+  waitingTimeoutS: 300,
+  bootstrapTimeoutS: 300,
+  heartbeatIntervalS: 5,
+  heartbeatMaxFailure: 2,
+  waitS: 30,
+  routerHealthIntervalS: 60,
+  model: 'meta-llama/Llama-3.1-8B-Instruct',
+  version: '0.5.15',
+  timing: {forwardMsPerKToken: 20, kvBytesPerToken: 1024, healthTimeoutS: 20, idleGaugeRefreshS: 30, decodeMsPerToken: 1, requestStateWaitS: 4},
+  kvPoolTokens: 1_000_000,
+}
+
+/** The port offsets of SGLang's PD test fixture: router N, prefill N+100, decode N+200, bootstrap N+500, router metrics N+900. */
+export function portsFor(base: number): SimConfig['ports'] {
+  return {router: base, prefill: base + 100, decode: base + 200, bootstrap: base + 500, routerMetrics: base + 900}
+}
+
+const MAX_OFFSET = 900
+
+function positive(name: string, v: number | undefined, fallback: number, max = 86_400): number {
+  const x = v ?? fallback
+  if (!Number.isFinite(x) || x <= 0) throw badInput(`${name} must be a number of seconds greater than 0, got ${x}`, `pass ${name} ${fallback}`)
+  if (x > max) throw badInput(`${name} must be at most ${max} seconds, got ${x}`, `pass a smaller ${name}`)
+  return x
+}
+
+function integer(name: string, v: number | undefined, fallback: number, min: number, max: number): number {
+  const x = v ?? fallback
+  if (!Number.isInteger(x) || x < min || x > max) throw badInput(`${name} must be an integer from ${min} to ${max}, got ${x}`, `pass ${name} ${fallback}`)
+  return x
+}
+
+/** Validate the options and build the twin's sim.json; bad input throws badInput (exit 2) naming the flag. */
+export function buildSimConfig(o: SimUpOptions): SimConfig {
+  if (!o.stateDir) throw badInput('--state-dir must not be empty', 'pass --state-dir DIR or set PDCHAOS_SIM_DIR')
+  const host = o.host ?? UP_DEFAULTS.host
+  if (isIP(host) === 0) throw badInput(`--host must be an IP address to bind to, got "${host}"`, 'pass --host 127.0.0.1 or an address of this host')
+  const gpus = integer('--gpus', o.gpus, UP_DEFAULTS.gpus, 2, 64)
+  const prefillTp = integer('--prefill-tp', o.prefillTp, UP_DEFAULTS.prefillTp, 1, 64)
+  const decodeTp = integer('--decode-tp', o.decodeTp, UP_DEFAULTS.decodeTp, 1, 64)
+  if (prefillTp + decodeTp > gpus) {
+    throw badInput(`--prefill-tp ${prefillTp} + --decode-tp ${decodeTp} needs ${prefillTp + decodeTp} GPUs but --gpus is ${gpus}`,
+      `pass --gpus ${prefillTp + decodeTp} or smaller TP sizes`)
+  }
+  const backend = o.backend ?? UP_DEFAULTS.backend
+  if (backend !== 'nixl' && backend !== 'mooncake') throw badInput(`--backend must be nixl or mooncake, got "${backend}"`, 'pass --backend nixl')
+  const scope = o.watchdog ?? UP_DEFAULTS.watchdog
+  if (!['all', 'inflight', 'off'].includes(scope)) throw badInput(`--watchdog must be all, inflight or off, got "${scope}"`, 'pass --watchdog all')
+  const deadlineS = positive('--deadline', o.deadlineS, UP_DEFAULTS.deadlineS)
+  const pollS = positive('--poll', o.pollS, UP_DEFAULTS.pollS, 3600)
+  const bugs: BugName[] = []
+  for (const b of o.bugs ?? []) {
+    if (!(BUG_NAMES as readonly string[]).includes(b)) throw badInput(`--bug "${b}" is not a known defect`, `use one of: ${BUG_NAMES.join(', ')}`)
+    if (!bugs.includes(b as BugName)) bugs.push(b as BugName)
+  }
+  const basePort = integer('--base-port', o.basePort, UP_DEFAULTS.basePort, 1, 65_535 - MAX_OFFSET)
+  const heartbeatIntervalS = positive('--heartbeat-interval', o.heartbeatIntervalS, UP_DEFAULTS.heartbeatIntervalS)
+  // SGLang clamps the interval to >= 2 s; a smaller value would be silently changed, so refuse it.
+  if (heartbeatIntervalS < 2) throw badInput(`--heartbeat-interval must be at least 2 seconds (SGLang's minimum), got ${heartbeatIntervalS}`, 'pass --heartbeat-interval 2')
+  const heartbeatMaxFailure = integer('--heartbeat-max-failure', o.heartbeatMaxFailure, UP_DEFAULTS.heartbeatMaxFailure, 1, 1000)
+  const waitingS = positive('--waiting-timeout', o.waitingTimeoutS, UP_DEFAULTS.waitingTimeoutS)
+  const bootstrapS = positive('--bootstrap-timeout', o.bootstrapTimeoutS, UP_DEFAULTS.bootstrapTimeoutS)
+  positive('--wait', o.waitS, UP_DEFAULTS.waitS, 3600)
+  const routerHealthIntervalS = positive('--router-health-interval', o.routerHealthIntervalS, UP_DEFAULTS.routerHealthIntervalS, 3600)
+
+  return {
+    stateDir: resolve(o.stateDir),
+    host,
+    model: o.model ?? UP_DEFAULTS.model,
+    version: o.version ?? UP_DEFAULTS.version,
+    gpus,
+    prefillTp,
+    decodeTp,
+    backend,
+    watchdog: {scope, deadlineS, pollS},
+    bugs,
+    ports: portsFor(basePort),
+    timeouts: {bootstrapS, waitingS, heartbeatIntervalS, heartbeatMaxFailure},
+    timing: {...UP_DEFAULTS.timing, ...o.timing},
+    kvPoolTokens: o.kvPoolTokens ?? UP_DEFAULTS.kvPoolTokens,
+    router: {healthIntervalS: routerHealthIntervalS, healthTimeoutS: 5, healthFailureThreshold: 3, healthSuccessThreshold: 2, requestTimeoutS: 1800},
+  }
+}

@@ -1,0 +1,101 @@
+import http from 'node:http'
+import {join} from 'node:path'
+import {fileURLToPath} from 'node:url'
+
+import {unreachable} from '../../errors.js'
+import {entryArgv} from '../entry.js'
+import {SIM_ENV, type SimConfig, simPaths} from '../sim-config.js'
+import {endpoints, causeFromLog, readServiceFile, type ServiceFile} from './files.js'
+import type {Service} from './lock.js'
+import {isSameProcess, type ProcRef, spawnDetached} from './procs.js'
+
+const ext = import.meta.url.endsWith('.ts') ? '.ts' : '.js'
+const serverModule = new URL(`../server/server-main${ext}`, import.meta.url).href
+// The services (and the rank processes they spawn with a bare `--import tsx`) run from the package root,
+// where node resolves pdchaos's own dependencies.
+const packageRoot = fileURLToPath(new URL('../../../', import.meta.url))
+const routerModule = new URL(`../router/router-main${ext}`, import.meta.url).href
+
+/** The environment of every twin service: PATH led by DIR/bin (the nvidia-smi stand-in) and SGLang's variables. */
+export function serviceEnv(config: SimConfig, base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+  const bin = simPaths(config.stateDir).bin
+  return {
+    ...base,
+    PATH: base.PATH ? `${bin}:${base.PATH}` : bin,
+    [SIM_ENV.bootstrapTimeout]: String(config.timeouts.bootstrapS),
+    [SIM_ENV.waitingTimeout]: String(config.timeouts.waitingS),
+    [SIM_ENV.heartbeatInterval]: String(config.timeouts.heartbeatIntervalS),
+    [SIM_ENV.heartbeatMaxFailure]: String(config.timeouts.heartbeatMaxFailure),
+    [SIM_ENV.watchdogScope]: config.watchdog.scope,
+    [SIM_ENV.watchdogTimeout]: String(config.watchdog.deadlineS),
+    [SIM_ENV.watchdogPollInterval]: String(config.watchdog.pollS),
+    [SIM_ENV.backend]: config.backend,
+  }
+}
+
+export function serviceArgv(config: SimConfig, service: Service): {command: string; args: string[]} {
+  const argv = service === 'router'
+    ? entryArgv(routerModule, '--state-dir', config.stateDir)
+    : entryArgv(serverModule, '--role', service, '--state-dir', config.stateDir)
+  // Absolute, so the service does not depend on its cwd to find tsx.
+  const i = argv.args.indexOf('--import')
+  if (i >= 0 && argv.args[i + 1] === 'tsx') argv.args[i + 1] = import.meta.resolve('tsx')
+  return argv
+}
+
+export function startService(config: SimConfig, service: Service): ProcRef {
+  const {command, args} = serviceArgv(config, service)
+  return spawnDetached(command, args, {env: serviceEnv(config), logFile: simPaths(config.stateDir).log(service), cwd: packageRoot})
+}
+
+function get(url: string, timeoutMs: number): Promise<number> {
+  return new Promise((resolve) => {
+    const req = http.get(url, {timeout: timeoutMs, agent: false}, (res) => {
+      res.resume()
+      res.on('end', () => resolve(res.statusCode ?? 0))
+      res.on('error', () => resolve(0))
+    })
+    req.on('timeout', () => req.destroy())
+    req.on('error', () => resolve(0))
+  })
+}
+
+/** The URL whose 200 means the service is healthy: /health for the servers, /readiness for the router. */
+export function healthUrl(config: SimConfig, service: Service): string {
+  const e = endpoints(config)
+  return service === 'router' ? `${e.router}/readiness` : `${e[service]}/health`
+}
+
+export async function probeHealth(config: SimConfig, service: Service, timeoutMs = 1000): Promise<number> {
+  return get(healthUrl(config, service), timeoutMs)
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms))
+
+/**
+ * Wait until a service we started serves: its own service file names its pid and its health URL answers 200.
+ * Fails (exit 5) when the process exits or the deadline passes, with the cause from its log.
+ */
+export async function waitHealthy(config: SimConfig, service: Service, ref: ProcRef, deadline: number): Promise<ServiceFile> {
+  const log = simPaths(config.stateDir).log(service)
+  let lastStatus = 0
+  for (;;) {
+    if (!isSameProcess(ref)) {
+      const cause = causeFromLog(log)
+      throw unreachable(`${service} exited while starting${cause ? `: ${cause}` : ''}`, `read ${log}`)
+    }
+    const file = readServiceFile(config.stateDir, service)
+    if (file?.pid === ref.pid) {
+      lastStatus = await probeHealth(config, service, 1000)
+      if (lastStatus === 200) return file
+    }
+    if (Date.now() >= deadline) {
+      const cause = causeFromLog(log)
+      const state = file?.pid === ref.pid ? `${healthUrl(config, service)} answered ${lastStatus || 'nothing'}` : 'it never reported ready'
+      throw unreachable(`${service} did not become healthy in time (${state})${cause ? `; last log line: ${cause}` : ''}`, `read ${log}, or pass a longer --wait`)
+    }
+    await sleep(50)
+  }
+}
+
+export const logDir = (stateDir: string): string => join(stateDir, 'logs')

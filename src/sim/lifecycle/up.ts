@@ -1,0 +1,85 @@
+import {mkdirSync, rmSync} from 'node:fs'
+import {performance} from 'node:perf_hooks'
+
+import {PdError, unreachable} from '../../errors.js'
+import {type SimConfig, simPaths} from '../sim-config.js'
+import {writeDeploymentFile} from './deployment-file.js'
+import {endpoints, writeJsonAtomic} from './files.js'
+import {acquireLock, downHint, type LockFile, removeLock, type Service, writeLock} from './lock.js'
+import {writeNvidiaSmi} from './nvidia-smi.js'
+import {buildSimConfig, type SimUpOptions, UP_DEFAULTS} from './options.js'
+import {assertPortsFree} from './ports.js'
+import {type ProcRef, stopGroup} from './procs.js'
+import {startService, waitHealthy} from './services.js'
+
+export interface SimUpResult {
+  stateDir: string
+  deploymentFile: string
+  endpoints: ReturnType<typeof endpoints>
+  pids: Record<Service, number>
+  rankPids: {prefill: number[]; decode: number[]}
+  healthyMs: number
+  config: SimConfig
+}
+
+/**
+ * Start the twin: validate, lock the state dir, check every port, write sim.json and the nvidia-smi
+ * stand-in, start prefill and decode detached, then the router once both serve, wait for health and
+ * write the deployment file. Any failure stops everything this call started and releases the lock.
+ */
+export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
+  const t0 = performance.now()
+  const config = buildSimConfig(options)
+  const {stateDir} = config
+  const paths = simPaths(stateDir)
+  mkdirSync(stateDir, {recursive: true})
+  const lock: LockFile = acquireLock(stateDir)
+  const started: Array<[Service, ProcRef]> = []
+  try {
+    await assertPortsFree(config.host, {
+      router: config.ports.router, prefill: config.ports.prefill, decode: config.ports.decode,
+      bootstrap: config.ports.bootstrap, 'router metrics': config.ports.routerMetrics,
+    }, `pass another --base-port (now ${config.ports.router}), or stop what holds the port`)
+
+    // A fresh twin: old service/gpu files, truth and logs belong to a previous run.
+    for (const dir of [paths.services, paths.gpus, paths.truthDir, paths.logs]) rmSync(dir, {recursive: true, force: true})
+    for (const dir of [paths.services, paths.gpus, paths.truthDir, paths.logs]) mkdirSync(dir, {recursive: true})
+    writeJsonAtomic(paths.config, config)
+    writeNvidiaSmi(stateDir, config.gpus)
+
+    const deadline = Date.now() + (options.waitS ?? UP_DEFAULTS.waitS) * 1000
+    const start = (service: Service): ProcRef => {
+      const ref = startService(config, service)
+      started.push([service, ref])
+      lock.services[service] = ref
+      writeLock(stateDir, lock)
+      return ref
+    }
+    // Prefill first, as SGLang's launch order; decode connects lazily, so it need not wait for prefill.
+    const prefill = start('prefill')
+    const decode = start('decode')
+    const [pf, df] = await Promise.all([waitHealthy(config, 'prefill', prefill, deadline), waitHealthy(config, 'decode', decode, deadline)])
+    // The router comes last, after both workers answer /health.
+    const router = start('router')
+    await waitHealthy(config, 'router', router, deadline)
+
+    const deploymentFile = writeDeploymentFile(config)
+    lock.owner = {pid: 0, start: ''} // from here on the services alone hold the state dir
+    writeLock(stateDir, lock)
+    return {
+      stateDir,
+      deploymentFile,
+      endpoints: endpoints(config),
+      pids: {prefill: prefill.pid, decode: decode.pid, router: router.pid},
+      rankPids: {prefill: pf.rankPids ?? [], decode: df.rankPids ?? []},
+      healthyMs: Math.round(performance.now() - t0),
+      config,
+    }
+  } catch (error) {
+    await Promise.all(started.map(([, ref]) => stopGroup(ref, 3000, 2000)))
+    for (const [service] of started) rmSync(paths.service(service), {force: true})
+    removeLock(stateDir)
+    if (error instanceof PdError) throw error
+    throw unreachable(`sim up failed: ${(error as Error).message}`, downHint(stateDir), error)
+  }
+}

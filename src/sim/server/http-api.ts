@@ -1,0 +1,188 @@
+import {createServer, type IncomingMessage, type Server, type ServerResponse} from 'node:http'
+import {randomUUID} from 'node:crypto'
+import type {SimConfig} from '../sim-config.js'
+import type {EnvSettings} from './settings.js'
+import type {SchedulerCore} from './scheduler-core.js'
+import {normalizeRoom, parseRoomJson} from './json-room.js'
+import {countTokens, type Req} from './request.js'
+import {nowMs} from './clock.js'
+
+export interface ApiDeps {
+  cfg: SimConfig
+  env: EnvSettings
+  role: 'prefill' | 'decode'
+  /** Undefined while the server is starting: everything but liveness answers 503. */
+  sched: () => SchedulerCore | undefined
+  onNewAddr?: (addr: string) => void
+  startedAt: number
+}
+
+const MAX_BODY = 64 * 1024 * 1024
+
+/** The SGLang server's HTTP API (entrypoints/http_server.py), paths and payload shapes as SGLang has them. */
+export function createHttpApi(deps: ApiDeps): Server {
+  const server = createServer((req, res) => {
+    handle(deps, req, res).catch((err: unknown) => {
+      if (!res.headersSent) json(res, 500, {error: {message: String(err), code: 500}})
+      else res.destroy()
+    })
+  })
+  server.keepAliveTimeout = 30_000
+  return server
+}
+
+function json(res: ServerResponse, status: number, body: unknown): void {
+  res.writeHead(status, {'content-type': 'application/json'}).end(JSON.stringify(body))
+}
+
+function text(res: ServerResponse, status: number, body: string, type = 'text/plain; charset=utf-8'): void {
+  res.writeHead(status, {'content-type': type}).end(body)
+}
+
+async function readBody(req: IncomingMessage): Promise<string> {
+  const chunks: Buffer[] = []
+  let n = 0
+  for await (const c of req as AsyncIterable<Buffer>) {
+    n += c.length
+    if (n > MAX_BODY) throw new Error('request body too large')
+    chunks.push(c)
+  }
+  return Buffer.concat(chunks).toString('utf8')
+}
+
+async function handle(deps: ApiDeps, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const url = new URL(req.url ?? '/', 'http://server')
+  const path = url.pathname
+  const method = req.method ?? 'GET'
+  const sched = deps.sched()
+  const {cfg, env} = deps
+
+  if (path === '/health' || path === '/health_generate') {
+    if (!sched) return text(res, 503, '')
+    const ok = await sched.waitIteration(cfg.timing.healthTimeoutS * 1000)
+    return text(res, ok ? 200 : 503, '')
+  }
+  if (path === '/server_info' || path === '/get_server_info') {
+    return json(res, sched ? 200 : 503, serverInfo(deps, sched))
+  }
+  if (path === '/model_info' || path === '/get_model_info') return json(res, 200, {model_path: cfg.model, tokenizer_path: cfg.model, is_generation: true})
+  if (!sched) return json(res, 503, {error: {message: 'Server is starting', code: 503}})
+
+  if (path === '/metrics') return text(res, 200, sched.metrics.render(), 'text/plain; version=0.0.4; charset=utf-8')
+  if (path === '/v1/loads' || path === '/get_load') return loads(deps, sched, url, res)
+  if (path === '/flush_cache') {
+    const q = sched.queued().filter((r) => r.queue !== 'done').length
+    if (q > 0) return text(res, 400, `Cache not flushed. Please check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.) #queue-req: ${q}\n`)
+    return text(res, 200, 'Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n')
+  }
+  if (path === '/abort_request' && method === 'POST') {
+    let body: Record<string, unknown> = {}
+    try { body = JSON.parse((await readBody(req)) || '{}') as Record<string, unknown> } catch { /* SGLang answers 200 regardless */ }
+    const rid = typeof body.rid === 'string' ? body.rid : ''
+    const n = sched.abort(rid, body.abort_all === true)
+    if (n > 0) sched.metrics.inc('sglang:num_aborted_requests_total', n)
+    return text(res, 200, '')
+  }
+  if (path === '/generate' && method === 'POST') return generate(deps, sched, req, res)
+  return json(res, 404, {detail: 'Not Found'})
+}
+
+async function generate(deps: ApiDeps, sched: SchedulerCore, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  let body: Record<string, unknown>
+  let room: string | undefined
+  try {
+    body = parseRoomJson(await readBody(req)) as Record<string, unknown>
+    if (typeof body !== 'object' || body === null) throw new Error('body must be a JSON object')
+    room = normalizeRoom(body.bootstrap_room)
+  } catch (err) {
+    return json(res, 400, {error: {message: `Invalid request: ${String(err instanceof Error ? err.message : err)}`, code: 400}})
+  }
+  const host = typeof body.bootstrap_host === 'string' ? body.bootstrap_host : undefined
+  if (room === undefined || !host) {
+    return json(res, 400, {error: {message: 'Disaggregation mode requires bootstrap_host and bootstrap_room in the request', code: 400}})
+  }
+  // A null bootstrap_port is replaced by this server's own --disaggregation-bootstrap-port.
+  const port = body.bootstrap_port === undefined || body.bootstrap_port === null ? deps.cfg.ports.bootstrap : Number(body.bootstrap_port)
+  const sp = (body.sampling_params ?? {}) as Record<string, unknown>
+  const maxNew = typeof sp.max_new_tokens === 'number' && sp.max_new_tokens >= 0 ? Math.floor(sp.max_new_tokens) : 128
+  const r: Req = {
+    rid: typeof body.rid === 'string' && body.rid !== '' ? body.rid : randomUUID().replace(/-/g, ''),
+    room, addr: `${host}:${port}`, tokens: countTokens(body), maxNewTokens: maxNew, stream: body.stream === true,
+    res, arrivedAt: nowMs(), queue: 'bootstrap', bootstrapAt: nowMs(), kvTokens: 0,
+  }
+  // A client that goes away is aborted after the request-state wait timeout, as the tokenizer does.
+  res.on('close', () => {
+    if (r.queue === 'done') return
+    const waitS = deps.cfg.timing.requestStateWaitS ?? 4
+    r.disconnectTimer = setTimeout(() => {
+      if (r.queue === 'done') return
+      const n = sched.abort(r.rid, false)
+      if (n > 0) sched.metrics.inc('sglang:num_aborted_requests_total', n)
+    }, waitS * 1000)
+  })
+  sched.truth.record(r.rid, r.room, 'received', {detail: {tokens: r.tokens, maxNewTokens: r.maxNewTokens, addr: r.addr}})
+  deps.onNewAddr?.(r.addr)
+  sched.add(r)
+}
+
+function loads(deps: ApiDeps, sched: SchedulerCore, url: URL, res: ServerResponse): void {
+  const s = sched.loadsSnapshot
+  const disagg = url.searchParams.get('include')?.split(',').includes('disagg') ?? false
+  const d = {
+    prefill_bootstrap_queue_reqs: s.prefill_bootstrap_queue_reqs ?? 0,
+    prefill_inflight_queue_reqs: s.prefill_inflight_queue_reqs ?? 0,
+    decode_prealloc_queue_reqs: s.decode_prealloc_queue_reqs ?? 0,
+    decode_transfer_queue_reqs: s.decode_transfer_queue_reqs ?? 0,
+  }
+  if (url.searchParams.get('format') === 'prometheus') {
+    const lines = [
+      `sglang_num_running_reqs{dp_rank="0"} ${s.num_running_reqs ?? 0}`,
+      `sglang_num_waiting_reqs{dp_rank="0"} ${s.num_waiting_reqs ?? 0}`,
+      `sglang_num_used_tokens{dp_rank="0"} ${s.num_used_tokens ?? 0}`,
+    ]
+    if (disagg) for (const [k, v] of Object.entries(d)) lines.push(`sglang_disagg_${k}{dp_rank="0"} ${v}`)
+    return text(res, 200, lines.join('\n') + '\n', 'text/plain; version=0.0.4; charset=utf-8')
+  }
+  const load: Record<string, unknown> = {
+    dp_rank: 0, num_running_reqs: s.num_running_reqs ?? 0, num_waiting_reqs: s.num_waiting_reqs ?? 0,
+    num_used_tokens: s.num_used_tokens ?? 0, max_total_num_tokens: deps.cfg.kvPoolTokens,
+    token_usage: (s.num_used_tokens ?? 0) / deps.cfg.kvPoolTokens,
+  }
+  if (disagg) load.disagg = d
+  json(res, 200, {timestamp: new Date().toISOString(), version: deps.cfg.version, dp_rank_count: 1, loads: [load]})
+}
+
+function serverInfo(deps: ApiDeps, sched: SchedulerCore | undefined): Record<string, unknown> {
+  const {cfg, env, role} = deps
+  const wd = env.watchdog
+  return {
+    version: cfg.version,
+    model_path: cfg.model,
+    served_model_name: cfg.model,
+    host: cfg.host,
+    port: cfg.ports[role],
+    tp_size: role === 'prefill' ? cfg.prefillTp : cfg.decodeTp,
+    dp_size: 1, pp_size: 1,
+    base_gpu_id: role === 'prefill' ? 0 : cfg.prefillTp,
+    disaggregation_mode: role,
+    disaggregation_transfer_backend: env.backend,
+    disaggregation_bootstrap_port: cfg.ports.bootstrap,
+    disaggregation_decode_polling_interval: 1,
+    max_total_num_tokens: cfg.kvPoolTokens,
+    disaggregation_watchdog_scope: wd.scope,
+    disaggregation_watchdog_timeout: wd.deadlineS,
+    disaggregation_watchdog_poll_interval: wd.pollS,
+    watchdog: {scope: wd.scope, deadline_s: wd.deadlineS, poll_interval_s: wd.pollS},
+    disaggregation_timeouts: {
+      bootstrap_timeout_s: env.bootstrapTimeoutS, waiting_timeout_s: env.waitingTimeoutS,
+      heartbeat_interval_s: env.heartbeatIntervalS, heartbeat_max_failure: env.heartbeatMaxFailure,
+    },
+    start_time: deps.startedAt / 1000,
+    internal_states: [{
+      ...(sched ? sched.queueSizes() : {}),
+      token_usage: sched ? sched.tokenUsage() : 0,
+      loop_iterations: sched?.iterations ?? 0,
+      status: sched?.running ? 'running' : 'starting',
+    }],
+  }
+}

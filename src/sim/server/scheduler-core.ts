@@ -1,0 +1,170 @@
+import type {ServerResponse} from 'node:http'
+import {simPaths, type Role, type SimConfig} from '../sim-config.js'
+import {KVPoll, pollName} from './kvpoll.js'
+import {Metrics} from './metrics.js'
+import {TruthLog} from './truth.js'
+import {nowMs, sleep} from './clock.js'
+import {stringifyRoomJson} from './json-room.js'
+import type {Logger} from './log.js'
+import type {EnvSettings} from './settings.js'
+import type {RankGroup} from './rank-group.js'
+import type {RankOp} from './protocol.js'
+import type {QueueName, Req} from './request.js'
+
+const BUSY_YIELD_MS = 1
+const IDLE_SLEEP_MS = 20
+
+/**
+ * What both roles' schedulers share: the loop (one all-reduce per iteration; never idle while work is
+ * queued), the ops batched into the next all-reduce, KV-token accounting, answers to clients, metrics,
+ * ground truth and the "did an iteration complete" signal behind /health.
+ */
+export abstract class SchedulerCore {
+  readonly metrics: Metrics
+  readonly truth: TruthLog
+  protected ops: RankOp[] = []
+  kvUsed = 0
+  iterations = 0
+  running = false
+  private wake: (() => void) | undefined
+  private iterationWaiters: Array<() => void> = []
+  lastGaugeWrite = 0
+  loadsSnapshot: Record<string, number> = {}
+  stopped = false
+
+  constructor(
+    readonly role: Role, readonly cfg: SimConfig, readonly env: EnvSettings, readonly ranks: RankGroup,
+    readonly log: Logger, stateDir: string,
+  ) {
+    this.metrics = new Metrics(role, cfg.model)
+    this.truth = new TruthLog(simPaths(stateDir).truth(role), role)
+  }
+
+  abstract step(): Promise<void>
+  abstract add(req: Req): void
+  abstract abort(rid: string, abortAll: boolean): number
+  abstract queued(): Req[]
+  abstract isBusy(): boolean
+  abstract queueSizes(): Record<string, number>
+
+  /** The scheduler loop. A wedged all-reduce blocks it (and with it evictions, gauges and /health). */
+  async run(): Promise<void> {
+    this.running = true
+    while (!this.stopped) {
+      await this.step()
+      this.iterations++
+      const waiters = this.iterationWaiters
+      this.iterationWaiters = []
+      for (const w of waiters) w()
+      if (this.isBusy()) await sleep(BUSY_YIELD_MS)
+      else await new Promise<void>((resolve) => {
+        const t = setTimeout(() => { this.wake = undefined; resolve() }, IDLE_SLEEP_MS)
+        this.wake = () => { clearTimeout(t); this.wake = undefined; resolve() }
+      })
+    }
+  }
+
+  kick(): void { this.wake?.() }
+
+  /** True when an iteration completes within timeoutMs (what /health and /health_generate report). */
+  waitIteration(timeoutMs: number): Promise<boolean> {
+    if (!this.running) return Promise.resolve(false)
+    return new Promise<boolean>((resolve) => {
+      const t = setTimeout(() => { this.iterationWaiters = this.iterationWaiters.filter((w) => w !== done); resolve(false) }, timeoutMs)
+      const done = () => { clearTimeout(t); resolve(true) }
+      this.iterationWaiters.push(done)
+      this.kick()
+    })
+  }
+
+  protected takeOps(): RankOp[] {
+    const ops = this.ops
+    this.ops = []
+    return ops
+  }
+
+  pushOp(op: RankOp): void { this.ops.push(op); this.kick() }
+
+  enter(req: Req, queue: QueueName): void {
+    req.queue = queue
+    this.truth.record(req.rid, req.room, 'enter', {queue})
+  }
+
+  exit(req: Req, queue: QueueName): void {
+    this.truth.record(req.rid, req.room, 'exit', {queue})
+  }
+
+  /** Record an all-reduced KVPoll change. */
+  observe(req: Req, state: number): void {
+    if (req.state === state) return
+    req.state = state
+    this.truth.record(req.rid, req.room, 'state', {queue: req.queue, state: pollName(state)})
+  }
+
+  allocate(req: Req, tokens: number): boolean {
+    if (this.kvUsed + tokens > this.cfg.kvPoolTokens) return false
+    this.kvUsed += tokens
+    req.kvTokens = tokens
+    return true
+  }
+
+  free(req: Req): void {
+    this.kvUsed -= req.kvTokens
+    req.kvTokens = 0
+  }
+
+  tokenUsage(): number { return this.kvUsed / this.cfg.kvPoolTokens }
+
+  /** Finish a request towards its client. Failure: 500 with SGLang's error shape. */
+  answer(req: Req, status: number, body: Record<string, unknown>, event: string, detail?: Record<string, unknown> | string): void {
+    if (req.queue === 'done') return
+    req.queue = 'done'
+    clearTimeout(req.disconnectTimer)
+    this.truth.record(req.rid, req.room, event, {detail, state: req.state === undefined ? undefined : pollName(req.state)})
+    writeAnswer(req.res, req.stream, status, body, req.headersSent === true)
+  }
+
+  fail(req: Req, message: string, event: string, detail?: Record<string, unknown> | string): void {
+    this.answer(req, 500, {error: {message, code: 500}}, event, detail)
+  }
+
+  /** The finish body SGLang's /generate returns. */
+  finishBody(req: Req, text: string, completion: number, finishReason: Record<string, unknown>): Record<string, unknown> {
+    return {
+      text,
+      meta_info: {
+        id: req.rid, finish_reason: finishReason, prompt_tokens: req.tokens, completion_tokens: completion,
+        cached_tokens: 0, e2e_latency: (nowMs() - req.arrivedAt) / 1000, bootstrap_room: req.room,
+      },
+    }
+  }
+
+  close(): void {
+    this.stopped = true
+    this.kick()
+    for (const r of this.queued()) {
+      if (r.queue !== 'done') writeAnswer(r.res, r.stream, 503, {error: {message: 'server shutting down', code: 503}}, r.headersSent === true)
+    }
+    this.truth.close()
+  }
+}
+
+export function matchesAbort(rid: string, target: string, abortAll: boolean): boolean {
+  return abortAll || (target !== '' && rid.startsWith(target))
+}
+
+function writeAnswer(res: ServerResponse, stream: boolean, status: number, body: Record<string, unknown>, headersSent: boolean): void {
+  if (res.writableEnded || res.destroyed) return
+  if (stream) {
+    if (!headersSent) {
+      if (status !== 200) { res.writeHead(status, {'content-type': 'application/json'}).end(JSON.stringify(body)); return }
+      res.writeHead(200, {'content-type': 'text/event-stream', 'cache-control': 'no-cache'})
+    }
+    res.write(`data: ${stringifyRoomJson(body)}\n\n`)
+    res.end('data: [DONE]\n\n')
+    return
+  }
+  res.writeHead(status, {'content-type': 'application/json'}).end(stringifyRoomJson(body))
+}
+
+export {KVPoll}

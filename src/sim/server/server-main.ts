@@ -1,0 +1,114 @@
+import {mkdirSync, readFileSync, renameSync, rmSync, writeFileSync} from 'node:fs'
+import type {Server} from 'node:http'
+import {argValue} from './args.js'
+import {simPaths, type Role, type SimConfig} from '../sim-config.js'
+import {readEnvSettings} from './settings.js'
+import {makeLogger} from './log.js'
+import {BootstrapServer} from './bootstrap-server.js'
+import {RankGroup} from './rank-group.js'
+import {PrefillScheduler} from './prefill-scheduler.js'
+import {DecodeScheduler} from './decode-scheduler.js'
+import {Heartbeat} from './heartbeat.js'
+import {createHttpApi} from './http-api.js'
+import type {SchedulerCore} from './scheduler-core.js'
+import {nowMs} from './clock.js'
+
+/**
+ * One SGLang server of the twin: `server-main --role prefill|decode --state-dir DIR`. HTTP API, the
+ * scheduler loop, the TP rank processes and (prefill) the bootstrap server, all as SGLang lays them out.
+ */
+const RANKS_READY_MS = 30_000
+
+const role = argValue(process.argv, 'role') as Role | undefined
+const stateDir = argValue(process.argv, 'state-dir')
+if ((role !== 'prefill' && role !== 'decode') || !stateDir) {
+  process.stderr.write('usage: server-main --role prefill|decode --state-dir DIR\n')
+  process.exit(2)
+}
+process.title = `sglang::${role}_server`
+const paths = simPaths(stateDir)
+const cfg = JSON.parse(readFileSync(paths.config, 'utf8')) as SimConfig
+const env = readEnvSettings()
+const log = makeLogger()
+const startedAt = nowMs()
+
+let sched: SchedulerCore | undefined
+let http: Server | undefined
+let bootstrap: BootstrapServer | undefined
+let heartbeat: Heartbeat | undefined
+const ranks = new RankGroup(cfg, role, stateDir, log)
+let exiting = false
+
+async function shutdown(code: number, why: string): Promise<never> {
+  if (!exiting) {
+    exiting = true
+    const hard = setTimeout(() => process.exit(code), 1800)
+    hard.unref()
+    log.info(`Shutting down ${role} server: ${why}`)
+    rmSync(paths.service(role!), {force: true})
+    heartbeat?.close()
+    sched?.close()
+    http?.closeAllConnections()
+    http?.close()
+    bootstrap?.close()
+    await ranks.stop().catch(() => undefined)
+    rmSync(paths.service(role!), {force: true})
+  }
+  process.exit(code)
+}
+process.on('SIGTERM', () => { void shutdown(0, 'SIGTERM') })
+process.on('SIGINT', () => { void shutdown(0, 'SIGINT') })
+
+function listen(server: Server, port: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(port, cfg.host, () => { server.off('error', reject); resolve() })
+  })
+}
+
+try {
+  log.info(`server_args=ServerArgs(model_path='${cfg.model}', host='${cfg.host}', port=${cfg.ports[role]}, tp_size=${role === 'prefill' ? cfg.prefillTp : cfg.decodeTp}, disaggregation_mode='${role}', disaggregation_transfer_backend='${env.backend}', disaggregation_bootstrap_port=${cfg.ports.bootstrap})`)
+  log.info(`Disaggregation watchdog: scope=${env.watchdog.scope} timeout=${env.watchdog.deadlineS}s poll_interval=${env.watchdog.pollS}s`)
+  http = createHttpApi({cfg, env, role, startedAt, sched: () => (sched?.running ? sched : undefined), onNewAddr: (a) => heartbeat?.watch(a)})
+  await listen(http, cfg.ports[role])
+  if (role === 'prefill') {
+    bootstrap = new BootstrapServer(cfg, log)
+    await bootstrap.listen()
+  }
+  ranks.onUnexpectedExit = (k, code, signal) => {
+    log.error(`Scheduler TP${k} (rank process) died unexpectedly: exit code ${code}, signal ${signal}`)
+    void shutdown(1, `rank TP${k} died`)
+  }
+  await ranks.start(RANKS_READY_MS)
+  if (role === 'prefill') {
+    const p = new PrefillScheduler(role, cfg, env, ranks, log, stateDir)
+    p.init()
+    sched = p
+  } else {
+    const d = new DecodeScheduler(role, cfg, env, ranks, log, stateDir)
+    heartbeat = new Heartbeat(d, env, log, !cfg.bugs.includes('stale-prefill-ports'))
+    sched = d
+  }
+  const s = sched
+  s.run().catch((err: unknown) => {
+    log.error(`Scheduler loop failed: ${String(err)}`)
+    void shutdown(1, 'scheduler loop failed')
+  })
+  if (!(await s.waitIteration(RANKS_READY_MS))) throw new Error('scheduler loop did not complete an iteration')
+
+  mkdirSync(paths.services, {recursive: true})
+  const service = {
+    role, pid: process.pid, startedAt: Math.round(startedAt),
+    httpUrl: `http://${cfg.host}:${cfg.ports[role]}`,
+    ...(role === 'prefill' ? {bootstrapUrl: `http://${cfg.host}:${cfg.ports.bootstrap}`} : {}),
+    rankPids: ranks.pids,
+    rankPorts: ranks.readies.map((r) => ({tpRank: r.tpRank, zmqPort: r.zmqPort, ...(r.dataPort ? {dataPort: r.dataPort} : {})})),
+  }
+  const tmp = `${paths.service(role)}.${process.pid}.tmp`
+  writeFileSync(tmp, JSON.stringify(service, null, 2))
+  renameSync(tmp, paths.service(role))
+  log.info(`The server is fired up and ready to roll! (${role}, ${Math.round(nowMs() - startedAt)} ms)`)
+} catch (err) {
+  log.error(`Failed to start ${role} server: ${err instanceof Error ? err.message : String(err)}`)
+  await shutdown(1, 'startup failed')
+}

@@ -1,0 +1,28 @@
+import type {BugName, WatchdogScope} from '../sim-config.js'
+
+/**
+ * The watchdog under test: which held requests a poll tick evicts. Time is counted from entry into the
+ * bootstrap queue (scope all) or the inflight queue (scope inflight). The defects shift the threshold.
+ */
+export interface Held {queue: 'bootstrap' | 'waiting' | 'inflight'; bootstrapAt: number; inflightAt?: number}
+
+export interface WatchdogPolicy {scope: WatchdogScope; deadlineS: number; pollS: number; bugs: readonly BugName[]}
+
+/** Seconds a request must have been held before this watchdog evicts it. */
+export function evictionThresholdS(p: WatchdogPolicy): number {
+  if (p.bugs.includes('early-evict')) return p.deadlineS / 2
+  if (p.bugs.includes('late-evict')) return p.deadlineS + 2 * p.pollS
+  return p.deadlineS
+}
+
+/** How long `h` has been held in the watched queues at `now` (ms), or undefined when it is not watched. */
+export function heldMs(p: WatchdogPolicy, h: Held, now: number): number | undefined {
+  if (p.scope === 'off') return undefined
+  if (p.scope === 'inflight') return h.queue === 'inflight' && h.inflightAt !== undefined ? now - h.inflightAt : undefined
+  return now - h.bootstrapAt
+}
+
+export function shouldEvict(p: WatchdogPolicy, h: Held, now: number): boolean {
+  const held = heldMs(p, h, now)
+  return held !== undefined && held >= evictionThresholdS(p) * 1000
+}

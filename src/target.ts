@@ -1,0 +1,50 @@
+import {existsSync} from 'node:fs'
+import {resolve} from 'node:path'
+
+import type {Deployment} from './deployment/config.js'
+import {loadDeployment} from './deployment/load.js'
+import type {Host} from './hosts/host.js'
+import {openHost} from './hosts/open-host.js'
+import {readLock, liveHolders} from './sim/lifecycle/lock.js'
+import {simUp} from './sim/lifecycle/up.js'
+import {simPaths} from './sim/sim-config.js'
+import {defaultSimDir} from './state-dir.js'
+
+/**
+ * Which deployment a command acts on, and the Host to reach it: the deployment file (-c), or with --sim the
+ * twin's own generated file (starting the twin when none runs). The twin is reached like any host, through its file.
+ */
+
+export interface TargetFlags {
+  config: string
+  sim: boolean
+  'state-dir'?: string
+  'accept-new-host-key'?: boolean
+}
+
+export interface Target {
+  deployment: Deployment
+  file: string
+  host: Host
+  /** Set when the twin was started for this command (so it may say so). */
+  startedTwin?: string
+}
+
+export async function resolveTarget(flags: TargetFlags, opts: {startTwin?: boolean; onProgress?: (line: string) => void} = {}): Promise<Target> {
+  let file = resolve(flags.config)
+  let startedTwin: string | undefined
+  if (flags.sim) {
+    const stateDir = resolve(flags['state-dir'] ?? defaultSimDir())
+    file = simPaths(stateDir).deploymentFile
+    const lock = readLock(stateDir)
+    const running = lock !== undefined && liveHolders(lock).length > 0 && existsSync(file)
+    if (!running && opts.startTwin !== false) {
+      opts.onProgress?.(`starting the twin in ${stateDir}`)
+      await simUp({stateDir})
+      startedTwin = stateDir
+    }
+  }
+  const deployment = await loadDeployment(file)
+  const host = await openHost(deployment.host, {sudo: deployment.sudo, acceptNewHostKey: flags['accept-new-host-key']})
+  return {deployment, file, host, startedTwin}
+}

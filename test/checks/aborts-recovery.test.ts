@@ -1,0 +1,82 @@
+import {describe, expect, it} from 'vitest'
+
+import {checkAborts} from '../../src/checks/abort.js'
+import {checkCollateral} from '../../src/checks/collateral.js'
+import {checkRecovery} from '../../src/checks/recovery.js'
+import {TimelineBuilder} from './synthetic.js'
+
+const inflight = {queue: 'inflight' as const, kvPoll: 'Transferring' as const}
+
+describe('abort check', () => {
+  it('passes an honoured abort released within one poll', () => {
+    const v = checkAborts(new TimelineBuilder().pin('a1', 0, {ms: 60, status: 500}, inflight).abort('a1', 50).build())
+    expect(v[0]).toMatchObject({verdict: 'pass'})
+    expect(v[0].summary).toMatch(/abort honoured/)
+  })
+
+  it('passes a lost abort when the watchdog then evicts in its window (the abort race)', () => {
+    const v = checkAborts(new TimelineBuilder().pin('a1', 0, {ms: 2300, status: 500}, inflight).abort('a1', 50).build())
+    expect(v[0].summary).toMatch(/abort lost \(race\), then evicted by the watchdog/)
+  })
+
+  it('fails a lost abort with nothing to release the pin (abort-race with the watchdog off)', () => {
+    const v = checkAborts(new TimelineBuilder({scope: 'off', deadlineSeconds: 2, pollSeconds: 0.5}).pin('a1', 0, undefined, inflight).abort('a1', 50).end(8000).build())
+    expect(v[0]).toMatchObject({verdict: 'fail'})
+    expect(v[0].summary).toMatch(/still held after 8\.000s/)
+  })
+})
+
+describe('recovery check', () => {
+  const base = () => new TimelineBuilder().fault(100, 3000)
+    .metric('prefill', 'sglang:token_usage', 50, 0.0).metric('decode', 'sglang:token_usage', 50, 0.0)
+    .metric('prefill', 'sglang:num_watchdog_evicted_reqs_total', 50, 4)
+    .pin('p1', 200, {ms: 2400, status: 500}).pin('p2', 210, {ms: 2410, status: 500})
+    .request('c1', 'canary', 3100, {ms: 3150, status: 200})
+
+  it('passes when requests succeed, queues drain, tokens return and counters moved by the pins', () => {
+    const tl = base()
+      .metric('prefill', 'sglang:num_prefill_bootstrap_queue_reqs', 3200, 0).metric('prefill', 'sglang:num_prefill_inflight_queue_reqs', 3200, 0)
+      .metric('prefill', 'sglang:token_usage', 3200, 0).metric('decode', 'sglang:token_usage', 3200, 0)
+      .metric('prefill', 'sglang:num_watchdog_evicted_reqs_total', 3200, 6).build()
+    const v = checkRecovery(tl)
+    expect(v.filter((x) => x.verdict === 'fail')).toEqual([])
+    expect(v.map((x) => x.subject)).toEqual(['requests', 'queues', 'prefill KV tokens', 'decode KV tokens', 'counters'])
+  })
+
+  it('fails a KV token leak (leak-on-evict) and a counter that moved by the wrong amount', () => {
+    const tl = base()
+      .metric('prefill', 'sglang:num_prefill_bootstrap_queue_reqs', 3200, 0).metric('prefill', 'sglang:token_usage', 3200, 0.02)
+      .metric('decode', 'sglang:token_usage', 3200, 0).metric('prefill', 'sglang:num_watchdog_evicted_reqs_total', 3200, 5).build()
+    const failed = checkRecovery(tl).filter((x) => x.verdict === 'fail')
+    expect(failed.map((f) => f.subject)).toEqual(['prefill KV tokens', 'counters'])
+    expect(failed[0].summary).toMatch(/a leak/)
+    expect(failed[1].summary).toMatch(/moved by 1, the pins that failed were 2/)
+  })
+
+  it('fails undrained queues and failing canaries', () => {
+    const tl = new TimelineBuilder().fault(100, 3000).request('c1', 'canary', 3100, {ms: 3150, status: 502})
+      .metric('prefill', 'sglang:num_prefill_inflight_queue_reqs', 3200, 3).build()
+    const failed = checkRecovery(tl).filter((x) => x.verdict === 'fail').map((f) => f.summary)
+    expect(failed[0]).toMatch(/1 of 1 requests after the revert failed: c1 \(502\)/)
+    expect(failed[1]).toMatch(/queues not drained: sglang:num_prefill_inflight_queue_reqs=3/)
+  })
+})
+
+describe('collateral check', () => {
+  it('judges only load requests outside the fault window and names the lost ones', () => {
+    const tl = new TimelineBuilder().fault(1000, 2000)
+      .request('l1', 'load', 0, {ms: 50, status: 200})
+      .request('l2', 'load', 1500, {ms: 2600, status: 500})
+      .request('l3', 'load', 2500, {ms: 2550, status: 502})
+      .request('l4', 'load', 2600, {ms: 2650, status: 200}).build()
+    const v = checkCollateral(tl)
+    expect(v.verdict).toBe('fail')
+    expect(v.summary).toMatch(/1 of 3 requests outside the fault's reach failed: l3 \(502\)/)
+    expect(v.evidence).toMatchObject({inFaultReach: 1})
+  })
+
+  it('passes when every request outside the fault succeeded', () => {
+    const v = checkCollateral(new TimelineBuilder().fault(1000, 2000).request('l1', 'load', 0, {ms: 50, status: 200}).build())
+    expect(v).toMatchObject({verdict: 'pass'})
+  })
+})

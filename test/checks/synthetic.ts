@@ -1,0 +1,53 @@
+import type {Observation, PinState, Timeline} from '../../src/checks/timeline.js'
+
+/** A synthetic timeline builder: times are ms after t0, so a test reads like the experiment it describes. */
+export class TimelineBuilder {
+  readonly t0 = 1_800_000_000_000
+  readonly observations: Observation[] = []
+
+  constructor(
+    readonly contract: Timeline['contract'] = {scope: 'all', deadlineSeconds: 2, pollSeconds: 0.5},
+    readonly calibration: Timeline['calibration'] = {prefillMs: 40, prefillSpreadMs: 6, observeMs: 3, samples: 20},
+  ) {}
+
+  at(ms: number): number {
+    return this.t0 + ms
+  }
+
+  pin(rid: string, sentMs: number, answer?: {ms: number; status: number}, expectedState: PinState = {queue: 'bootstrap', kvPoll: 'Bootstrapping'}): this {
+    this.observations.push({kind: 'request-sent', t: this.at(sentMs), rid, role: 'pin', fault: 'drop-dest-info', expectedState})
+    if (answer) this.observations.push({kind: 'request-answered', t: this.at(answer.ms), rid, status: answer.status})
+    return this
+  }
+
+  request(rid: string, role: 'load' | 'canary', sentMs: number, answer?: {ms: number; status: number}): this {
+    this.observations.push({kind: 'request-sent', t: this.at(sentMs), rid, role})
+    if (answer) this.observations.push({kind: 'request-answered', t: this.at(answer.ms), rid, status: answer.status})
+    return this
+  }
+
+  fault(fromMs: number, toMs: number, leaseId = 'L1'): this {
+    this.observations.push({kind: 'fault-injected', t: this.at(fromMs), fault: 'drop-dest-info', leaseId, verified: true, evidence: 'rules listed'})
+    this.observations.push({kind: 'fault-reverted', t: this.at(toMs), fault: 'drop-dest-info', leaseId, verifiedClean: true, evidence: 'table gone'})
+    return this
+  }
+
+  abort(rid: string, ms: number): this {
+    this.observations.push({kind: 'abort-sent', t: this.at(ms), rid, target: 'prefill', status: 200})
+    return this
+  }
+
+  metric(service: 'prefill' | 'decode', name: string, ms: number, value: number): this {
+    this.observations.push({kind: 'metric', t: this.at(ms), service, name, value})
+    return this
+  }
+
+  end(ms: number): this {
+    this.observations.push({kind: 'marker', t: this.at(ms), name: 'end'})
+    return this
+  }
+
+  build(): Timeline {
+    return {contract: this.contract, calibration: this.calibration, observations: [...this.observations].sort((a, b) => a.t - b.t)}
+  }
+}

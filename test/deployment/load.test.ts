@@ -1,0 +1,151 @@
+import {execFile} from 'node:child_process'
+import {mkdtemp, rm, writeFile} from 'node:fs/promises'
+import {tmpdir} from 'node:os'
+import {join} from 'node:path'
+import {promisify} from 'node:util'
+import {afterAll, beforeAll, describe, expect, it} from 'vitest'
+import {parse as parseYaml} from 'yaml'
+import {z} from 'zod'
+
+import {DeploymentSchema} from '../../src/deployment/config.js'
+import {deploymentJsonSchema, loadDeployment} from '../../src/deployment/load.js'
+import {PdError} from '../../src/errors.js'
+
+const run = promisify(execFile)
+const root = join(import.meta.dirname, '..', '..')
+
+const GOOD = `# a deployment on one GPU host
+name: h100-pd
+labels: {environment: staging}
+host:
+  kind: ssh
+  alias: gpu-1
+sudo: passwordless
+services:
+  prefill:
+    url: http://10.0.0.5:30000
+    bootstrapPort: 8998
+    restart: [systemctl, restart, sglang-prefill]
+    logs: {journald: sglang-prefill}
+  decode:
+    url: http://10.0.0.5:30001
+    logs: {file: /var/log/sglang/decode.log}
+  router:
+    url: http://10.0.0.5:8000
+    metricsUrl: http://10.0.0.5:29000
+backend: nixl
+watchdog: {scope: inflight, deadlineSeconds: 30, pollSeconds: 5}
+sglangVersion: 0.5.10
+`
+
+async function loadError(file: string): Promise<PdError> {
+  try {
+    await loadDeployment(file)
+  } catch (error) {
+    expect(error).toBeInstanceOf(PdError)
+    return error as PdError
+  }
+  throw new Error(`expected ${file} to be refused`)
+}
+
+describe('loadDeployment', () => {
+  let dir: string
+  const file = (name: string) => join(dir, name)
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'pdchaos-load-'))
+  })
+  afterAll(async () => {
+    await rm(dir, {recursive: true, force: true})
+  })
+
+  it('loads a good file and fills the defaults', async () => {
+    await writeFile(file('good.yaml'), GOOD)
+    const d = await loadDeployment(file('good.yaml'))
+    expect(d.name).toBe('h100-pd')
+    expect(d.host).toEqual({kind: 'ssh', alias: 'gpu-1', connectTimeoutSeconds: 10})
+    expect(d.services.prefill.healthPath).toBe('/health')
+    expect(d.services.router.readinessPath).toBe('/readiness')
+    expect(d.services.prefill.restart).toEqual(['systemctl', 'restart', 'sglang-prefill'])
+    expect(d.watchdog).toEqual({scope: 'inflight', deadlineSeconds: 30, pollSeconds: 5})
+    expect(d.stateDir).toBe('/run/pdchaos')
+    expect(d.sglangVersion).toBe('0.5.10')
+  })
+
+  it('names a missing file and how to get one (exit 2)', async () => {
+    const e = await loadError(file('absent.yaml'))
+    expect(e.exitCode).toBe(2)
+    expect(e.message).toBe(`no deployment file at ${file('absent.yaml')}`)
+    expect(e.suggestion).toMatch(/pdchaos sim up/)
+    expect(e.suggestion).toMatch(/-c FILE/)
+    const d = await loadError(dir)
+    expect(d.message).toMatch(/is a directory/)
+  })
+
+  it('gives file:line:col for a YAML syntax error', async () => {
+    await writeFile(file('syntax.yaml'), 'name: x\nhost:\n  kind: local\nservices: [a, b\nwatchdog: {}\n')
+    const e = await loadError(file('syntax.yaml'))
+    expect(e.exitCode).toBe(2)
+    expect(e.message).toMatch(new RegExp(`^${file('syntax.yaml').replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:\\d+:\\d+: YAML syntax error: `))
+    expect(e.message).not.toContain('\n')
+    await writeFile(file('dup.yaml'), 'name: a\nname: b\n')
+    expect((await loadError(file('dup.yaml'))).message).toMatch(/dup\.yaml:2:1: YAML syntax error: .*unique/i)
+  })
+
+  it('names the path inside the file and what was expected, one line per issue', async () => {
+    const bad = GOOD.replace('url: http://10.0.0.5:30001', 'url: not a url')
+      .replace('deadlineSeconds: 30', 'deadlineSeconds: "30s"')
+      .replace('backend: nixl', 'backend: nixl\nextraKey: 1')
+    await writeFile(file('schema.yaml'), bad)
+    const e = await loadError(file('schema.yaml'))
+    expect(e.exitCode).toBe(2)
+    const lines = e.message.split('\n')
+    expect(lines).toHaveLength(3)
+    expect(lines[0].startsWith(`${file('schema.yaml')}: `)).toBe(true)
+    expect(e.message).toMatch(/services\.decode\.url: Invalid URL/)
+    expect(e.message).toMatch(/watchdog\.deadlineSeconds: Invalid input: expected number, received string/)
+    expect(e.message).toMatch(/Unrecognized key: "extraKey"/)
+    expect(e.suggestion).toMatch(/pdchaos schema/)
+  })
+
+  it('says which host kind is expected and what a log source looks like', async () => {
+    await writeFile(file('host.yaml'), GOOD.replace('kind: ssh', 'kind: ftp'))
+    expect((await loadError(file('host.yaml'))).message).toMatch(/host\.kind: expected "ssh" or "local"/)
+    await writeFile(file('logs.yaml'), GOOD.replace('logs: {journald: sglang-prefill}', 'logs: {syslog: x}'))
+    expect((await loadError(file('logs.yaml'))).message).toMatch(/services\.prefill\.logs: expected \{file: PATH\} or \{journald: UNIT\}/)
+    await writeFile(file('ssh.yaml'), GOOD.replace('  alias: gpu-1\n', '  port: 22\n'))
+    expect((await loadError(file('ssh.yaml'))).message).toMatch(/host: an ssh host needs alias or hostname/)
+    await writeFile(file('empty.yaml'), '# nothing\n')
+    expect((await loadError(file('empty.yaml'))).message).toMatch(/is empty/)
+  })
+
+  it('the JSON Schema describes the file as written (defaults optional) and accepts the good file', () => {
+    const schema = deploymentJsonSchema() as {properties: Record<string, unknown>; required?: string[]; $schema: string}
+    expect(schema.$schema).toMatch(/json-schema/)
+    expect(Object.keys(schema.properties)).toEqual(expect.arrayContaining(['host', 'services', 'watchdog', 'labels', 'sudo']))
+    expect(schema.required?.sort()).toEqual(['host', 'services', 'watchdog'])
+    // The schema round-trips through zod's own JSON-Schema reader: the good file validates against it.
+    const back = z.fromJSONSchema(schema as never)
+    expect(back.safeParse(DeploymentSchema.parse(parseYaml(GOOD))).success).toBe(true)
+  })
+})
+
+describe('pdchaos schema (subprocess)', () => {
+  it('--json prints valid JSON and nothing else; the default output is the same document', async () => {
+    const env = {...process.env, OCLIF_SKIP_NEW_VERSION_CHECK: '1', NO_COLOR: '1'}
+    const json = await run(process.execPath, [join(root, 'bin', 'dev.js'), 'schema', '--json'], {cwd: root, env, timeout: 30_000})
+    expect(json.stderr).toBe('')
+    const doc = JSON.parse(json.stdout)
+    expect(doc).toEqual(deploymentJsonSchema())
+    const plain = await run(process.execPath, [join(root, 'bin', 'dev.js'), 'schema', 'deployment'], {cwd: root, env, timeout: 30_000})
+    expect(JSON.parse(plain.stdout)).toEqual(doc)
+  })
+
+  it('suite is refused with exit 2 (not built yet)', async () => {
+    const env = {...process.env, OCLIF_SKIP_NEW_VERSION_CHECK: '1', NO_COLOR: '1'}
+    const err = await run(process.execPath, [join(root, 'bin', 'dev.js'), 'schema', 'suite', '--json'], {cwd: root, env, timeout: 30_000}).then(
+      () => undefined, (error: {code: number; stdout: string}) => error)
+    expect(err?.code).toBe(2)
+    expect(JSON.parse(err!.stdout).error.exitCode).toBe(2)
+  })
+})

@@ -1,0 +1,56 @@
+import {readdirSync, readFileSync} from 'node:fs'
+
+import {PdError} from '../../src/errors.js'
+import {simUp, type SimUpResult} from '../../src/sim/lifecycle/up.js'
+import type {SimUpOptions} from '../../src/sim/lifecycle/options.js'
+
+/** Pids of every process whose argv mentions the state dir (servers, ranks, router): the test's safety net. */
+export function pidsMentioning(stateDir: string): number[] {
+  const out: number[] = []
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d) || Number(d) === process.pid) continue
+    try {
+      if (readFileSync(`/proc/${d}/cmdline`, 'utf8').split('\0').includes(stateDir)) out.push(Number(d))
+    } catch {}
+  }
+  return out
+}
+
+/** SIGKILL whatever is left of a twin (after a failed test); returns the pids it found. */
+export function sweep(stateDir: string): number[] {
+  const pids = pidsMentioning(stateDir)
+  for (const pid of pids) {
+    try {
+      process.kill(pid, 'SIGKILL')
+    } catch {}
+  }
+  return pids
+}
+
+/** simUp on a random high base port, retrying when another test holds one of the ports. */
+export async function upOnFreePorts(options: Omit<SimUpOptions, 'basePort'>): Promise<SimUpResult> {
+  for (let attempt = 0; ; attempt++) {
+    const basePort = 20_000 + Math.floor(Math.random() * 400) * 100
+    try {
+      return await simUp({...options, basePort})
+    } catch (error) {
+      if (attempt < 5 && error instanceof PdError && /already in use/.test(error.message)) continue
+      throw error
+    }
+  }
+}
+
+export async function post(url: string, body: unknown, timeoutMs = 15_000): Promise<{status: number; text: string}> {
+  const r = await fetch(url + '/generate', {method: 'POST', body: JSON.stringify(body), headers: {'content-type': 'application/json'}, signal: AbortSignal.timeout(timeoutMs)})
+  return {status: r.status, text: await r.text()}
+}
+
+export const readLines = (file: string): Array<Record<string, unknown>> => {
+  try {
+    return readFileSync(file, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>)
+  } catch {
+    return []
+  }
+}
+
+export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms))

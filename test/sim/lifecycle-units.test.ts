@@ -1,0 +1,190 @@
+import {execFileSync, spawnSync} from 'node:child_process'
+import {mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync, existsSync} from 'node:fs'
+import net from 'node:net'
+import {tmpdir} from 'node:os'
+import {join} from 'node:path'
+import {afterAll, describe, expect, it} from 'vitest'
+import {parse} from 'yaml'
+
+import {DeploymentSchema} from '../../src/deployment/config.js'
+import {PdError} from '../../src/errors.js'
+import {acquireLock, readLock, removeLock} from '../../src/sim/lifecycle/lock.js'
+import {gpuUuid, writeNvidiaSmi} from '../../src/sim/lifecycle/nvidia-smi.js'
+import {buildSimConfig, portsFor} from '../../src/sim/lifecycle/options.js'
+import {assertPortsFree} from '../../src/sim/lifecycle/ports.js'
+import {isSameProcess, refOf, spawnDetached, stopGroup} from '../../src/sim/lifecycle/procs.js'
+import {twinDeployment, writeDeploymentFile} from '../../src/sim/lifecycle/deployment-file.js'
+import {simDown} from '../../src/sim/lifecycle/down.js'
+
+const dirs: string[] = []
+const tmp = (): string => {
+  const d = mkdtempSync(join(tmpdir(), 'pdchaos-test-units-'))
+  dirs.push(d)
+  return d
+}
+afterAll(() => {
+  for (const d of dirs) rmSync(d, {recursive: true, force: true})
+})
+
+function expectBadInput(fn: () => unknown, text: RegExp): void {
+  try {
+    fn()
+  } catch (error) {
+    expect(error).toBeInstanceOf(PdError)
+    expect((error as PdError).exitCode).toBe(2)
+    expect((error as PdError).message).toMatch(text)
+    expect((error as PdError).suggestion).toBeTruthy()
+    return
+  }
+  throw new Error('expected bad input')
+}
+
+describe('sim up options', () => {
+  it('defaults to 8 GPUs, TP 4 + 4, nixl, watchdog all, SGLang timeouts and the fixture port layout', () => {
+    const c = buildSimConfig({stateDir: '/tmp/x'})
+    expect(c).toMatchObject({gpus: 8, prefillTp: 4, decodeTp: 4, backend: 'nixl', host: '127.0.0.1', bugs: []})
+    expect(c.watchdog.scope).toBe('all')
+    expect(c.timeouts).toEqual({bootstrapS: 300, waitingS: 300, heartbeatIntervalS: 5, heartbeatMaxFailure: 2})
+    expect(c.ports).toEqual({router: 30_000, prefill: 30_100, decode: 30_200, bootstrap: 30_500, routerMetrics: 30_900})
+    expect(portsFor(21_000).bootstrap).toBe(21_500)
+  })
+
+  it('refuses bad values with exit 2, naming the flag', () => {
+    expectBadInput(() => buildSimConfig({stateDir: '/tmp/x', gpus: 6}), /needs 8 GPUs but --gpus is 6/)
+    expectBadInput(() => buildSimConfig({stateDir: '/tmp/x', prefillTp: 0}), /--prefill-tp/)
+    expectBadInput(() => buildSimConfig({stateDir: '/tmp/x', deadlineS: 0}), /--deadline/)
+    expectBadInput(() => buildSimConfig({stateDir: '/tmp/x', pollS: -1}), /--poll/)
+    expectBadInput(() => buildSimConfig({stateDir: '/tmp/x', pollS: Number.NaN}), /--poll/)
+    expectBadInput(() => buildSimConfig({stateDir: '/tmp/x', basePort: 65_000}), /--base-port/)
+    expectBadInput(() => buildSimConfig({stateDir: '/tmp/x', host: 'localhost'}), /--host/)
+    expectBadInput(() => buildSimConfig({stateDir: '/tmp/x', bugs: ['nope']}), /--bug "nope"/)
+    expectBadInput(() => buildSimConfig({stateDir: '/tmp/x', heartbeatIntervalS: 1}), /at least 2 seconds/)
+    expectBadInput(() => buildSimConfig({stateDir: '/tmp/x', heartbeatMaxFailure: 0}), /--heartbeat-max-failure/)
+    expectBadInput(() => buildSimConfig({stateDir: '/tmp/x', waitS: 0}), /--wait/)
+  })
+})
+
+describe('ports', () => {
+  it('names the port in use and the process that holds it', async () => {
+    const s = net.createServer()
+    await new Promise<void>((r) => s.listen(0, '127.0.0.1', r))
+    const port = (s.address() as net.AddressInfo).port
+    try {
+      await assertPortsFree('127.0.0.1', {decode: port}, 'x').then(() => {
+        throw new Error('expected a port error')
+      }, (error: PdError) => {
+        expect(error.exitCode).toBe(2)
+        expect(error.message).toContain(`port ${port} (decode)`)
+        expect(error.message).toContain(`pid ${process.pid}`)
+      })
+    } finally {
+      s.close()
+    }
+  })
+})
+
+describe('deployment file', () => {
+  it('is valid under DeploymentSchema and carries the restart commands, logs and watchdog contract', () => {
+    const dir = tmp()
+    const c = buildSimConfig({stateDir: dir, deadlineS: 12, pollS: 0.5, basePort: 41_000, backend: 'mooncake'})
+    const file = writeDeploymentFile(c)
+    const parsed = DeploymentSchema.parse(parse(readFileSync(file, 'utf8')))
+    expect(parsed).toEqual(twinDeployment(c))
+    expect(parsed.host).toEqual({kind: 'local'})
+    expect(parsed.labels).toEqual({environment: 'twin'})
+    expect(parsed.backend).toBe('mooncake')
+    expect(parsed.watchdog).toEqual({scope: 'all', deadlineSeconds: 12, pollSeconds: 0.5})
+    expect(parsed.services.prefill).toMatchObject({url: 'http://127.0.0.1:41100', bootstrapPort: 41_500, logs: {file: join(dir, 'logs', 'prefill.log')}})
+    expect(parsed.services.router.metricsUrl).toBe('http://127.0.0.1:41900/metrics')
+    const restart = parsed.services.decode.restart!
+    expect(restart.slice(2)).toEqual(['sim', 'restart', 'decode', '--state-dir', dir])
+    expect(existsSync(restart[1])).toBe(true)
+  })
+})
+
+describe('nvidia-smi stand-in', () => {
+  const dir = tmp()
+  writeNvidiaSmi(dir, 8)
+  const smi = join(dir, 'bin', 'nvidia-smi')
+  const run = (...args: string[]) => spawnSync(smi, args, {encoding: 'utf8', timeout: 10_000})
+
+  it('lists GPUs in CSV with stable uuids', () => {
+    const r = run('--query-gpu=index,uuid,name', '--format=csv')
+    expect(r.status).toBe(0)
+    const lines = r.stdout.trim().split('\n')
+    expect(lines[0]).toBe('index, uuid, name')
+    expect(lines).toHaveLength(9)
+    expect(lines[1]).toBe(`0, ${gpuUuid(dir, 0)}, NVIDIA H100 80GB HBM3`)
+    expect(gpuUuid(dir, 3)).toMatch(/^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/)
+    expect(gpuUuid(dir, 3)).not.toBe(gpuUuid(dir, 4))
+    expect(run('--query-gpu=index,uuid', '--format=csv,noheader').stdout.split('\n')[0]).toBe(`0, ${gpuUuid(dir, 0)}`)
+  })
+
+  it('maps live rank pids to their GPU uuid and ignores dead ones', () => {
+    mkdirSync(join(dir, 'gpus'), {recursive: true})
+    writeFileSync(join(dir, 'gpus', '2.json'), JSON.stringify({pid: process.pid, role: 'prefill', tpRank: 2}))
+    writeFileSync(join(dir, 'gpus', '5.json'), JSON.stringify({pid: 2 ** 22 + 7, role: 'decode', tpRank: 1}))
+    expect(run('--query-compute-apps=pid,gpu_uuid', '--format=csv').stdout).toBe(`pid, gpu_uuid\n${process.pid}, ${gpuUuid(dir, 2)}\n`)
+    expect(run('--query-compute-apps=pid,gpu_uuid', '--format=csv,noheader,nounits').stdout).toBe(`${process.pid}, ${gpuUuid(dir, 2)}\n`)
+    expect(run('--query-compute-apps=pid,used_memory', '--format=csv').stdout.split('\n')[0]).toBe('pid, used_memory [MiB]')
+  })
+
+  it('prints a table without arguments and refuses unknown flags and fields like nvidia-smi', () => {
+    const t = run()
+    expect(t.status).toBe(0)
+    expect(t.stdout).toContain('NVIDIA-SMI')
+    expect(t.stdout).toContain(String(process.pid))
+    const bad = run('--bogus')
+    expect(bad.status).toBe(2)
+    expect(bad.stdout).toContain('Invalid combination of input arguments')
+    const field = run('--query-gpu=index,foo', '--format=csv')
+    expect(field.status).toBe(2)
+    expect(field.stdout).toContain('Field "foo" is not a valid field to query.')
+    expect(run('--query-gpu=index').status).toBe(2)
+    expect(run('-L').stdout).toContain(`GPU 7: NVIDIA H100 80GB HBM3 (UUID: ${gpuUuid(dir, 7)})`)
+  })
+})
+
+describe('lock and processes', () => {
+  it('a second holder of a state dir gets exit 2 with the down suggestion; a dead lock is taken over', () => {
+    const dir = tmp()
+    const lock = acquireLock(dir)
+    expect(lock.owner.pid).toBe(process.pid)
+    expectBadInput(() => acquireLock(dir), /in use by a running twin/)
+    try {
+      acquireLock(dir)
+    } catch (error) {
+      expect((error as PdError).suggestion).toBe(`pdchaos sim down --state-dir ${dir}`)
+    }
+    // A lock whose processes are all gone is stale.
+    writeFileSync(join(dir, 'sim.lock'), JSON.stringify({owner: {pid: 2 ** 22 + 9, start: '1'}, createdAt: 0, services: {}}))
+    expect(acquireLock(dir).owner.pid).toBe(process.pid)
+    removeLock(dir)
+    expect(readLock(dir)).toBeUndefined()
+  })
+
+  it('stops a detached process group, never a pid whose start time differs', async () => {
+    const dir = tmp()
+    const ref = spawnDetached('sh', ['-c', 'sleep 30 & sleep 30; wait'], {env: process.env, logFile: join(dir, 'log'), cwd: dir})
+    try {
+      expect(isSameProcess(ref)).toBe(true)
+      expect(await stopGroup({pid: ref.pid, start: String(Number(ref.start) + 1)}, 200)).toBe(true)
+      expect(isSameProcess(ref)).toBe(true) // wrong start time: untouched
+      expect(await stopGroup(ref, 2000)).toBe(true)
+      expect(isSameProcess(ref)).toBe(false)
+      expect(execFileSync('sh', ['-c', `ps -o pid= -g ${ref.pid} || true`], {encoding: 'utf8'}).trim()).toBe('')
+    } finally {
+      try {
+        process.kill(-ref.pid, 'SIGKILL')
+      } catch {}
+    }
+  })
+
+  it('down with nothing running is a no-op and exits cleanly', async () => {
+    const dir = tmp()
+    const r = await simDown(dir)
+    expect(r.stopped).toEqual([])
+    expect(r.wasRunning).toBe(false)
+    expect(refOf(process.pid)).toBeDefined()
+  })
+})
