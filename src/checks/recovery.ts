@@ -12,13 +12,18 @@ export interface RecoveryOptions {
   failureCounters?: string[]
   /** Token usage may differ from the baseline by this much (a fraction of the pool) without being a leak. */
   tokenUsageTolerance?: number
+  /** The counters count aborts too, so requests pdchaos aborted while cleaning up are expected in them. */
+  countCleanupAborts?: boolean
+  /** Tokens in use (the loads snapshot) may differ from the baseline by this many. */
+  usedTokensTolerance?: number
 }
 
-const QUEUES: Array<['prefill' | 'decode', string]> = [
-  ['prefill', 'sglang:num_prefill_bootstrap_queue_reqs'],
-  ['prefill', 'sglang:num_prefill_inflight_queue_reqs'],
-  ['decode', 'sglang:num_decode_prealloc_queue_reqs'],
-  ['decode', 'sglang:num_decode_transfer_queue_reqs'],
+/** Each PD queue: the /v1/loads snapshot (fresh once idle) first, the /metrics gauge (up to 30 s stale) as fallback. */
+const QUEUES: Array<['prefill' | 'decode', string, string]> = [
+  ['prefill', 'sglang_disagg_prefill_bootstrap_queue_reqs', 'sglang:num_prefill_bootstrap_queue_reqs'],
+  ['prefill', 'sglang_disagg_prefill_inflight_queue_reqs', 'sglang:num_prefill_inflight_queue_reqs'],
+  ['decode', 'sglang_disagg_decode_prealloc_queue_reqs', 'sglang:num_decode_prealloc_queue_reqs'],
+  ['decode', 'sglang_disagg_decode_transfer_queue_reqs', 'sglang:num_decode_transfer_queue_reqs'],
 ]
 
 export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict[] {
@@ -40,29 +45,37 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
 
   // 2. The queues drain (judged at the last sample, taken after the canaries so the gauges were refreshed by a batch).
   const queues: Record<string, number | undefined> = {}
-  for (const [svc, name] of QUEUES) queues[name] = metricAt(tl, svc, name, end)
+  for (const [svc, fresh, gauge] of QUEUES) {
+    const v = metricAt(tl, svc, fresh, end)
+    if (v !== undefined) queues[fresh] = v
+    else queues[gauge] = metricAt(tl, svc, gauge, end)
+  }
   const stuck = Object.entries(queues).filter(([, v]) => v !== undefined && v > 0)
   const seen = Object.values(queues).some((v) => v !== undefined)
   if (!seen) out.push(fail('recovery', 'queues', 'no queue gauge was sampled after the revert: drain unproven', {}))
   else if (stuck.length > 0) out.push(fail('recovery', 'queues', `queues not drained: ${stuck.map(([n, v]) => `${n}=${v}`).join(', ')}`, {queues}))
   else out.push(pass('recovery', 'queues', 'every PD queue drained to 0', {queues}))
 
-  // 3. KV token usage back at its baseline.
-  const tol = opts.tokenUsageTolerance ?? 0.001
+  // 3. KV tokens in use back at their baseline: the loads snapshot's token count, else the token_usage gauge.
   for (const svc of ['prefill', 'decode'] as const) {
-    const before = metricAt(tl, svc, 'sglang:token_usage', injectedAt)
-    const after = metricAt(tl, svc, 'sglang:token_usage', end)
+    const fresh = metricAt(tl, svc, 'sglang_num_used_tokens', injectedAt) !== undefined
+    const name = fresh ? 'sglang_num_used_tokens' : 'sglang:token_usage'
+    const tol = fresh ? (opts.usedTokensTolerance ?? 0) : (opts.tokenUsageTolerance ?? 0.001)
+    const before = metricAt(tl, svc, name, injectedAt)
+    const after = metricAt(tl, svc, name, end)
     if (before === undefined || after === undefined) continue
-    const evidence = {baseline: before, after, tolerance: tol}
-    if (after - before > tol) out.push(fail('recovery', `${svc} KV tokens`, `${svc} KV token usage did not return to its baseline: ${before} before the fault, ${after} after recovery — a leak`, evidence))
+    const evidence = {metric: name, baseline: before, after, tolerance: tol}
+    if (after - before > tol) out.push(fail('recovery', `${svc} KV tokens`, `${svc} KV token usage did not return to its baseline: ${before} before the fault, ${after} after recovery (${name}) — a leak`, evidence))
     else out.push(pass('recovery', `${svc} KV tokens`, `${svc} KV token usage back at its baseline (${after} vs ${before})`, evidence))
   }
 
-  // 4. Failure counters moved by exactly the number of pins that failed.
+  // 4. Failure counters moved by exactly the number of requests that failed (pins, and load caught by the fault).
+  // Requests pdchaos itself aborted while cleaning up count only when the counters include aborts.
   const counters = opts.failureCounters ?? ['sglang:num_watchdog_evicted_reqs_total']
-  const failedPins = requestsOf(tl, 'pin').filter((p) => {
-    const a = answerOf(tl, p.rid)
-    return a !== undefined && (a.status < 200 || a.status > 299)
+  const cleaned = new Set(tl.observations.filter((o) => o.kind === 'marker' && o.name === 'cleanup-abort').map((o) => (o as {detail?: string}).detail))
+  const failedPins = tl.observations.filter((o) => o.kind === 'request-sent').filter((p) => {
+    const a = answerOf(tl, (p as {rid: string}).rid)
+    return a !== undefined && (a.status < 200 || a.status > 299) && (opts.countCleanupAborts || !cleaned.has(a.rid))
   }).length
   let delta = 0
   let have = true
@@ -79,8 +92,8 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
   }
   if (have) {
     const evidence = {counters: per, failedPins}
-    if (Math.round(delta) !== failedPins) out.push(fail('recovery', 'counters', `failure counters moved by ${round(delta, 3)}, the pins that failed were ${failedPins}`, evidence))
-    else out.push(pass('recovery', 'counters', `failure counters moved by exactly the ${failedPins} failed pins`, evidence))
+    if (Math.round(delta) !== failedPins) out.push(fail('recovery', 'counters', `failure counters moved by ${round(delta, 3)}, the requests that failed were ${failedPins}`, evidence))
+    else out.push(pass('recovery', 'counters', `failure counters moved by exactly the ${failedPins} failed requests`, evidence))
   }
   return out
 }

@@ -67,6 +67,9 @@ export const DeploymentSchema = z.object({
     router: RouterServiceSchema,
   }).strict(),
   backend: z.enum(['nixl', 'mooncake', 'auto']).default('auto'),
+  tools: z.object({
+    nvidiaSmi: z.string().min(1).default('nvidia-smi').describe('nvidia-smi on the host: a name on its PATH or an absolute path.'),
+  }).strict().default({nvidiaSmi: 'nvidia-smi'}),
   watchdog: WatchdogSchema,
   sglangVersion: z.string().min(1).optional().describe('The SGLang version expected; status warns when the server reports another.'),
 }).strict()

@@ -49,7 +49,8 @@ export interface StatusReport {
   services: Record<ServiceName, ServiceStatus>
   ranks: RankInfo[]
   watchdog: {contract: Deployment['watchdog']; prefillEnv?: EnvWatchdog; timeouts?: EnvTimeouts}
-  transport: {backend: string; source: string}
+  /** env: the prefill rank's transport variables (UCX_*, MC_*, NIXL_*), which tell whether the KV path is TCP. */
+  transport: {backend: string; source: string; env?: Record<string, string>}
   counters: Record<'prefill' | 'decode', Record<string, number>>
   gauges: Record<'prefill' | 'decode', Record<string, number>>
   hostState: HostState
@@ -127,6 +128,7 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
   }
 
   const ranks: RankInfo[] = procs?.ranks ?? []
+  if (procs?.gpuWarning) warnings.push(procs.gpuWarning)
   for (const name of ['prefill', 'decode'] as const) {
     services[name].pid = procs?.servicePids[name]
     const tp = services[name].tpSize
@@ -159,9 +161,13 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
   }
 
   const backendSeen = services.prefill.backend
-  const transport = backendSeen
-    ? {backend: backendSeen, source: 'prefill server_info disaggregation_transfer_backend'}
-    : {backend: deployment.backend, source: 'deployment file'}
+  const transportEnv = Object.fromEntries(Object.entries(procs?.prefillEnv ?? {}).filter(([k]) => /^(UCX_|MC_|NIXL_)/.test(k)))
+  const transport: StatusReport['transport'] = {
+    ...(backendSeen
+      ? {backend: backendSeen, source: 'prefill server_info disaggregation_transfer_backend'}
+      : {backend: deployment.backend, source: 'deployment file'}),
+    ...(Object.keys(transportEnv).length > 0 ? {env: transportEnv} : {}),
+  }
   if (backendSeen && deployment.backend !== 'auto' && backendSeen !== deployment.backend) {
     warnings.push(`prefill uses the ${backendSeen} backend, the deployment file says ${deployment.backend}`)
   }
@@ -210,6 +216,7 @@ interface ProcessView {
   ranks: RankInfo[]
   servicePids: Partial<Record<'prefill' | 'decode', number>>
   prefillEnv?: Record<string, string>
+  gpuWarning?: string
 }
 
 /**
@@ -262,12 +269,15 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
   }
 
   const [apps, gpus] = await Promise.all([
-    host.run(['nvidia-smi', '--query-compute-apps=pid,gpu_uuid', '--format=csv,noheader'], {timeoutMs}).catch(() => undefined),
-    host.run(['nvidia-smi', '--query-gpu=index,uuid,name', '--format=csv,noheader'], {timeoutMs}).catch(() => undefined),
+    host.run([deployment.tools.nvidiaSmi, '--query-compute-apps=pid,gpu_uuid', '--format=csv,noheader'], {timeoutMs}).catch(() => undefined),
+    host.run([deployment.tools.nvidiaSmi, '--query-gpu=index,uuid,name', '--format=csv,noheader'], {timeoutMs}).catch(() => undefined),
   ])
+  let gpuWarning: string | undefined
   if (apps?.code === 0 && gpus?.code === 0) {
     const map = gpuIndexByPid(parseComputeApps(apps.stdout), parseGpuList(gpus.stdout))
     for (const r of ranks) r.gpu = map.get(r.pid)?.[0]
+  } else {
+    gpuWarning = `${deployment.tools.nvidiaSmi} did not answer on ${host.describe()} (${oneLine(apps?.stderr ?? 'not run') || `exit ${apps?.code}`}): the GPU of each rank is unknown, so --gpu cannot be resolved`
   }
 
   ranks.sort((a, b) => (a.service === b.service ? a.tpRank - b.tpRank : a.service === 'prefill' ? -1 : 1))
@@ -277,5 +287,5 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
     const env = await host.run(['cat', `/proc/${prefill0.pid}/environ`], {timeoutMs, sudo: true})
     if (env.code === 0) prefillEnv = parseEnviron(env.stdout)
   }
-  return {ranks, servicePids, prefillEnv}
+  return {ranks, servicePids, prefillEnv, gpuWarning}
 }

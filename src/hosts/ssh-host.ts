@@ -194,9 +194,13 @@ export class SshHost implements Host {
       }
       const timer = setTimeout(() => {
         timedOut = true
-        const err = new PdError(`\`${describeArgv(argv)}\` timed out after ${opts.timeoutMs} ms on ${where}; the remote command was killed`, {
-          exit: ExitCode.unreachable, suggestion: 'raise the timeout or find out why the command hangs on the host',
-        })
+        const err = channel
+          ? new PdError(`\`${describeArgv(argv)}\` timed out after ${opts.timeoutMs} ms on ${where}; the remote command was killed`, {
+            exit: ExitCode.unreachable, suggestion: 'raise the timeout or find out why the command hangs on the host',
+          })
+          : new PdError(`\`${describeArgv(argv)}\` timed out after ${opts.timeoutMs} ms on ${where} before it started (connecting or queued behind other commands)`, {
+            exit: ExitCode.unreachable, suggestion: 'raise the timeout, or check the network path and how many commands run at once',
+          })
         const killing = pid !== undefined && conn?.alive ? this.killRemote(pid, opts.sudo) : Promise.resolve()
         killing.finally(() => {
           try { channel?.close() } catch { /* already closed */ }
@@ -278,7 +282,8 @@ export class SshHost implements Host {
   }
 
   async close(): Promise<void> {
-    const conn = this.currentConn
+    // A connection still being opened is waited for (it is bounded by the connect timeout) and then ended.
+    const conn = this.currentConn ?? await this.current?.catch(() => undefined)
     this.current = undefined
     this.currentConn = undefined
     if (!conn) return

@@ -1,5 +1,5 @@
-import {execFileSync} from 'node:child_process'
-import {mkdtempSync, readFileSync, rmSync, statSync, writeFileSync} from 'node:fs'
+import {execFileSync, spawn} from 'node:child_process'
+import {existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync} from 'node:fs'
 import {tmpdir} from 'node:os'
 import {join} from 'node:path'
 import {afterAll, afterEach, beforeAll, describe, expect, it} from 'vitest'
@@ -185,6 +185,39 @@ describe('reaching the host', () => {
     const h = await open({knownHosts: kh, proxyJump: `root@127.0.0.1:${jump.port}`})
     expect((await h.run(['echo', 'jumped'], {timeoutMs: 10_000})).stdout).toBe('jumped\n')
     expect(readFileSync(jump.logPath, 'utf8')).toMatch(new RegExp(`direct-tcpip.*127\\.0\\.0\\.1 port ${sshd.port}|target 127\\.0\\.0\\.1 port ${sshd.port}`))
+  })
+
+  it('authenticates through ssh-agent (SSH_AUTH_SOCK) when no key file is named', async () => {
+    const sock = join(dir, 'agent.sock')
+    const agent = spawn('ssh-agent', ['-D', '-a', sock], {stdio: 'ignore'})
+    const saved = process.env.SSH_AUTH_SOCK
+    try {
+      expect(await eventually(() => existsSync(sock), 5000)).toBe(true)
+      execFileSync('ssh-add', ['-q', sshd.clientKeyPath], {env: {...process.env, SSH_AUTH_SOCK: sock}, stdio: 'ignore', timeout: 10_000})
+      process.env.SSH_AUTH_SOCK = sock
+      const emptyHome = mkdtempSync(join(dir, 'home-'))
+      const h = await open({identityFile: undefined, agent: true}, {home: emptyHome})
+      expect(h.endpoint.agentSocket).toBe(sock)
+      expect((await h.run(['echo', 'agent'], {timeoutMs: 10_000})).stdout).toBe('agent\n')
+      expect(readFileSync(sshd.logPath, 'utf8')).toContain('Accepted publickey')
+    } finally {
+      if (saved === undefined) delete process.env.SSH_AUTH_SOCK
+      else process.env.SSH_AUTH_SOCK = saved
+      agent.kill('SIGKILL')
+    }
+  })
+
+  it('with no key file and no agent, says so as bad input (exit 2)', async () => {
+    const saved = process.env.SSH_AUTH_SOCK
+    delete process.env.SSH_AUTH_SOCK
+    try {
+      const h = await open({identityFile: undefined}, {home: mkdtempSync(join(dir, 'home-'))})
+      const err = await failure(h.run(['true'], {timeoutMs: 10_000}))
+      expect(err.exitCode).toBe(2)
+      expect(err.message).toMatch(/no key to log in/)
+    } finally {
+      if (saved !== undefined) process.env.SSH_AUTH_SOCK = saved
+    }
   })
 
   it('an unreachable port fails fast with exit 5 "cannot reach"', async () => {

@@ -1,7 +1,12 @@
-import {existsSync, readFileSync} from 'node:fs'
+import {spawn} from 'node:child_process'
+import {existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync} from 'node:fs'
+import {createServer} from 'node:net'
+import {tmpdir} from 'node:os'
+import {join} from 'node:path'
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
-import {simPaths} from '../../src/sim/sim-config.js'
-import {launchPair, metric, nextRoom, pdBody, post, waitFor, eventsOf, abortRid, signalRank, firstEvent, internalState, type Pair} from './launch-pair.js'
+import {entryArgv} from '../../src/sim/entry.js'
+import {simPaths, type SimConfig} from '../../src/sim/sim-config.js'
+import {freePort, simEnv, launchPair, metric, nextRoom, pdBody, post, waitFor, eventsOf, abortRid, signalRank, firstEvent, internalState, type Pair} from './launch-pair.js'
 
 describe('twin servers: a healthy PD pair', () => {
   let pair: Pair
@@ -111,5 +116,85 @@ describe('twin servers: a healthy PD pair', () => {
     }
     expect((await fetch(`${pair.prefillUrl}/health`)).status).toBe(200)
     expect((await internalState(pair.prefillUrl)).status).toBe('running')
+  })
+})
+
+describe('twin servers: process lifecycle', () => {
+  let pair: Pair
+  beforeAll(async () => { pair = await launchPair({prefillTp: 2, decodeTp: 2}) })
+  afterAll(async () => { await pair?.stop() })
+
+  const gone = (pid: number) => { try { process.kill(pid, 0); return false } catch { return true } }
+
+  it('exits 0 within 2 s on SIGTERM, even with a SIGSTOPped rank', async () => {
+    const ranks = pair.service('decode').rankPids
+    process.kill(ranks[1]!, 'SIGSTOP')
+    const t0 = Date.now()
+    expect(await pair.stopRole('decode')).toBe(0)
+    expect(Date.now() - t0).toBeLessThan(2000)
+    await waitFor('ranks gone', () => ranks.every(gone), 2000)
+    await pair.start('decode')
+  })
+
+  it('ranks never outlive their server (IPC disconnect), and a dead rank takes its server down', async () => {
+    const svc = pair.service('decode')
+    process.kill(svc.pid, 'SIGKILL')
+    await waitFor('orphaned ranks exit', () => svc.rankPids.every(gone), 3000)
+    expect(existsSync(simPaths(pair.stateDir).gpu(2))).toBe(false)
+    await pair.start('decode')
+
+    const exited = new Promise<number | null>((resolve) => pair.procs.decode.once('exit', (code) => resolve(code)))
+    process.kill(pair.service('decode').rankPids[0]!, 'SIGKILL')
+    expect(await exited).not.toBe(0)
+    expect(pair.log('decode')).toMatch(/Scheduler TP0 \(rank process\) died unexpectedly/)
+    expect(existsSync(simPaths(pair.stateDir).service('decode'))).toBe(false)
+    await pair.start('decode')
+  })
+})
+
+describe('twin servers: TP rank mapping', () => {
+  for (const [prefillTp, decodeTp] of [[1, 2], [4, 2]] as const) {
+    it(`serves with prefill TP ${prefillTp} and decode TP ${decodeTp} (dummy ranks / fan-in)`, async () => {
+      const pair = await launchPair({prefillTp, decodeTp})
+      try {
+        const body = pdBody(pair, `map-${prefillTp}-${decodeTp}`, nextRoom())
+        const [p, d] = await Promise.all([post(pair.prefillUrl, body), post(pair.decodeUrl, body)])
+        expect([p.status, d.status]).toEqual([200, 200])
+      } finally {
+        await pair.stop()
+      }
+    })
+  }
+})
+
+describe('twin servers: startup errors', () => {
+  it('exits non-zero quickly, with a log line, when its HTTP port is taken', async () => {
+    const blocker = createServer()
+    await new Promise<void>((r) => blocker.listen(0, '127.0.0.1', () => r()))
+    const taken = (blocker.address() as {port: number}).port
+    const dir = mkdtempSync(join(tmpdir(), 'pdchaos-port-'))
+    try {
+      const cfg: SimConfig = {
+        stateDir: dir, host: '127.0.0.1', model: 'm', version: '0.5.15', gpus: 8, prefillTp: 1, decodeTp: 1, backend: 'nixl',
+        watchdog: {scope: 'all', deadlineS: 300, pollS: 1}, bugs: [],
+        ports: {router: 0, routerMetrics: 0, prefill: taken, decode: await freePort(), bootstrap: await freePort()},
+        timeouts: {bootstrapS: 300, waitingS: 300, heartbeatIntervalS: 5, heartbeatMaxFailure: 2},
+        timing: {forwardMsPerKToken: 5, kvBytesPerToken: 1024, healthTimeoutS: 2, idleGaugeRefreshS: 30}, kvPoolTokens: 100000,
+      }
+      mkdirSync(dir, {recursive: true})
+      writeFileSync(simPaths(dir).config, JSON.stringify(cfg))
+      const {command, args} = entryArgv(new URL('../../src/sim/server/server-main.ts', import.meta.url).href, '--role', 'prefill', '--state-dir', dir)
+      const child = spawn(command, args, {stdio: ['ignore', 'pipe', 'pipe'], env: simEnv(cfg)})
+      let out = ''
+      child.stdout!.on('data', (d) => { out += d })
+      child.stderr!.on('data', (d) => { out += d })
+      const code = await new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)))
+      expect(code).toBe(1)
+      expect(out).toMatch(/Failed to start prefill server: .*EADDRINUSE/)
+      expect(existsSync(simPaths(dir).service('prefill'))).toBe(false)
+    } finally {
+      blocker.close()
+      rmSync(dir, {recursive: true, force: true})
+    }
   })
 })

@@ -1,5 +1,4 @@
 import http from 'node:http'
-import {join} from 'node:path'
 import {fileURLToPath} from 'node:url'
 
 import {unreachable} from '../../errors.js'
@@ -98,4 +97,3 @@ export async function waitHealthy(config: SimConfig, service: Service, ref: Proc
   }
 }
 
-export const logDir = (stateDir: string): string => join(stateDir, 'logs')

@@ -2,6 +2,7 @@ import {mkdirSync, rmSync} from 'node:fs'
 import {performance} from 'node:perf_hooks'
 
 import {PdError, unreachable} from '../../errors.js'
+import {ExitCode} from '../../exit-codes.js'
 import {type SimConfig, simPaths} from '../sim-config.js'
 import {writeDeploymentFile} from './deployment-file.js'
 import {endpoints, writeJsonAtomic} from './files.js'
@@ -9,7 +10,7 @@ import {acquireLock, downHint, type LockFile, removeLock, type Service, writeLoc
 import {writeNvidiaSmi} from './nvidia-smi.js'
 import {buildSimConfig, type SimUpOptions, UP_DEFAULTS} from './options.js'
 import {assertPortsFree} from './ports.js'
-import {type ProcRef, stopGroup} from './procs.js'
+import {isSameProcess, type ProcRef, stopGroup} from './procs.js'
 import {startService, waitHealthy} from './services.js'
 
 export interface SimUpResult {
@@ -35,6 +36,19 @@ export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
   mkdirSync(stateDir, {recursive: true})
   const lock: LockFile = acquireLock(stateDir)
   const started: Array<[Service, ProcRef]> = []
+  // Interrupted while starting: nothing half-started may outlive us.
+  const onSignal = (): void => {
+    for (const [service, ref] of started) {
+      try {
+        if (isSameProcess(ref)) process.kill(-ref.pid, 'SIGKILL')
+      } catch {}
+      rmSync(paths.service(service), {force: true})
+    }
+    removeLock(stateDir)
+    process.exit(ExitCode.stopped)
+  }
+  process.once('SIGINT', onSignal)
+  process.once('SIGTERM', onSignal)
   try {
     await assertPortsFree(config.host, {
       router: config.ports.router, prefill: config.ports.prefill, decode: config.ports.decode,
@@ -55,12 +69,13 @@ export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
       writeLock(stateDir, lock)
       return ref
     }
-    // Prefill first, as SGLang's launch order; decode connects lazily, so it need not wait for prefill.
+    // Launch order prefill -> decode -> router, as SGLang's fixture. The router process starts without waiting
+    // (node start-up is the slow part here) but, like sgl-model-gateway, only turns ready once both workers
+    // pass its health probes; decode connects to prefill lazily, so it need not wait for prefill either.
     const prefill = start('prefill')
     const decode = start('decode')
-    const [pf, df] = await Promise.all([waitHealthy(config, 'prefill', prefill, deadline), waitHealthy(config, 'decode', decode, deadline)])
-    // The router comes last, after both workers answer /health.
     const router = start('router')
+    const [pf, df] = await Promise.all([waitHealthy(config, 'prefill', prefill, deadline), waitHealthy(config, 'decode', decode, deadline)])
     await waitHealthy(config, 'router', router, deadline)
 
     const deploymentFile = writeDeploymentFile(config)
@@ -81,5 +96,8 @@ export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
     removeLock(stateDir)
     if (error instanceof PdError) throw error
     throw unreachable(`sim up failed: ${(error as Error).message}`, downHint(stateDir), error)
+  } finally {
+    process.off('SIGINT', onSignal)
+    process.off('SIGTERM', onSignal)
   }
 }

@@ -50,7 +50,7 @@ export class WorkerHealth {
     if (this.timer) clearTimeout(this.timer)
   }
 
-  /** Startup: probe every 200 ms until the worker answers, then switch to the periodic check. */
+  /** Startup: probe every 100 ms until the worker answers (the gateway's startup wait), then the periodic check. */
   private async startupLoop(): Promise<void> {
     while (!this.stopped) {
       const status = await probe(this.url + this.path, Math.min(this.settings.timeoutS * 1000, 2000))
@@ -61,7 +61,7 @@ export class WorkerHealth {
         return
       }
       await new Promise((r) => {
-        this.timer = setTimeout(r, 200)
+        this.timer = setTimeout(r, 100)
       })
     }
   }

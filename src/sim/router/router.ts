@@ -108,7 +108,7 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
     res.end(text)
   }
 
-  const generate = (req: http.IncomingMessage, res: http.ServerResponse, raw: string): void => {
+  const generate = (res: http.ServerResponse, raw: string): void => {
     metrics.inc('smg_router_requests_total', {route: '/generate'})
     let body: unknown
     try {
@@ -230,7 +230,7 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
         }
         chunks.push(c)
       })
-      req.on('end', () => generate(req, res, Buffer.concat(chunks).toString('utf8')))
+      req.on('end', () => generate(res, Buffer.concat(chunks).toString('utf8')))
       return
     }
     if (req.method !== 'GET') {

@@ -84,7 +84,7 @@ export class RankGroup {
   }
 
   /** Stop every rank: disconnect IPC (they exit on it), SIGTERM, then SIGKILL after a short grace (a SIGSTOPped rank cannot act). */
-  async stop(graceMs = 600): Promise<void> {
+  async stop(graceMs = 300): Promise<void> {
     this.stopping = true
     const alive = this.ranks.filter((r) => r.child.exitCode === null && r.child.signalCode === null)
     const exits = alive.map((r) => new Promise<void>((resolve) => r.child.once('exit', () => resolve())))

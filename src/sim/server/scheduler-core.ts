@@ -3,7 +3,7 @@ import {simPaths, type Role, type SimConfig} from '../sim-config.js'
 import {KVPoll, pollName} from './kvpoll.js'
 import {Metrics} from './metrics.js'
 import {TruthLog} from './truth.js'
-import {nowMs, sleep} from './clock.js'
+import {nowMs} from './clock.js'
 import {stringifyRoomJson} from './json-room.js'
 import type {Logger} from './log.js'
 import type {EnvSettings} from './settings.js'
@@ -12,6 +12,7 @@ import type {RankOp} from './protocol.js'
 import type {QueueName, Req} from './request.js'
 
 const BUSY_YIELD_MS = 1
+const BUSY_MAX_YIELD_MS = 4
 const IDLE_SLEEP_MS = 20
 
 /**
@@ -31,6 +32,8 @@ export abstract class SchedulerCore {
   lastGaugeWrite = 0
   loadsSnapshot: Record<string, number> = {}
   stopped = false
+  /** Set by anything that moved this iteration (a new op, a state change, a queue move). */
+  protected activity = false
 
   constructor(
     readonly role: Role, readonly cfg: SimConfig, readonly env: EnvSettings, readonly ranks: RankGroup,
@@ -50,18 +53,25 @@ export abstract class SchedulerCore {
   /** The scheduler loop. A wedged all-reduce blocks it (and with it evictions, gauges and /health). */
   async run(): Promise<void> {
     this.running = true
+    let busyWait = BUSY_YIELD_MS
     while (!this.stopped) {
+      this.activity = false
       await this.step()
       this.iterations++
       const waiters = this.iterationWaiters
       this.iterationWaiters = []
       for (const w of waiters) w()
-      if (this.isBusy()) await sleep(BUSY_YIELD_MS)
-      else await new Promise<void>((resolve) => {
-        const t = setTimeout(() => { this.wake = undefined; resolve() }, IDLE_SLEEP_MS)
-        this.wake = () => { clearTimeout(t); this.wake = undefined; resolve() }
-      })
+      // Never idle while work is queued; but back off to a few ms while nothing moves, so 2 cores are not burned.
+      busyWait = this.activity ? BUSY_YIELD_MS : Math.min(busyWait * 2, BUSY_MAX_YIELD_MS)
+      await this.pause(this.isBusy() ? busyWait : IDLE_SLEEP_MS)
     }
+  }
+
+  private pause(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const t = setTimeout(() => { this.wake = undefined; resolve() }, ms)
+      this.wake = () => { clearTimeout(t); this.wake = undefined; resolve() }
+    })
   }
 
   kick(): void { this.wake?.() }
@@ -83,10 +93,11 @@ export abstract class SchedulerCore {
     return ops
   }
 
-  pushOp(op: RankOp): void { this.ops.push(op); this.kick() }
+  pushOp(op: RankOp): void { this.ops.push(op); this.activity = true; this.kick() }
 
   enter(req: Req, queue: QueueName): void {
     req.queue = queue
+    this.activity = true
     this.truth.record(req.rid, req.room, 'enter', {queue})
   }
 
@@ -98,6 +109,7 @@ export abstract class SchedulerCore {
   observe(req: Req, state: number): void {
     if (req.state === state) return
     req.state = state
+    this.activity = true
     this.truth.record(req.rid, req.room, 'state', {queue: req.queue, state: pollName(state)})
   }
 

@@ -1,0 +1,297 @@
+import {checkAborts} from '../checks/abort.js'
+import {checkCollateral} from '../checks/collateral.js'
+import {checkEvictions, type PinRecord} from '../checks/eviction.js'
+import {checkRecovery} from '../checks/recovery.js'
+import {checkScope} from '../checks/scope.js'
+import type {Calibration, PinState, Timeline} from '../checks/timeline.js'
+import {fail, pass, type Verdict} from '../checks/verdict.js'
+import type {Deployment} from '../deployment/config.js'
+import {RouterClient} from '../deployment/router-client.js'
+import {SglangClient} from '../deployment/sglang-client.js'
+import {discover} from '../discovery/discover.js'
+import {oneLine} from '../errors.js'
+import {faultDiscovery, type FaultPlan, renderPlan, runProbes} from '../faults/fault.js'
+import {type LeaseGuard, withLeases} from '../faults/lease-guard.js'
+import {leaseTtlMs, newLeaseId} from '../faults/lease.js'
+import {getFault} from '../faults/registry.js'
+import type {Host} from '../hosts/host.js'
+import {now, Recorder} from '../workload/recorder.js'
+import {sampleOnce, startSampler} from '../workload/sampler.js'
+import {sendRequest, type Sent} from '../workload/send.js'
+import {calibrate} from './calibrate.js'
+
+/**
+ * One experiment, end to end: discover, plan, calibrate on unfaulted requests, lease, inject, verify it took,
+ * drive pins (or abort trials) under a light steady load, wait for each pin's window to close, revert, verify
+ * clean, prove recovery, judge. Faults act, the Timeline records, checks judge: this module only sequences them.
+ */
+
+export interface InjectOptions {
+  fault: string
+  params: Record<string, unknown>
+  pins: number
+  /** Inject, verify, and leave the fault in place for its TTL (the lease reverts it). */
+  hold: boolean
+  dryRun: boolean
+  /** Lease TTL override, seconds. */
+  ttlS?: number
+  promptTokens: number
+  /** Steady load: one request every loadIntervalMs while the experiment runs (0: none). */
+  loadIntervalMs: number
+  canaries: number
+  onProgress?: (line: string) => void
+}
+
+export interface LeaseRecord {
+  id: string
+  fault: string
+  mechanism: string
+  injectedAt: number | null
+  revertedAt: number | null
+  verifiedInjected: boolean
+  verifiedClean: boolean
+  expiresAt: number
+  evidence: {injected: string[]; clean: string[]}
+}
+
+export interface InjectResult {
+  fault: string
+  mechanism: string
+  description: string
+  plan: ReturnType<typeof renderPlan>
+  dryRun?: {probes: Array<{argv: string; code: number | null; stdout: string; stderr: string}>}
+  held?: {leaseId: string; expiresAt: string}
+  calibration?: Calibration & {routerMs: number}
+  lease?: LeaseRecord
+  pins: PinRecord[]
+  verdicts: Verdict[]
+  summary: {passed: number; failed: number}
+  timeline?: Timeline
+}
+
+/** Where each fault leaves its pins, in SGLang's terms (reference/sglang-pd.md §3-§4). */
+export function pinStateOf(plan: FaultPlan): PinState {
+  if (plan.fault === 'drop-dest-info') return {queue: 'bootstrap', kvPoll: 'Bootstrapping'}
+  return {queue: 'inflight', kvPoll: 'Transferring'}
+}
+
+export async function runInject(deployment: Deployment, host: Host, opts: InjectOptions): Promise<InjectResult> {
+  const say = opts.onProgress ?? (() => {})
+  const svc = deployment.services
+  const probeMs = 5000
+  const prefill = new SglangClient(svc.prefill.url, {service: 'prefill', timeoutMs: probeMs})
+  const decode = new SglangClient(svc.decode.url, {service: 'decode', timeoutMs: probeMs})
+  const router = new RouterClient(svc.router.url, {service: 'router', timeoutMs: probeMs, metricsUrl: svc.router.metricsUrl})
+  const {deadlineSeconds, pollSeconds} = deployment.watchdog
+
+  const fault = getFault(opts.fault)
+  const params = fault.parseParams(opts.params) as Record<string, unknown>
+  say('discovering the deployment')
+  const report = await discover(deployment, host, {timeoutMs: probeMs})
+  const disc = faultDiscovery(report, deployment)
+
+  // abort-mid-transfer needs the transfer window before it can plan; measure it on unfaulted requests.
+  const rec = new Recorder()
+  let calibration: (Calibration & {routerMs: number}) | undefined
+  if (!opts.dryRun && !opts.hold) {
+    say('calibrating on unfaulted requests')
+    calibration = await calibrate(deployment, {prefill, decode, router}, {promptTokens: opts.promptTokens})
+  }
+  if (opts.fault === 'abort-mid-transfer' && params.windowStartMs === undefined) {
+    const p = calibration?.prefillMs ?? 50
+    // The transfer runs at the end of the prefill's answer time: the last 40% of it, at least a few ms wide.
+    Object.assign(params, fault.parseParams({...opts.params, windowStartMs: Math.max(0, p * 0.6), windowEndMs: Math.max(p, 3)}))
+  }
+  const leaseId = newLeaseId(opts.fault)
+  const facts = await fault.gather(host, disc, params, {timeoutMs: probeMs})
+  const plan = fault.plan({discovery: disc, params, leaseId, facts})
+  const rendered = renderPlan(plan)
+  const base = {fault: plan.fault, mechanism: plan.mechanism, description: plan.description, plan: rendered}
+
+  if (opts.dryRun) {
+    say('dry run: read-only probes only')
+    const probes = []
+    for (const argv of plan.readOnlyProbes) {
+      try {
+        const r = await host.run(argv, {timeoutMs: probeMs, sudo: plan.sudo})
+        probes.push({argv: renderPlan({...plan, readOnlyProbes: [argv]}).readOnlyProbes[0], code: r.code, stdout: r.stdout.slice(0, 2000), stderr: r.stderr.slice(0, 500)})
+      } catch (error) {
+        probes.push({argv: argv.join(' '), code: null, stdout: '', stderr: oneLine(error)})
+      }
+    }
+    const verdicts = probes.filter((p) => p.code !== 0).map((p) => fail('fault-effect', p.argv, `read-only probe failed: ${p.stderr || `exit ${p.code}`}`, {probe: p}))
+    return {...base, dryRun: {probes}, pins: [], verdicts, summary: {passed: 0, failed: verdicts.length}}
+  }
+
+  const observeWindowMs = (deadlineSeconds + pollSeconds) * 1000
+  const marginMs = Math.max(2000, observeWindowMs * 0.2)
+  const holdMs = opts.hold ? (opts.ttlS ?? 60) * 1000 : observeWindowMs + marginMs + 10_000
+  const ttlMs = opts.ttlS !== undefined ? opts.ttlS * 1000 : leaseTtlMs({deadlineSeconds, pollSeconds, holdMs})
+
+  return withLeases(host, deployment.stateDir, async (guard) => {
+    const sampler = startSampler(rec, {prefill, decode})
+    const inflight: Sent[] = []
+    const controller = new AbortController()
+    const requestTimeoutMs = observeWindowMs + marginMs + 5000
+    // The light steady load runs from before the fault to after recovery, bounded by the experiment's own length.
+    let loadStop = false
+    const load = (async () => {
+      const maxLoad = Math.ceil((observeWindowMs + marginMs * 3 + DRAIN_WAIT_MS + 60_000) / Math.max(opts.loadIntervalMs, 1))
+      for (let i = 0; opts.loadIntervalMs > 0 && !loadStop && i < maxLoad; i++) {
+        inflight.push(sendRequest(router, rec, {role: 'load', timeoutMs: requestTimeoutMs, signal: controller.signal, promptTokens: opts.promptTokens}))
+        await new Promise((r) => setTimeout(r, opts.loadIntervalMs))
+      }
+    })()
+    const stopAll = async () => {
+      loadStop = true
+      await load
+      controller.abort()
+      await Promise.all(inflight.map((p) => p.done))
+      await sampler.stop()
+    }
+    // Let the load show the deployment healthy before the fault.
+    if (opts.loadIntervalMs > 0 && !opts.hold) await new Promise((r) => setTimeout(r, Math.min(2000, opts.loadIntervalMs * 3)))
+
+    const lease = await createAndInject(guard, plan, rec, ttlMs, probeMs, say)
+    if (!lease.verifiedInjected) {
+      // Never judge a watchdog against a fault that is not there.
+      await revertAndVerify(guard, plan, rec, lease, host, probeMs, say)
+      await stopAll()
+      const v = fail('fault-effect', lease.id, `the fault did not take effect: ${lease.evidence.injected.join('; ')}`, {lease})
+      return {...base, lease, calibration, pins: [], verdicts: [v], summary: {passed: 0, failed: 1}}
+    }
+    if (opts.hold) {
+      await stopAll()
+      guard.dispose()
+      // The lease stays armed: its reverter takes the fault out at expiry. Forget it so withLeases does not revert it.
+      forget(guard, lease.id)
+      return {...base, lease, held: {leaseId: lease.id, expiresAt: new Date(lease.expiresAt).toISOString()}, pins: [], verdicts: [], summary: {passed: 0, failed: 0}}
+    }
+    const expectedState = pinStateOf(plan)
+
+    const pinController = new AbortController()
+    try {
+      const pins: Sent[] = []
+      if (plan.trials) {
+        say(`abort trials: ${plan.trials.length}`)
+        await Promise.all(plan.trials.map(async (trial) => {
+          const s = sendRequest(router, rec, {role: 'pin', rid: trial.rid, fault: plan.fault, expectedState, timeoutMs: requestTimeoutMs, signal: pinController.signal, promptTokens: opts.promptTokens})
+          pins.push(s)
+          await new Promise((r) => setTimeout(r, Math.max(0, s.sentAt + trial.offsetMs - now())))
+          await Promise.all(trial.aborts.map(async (a) => {
+            const client = a.service === 'prefill' ? prefill : decode
+            const t = now()
+            const r = await client.abort(a.body.rid).catch(() => undefined)
+            rec.add({kind: 'abort-sent', t, rid: trial.rid, target: a.service, status: r?.status})
+          }))
+        }))
+      } else {
+        say(`sending ${opts.pins} pin(s)`)
+        for (let i = 0; i < opts.pins; i++) {
+          pins.push(sendRequest(router, rec, {role: 'pin', fault: plan.fault, expectedState, timeoutMs: requestTimeoutMs, signal: pinController.signal, promptTokens: opts.promptTokens}))
+        }
+      }
+      // Wait until every pin has answered or its window (deadline + poll + margin) has closed.
+      const closeAt = Math.max(...pins.map((p) => p.sentAt)) + observeWindowMs + marginMs
+      say(`waiting for evictions (window closes in ${((closeAt - now()) / 1000).toFixed(1)}s)`)
+      await Promise.race([
+        Promise.all(pins.map((p) => p.done)),
+        new Promise((r) => setTimeout(r, Math.max(0, closeAt - now()))),
+      ])
+      // Stop watching the pins: what is still held is abandoned by the client now (recorded as such).
+      pinController.abort()
+      await Promise.all(pins.map((p) => p.done))
+      await revertAndVerify(guard, plan, rec, lease, host, probeMs, say)
+      // Nothing left behind: every request the fault held and nothing released (pins, load) is aborted on both servers.
+      const answered = new Set(rec.observations.filter((o) => o.kind === 'request-answered').map((o) => (o as {rid: string}).rid))
+      const held = [...pins, ...inflight].filter((s) => s.sentAt <= (lease.revertedAt ?? now()) && !answered.has(s.rid))
+      for (const s of held) {
+        await Promise.all([prefill.abort(s.rid).catch(() => undefined), decode.abort(s.rid).catch(() => undefined)])
+        rec.marker('cleanup-abort', s.rid)
+      }
+      // Recovery: the next requests must succeed, then the queues must drain (decode lets go of a request whose
+      // client went away only after SGLANG_REQUEST_STATE_WAIT_TIMEOUT, so this waits, with a deadline).
+      for (let i = 0; i < opts.canaries; i++) await sendRequest(router, rec, {role: 'canary', timeoutMs: 30_000, promptTokens: opts.promptTokens}).done
+      say('waiting for the queues to drain')
+      loadStop = true
+      await load
+      await Promise.all(inflight.map((p) => Promise.race([p.done, new Promise((r) => setTimeout(r, DRAIN_WAIT_MS))])))
+      const drainBy = now() + DRAIN_WAIT_MS
+      do {
+        await sampleOnce(rec, {prefill, decode})
+        if (drained(rec)) break
+        await new Promise((r) => setTimeout(r, 500))
+      } while (now() < drainBy)
+    } finally {
+      pinController.abort()
+      await stopAll()
+    }
+
+    const timeline: Timeline = {contract: deployment.watchdog, calibration: calibration!, observations: rec.sorted()}
+    const {verdicts: evictionVerdicts, pins} = plan.trials ? {verdicts: [], pins: []} : checkEvictions(timeline)
+    const verdicts: Verdict[] = [
+      pass('fault-effect', lease.id, `${plan.fault} took effect: ${lease.evidence.injected.join('; ') || 'nothing to change on the host'}`, {lease}),
+      ...evictionVerdicts,
+      ...(plan.trials ? checkAborts(timeline) : checkScope(timeline)),
+      ...checkRecovery(timeline, plan.trials
+        ? {failureCounters: ['sglang:num_transfer_failed_reqs_total', 'sglang:num_bootstrap_failed_reqs_total', 'sglang:num_watchdog_evicted_reqs_total'], countCleanupAborts: true}
+        : {failureCounters: ['sglang:num_watchdog_evicted_reqs_total']}),
+      ...(opts.loadIntervalMs > 0 ? [checkCollateral(timeline)] : []),
+      lease.verifiedClean
+        ? pass('cleanup', lease.id, `reverted and verified clean: ${lease.evidence.clean.join('; ') || 'nothing was changed on the host'}`, {lease})
+        : fail('cleanup', lease.id, `revert not verified clean: ${lease.evidence.clean.join('; ')}`, {lease}),
+    ]
+    const failed = verdicts.filter((v) => v.verdict === 'fail').length
+    return {...base, calibration, lease, pins, verdicts, summary: {passed: verdicts.length - failed, failed}, timeline}
+  }, {say})
+}
+
+async function createAndInject(guard: LeaseGuard, plan: FaultPlan, rec: Recorder, ttlMs: number, probeMs: number, say: (l: string) => void): Promise<LeaseRecord> {
+  const lease = await guard.create({
+    id: plan.leaseId, fault: plan.fault, params: {mechanism: plan.mechanism, targets: plan.targets}, ttlMs,
+    // A lease needs a revert; a fault that changes nothing on the host leaves a harmless one.
+    revert: plan.revert.length > 0 ? plan.revert : [['true']], command: `inject ${plan.fault}`,
+  })
+  const record: LeaseRecord = {
+    id: lease.id, fault: plan.fault, mechanism: plan.mechanism, injectedAt: null, revertedAt: null,
+    verifiedInjected: false, verifiedClean: false, expiresAt: lease.expiresAt, evidence: {injected: [], clean: []},
+  }
+  say(`injecting ${plan.fault} (${plan.mechanism}) under lease ${lease.id}`)
+  for (const argv of plan.inject) {
+    const r = await guard.host.run(argv, {timeoutMs: probeMs, sudo: plan.sudo})
+    if (r.code !== 0) record.evidence.injected.push(`\`${argv.join(' ')}\` exited ${r.code}: ${oneLine(r.stderr).slice(0, 200)}`)
+  }
+  record.injectedAt = now()
+  const v = await runProbes(guard.host, plan.verifyInjected, probeMs)
+  record.verifiedInjected = v.ok && record.evidence.injected.length === 0
+  record.evidence.injected.push(...v.results.map((x) => x.evidence))
+  rec.add({kind: 'fault-injected', t: record.injectedAt, fault: plan.fault, leaseId: lease.id, verified: record.verifiedInjected, evidence: record.evidence.injected.join('; ')})
+  say(record.verifiedInjected ? `in place: ${record.evidence.injected.join('; ') || 'client-side fault'}` : `NOT in place: ${record.evidence.injected.join('; ')}`)
+  return record
+}
+
+async function revertAndVerify(guard: LeaseGuard, plan: FaultPlan, rec: Recorder, record: LeaseRecord, host: Host, probeMs: number, say: (l: string) => void): Promise<void> {
+  say(`reverting lease ${record.id}`)
+  const r = await guard.revert(record.id)
+  record.revertedAt = now()
+  const v = await runProbes(host, plan.verifyClean, probeMs)
+  record.verifiedClean = v.ok && (r.exitCode === 0 || r.status === 'already-reverted')
+  record.evidence.clean.push(`revert ${r.status} by ${r.byWhom ?? '?'} (exit ${r.exitCode})`, ...v.results.map((x) => x.evidence))
+  rec.add({kind: 'fault-reverted', t: record.revertedAt, fault: plan.fault, leaseId: record.id, verifiedClean: record.verifiedClean, evidence: record.evidence.clean.join('; ')})
+  say(record.verifiedClean ? 'verified clean' : `NOT verified clean: ${record.evidence.clean.join('; ')}`)
+}
+
+const DRAIN_WAIT_MS = 20_000
+
+/** Every PD queue reads 0 in the latest loads snapshot of both servers. */
+function drained(rec: Recorder): boolean {
+  const names = ['sglang_disagg_prefill_bootstrap_queue_reqs', 'sglang_disagg_prefill_inflight_queue_reqs', 'sglang_disagg_decode_prealloc_queue_reqs', 'sglang_disagg_decode_transfer_queue_reqs']
+  const last = new Map<string, number>()
+  for (const o of rec.observations) if (o.kind === 'metric' && names.includes(o.name)) last.set(`${o.service}/${o.name}`, o.value)
+  return last.size > 0 && [...last.values()].every((v) => v === 0)
+}
+
+/** Drop a lease from the guard's tracking without reverting it (--hold leaves it to the host's reverter). */
+function forget(guard: LeaseGuard, id: string): void {
+  ;(guard as unknown as {active: Map<string, unknown>}).active.delete(id)
+}

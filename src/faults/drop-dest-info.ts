@@ -1,0 +1,79 @@
+import {isIP} from 'node:net'
+
+import {badInput} from '../errors.js'
+import type {Host} from '../hosts/host.js'
+import {checkLeaseId, describeRank, type Fault, type FaultContext, type FaultPlan, type FaultTarget, type HostFacts, intParam} from './fault.js'
+import {buildFilter, detectFilterTool, noFilterTool, type FilterMatch} from './packet-filter.js'
+
+/**
+ * drop-dest-info: decode's destination info (TransferInfo over ZMQ PUSH) and its ABORT never reach the prefill
+ * ranks, because every packet to each prefill rank's ZMQ PULL port (from the bootstrap route) is dropped. The
+ * request then sits in prefill's bootstrap queue at KVPoll.Bootstrapping. The control plane is ZMQ over kernel TCP
+ * whatever the KV backend is, so this works on RDMA hosts too.
+ */
+
+export interface DropDestInfoParams {
+  /** Only this prefill TP rank (default: every prefill rank). */
+  rank?: number
+}
+
+export const dropDestInfo: Fault<DropDestInfoParams> = {
+  name: 'drop-dest-info',
+  summary: "decode's destination info and ABORT never reach prefill: requests stay Bootstrapping",
+
+  parseParams(raw) {
+    return raw.rank === undefined ? {} : {rank: intParam(raw.rank, 'rank', 0, 1023)}
+  },
+
+  async gather(host: Host, _discovery, _params, opts = {}): Promise<HostFacts> {
+    const t = await detectFilterTool(host, opts.timeoutMs)
+    return {filterTool: t.tool, filterEvidence: t.evidence}
+  },
+
+  plan(ctx: FaultContext<DropDestInfoParams>): FaultPlan {
+    checkLeaseId(ctx.leaseId)
+    const prefill = ctx.discovery.ranks.filter((r) => r.service === 'prefill')
+    if (prefill.length === 0) throw badInput('discovery found no prefill rank processes', 'check `pdchaos status`: is the prefill server up?')
+    let chosen = prefill
+    if (ctx.params.rank !== undefined) {
+      chosen = prefill.filter((r) => r.tpRank === ctx.params.rank)
+      if (chosen.length === 0) throw badInput(`no prefill rank TP${ctx.params.rank} (prefill ranks: ${prefill.map((r) => `TP${r.tpRank}`).join(', ')})`)
+      if (chosen.length > 1) throw badInput(`${chosen.length} prefill ranks are TP${ctx.params.rank} (data parallel?): ambiguous target`, 'this fault supports DP size 1')
+    }
+    const noPort = chosen.filter((r) => r.zmqPort === undefined)
+    if (noPort.length > 0) {
+      // Dropping only some ranks' ports would let the others answer: a partial fault is no fault.
+      throw badInput(`the bootstrap route gave no ZMQ port for ${noPort.map(describeRank).join(', ')}`,
+        'wait until prefill has registered with its bootstrap server (GET /route answers), then retry')
+    }
+    if (!ctx.facts.filterTool) throw noFilterTool(ctx.facts.filterEvidence)
+
+    const matches: FilterMatch[] = chosen.map((r) => ({
+      kind: 'to', port: r.zmqPort!,
+      ...(r.zmqHost && isIP(r.zmqHost) ? {addr: r.zmqHost.replace(/^::ffff:/i, '')} : {}),
+    }))
+    const filter = buildFilter({tool: ctx.facts.filterTool, leaseId: ctx.leaseId, matches})
+    const targets: FaultTarget[] = chosen.map((r) => ({
+      service: 'prefill', tpRank: r.tpRank, pid: r.pid, ...(r.startTicks === undefined ? {} : {startTicks: r.startTicks}),
+      ...(r.gpu === undefined ? {} : {gpu: r.gpu}), ports: [r.zmqPort!],
+    }))
+    return {
+      fault: 'drop-dest-info',
+      mechanism: 'packet-filter',
+      leaseId: ctx.leaseId,
+      targets,
+      inject: filter.inject,
+      revert: filter.revert,
+      sudo: true,
+      verifyInjected: [filter.verifyInjected],
+      verifyClean: [filter.verifyClean],
+      readOnlyProbes: filter.readOnlyProbes,
+      description: `drop all TCP to the ZMQ port of ${chosen.map((r) => `prefill TP${r.tpRank} (${r.zmqHost ?? '*'}:${r.zmqPort})`).join(', ')}; ${filter.summary}. ` +
+        'New requests stay in the prefill bootstrap queue at Bootstrapping; decode\'s ABORT is dropped too.',
+      notes: [
+        `packet filter: ${ctx.facts.filterEvidence ?? ctx.facts.filterTool}`,
+        ...(ctx.params.rank !== undefined && prefill.length > 1 ? [`only TP${ctx.params.rank} of ${prefill.length} prefill ranks: the all-reduce (MIN) still holds every request at Bootstrapping`] : []),
+      ],
+    }
+  },
+}

@@ -1,0 +1,208 @@
+import type {Deployment} from '../deployment/config.js'
+import type {RankInfo, StatusReport} from '../discovery/discover.js'
+import {badInput, oneLine} from '../errors.js'
+import type {Host} from '../hosts/host.js'
+import {shellCommand} from '../hosts/quote.js'
+
+/**
+ * What a fault is to the rest of pdchaos: a pure planner from what discovery saw (plus a few read-only host
+ * facts gathered beforehand) to the exact commands that inject it, take it out, and prove each step from the
+ * host's state. Faults never judge the deployment; they only say what they changed and how to see it.
+ */
+
+export type FaultName = 'drop-dest-info' | 'stall-kv' | 'abort-mid-transfer'
+export type MechanismName = 'packet-filter' | 'sigstop' | 'abort-requests'
+
+export interface Judgement {
+  ok: boolean
+  evidence: string
+}
+
+/**
+ * A check made from host state: argv to run (read-only) and a pure judge of what it printed. The judge sees the
+ * exit code only as one more fact: a tool that exits 0 without doing anything must still fail the judge.
+ */
+export interface Probe {
+  name: string
+  argv: string[]
+  /** Needs privilege (sudo under a passwordless policy). */
+  sudo: boolean
+  judge(stdout: string, code: number | null): Judgement
+}
+
+/** What discovery saw, narrowed to what a fault plan reads. Synthetic in tests, from discover() in commands. */
+export interface FaultDiscovery {
+  ranks: RankInfo[]
+  transport: StatusReport['transport']
+  /** Ports of the services' HTTP APIs, the bootstrap server and the router: never a KV data connection. */
+  servicePorts: number[]
+}
+
+export function faultDiscovery(report: StatusReport, deployment: Deployment): FaultDiscovery {
+  const portOf = (url: string): number => Number(new URL(url).port || (url.startsWith('https') ? 443 : 80))
+  const s = deployment.services
+  const servicePorts = [portOf(s.prefill.url), portOf(s.decode.url), portOf(s.router.url), s.prefill.bootstrapPort]
+  if (s.router.metricsUrl) servicePorts.push(portOf(s.router.metricsUrl))
+  return {ranks: report.ranks, transport: report.transport, servicePorts: [...new Set(servicePorts)]}
+}
+
+export type FilterTool = 'nft' | 'iptables'
+
+/** One endpoint of a TCP connection as ss shows it. */
+export interface Endpoint {
+  addr: string
+  port: number
+}
+
+/** An established TCP connection from `ss -tnpH`, with the pids owning its local end (empty without privilege). */
+export interface Connection {
+  state: string
+  local: Endpoint
+  peer: Endpoint
+  pids: number[]
+}
+
+/** Read-only facts a plan needs from the host, gathered before planning so that plan() stays pure. */
+export interface HostFacts {
+  /** Packet-filter tool found on the host (nft preferred), or undefined if neither works. */
+  filterTool?: FilterTool
+  /** Why that tool (or none) was chosen: versions and permission checks. */
+  filterEvidence?: string
+  /** Established TCP connections (ss -tnpH). */
+  connections?: Connection[]
+}
+
+export interface FaultContext<P> {
+  discovery: FaultDiscovery
+  params: P
+  /** The lease this plan is injected under: names the host-side objects (nft table, iptables chain). */
+  leaseId: string
+  facts: HostFacts
+}
+
+/** A process or connection the fault acts on, with the identity that makes it safe to act on later. */
+export interface FaultTarget {
+  service: 'prefill' | 'decode'
+  tpRank: number
+  pid: number
+  startTicks?: number
+  gpu?: number
+  /** Ports whose inbound traffic is dropped (drop-dest-info). */
+  ports?: number[]
+  /** Connections whose both directions are dropped or slowed (stall-kv, abort-mid-transfer widening). */
+  connections?: Array<{local: Endpoint; peer: Endpoint}>
+}
+
+/** One abort trial: a request with pdchaos's own rid, aborted at an offset inside the transfer window. */
+export interface AbortTrial {
+  index: number
+  rid: string
+  /** Milliseconds after the request is sent at which both aborts are fired. */
+  offsetMs: number
+  aborts: Array<{service: 'prefill' | 'decode'; method: 'POST'; path: '/abort_request'; body: {rid: string}}>
+}
+
+export interface FaultPlan {
+  fault: FaultName
+  mechanism: MechanismName
+  leaseId: string
+  targets: FaultTarget[]
+  /** Commands that inject the fault, in order. Empty when the fault changes nothing on the host. */
+  inject: string[][]
+  /** Commands that take it out: idempotent, safe to run any number of times, by pdchaos or the lease's reverter. */
+  revert: string[][]
+  /** Inject and revert need privilege. */
+  sudo: boolean
+  /** Every probe must judge ok after inject (empty: nothing on the host to check). */
+  verifyInjected: Probe[]
+  /** Every probe must judge ok after revert. */
+  verifyClean: Probe[]
+  /** What --dry-run runs: read-only checks that the tools, permissions and targets exist. */
+  readOnlyProbes: string[][]
+  description: string
+  /** Why the requested variant was not used (e.g. a packet filter refused on RDMA); informational once a plan exists. */
+  refusals?: string[]
+  notes?: string[]
+  /** abort-mid-transfer only. */
+  trials?: AbortTrial[]
+}
+
+export interface Fault<P> {
+  name: FaultName
+  summary: string
+  /** Validate raw params (from flags or a suite file) into this fault's params; badInput on nonsense. */
+  parseParams(raw: Record<string, unknown>): P
+  /** Read-only host probes the plan needs (run before plan(); also what --dry-run runs). */
+  gather(host: Host, discovery: FaultDiscovery, params: P, opts?: {timeoutMs?: number}): Promise<HostFacts>
+  /** Pure: the plan, or a badInput naming why no safe plan exists. */
+  plan(ctx: FaultContext<P>): FaultPlan
+}
+
+/** THE rendering of a command for people and for the lease: every argument through shellCommand(). */
+export function renderArgv(argv: readonly string[]): string {
+  return shellCommand(argv)
+}
+
+export function renderPlan(plan: FaultPlan): {inject: string[]; revert: string[]; verifyInjected: string[]; verifyClean: string[]; readOnlyProbes: string[]} {
+  return {
+    inject: plan.inject.map(renderArgv),
+    revert: plan.revert.map(renderArgv),
+    verifyInjected: plan.verifyInjected.map((p) => renderArgv(p.argv)),
+    verifyClean: plan.verifyClean.map((p) => renderArgv(p.argv)),
+    readOnlyProbes: plan.readOnlyProbes.map(renderArgv),
+  }
+}
+
+/** Run one probe on the host with a deadline and judge it. A probe that cannot run judges not ok (with why). */
+export async function runProbe(host: Host, probe: Probe, timeoutMs = 5000): Promise<Judgement & {probe: string; ms: number}> {
+  const started = performance.now()
+  try {
+    const res = await host.run(probe.argv, {timeoutMs, sudo: probe.sudo})
+    const j = probe.judge(res.stdout, res.code)
+    if (!j.ok && res.stderr.trim()) j.evidence += ` (stderr: ${oneLine(res.stderr).slice(0, 200)})`
+    return {...j, probe: probe.name, ms: performance.now() - started}
+  } catch (error) {
+    return {ok: false, evidence: `${probe.name}: could not run: ${oneLine(error)}`, probe: probe.name, ms: performance.now() - started}
+  }
+}
+
+/** Run every probe; ok only when all are. */
+export async function runProbes(host: Host, probes: Probe[], timeoutMs = 5000): Promise<{ok: boolean; results: Array<Judgement & {probe: string; ms: number}>}> {
+  const results = await Promise.all(probes.map((p) => runProbe(host, p, timeoutMs)))
+  return {ok: results.every((r) => r.ok), results}
+}
+
+const LEASE_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/
+
+/** Lease ids end up in rids, table names and file names: plain characters only. */
+export function checkLeaseId(id: string): string {
+  if (!LEASE_ID.test(id)) throw badInput(`invalid lease id ${JSON.stringify(id)}`, 'use 1-64 letters, digits, _ . or - (starting with a letter or digit)')
+  return id
+}
+
+/** An integer parameter within bounds, or badInput naming it. */
+export function intParam(raw: unknown, name: string, min: number, max: number): number {
+  const n = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : raw
+  if (typeof n !== 'number' || !Number.isInteger(n) || n < min || n > max) {
+    throw badInput(`--${name} must be an integer from ${min} to ${max} (got ${JSON.stringify(raw)})`)
+  }
+  return n
+}
+
+export function describeRank(r: {service: string; tpRank: number; pid: number; gpu?: number}): string {
+  return `${r.service} TP${r.tpRank} (pid ${r.pid}${r.gpu === undefined ? '' : `, GPU ${r.gpu}`})`
+}
+
+/**
+ * Poll the probes until all judge ok or the deadline passes (a signal or a rule takes a moment to show in /proc
+ * or a listing). Returns the last judgement either way; the deadline is mandatory.
+ */
+export async function waitProbes(host: Host, probes: Probe[], deadlineMs: number, intervalMs = 50): Promise<{ok: boolean; results: Array<Judgement & {probe: string; ms: number}>; waitedMs: number}> {
+  const started = performance.now()
+  const until = started + deadlineMs
+  for (;;) {
+    const r = await runProbes(host, probes, Math.max(1000, Math.min(5000, deadlineMs)))
+    if (r.ok || performance.now() + intervalMs > until) return {...r, waitedMs: performance.now() - started}
+    await new Promise((res) => setTimeout(res, intervalMs))
+  }
+}

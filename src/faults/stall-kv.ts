@@ -1,0 +1,155 @@
+import {badInput, oneLine} from '../errors.js'
+import type {RankInfo} from '../discovery/discover.js'
+import type {Host} from '../hosts/host.js'
+import {checkLeaseId, describeRank, type Fault, type FaultContext, type FaultPlan, type HostFacts, intParam} from './fault.js'
+import {classifyDataPath, dataConnectionsOf, pairedRanks, parseSsConnections, rankOnGpu, SS_ARGV} from './data-path.js'
+import {buildFilter, detectFilterTool, noFilterTool} from './packet-filter.js'
+import {checkIdentity} from './proc-identity.js'
+import {buildSigstop} from './signals.js'
+
+/**
+ * stall-kv --gpu N: the KV transfer of the rank on GPU N stops making progress while the schedulers stay alive.
+ * The mechanism follows the detected transport:
+ * - packet-filter: drop both directions of that rank's KV data connections. Only where the data path is known
+ *   to be kernel TCP (the twin; UCX's TCP lane); on RDMA it would be a silent no-op and is refused.
+ * - sigstop: stop the rank (side prefill) or its paired decode rank (side decode), by pid + start time.
+ */
+
+export type StallMechanism = 'auto' | 'packet-filter' | 'sigstop'
+export type Side = 'prefill' | 'decode'
+
+export interface StallKvParams {
+  gpu: number
+  mechanism: StallMechanism
+  side: Side
+  /** Whether --side was given (it only means something for sigstop). */
+  sideGiven?: boolean
+}
+
+export const RDMA_REFUSAL = 'a packet filter cannot stall hardware RDMA: use --mechanism sigstop'
+
+export const stallKv: Fault<StallKvParams> = {
+  name: 'stall-kv',
+  summary: 'the KV transfer of one GPU\'s rank stalls (packet filter on its TCP data path, or SIGSTOP)',
+
+  parseParams(raw) {
+    if (raw.gpu === undefined) throw badInput('stall-kv needs --gpu N', 'pick the GPU from `pdchaos status`')
+    const gpu = intParam(raw.gpu, 'gpu', 0, 1023)
+    const mechanism = (raw.mechanism ?? 'auto') as string
+    if (!['auto', 'packet-filter', 'sigstop'].includes(mechanism)) throw badInput(`unknown --mechanism ${JSON.stringify(mechanism)}`, 'use auto, packet-filter or sigstop')
+    const side = (raw.side ?? 'prefill') as string
+    if (side !== 'prefill' && side !== 'decode') throw badInput(`unknown --side ${JSON.stringify(side)}`, 'use prefill or decode')
+    return {gpu, mechanism: mechanism as StallMechanism, side, sideGiven: raw.side !== undefined}
+  },
+
+  async gather(host: Host, _discovery, params, opts = {}): Promise<HostFacts> {
+    const timeoutMs = opts.timeoutMs ?? 5000
+    const facts: HostFacts = {}
+    if (params.mechanism !== 'sigstop') {
+      const t = await detectFilterTool(host, timeoutMs)
+      facts.filterTool = t.tool
+      facts.filterEvidence = t.evidence
+    }
+    // Connections are read for both mechanisms: they also tell which decode rank a prefill rank feeds.
+    const ss = await host.run(SS_ARGV, {timeoutMs, sudo: true})
+    if (ss.code !== 0) throw badInput(`\`ss -tnpH\` failed on ${host.describe()}: ${oneLine(ss.stderr) || `exit ${ss.code}`}`, 'install iproute2 (ss) on the host')
+    facts.connections = parseSsConnections(ss.stdout)
+    return facts
+  },
+
+  plan(ctx: FaultContext<StallKvParams>): FaultPlan {
+    checkLeaseId(ctx.leaseId)
+    const {params, discovery} = ctx
+    const rank = rankOnGpu(discovery, params.gpu)
+    const path = classifyDataPath(discovery.transport)
+    const refusals: string[] = []
+    let mechanism: 'packet-filter' | 'sigstop'
+    if (params.mechanism === 'packet-filter') {
+      if (path.kind !== 'tcp') throw badInput(`${RDMA_REFUSAL} (${path.evidence})`, 'use --mechanism sigstop --side prefill|decode')
+      mechanism = 'packet-filter'
+    } else if (params.mechanism === 'sigstop') {
+      mechanism = 'sigstop'
+    } else if (path.kind === 'tcp') {
+      mechanism = 'packet-filter'
+    } else {
+      mechanism = 'sigstop'
+      refusals.push(`packet-filter refused: ${RDMA_REFUSAL} (${path.evidence})`)
+    }
+    return mechanism === 'packet-filter' ? packetFilterPlan(ctx, rank, path.evidence, refusals) : sigstopPlan(ctx, rank, path.evidence, refusals)
+  },
+}
+
+function packetFilterPlan(ctx: FaultContext<StallKvParams>, rank: RankInfo, pathEvidence: string, refusals: string[]): FaultPlan {
+  if (!ctx.facts.connections) throw badInput('no connection listing was gathered for the plan', 'run gather() before plan()')
+  const conns = dataConnectionsOf(rank, ctx.discovery, ctx.facts.connections)
+  if (conns.length === 0) {
+    throw badInput(`no open KV data connection of ${describeRank(rank)} (ss shows none besides ZMQ and service ports)`,
+      'send one request through the deployment first (data connections open on first use), or use --mechanism sigstop')
+  }
+  if (!ctx.facts.filterTool) throw noFilterTool(ctx.facts.filterEvidence)
+  const filter = buildFilter({
+    tool: ctx.facts.filterTool, leaseId: ctx.leaseId,
+    matches: conns.map((c) => ({kind: 'flow', a: c.local, b: c.peer})),
+  })
+  const peers = conns.map((c) => c.peerRank).filter((r): r is RankInfo => r !== undefined)
+  return {
+    fault: 'stall-kv',
+    mechanism: 'packet-filter',
+    leaseId: ctx.leaseId,
+    targets: [{
+      service: rank.service, tpRank: rank.tpRank, pid: rank.pid,
+      ...(rank.startTicks === undefined ? {} : {startTicks: rank.startTicks}), ...(rank.gpu === undefined ? {} : {gpu: rank.gpu}),
+      connections: conns.map((c) => ({local: c.local, peer: c.peer})),
+    }],
+    inject: filter.inject,
+    revert: filter.revert,
+    sudo: true,
+    verifyInjected: [filter.verifyInjected],
+    verifyClean: [filter.verifyClean],
+    readOnlyProbes: [...filter.readOnlyProbes, SS_ARGV],
+    description: `stall the KV data path of ${describeRank(rank)}: drop both directions of ${conns.length} TCP connection(s)` +
+      `${peers.length ? ` to ${[...new Set(peers.map((p) => `${p.service} TP${p.tpRank}`))].join(', ')}` : ''}; ${filter.summary}. ` +
+      'Rooms being transferred stay Transferring (prefill inflight queue); the schedulers keep running.',
+    ...(refusals.length ? {refusals} : {}),
+    notes: [`data path: ${pathEvidence}`, `packet filter: ${ctx.facts.filterEvidence ?? ctx.facts.filterTool}`,
+      ...(ctx.params.sideGiven ? ['--side applies to sigstop only; the packet filter cuts both directions'] : [])],
+  }
+}
+
+function sigstopPlan(ctx: FaultContext<StallKvParams>, rank: RankInfo, pathEvidence: string, refusals: string[]): FaultPlan {
+  const side = ctx.params.side
+  let target = rank
+  const notes = [`data path: ${pathEvidence}`]
+  if (rank.service !== side) {
+    const paired = pairedRanks(rank, ctx.discovery, ctx.facts.connections)
+    if (paired.ranks.length === 0) throw badInput(`cannot tell which ${side} rank is paired with ${describeRank(rank)}: ${paired.evidence}`, `send one request first, or pick --gpu of a ${side} rank`)
+    if (paired.ranks.length > 1) {
+      throw badInput(`${describeRank(rank)} is paired with ${paired.ranks.length} ${side} ranks (${paired.ranks.map(describeRank).join(', ')}): ambiguous target`,
+        `pick --gpu of one of those ${side} ranks with --side ${side}`)
+    }
+    target = paired.ranks[0]!
+    notes.push(`pairing: ${paired.evidence}`)
+  }
+  const label = describeRank(target)
+  const id = checkIdentity(target, label)
+  const stop = buildSigstop(id, label)
+  if (side === 'decode') {
+    notes.push('a stopped decode rank is a receiver stall: one-sided RDMA writes into its memory still complete on real hardware, and its own timeouts stop too')
+  }
+  return {
+    fault: 'stall-kv',
+    mechanism: 'sigstop',
+    leaseId: ctx.leaseId,
+    targets: [{service: target.service, tpRank: target.tpRank, pid: id.pid, startTicks: id.startTicks, ...(target.gpu === undefined ? {} : {gpu: target.gpu})}],
+    inject: stop.inject,
+    revert: stop.revert,
+    sudo: true,
+    verifyInjected: [stop.verifyInjected],
+    verifyClean: [stop.verifyClean],
+    readOnlyProbes: stop.readOnlyProbes,
+    description: `${stop.summary}. The ${target.service} instance wedges in its all-reduce (every rank waits for the stopped one); ` +
+      `rooms in flight stay ${side === 'prefill' ? 'Transferring/WaitingForInput' : 'Transferring'}.`,
+    ...(refusals.length ? {refusals} : {}),
+    notes,
+  }
+}

@@ -1,0 +1,21 @@
+import type {InjectResult} from '../experiment/inject.js'
+import {renderVerdicts} from './verdicts-text.js'
+
+export function renderInject(r: InjectResult): string {
+  const out: string[] = [`${r.fault} via ${r.mechanism}: ${r.description}`]
+  if (r.dryRun) {
+    out.push('', 'would inject:', ...r.plan.inject.map((c) => `  ${c}`), 'would revert:', ...r.plan.revert.map((c) => `  ${c}`), 'read-only probes:')
+    for (const p of r.dryRun.probes) out.push(`  ${p.code === 0 ? 'ok  ' : 'FAIL'} ${p.argv}${p.code === 0 ? '' : `: ${p.stderr}`}`)
+    return out.join('\n')
+  }
+  if (r.held) return [...out, `held under lease ${r.held.leaseId}: the host reverts it at ${r.held.expiresAt} (or run \`pdchaos recover\`)`].join('\n')
+  if (r.calibration) out.push(`calibration: prefill ${r.calibration.prefillMs.toFixed(1)} ms (spread ${r.calibration.prefillSpreadMs.toFixed(1)}), observation p99 ${r.calibration.observeMs.toFixed(1)} ms over ${r.calibration.samples} requests`)
+  if (r.pins.length > 0) {
+    out.push('', 'pins:')
+    for (const p of r.pins) {
+      out.push(`  ${p.verdict === 'pass' ? 'PASS' : 'FAIL'} ${p.rid}  evicted ${p.evictionSeconds === null ? 'never' : `${p.evictionSeconds.toFixed(3)}s`}  window [${p.bounds[0].toFixed(3)}, ${p.bounds[1].toFixed(3)}]s`)
+    }
+  }
+  out.push('', renderVerdicts(r.verdicts))
+  return out.join('\n')
+}

@@ -1,0 +1,170 @@
+import type {Deployment} from '../deployment/config.js'
+import {RouterClient} from '../deployment/router-client.js'
+import {sampleValue} from '../deployment/prom-text.js'
+import {type HealthResult, SglangClient} from '../deployment/sglang-client.js'
+import {badInput, oneLine} from '../errors.js'
+import type {Host} from '../hosts/host.js'
+import {fail, pass, type Verdict} from '../checks/verdict.js'
+import {now, Recorder} from '../workload/recorder.js'
+import {sendRequest, type Sent} from '../workload/send.js'
+
+/**
+ * The co-restart: each service restarted by its operator command, in order (prefill → decode → router by default,
+ * SGLang's own launch order), each behind its health gate before the next; then canaries end to end; then a pin
+ * watch that samples like an operator's `t+7s inflight=… decode_running=…` loop while a light load runs.
+ */
+
+export type ServiceName = 'prefill' | 'decode' | 'router'
+
+export interface RestartOptions {
+  order: ServiceName[]
+  /** Per-service deadline to become healthy after its restart command. */
+  healthTimeoutS: number
+  /** Deadline of each restart command. */
+  commandTimeoutS: number
+  canaries: number
+  watchS: number
+  /** Seconds between watch samples and watch requests. */
+  sampleS: number
+  onProgress?: (line: string) => void
+  signal?: AbortSignal
+}
+
+export interface RestartStep {
+  service: ServiceName
+  command: string[]
+  exitCode: number | null
+  commandMs: number
+  /** From the restart command's start to the first healthy answer; null when the gate timed out. */
+  healthyAfterMs: number | null
+  lastHealth?: HealthResult
+}
+
+export interface WatchSample {
+  atS: number
+  inflight?: number
+  bootstrap?: number
+  decodeRunning?: number
+  line: string
+}
+
+export interface RestartResult {
+  steps: RestartStep[]
+  totalMs: number
+  canaries: Array<{rid: string; status: number | null; ms: number}>
+  watch: {samples: WatchSample[]; requests: Array<{rid: string; sentAtS: number; status: number | null; ms: number | null}>}
+  verdicts: Verdict[]
+  observations: Recorder['observations']
+}
+
+const sleep = (ms: number, signal?: AbortSignal) => new Promise<void>((resolve) => {
+  const t = setTimeout(resolve, ms)
+  signal?.addEventListener('abort', () => { clearTimeout(t); resolve() }, {once: true})
+})
+
+export async function coRestart(deployment: Deployment, host: Host, opts: RestartOptions): Promise<RestartResult> {
+  const started = now()
+  const rec = new Recorder()
+  const say = opts.onProgress ?? (() => {})
+  const svc = deployment.services
+  const timeoutMs = 5000
+  const clients = {
+    prefill: new SglangClient(svc.prefill.url, {service: 'prefill', timeoutMs}),
+    decode: new SglangClient(svc.decode.url, {service: 'decode', timeoutMs}),
+  }
+  const router = new RouterClient(svc.router.url, {service: 'router', timeoutMs, metricsUrl: svc.router.metricsUrl})
+  const gate = (name: ServiceName) => (name === 'router' ? router.readiness(svc.router.readinessPath) : clients[name].health(svc[name].healthPath))
+  for (const name of opts.order) {
+    if (!svc[name].restart) throw badInput(`the deployment file has no restart command for ${name}`, `add services.${name}.restart (an argv list) to the deployment file`)
+  }
+
+  const verdicts: Verdict[] = []
+  const steps: RestartStep[] = []
+  const canaries: RestartResult['canaries'] = []
+  const samples: WatchSample[] = []
+  let watchRequests: RestartResult['watch']['requests'] = []
+  const finish = (): RestartResult =>
+    ({steps, totalMs: Math.round(now() - started), canaries, watch: {samples, requests: watchRequests}, verdicts, observations: rec.sorted()})
+  for (const name of opts.order) {
+    const command = svc[name].restart!
+    say(`restarting ${name}: ${command.join(' ')}`)
+    const t0 = now()
+    rec.add({kind: 'marker', t: t0, name: `restart ${name}`})
+    let exitCode: number | null = null
+    try {
+      const res = await host.run(command, {timeoutMs: opts.commandTimeoutS * 1000, sudo: true})
+      exitCode = res.code
+      if (res.code !== 0) say(`${name} restart command exited ${res.code}: ${oneLine(res.stderr).slice(0, 200)}`)
+    } catch (error) {
+      say(`${name} restart command failed: ${oneLine(error)}`)
+    }
+    const commandMs = now() - t0
+    let healthyAfterMs: number | null = null
+    let last: HealthResult | undefined
+    const deadline = t0 + opts.healthTimeoutS * 1000
+    while (now() < deadline && !opts.signal?.aborted) {
+      last = await gate(name)
+      if (last.ok) {
+        healthyAfterMs = now() - t0
+        break
+      }
+      await sleep(200, opts.signal)
+    }
+    steps.push({service: name, command, exitCode, commandMs: Math.round(commandMs), healthyAfterMs: healthyAfterMs === null ? null : Math.round(healthyAfterMs), lastHealth: last})
+    const evidence = {command, exitCode, commandMs: Math.round(commandMs), healthyAfterMs, gate: name === 'router' ? svc.router.readinessPath : svc[name].healthPath, lastHealth: last}
+    if (healthyAfterMs === null) {
+      verdicts.push(fail('restart', name, `${name} not healthy within ${opts.healthTimeoutS}s of its restart (${last?.error ?? 'no answer'}); later services were not restarted`, evidence))
+      return finish()
+    }
+    verdicts.push(pass('restart', name, `${name} healthy ${(healthyAfterMs / 1000).toFixed(2)}s after its restart command`, evidence))
+    say(`${name} healthy after ${(healthyAfterMs / 1000).toFixed(2)}s`)
+  }
+
+  // Canaries end to end: the pair works again through the router.
+  const requestTimeoutMs = Math.max(10_000, (deployment.watchdog.deadlineSeconds + deployment.watchdog.pollSeconds) * 1000 + 10_000)
+  for (let i = 0; i < opts.canaries; i++) {
+    const s = sendRequest(router, rec, {role: 'canary', timeoutMs: requestTimeoutMs, signal: opts.signal})
+    const r = await s.done
+    canaries.push({rid: s.rid, status: r.status, ms: Math.round(r.at - s.sentAt)})
+  }
+  const badCanaries = canaries.filter((c) => c.status !== 200)
+  verdicts.push(badCanaries.length === 0
+    ? pass('restart', 'canaries', `${canaries.length} of ${canaries.length} canary requests succeeded end to end`, {canaries})
+    : fail('restart', 'canaries', `${badCanaries.length} of ${canaries.length} canary requests failed after the restart: ${badCanaries.map((c) => `${c.rid} (${c.status ?? 'no answer'} after ${c.ms} ms)`).join(', ')}`, {canaries}))
+
+  // The pin watch: an operator's sampling loop plus one request per sample.
+  say(`watching for pins for ${opts.watchS}s`)
+  const watchStart = now()
+  const inWatch: Sent[] = []
+  const deadlineMs = deployment.watchdog.deadlineSeconds * 1000
+  while (now() - watchStart < opts.watchS * 1000 && !opts.signal?.aborted) {
+    inWatch.push(sendRequest(router, rec, {role: 'load', timeoutMs: requestTimeoutMs, signal: opts.signal}))
+    const atS = (now() - watchStart) / 1000
+    const [pm, dm] = await Promise.all([clients.prefill.metrics().catch(() => undefined), clients.decode.metrics().catch(() => undefined)])
+    const sample: WatchSample = {
+      atS: Math.round(atS * 10) / 10,
+      inflight: pm && sampleValue(pm.samples, 'sglang:num_prefill_inflight_queue_reqs'),
+      bootstrap: pm && sampleValue(pm.samples, 'sglang:num_prefill_bootstrap_queue_reqs'),
+      decodeRunning: dm && sampleValue(dm.samples, 'sglang:num_running_reqs'),
+      line: '',
+    }
+    sample.line = `t+${Math.round(atS)}s inflight=${sample.inflight ?? '?'} bootstrap=${sample.bootstrap ?? '?'} decode_running=${sample.decodeRunning ?? '?'}`
+    samples.push(sample)
+    say(sample.line)
+    await sleep(opts.sampleS * 1000, opts.signal)
+  }
+  // Every watch request must finish; one held past the deadline is a pin the restart left behind.
+  const settled = await Promise.all(inWatch.map(async (s) => ({s, r: await s.done})))
+  watchRequests = settled.map(({s, r}) => ({rid: s.rid, sentAtS: Math.round(((s.sentAt - watchStart) / 1000) * 10) / 10, status: r.status, ms: r.status === null ? null : Math.round(r.at - s.sentAt)}))
+  const pinned = settled.filter(({s, r}) => r.status !== 200 && (r.at - s.sentAt) >= deadlineMs * 0.5)
+  const failedFast = settled.filter(({s, r}) => r.status !== 200 && (r.at - s.sentAt) < deadlineMs * 0.5)
+  const watchEvidence = {samples: samples.map((x) => x.line), requests: watchRequests, deadlineSeconds: deployment.watchdog.deadlineSeconds}
+  if (pinned.length > 0) {
+    verdicts.push(fail('restart', 'pin watch', `${pinned.length} of ${settled.length} requests after the restart stayed in flight for ${(Math.min(...pinned.map((p) => p.r.at - p.s.sentAt)) / 1000).toFixed(1)}s or more and then failed (${pinned.map((p) => p.r.status ?? 'no answer').join(', ')}): pinned — stale prefill ports after a restart look exactly like this`, watchEvidence))
+  } else if (failedFast.length > 0) {
+    verdicts.push(fail('restart', 'pin watch', `${failedFast.length} of ${settled.length} requests after the restart failed`, watchEvidence))
+  } else {
+    verdicts.push(pass('restart', 'pin watch', `${settled.length} of ${settled.length} requests during the ${opts.watchS}s watch succeeded; no pin`, watchEvidence))
+  }
+  return finish()
+}

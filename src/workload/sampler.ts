@@ -1,0 +1,59 @@
+import {joinUrl, requestText} from '../deployment/http.js'
+import {parsePromText} from '../deployment/prom-text.js'
+import type {SglangClient} from '../deployment/sglang-client.js'
+import {now, type Recorder} from './recorder.js'
+
+/**
+ * Samples what the deployment says about itself into the timeline: SGLang's counters and (stale) gauges from
+ * /metrics, and the fresher /v1/loads snapshot. Evidence and corroboration only: the clock of a verdict is always
+ * a request's own answer.
+ */
+
+export const SAMPLED_METRICS = [
+  'sglang:num_bootstrap_failed_reqs_total',
+  'sglang:num_transfer_failed_reqs_total',
+  'sglang:num_aborted_requests_total',
+  'sglang:num_watchdog_evicted_reqs_total',
+  'sglang:num_prefill_bootstrap_queue_reqs',
+  'sglang:num_prefill_inflight_queue_reqs',
+  'sglang:num_decode_prealloc_queue_reqs',
+  'sglang:num_decode_transfer_queue_reqs',
+  'sglang:num_running_reqs',
+  'sglang:token_usage',
+]
+
+const LOADS = ['sglang_disagg_prefill_bootstrap_queue_reqs', 'sglang_disagg_prefill_inflight_queue_reqs', 'sglang_disagg_decode_prealloc_queue_reqs',
+  'sglang_disagg_decode_transfer_queue_reqs', 'sglang_num_used_tokens', 'sglang_num_running_reqs']
+
+export async function sampleOnce(rec: Recorder, clients: {prefill: SglangClient; decode: SglangClient}): Promise<void> {
+  await Promise.all((['prefill', 'decode'] as const).map(async (service) => {
+    const c = clients[service]
+    const [m, l] = await Promise.all([
+      c.metrics().catch(() => undefined),
+      requestText({service, url: joinUrl(c.baseUrl, '/v1/loads?include=disagg&format=prometheus'), timeoutMs: c.timeoutMs})
+        .then((r) => (r.status === 200 ? parsePromText(r.text, {source: `${service} /v1/loads`}) : undefined)).catch(() => undefined),
+    ])
+    const t = now()
+    for (const name of SAMPLED_METRICS) {
+      const series = m?.samples.filter((s) => s.name === name) ?? []
+      if (series.length > 0) rec.add({kind: 'metric', t, service, name, value: series.reduce((a, s) => a + s.value, 0)})
+    }
+    for (const name of LOADS) {
+      const series = l?.samples.filter((s) => s.name === name) ?? []
+      if (series.length > 0) rec.add({kind: 'metric', t, service, name, value: series.reduce((a, s) => a + s.value, 0)})
+    }
+  }))
+}
+
+/** Sample every intervalMs until stopped; bounded by maxSamples so a forgotten sampler cannot run forever. */
+export function startSampler(rec: Recorder, clients: {prefill: SglangClient; decode: SglangClient}, intervalMs = 1000, maxSamples = 10_000): {stop: () => Promise<void>} {
+  let stopped = false
+  let n = 0
+  const loop = (async () => {
+    while (!stopped && n++ < maxSamples) {
+      await sampleOnce(rec, clients)
+      await new Promise((r) => setTimeout(r, intervalMs))
+    }
+  })()
+  return {stop: async () => { stopped = true; await loop }}
+}

@@ -1,0 +1,173 @@
+import {afterAll, afterEach, beforeAll, describe, expect, it} from 'vitest'
+import {launchPair, metric, nextRoom, pdBody, post, waitFor, firstEvent, internalState, pinTransferring, abortRid, type Pair, type PairOptions, type Pin} from './launch-pair.js'
+
+function pairFor(opts: PairOptions): {get: () => Pair; pins: Pin[]} {
+  let pair: Pair
+  const pins: Pin[] = []
+  beforeAll(async () => { pair = await launchPair({prefillTp: 2, decodeTp: 2, watchdog: {scope: 'off'}, timing: {forwardMsPerKToken: 500}, ...opts}) })
+  afterEach(async () => {
+    for (const pin of pins.splice(0)) { try { process.kill(pin.stoppedPid, 'SIGCONT') } catch { /* gone */ } }
+  })
+  afterAll(async () => { await pair?.stop() })
+  return {get: () => pair, pins}
+}
+
+const settledFlag = (p: Promise<unknown>) => {
+  const s = {done: false}
+  void p.then(() => { s.done = true }, () => { s.done = true })
+  return s
+}
+
+describe('abort in Transferring (NIXL after #24522)', () => {
+  const ctx = pairFor({})
+  it('releases the pin at the next poll as a transfer failure (500, transfer_failed)', async () => {
+    const pair = ctx.get()
+    const pin = await pinTransferring(pair, 'abort-xfer-1')
+    ctx.pins.push(pin)
+    const before = await metric(pair.prefillUrl, 'sglang:num_transfer_failed_reqs_total')
+    const t0 = Date.now()
+    expect(await abortRid(pair.prefillUrl, 'abort-xfer')) .toBe(200) // prefix match, as SGLang's scheduler does
+    const res = await pin.prefill
+    expect(res.status).toBe(500)
+    expect(res.at - t0).toBeLessThan(1000)
+    expect(await metric(pair.prefillUrl, 'sglang:num_transfer_failed_reqs_total')).toBe(before + 1)
+    expect(await metric(pair.prefillUrl, 'sglang:num_aborted_requests_total')).toBeGreaterThanOrEqual(1)
+    expect(pair.log('prefill')).toContain(`Prefill transfer failed for request rank=0 req.rid='abort-xfer-1' req.bootstrap_room=${pin.room}`)
+    expect((await internalState(pair.prefillUrl)).token_usage).toBe(0)
+    // The stale gauge: it was written when the batch ran and stays 1 while nothing new is batched.
+    expect(await metric(pair.prefillUrl, 'sglang:num_prefill_inflight_queue_reqs')).toBe(1)
+  })
+})
+
+describe('defect abort-race', () => {
+  const ctx = pairFor({bugs: ['abort-race']})
+  it('loses an abort of a Transferring request: the pin stays until the transfer moves again', async () => {
+    const pair = ctx.get()
+    const pin = await pinTransferring(pair, 'race-1')
+    ctx.pins.push(pin)
+    const before = await metric(pair.prefillUrl, 'sglang:num_transfer_failed_reqs_total')
+    const settled = settledFlag(pin.prefill)
+    expect(await abortRid(pair.prefillUrl, 'race-1')).toBe(200)
+    await new Promise((r) => setTimeout(r, 1500))
+    expect(settled.done).toBe(false)
+    expect((await internalState(pair.prefillUrl)).inflight).toBe(1)
+    expect(await metric(pair.prefillUrl, 'sglang:num_transfer_failed_reqs_total')).toBe(before)
+    process.kill(pin.stoppedPid, 'SIGCONT')
+    expect((await pin.prefill).status).toBe(200)
+  })
+})
+
+describe('decode waiting timeout and ABORT', () => {
+  const ctx = pairFor({timeouts: {waitingS: 1.5}})
+  it('times out 1.5 s after send_metadata, answers 500 and sends ABORT, which fails the prefill request', async () => {
+    const pair = ctx.get()
+    const rid = 'wait-to-1'
+    const body = pdBody(pair, rid, nextRoom(), {tokens: 6000}) // a 3 s forward: the transfer cannot finish in time
+    const [p, d] = await Promise.all([post(pair.prefillUrl, body), post(pair.decodeUrl, body)])
+    expect(d.status).toBe(500)
+    const sent = Number(firstEvent(pair, 'decode', rid, 'enter', 'transfer')!.t)
+    const failed = Number(firstEvent(pair, 'decode', rid, 'transfer_failed')!.t)
+    expect(failed - sent).toBeGreaterThanOrEqual(1500)
+    expect(pair.log('decode')).toMatch(new RegExp(`Request ${rid} timed out after 1\\.\\ds in KVPoll\\.WaitingForInput`))
+    expect(p.status).toBe(500)
+    expect(pair.log('prefill')).toMatch(/KVSender room=\d+: Aborted by decode ABORT\./)
+    expect(firstEvent(pair, 'prefill', rid, 'transfer_failed')).toBeDefined()
+  })
+
+  it('a decode-side abort also sends ABORT to prefill', async () => {
+    const pair = ctx.get()
+    const rid = 'dec-abort-1'
+    const body = pdBody(pair, rid, nextRoom(), {tokens: 4000})
+    const p = post(pair.prefillUrl, body)
+    const d = post(pair.decodeUrl, body)
+    await waitFor('decode transfer queue', () => firstEvent(pair, 'decode', rid, 'enter', 'transfer'))
+    expect(await abortRid(pair.decodeUrl, rid)).toBe(200)
+    expect((await d).status).toBe(500)
+    expect((await p).status).toBe(500)
+    expect(firstEvent(pair, 'prefill', rid, 'completed')).toBeUndefined()
+  })
+})
+
+describe('decode heartbeat and NIXL without a prefill bootstrap timeout', () => {
+  const ctx = pairFor({timeouts: {heartbeatIntervalS: 2, heartbeatMaxFailure: 1, bootstrapS: 1}})
+
+  it('NIXL: a request with no destination info is never timed out by prefill', async () => {
+    const pair = ctx.get()
+    const answer = post(pair.prefillUrl, pdBody(pair, 'nixl-boot-1', nextRoom()))
+    const settled = settledFlag(answer)
+    await new Promise((r) => setTimeout(r, 2000))
+    expect(settled.done).toBe(false)
+    expect(await metric(pair.prefillUrl, 'sglang:num_bootstrap_failed_reqs_total')).toBe(0)
+    await abortRid(pair.prefillUrl, 'nixl-boot-1')
+    expect((await answer).status).toBe(500)
+  })
+
+  it('marks the rooms of a prefill that went away Failed after the heartbeat misses', async () => {
+    const pair = ctx.get()
+    // Decode alone: it resolves /route, sends its destination info and waits in the transfer queue.
+    const d = post(pair.decodeUrl, pdBody(pair, 'hb-1', nextRoom()))
+    await waitFor('decode transfer queue', () => firstEvent(pair, 'decode', 'hb-1', 'enter', 'transfer'))
+    const t0 = Date.now()
+    await pair.stopRole('prefill')
+    const res = await d
+    expect(res.status).toBe(500)
+    expect(res.at - t0).toBeLessThan(2000 + 667 + 1500)
+    expect(pair.log('decode')).toMatch(/Lost connection with prefill instance \(bootstrap_addr: 127\.0\.0\.1:\d+\).*1 requests affected/)
+    await pair.start('prefill')
+  })
+})
+
+describe('mooncake prefill bootstrap timeout', () => {
+  const ctx = pairFor({backend: 'mooncake', timeouts: {bootstrapS: 1.5}})
+  it('fails a request stuck in Bootstrapping after SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT', async () => {
+    const pair = ctx.get()
+    const res = await post(pair.prefillUrl, pdBody(pair, 'mc-boot-1', nextRoom()))
+    expect(res.status).toBe(500)
+    expect(res.body).toContain('Prefill bootstrap failed')
+    expect(await metric(pair.prefillUrl, 'sglang:num_bootstrap_failed_reqs_total')).toBe(1)
+    expect(pair.log('prefill')).toMatch(/timed out after 1\.\ds in KVPoll\.Bootstrapping/)
+    const entered = Number(firstEvent(pair, 'prefill', 'mc-boot-1', 'enter', 'bootstrap')!.t)
+    expect(Number(firstEvent(pair, 'prefill', 'mc-boot-1', 'bootstrap_failed')!.t) - entered).toBeGreaterThanOrEqual(1500)
+  })
+})
+
+describe('prefill restart behind the same address', () => {
+  describe('with the fix (PR #36029): a changed instance id is a node failure at once', () => {
+    const ctx = pairFor({timeouts: {heartbeatIntervalS: 2, heartbeatMaxFailure: 3}, timing: {forwardMsPerKToken: 5}})
+    it('refreshes the cached ports and serves again', async () => {
+      const pair = ctx.get()
+      const b1 = pdBody(pair, 'fix-1', nextRoom())
+      expect((await Promise.all([post(pair.prefillUrl, b1), post(pair.decodeUrl, b1)])).map((a) => a.status)).toEqual([200, 200])
+      await pair.stopRole('prefill')
+      await pair.start('prefill')
+      await waitFor('instance change noticed', () => /prefill bootstrap instance changed/.test(pair.log('decode')), 8000)
+      const b2 = pdBody(pair, 'fix-2', nextRoom())
+      expect((await Promise.all([post(pair.prefillUrl, b2), post(pair.decodeUrl, b2)])).map((a) => a.status)).toEqual([200, 200])
+    })
+  })
+
+  describe('defect stale-prefill-ports', () => {
+    const ctx = pairFor({bugs: ['stale-prefill-ports'], timeouts: {heartbeatIntervalS: 5, heartbeatMaxFailure: 2}, timing: {forwardMsPerKToken: 5}})
+    it('keeps pushing destination info to the dead ports: the new request pins in Bootstrapping', async () => {
+      const pair = ctx.get()
+      const b1 = pdBody(pair, 'stale-1', nextRoom())
+      expect((await Promise.all([post(pair.prefillUrl, b1), post(pair.decodeUrl, b1)])).map((a) => a.status)).toEqual([200, 200])
+      const oldPorts = pair.service('prefill').rankPorts.map((r) => r.zmqPort)
+      await pair.stopRole('prefill')
+      await pair.start('prefill')
+      expect(pair.service('prefill').rankPorts.map((r) => r.zmqPort)).not.toEqual(oldPorts)
+      const b2 = pdBody(pair, 'stale-2', nextRoom())
+      const p = post(pair.prefillUrl, b2)
+      const d = post(pair.decodeUrl, b2)
+      const settled = settledFlag(Promise.race([p, d]))
+      await waitFor('decode sent its destination info', () => firstEvent(pair, 'decode', 'stale-2', 'enter', 'transfer'))
+      await new Promise((r) => setTimeout(r, 1500))
+      expect(settled.done).toBe(false)
+      expect(firstEvent(pair, 'prefill', 'stale-2', 'exit', 'bootstrap')).toBeUndefined()
+      await abortRid(pair.prefillUrl, 'stale-2')
+      await abortRid(pair.decodeUrl, 'stale-2')
+      expect((await p).status).toBe(500)
+      expect((await d).status).toBe(500)
+    })
+  })
+})
