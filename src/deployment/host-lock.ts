@@ -3,6 +3,7 @@ import {randomBytes} from 'node:crypto'
 
 import {PdError} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
+import {localStartTicks} from '../faults/lease.js'
 import type {Host} from '../hosts/host.js'
 
 /**
@@ -14,6 +15,10 @@ import type {Host} from '../hosts/host.js'
 export interface LockBody {
   token: string
   owner: string
+  /** The machine and process holding it: a lock whose owner died on this machine is taken over at once. */
+  hostname: string
+  pid: number
+  startTicks: number | null
   command: string
   acquiredAt: number
   expiresAt: number
@@ -37,6 +42,9 @@ export async function acquireHostLock(host: Host, stateDir: string, opts: {comma
   const body: LockBody = {
     token: randomBytes(8).toString('hex'),
     owner: `${userInfo().username}@${hostname()} pid ${process.pid}`,
+    hostname: hostname(),
+    pid: process.pid,
+    startTicks: localStartTicks(process.pid),
     command: opts.command,
     acquiredAt: Date.now(),
     expiresAt: Date.now() + opts.ttlMs,
@@ -60,7 +68,8 @@ export async function acquireHostLock(host: Host, stateDir: string, opts: {comma
     try {
       current = JSON.parse(currentText) as Partial<LockBody>
     } catch { /* unreadable: treat as held until someone removes it */ }
-    if (attempt === 0 && typeof current.expiresAt === 'number' && Number.isFinite(hostNow) && current.expiresAt < hostNow) {
+    const expired = typeof current.expiresAt === 'number' && Number.isFinite(hostNow) && current.expiresAt < hostNow
+    if (attempt === 0 && (expired || ownerDiedHere(current))) {
       await host.run(['sh', '-c', BREAK, 'sh', stateDir, currentText], {timeoutMs, sudo: true})
       continue
     }
@@ -71,4 +80,11 @@ export async function acquireHostLock(host: Host, stateDir: string, opts: {comma
     })
   }
   throw new PdError(`the pdchaos lock on ${host.describe()} changed hands while taking it`, {exit: ExitCode.badInput, code: 'E_LOCKED', suggestion: 'try again'})
+}
+
+/** The owner ran on this machine and that process (pid + start time) is gone: the lock is orphaned. */
+function ownerDiedHere(lock: Partial<LockBody>): boolean {
+  if (lock.hostname !== hostname() || typeof lock.pid !== 'number') return false
+  const ticks = localStartTicks(lock.pid)
+  return ticks === null || (lock.startTicks !== undefined && lock.startTicks !== null && ticks !== lock.startTicks)
 }

@@ -22,7 +22,7 @@ const quantile = (xs: number[], q: number): number => {
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]
 }
 
-export async function calibrate(deployment: Deployment, c: CalibrateClients, opts: {requests?: number; promptTokens?: number} = {}): Promise<Calibration & {routerMs: number}> {
+export async function calibrate(deployment: Deployment, c: CalibrateClients, opts: {requests?: number; promptTokens?: number; routerToo?: boolean} = {}): Promise<Calibration & {routerMs: number}> {
   const n = opts.requests ?? 8
   const prefillMs: number[] = []
   const routerMs: number[] = []
@@ -41,6 +41,7 @@ export async function calibrate(deployment: Deployment, c: CalibrateClients, opt
     }
     // Round -1 warms connections and caches up and is not counted.
     if (i >= 0) prefillMs.push(p.ms)
+    if (opts.routerToo === false) continue
     const r = await c.router.generate({rid: newRid('pdchaos-cal'), text, max_new_tokens: 1}, {timeoutMs: 30_000})
     if (r.status !== 200) {
       throw new PdError(`calibration request through the router failed before any fault (${r.status})`, {exit: ExitCode.unreachable, suggestion: 'run `pdchaos status`'})
@@ -60,6 +61,6 @@ export async function calibrate(deployment: Deployment, c: CalibrateClients, opt
     prefillSpreadMs: quantile(prefillMs, 0.99) - quantile(prefillMs, 0.01),
     observeMs: quantile(hops, 0.99),
     samples: n,
-    routerMs: quantile(routerMs, 0.5),
+    routerMs: routerMs.length > 0 ? quantile(routerMs, 0.5) : Number.NaN,
   }
 }

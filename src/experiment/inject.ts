@@ -14,6 +14,8 @@ import {faultDiscovery, type FaultPlan, renderPlan, runProbes} from '../faults/f
 import {type LeaseGuard, withLeases} from '../faults/lease-guard.js'
 import {leaseTtlMs, newLeaseId} from '../faults/lease.js'
 import {getFault} from '../faults/registry.js'
+import {sweepOffsets} from '../faults/abort-mid-transfer.js'
+import {classifyDataPath} from '../faults/data-path.js'
 import type {Host} from '../hosts/host.js'
 import {now, Recorder} from '../workload/recorder.js'
 import {sampleOnce, startSampler} from '../workload/sampler.js'
@@ -85,22 +87,28 @@ export async function runInject(deployment: Deployment, host: Host, opts: Inject
   const {deadlineSeconds, pollSeconds} = deployment.watchdog
 
   const fault = getFault(opts.fault)
-  const params = fault.parseParams(opts.params) as Record<string, unknown>
+  const isAbort = opts.fault === 'abort-mid-transfer'
+  // abort-mid-transfer plans from a transfer window that is measured below; a nominal one validates the flags now.
+  const nominal = isAbort && opts.params.windowStartMs === undefined ? {windowStartMs: 0, windowEndMs: 100} : {}
+  let params = fault.parseParams({...opts.params, ...nominal}) as Record<string, unknown>
   say('discovering the deployment')
   const report = await discover(deployment, host, {timeoutMs: probeMs})
   const disc = faultDiscovery(report, deployment)
 
-  // abort-mid-transfer needs the transfer window before it can plan; measure it on unfaulted requests.
   const rec = new Recorder()
   let calibration: (Calibration & {routerMs: number}) | undefined
   if (!opts.dryRun && !opts.hold) {
     say('calibrating on unfaulted requests')
     calibration = await calibrate(deployment, {prefill, decode, router}, {promptTokens: opts.promptTokens})
   }
-  if (opts.fault === 'abort-mid-transfer' && params.windowStartMs === undefined) {
+  if (isAbort && opts.params.windowStartMs === undefined) {
+    // Unless told otherwise, widen the transfer window on a TCP data path by rate-limiting one rank's KV connections,
+    // so the sweep lands inside Transferring rather than around a sub-millisecond transfer.
+    const widen = opts.params.widenKBytesPerSecond === undefined && classifyDataPath(disc.transport).kind === 'tcp'
+      ? {gpu: opts.params.gpu ?? disc.ranks.find((r) => r.service === 'prefill' && r.gpu !== undefined)?.gpu, widenKBytesPerSecond: DEFAULT_WIDEN_KBYTES}
+      : {}
     const p = calibration?.prefillMs ?? 50
-    // The transfer runs at the end of the prefill's answer time: the last 40% of it, at least a few ms wide.
-    Object.assign(params, fault.parseParams({...opts.params, windowStartMs: Math.max(0, p * 0.6), windowEndMs: Math.max(p, 3)}))
+    params = fault.parseParams({...opts.params, ...widen, windowStartMs: Math.round(Math.max(0, p * 0.6)), windowEndMs: Math.round(Math.max(p, 3))}) as Record<string, unknown>
   }
   const leaseId = newLeaseId(opts.fault)
   const facts = await fault.gather(host, disc, params, {timeoutMs: probeMs})
@@ -163,11 +171,27 @@ export async function runInject(deployment: Deployment, host: Host, opts: Inject
     if (opts.hold) {
       await stopAll()
       guard.dispose()
-      // The lease stays armed: its reverter takes the fault out at expiry. Forget it so withLeases does not revert it.
-      forget(guard, lease.id)
+      // The lease stays armed: its reverter takes the fault out at expiry.
+      guard.release(lease.id)
       return {...base, lease, held: {leaseId: lease.id, expiresAt: new Date(lease.expiresAt).toISOString()}, pins: [], verdicts: [], summary: {passed: 0, failed: 0}}
     }
     const expectedState = pinStateOf(plan)
+    if (plan.trials && plan.inject.length > 0 && calibration) {
+      const stalled = params.widenKBytesPerSecond === 0
+      let end: number
+      if (stalled) {
+        // The transfer is held still: every request sits in Transferring once its forward is done, so the window
+        // runs from the unfaulted prefill time for as long as the watchdog leaves the request alone.
+        end = calibration.prefillMs + Math.min(1000, deadlineSeconds * 1000 * 0.4)
+      } else {
+        // Slowed, not stopped: measure the window again with the limit in place.
+        const widened = await calibrate(deployment, {prefill, decode, router}, {promptTokens: opts.promptTokens, requests: 3, routerToo: false})
+        end = Math.max(calibration.prefillMs + 1, widened.prefillMs * 0.95)
+      }
+      const offsets = sweepOffsets(plan.trials.length, calibration.prefillMs, end)
+      plan.trials.forEach((t, i) => { t.offsetMs = offsets[i] })
+      say(`transfer window ${stalled ? 'held open' : 'widened'}: aborts at ${calibration.prefillMs.toFixed(0)}..${end.toFixed(0)} ms after send`)
+    }
 
     const pinController = new AbortController()
     try {
@@ -282,6 +306,9 @@ async function revertAndVerify(guard: LeaseGuard, plan: FaultPlan, rec: Recorder
 }
 
 const DRAIN_WAIT_MS = 20_000
+/** Widening the abort window on a TCP data path by default holds the transfer still (0 kB/s): on loopback one KV
+ * segment can be the whole transfer, so a rate limit cannot stretch it. */
+const DEFAULT_WIDEN_KBYTES = 0
 
 /** Every PD queue reads 0 in the latest loads snapshot of both servers. */
 function drained(rec: Recorder): boolean {
@@ -291,7 +318,3 @@ function drained(rec: Recorder): boolean {
   return last.size > 0 && [...last.values()].every((v) => v === 0)
 }
 
-/** Drop a lease from the guard's tracking without reverting it (--hold leaves it to the host's reverter). */
-function forget(guard: LeaseGuard, id: string): void {
-  ;(guard as unknown as {active: Map<string, unknown>}).active.delete(id)
-}

@@ -19,7 +19,7 @@ export interface AbortMidTransferParams {
   windowEndMs: number
   /** Widen the window: rate-limit the KV connections of the rank on this GPU... */
   gpu?: number
-  /** ...to this many kbytes/s. */
+  /** ...to this many kbytes/s; 0 holds the transfer still (a stall), so every abort after the forward lands in Transferring. */
   widenKBytesPerSecond?: number
 }
 
@@ -58,7 +58,7 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
     if (windowEndMs < windowStartMs) throw badInput(`the transfer window ends (${windowEndMs} ms) before it starts (${windowStartMs} ms)`)
     const p: AbortMidTransferParams = {trials: raw.trials === undefined ? 10 : intParam(raw.trials, 'trials', 1, MAX_TRIALS), windowStartMs, windowEndMs}
     if (raw.widenKBytesPerSecond !== undefined) {
-      p.widenKBytesPerSecond = intParam(raw.widenKBytesPerSecond, 'widen-kbytes', 1, 10_000_000)
+      p.widenKBytesPerSecond = intParam(raw.widenKBytesPerSecond, 'widen-kbytes', 0, 10_000_000)
       if (raw.gpu === undefined) throw badInput('widening the window needs --gpu N (whose KV connections to slow)')
     }
     if (raw.gpu !== undefined) p.gpu = intParam(raw.gpu, 'gpu', 0, 1023)
@@ -106,7 +106,8 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
     if (conns.length === 0) throw badInput(`no open KV data connection of ${describeRank(rank)} to slow`, 'send one request through the deployment first')
     if (!ctx.facts.filterTool) throw noFilterTool(ctx.facts.filterEvidence)
     const filter = buildFilter({
-      tool: ctx.facts.filterTool, leaseId: ctx.leaseId, action: {kind: 'rate', kbytesPerSecond: p.widenKBytesPerSecond},
+      tool: ctx.facts.filterTool, leaseId: ctx.leaseId,
+      action: p.widenKBytesPerSecond === 0 ? {kind: 'drop'} : {kind: 'rate', kbytesPerSecond: p.widenKBytesPerSecond},
       matches: conns.map((c) => ({kind: 'flow', a: c.local, b: c.peer})),
     })
     return {

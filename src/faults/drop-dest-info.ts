@@ -1,5 +1,3 @@
-import {isIP} from 'node:net'
-
 import {badInput} from '../errors.js'
 import type {Host} from '../hosts/host.js'
 import {checkLeaseId, describeRank, type Fault, type FaultContext, type FaultPlan, type FaultTarget, type HostFacts, intParam} from './fault.js'
@@ -48,10 +46,9 @@ export const dropDestInfo: Fault<DropDestInfoParams> = {
     }
     if (!ctx.facts.filterTool) throw noFilterTool(ctx.facts.filterEvidence)
 
-    const matches: FilterMatch[] = chosen.map((r) => ({
-      kind: 'to', port: r.zmqPort!,
-      ...(r.zmqHost && isIP(r.zmqHost) ? {addr: r.zmqHost.replace(/^::ffff:/i, '')} : {}),
-    }))
+    // By port alone, on every address: rank_ip may be 0.0.0.0, an alias or a NAT'd address, and a rule on the
+    // wrong address would be a silent no-op. A ZMQ port is a random port bound by the rank, so nothing else uses it.
+    const matches: FilterMatch[] = chosen.map((r) => ({kind: 'to', port: r.zmqPort!}))
     const filter = buildFilter({tool: ctx.facts.filterTool, leaseId: ctx.leaseId, matches})
     const targets: FaultTarget[] = chosen.map((r) => ({
       service: 'prefill', tpRank: r.tpRank, pid: r.pid, ...(r.startTicks === undefined ? {} : {startTicks: r.startTicks}),

@@ -77,6 +77,11 @@ export class LeaseGuard {
     this.active.set(lease.id, lease)
   }
 
+  /** Stop tracking a lease without reverting it: it stays armed and the host's reverter takes it out at expiry (--hold). */
+  release(id: string): void {
+    this.active.delete(id)
+  }
+
   async revert(id: string): Promise<RevertResult> {
     const res = await revertLease(this.host, this.stateDir, id, 'pdchaos', {waitMs: this.opts.revertTimeoutMs ?? 30_000})
     if (res.status !== 'in-progress') this.active.delete(id)

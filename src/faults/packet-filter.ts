@@ -128,7 +128,7 @@ export function buildFilter(spec: FilterSpec): FilterPlan {
 
 function nftFilter(leaseId: string, rules: Rule[], action: FilterAction, what: string): FilterPlan {
   const table = nftTableName(leaseId)
-  const verdict = action.kind === 'drop' ? 'counter drop' : `limit rate over ${action.kbytesPerSecond} kbytes/second counter drop`
+  const verdict = action.kind === 'drop' ? 'counter drop' : `limit rate over ${action.kbytesPerSecond} kbytes/second burst 64 kbytes counter drop`
   // One nft invocation = one transaction: the table appears with every rule, or not at all.
   const lines = [
     `add table inet ${table}`,

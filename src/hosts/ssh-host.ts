@@ -219,7 +219,7 @@ export class SshHost implements Host {
           if (err) {
             c.inflight.delete(onDrop)
             // The command never started: when the connection died under us, open a new one once.
-            if (!c.alive && attempt === 0) { start(1).catch((e: unknown) => finish(e as Error)); return }
+            if (!c.alive && attempt === 0) { start(1).catch((e: unknown) => finish(lostConnection(e))); return }
             finish(new PdError(`cannot open a channel on ${where}: ${oneLine(err)}`, {exit: ExitCode.unreachable, suggestion: 'check MaxSessions in sshd_config and the host\'s load'}))
             return
           }
@@ -253,7 +253,11 @@ export class SshHost implements Host {
           else ch.end()
         })
       }
-      start(0).catch((e: unknown) => finish(e as Error))
+      // ssh2 throws synchronously ("Not connected") when the connection died between commands: still exit 5, one line.
+      const lostConnection = (e: unknown): Error => (e instanceof PdError ? e : new PdError(`lost the connection to ${where} before \`${describeArgv(argv)}\` could start: ${oneLine(e)}`, {
+        exit: ExitCode.unreachable, suggestion: 'check that sshd on the host is up and reachable',
+      }))
+      start(0).catch((e: unknown) => finish(lostConnection(e)))
     })
   }
 

@@ -50,7 +50,7 @@ describe('recovery check', () => {
     const failed = checkRecovery(tl).filter((x) => x.verdict === 'fail')
     expect(failed.map((f) => f.subject)).toEqual(['prefill KV tokens', 'counters'])
     expect(failed[0].summary).toMatch(/a leak/)
-    expect(failed[1].summary).toMatch(/moved by 1, the requests that failed were 2/)
+    expect(failed[1].summary).toMatch(/moved by 1, expected 2/)
   })
 
   it('fails undrained queues and failing canaries', () => {

@@ -8,7 +8,13 @@ import {dropDestInfo} from '../../src/faults/drop-dest-info.js'
 import {type FaultDiscovery, type FaultPlan, type FilterTool, runProbes} from '../../src/faults/fault.js'
 import {detectFilterTool, nftTableName} from '../../src/faults/packet-filter.js'
 import {stallKv} from '../../src/faults/stall-kv.js'
+import {writeFileSync} from 'node:fs'
+import {join} from 'node:path'
+import {SshHost, resolveSshEndpoint} from '../../src/hosts/ssh-host.js'
+import {buildSigstop} from '../../src/faults/signals.js'
+import {waitProbes} from '../../src/faults/fault.js'
 import {createNetns, type Netns, runCommand} from '../harness/netns.js'
+import {startSshd, type Sshd} from '../harness/sshd.js'
 import {NetnsHost} from './netns-host.js'
 
 /**
@@ -215,6 +221,60 @@ describe.skipIf(!isRoot)('packet-filter mechanism in a network namespace', () =>
     pending.length = 0
     expect((await ns.run(['nft', 'list', 'ruleset'])).stdout).toMatch(/table inet someone_else[\s\S]*tcp dport 9 counter packets \d+ bytes \d+ accept/)
     await ns.run(['nft', 'delete', 'table', 'inet', 'someone_else'])
+  })
+
+  it('over a real sshd inside the namespace: inject -> verified and revert -> verified clean, timed', async () => {
+    let sshd: Sshd | undefined
+    let ssh: SshHost | undefined
+    try {
+      sshd = await startSshd({netns: ns.name, host: ns.address})
+      const knownHosts = join(sshd.dir, 'known_hosts')
+      writeFileSync(knownHosts, sshd.knownHostsLine)
+      ssh = new SshHost(await resolveSshEndpoint({kind: 'ssh', hostname: sshd.host, port: sshd.port, user: 'root', identityFile: sshd.clientKeyPath, knownHosts, connectTimeoutSeconds: 5}, {sshConfigPath: '/nonexistent'}))
+      const discovery: FaultDiscovery = {
+        ranks: [{service: 'prefill', tpRank: 0, pid: server.pid, startTicks: 1, state: 'S', title: 'sglang::scheduler_TP0', zmqPort: port, zmqHost: ns.address}],
+        transport: {backend: 'nixl', source: 'test'}, servicePorts: [],
+      }
+      const facts = await dropDestInfo.gather(ssh, discovery, {})
+      expect(facts.filterTool).toBe('nft')
+      const sleeper = startPeer(ns, ['server', '0'])
+      peers.push(sleeper)
+      await sleeper.waitFor((l) => l.startsWith('listening'), 10_000)
+      const stat = (await ns.run(['cat', `/proc/${sleeper.pid}/stat`])).stdout
+      const id = {pid: sleeper.pid, startTicks: Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19])}
+      await ssh.run(['true'], {timeoutMs: 5000}) // connection warm, as pdchaos holds one open
+      const timings: Record<string, number[]> = {nftInject: [], nftClean: [], stopInject: [], stopClean: []}
+      for (let i = 0; i < 5; i++) {
+        const plan = dropDestInfo.plan({discovery, params: {}, leaseId: `ssh${i}`, facts})
+        pending.push(plan)
+        let t = performance.now()
+        for (const argv of plan.inject) await ssh.run(argv, {timeoutMs: 5000})
+        expect((await waitProbes(ssh, plan.verifyInjected, 3000)).ok).toBe(true)
+        timings.nftInject!.push(performance.now() - t)
+        t = performance.now()
+        for (const argv of plan.revert) await ssh.run(argv, {timeoutMs: 5000})
+        expect((await waitProbes(ssh, plan.verifyClean, 3000)).ok).toBe(true)
+        timings.nftClean!.push(performance.now() - t)
+        pending.splice(pending.indexOf(plan), 1)
+
+        const stop = buildSigstop(id, 'sleeper')
+        t = performance.now()
+        await ssh.run(stop.inject[0]!, {timeoutMs: 5000})
+        expect((await waitProbes(ssh, [stop.verifyInjected], 3000)).ok).toBe(true)
+        timings.stopInject!.push(performance.now() - t)
+        t = performance.now()
+        await ssh.run(stop.revert[0]!, {timeoutMs: 5000})
+        expect((await waitProbes(ssh, [stop.verifyClean], 3000)).ok).toBe(true)
+        timings.stopClean!.push(performance.now() - t)
+      }
+      const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!.toFixed(1)
+      console.log(`[faults-bench] over ssh (5 runs, median): nft inject+verified ${median(timings.nftInject!)} ms, revert+clean ${median(timings.nftClean!)} ms; ` +
+        `sigstop inject+verified ${median(timings.stopInject!)} ms, revert+clean ${median(timings.stopClean!)} ms`)
+      for (const xs of Object.values(timings)) for (const x of xs) expect(x).toBeLessThan(1000)
+    } finally {
+      await ssh?.close()
+      await sshd?.stop()
+    }
   })
 
   it('ss inside the namespace shows the peers with their pids (what stall-kv reads)', async () => {

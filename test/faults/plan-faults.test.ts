@@ -88,8 +88,8 @@ describe('drop-dest-info plan', () => {
     expect(script).toMatch(/hook input priority -10/)
     expect(script).toMatch(/hook output priority -10/)
     for (let k = 0; k < 4; k++) {
-      expect(script).toContain(`add rule inet pdchaos_abc123 input ip daddr 127.0.0.1 tcp dport ${41_000 + k} counter drop comment "to-127.0.0.1-${41_000 + k}"`)
-      expect(script).toContain(`add rule inet pdchaos_abc123 output ip daddr 127.0.0.1 tcp dport ${41_000 + k} counter drop`)
+      expect(script).toContain(`add rule inet pdchaos_abc123 input tcp dport ${41_000 + k} counter drop comment "to-${41_000 + k}"`)
+      expect(script).toContain(`add rule inet pdchaos_abc123 output tcp dport ${41_000 + k} counter drop comment "to-${41_000 + k}"`)
     }
     expect(plan.revert).toEqual([['nft', 'add', 'table', 'inet', 'pdchaos_abc123', ';', 'delete', 'table', 'inet', 'pdchaos_abc123']])
     expect(plan.readOnlyProbes).toContainEqual(['nft', '--version'])
@@ -108,7 +108,7 @@ describe('drop-dest-info plan', () => {
     const plan = dropDestInfo.plan({discovery: tcpDiscovery(), params: {}, leaseId: 'ipt1', facts: facts('iptables')})
     const chain = iptablesChainName('ipt1')
     expect(plan.inject[0]).toEqual(['iptables', '-w', '5', '-N', chain])
-    expect(plan.inject).toContainEqual(['iptables', '-w', '5', '-A', chain, '-p', 'tcp', '-d', '127.0.0.1', '--dport', '41003', '-m', 'comment', '--comment', 'to-127.0.0.1-41003', '-j', 'DROP'])
+    expect(plan.inject).toContainEqual(['iptables', '-w', '5', '-A', chain, '-p', 'tcp', '--dport', '41003', '-m', 'comment', '--comment', 'to-41003', '-j', 'DROP'])
     // The jumps come last, after the chain is complete.
     expect(plan.inject.slice(-2)).toEqual([['iptables', '-w', '5', '-I', 'INPUT', '1', '-j', chain], ['iptables', '-w', '5', '-I', 'OUTPUT', '1', '-j', chain]])
     expect(plan.revert).toHaveLength(1)

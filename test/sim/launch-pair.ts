@@ -98,6 +98,8 @@ export async function launchPair(opts: PairOptions = {}): Promise<Pair> {
   const readService = (role: Role) => JSON.parse(readFileSync(paths.service(role), 'utf8')) as ServiceFile
   const start = async (role: Role) => {
     const {command, args} = entryArgv(new URL('../../src/sim/server/server-main.ts', import.meta.url).href, '--role', role, '--state-dir', stateDir)
+    const i = args.indexOf('--import')
+    if (i >= 0 && args[i + 1] === 'tsx') args[i + 1] = import.meta.resolve('tsx')
     const fd = openSync(paths.log(role), 'a')
     const argv = [...(opts.wrap ?? []), command, ...args]
     const child = spawn(argv[0]!, argv.slice(1), {stdio: ['ignore', fd, fd], env})

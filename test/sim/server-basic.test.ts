@@ -29,11 +29,17 @@ describe('twin servers: a healthy PD pair', () => {
   })
 
   it('streams SSE lines ending in [DONE]', async () => {
-    const body = pdBody(pair, 'stream-1', nextRoom(), {stream: true})
+    const body = pdBody(pair, 'stream-1', nextRoom(), {stream: true, maxNewTokens: 200})
     const [p, d] = await Promise.all([post(pair.prefillUrl, body), post(pair.decodeUrl, body)])
     expect(p.status).toBe(200)
     expect(d.status).toBe(200)
-    expect(d.body).toMatch(/^data: \{.*\}\n\ndata: \[DONE\]\n\n$/s)
+    const events = d.body.split('\n\n').filter(Boolean)
+    expect(events.at(-1)).toBe('data: [DONE]')
+    const chunks = events.slice(0, -1).map((e) => JSON.parse(e.replace(/^data: /, '')) as {meta_info: {completion_tokens: number; finish_reason: unknown}})
+    expect(chunks.length).toBeGreaterThan(1)
+    expect(chunks.at(-1)!.meta_info).toMatchObject({completion_tokens: 200, finish_reason: {type: 'length'}})
+    const counts = chunks.map((c) => c.meta_info.completion_tokens)
+    expect([...counts].sort((a, b) => a - b)).toEqual(counts)
   })
 
   it('writes service and GPU files and titles each rank like SGLang', () => {

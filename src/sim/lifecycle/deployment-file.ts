@@ -37,6 +37,8 @@ export function twinDeployment(config: SimConfig): Deployment {
       router: {url: e.router, healthPath: '/health', readinessPath: '/readiness', metricsUrl: e.routerMetrics, restart: restartArgv(config.stateDir, 'router'), logs: {file: p.log('router')}},
     },
     backend: config.backend,
+    // A real host has nvidia-smi on its PATH; the twin's stand-in lives in its state dir.
+    tools: {nvidiaSmi: join(p.bin, 'nvidia-smi')},
     watchdog: {scope: config.watchdog.scope, deadlineSeconds: config.watchdog.deadlineS, pollSeconds: config.watchdog.pollS},
     sglangVersion: config.version,
   }

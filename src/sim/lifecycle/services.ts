@@ -29,6 +29,8 @@ export function serviceEnv(config: SimConfig, base: NodeJS.ProcessEnv = process.
     [SIM_ENV.watchdogTimeout]: String(config.watchdog.deadlineS),
     [SIM_ENV.watchdogPollInterval]: String(config.watchdog.pollS),
     [SIM_ENV.backend]: config.backend,
+    // The twin's KV path really is TCP: say so the way a real host does (UCX's transport list, Mooncake's TCP switch).
+    ...(config.backend === 'nixl' ? {UCX_TLS: 'tcp'} : {MC_FORCE_TCP: '1'}),
   }
 }
 

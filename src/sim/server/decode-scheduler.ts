@@ -111,7 +111,9 @@ export class DecodeScheduler extends SchedulerCore {
         this.exit(req, 'transfer')
         this.pushOp({op: 'clear', room: req.room})
         if (req.transferAt !== undefined) this.metrics.observeLatency(nowMs() - req.transferAt)
-        req.finishAt = nowMs() + req.maxNewTokens * (this.cfg.timing.decodeMsPerToken ?? 1)
+        req.runningAt = nowMs()
+        req.streamed = 0
+        req.finishAt = req.runningAt + req.maxNewTokens * (this.cfg.timing.decodeMsPerToken ?? 1)
         this.runningQ.push(req)
         this.enter(req, 'running')
         if (req.stream && !req.res.headersSent) {
@@ -130,7 +132,10 @@ export class DecodeScheduler extends SchedulerCore {
     let moved = false
     this.runningQ = this.runningQ.filter((req) => {
       if (req.queue !== 'running') return false
-      if ((req.finishAt ?? 0) > now) return true
+      if ((req.finishAt ?? 0) > now) {
+        if (req.stream) this.streamProgress(req, now)
+        return true
+      }
       moved = true
       this.exit(req, 'running')
       this.free(req)
@@ -139,6 +144,16 @@ export class DecodeScheduler extends SchedulerCore {
       return false
     })
     return moved
+  }
+
+  /** SSE: a chunk with the cumulative text each time the simulated decode produced new tokens. */
+  private streamProgress(req: Req, now: number): void {
+    const per = this.cfg.timing.decodeMsPerToken ?? 1
+    const produced = Math.min(req.maxNewTokens - 1, Math.floor((now - (req.runningAt ?? now)) / per))
+    if (produced <= (req.streamed ?? 0) || req.res.writableEnded || req.res.destroyed) return
+    req.streamed = produced
+    const chunk = {text: ' the'.repeat(Math.min(produced, 4096)), meta_info: {id: req.rid, finish_reason: null, prompt_tokens: req.tokens, completion_tokens: produced}}
+    req.res.write(`data: ${JSON.stringify(chunk)}\n\n`)
   }
 
   writeGauges(): void {

@@ -55,7 +55,7 @@ async function handle(deps: ApiDeps, req: IncomingMessage, res: ServerResponse):
   const path = url.pathname
   const method = req.method ?? 'GET'
   const sched = deps.sched()
-  const {cfg, env} = deps
+  const {cfg} = deps
 
   if (path === '/health' || path === '/health_generate') {
     if (!sched) return text(res, 503, '')

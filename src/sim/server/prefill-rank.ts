@@ -103,7 +103,9 @@ export class PrefillRank {
   private abort(room: string, why: string): void {
     const cur = this.status.get(room)
     if (cur === undefined) return
-    if (this.bugAbortRace && cur === KVPoll.Transferring) return // the defect: the abort is lost mid-transfer
+    // The defect: once this rank's transfer has started (Transferring, or already done while a sibling rank
+    // still transfers), the abort is lost, so the all-reduced room stays Transferring.
+    if (this.bugAbortRace && cur >= KVPoll.Transferring) return
     if (cur !== KVPoll.Success) this.log.info(`KVSender room=${room}: ${why}`)
     this.update(room, KVPoll.Failed)
   }

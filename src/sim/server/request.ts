@@ -19,6 +19,9 @@ export interface Req {
   inflightAt?: number
   transferAt?: number
   finishAt?: number
+  runningAt?: number
+  /** Tokens already streamed (SSE). */
+  streamed?: number
   kvTokens: number
   state?: number
   disconnectTimer?: NodeJS.Timeout

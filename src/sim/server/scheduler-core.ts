@@ -13,7 +13,7 @@ import type {QueueName, Req} from './request.js'
 
 const BUSY_YIELD_MS = 1
 const BUSY_MAX_YIELD_MS = 4
-const IDLE_SLEEP_MS = 20
+const IDLE_SLEEP_MS = 100
 
 /**
  * What both roles' schedulers share: the loop (one all-reduce per iteration; never idle while work is

@@ -30,6 +30,8 @@ const paths = simPaths(stateDir)
 const cfg = JSON.parse(readFileSync(paths.config, 'utf8')) as SimConfig
 const env = readEnvSettings()
 const log = makeLogger()
+/** Scheduler-side lines carry SGLang's `TP0` prefix (the scheduler of attn-TP rank 0 logs them). */
+const schedLog = makeLogger('TP0')
 const startedAt = nowMs()
 
 let sched: SchedulerCore | undefined
@@ -68,7 +70,7 @@ function listen(server: Server, port: number): Promise<void> {
 
 try {
   log.info(`server_args=ServerArgs(model_path='${cfg.model}', host='${cfg.host}', port=${cfg.ports[role]}, tp_size=${role === 'prefill' ? cfg.prefillTp : cfg.decodeTp}, disaggregation_mode='${role}', disaggregation_transfer_backend='${env.backend}', disaggregation_bootstrap_port=${cfg.ports.bootstrap})`)
-  log.info(`Disaggregation watchdog: scope=${env.watchdog.scope} timeout=${env.watchdog.deadlineS}s poll_interval=${env.watchdog.pollS}s`)
+  if (role === 'prefill') log.info(`Disaggregation watchdog: scope=${env.watchdog.scope} timeout=${env.watchdog.deadlineS}s poll_interval=${env.watchdog.pollS}s`)
   http = createHttpApi({cfg, env, role, startedAt, sched: () => (sched?.running ? sched : undefined), onNewAddr: (a) => heartbeat?.watch(a)})
   await listen(http, cfg.ports[role])
   if (role === 'prefill') {
@@ -81,12 +83,12 @@ try {
   }
   await ranks.start(RANKS_READY_MS)
   if (role === 'prefill') {
-    const p = new PrefillScheduler(role, cfg, env, ranks, log, stateDir)
+    const p = new PrefillScheduler(role, cfg, env, ranks, schedLog, stateDir)
     p.init()
     sched = p
   } else {
-    const d = new DecodeScheduler(role, cfg, env, ranks, log, stateDir)
-    heartbeat = new Heartbeat(d, env, log, !cfg.bugs.includes('stale-prefill-ports'))
+    const d = new DecodeScheduler(role, cfg, env, ranks, schedLog, stateDir)
+    heartbeat = new Heartbeat(d, env, schedLog, !cfg.bugs.includes('stale-prefill-ports'))
     sched = d
   }
   const s = sched

@@ -1,0 +1,128 @@
+import {Gauge, Histogram, Pushgateway, Registry} from 'prom-client'
+import {oneLine, PdError} from '../errors.js'
+import {ExitCode} from '../exit-codes.js'
+import {faultsLeftBehind, runIdOf, runPassed, type SuiteRun} from './run-model.js'
+
+/**
+ * The run's numbers pushed to a Prometheus Pushgateway, for dashboards and alerts across nights: eviction seconds
+ * (a histogram per scenario and fault), pass/fail per check and subject, faults left behind, run duration, run passed.
+ * One grouping per run (job + run_id), replaced as a whole (PUT), so a re-push never mixes two runs.
+ */
+
+export interface PushOptions {
+  jobName?: string
+  groupings?: Record<string, string>
+  /** Deadline of the whole exchange with the gateway, ms. */
+  timeoutMs?: number
+}
+
+export interface PushResult {
+  url: string
+  jobName: string
+  groupings: Record<string, string>
+  /** Metric series pushed (a histogram counts once per label set). */
+  series: number
+}
+
+/** Around the watchdog deadlines people set (SGLang's waiting timeout is minutes by default; test rigs use seconds). */
+export const EVICTION_BUCKETS = [0.5, 1, 2, 3, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 450, 600, 900]
+
+/** The standard buckets plus each scenario's own deadline and deadline + poll, so pass/fail edges are exact bucket bounds. */
+export function evictionBuckets(run: SuiteRun): number[] {
+  const set = new Set(EVICTION_BUCKETS)
+  for (const s of run.scenarios) {
+    if (s.contract.deadlineSeconds > 0) set.add(s.contract.deadlineSeconds)
+    if (s.contract.deadlineSeconds + s.contract.pollSeconds > 0) set.add(s.contract.deadlineSeconds + s.contract.pollSeconds)
+  }
+  return [...set].filter((b) => Number.isFinite(b) && b > 0).sort((a, b) => a - b)
+}
+
+/** The run as a registry of metrics (exported for tests and for a `--metrics-file` one day). */
+export function runRegistry(run: SuiteRun): {registry: Registry; series: number} {
+  const registry = new Registry()
+  let series = 0
+  const eviction = new Histogram({
+    name: 'pdchaos_eviction_seconds', help: 'Seconds from a pin\'s send to its eviction by the watchdog.',
+    labelNames: ['scenario', 'fault'] as const, buckets: evictionBuckets(run), registers: [registry],
+  })
+  const checkPassed = new Gauge({
+    name: 'pdchaos_check_passed', help: '1 when the check passed for this subject, 0 when it failed.',
+    labelNames: ['scenario', 'check', 'subject'] as const, registers: [registry],
+  })
+  const left = new Gauge({name: 'pdchaos_faults_left_behind', help: 'Faults injected but not verified clean after the run: the host may still be faulted.', registers: [registry]})
+  const duration = new Gauge({name: 'pdchaos_run_duration_seconds', help: 'Wall time of the suite run.', registers: [registry]})
+  const passed = new Gauge({name: 'pdchaos_run_passed', help: '1 when the run passed (the gate\'s verdict when gated), else 0.', registers: [registry]})
+
+  const histograms = new Set<string>()
+  for (const s of run.scenarios) {
+    for (const p of s.pins) {
+      if (p.evictionSeconds === null) continue
+      const fault = p.fault ?? s.fault ?? 'none'
+      eviction.observe({scenario: s.name, fault}, p.evictionSeconds)
+      histograms.add(`${s.name}\u0000${fault}`)
+    }
+    for (const v of s.verdicts) {
+      checkPassed.set({scenario: s.name, check: v.check, subject: v.subject}, v.verdict === 'pass' ? 1 : 0)
+      series++
+    }
+  }
+  left.set(faultsLeftBehind(run))
+  duration.set(Math.max(0, (run.finishedAt - run.startedAt) / 1000))
+  passed.set(runPassed(run) ? 1 : 0)
+  return {registry, series: series + histograms.size + 3}
+}
+
+function gatewayError(url: string, what: string, error: unknown): PdError {
+  return new PdError(`cannot ${what} the Pushgateway at ${url}: ${oneLine(error)}`, {
+    exit: ExitCode.unreachable, cause: error,
+    suggestion: `check that the Pushgateway runs and answers at ${url} (GET ${url.replace(/\/$/, '')}/-/ready)`,
+  })
+}
+
+function withDeadline<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms)
+  })
+  return Promise.race([p, deadline]).finally(() => clearTimeout(timer))
+}
+
+function checkUrl(url: string): void {
+  let u: URL
+  try {
+    u = new URL(url)
+  } catch {
+    throw new PdError(`not a Pushgateway URL: ${url}`, {exit: ExitCode.badInput, suggestion: 'give the gateway as http://HOST:9091'})
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') {
+    throw new PdError(`not a Pushgateway URL: ${url} (${u.protocol} is neither http nor https)`, {exit: ExitCode.badInput, suggestion: 'give the gateway as http://HOST:9091'})
+  }
+}
+
+/** Push the run's metrics, replacing whatever the grouping held. Throws PdError exit 5 naming the gateway on any failure. */
+export async function pushRun(url: string, run: SuiteRun, opts: PushOptions = {}): Promise<PushResult> {
+  checkUrl(url)
+  const jobName = opts.jobName ?? 'pdchaos'
+  const groupings = opts.groupings ?? {run_id: runIdOf(run)}
+  const timeoutMs = opts.timeoutMs ?? 5000
+  const {registry, series} = runRegistry(run)
+  const gateway = new Pushgateway(url, {timeout: timeoutMs}, registry)
+  try {
+    await withDeadline(gateway.push({jobName, groupings}), timeoutMs + 500)
+  } catch (error) {
+    throw gatewayError(url, 'push to', error)
+  }
+  return {url, jobName, groupings, series}
+}
+
+/** Delete a run's grouping from the gateway (tests, and cleaning up after a mistaken push). */
+export async function deleteRun(url: string, opts: {jobName?: string; groupings: Record<string, string>; timeoutMs?: number}): Promise<void> {
+  checkUrl(url)
+  const timeoutMs = opts.timeoutMs ?? 5000
+  const gateway = new Pushgateway(url, {timeout: timeoutMs}, new Registry())
+  try {
+    await withDeadline(gateway.delete({jobName: opts.jobName ?? 'pdchaos', groupings: opts.groupings}), timeoutMs + 500)
+  } catch (error) {
+    throw gatewayError(url, 'delete from', error)
+  }
+}

@@ -1,0 +1,139 @@
+import {existsSync, readdirSync} from 'node:fs'
+import {join} from 'node:path'
+
+import {afterAll, beforeAll, describe, expect, it} from 'vitest'
+
+import {createTestHost, type TestHost} from '../harness/test-host.js'
+import {runCli, truth} from './cli.js'
+
+// One namespace host for the file: sshd inside, the twin inside (started over SSH), pdchaos on the root side.
+// Deadline 2 s, poll 0.5 s: short enough for a test, long enough that early and late are far apart.
+const DEADLINE = 2
+const POLL = 0.5
+let host: TestHost
+
+beforeAll(async () => {
+  host = await createTestHost({twin: {deadlineSeconds: DEADLINE, pollSeconds: POLL}})
+}, 120_000)
+
+afterAll(async () => {
+  await host?.destroy()
+}, 60_000)
+
+const json = (stdout: string): Record<string, any> => JSON.parse(stdout) as Record<string, any>
+
+/** The host is clean of pdchaos: no rules, no active lease, no stopped rank. */
+async function assertHostClean(): Promise<void> {
+  const nft = await host.netns.run(['nft', 'list', 'ruleset'], {reject: false})
+  expect(nft.stdout).not.toMatch(/pdchaos/)
+  const ipt = await host.netns.run(['iptables-save'], {reject: false})
+  expect(ipt.stdout).not.toMatch(/PDCHAOS/)
+  const leases = join(host.stateDir, 'leases')
+  const active = existsSync(leases) ? readdirSync(leases).filter((f) => f.endsWith('.json') || f.endsWith('.revert.sh')) : []
+  expect(active).toEqual([])
+  const ps = await host.netns.run(['ps', '-eo', 'stat=,args='], {reject: false})
+  expect(ps.stdout.split('\n').filter((l) => l.startsWith('T') && l.includes('sglang::'))).toEqual([])
+}
+
+/** From the twin's ground truth: where each rid sat, and how long after entering the watched queue it was evicted. */
+function evictionOf(rid: string): {states: string[]; queue?: string; heldS?: number} {
+  const events = truth(host.twin!.stateDir, 'prefill').filter((e) => e.rid === rid)
+  const entered = events.find((e) => e.event === 'enter' && e.queue === 'bootstrap')
+  const evicted = events.find((e) => e.event === 'evicted')
+  return {
+    states: events.filter((e) => e.event === 'state').map((e) => String(e.state)),
+    queue: evicted ? String(evicted.queue) : undefined,
+    heldS: entered && evicted ? ((evicted.t as number) - (entered.t as number)) / 1000 : undefined,
+  }
+}
+
+describe('pdchaos over SSH into the namespace host', () => {
+  it('status discovers services, 8 ranks with their GPUs and ZMQ ports, and the watchdog settings', async () => {
+    const r = await runCli(['status', '-c', host.deploymentFile, '--json'])
+    expect(r.code).toBe(0)
+    const s = json(r.stdout)
+    expect(s.deployment.host).toBe(`ssh root@${host.netns.address}:22`)
+    expect(s.ranks).toHaveLength(8)
+    const prefill = s.ranks.filter((k: any) => k.service === 'prefill')
+    expect(prefill.map((k: any) => k.gpu)).toEqual([0, 1, 2, 3])
+    expect(s.ranks.filter((k: any) => k.service === 'decode').map((k: any) => k.gpu)).toEqual([4, 5, 6, 7])
+    expect(prefill.every((k: any) => Number.isInteger(k.zmqPort) && k.zmqHost === host.netns.address)).toBe(true)
+    expect(s.watchdog.prefillEnv).toEqual({scope: 'all', deadlineSeconds: DEADLINE, pollSeconds: POLL})
+    expect(s.warnings.filter((w: string) => /watchdog/.test(w))).toEqual([])
+  })
+
+  it('inject drop-dest-info: pins sit in Bootstrapping, the watchdog evicts them in its window, the host is clean after', async () => {
+    const r = await runCli(['inject', 'drop-dest-info', '-c', host.deploymentFile, '--json', '--pins', '3'])
+    const j = json(r.stdout)
+    expect(j.summary.failed, JSON.stringify(j.verdicts.filter((v: any) => v.verdict === 'fail'))).toBe(0)
+    expect(r.code).toBe(0)
+    expect(j.pins).toHaveLength(3)
+    expect(j.leases[0]).toMatchObject({verifiedInjected: true, verifiedClean: true})
+    for (const pin of j.pins) {
+      const t = evictionOf(pin.rid)
+      // Ground truth: the pin never left Bootstrapping and the watchdog evicted it from the bootstrap queue in its window.
+      expect(t.states).toEqual(['KVPoll.Bootstrapping'])
+      expect(t.queue).toBe('bootstrap')
+      expect(t.heldS!).toBeGreaterThanOrEqual(DEADLINE)
+      expect(t.heldS!).toBeLessThanOrEqual(DEADLINE + POLL + 0.05)
+      // pdchaos's own measurement agrees with the truth within its stated ε.
+      expect(Math.abs(pin.evictionSeconds - t.heldS!)).toBeLessThan(0.25)
+    }
+    await assertHostClean()
+  })
+
+  it('inject stall-kv with a packet filter: the pin sits in Transferring and is evicted in its window', async () => {
+    const r = await runCli(['inject', 'stall-kv', '--gpu', '1', '--mechanism', 'packet-filter', '-c', host.deploymentFile, '--json', '--pins', '2'])
+    const j = json(r.stdout)
+    expect(j.mechanism).toBe('packet-filter')
+    expect(j.summary.failed, JSON.stringify(j.verdicts.filter((v: any) => v.verdict === 'fail'))).toBe(0)
+    for (const pin of j.pins) {
+      const t = evictionOf(pin.rid)
+      expect(t.states.at(-1)).toBe('KVPoll.Transferring')
+      expect(t.queue).toBe('inflight')
+    }
+    await assertHostClean()
+  })
+
+  it('inject abort-mid-transfer: every trial gets its own verdict and the host is clean after', async () => {
+    const r = await runCli(['inject', 'abort-mid-transfer', '--trials', '6', '-c', host.deploymentFile, '--json'])
+    const j = json(r.stdout)
+    const trials = j.verdicts.filter((v: any) => v.check === 'abort')
+    expect(trials).toHaveLength(6)
+    expect(trials.every((v: any) => v.verdict === 'pass'), JSON.stringify(trials)).toBe(true)
+    expect(r.code).toBe(0)
+    await assertHostClean()
+  })
+
+  it('--dry-run shows the plan, runs read-only probes and changes nothing', async () => {
+    const before = await host.netns.run(['nft', 'list', 'ruleset'], {reject: false})
+    const r = await runCli(['inject', 'drop-dest-info', '-c', host.deploymentFile, '--dry-run', '--json'])
+    expect(r.code).toBe(0)
+    const j = json(r.stdout)
+    expect(j.plan.inject.join('\n')).toMatch(/nft/)
+    expect(j.dryRun.probes.length).toBeGreaterThan(0)
+    expect(j.pins).toEqual([])
+    const after = await host.netns.run(['nft', 'list', 'ruleset'], {reject: false})
+    expect(after.stdout).toBe(before.stdout)
+    await assertHostClean()
+  })
+
+  it('recover finds nothing to do on a clean host, twice', async () => {
+    for (let i = 0; i < 2; i++) {
+      const r = await runCli(['recover', '-c', host.deploymentFile, '--json'])
+      expect(r.code).toBe(0)
+      expect(json(r.stdout).alreadyClean).toBe(true)
+    }
+  })
+
+  it('refuses a deployment labelled production unless --allow-production', async () => {
+    const {readFileSync, writeFileSync} = await import('node:fs')
+    const prod = join(host.dir, 'prod.yaml')
+    writeFileSync(prod, readFileSync(host.deploymentFile, 'utf8').replace(/environment: \w+/, 'environment: production'))
+    const r = await runCli(['inject', 'drop-dest-info', '-c', prod])
+    expect(r.code).toBe(2)
+    expect(r.stderr).toMatch(/refusing to inject a fault into deployment .* environment: production/)
+    expect(r.stderr).toMatch(/--allow-production/)
+    expect(r.stderr).not.toMatch(/\n\s+at /)
+  })
+})
