@@ -97,7 +97,7 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
     per[name] = round(a - b, 3)
     delta += a - b
   }
-  if (have) {
+  if (have && counters.length > 0) {
     const moved = Math.round(delta)
     const evidence = {counters: per, failedRequests: certain, releasedByPdchaos: uncertain}
     const expected = uncertain === 0 ? `${certain}` : `${certain} to ${certain + uncertain}`

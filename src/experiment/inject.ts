@@ -257,9 +257,9 @@ export async function runInject(deployment: Deployment, host: Host, opts: Inject
       pass('fault-effect', lease.id, `${plan.fault} took effect: ${lease.evidence.injected.join('; ') || 'nothing to change on the host'}`, {lease}),
       ...evictionVerdicts,
       ...(plan.trials ? checkAborts(timeline) : checkScope(timeline)),
-      ...checkRecovery(timeline, plan.trials
-        ? {failureCounters: ['sglang:num_transfer_failed_reqs_total', 'sglang:num_bootstrap_failed_reqs_total', 'sglang:num_watchdog_evicted_reqs_total'], countCleanupAborts: true}
-        : {failureCounters: ['sglang:num_watchdog_evicted_reqs_total']}),
+      // Abort trials move several counters through several paths (honoured, lost, evicted, cleaned up): their own
+      // verdicts judge them, so the counter balance is checked for watchdog pins only.
+      ...checkRecovery(timeline, {failureCounters: plan.trials ? [] : ['sglang:num_watchdog_evicted_reqs_total']}),
       ...(opts.loadIntervalMs > 0 ? [checkCollateral(timeline)] : []),
       lease.verifiedClean
         ? pass('cleanup', lease.id, `reverted and verified clean: ${lease.evidence.clean.join('; ') || 'nothing was changed on the host'}`, {lease})
