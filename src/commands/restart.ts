@@ -21,6 +21,7 @@ export default class Restart extends BaseCommand<typeof Restart> {
     'command-timeout': Flags.integer({summary: 'Deadline of each restart command, in seconds.', default: 600, min: 1}),
     canaries: Flags.integer({summary: 'Canary requests end to end after the restart.', default: 3, min: 0, max: 100}),
     watch: Flags.integer({summary: 'Seconds of pin watch after the canaries.', default: 60, min: 0, max: 86_400}),
+    settle: Flags.integer({summary: 'Seconds to wait after the last health gate before the canaries (one decode heartbeat interval).', default: 5, min: 0, max: 600}),
     sample: Flags.integer({summary: 'Seconds between pin-watch samples.', default: 1, min: 1, max: 60}),
     journal: Flags.string({summary: 'Write the run journal (JSON) to this file.'}),
     'allow-production': Flags.boolean({summary: 'Allow restarting a deployment labelled environment: production.'}),
@@ -38,7 +39,7 @@ export default class Restart extends BaseCommand<typeof Restart> {
       try {
         result = await coRestart(target.deployment, target.host, {
           order, healthTimeoutS: this.flags['health-timeout'], commandTimeoutS: this.flags['command-timeout'],
-          canaries: this.flags.canaries, watchS: this.flags.watch, sampleS: this.flags.sample, onProgress: (l) => this.progress(l),
+          canaries: this.flags.canaries, watchS: this.flags.watch, sampleS: this.flags.sample, settleS: this.flags.settle, onProgress: (l) => this.progress(l),
         })
       } finally {
         await lock.release()

@@ -2,7 +2,7 @@ import {Args} from '@oclif/core'
 
 import {BaseCommand} from '../base-command.js'
 import {deploymentJsonSchema} from '../deployment/load.js'
-import {badInput} from '../errors.js'
+import {suiteJsonSchema} from '../suite/suite-file.js'
 
 export default class Schema extends BaseCommand<typeof Schema> {
   static override summary = 'Print the JSON Schema of the deployment file (pdchaos.yaml) or the suite file.'
@@ -14,10 +14,7 @@ export default class Schema extends BaseCommand<typeof Schema> {
   }
 
   public async run(): Promise<Record<string, unknown>> {
-    if (this.args.kind === 'suite') {
-      throw badInput('the suite file schema is not available yet', 'use `pdchaos schema deployment`')
-    }
-    const schema = deploymentJsonSchema()
+    const schema = this.args.kind === 'suite' ? suiteJsonSchema() : deploymentJsonSchema()
     // With --json oclif prints the returned document itself; otherwise print it here, pretty.
     if (!this.jsonEnabled()) process.stdout.write(JSON.stringify(schema, null, 2) + '\n')
     return schema

@@ -20,6 +20,7 @@ import type {Host} from '../hosts/host.js'
 import {now, Recorder} from '../workload/recorder.js'
 import {sampleOnce, startSampler} from '../workload/sampler.js'
 import {sendRequest, type Sent} from '../workload/send.js'
+import {sleep, within} from '../workload/wait.js'
 import {calibrate} from './calibrate.js'
 
 /**
@@ -147,7 +148,7 @@ export async function runInject(deployment: Deployment, host: Host, opts: Inject
       const maxLoad = Math.ceil((observeWindowMs + marginMs * 3 + DRAIN_WAIT_MS + 60_000) / Math.max(opts.loadIntervalMs, 1))
       for (let i = 0; opts.loadIntervalMs > 0 && !loadStop && i < maxLoad; i++) {
         inflight.push(sendRequest(router, rec, {role: 'load', timeoutMs: requestTimeoutMs, signal: controller.signal, promptTokens: opts.promptTokens}))
-        await new Promise((r) => setTimeout(r, opts.loadIntervalMs))
+        await sleep(opts.loadIntervalMs)
       }
     })()
     const stopAll = async () => {
@@ -158,7 +159,7 @@ export async function runInject(deployment: Deployment, host: Host, opts: Inject
       await sampler.stop()
     }
     // Let the load show the deployment healthy before the fault.
-    if (opts.loadIntervalMs > 0 && !opts.hold) await new Promise((r) => setTimeout(r, Math.min(2000, opts.loadIntervalMs * 3)))
+    if (opts.loadIntervalMs > 0 && !opts.hold) await sleep(Math.min(2000, opts.loadIntervalMs * 3))
 
     const lease = await createAndInject(guard, plan, rec, ttlMs, probeMs, say)
     if (!lease.verifiedInjected) {
@@ -201,7 +202,7 @@ export async function runInject(deployment: Deployment, host: Host, opts: Inject
         await Promise.all(plan.trials.map(async (trial) => {
           const s = sendRequest(router, rec, {role: 'pin', rid: trial.rid, fault: plan.fault, expectedState, timeoutMs: requestTimeoutMs, signal: pinController.signal, promptTokens: opts.promptTokens})
           pins.push(s)
-          await new Promise((r) => setTimeout(r, Math.max(0, s.sentAt + trial.offsetMs - now())))
+          await sleep(s.sentAt + trial.offsetMs - now())
           await Promise.all(trial.aborts.map(async (a) => {
             const client = a.service === 'prefill' ? prefill : decode
             const t = now()
@@ -218,10 +219,7 @@ export async function runInject(deployment: Deployment, host: Host, opts: Inject
       // Wait until every pin has answered or its window (deadline + poll + margin) has closed.
       const closeAt = Math.max(...pins.map((p) => p.sentAt)) + observeWindowMs + marginMs
       say(`waiting for evictions (window closes in ${((closeAt - now()) / 1000).toFixed(1)}s)`)
-      await Promise.race([
-        Promise.all(pins.map((p) => p.done)),
-        new Promise((r) => setTimeout(r, Math.max(0, closeAt - now()))),
-      ])
+      await within(Promise.all(pins.map((p) => p.done)), closeAt - now())
       // Stop watching the pins: what is still held is abandoned by the client now (recorded as such).
       pinController.abort()
       await Promise.all(pins.map((p) => p.done))
@@ -239,12 +237,12 @@ export async function runInject(deployment: Deployment, host: Host, opts: Inject
       say('waiting for the queues to drain')
       loadStop = true
       await load
-      await Promise.all(inflight.map((p) => Promise.race([p.done, new Promise((r) => setTimeout(r, DRAIN_WAIT_MS))])))
+      await within(Promise.all(inflight.map((p) => p.done)), DRAIN_WAIT_MS)
       const drainBy = now() + DRAIN_WAIT_MS
       do {
         await sampleOnce(rec, {prefill, decode})
         if (drained(rec)) break
-        await new Promise((r) => setTimeout(r, 500))
+        await sleep(500)
       } while (now() < drainBy)
     } finally {
       pinController.abort()
@@ -270,7 +268,7 @@ export async function runInject(deployment: Deployment, host: Host, opts: Inject
   }, {say})
 }
 
-async function createAndInject(guard: LeaseGuard, plan: FaultPlan, rec: Recorder, ttlMs: number, probeMs: number, say: (l: string) => void): Promise<LeaseRecord> {
+export async function createAndInject(guard: LeaseGuard, plan: FaultPlan, rec: Recorder, ttlMs: number, probeMs: number, say: (l: string) => void): Promise<LeaseRecord> {
   const lease = await guard.create({
     id: plan.leaseId, fault: plan.fault, params: {mechanism: plan.mechanism, targets: plan.targets}, ttlMs,
     // A lease needs a revert; a fault that changes nothing on the host leaves a harmless one.
@@ -294,7 +292,7 @@ async function createAndInject(guard: LeaseGuard, plan: FaultPlan, rec: Recorder
   return record
 }
 
-async function revertAndVerify(guard: LeaseGuard, plan: FaultPlan, rec: Recorder, record: LeaseRecord, host: Host, probeMs: number, say: (l: string) => void): Promise<void> {
+export async function revertAndVerify(guard: LeaseGuard, plan: FaultPlan, rec: Recorder, record: LeaseRecord, host: Host, probeMs: number, say: (l: string) => void): Promise<void> {
   say(`reverting lease ${record.id}`)
   const r = await guard.revert(record.id)
   record.revertedAt = now()
@@ -305,13 +303,13 @@ async function revertAndVerify(guard: LeaseGuard, plan: FaultPlan, rec: Recorder
   say(record.verifiedClean ? 'verified clean' : `NOT verified clean: ${record.evidence.clean.join('; ')}`)
 }
 
-const DRAIN_WAIT_MS = 20_000
+export const DRAIN_WAIT_MS = 20_000
 /** Widening the abort window on a TCP data path by default holds the transfer still (0 kB/s): on loopback one KV
  * segment can be the whole transfer, so a rate limit cannot stretch it. */
-const DEFAULT_WIDEN_KBYTES = 0
+export const DEFAULT_WIDEN_KBYTES = 0
 
 /** Every PD queue reads 0 in the latest loads snapshot of both servers. */
-function drained(rec: Recorder): boolean {
+export function drained(rec: Recorder): boolean {
   const names = ['sglang_disagg_prefill_bootstrap_queue_reqs', 'sglang_disagg_prefill_inflight_queue_reqs', 'sglang_disagg_decode_prealloc_queue_reqs', 'sglang_disagg_decode_transfer_queue_reqs']
   const last = new Map<string, number>()
   for (const o of rec.observations) if (o.kind === 'metric' && names.includes(o.name)) last.set(`${o.service}/${o.name}`, o.value)

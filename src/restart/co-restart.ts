@@ -26,6 +26,11 @@ export interface RestartOptions {
   watchS: number
   /** Seconds between watch samples and watch requests. */
   sampleS: number
+  /**
+   * Seconds to wait after the last health gate before the canaries: decode learns of a restarted prefill only at its
+   * next heartbeat (SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL, 5 s by default), so sooner is not a fair test.
+   */
+  settleS: number
   onProgress?: (line: string) => void
   signal?: AbortSignal
 }
@@ -120,6 +125,10 @@ export async function coRestart(deployment: Deployment, host: Host, opts: Restar
     say(`${name} healthy after ${(healthyAfterMs / 1000).toFixed(2)}s`)
   }
 
+  if (opts.settleS > 0) {
+    say(`settling ${opts.settleS}s (one decode heartbeat) before the canaries`)
+    await sleep(opts.settleS * 1000, opts.signal)
+  }
   // Canaries end to end: the pair works again through the router.
   const requestTimeoutMs = Math.max(10_000, (deployment.watchdog.deadlineSeconds + deployment.watchdog.pollSeconds) * 1000 + 10_000)
   for (let i = 0; i < opts.canaries; i++) {

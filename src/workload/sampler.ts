@@ -48,12 +48,18 @@ export async function sampleOnce(rec: Recorder, clients: {prefill: SglangClient;
 /** Sample every intervalMs until stopped; bounded by maxSamples so a forgotten sampler cannot run forever. */
 export function startSampler(rec: Recorder, clients: {prefill: SglangClient; decode: SglangClient}, intervalMs = 1000, maxSamples = 10_000): {stop: () => Promise<void>} {
   let stopped = false
+  let wake: () => void = () => {}
   let n = 0
   const loop = (async () => {
     while (!stopped && n++ < maxSamples) {
       await sampleOnce(rec, clients)
-      await new Promise((r) => setTimeout(r, intervalMs))
+      if (stopped) break
+      // A sleep that stop() cuts short, so stopping never waits out an interval.
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, intervalMs)
+        wake = () => { clearTimeout(timer); resolve() }
+      })
     }
   })()
-  return {stop: async () => { stopped = true; await loop }}
+  return {stop: async () => { stopped = true; wake(); await loop }}
 }

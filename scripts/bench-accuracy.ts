@@ -1,0 +1,164 @@
+/**
+ * Accuracy of the eviction oracle against the twin's ground truth (issue 5; a benchmark, not a test):
+ * `node --import tsx scripts/bench-accuracy.ts [--rounds 4] [--pins 50]`.
+ *
+ * A namespace test host (sshd and the twin inside; deadline 2 s, poll 0.5 s, scope all), pdchaos compiled, over SSH:
+ * `inject drop-dest-info --pins P` ROUNDS times and `inject stall-kv --mechanism packet-filter --pins P/2` twice. For every
+ * pin: pdchaos's eviction time = evictedAt − (sentAt + the entry offset it assumed; 0 under scope all, which is
+ * exactly its journal's evictionSeconds at full precision), the truth = evicted.t − enter(watched queue).t from
+ * DIR/truth/prefill.jsonl (bootstrap queue under scope all), error = the difference. Truth verdict: pass iff
+ * deadline <= held <= deadline + poll (±1 ms for the twin's own timestamps). A wrong verdict is a pin whose
+ * pdchaos verdict differs from the truth's. Then one twin with --bug late-evict and one with --bug early-evict,
+ * where every pin must fail by the truth and by pdchaos. Writes `## Accuracy` of BENCHMARKS.md.
+ */
+import {mkdtempSync, readFileSync, rmSync} from 'node:fs'
+import {cpus, tmpdir} from 'node:os'
+import {join} from 'node:path'
+
+import {createTestHost, type TestHost} from '../test/harness/test-host.js'
+import {truth} from '../test/e2e/cli.js'
+import {compiledCli, runNode, stats, verdict, writeSection, type Stats} from './bench-common.js'
+
+const arg = (name: string, d: number): number => {
+  const i = process.argv.indexOf(`--${name}`)
+  return i > 0 ? Number(process.argv[i + 1]) : d
+}
+const ROUNDS = arg('rounds', 4)
+const PINS = arg('pins', 50)
+const DEADLINE = 2
+const POLL = 0.5
+const TOLERANCE_S = 0.001
+
+interface JournalPin {rid: string; sentAt: number; evictedAt: number | null; evictionSeconds: number | null; verdict: 'pass' | 'fail'; evidence: {entry?: string}}
+interface Journal {contract: {scope: string; deadlineSeconds: number; pollSeconds: number}; pins: JournalPin[]}
+
+interface PinResult {fault: string; rid: string; errorMs: number | null; rawErrorMs: number | null; truthPass: boolean; pdPass: boolean; truthHeldS: number | null; truthQueue?: string; pdS: number | null}
+
+async function inject(cli: string, host: TestHost, args: string[], dir: string, tag: string): Promise<{journal: Journal; code: number | null}> {
+  const file = join(dir, `${tag}-${Date.now()}.json`)
+  const r = await runNode([cli, 'inject', ...args, '-c', host.deploymentFile, '--journal', file], {timeoutMs: 300_000})
+  let journal: Journal
+  try {
+    journal = JSON.parse(readFileSync(file, 'utf8')) as Journal
+  } catch {
+    throw new Error(`inject ${args.join(' ')} wrote no journal (exit ${r.code}): ${r.stderr.trim().split('\n').slice(-4).join(' | ')}`)
+  }
+  return {journal, code: r.code}
+}
+
+/** Compare every pin of one run with the twin's truth. */
+function judge(host: TestHost, fault: string, j: Journal): PinResult[] {
+  const {scope, deadlineSeconds: d, pollSeconds: p} = j.contract
+  const watched = scope === 'inflight' ? 'inflight' : 'bootstrap'
+  const events = truth(host.twin!.stateDir, 'prefill')
+  return j.pins.map((pin) => {
+    const mine = events.filter((e) => e.rid === pin.rid)
+    const enter = mine.find((e) => e.event === 'enter' && e.queue === watched)
+    const evicted = mine.find((e) => e.event === 'evicted')
+    const held = enter && evicted ? ((evicted.t as number) - (enter.t as number)) / 1000 : null
+    const truthPass = held !== null && held >= d - TOLERANCE_S && held <= d + p + TOLERANCE_S
+    const offset = /send \+ ([\d.]+) ms/.exec(pin.evidence?.entry ?? '')
+    const pdS = pin.evictedAt === null ? null : (pin.evictedAt - pin.sentAt - (offset ? Number(offset[1]) : 0)) / 1000
+    return {
+      fault, rid: pin.rid, truthHeldS: held, truthQueue: evicted ? String(evicted.queue) : undefined, pdS,
+      errorMs: held !== null && pdS !== null ? (pdS - held) * 1000 : null,
+      rawErrorMs: held !== null && pin.evictionSeconds !== null ? (pin.evictionSeconds - held) * 1000 : null,
+      truthPass, pdPass: pin.verdict === 'pass',
+    }
+  })
+}
+
+const DROP = (n: number): string[] => ['drop-dest-info', '--pins', String(n)]
+const STALL = (n: number): string[] => ['stall-kv', '--gpu', '1', '--mechanism', 'packet-filter', '--pins', String(n)]
+
+async function campaign(cli: string, dir: string, bugs: string[], runs: Array<{fault: string; args: string[]}>): Promise<PinResult[]> {
+  let host: TestHost | undefined
+  const out: PinResult[] = []
+  try {
+    host = await createTestHost({twin: {deadlineSeconds: DEADLINE, pollSeconds: POLL, bugs}})
+    for (const [i, run] of runs.entries()) {
+      const {journal, code} = await inject(cli, host, run.args, dir, `${bugs.join('+') || 'clean'}-${i}`)
+      const res = judge(host, run.fault, journal)
+      out.push(...res)
+      const errs = res.flatMap((r) => (r.errorMs === null ? [] : [r.errorMs]))
+      const wrong = res.filter((r) => r.truthPass !== r.pdPass).length
+      process.stderr.write(`[${bugs.join(',') || 'no bug'}] ${run.args.join(' ')}: exit ${code}, ${res.length} pins, ` +
+        `${errs.length ? `error p50 ${stats(errs).p50.toFixed(1)} ms max ${stats(errs).max.toFixed(1)} ms` : 'no error measured'}, ` +
+        `truth pass ${res.filter((r) => r.truthPass).length}, pdchaos pass ${res.filter((r) => r.pdPass).length}, wrong ${wrong}\n`)
+    }
+  } finally {
+    await host?.destroy()
+  }
+  return out
+}
+
+async function main(): Promise<void> {
+  process.stderr.write('compiling src/ into node_modules/.cache/pdchaos-bench-accuracy …\n')
+  const cli = compiledCli('pdchaos-bench-accuracy')
+  const dir = mkdtempSync(join(tmpdir(), 'pdchaos-test-bench-acc-'))
+  try {
+    const clean = await campaign(cli, dir, [], [
+      ...Array.from({length: ROUNDS}, () => ({fault: 'drop-dest-info', args: DROP(PINS)})),
+      ...Array.from({length: 2}, () => ({fault: 'stall-kv (packet-filter)', args: STALL(Math.ceil(PINS / 2))})),
+    ])
+    const bugRuns = [{fault: 'drop-dest-info', args: DROP(25)}, {fault: 'stall-kv (packet-filter)', args: STALL(10)}]
+    const late = await campaign(cli, dir, ['late-evict'], bugRuns)
+    const early = await campaign(cli, dir, ['early-evict'], bugRuns)
+
+    const ms = (x: number): string => `${x.toFixed(1)}`
+    const dist = (xs: number[]): Stats | undefined => (xs.length ? stats(xs) : undefined)
+    const distRow = (name: string, rs: PinResult[], pick: (r: PinResult) => number | null): string => {
+      const s = dist(rs.flatMap((r) => { const v = pick(r); return v === null ? [] : [v] }))
+      return s ? `| ${name} | ${s.n} | ${ms(s.min)} | ${ms(s.p50)} | ${ms(s.p90)} | ${ms(s.p99)} | ${ms(s.max)} |` : `| ${name} | 0 | - | - | - | - | - |`
+    }
+    const wrong = (rs: PinResult[]): number => rs.filter((r) => r.truthPass !== r.pdPass).length
+    const byFault = (rs: PinResult[], f: string): PinResult[] => rs.filter((r) => r.fault === f)
+    const absErr = clean.flatMap((r) => (r.errorMs === null ? [] : [Math.abs(r.errorMs)]))
+    const p99Abs = absErr.length ? stats(absErr).p99 : Number.POSITIVE_INFINITY
+    const noTruth = clean.filter((r) => r.errorMs === null).length
+    const verdictRow = (name: string, rs: PinResult[], expectAllFail: boolean): string => {
+      const tp = rs.filter((r) => r.truthPass).length
+      const pp = rs.filter((r) => r.pdPass).length
+      const w = wrong(rs)
+      const ok = w === 0 && (!expectAllFail || (tp === 0 && pp === 0))
+      return `| ${name} | ${rs.length} | ${tp} / ${rs.length - tp} | ${pp} / ${rs.length - pp} | ${w} | ${verdict(ok)} |`
+    }
+    const body = [
+      `\`node --import tsx scripts/bench-accuracy.ts\`: pdchaos (compiled) over SSH into the namespace test host; the twin inside`,
+      `(from the sources via tsx) with deadline ${DEADLINE} s, poll ${POLL} s, scope all. Pins: \`inject drop-dest-info --pins ${PINS}\` × ${ROUNDS} and`,
+      `\`inject stall-kv --gpu 1 --mechanism packet-filter --pins ${Math.ceil(PINS / 2)}\` × 2, with the default steady load (one request / 500 ms).`,
+      'Per pin: pdchaos\'s time = evictedAt − sentAt − its assumed entry offset (0 under scope all: the journal\'s `evictionSeconds`',
+      'at full precision); truth = `evicted.t − enter(bootstrap).t` in the twin\'s truth/prefill.jsonl; error = pdchaos − truth (positive:',
+      'pdchaos saw it later: the router hop before entry plus the answer\'s way back). Truth verdict: pass iff deadline <= held <=',
+      `deadline + poll (±${TOLERANCE_S * 1000} ms for the twin's own stamps). Measured ${new Date().toISOString().slice(0, 10)} on ${cpus().length} cores with other work running.`,
+      '',
+      'Error distribution (ms):',
+      '',
+      '| pins | n | min | p50 | p90 | p99 | max |',
+      '|---|---|---|---|---|---|---|',
+      distRow('all', clean, (r) => r.errorMs),
+      distRow('drop-dest-info', byFault(clean, 'drop-dest-info'), (r) => r.errorMs),
+      distRow('stall-kv (packet-filter)', byFault(clean, 'stall-kv (packet-filter)'), (r) => r.errorMs),
+      distRow('all, \\|error\\|', clean, (r) => (r.errorMs === null ? null : Math.abs(r.errorMs))),
+      '',
+      'Verdicts (truth and pdchaos as pass / fail; wrong = the two differ):',
+      '',
+      '| twin | pins | truth | pdchaos | wrong | goal |',
+      '|---|---|---|---|---|---|',
+      verdictRow('no defect', clean, false),
+      verdictRow('`--bug late-evict` (25 drop-dest-info + 10 stall-kv pins)', late, true),
+      verdictRow('`--bug early-evict` (25 drop-dest-info + 10 stall-kv pins)', early, true),
+      '',
+      `- p99 of |error| over ${absErr.length} pins: ${p99Abs.toFixed(1)} ms (goal <= 25 ms: ${verdict(p99Abs <= 25)}); wrong verdicts without a defect: ${wrong(clean)} (goal 0: ${verdict(wrong(clean) === 0)}).`,
+      ...(noTruth ? [`- ${noTruth} pin(s) have no error (no eviction in the truth or no answer seen by pdchaos); they count in the verdict rows only.`] : []),
+      `- With the defects every pin must fail by both: late-evict truth ${late.filter((r) => !r.truthPass).length}/${late.length} fail, pdchaos ${late.filter((r) => !r.pdPass).length}/${late.length}; ` +
+        `early-evict truth ${early.filter((r) => !r.truthPass).length}/${early.length}, pdchaos ${early.filter((r) => !r.pdPass).length}/${early.length}.`,
+    ].join('\n')
+    writeSection('Accuracy', body)
+    process.stdout.write(body + '\n')
+  } finally {
+    rmSync(dir, {recursive: true, force: true})
+  }
+}
+
+await main()

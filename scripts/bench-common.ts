@@ -1,0 +1,88 @@
+/**
+ * Shared by scripts/bench-cli.ts, bench-faults.ts and bench-accuracy.ts (benchmarks, not tests): the CLI compiled
+ * into a private dir as an installed pdchaos runs it, a bounded CLI runner that timestamps stderr lines, quantiles,
+ * and rewriting one `## Section` of BENCHMARKS.md.
+ */
+import {execFileSync, spawn} from 'node:child_process'
+import {copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync} from 'node:fs'
+import {join} from 'node:path'
+import {fileURLToPath} from 'node:url'
+
+export const repo = fileURLToPath(new URL('../', import.meta.url))
+
+/**
+ * Compile src/ with tsc into node_modules/.cache/<name> (never dist/, which others use) next to a copy of bin/run.js
+ * and package.json, so oclif finds the commands at ./dist/commands of that private root. Dependencies resolve from
+ * the repo's node_modules (a parent directory). Returns the path of the private bin/run.js.
+ */
+export function compiledCli(name = 'pdchaos-bench-cli'): string {
+  const out = join(repo, 'node_modules', '.cache', name)
+  rmSync(out, {recursive: true, force: true})
+  mkdirSync(join(out, 'bin'), {recursive: true})
+  const pkg = JSON.parse(readFileSync(join(repo, 'package.json'), 'utf8')) as Record<string, unknown>
+  writeFileSync(join(out, 'package.json'), JSON.stringify({name: pkg.name, version: pkg.version, type: 'module', oclif: pkg.oclif}, null, 2) + '\n')
+  copyFileSync(join(repo, 'bin', 'run.js'), join(out, 'bin', 'run.js'))
+  try {
+    execFileSync(join(repo, 'node_modules', '.bin', 'tsc'), ['-p', repo, '--outDir', join(out, 'dist'), '--declaration', 'false', '--sourceMap', 'false'], {stdio: 'pipe'})
+  } catch {
+    // Type errors elsewhere in the tree (other work in progress) do not stop tsc from emitting.
+  }
+  if (!existsSync(join(out, 'dist', 'commands', 'status.js'))) throw new Error(`tsc emitted no commands into ${out}/dist`)
+  return join(out, 'bin', 'run.js')
+}
+
+export interface Line {t: number; line: string}
+export interface Run {code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string; ms: number; lines: Line[]}
+
+/** node <entry> args, with a deadline (SIGKILL); every stderr line stamped with Date.now() when it arrives. */
+export function runNode(entryArgs: string[], opts: {timeoutMs?: number; env?: NodeJS.ProcessEnv} = {}): Promise<Run> {
+  return new Promise((resolve) => {
+    const t0 = performance.now()
+    const child = spawn(process.execPath, entryArgs, {
+      env: {...process.env, OCLIF_SKIP_NEW_VERSION_CHECK: '1', NO_COLOR: '1', ...opts.env}, stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    let stdout = ''
+    let stderr = ''
+    let partial = ''
+    const lines: Line[] = []
+    child.stdout.on('data', (d: Buffer) => { stdout += d.toString() })
+    child.stderr.on('data', (d: Buffer) => {
+      const t = Date.now()
+      stderr += d.toString()
+      const parts = (partial + d.toString()).split('\n')
+      partial = parts.pop() ?? ''
+      for (const line of parts) lines.push({t, line})
+    })
+    const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 120_000)
+    child.on('close', (code, signal) => {
+      clearTimeout(timer)
+      resolve({code, signal, stdout, stderr, ms: performance.now() - t0, lines})
+    })
+  })
+}
+
+export interface Stats {n: number; min: number; p50: number; p90: number; p99: number; max: number; mean: number}
+export function quantile(xs: number[], q: number): number {
+  const s = [...xs].sort((a, b) => a - b)
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!
+}
+export function stats(xs: number[]): Stats {
+  const s = [...xs].sort((a, b) => a - b)
+  return {n: s.length, min: s[0]!, p50: quantile(s, 0.5), p90: quantile(s, 0.9), p99: quantile(s, 0.99), max: s.at(-1)!, mean: s.reduce((a, b) => a + b, 0) / s.length}
+}
+export const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b)
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2
+}
+
+export const verdict = (met: boolean): string => (met ? 'met' : '**not met**')
+
+/** Replace (or append) the `## <name>` section of BENCHMARKS.md, keeping every other section. */
+export function writeSection(name: string, body: string): void {
+  const file = join(repo, 'BENCHMARKS.md')
+  const section = `## ${name}\n\n${body.trim()}\n`
+  const current = existsSync(file) ? readFileSync(file, 'utf8') : '# Benchmarks\n'
+  const re = new RegExp(`^## ${name}\\n[\\s\\S]*?(?=^## |(?![\\s\\S]))`, 'm')
+  const next = re.test(current) ? current.replace(re, section + '\n') : current.trimEnd() + '\n\n' + section
+  writeFileSync(file, next.trimEnd() + '\n')
+}

@@ -1,0 +1,128 @@
+import type {ScenarioSpec} from './suite-file.js'
+
+/**
+ * The batch planner (pure): which scenarios may share one fault window. In a TP group every request spans all
+ * ranks, so scenarios in a batch share one window and must not interfere: no two touch the same GPU or rank, no two
+ * filter the same ports, none wedges an instance (SIGSTOP) next to anything else, all hold their pins in the same
+ * PD queue (a fault that holds every request in Bootstrapping would keep another's pins out of Transferring),
+ * and a restart runs alone. Order is kept around anything that runs alone.
+ */
+
+export interface PlannedScenario {
+  /** Unique in the run: the scenario's name, with `#k` for its k-th repetition (k > 1). */
+  name: string
+  spec: ScenarioSpec
+  repetition: number
+}
+
+/** What one scenario holds while it runs. */
+export interface Footprint {
+  /** Runs alone (restart, SIGSTOP wedging an instance). */
+  exclusive?: string
+  gpus: number[]
+  /** Packet-filter ports: 'zmq:all', 'zmq:<rank>' (drop-dest-info), 'kv:<gpu>' (data connections). */
+  ports: string[]
+  /** The PD queue its pins are held in. */
+  queue?: 'bootstrap' | 'inflight'
+  /** Same-scenario repetitions never share a window. */
+  base: string
+}
+
+export interface Batch {
+  index: number
+  scenarios: PlannedScenario[]
+}
+
+export interface PlanOptions {
+  /** What stall-kv's `auto` mechanism resolves to on this deployment (packet filter on TCP, SIGSTOP on RDMA). */
+  autoMechanism?: 'packet-filter' | 'sigstop'
+}
+
+export function footprint(s: PlannedScenario, opts: PlanOptions = {}): Footprint {
+  const base = s.spec.name
+  const p = s.spec.params
+  if (s.spec.restart) return {exclusive: 'a restart runs alone', gpus: [], ports: [], base}
+  switch (s.spec.fault) {
+    case 'stall-kv': {
+      const mech = p.mechanism === undefined || p.mechanism === 'auto' ? (opts.autoMechanism ?? 'sigstop') : p.mechanism
+      if (mech === 'sigstop') return {exclusive: `SIGSTOP wedges the ${p.side ?? 'prefill'} instance of GPU ${p.gpu}`, gpus: [p.gpu!], ports: [], queue: 'inflight', base}
+      return {gpus: [p.gpu!], ports: [`kv:${p.gpu}`], queue: 'inflight', base}
+    }
+    case 'drop-dest-info':
+      return {gpus: [], ports: [p.rank === undefined ? 'zmq:all' : `zmq:${p.rank}`], queue: 'bootstrap', base}
+    case 'abort-mid-transfer':
+      // Widening holds one GPU's KV connections; without a GPU the window is the deployment's own.
+      return {gpus: p.gpu === undefined ? [] : [p.gpu], ports: p.gpu === undefined ? [] : [`kv:${p.gpu}`], queue: 'inflight', base}
+    default:
+      return {exclusive: 'unknown kind', gpus: [], ports: [], base}
+  }
+}
+
+/** Why two scenarios may not share a window, or undefined when they may. */
+export function conflict(a: PlannedScenario, b: PlannedScenario, opts: PlanOptions = {}): string | undefined {
+  const fa = footprint(a, opts)
+  const fb = footprint(b, opts)
+  if (fa.exclusive) return `${a.name}: ${fa.exclusive}`
+  if (fb.exclusive) return `${b.name}: ${fb.exclusive}`
+  if (fa.base === fb.base) return `${a.name} and ${b.name} are repetitions of one scenario`
+  const gpu = fa.gpus.find((g) => fb.gpus.includes(g))
+  if (gpu !== undefined) return `both act on GPU ${gpu}`
+  const port = fa.ports.find((x) => fb.ports.some((y) => x === y || (x.startsWith('zmq:') && y.startsWith('zmq:') && (x === 'zmq:all' || y === 'zmq:all'))))
+  if (port !== undefined) return `both filter the same ports (${port})`
+  if (fa.queue && fb.queue && fa.queue !== fb.queue) return `their pins sit in different queues (${fa.queue} vs ${fb.queue}): one fault would move the other's pins`
+  return undefined
+}
+
+/** Expand repetitions, in file order. */
+export function expand(specs: ScenarioSpec[]): PlannedScenario[] {
+  const out: PlannedScenario[] = []
+  for (let k = 1; k <= Math.max(...specs.map((s) => s.repetitions)); k++) {
+    for (const spec of specs) if (k <= spec.repetitions) out.push({name: k === 1 ? spec.name : `${spec.name} #${k}`, spec, repetition: k})
+  }
+  return out
+}
+
+/**
+ * First fit, in order: each scenario joins the first batch since the last exclusive one that it does not conflict
+ * with; an exclusive scenario gets its own batch and is a barrier (nothing after it moves before it).
+ */
+export function planBatches(scenarios: PlannedScenario[], opts: PlanOptions = {}): Batch[] {
+  const batches: PlannedScenario[][] = []
+  let barrier = 0
+  for (const s of scenarios) {
+    if (footprint(s, opts).exclusive) {
+      batches.push([s])
+      barrier = batches.length
+      continue
+    }
+    const fit = batches.slice(barrier).find((b) => b.every((x) => conflict(x, s, opts) === undefined))
+    if (fit) fit.push(s)
+    else batches.push([s])
+  }
+  return batches.map((scenarios, index) => ({index: index + 1, scenarios}))
+}
+
+/** Every pair that shares a batch and conflicts (empty for a sound plan). Checked before any injection. */
+export function planConflicts(batches: Batch[], opts: PlanOptions = {}): string[] {
+  const out: string[] = []
+  for (const b of batches) {
+    for (let i = 0; i < b.scenarios.length; i++) {
+      for (let j = i + 1; j < b.scenarios.length; j++) {
+        const why = conflict(b.scenarios[i], b.scenarios[j], opts)
+        if (why) out.push(`batch ${b.index}: ${b.scenarios[i].name} with ${b.scenarios[j].name}: ${why}`)
+      }
+    }
+  }
+  return out
+}
+
+export function renderPlanText(batches: Batch[], opts: PlanOptions = {}): string[] {
+  return batches.map((b) => {
+    const what = b.scenarios.map((s) => {
+      const f = footprint(s, opts)
+      const detail = s.spec.restart ? `restart ${s.spec.restart.services.join('→')}` : `${s.spec.fault}${f.gpus.length ? ` GPU ${f.gpus.join(',')}` : ''}${f.ports.length ? ` [${f.ports.join(',')}]` : ''}${f.queue ? ` pins in ${f.queue}` : ''}`
+      return `${s.name} (${detail})`
+    })
+    return `batch ${b.index}: ${what.join(' | ')}`
+  })
+}

@@ -1,0 +1,132 @@
+import {readFile} from 'node:fs/promises'
+import {parseDocument} from 'yaml'
+import {z} from 'zod'
+
+import {foldIssues} from '../deployment/load.js'
+import {badInput} from '../errors.js'
+
+/**
+ * The suite file: scenarios (a fault with its parameters and pins, or a co-restart), stop conditions and the release
+ * gate. One zod schema serves validation and `pdchaos schema suite`. Errors name the file and the path (exit 2).
+ */
+
+const ParamsSchema = z.object({
+  gpu: z.number().int().min(0).max(1023).optional().describe('stall-kv: the GPU whose rank stalls; abort-mid-transfer: the GPU whose KV connections widen the window.'),
+  rank: z.number().int().min(0).max(1023).optional().describe('drop-dest-info: only this prefill TP rank.'),
+  mechanism: z.enum(['auto', 'packet-filter', 'sigstop']).optional().describe('stall-kv mechanism.'),
+  side: z.enum(['prefill', 'decode']).optional().describe('stall-kv with sigstop: which side stops.'),
+  trials: z.number().int().min(1).max(200).optional().describe('abort-mid-transfer: number of trials.'),
+  widenKBytesPerSecond: z.number().int().min(0).optional().describe('abort-mid-transfer: rate limit of --gpu\'s KV connections (0 holds the transfer still).'),
+}).strict()
+
+const RestartSchema = z.object({
+  services: z.array(z.enum(['prefill', 'decode', 'router'])).min(1).default(['prefill', 'decode', 'router']).describe('Restarted in this order, each behind its health gate.'),
+  watchSeconds: z.number().min(0).max(86_400).default(5).describe('Pin watch after the canaries.'),
+  healthTimeoutSeconds: z.number().positive().max(3600).default(60),
+  commandTimeoutSeconds: z.number().positive().max(3600).default(120),
+  canaries: z.number().int().min(0).max(100).default(2),
+  settleSeconds: z.number().min(0).max(600).default(5).describe('Wait after the last health gate before the canaries (one decode heartbeat interval).'),
+}).strict()
+
+export const ScenarioSchema = z.object({
+  name: z.string().min(1).max(80).regex(/^[A-Za-z0-9][A-Za-z0-9 _.:#@-]*$/, 'letters, digits, space and _ . : # @ - only'),
+  fault: z.enum(['drop-dest-info', 'stall-kv', 'abort-mid-transfer']).optional(),
+  params: ParamsSchema.default({}),
+  pins: z.number().int().min(1).max(10_000).default(2).describe('Pinned requests (abort-mid-transfer uses trials instead).'),
+  repetitions: z.number().int().min(1).max(100).default(1).describe('Run the scenario this many times (never concurrently with itself).'),
+  restart: RestartSchema.optional().describe('A co-restart step instead of a fault; it always runs alone.'),
+}).strict().superRefine((s, ctx) => {
+  if ((s.fault === undefined) === (s.restart === undefined)) ctx.addIssue({code: 'custom', message: 'a scenario needs exactly one of fault or restart'})
+  if (s.fault === 'stall-kv' && s.params.gpu === undefined) ctx.addIssue({code: 'custom', path: ['params', 'gpu'], message: 'stall-kv needs params.gpu'})
+})
+
+export const StopSchema = z.object({
+  routerUnhealthySeconds: z.number().positive().max(3600).optional().describe('Stop when the router\'s /liveness fails for longer than this.'),
+  collateralLossPercent: z.number().min(0).max(100).optional().describe('Stop when more than this share of the steady load outside the faults\' reach fails.'),
+  kernelXid: z.boolean().default(true).describe('Stop on a new "NVRM: Xid" line in the host\'s kernel log (dmesg, else journalctl -k).'),
+}).strict()
+
+export const GateSchema = z.object({
+  maxFailedChecks: z.number().int().min(0).default(0),
+  maxFaultsLeftBehind: z.number().int().min(0).default(0),
+  requiredChecks: z.array(z.enum(['eviction', 'abort', 'scope', 'recovery', 'collateral', 'fault-effect', 'cleanup', 'restart'])).default([])
+    .describe('Checks that must have run and passed every time.'),
+}).strict()
+
+export const SuiteSchema = z.object({
+  version: z.literal(1).default(1),
+  name: z.string().min(1).default('suite'),
+  scenarios: z.array(ScenarioSchema).min(1),
+  stop: StopSchema.default({kernelXid: true}),
+  gate: GateSchema.optional().describe('Present: the exit code is the release verdict (as --gate).'),
+  load: z.object({
+    intervalMs: z.number().int().min(0).max(60_000).default(500).describe('Steady load beside every batch (0: none).'),
+    promptTokens: z.number().int().min(1).max(131_072).default(128),
+    canaries: z.number().int().min(1).max(100).default(2),
+  }).strict().default({intervalMs: 500, promptTokens: 128, canaries: 2}),
+}).strict().superRefine((s, ctx) => {
+  const seen = new Set<string>()
+  s.scenarios.forEach((sc, i) => {
+    if (seen.has(sc.name)) ctx.addIssue({code: 'custom', path: ['scenarios', i, 'name'], message: `duplicate scenario name ${JSON.stringify(sc.name)}`})
+    seen.add(sc.name)
+  })
+})
+
+export type SuiteFile = z.infer<typeof SuiteSchema>
+export type ScenarioSpec = z.infer<typeof ScenarioSchema>
+export type GateSpec = z.infer<typeof GateSchema>
+export type StopSpec = z.infer<typeof StopSchema>
+
+/** The built-in suite: the three faults on several GPUs, then a co-restart. */
+export const DEFAULT_SUITE_INPUT = {
+  name: 'default',
+  scenarios: [
+    {name: 'stall-kv gpu1', fault: 'stall-kv', params: {gpu: 1, mechanism: 'packet-filter'}, pins: 2},
+    {name: 'stall-kv gpu2', fault: 'stall-kv', params: {gpu: 2, mechanism: 'packet-filter'}, pins: 2},
+    {name: 'abort-mid-transfer gpu0', fault: 'abort-mid-transfer', params: {gpu: 0, trials: 6}},
+    {name: 'drop-dest-info', fault: 'drop-dest-info', pins: 3},
+    {name: 'co-restart', restart: {services: ['prefill', 'decode', 'router'], watchSeconds: 3, canaries: 2}},
+  ],
+  stop: {routerUnhealthySeconds: 30, kernelXid: true},
+}
+
+export function defaultSuite(): SuiteFile {
+  return SuiteSchema.parse(DEFAULT_SUITE_INPUT)
+}
+
+export async function loadSuite(file: string): Promise<SuiteFile> {
+  let text: string
+  try {
+    text = await readFile(file, 'utf8')
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code
+    if (code === 'ENOENT') throw badInput(`no suite file at ${file}`, 'pass an existing file, or none for the built-in suite; `pdchaos schema suite` prints the shape')
+    throw badInput(`cannot read suite file ${file}: ${code ?? String(error)}`, 'check the path and its permissions')
+  }
+  return parseSuite(text, file)
+}
+
+/** Validate suite YAML text; `file` names it in errors. */
+export function parseSuite(text: string, file: string): SuiteFile {
+  const doc = parseDocument(text, {prettyErrors: true, uniqueKeys: true})
+  if (doc.errors.length > 0) {
+    const e = doc.errors[0]
+    const at = e.linePos?.[0]
+    const where = at ? `${file}:${at.line}:${at.col}` : file
+    throw badInput(`${where}: YAML syntax error: ${e.message.split('\n')[0].replace(/ at line \d+, column \d+:?$/, '')}`, 'fix the YAML at that position')
+  }
+  const data: unknown = doc.toJS()
+  if (data === null || data === undefined) throw badInput(`${file} is empty`, '`pdchaos schema suite` prints what a suite file holds')
+  const result = SuiteSchema.safeParse(data)
+  if (!result.success) {
+    const issues = foldIssues(z.prettifyError(result.error))
+    throw badInput(issues.map((issue, i) => (i === 0 ? `${file}: ${issue}` : issue)).join(';\n'), `fix ${file} at ${issues.length === 1 ? 'that path' : 'those paths'}; \`pdchaos schema suite\` prints the expected shape`)
+  }
+  return result.data
+}
+
+export function suiteJsonSchema(): Record<string, unknown> {
+  const schema = z.toJSONSchema(SuiteSchema, {io: 'input', unrepresentable: 'any'}) as Record<string, unknown>
+  const {$schema, ...rest} = schema
+  return {$schema, title: 'pdchaos suite file', ...rest}
+}

@@ -1,0 +1,114 @@
+import {afterEach, describe, expect, it} from 'vitest'
+
+import {createTestHost, type SimUpOptions, type TestHost} from '../harness/test-host.js'
+import {runCli} from './cli.js'
+
+/**
+ * Proof by mutation: the same experiments — the three faults and a co-restart — against the twin once per
+ * defect and once with none. Every defect must turn the verdict to fail with the defect visible in the evidence;
+ * the defect-free twin must pass, and pass again.
+ */
+
+const DEADLINE = 1.5
+const POLL = 0.5
+let host: TestHost | undefined
+
+afterEach(async () => {
+  await host?.destroy()
+  host = undefined
+}, 60_000)
+
+interface Outcome {
+  code: number | null
+  failed: string[]
+  all: string
+}
+
+async function twin(extra: SimUpOptions): Promise<TestHost> {
+  host = await createTestHost({twin: {deadlineSeconds: DEADLINE, pollSeconds: POLL, args: ['--heartbeat-interval', '2'], ...extra}})
+  return host
+}
+
+async function inject(h: TestHost, args: string[]): Promise<Outcome> {
+  const r = await runCli(['inject', ...args, '-c', h.deploymentFile, '--json', '--pins', '2', '--load-interval', '400'], {timeoutMs: 120_000})
+  const j = JSON.parse(r.stdout) as {verdicts: Array<{verdict: string; check: string; summary: string}>}
+  return {code: r.code, failed: j.verdicts.filter((v) => v.verdict === 'fail').map((v) => `${v.check}: ${v.summary}`), all: r.stdout}
+}
+
+async function restart(h: TestHost, services: string[] = []): Promise<Outcome> {
+  const r = await runCli(['restart', '-c', h.deploymentFile, '--json', '--watch', '3', '--settle', '3', '--health-timeout', '60',
+    ...services.flatMap((s) => ['--service', s])], {timeoutMs: 180_000})
+  const j = JSON.parse(r.stdout) as {verdicts: Array<{verdict: string; check: string; summary: string}>}
+  return {code: r.code, failed: j.verdicts.filter((v) => v.verdict === 'fail').map((v) => `${v.check}: ${v.summary}`), all: r.stdout}
+}
+
+/** The matrix row: all four experiments, in order. */
+async function allFour(h: TestHost): Promise<Record<'drop' | 'stall' | 'abort' | 'restart', Outcome>> {
+  return {
+    drop: await inject(h, ['drop-dest-info']),
+    stall: await inject(h, ['stall-kv', '--gpu', '1']),
+    abort: await inject(h, ['abort-mid-transfer', '--trials', '4']),
+    restart: await restart(h),
+  }
+}
+
+describe('mutation matrix: every twin defect turns the verdict to fail', () => {
+  it('no defect: the three faults and the co-restart pass, twice', async () => {
+    const h = await twin({})
+    for (let round = 0; round < 2; round++) {
+      const m = await allFour(h)
+      for (const [name, o] of Object.entries(m)) expect(o.failed, `round ${round} ${name}`).toEqual([])
+      for (const o of Object.values(m)) expect(o.code).toBe(0)
+    }
+    // A prefill-only restart passes too once decode's heartbeat has seen the new instance.
+    expect((await restart(h, ['prefill'])).failed).toEqual([])
+  }, 600_000)
+
+  it('--watchdog off: pins are never evicted', async () => {
+    const m = await allFour(await twin({watchdog: 'off'}))
+    expect(m.drop.code).toBe(1)
+    expect(m.drop.failed.join('\n')).toMatch(/never evicted/)
+    expect(m.drop.failed.join('\n')).toMatch(/watchdog is off/)
+    expect(m.stall.failed.join('\n')).toMatch(/never evicted: .* in the inflight queue \(Transferring\)/)
+  }, 600_000)
+
+  it('--watchdog inflight: a Bootstrapping pin is reported outside its scope', async () => {
+    const m = await allFour(await twin({watchdog: 'inflight'}))
+    expect(m.drop.code).toBe(1)
+    expect(m.drop.failed.join('\n')).toMatch(/outside the watchdog's scope: held in the bootstrap queue \(Bootstrapping\)/)
+    expect(m.stall.failed).toEqual([])
+  }, 600_000)
+
+  it('abort-race with the watchdog off: a lost abort leaves the request held', async () => {
+    const m = await allFour(await twin({watchdog: 'off', bugs: ['abort-race']}))
+    expect(m.abort.code).toBe(1)
+    expect(m.abort.failed.join('\n')).toMatch(/abort lost and the pin is still held/)
+  }, 600_000)
+
+  it('early-evict: evictions before the deadline are false timeouts', async () => {
+    const m = await allFour(await twin({bugs: ['early-evict']}))
+    expect(m.drop.code).toBe(1)
+    expect(m.drop.failed.join('\n')).toMatch(/evicted early: after 0\.[6-9]\d*s/)
+  }, 600_000)
+
+  it('late-evict: evictions two polls after the deadline are late', async () => {
+    const m = await allFour(await twin({bugs: ['late-evict']}))
+    expect(m.drop.code).toBe(1)
+    expect(m.drop.failed.join('\n')).toMatch(/evicted late/)
+  }, 600_000)
+
+  it('leak-on-evict: KV tokens do not return to their baseline', async () => {
+    const m = await allFour(await twin({bugs: ['leak-on-evict']}))
+    expect(m.drop.code).toBe(1)
+    expect(m.drop.failed.join('\n')).toMatch(/KV token usage did not return to its baseline: .* a leak/)
+  }, 600_000)
+
+  it('stale-prefill-ports with a prefill-only restart: requests after the restart are pinned', async () => {
+    const h = await twin({bugs: ['stale-prefill-ports']})
+    const m = await allFour(h)
+    for (const name of ['drop', 'stall', 'abort'] as const) expect(m[name].failed, name).toEqual([])
+    const r = await restart(h, ['prefill'])
+    expect(r.code).toBe(1)
+    expect(r.failed.join('\n')).toMatch(/canar|pinned/)
+  }, 600_000)
+})
