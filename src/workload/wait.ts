@@ -4,10 +4,13 @@ export const sleep = (ms: number): Promise<void> => new Promise((resolve) => set
 
 /** p, or undefined once ms have passed; the timer is cleared either way. */
 export async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
-  let timer: ReturnType<typeof setTimeout> | undefined
+  let cancel = (): void => {}
   try {
-    return await Promise.race([p, new Promise<undefined>((resolve) => { timer = setTimeout(resolve, Math.max(0, ms)) })])
+    return await Promise.race([p, new Promise<undefined>((resolve) => {
+      const timer = setTimeout(() => resolve(undefined), Math.max(0, ms))
+      cancel = () => clearTimeout(timer)
+    })])
   } finally {
-    clearTimeout(timer)
+    cancel()
   }
 }
