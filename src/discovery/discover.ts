@@ -96,6 +96,10 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
     }
   }
 
+  // The host itself is not optional: an unreachable host, a refused key or a changed host key stops here (exit 5),
+  // before any service probe can make a half-report look like an answer.
+  await host.run(['true'], {timeoutMs})
+
   const [pHealth, dHealth, rHealth, rReady, pInfo, dInfo, pMetrics, dMetrics, procs, hostState] = await Promise.all([
     prefill.health(svc.prefill.healthPath),
     decode.health(svc.decode.healthPath),

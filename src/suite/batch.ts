@@ -43,12 +43,15 @@ export interface BatchOptions {
   onRecorder?: (rec: Recorder | undefined) => void
   /** A countdown to the batch's window close (for a spinner). */
   onDeadline?: (label: string, at: number) => void
+  /** A calibration from an earlier batch on the same processes (no restart since): reused, not measured again. */
+  calibration?: Calibration & {routerMs: number}
 }
 
 export interface BatchOutcome {
   scenarios: ScenarioRun[]
   /** The batch's floor: its longest pin window (deadline + poll). */
   floorMs: number
+  calibration: Calibration & {routerMs: number}
 }
 
 interface Entry {
@@ -62,8 +65,9 @@ interface Entry {
 
 const sleep = (ms: number, signal?: AbortSignal) => new Promise<void>((resolve) => {
   if (signal?.aborted) return resolve()
-  const t = setTimeout(resolve, ms)
-  signal?.addEventListener('abort', () => { clearTimeout(t); resolve() }, {once: true})
+  const onAbort = () => { clearTimeout(t); resolve() }
+  const t = setTimeout(() => { signal?.removeEventListener('abort', onAbort); resolve() }, ms)
+  signal?.addEventListener('abort', onAbort, {once: true})
 })
 
 export async function runBatch(deployment: Deployment, host: Host, batch: PlannedScenario[], opts: BatchOptions): Promise<BatchOutcome> {
@@ -79,8 +83,8 @@ export async function runBatch(deployment: Deployment, host: Host, batch: Planne
   const marginMs = Math.max(2000, observeWindowMs * 0.2)
   say('discovering the deployment')
   const disc = faultDiscovery(await discover(deployment, host, {timeoutMs: probeMs}), deployment)
-  say('calibrating on unfaulted requests')
-  const calibration = await calibrate(deployment, {prefill, decode, router}, {promptTokens: opts.promptTokens})
+  if (!opts.calibration) say('calibrating on unfaulted requests')
+  const calibration = opts.calibration ?? await calibrate(deployment, {prefill, decode, router}, {promptTokens: opts.promptTokens})
 
   // Plan every scenario before anything is injected; one that cannot be planned is an error of its own.
   const entries: Entry[] = []
@@ -134,7 +138,7 @@ export async function runBatch(deployment: Deployment, host: Host, batch: Planne
       const pinController = new AbortController()
       const pins: Array<{e: Entry; sent: Sent}> = []
       try {
-        if (opts.loadIntervalMs > 0) await sleep(Math.min(1000, opts.loadIntervalMs * 2), opts.signal)
+        if (opts.loadIntervalMs > 0) await sleep(Math.min(500, opts.loadIntervalMs * 2), opts.signal)
         for (const e of live()) {
           if (opts.signal.aborted) break
           e.startedAt = now()
@@ -257,7 +261,7 @@ export async function runBatch(deployment: Deployment, host: Host, batch: Planne
     if (stoppedEarly) run.error = 'stopped before its window closed: no eviction verdict'
     return run
   })
-  return {scenarios, floorMs: observeWindowMs}
+  return {scenarios, floorMs: observeWindowMs, calibration}
 }
 
 /** The timeline as one scenario sees it: every observation except the other scenarios' pins (and their aborts). */

@@ -62,6 +62,8 @@ export async function runSuite(deployment: Deployment, host: Host, suite: SuiteF
   const batchStats: SuiteOutcome['batches'] = []
   let floorMs = 0
   const contract = deployment.watchdog
+  // One calibration serves every batch until a restart replaces the processes it measured.
+  let calibration: Awaited<ReturnType<typeof runBatch>>['calibration'] | undefined
   try {
     for (const b of batches) {
       if (watch.signal.aborted) break
@@ -78,6 +80,7 @@ export async function runSuite(deployment: Deployment, host: Host, suite: SuiteF
             order: r.services as ServiceName[], healthTimeoutS: r.healthTimeoutSeconds, commandTimeoutS: r.commandTimeoutSeconds,
             canaries: r.canaries, watchS: r.watchSeconds, sampleS: 1, settleS: r.settleSeconds, onProgress: (l) => say(`${only.name}: ${l}`), signal: watch.signal,
           })
+          calibration = undefined
           runs.push(scenarioFromRestart(only.name, res, {contract, startedAt: restartStart, finishedAt: Date.now()}))
           const healthWaits = res.steps.reduce((a, s) => a + (s.healthyAfterMs ?? 0), 0)
           // The restart's floor: its health waits, the settle and the watch it was told to hold.
@@ -92,9 +95,10 @@ export async function runSuite(deployment: Deployment, host: Host, suite: SuiteF
       try {
         const out = await runBatch(deployment, host, b.scenarios, {
           promptTokens: suite.load.promptTokens, loadIntervalMs: suite.load.intervalMs, canaries: suite.load.canaries, signal: watch.signal,
-          say, onRecorder: (rec) => watch.setRecorder(rec), onDeadline: (label, at) => opts.onPhase?.(`batch ${b.index}/${batches.length}: ${label}`, at),
+          calibration, say, onRecorder: (rec) => watch.setRecorder(rec), onDeadline: (label, at) => opts.onPhase?.(`batch ${b.index}/${batches.length}: ${label}`, at),
         })
         runs.push(...out.scenarios)
+        calibration = out.calibration
         floorMs += out.floorMs
         batchStats.push({index: b.index, scenarios: names, ms: Math.round(now() - t0), floorMs: out.floorMs})
       } catch (error) {
