@@ -35,7 +35,7 @@ export default class Inject extends BaseCommand<typeof Inject> {
     pins: Flags.integer({summary: 'Pinned requests to create.', default: 3, min: 1, max: 10_000}),
     gpu: Flags.integer({summary: 'stall-kv: the GPU whose rank stalls; abort-mid-transfer: widen the window on this GPU\'s rank.', min: 0}),
     rank: Flags.integer({summary: 'drop-dest-info: only this prefill TP rank.', min: 0}),
-    mechanism: Flags.option({options: ['auto', 'packet-filter', 'sigstop'] as const, summary: 'stall-kv mechanism (auto follows the detected transport).'})(),
+    mechanism: Flags.option({options: ['auto', 'packet-filter', 'sigstop', 'twin-failpoint'] as const, summary: 'How the fault is made (auto follows the detected transport; twin-failpoint is the twin\'s own, for users without root).'})(),
     side: Flags.option({options: ['prefill', 'decode'] as const, summary: 'stall-kv with sigstop: stop the prefill rank or its decode peer.'})(),
     trials: Flags.integer({summary: 'abort-mid-transfer: number of trials.', min: 1, max: 200}),
     'widen-kbytes': Flags.integer({summary: 'abort-mid-transfer: widen the window by rate-limiting --gpu\'s KV connections to this many kB/s.', min: 1}),

@@ -46,6 +46,7 @@ export default class Suite extends BaseCommand<typeof Suite> {
     junit: Flags.string({summary: 'Write JUnit XML (one testcase per check and per pin) to this file.'}),
     html: Flags.string({summary: 'Write the single-file HTML report (a timeline per scenario) to this file.'}),
     push: Flags.string({summary: 'Push the run\'s metrics to this Prometheus Pushgateway URL.'}),
+    'one-at-a-time': Flags.boolean({summary: 'Run every scenario in a batch of its own (no concurrency), e.g. to measure what batching saves.'}),
     'run-id': Flags.string({summary: 'Name of this run (Pushgateway grouping, reports). Default: derived from the start time.'}),
     'sim-deadline': Flags.string({summary: 'With --sim, when the suite starts the twin itself: its watchdog deadline in seconds.', default: '3'}),
     'sim-poll': Flags.string({summary: 'With --sim, when the suite starts the twin itself: its watchdog poll interval in seconds.', default: '0.5'}),
@@ -97,7 +98,7 @@ export default class Suite extends BaseCommand<typeof Suite> {
         const lock = await acquireHostLock(target.host, target.deployment.stateDir, {command: `suite ${suite.name}`, ttlMs: (suite.scenarios.length * ((w.deadlineSeconds + w.pollSeconds) * 3 + 300) + 600) * 1000})
         try {
           outcome = await runSuite(target.deployment, target.host, suite, {
-            gate: gateSpec, say, signal: stopController.signal, runId: f['run-id'],
+            gate: gateSpec, say, signal: stopController.signal, runId: f['run-id'], oneAtATime: f['one-at-a-time'],
             onPlan: (lines) => {
               // The plan goes out before any injection, even on a TTY.
               if (spin) spin.clear()

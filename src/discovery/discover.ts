@@ -25,6 +25,10 @@ export interface ServiceStatus {
   tpSize?: number
   backend?: string
   pid?: number
+  /** The twin only: the path of its failure-point endpoint (server_info pdchaos_twin). */
+  twinFailpointPath?: string
+  /** The KV data path where the server states it (the twin does; a real server is read from its rank environment). */
+  kvDataPath?: string
 }
 
 export interface RankInfo {
@@ -50,7 +54,7 @@ export interface StatusReport {
   ranks: RankInfo[]
   watchdog: {contract: Deployment['watchdog']; prefillEnv?: EnvWatchdog; timeouts?: EnvTimeouts}
   /** env: the prefill rank's transport variables (UCX_*, MC_*, NIXL_*), which tell whether the KV path is TCP. */
-  transport: {backend: string; source: string; env?: Record<string, string>}
+  transport: {backend: string; source: string; env?: Record<string, string>; dataPath?: string}
   counters: Record<'prefill' | 'decode', Record<string, number>>
   gauges: Record<'prefill' | 'decode', Record<string, number>>
   hostState: HostState
@@ -171,6 +175,7 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
       ? {backend: backendSeen, source: 'prefill server_info disaggregation_transfer_backend'}
       : {backend: deployment.backend, source: 'deployment file'}),
     ...(Object.keys(transportEnv).length > 0 ? {env: transportEnv} : {}),
+    ...(services.prefill.kvDataPath ? {dataPath: services.prefill.kvDataPath} : {}),
   }
   if (backendSeen && deployment.backend !== 'auto' && backendSeen !== deployment.backend) {
     warnings.push(`prefill uses the ${backendSeen} backend, the deployment file says ${deployment.backend}`)
@@ -203,6 +208,8 @@ function infoSummary(info: Record<string, unknown> | undefined): Partial<Service
     version: str(info.version),
     tpSize: n(info.tp_size),
     backend: str(info.disaggregation_transfer_backend),
+    twinFailpointPath: str((info.pdchaos_twin as {failpoint_path?: unknown} | undefined)?.failpoint_path),
+    kvDataPath: str((info.pdchaos_twin as {kv_data_path?: unknown} | undefined)?.kv_data_path),
   }
 }
 
@@ -247,8 +254,15 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
     for (let i = 0; i < 4 && cur; i++) {
       if (cur.ppid === servicePids.prefill) return 'prefill'
       if (cur.ppid === servicePids.decode) return 'decode'
-      const mode = /--disaggregation-mode[ =](prefill|decode)/.exec(byPid.get(cur.ppid)?.args ?? '')
-      if (mode) return mode[1] as 'prefill' | 'decode'
+      // Without privilege ss shows no pids: read the launch command instead, mode AND port, since one host can run
+      // several deployments (SGLang's --port defaults to 30000).
+      const args = byPid.get(cur.ppid)?.args ?? ''
+      const mode = /--disaggregation-mode[ =](prefill|decode)\b/.exec(args)
+      if (mode) {
+        const role = mode[1] as 'prefill' | 'decode'
+        const port = Number(/--port[ =](\d+)/.exec(args)?.[1] ?? 30_000)
+        if (port === portOf(deployment.services[role].url)) return role
+      }
       cur = byPid.get(cur.ppid)
     }
     return undefined

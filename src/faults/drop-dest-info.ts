@@ -2,6 +2,7 @@ import {badInput} from '../errors.js'
 import type {Host} from '../hosts/host.js'
 import {checkLeaseId, describeRank, type Fault, type FaultContext, type FaultPlan, type FaultTarget, type HostFacts, intParam} from './fault.js'
 import {buildFilter, detectFilterTool, noFilterTool, type FilterMatch} from './packet-filter.js'
+import {buildTwinFailpoint} from './twin-failpoint.js'
 
 /**
  * drop-dest-info: decode's destination info (TransferInfo over ZMQ PUSH) and its ABORT never reach the prefill
@@ -13,6 +14,8 @@ import {buildFilter, detectFilterTool, noFilterTool, type FilterMatch} from './p
 export interface DropDestInfoParams {
   /** Only this prefill TP rank (default: every prefill rank). */
   rank?: number
+  /** auto: the host's packet filter, or the twin's own failure point when no packet filter is usable (not root). */
+  mechanism?: 'auto' | 'packet-filter' | 'twin-failpoint'
 }
 
 export const dropDestInfo: Fault<DropDestInfoParams> = {
@@ -20,7 +23,9 @@ export const dropDestInfo: Fault<DropDestInfoParams> = {
   summary: "decode's destination info and ABORT never reach prefill: requests stay Bootstrapping",
 
   parseParams(raw) {
-    return raw.rank === undefined ? {} : {rank: intParam(raw.rank, 'rank', 0, 1023)}
+    const mechanism = (raw.mechanism ?? 'auto') as string
+    if (!['auto', 'packet-filter', 'twin-failpoint'].includes(mechanism)) throw badInput(`drop-dest-info has no mechanism ${JSON.stringify(mechanism)}`, 'use auto, packet-filter or twin-failpoint')
+    return {...(raw.rank === undefined ? {} : {rank: intParam(raw.rank, 'rank', 0, 1023)}), mechanism: mechanism as DropDestInfoParams['mechanism']}
   },
 
   async gather(host: Host, _discovery, _params, opts = {}): Promise<HostFacts> {
@@ -43,6 +48,20 @@ export const dropDestInfo: Fault<DropDestInfoParams> = {
       // Dropping only some ranks' ports would let the others answer: a partial fault is no fault.
       throw badInput(`the bootstrap route gave no ZMQ port for ${noPort.map(describeRank).join(', ')}`,
         'wait until prefill has registered with its bootstrap server (GET /route answers), then retry')
+    }
+    const twinUrl = ctx.discovery.twinFailpointUrl
+    const mech = ctx.params.mechanism ?? 'auto'
+    if (mech === 'twin-failpoint' && !twinUrl) throw badInput('--mechanism twin-failpoint works only against pdchaos\'s twin, and this prefill is not it', 'use --mechanism packet-filter')
+    if (mech === 'twin-failpoint' || (mech === 'auto' && !ctx.facts.filterTool && twinUrl)) {
+      const fp = buildTwinFailpoint(twinUrl!, 'drop-dest-info', chosen.map((r) => r.tpRank))
+      return {
+        fault: 'drop-dest-info', mechanism: 'twin-failpoint', leaseId: ctx.leaseId,
+        targets: chosen.map((r) => ({service: 'prefill', tpRank: r.tpRank, pid: r.pid, ports: [r.zmqPort!]})),
+        inject: fp.inject, revert: fp.revert, sudo: false, verifyInjected: [fp.verifyInjected], verifyClean: [fp.verifyClean], readOnlyProbes: fp.readOnlyProbes,
+        description: `${fp.summary}: the ranks drop every frame decode sends (destination info and ABORT), as a packet filter on their ZMQ ports would. ` +
+          'New requests stay in the prefill bootstrap queue at Bootstrapping. This is the twin\'s failure point, not a host mechanism: it exists only on the twin.',
+        ...(mech === 'auto' ? {refusals: [`packet filter not usable here (${ctx.facts.filterEvidence ?? 'not probed'}): using the twin's own failure point instead`]} : {}),
+      }
     }
     if (!ctx.facts.filterTool) throw noFilterTool(ctx.facts.filterEvidence)
 

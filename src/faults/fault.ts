@@ -11,7 +11,7 @@ import {shellCommand} from '../hosts/quote.js'
  */
 
 export type FaultName = 'drop-dest-info' | 'stall-kv' | 'abort-mid-transfer'
-export type MechanismName = 'packet-filter' | 'sigstop' | 'abort-requests'
+export type MechanismName = 'packet-filter' | 'sigstop' | 'abort-requests' | 'twin-failpoint'
 
 export interface Judgement {
   ok: boolean
@@ -36,6 +36,8 @@ export interface FaultDiscovery {
   transport: StatusReport['transport']
   /** Ports of the services' HTTP APIs, the bootstrap server and the router: never a KV data connection. */
   servicePorts: number[]
+  /** Set only when the prefill server says it is pdchaos's twin: the URL of its failure-point endpoint. */
+  twinFailpointUrl?: string
 }
 
 export function faultDiscovery(report: StatusReport, deployment: Deployment): FaultDiscovery {
@@ -43,7 +45,11 @@ export function faultDiscovery(report: StatusReport, deployment: Deployment): Fa
   const s = deployment.services
   const servicePorts = [portOf(s.prefill.url), portOf(s.decode.url), portOf(s.router.url), s.prefill.bootstrapPort]
   if (s.router.metricsUrl) servicePorts.push(portOf(s.router.metricsUrl))
-  return {ranks: report.ranks, transport: report.transport, servicePorts: [...new Set(servicePorts)]}
+  const fp = report.services.prefill.twinFailpointPath
+  return {
+    ranks: report.ranks, transport: report.transport, servicePorts: [...new Set(servicePorts)],
+    ...(fp ? {twinFailpointUrl: new URL(fp, s.prefill.url).href} : {}),
+  }
 }
 
 export type FilterTool = 'nft' | 'iptables'

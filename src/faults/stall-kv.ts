@@ -1,3 +1,4 @@
+import {buildTwinFailpoint} from './twin-failpoint.js'
 import {badInput, oneLine} from '../errors.js'
 import type {RankInfo} from '../discovery/discover.js'
 import type {Host} from '../hosts/host.js'
@@ -15,7 +16,7 @@ import {buildSigstop} from './signals.js'
  * - sigstop: stop the rank (side prefill) or its paired decode rank (side decode), by pid + start time.
  */
 
-export type StallMechanism = 'auto' | 'packet-filter' | 'sigstop'
+export type StallMechanism = 'auto' | 'packet-filter' | 'sigstop' | 'twin-failpoint'
 export type Side = 'prefill' | 'decode'
 
 export interface StallKvParams {
@@ -36,7 +37,7 @@ export const stallKv: Fault<StallKvParams> = {
     if (raw.gpu === undefined) throw badInput('stall-kv needs --gpu N', 'pick the GPU from `pdchaos status`')
     const gpu = intParam(raw.gpu, 'gpu', 0, 1023)
     const mechanism = (raw.mechanism ?? 'auto') as string
-    if (!['auto', 'packet-filter', 'sigstop'].includes(mechanism)) throw badInput(`unknown --mechanism ${JSON.stringify(mechanism)}`, 'use auto, packet-filter or sigstop')
+    if (!['auto', 'packet-filter', 'sigstop', 'twin-failpoint'].includes(mechanism)) throw badInput(`unknown --mechanism ${JSON.stringify(mechanism)}`, 'use auto, packet-filter, sigstop or twin-failpoint')
     const side = (raw.side ?? 'prefill') as string
     if (side !== 'prefill' && side !== 'decode') throw badInput(`unknown --side ${JSON.stringify(side)}`, 'use prefill or decode')
     return {gpu, mechanism: mechanism as StallMechanism, side, sideGiven: raw.side !== undefined}
@@ -64,6 +65,11 @@ export const stallKv: Fault<StallKvParams> = {
     const path = classifyDataPath(discovery.transport)
     const refusals: string[] = []
     let mechanism: 'packet-filter' | 'sigstop'
+    const twinUrl = discovery.twinFailpointUrl
+    if (params.mechanism === 'twin-failpoint' || (params.mechanism === 'auto' && path.kind === 'tcp' && !ctx.facts.filterTool && twinUrl)) {
+      if (!twinUrl) throw badInput('--mechanism twin-failpoint works only against pdchaos\'s twin, and this prefill is not it', 'use --mechanism packet-filter or sigstop')
+      return twinFailpointPlan(ctx, rank, twinUrl, params.mechanism === 'auto' ? [`packet filter not usable here (${ctx.facts.filterEvidence ?? 'not probed'}): using the twin's own failure point instead`] : [])
+    }
     if (params.mechanism === 'packet-filter') {
       if (path.kind !== 'tcp') throw badInput(`${RDMA_REFUSAL} (${path.evidence})`, 'use --mechanism sigstop --side prefill|decode')
       mechanism = 'packet-filter'
@@ -77,6 +83,19 @@ export const stallKv: Fault<StallKvParams> = {
     }
     return mechanism === 'packet-filter' ? packetFilterPlan(ctx, rank, path.evidence, refusals) : sigstopPlan(ctx, rank, path.evidence, refusals)
   },
+}
+
+function twinFailpointPlan(ctx: FaultContext<StallKvParams>, rank: RankInfo, url: string, refusals: string[]): FaultPlan {
+  if (rank.service !== 'prefill') throw badInput(`the twin's stall-kv failure point holds a prefill rank's KV writes; GPU ${ctx.params.gpu} is ${describeRank(rank)}`, 'pick --gpu of a prefill rank')
+  const fp = buildTwinFailpoint(url, 'stall-kv', [rank.tpRank])
+  return {
+    fault: 'stall-kv', mechanism: 'twin-failpoint', leaseId: ctx.leaseId,
+    targets: [{service: 'prefill', tpRank: rank.tpRank, pid: rank.pid, ...(rank.gpu === undefined ? {} : {gpu: rank.gpu})}],
+    inject: fp.inject, revert: fp.revert, sudo: false, verifyInjected: [fp.verifyInjected], verifyClean: [fp.verifyClean], readOnlyProbes: fp.readOnlyProbes,
+    description: `${fp.summary}: ${describeRank(rank)} holds its KV writes, so rooms being transferred stay Transferring while the schedulers run. ` +
+      'This is the twin\'s failure point, not a host mechanism: it exists only on the twin.',
+    ...(refusals.length ? {refusals} : {}),
+  }
 }
 
 function packetFilterPlan(ctx: FaultContext<StallKvParams>, rank: RankInfo, pathEvidence: string, refusals: string[]): FaultPlan {

@@ -27,6 +27,8 @@ export interface SuiteOptions {
   /** Extra stop (SIGINT). */
   signal?: AbortSignal
   runId?: string
+  /** Every scenario in a batch of its own (no concurrency): the baseline the batching is measured against. */
+  oneAtATime?: boolean
 }
 
 export interface SuiteOutcome {
@@ -48,7 +50,7 @@ export async function runSuite(deployment: Deployment, host: Host, suite: SuiteF
     const report = await discover(deployment, host, {timeoutMs: 5000})
     planOpts = {autoMechanism: classifyDataPath(report.transport).kind === 'tcp' ? 'packet-filter' : 'sigstop'}
   }
-  const batches: Batch[] = planBatches(scenarios, planOpts)
+  const batches: Batch[] = opts.oneAtATime ? scenarios.map((s, i) => ({index: i + 1, scenarios: [s]})) : planBatches(scenarios, planOpts)
   const conflicts = planConflicts(batches, planOpts)
   if (conflicts.length > 0) throw new PdError(`the batch plan has conflicts: ${conflicts.join('; ')}`, {exit: 5, suggestion: 'report this: the planner must never batch conflicting scenarios'})
   const plan = renderPlanText(batches, planOpts)
@@ -75,6 +77,7 @@ export async function runSuite(deployment: Deployment, host: Host, suite: SuiteF
       if (only.spec.restart) {
         const r = only.spec.restart
         const restartStart = Date.now()
+        watch.setRestarting(true)
         try {
           const res = await coRestart(deployment, host, {
             order: r.services as ServiceName[], healthTimeoutS: r.healthTimeoutSeconds, commandTimeoutS: r.commandTimeoutSeconds,
@@ -89,6 +92,8 @@ export async function runSuite(deployment: Deployment, host: Host, suite: SuiteF
           batchStats.push({index: b.index, scenarios: names, ms: Math.round(now() - t0), floorMs: restartFloor})
         } catch (error) {
           runs.push({name: only.name, kind: 'restart', startedAt: restartStart, finishedAt: Date.now(), verdicts: [], pins: [], leases: [], contract, error: oneLine(error)})
+        } finally {
+          watch.setRestarting(false)
         }
         continue
       }

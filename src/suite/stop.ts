@@ -21,6 +21,8 @@ export interface StopWatch {
   reason(): string | undefined
   /** The current batch's recorder, for the collateral condition. */
   setRecorder(rec: Recorder | undefined): void
+  /** A co-restart takes the router down on purpose (behind its own health gates): its health is not watched meanwhile. */
+  setRestarting(on: boolean): void
   /** Conditions that could not be watched (e.g. the kernel log unreadable), said once each. */
   notes: string[]
   close(): Promise<void>
@@ -46,6 +48,7 @@ export async function startStopWatch(deployment: Deployment, host: Host, spec: S
   let why: string | undefined
   const notes: string[] = []
   let rec: Recorder | undefined
+  let restarting = false
   const stop = (reason: string) => {
     if (why !== undefined) return
     why = reason
@@ -67,7 +70,8 @@ export async function startStopWatch(deployment: Deployment, host: Host, spec: S
     // Bounded: at most one day of checks; the run ends long before.
     for (let i = 0; !closed && i < (86_400_000 / intervalMs); i++) {
       try {
-        if (spec.routerUnhealthySeconds !== undefined) {
+        if (restarting) failingSince = undefined
+        else if (spec.routerUnhealthySeconds !== undefined) {
           const h = await router.liveness().catch((error: unknown) => ({ok: false, error: oneLine(error)}))
           if (h.ok) failingSince = undefined
           else {
@@ -98,6 +102,7 @@ export async function startStopWatch(deployment: Deployment, host: Host, spec: S
   return {
     signal: controller.signal, stop, reason: () => why, notes,
     setRecorder: (r) => { rec = r },
+    setRestarting: (on) => { restarting = on },
     close: async () => { closed = true; await loop },
   }
 }

@@ -14,9 +14,12 @@ export interface CliResult {
   ms: number
 }
 
-export function startCli(args: string[], env: NodeJS.ProcessEnv = {}): {child: ChildProcess; done: Promise<CliResult>} {
+export function startCli(args: string[], env: NodeJS.ProcessEnv = {}, asUser?: number): {child: ChildProcess; done: Promise<CliResult>} {
   const started = performance.now()
-  const child = spawn(process.execPath, [cliEntry(), ...args], {env: {...process.env, OCLIF_SKIP_NEW_VERSION_CHECK: '1', ...env}, stdio: ['ignore', 'pipe', 'pipe']})
+  const child = spawn(process.execPath, [cliEntry(), ...args], {
+    env: {...process.env, OCLIF_SKIP_NEW_VERSION_CHECK: '1', ...env}, stdio: ['ignore', 'pipe', 'pipe'],
+    ...(asUser === undefined ? {} : {uid: asUser, gid: asUser}),
+  })
   let stdout = ''
   let stderr = ''
   child.stdout!.on('data', (d: Buffer) => { stdout += d.toString() })
@@ -27,8 +30,8 @@ export function startCli(args: string[], env: NodeJS.ProcessEnv = {}): {child: C
   return {child, done}
 }
 
-export async function runCli(args: string[], opts: {timeoutMs?: number; env?: NodeJS.ProcessEnv} = {}): Promise<CliResult> {
-  const {child, done} = startCli(args, opts.env)
+export async function runCli(args: string[], opts: {timeoutMs?: number; env?: NodeJS.ProcessEnv; asUser?: number} = {}): Promise<CliResult> {
+  const {child, done} = startCli(args, opts.env, opts.asUser)
   const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 120_000)
   try {
     return await done

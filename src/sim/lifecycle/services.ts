@@ -37,7 +37,10 @@ export function serviceEnv(config: SimConfig, base: NodeJS.ProcessEnv = process.
 export function serviceArgv(config: SimConfig, service: Service): {command: string; args: string[]} {
   const argv = service === 'router'
     ? entryArgv(routerModule, '--state-dir', config.stateDir)
-    : entryArgv(serverModule, '--role', service, '--state-dir', config.stateDir)
+    // The SGLang launch flags after the twin's own: what an operator (and discovery, without root) reads in `ps`.
+    : entryArgv(serverModule, '--role', service, '--state-dir', config.stateDir, '--disaggregation-mode', service,
+      '--host', config.host, '--port', String(config.ports[service]), '--tp-size', String(service === 'prefill' ? config.prefillTp : config.decodeTp),
+      '--disaggregation-bootstrap-port', String(config.ports.bootstrap), '--disaggregation-transfer-backend', config.backend)
   // Absolute, so the service does not depend on its cwd to find tsx.
   const i = argv.args.indexOf('--import')
   if (i >= 0 && argv.args[i + 1] === 'tsx') argv.args[i + 1] = import.meta.resolve('tsx')

@@ -1,3 +1,4 @@
+import type {TwinFailpoint} from './protocol.js'
 import {createServer, type IncomingMessage, type Server, type ServerResponse} from 'node:http'
 import {randomUUID} from 'node:crypto'
 import type {SimConfig} from '../sim-config.js'
@@ -83,6 +84,7 @@ async function handle(deps: ApiDeps, req: IncomingMessage, res: ServerResponse):
     if (n > 0) sched.metrics.inc('sglang:num_aborted_requests_total', n)
     return text(res, 200, '')
   }
+  if (path === FAILPOINT_PATH && deps.role === 'prefill') return failpoint(deps, sched, req, res, method)
   if (path === '/generate' && method === 'POST') return generate(deps, sched, req, res)
   return json(res, 404, {detail: 'Not Found'})
 }
@@ -152,6 +154,25 @@ function loads(deps: ApiDeps, sched: SchedulerCore, url: URL, res: ServerRespons
   json(res, 200, {timestamp: new Date().toISOString(), version: deps.cfg.version, dp_rank_count: 1, loads: [load]})
 }
 
+/** The twin's control endpoint: its failure points, for users without root. Not an SGLang route. */
+export const FAILPOINT_PATH = '/_pdchaos/twin/failpoint'
+const failpoints = new Map<TwinFailpoint, Set<number>>([['drop-dest-info', new Set()], ['stall-kv', new Set()]])
+
+async function failpoint(deps: ApiDeps, sched: SchedulerCore, req: IncomingMessage, res: ServerResponse, method: string | undefined): Promise<void> {
+  const state = () => Object.fromEntries([...failpoints].map(([k, v]) => [k, [...v].sort((a, b) => a - b)]))
+  if (method !== 'POST') return json(res, 200, {failpoints: state()})
+  let body: {name?: unknown; enabled?: unknown; tpRanks?: unknown}
+  try { body = JSON.parse((await readBody(req)) || '{}') as typeof body } catch { return json(res, 400, {error: {message: 'body must be JSON', code: 400}}) }
+  const name = body.name as TwinFailpoint
+  if (!failpoints.has(name) || typeof body.enabled !== 'boolean') return json(res, 400, {error: {message: 'need {name: drop-dest-info|stall-kv, enabled: boolean, tpRanks?: number[]}', code: 400}})
+  const all = Array.from({length: deps.cfg.prefillTp}, (_, k) => k)
+  const tpRanks = Array.isArray(body.tpRanks) ? body.tpRanks.filter((k): k is number => Number.isInteger(k) && all.includes(k as number)) : all
+  const set = failpoints.get(name)!
+  for (const k of tpRanks) (body.enabled ? set.add(k) : set.delete(k))
+  sched.pushOp({op: 'failpoint', name, enabled: body.enabled, tpRanks})
+  json(res, 200, {failpoints: state()})
+}
+
 function serverInfo(deps: ApiDeps, sched: SchedulerCore | undefined): Record<string, unknown> {
   const {cfg, env, role} = deps
   const wd = env.watchdog
@@ -178,6 +199,7 @@ function serverInfo(deps: ApiDeps, sched: SchedulerCore | undefined): Record<str
       heartbeat_interval_s: env.heartbeatIntervalS, heartbeat_max_failure: env.heartbeatMaxFailure,
     },
     start_time: deps.startedAt / 1000,
+    ...(role === 'prefill' ? {pdchaos_twin: {failpoint_path: FAILPOINT_PATH, failpoints: [...failpoints.keys()], kv_data_path: 'tcp'}} : {}),
     internal_states: [{
       ...(sched ? sched.queueSizes() : {}),
       token_usage: sched ? sched.tokenUsage() : 0,

@@ -25,6 +25,10 @@ export class PrefillRank {
   private readonly agents = new Map<string, DecodeAgent>()
   private readonly conns = new Map<string, DataConn>()
   private readonly bugAbortRace: boolean
+  /** Failure points (the twin's control endpoint): drop every decode frame; hold KV writes until released. */
+  private dropFrames = false
+  private stallKv = false
+  private readonly held: Array<() => void> = []
 
   constructor(
     private readonly cfg: SimConfig, private readonly env: EnvSettings, private readonly tpRank: number,
@@ -60,6 +64,8 @@ export class PrefillRank {
   }
 
   private onFrames(text: string[], raw: Buffer[]): void {
+    // As a packet filter on the ZMQ port would: nothing decode sends arrives, ABORT included.
+    if (this.dropFrames) return
     if (text[0] === 'ABORT') {
       const room = text[1]!
       this.abort(room, 'Aborted by decode ABORT.')
@@ -94,6 +100,16 @@ export class PrefillRank {
         break
       case 'send': this.send(op.room, op.tokens); break
       case 'abort': this.abort(op.room, 'Aborted by AbortReq.'); break
+      case 'failpoint':
+        if (!op.tpRanks.includes(this.tpRank)) break
+        if (op.name === 'drop-dest-info') this.dropFrames = op.enabled
+        if (op.name === 'stall-kv') {
+          this.stallKv = op.enabled
+          // Released like a TCP path whose filter is removed: the held writes go out now.
+          if (!op.enabled) for (const write of this.held.splice(0)) write()
+        }
+        this.log.info(`failpoint ${op.name} ${op.enabled ? 'on' : 'off'} on TP${this.tpRank}`)
+        break
       case 'clear':
         this.status.delete(op.room); this.createdAt.delete(op.room); this.infos.delete(op.room); this.required.delete(op.room)
         break
@@ -139,7 +155,9 @@ export class PrefillRank {
       const conn = this.connect(agent)
       conn.waiting.add(room)
       const big = BigInt(room)
-      for (const frame of kvFrames(big, this.tpRank, bytes)) conn.socket.write(frame)
+      const write = () => { for (const frame of kvFrames(big, this.tpRank, bytes)) conn.socket.write(frame) }
+      if (this.stallKv) this.held.push(write)
+      else write()
     }
   }
 

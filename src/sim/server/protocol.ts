@@ -3,8 +3,12 @@
  * to every rank (the ops of that iteration, then the rooms to poll) and awaits every rank's `polled`
  * answer: that round trip is the twin's gloo all-reduce.
  */
+/** The twin's own failure points, for users who cannot change the host's packet filter (no root). */
+export type TwinFailpoint = 'drop-dest-info' | 'stall-kv'
+
 export type PrefillOp =
   | {op: 'create'; room: string; rid: string}
+  | {op: 'failpoint'; name: TwinFailpoint; enabled: boolean; tpRanks: number[]}
   | {op: 'send'; room: string; tokens: number}
   | {op: 'abort'; room: string}
   | {op: 'clear'; room: string}

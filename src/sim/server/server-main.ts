@@ -25,9 +25,10 @@ if ((role !== 'prefill' && role !== 'decode') || !stateDir) {
   process.stderr.write('usage: server-main --role prefill|decode --state-dir DIR\n')
   process.exit(2)
 }
-process.title = `sglang::${role}_server`
 const paths = simPaths(stateDir)
 const cfg = JSON.parse(readFileSync(paths.config, 'utf8')) as SimConfig
+// SGLang's launch flags stay visible in `ps`, as a real server's command line is: discovery without root reads them.
+process.title = `sglang::${role}_server --disaggregation-mode ${role} --host ${cfg.host} --port ${cfg.ports[role]}`
 const env = readEnvSettings()
 const log = makeLogger()
 /** Scheduler-side lines carry SGLang's `TP0` prefix (the scheduler of attn-TP rank 0 logs them). */

@@ -1,0 +1,51 @@
+import {chmodSync, mkdirSync, mkdtempSync, rmSync} from 'node:fs'
+import {tmpdir} from 'node:os'
+import {join} from 'node:path'
+
+import {afterAll, beforeAll, describe, expect, it} from 'vitest'
+
+import {simDown} from '../../src/sim/lifecycle/down.js'
+import {simUp} from '../../src/sim/lifecycle/up.js'
+import {runCli} from './cli.js'
+
+// A user without root cannot touch the host's packet filter. Against the twin (and only the twin) pdchaos then uses
+// the twin's own failure points, and says so.
+let dir: string
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'pdchaos-test-fp-'))
+  chmodSync(dir, 0o755)
+  await simUp({stateDir: dir, basePort: 20_000 + Math.floor(Math.random() * 20_000), deadlineS: 1.5, pollS: 0.5, waitS: 60})
+  // The twin's deployment file keeps leases under host-state: writable by the unprivileged user here.
+  mkdirSync(join(dir, 'host-state'), {recursive: true})
+  chmodSync(join(dir, 'host-state'), 0o777)
+}, 120_000)
+
+afterAll(async () => {
+  if (dir) {
+    await simDown(dir)
+    rmSync(dir, {recursive: true, force: true})
+  }
+}, 60_000)
+
+const asNobody = (args: string[]) => runCli(args, {env: {HOME: dir}, asUser: 65_534})
+
+describe('without root, against the twin', () => {
+  it('drop-dest-info falls back to the twin failure point, names it, and the verdicts hold', async () => {
+    const r = await asNobody(['inject', 'drop-dest-info', '--sim', '--state-dir', dir, '--json', '--pins', '2'])
+    const j = JSON.parse(r.stdout)
+    expect(j.mechanism).toBe('twin-failpoint')
+    expect(j.description).toMatch(/twin's own failure point/)
+    expect(j.description).toMatch(/exists only on the twin/)
+    expect(j.summary.failed, JSON.stringify(j.verdicts.filter((v: any) => v.verdict === 'fail'))).toBe(0)
+    expect(r.code).toBe(0)
+  }, 120_000)
+
+  it('stall-kv on a prefill GPU through the failure point pins in Transferring and is evicted in its window', async () => {
+    const r = await asNobody(['inject', 'stall-kv', '--gpu', '2', '--sim', '--state-dir', dir, '--json', '--pins', '2'])
+    const j = JSON.parse(r.stdout)
+    expect(j.mechanism).toBe('twin-failpoint')
+    expect(j.pins.every((p: any) => p.verdict === 'pass')).toBe(true)
+    expect(r.code).toBe(0)
+  }, 120_000)
+})

@@ -1,0 +1,167 @@
+import {spawnSync} from 'node:child_process'
+import {existsSync, readdirSync, readFileSync, writeFileSync} from 'node:fs'
+import {join} from 'node:path'
+import {fileURLToPath} from 'node:url'
+
+import {afterAll, beforeAll, describe, expect, it} from 'vitest'
+
+import {createTestHost, type TestHost} from '../harness/test-host.js'
+import {runCli, startCli} from '../e2e/cli.js'
+import {ensureTool} from '../report/tools.js'
+
+// `pdchaos suite` as a user runs it, over SSH into the namespace host with the twin inside. Short watchdog (2 s, poll
+// 0.5 s) so every batch is quick; the defect run gets its own host (a twin started with --bug late-evict).
+const DEADLINE = 2
+const POLL = 0.5
+const XSD = fileURLToPath(new URL('../report/fixtures/junit.xsd', import.meta.url))
+let host: TestHost
+
+beforeAll(async () => {
+  host = await createTestHost({twin: {deadlineSeconds: DEADLINE, pollSeconds: POLL}})
+}, 120_000)
+
+afterAll(async () => {
+  await host?.destroy()
+}, 60_000)
+
+const json = (stdout: string): Record<string, any> => JSON.parse(stdout) as Record<string, any>
+
+async function assertHostClean(h: TestHost): Promise<void> {
+  const nft = await h.netns.run(['nft', 'list', 'ruleset'], {reject: false})
+  expect(nft.stdout).not.toMatch(/pdchaos/)
+  const ipt = await h.netns.run(['iptables-save'], {reject: false})
+  expect(ipt.stdout).not.toMatch(/PDCHAOS/)
+  const leases = join(h.stateDir, 'leases')
+  const active = existsSync(leases) ? readdirSync(leases).filter((f) => f.endsWith('.json') || f.endsWith('.revert.sh')) : []
+  expect(active).toEqual([])
+  // ps sees every process on the machine (other tests' twins too): judge only those listening inside this namespace.
+  const stopped = []
+  for (const pid of new Set([...(await listeners(h)).values()].flat())) {
+    const stat = await h.netns.run(['ps', '-o', 'stat=,args=', '-p', String(pid)], {reject: false})
+    if (stat.stdout.trim().startsWith('T')) stopped.push(stat.stdout.trim())
+  }
+  expect(stopped).toEqual([])
+}
+
+/** port → pids of the TCP listeners inside the namespace. */
+async function listeners(h: TestHost): Promise<Map<number, number[]>> {
+  const ss = await h.netns.run(['ss', '-tlnpH'], {reject: false})
+  const out = new Map<number, number[]>()
+  for (const line of ss.stdout.split('\n')) {
+    const port = Number(/:(\d+)\s/.exec(line)?.[1])
+    const pids = [...line.matchAll(/pid=(\d+)/g)].map((m) => Number(m[1]))
+    if (port && pids.length > 0) out.set(port, [...(out.get(port) ?? []), ...pids])
+  }
+  return out
+}
+
+describe('pdchaos suite over SSH into the namespace host', () => {
+  it('the built-in suite passes on a healthy twin: plan printed before any injection, batches concurrent, journal + JUnit + HTML written', async () => {
+    const out = join(host.dir, 'out')
+    const r = await runCli(['suite', '-c', host.deploymentFile, '--journal', join(out, 'run.json'), '--junit', join(out, 'junit.xml'), '--html', join(out, 'report.html')], {timeoutMs: 150_000})
+    expect(r.code, r.stdout + r.stderr.slice(-3000)).toBe(0)
+    // The plan comes out (on stderr, never stdout) before the first injection.
+    const plan = r.stderr.indexOf('plan (checked: no two scenarios in a batch interfere)')
+    expect(plan).toBeGreaterThanOrEqual(0)
+    expect(plan).toBeLessThan(r.stderr.indexOf('injecting'))
+    expect(r.stderr).toMatch(/batch 1: stall-kv gpu1 .*\| stall-kv gpu2 .*\| abort-mid-transfer gpu0/)
+    expect(r.stdout).toMatch(/all \d+ checks passed/)
+
+    const j = JSON.parse(readFileSync(join(out, 'run.json'), 'utf8')) as Record<string, any>
+    expect(j.scenarios.map((s: any) => s.name)).toEqual(['stall-kv gpu1', 'stall-kv gpu2', 'abort-mid-transfer gpu0', 'drop-dest-info', 'co-restart'])
+    expect(j.scenarios.every((s: any) => s.error === undefined && s.verdicts.length > 0 && s.verdicts.every((v: any) => v.verdict === 'pass'))).toBe(true)
+    // The three scenarios of batch 1 shared one window: their faults were all in place at once.
+    const leases = j.scenarios.slice(0, 3).map((s: any) => s.leases[0])
+    expect(Math.max(...leases.map((l: any) => l.injectedAt))).toBeLessThan(Math.min(...leases.map((l: any) => l.revertedAt)))
+    // DESIGN.md journal fields on every pin and lease.
+    const pins = j.scenarios.flatMap((s: any) => s.pins)
+    expect(pins.length).toBe(2 + 2 + 3)
+    for (const p of pins) {
+      expect(p).toMatchObject({verdict: 'pass', rid: expect.any(String), fault: expect.any(String), sentAt: expect.any(Number), evictedAt: expect.any(Number)})
+      expect(p.evictionSeconds).toBeGreaterThanOrEqual(p.bounds[0])
+      expect(p.evictionSeconds).toBeLessThanOrEqual(p.bounds[1])
+    }
+    for (const l of j.scenarios.flatMap((s: any) => s.leases)) expect(l).toMatchObject({injectedAt: expect.any(Number), revertedAt: expect.any(Number), verifiedClean: true})
+    expect(j.scenarios[2].verdicts.filter((v: any) => v.check === 'abort')).toHaveLength(6)
+    expect(j.scenarios[4].verdicts.map((v: any) => v.subject)).toEqual(expect.arrayContaining(['prefill', 'decode', 'router', 'canaries', 'pin watch']))
+
+    // JUnit through a real XML validator against the JUnit XSD; one testcase per verdict.
+    const xmllint = ensureTool('xmllint', 'libxml2-utils')
+    const v = spawnSync(xmllint, ['--noout', '--schema', XSD, join(out, 'junit.xml')], {encoding: 'utf8', timeout: 20_000})
+    expect(v.stderr).toContain('validates')
+    const count = spawnSync(xmllint, ['--xpath', 'count(//testcase)', join(out, 'junit.xml')], {encoding: 'utf8', timeout: 20_000})
+    expect(Number(count.stdout)).toBe(j.scenarios.reduce((n: number, s: any) => n + s.verdicts.length, 0))
+    const html = readFileSync(join(out, 'report.html'), 'utf8')
+    expect(html).toMatch(/^<!doctype html>/i)
+    for (const s of j.scenarios) expect(html).toContain(s.name)
+    await assertHostClean(host)
+  }, 180_000)
+
+  it('a stop condition (router health) stops the run mid-batch, reverts, exits 3 and leaves the host clean', async () => {
+    const file = join(host.dir, 'stop.yaml')
+    writeFileSync(file, [
+      'name: stop-test',
+      'scenarios:',
+      '  - {name: hold-a, fault: drop-dest-info, pins: 2}',
+      '  - {name: later, fault: stall-kv, params: {gpu: 1, mechanism: packet-filter}}',
+      'stop: {routerUnhealthySeconds: 0.5, kernelXid: false}',
+      '',
+    ].join('\n'))
+    const routerPort = Number(new URL(host.twin!.endpoints.router).port)
+    const routerPid = (await listeners(host)).get(routerPort)?.[0] ?? 0
+    expect(routerPid).toBeGreaterThan(0)
+    const {child, done} = startCli(['suite', file, '-c', host.deploymentFile, '--json', '--gate'])
+    const killer = setTimeout(() => child.kill('SIGKILL'), 120_000)
+    let frozen = false
+    try {
+      // Once the fault is in (the lease file appears on the host), freeze the router: its /liveness stops answering.
+      const leases = join(host.stateDir, 'leases')
+      const until = Date.now() + 60_000
+      while (Date.now() < until && !(existsSync(leases) && readdirSync(leases).some((f) => f.endsWith('.json')))) await new Promise((r) => setTimeout(r, 100))
+      await host.netns.run(['kill', '-STOP', String(routerPid)])
+      frozen = true
+      const r = await done
+      expect(r.code, r.stdout.slice(0, 2000)).toBe(3)
+      const j = json(r.stdout)
+      expect(j.stopped.reason).toMatch(/router health failing/)
+      expect(j.gate.passed).toBe(false)
+      const later = j.scenarios.find((s: any) => s.name === 'later')
+      expect(later.error).toMatch(/never resumed/)
+      const first = j.scenarios.find((s: any) => s.name === 'hold-a')
+      expect(first.leases[0]).toMatchObject({verifiedClean: true})
+    } finally {
+      clearTimeout(killer)
+      if (frozen) await host.netns.run(['kill', '-CONT', String(routerPid)], {reject: false})
+    }
+    await assertHostClean(host)
+  }, 150_000)
+})
+
+describe('pdchaos suite --gate against a twin with a defect', () => {
+  let bugged: TestHost
+  beforeAll(async () => {
+    bugged = await createTestHost({twin: {deadlineSeconds: DEADLINE, pollSeconds: POLL, bugs: ['late-evict']}})
+  }, 120_000)
+  afterAll(async () => {
+    await bugged?.destroy()
+  }, 60_000)
+
+  it('fails the gate (exit 1) and names exactly the eviction checks that failed, with evidence', async () => {
+    const file = join(bugged.dir, 'gate.yaml')
+    writeFileSync(file, 'name: release\nscenarios:\n  - {name: dest, fault: drop-dest-info, pins: 2}\ngate: {maxFailedChecks: 0, requiredChecks: [eviction, cleanup]}\n')
+    const r = await runCli(['suite', file, '-c', bugged.deploymentFile, '--json'], {timeoutMs: 120_000})
+    const j = json(r.stdout)
+    expect(r.code, JSON.stringify(j.failedChecks)).toBe(1)
+    expect(j.gate.passed).toBe(false)
+    const evictionFails = j.failedChecks.filter((f: any) => f.check === 'eviction')
+    expect(evictionFails.length).toBeGreaterThan(0)
+    for (const f of evictionFails) {
+      expect(f.scenario).toBe('dest')
+      expect(j.gate.reasons).toContain(`FAILED eviction [dest] ${f.subject}: ${f.summary}`)
+      expect(f.summary).toMatch(/evicted late|never evicted/)
+    }
+    const pins = j.scenarios[0].pins
+    expect(pins.some((p: any) => p.verdict === 'fail')).toBe(true)
+    await assertHostClean(bugged)
+  }, 150_000)
+})
