@@ -12,8 +12,6 @@ export interface RecoveryOptions {
   failureCounters?: string[]
   /** Token usage may differ from the baseline by this much (a fraction of the pool) without being a leak. */
   tokenUsageTolerance?: number
-  /** The counters count aborts too, so requests pdchaos aborted while cleaning up are expected in them. */
-  countCleanupAborts?: boolean
   /** Tokens in use (the loads snapshot) may differ from the baseline by this many. */
   usedTokensTolerance?: number
 }
@@ -71,7 +69,8 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
 
   // 4. Failure counters moved by exactly the requests that failed (pins, and load caught by the fault). A request
   // pdchaos stopped waiting for, or aborted while cleaning up, may or may not have gone through the counted path
-  // (the watchdog can evict it after pdchaos let go): it widens the range by one, and the evidence says so.
+  // (the watchdog can evict it after pdchaos let go): each widens the range by one, and the evidence says so.
+  // An empty counter list skips this part (abort trials move several counters through several paths).
   const counters = opts.failureCounters ?? ['sglang:num_watchdog_evicted_reqs_total']
   const cleaned = new Set(tl.observations.filter((o) => o.kind === 'marker' && o.name === 'cleanup-abort').map((o) => (o as {detail?: string}).detail))
   let certain = 0
@@ -81,7 +80,7 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
     const a = answerOf(tl, o.rid)
     const failed = a !== undefined && (a.status < 200 || a.status > 299)
     const letGo = cleaned.has(o.rid) || abandonedOf(tl, o.rid) !== undefined
-    if (failed && !(cleaned.has(o.rid) && !opts.countCleanupAborts)) certain++
+    if (failed && !cleaned.has(o.rid)) certain++
     else if (letGo) uncertain++
   }
   let delta = 0

@@ -71,11 +71,13 @@ export default class Inject extends BaseCommand<typeof Inject> {
         result = await run()
       } else {
         const w = target.deployment.watchdog
-        const lock = await acquireHostLock(target.host, target.deployment.stateDir, {command: `inject ${this.args.fault}`, ttlMs: ((w.deadlineSeconds + w.pollSeconds) * 3 + 300) * 1000})
+        // --hold leaves the fault in place: the lock stays too, and expires with the lease.
+        const ttlMs = f.hold ? ((f.ttl ?? 60) + 5) * 1000 : ((w.deadlineSeconds + w.pollSeconds) * 3 + 300) * 1000
+        const lock = await acquireHostLock(target.host, target.deployment.stateDir, {command: `inject ${this.args.fault}${f.hold ? ' --hold' : ''}`, ttlMs, untilExpiry: f.hold})
         try {
           result = await run()
         } finally {
-          await lock.release().catch(() => {})
+          if (!f.hold) await lock.release().catch(() => {})
         }
       }
       const journal = injectJournal(target.deployment, result)

@@ -19,6 +19,8 @@ export interface LockBody {
   hostname: string
   pid: number
   startTicks: number | null
+  /** Held until expiry even after its owner exits (inject --hold leaves its fault in place that long). */
+  untilExpiry?: boolean
   command: string
   acquiredAt: number
   expiresAt: number
@@ -37,7 +39,7 @@ const BREAK = '[ "$(cat "$1/lock.json" 2>/dev/null)" = "$2" ] && rm -f "$1/lock.
 // $1 dir, $2 token: remove only our own lock.
 const RELEASE = 'grep -q -- "$2" "$1/lock.json" 2>/dev/null && rm -f "$1/lock.json"; true'
 
-export async function acquireHostLock(host: Host, stateDir: string, opts: {command: string; ttlMs: number; timeoutMs?: number}): Promise<HeldLock> {
+export async function acquireHostLock(host: Host, stateDir: string, opts: {command: string; ttlMs: number; timeoutMs?: number; untilExpiry?: boolean}): Promise<HeldLock> {
   const timeoutMs = opts.timeoutMs ?? 10_000
   const body: LockBody = {
     token: randomBytes(8).toString('hex'),
@@ -48,6 +50,7 @@ export async function acquireHostLock(host: Host, stateDir: string, opts: {comma
     command: opts.command,
     acquiredAt: Date.now(),
     expiresAt: Date.now() + opts.ttlMs,
+    ...(opts.untilExpiry ? {untilExpiry: true} : {}),
   }
   const text = JSON.stringify(body)
   for (let attempt = 0; attempt < 2; attempt++) {
@@ -84,7 +87,7 @@ export async function acquireHostLock(host: Host, stateDir: string, opts: {comma
 
 /** The owner ran on this machine and that process (pid + start time) is gone: the lock is orphaned. */
 function ownerDiedHere(lock: Partial<LockBody>): boolean {
-  if (lock.hostname !== hostname() || typeof lock.pid !== 'number') return false
+  if (lock.untilExpiry || lock.hostname !== hostname() || typeof lock.pid !== 'number') return false
   const ticks = localStartTicks(lock.pid)
   return ticks === null || (lock.startTicks !== undefined && lock.startTicks !== null && ticks !== lock.startTicks)
 }

@@ -134,8 +134,9 @@ export async function runInject(deployment: Deployment, host: Host, opts: Inject
 
   const observeWindowMs = (deadlineSeconds + pollSeconds) * 1000
   const marginMs = Math.max(2000, observeWindowMs * 0.2)
-  const holdMs = opts.hold ? (opts.ttlS ?? 60) * 1000 : observeWindowMs + marginMs + 10_000
-  const ttlMs = opts.ttlS !== undefined ? opts.ttlS * 1000 : leaseTtlMs({deadlineSeconds, pollSeconds, holdMs})
+  // --hold keeps the fault for its TTL (60 s unless --ttl); a run holds it through its window plus a margin.
+  const ttlMs = opts.ttlS !== undefined ? opts.ttlS * 1000
+    : opts.hold ? HOLD_DEFAULT_MS : leaseTtlMs({deadlineSeconds, pollSeconds, holdMs: observeWindowMs + marginMs + 10_000})
 
   return withLeases(host, deployment.stateDir, async (guard) => {
     const sampler = startSampler(rec, {prefill, decode})
@@ -304,6 +305,7 @@ export async function revertAndVerify(guard: LeaseGuard, plan: FaultPlan, rec: R
 }
 
 export const DRAIN_WAIT_MS = 20_000
+const HOLD_DEFAULT_MS = 60_000
 /** Widening the abort window on a TCP data path by default holds the transfer still (0 kB/s): on loopback one KV
  * segment can be the whole transfer, so a rate limit cannot stretch it. */
 export const DEFAULT_WIDEN_KBYTES = 0
