@@ -258,7 +258,8 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
       // several deployments (SGLang's --port defaults to 30000).
       const args = byPid.get(cur.ppid)?.args ?? ''
       const mode = /--disaggregation-mode[ =](prefill|decode)\b/.exec(args)
-      if (mode) {
+      // Only when ss named no owner for that role: with an owner known, any other server is another deployment.
+      if (mode && servicePids[mode[1] as 'prefill' | 'decode'] === undefined) {
         const role = mode[1] as 'prefill' | 'decode'
         const port = Number(/--port[ =](\d+)/.exec(args)?.[1] ?? 30_000)
         if (port === portOf(deployment.services[role].url)) return role
