@@ -81,10 +81,12 @@ export async function runBatch(deployment: Deployment, host: Host, batch: Planne
   const {deadlineSeconds, pollSeconds} = contract
   const observeWindowMs = (deadlineSeconds + pollSeconds) * 1000
   const marginMs = Math.max(2000, observeWindowMs * 0.2)
-  say('discovering the deployment')
-  const disc = faultDiscovery(await discover(deployment, host, {timeoutMs: probeMs}), deployment)
+  // Calibrate before discovery: a fresh deployment publishes its ranks' ZMQ ports on the bootstrap route only once
+  // it has served a request, and drop-dest-info plans from those ports.
   if (!opts.calibration) say('calibrating on unfaulted requests')
   const calibration = opts.calibration ?? await calibrate(deployment, {prefill, decode, router}, {promptTokens: opts.promptTokens})
+  say('discovering the deployment')
+  const disc = faultDiscovery(await discover(deployment, host, {timeoutMs: probeMs}), deployment)
 
   // Plan every scenario before anything is injected; one that cannot be planned is an error of its own.
   const entries: Entry[] = []

@@ -110,19 +110,23 @@ describe('pdchaos suite over SSH into the namespace host', () => {
     const routerPort = Number(new URL(host.twin!.endpoints.router).port)
     const routerPid = (await listeners(host)).get(routerPort)?.[0] ?? 0
     expect(routerPid).toBeGreaterThan(0)
-    const {child, done} = startCli(['suite', file, '-c', host.deploymentFile, '--json', '--gate'])
+    const journal = join(host.dir, 'stop-run.json')
+    const {child, done} = startCli(['suite', file, '-c', host.deploymentFile, '--gate', '--journal', journal])
     const killer = setTimeout(() => child.kill('SIGKILL'), 120_000)
     let frozen = false
+    let stderr = ''
+    child.stderr!.on('data', (d: Buffer) => { stderr += d.toString() })
     try {
-      // Once the fault is in (the lease file appears on the host), freeze the router: its /liveness stops answering.
-      const leases = join(host.stateDir, 'leases')
+      // Once the first fault is in place, freeze the router: its /liveness stops answering.
       const until = Date.now() + 60_000
-      while (Date.now() < until && !(existsSync(leases) && readdirSync(leases).some((f) => f.endsWith('.json')))) await new Promise((r) => setTimeout(r, 100))
+      while (Date.now() < until && !/hold-a: in place/.test(stderr) && child.exitCode === null) await new Promise((r) => setTimeout(r, 50))
+      expect(stderr).toMatch(/hold-a: in place/)
       await host.netns.run(['kill', '-STOP', String(routerPid)])
       frozen = true
       const r = await done
-      expect(r.code, r.stdout.slice(0, 2000)).toBe(3)
-      const j = json(r.stdout)
+      expect(r.code, r.stderr.slice(-3000)).toBe(3)
+      expect(r.stdout).toMatch(/STOPPED: router health failing.*never resumed/)
+      const j = JSON.parse(readFileSync(journal, 'utf8')) as Record<string, any>
       expect(j.stopped.reason).toMatch(/router health failing/)
       expect(j.gate.passed).toBe(false)
       const later = j.scenarios.find((s: any) => s.name === 'later')
