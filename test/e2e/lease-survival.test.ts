@@ -60,6 +60,7 @@ describe('leases on the host', () => {
       expect(rec.code).toBe(0)
       expect(JSON.parse(rec.stdout).alreadyClean).toBe(true)
     }
+    console.log(`SIGKILL trials: ${outcomes.filter((o) => o.injected).length}/20 killed with the fault in place; clean after kill: max ${Math.max(...outcomes.map((o) => o.cleanAfterMs)).toFixed(0)} ms`)
     // The fault was really in place when killed in a good share of trials (else this test proves little).
     expect(outcomes.filter((o) => o.injected).length).toBeGreaterThanOrEqual(5)
     // Reverted within the TTL (+ the reverter's poll step and this test's own polling).
