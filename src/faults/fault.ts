@@ -30,6 +30,18 @@ export interface Probe {
   judge(stdout: string, code: number | null): Judgement
 }
 
+/** What one mechanism (packet filter, signals, the twin's failure point) contributes to a plan. */
+export interface MechanismPlan {
+  inject: string[][]
+  /** Idempotent: safe to run any number of times, by pdchaos or the lease's reverter. */
+  revert: string[][]
+  verifyInjected: Probe
+  verifyClean: Probe
+  readOnlyProbes: string[][]
+  /** One line for the plan's description. */
+  summary: string
+}
+
 /** What discovery saw, narrowed to what a fault plan reads. Synthetic in tests, from discover() in commands. */
 export interface FaultDiscovery {
   ranks: RankInfo[]

@@ -3,7 +3,7 @@ import {isIP} from 'node:net'
 
 import {badInput, oneLine} from '../errors.js'
 import type {Host} from '../hosts/host.js'
-import type {Endpoint, FilterTool, Judgement, Probe} from './fault.js'
+import type {Endpoint, FilterTool, Judgement, MechanismPlan, Probe} from './fault.js'
 
 /**
  * Packet-filter mechanism: drop (or rate-limit) chosen TCP traffic in objects pdchaos owns alone, one per lease,
@@ -30,16 +30,10 @@ export interface FilterSpec {
   action?: FilterAction
 }
 
-export interface FilterPlan {
+export interface FilterPlan extends MechanismPlan {
   tool: FilterTool
   /** nft table or iptables chain name. */
   object: string
-  inject: string[][]
-  revert: string[][]
-  verifyInjected: Probe
-  verifyClean: Probe
-  readOnlyProbes: string[][]
-  summary: string
 }
 
 /** A short, plain name derived from the lease id (iptables chain names are at most 28 characters). */

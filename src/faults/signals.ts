@@ -1,4 +1,4 @@
-import type {Probe} from './fault.js'
+import type {MechanismPlan, Probe} from './fault.js'
 import {notStoppedProbe, stoppedProbe, type ProcIdentity} from './proc-identity.js'
 
 /**
@@ -35,14 +35,7 @@ export function signalArgv(id: ProcIdentity, signal: 'STOP' | 'CONT'): string[] 
   return ['sh', '-c', SIGNAL_SCRIPT, 'pdchaos-signal', String(id.pid), String(id.startTicks), signal]
 }
 
-export interface SigstopPlan {
-  inject: string[][]
-  revert: string[][]
-  verifyInjected: Probe
-  verifyClean: Probe
-  readOnlyProbes: string[][]
-  summary: string
-}
+export type SigstopPlan = MechanismPlan
 
 /** Stop one process by identity; the revert continues it (idempotent, refuses a recycled pid). */
 export function buildSigstop(id: ProcIdentity, label: string): SigstopPlan {

@@ -1,4 +1,4 @@
-import type {Judgement, Probe} from './fault.js'
+import type {Judgement, MechanismPlan} from './fault.js'
 
 /**
  * The twin's own failure points (POST /_pdchaos/twin/failpoint on its prefill server), for users who cannot change
@@ -20,14 +20,7 @@ const SCRIPT = [
 export const twinFailpointArgv = (url: string, body?: unknown): string[] =>
   ['node', '-e', SCRIPT, url, ...(body === undefined ? [] : [JSON.stringify(body)])]
 
-export interface TwinFailpointPlan {
-  inject: string[][]
-  revert: string[][]
-  verifyInjected: Probe
-  verifyClean: Probe
-  readOnlyProbes: string[][]
-  summary: string
-}
+export type TwinFailpointPlan = MechanismPlan
 
 function judge(name: TwinFailpointName, tpRanks: number[], wantOn: boolean) {
   return (stdout: string, code: number | null): Judgement => {

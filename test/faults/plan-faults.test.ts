@@ -219,7 +219,7 @@ describe('abort-mid-transfer plan', () => {
   it('widening rate-limits the rank\'s KV connections with nft on TCP, and is refused on RDMA or without nft', () => {
     const params = abortMidTransfer.parseParams({trials: 3, windowStartMs: 1, windowEndMs: 5, gpu: 0, widenKBytesPerSecond: 256})
     const plan = abortMidTransfer.plan({discovery: tcpDiscovery(), params, leaseId: 'w1', facts: facts()})
-    expect(plan.inject[0]![1]).toContain('tcp sport 51000 ip daddr 127.0.0.1 tcp dport 45000 limit rate over 256 kbytes/second counter drop')
+    expect(plan.inject[0]![1]).toContain('tcp sport 51000 ip daddr 127.0.0.1 tcp dport 45000 limit rate over 256 kbytes/second burst 64 kbytes counter drop')
     expect(plan.revert[0]).toContain(nftTableName('w1'))
     expectRenderable(plan)
     expectBadInput(() => abortMidTransfer.plan({discovery: rdmaDiscovery(), params, leaseId: 'w1', facts: facts()}), /cannot widen.*RDMA/)
