@@ -33,6 +33,7 @@ export default class Inject extends BaseCommand<typeof Inject> {
   static override flags = {
     ...targetFlags,
     pins: Flags.integer({summary: 'Pinned requests to create.', default: 3, min: 1, max: 10_000}),
+    'pin-interval': Flags.integer({summary: 'Milliseconds between pin sends; spacing keeps each pin\'s queue entry close to its send time (0: all at once).', default: 20, min: 0, max: 10_000}),
     gpu: Flags.integer({summary: 'stall-kv: the GPU whose rank stalls; abort-mid-transfer: widen the window on this GPU\'s rank.', min: 0}),
     rank: Flags.integer({summary: 'drop-dest-info: only this prefill TP rank.', min: 0}),
     mechanism: Flags.option({options: ['auto', 'packet-filter', 'sigstop', 'twin-failpoint'] as const, summary: 'How the fault is made (auto follows the detected transport; twin-failpoint is the twin\'s own, for users without root).'})(),
@@ -63,7 +64,7 @@ export default class Inject extends BaseCommand<typeof Inject> {
       if (f.trials !== undefined) params.trials = f.trials
       if (f['widen-kbytes'] !== undefined) params.widenKBytesPerSecond = f['widen-kbytes']
       const run = () => runInject(target.deployment, target.host, {
-        fault: this.args.fault, params, pins: f.pins, hold: f.hold, dryRun: f['dry-run'], ttlS: f.ttl,
+        fault: this.args.fault, params, pins: f.pins, pinIntervalMs: f['pin-interval'], hold: f.hold, dryRun: f['dry-run'], ttlS: f.ttl,
         promptTokens: f['prompt-tokens'], loadIntervalMs: f['load-interval'], canaries: f.canaries, onProgress: (l) => this.progress(l),
       })
       let result: InjectResult

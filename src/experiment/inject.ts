@@ -33,6 +33,8 @@ export interface InjectOptions {
   fault: string
   params: Record<string, unknown>
   pins: number
+  /** Milliseconds between pin sends (0: all at once). */
+  pinIntervalMs: number
   /** Inject, verify, and leave the fault in place for its TTL (the lease reverts it). */
   hold: boolean
   dryRun: boolean
@@ -212,8 +214,11 @@ export async function runInject(deployment: Deployment, host: Host, opts: Inject
           }))
         }))
       } else {
-        say(`sending ${opts.pins} pin(s)`)
+        say(`sending ${opts.pins} pin(s), ${opts.pinIntervalMs} ms apart`)
         for (let i = 0; i < opts.pins; i++) {
+          // Spaced, so each pin enters the queue as it is sent: a burst queues at the server and every pin's entry
+          // lags its send by a different, unseen amount, which would blur the deadline window.
+          if (i > 0 && opts.pinIntervalMs > 0) await sleep(opts.pinIntervalMs)
           pins.push(sendRequest(router, rec, {role: 'pin', fault: plan.fault, expectedState, timeoutMs: requestTimeoutMs, signal: pinController.signal, promptTokens: opts.promptTokens}))
         }
       }
