@@ -86,7 +86,7 @@ export default class Suite extends BaseCommand<typeof Suite> {
           const pollS = Number(f['sim-poll'])
           say(`starting the twin in ${stateDir} (watchdog deadline ${deadlineS}s, poll ${pollS}s)`)
           await simUp({stateDir, deadlineS, pollS})
-          twinNote = `started the twin in ${stateDir} with a short watchdog (deadline ${deadlineS}s, poll ${pollS}s) so the suite is quick; \`pdchaos sim down --sim\` stops it`
+          twinNote = `started the twin in ${stateDir} with a short watchdog (deadline ${deadlineS}s, poll ${pollS}s) so the suite is quick; it keeps running: \`pdchaos sim down${f['state-dir'] ? ` --state-dir ${stateDir}` : ''}\` stops it`
         }
       }
       const target = await resolveTarget(f, {startTwin: false, onProgress: say})

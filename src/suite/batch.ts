@@ -32,6 +32,9 @@ import type {PlannedScenario} from './planner.js'
  * first scenario so that a failure is counted once.
  */
 
+const PIN_BURST = 10
+const PIN_TICK_MS = 50
+
 export interface BatchOptions {
   promptTokens: number
   loadIntervalMs: number
@@ -115,6 +118,7 @@ export async function runBatch(deployment: Deployment, host: Host, batch: Planne
   const rec = new Recorder()
   opts.onRecorder?.(rec)
   let stoppedEarly = false
+  let loadedObserveMs: number | undefined
 
   try {
     await withLeases(host, deployment.stateDir, async (guard) => {
@@ -158,12 +162,28 @@ export async function runBatch(deployment: Deployment, host: Host, batch: Planne
         }
         if (!opts.signal.aborted) {
           say(`sending pins: ${active.map((e) => `${e.s.name} ${e.plan!.trials ? `${e.plan!.trials.length} abort trials` : `${e.s.spec.pins} pin(s)`}`).join(', ')}`)
+          // Many pins load the deployment: the observation delay is measured again while they are sent (the same hops
+          // as calibration), and ε uses the larger of the idle and the loaded figure.
+          const totalPins = active.reduce((n, e) => n + (e.plan!.trials ? 0 : e.s.spec.pins), 0)
+          let sending = true
+          const loadedHops: number[] = []
+          const hopProbe = (async () => {
+            for (let i = 0; totalPins > PIN_BURST && sending && i < 2000; i++) {
+              const [a, b] = await Promise.all([router.liveness(), prefill.health('/v1/loads')])
+              loadedHops.push(a.ms + b.ms)
+            }
+          })()
           await Promise.all(active.map(async (e) => {
             const plan = e.plan!
             const expectedState = pinStateOf(plan)
             const base = {role: 'pin' as const, fault: plan.fault, scenario: e.s.name, expectedState, timeoutMs: requestTimeoutMs, signal: pinController.signal, promptTokens: opts.promptTokens}
             if (!plan.trials) {
-              for (let i = 0; i < e.s.spec.pins; i++) pins.push({e, sent: sendRequest(router, rec, base)})
+              // Paced (PIN_BURST every PIN_TICK_MS): a burst of a thousand requests queues in front of the server, and the
+              // time it waits there before entering the watched queue is time the client would count against the watchdog.
+              for (let i = 0; i < e.s.spec.pins; i++) {
+                if (i > 0 && i % PIN_BURST === 0) await sleep(PIN_TICK_MS)
+                pins.push({e, sent: sendRequest(router, rec, base)})
+              }
               return
             }
             await Promise.all(plan.trials.map(async (trial) => {
@@ -178,6 +198,13 @@ export async function runBatch(deployment: Deployment, host: Host, batch: Planne
               }))
             }))
           }))
+          sending = false
+          await hopProbe
+          if (loadedHops.length > 0) {
+            const sorted = [...loadedHops].sort((a, b) => a - b)
+            loadedObserveMs = sorted[Math.min(sorted.length - 1, Math.ceil(0.99 * sorted.length) - 1)]
+            say(`observation delay under the pin load: p99 ${loadedObserveMs.toFixed(1)} ms over ${sorted.length} probes (idle ${calibration.observeMs.toFixed(1)} ms)`)
+          }
           if (pins.length > 0) {
             const closeAt = Math.max(...pins.map((p) => p.sent.sentAt)) + observeWindowMs + marginMs
             say(`waiting for evictions (window closes in ${((closeAt - now()) / 1000).toFixed(1)}s)`)
@@ -220,7 +247,8 @@ export async function runBatch(deployment: Deployment, host: Host, batch: Planne
   const observations = rec.sorted()
   const finishedAt = now()
   const anyTrials = live().some((e) => e.plan!.trials)
-  const whole: Timeline = {contract, calibration, observations}
+  const judged = loadedObserveMs !== undefined && loadedObserveMs > calibration.observeMs ? {...calibration, observeMs: loadedObserveMs} : calibration
+  const whole: Timeline = {contract, calibration: judged, observations}
   const batchVerdicts: Verdict[] = stoppedEarly ? [] : [
     ...checkRecovery(whole, {failureCounters: anyTrials ? [] : ['sglang:num_watchdog_evicted_reqs_total']}),
     ...(opts.loadIntervalMs > 0 ? [checkCollateral(whole)] : []),
