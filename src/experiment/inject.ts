@@ -94,16 +94,19 @@ export async function runInject(deployment: Deployment, host: Host, opts: Inject
   // abort-mid-transfer plans from a transfer window that is measured below; a nominal one validates the flags now.
   const nominal = isAbort && opts.params.windowStartMs === undefined ? {windowStartMs: 0, windowEndMs: 100} : {}
   let params = fault.parseParams({...opts.params, ...nominal}) as Record<string, unknown>
+  const rec = new Recorder()
+  let calibration: (Calibration & {routerMs: number}) | undefined
+  // Unfaulted requests first: they calibrate ε, and they open what a fresh deployment opens lazily (decode's route
+  // cache, the KV data connections that stall-kv must find). A dry run sends one, which changes nothing.
+  if (!opts.dryRun) {
+    say('calibrating on unfaulted requests')
+    calibration = await calibrate(deployment, {prefill, decode, router}, {promptTokens: opts.promptTokens, ...(opts.hold ? {requests: 1} : {})})
+  } else {
+    await router.generate({rid: `pdchaos-warmup-${Date.now().toString(36)}`, text: 'warm up', max_new_tokens: 1}, {timeoutMs: 30_000}).catch(() => undefined)
+  }
   say('discovering the deployment')
   const report = await discover(deployment, host, {timeoutMs: probeMs})
   const disc = faultDiscovery(report, deployment)
-
-  const rec = new Recorder()
-  let calibration: (Calibration & {routerMs: number}) | undefined
-  if (!opts.dryRun && !opts.hold) {
-    say('calibrating on unfaulted requests')
-    calibration = await calibrate(deployment, {prefill, decode, router}, {promptTokens: opts.promptTokens})
-  }
   if (isAbort && opts.params.windowStartMs === undefined) {
     // Unless told otherwise, widen the transfer window on a TCP data path by rate-limiting one rank's KV connections,
     // so the sweep lands inside Transferring rather than around a sub-millisecond transfer.

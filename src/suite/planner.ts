@@ -50,9 +50,12 @@ export function footprint(s: PlannedScenario, opts: PlanOptions = {}): Footprint
     }
     case 'drop-dest-info':
       return {gpus: [], ports: [p.rank === undefined ? 'zmq:all' : `zmq:${p.rank}`], queue: 'bootstrap', base}
-    case 'abort-mid-transfer':
-      // Widening holds one GPU's KV connections; without a GPU the window is the deployment's own.
-      return {gpus: p.gpu === undefined ? [] : [p.gpu], ports: p.gpu === undefined ? [] : [`kv:${p.gpu}`], queue: 'inflight', base}
+    case 'abort-mid-transfer': {
+      // Widening holds one GPU's KV connections. On a TCP data path inject widens by itself, on the first prefill
+      // GPU (0) unless told; elsewhere, without a GPU, the window is the deployment's own.
+      const gpu = p.gpu ?? (opts.autoMechanism === 'packet-filter' ? 0 : undefined)
+      return {gpus: gpu === undefined ? [] : [gpu], ports: gpu === undefined ? [] : [`kv:${gpu}`], queue: 'inflight', base}
+    }
     default:
       return {exclusive: 'unknown kind', gpus: [], ports: [], base}
   }

@@ -13,7 +13,7 @@ import {badInput} from '../errors.js'
 const ParamsSchema = z.object({
   gpu: z.number().int().min(0).max(1023).optional().describe('stall-kv: the GPU whose rank stalls; abort-mid-transfer: the GPU whose KV connections widen the window.'),
   rank: z.number().int().min(0).max(1023).optional().describe('drop-dest-info: only this prefill TP rank.'),
-  mechanism: z.enum(['auto', 'packet-filter', 'sigstop']).optional().describe('stall-kv mechanism.'),
+  mechanism: z.enum(['auto', 'packet-filter', 'sigstop', 'twin-failpoint']).optional().describe('How the fault is made: auto follows the transport; twin-failpoint is the twin\'s own (no root needed).'),
   side: z.enum(['prefill', 'decode']).optional().describe('stall-kv with sigstop: which side stops.'),
   trials: z.number().int().min(1).max(200).optional().describe('abort-mid-transfer: number of trials.'),
   widenKBytesPerSecond: z.number().int().min(0).optional().describe('abort-mid-transfer: rate limit of --gpu\'s KV connections (0 holds the transfer still).'),

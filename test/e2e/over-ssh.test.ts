@@ -31,7 +31,9 @@ async function assertHostClean(): Promise<void> {
   const leases = join(host.stateDir, 'leases')
   const active = existsSync(leases) ? readdirSync(leases).filter((f) => f.endsWith('.json') || f.endsWith('.revert.sh')) : []
   expect(active).toEqual([])
-  const ps = await host.netns.run(['ps', '-eo', 'stat=,args='], {reject: false})
+  // The PID namespace is shared with every other test: judge only the processes inside this host's namespace.
+  const pids = (await host.netns.run(['ip', 'netns', 'pids', host.netns.name], {reject: false})).stdout.split('\n').filter(Boolean)
+  const ps = pids.length ? await host.netns.run(['ps', '-o', 'stat=,args=', '-p', pids.join(',')], {reject: false}) : {stdout: ''}
   expect(ps.stdout.split('\n').filter((l) => l.startsWith('T') && l.includes('sglang::'))).toEqual([])
 }
 
