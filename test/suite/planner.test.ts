@@ -8,9 +8,13 @@ const one = (s: Record<string, unknown>): PlannedScenario => ({name: String(s.na
 const names = (batches: ReturnType<typeof planBatches>) => batches.map((b) => b.scenarios.map((s) => s.name))
 
 describe('batch planner', () => {
-  it('batches the default suite: both stall-kv GPUs with the abort scenario, drop-dest-info apart, the restart alone', () => {
+  it('batches the default suite: the stall-kv GPUs with the abort scenario, the per-rank drop-dest-info together apart, the restart alone', () => {
     const batches = planBatches(expand(defaultSuite().scenarios))
-    expect(names(batches)).toEqual([['stall-kv gpu1', 'stall-kv gpu2', 'abort-mid-transfer gpu0'], ['drop-dest-info'], ['co-restart']])
+    expect(names(batches)).toEqual([
+      ['stall-kv gpu1', 'stall-kv gpu2', 'stall-kv gpu3', 'abort-mid-transfer gpu0'],
+      ['drop-dest-info rank0', 'drop-dest-info rank1', 'drop-dest-info rank2', 'drop-dest-info rank3'],
+      ['co-restart'],
+    ])
     expect(planConflicts(batches)).toEqual([])
     expect(renderPlanText(batches)[0]).toMatch(/^batch 1: stall-kv gpu1 \(stall-kv GPU 1 \[kv:1\] pins in inflight\)/)
   })

@@ -64,26 +64,30 @@ describe('pdchaos suite over SSH into the namespace host', () => {
     const plan = r.stderr.indexOf('plan (checked: no two scenarios in a batch interfere)')
     expect(plan).toBeGreaterThanOrEqual(0)
     expect(plan).toBeLessThan(r.stderr.indexOf('injecting'))
-    expect(r.stderr).toMatch(/batch 1: stall-kv gpu1 .*\| stall-kv gpu2 .*\| abort-mid-transfer gpu0/)
+    expect(r.stderr).toMatch(/batch 1: stall-kv gpu1 .*\| stall-kv gpu2 .*\| stall-kv gpu3 .*\| abort-mid-transfer gpu0/)
+    expect(r.stderr).toMatch(/batch 2: drop-dest-info rank0 .*\| drop-dest-info rank3/)
     expect(r.stdout).toMatch(/all \d+ checks passed/)
 
     const j = JSON.parse(readFileSync(join(out, 'run.json'), 'utf8')) as Record<string, any>
-    expect(j.scenarios.map((s: any) => s.name)).toEqual(['stall-kv gpu1', 'stall-kv gpu2', 'abort-mid-transfer gpu0', 'drop-dest-info', 'co-restart'])
+    expect(j.scenarios.map((s: any) => s.name)).toEqual(['stall-kv gpu1', 'stall-kv gpu2', 'stall-kv gpu3', 'abort-mid-transfer gpu0',
+      'drop-dest-info rank0', 'drop-dest-info rank1', 'drop-dest-info rank2', 'drop-dest-info rank3', 'co-restart'])
     expect(j.scenarios.every((s: any) => s.error === undefined && s.verdicts.length > 0 && s.verdicts.every((v: any) => v.verdict === 'pass'))).toBe(true)
-    // The three scenarios of batch 1 shared one window: their faults were all in place at once.
-    const leases = j.scenarios.slice(0, 3).map((s: any) => s.leases[0])
-    expect(Math.max(...leases.map((l: any) => l.injectedAt))).toBeLessThan(Math.min(...leases.map((l: any) => l.revertedAt)))
+    // The four scenarios of each fault batch shared one window: their faults were all in place at once.
+    for (const batch of [j.scenarios.slice(0, 4), j.scenarios.slice(4, 8)]) {
+      const leases = batch.map((s: any) => s.leases[0])
+      expect(Math.max(...leases.map((l: any) => l.injectedAt))).toBeLessThan(Math.min(...leases.map((l: any) => l.revertedAt)))
+    }
     // DESIGN.md journal fields on every pin and lease.
     const pins = j.scenarios.flatMap((s: any) => s.pins)
-    expect(pins.length).toBe(2 + 2 + 3)
+    expect(pins.length).toBe(3 * 2 + 4 * 2)
     for (const p of pins) {
       expect(p).toMatchObject({verdict: 'pass', rid: expect.any(String), fault: expect.any(String), sentAt: expect.any(Number), evictedAt: expect.any(Number)})
       expect(p.evictionSeconds).toBeGreaterThanOrEqual(p.bounds[0])
       expect(p.evictionSeconds).toBeLessThanOrEqual(p.bounds[1])
     }
     for (const l of j.scenarios.flatMap((s: any) => s.leases)) expect(l).toMatchObject({injectedAt: expect.any(Number), revertedAt: expect.any(Number), verifiedClean: true})
-    expect(j.scenarios[2].verdicts.filter((v: any) => v.check === 'abort')).toHaveLength(6)
-    expect(j.scenarios[4].verdicts.map((v: any) => v.subject)).toEqual(expect.arrayContaining(['prefill', 'decode', 'router', 'canaries', 'pin watch']))
+    expect(j.scenarios[3].verdicts.filter((v: any) => v.check === 'abort')).toHaveLength(6)
+    expect(j.scenarios[8].verdicts.map((v: any) => v.subject)).toEqual(expect.arrayContaining(['prefill', 'decode', 'router', 'canaries', 'pin watch']))
 
     // JUnit through a real XML validator against the JUnit XSD; one testcase per verdict.
     const xmllint = ensureTool('xmllint', 'libxml2-utils')
