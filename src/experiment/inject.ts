@@ -20,6 +20,7 @@ import type {Host} from '../hosts/host.js'
 import {now, Recorder} from '../workload/recorder.js'
 import {sampleOnce, startSampler} from '../workload/sampler.js'
 import {sendRequest, type Sent} from '../workload/send.js'
+import {SteadyLoad} from '../workload/steady-load.js'
 import {sleep, within} from '../workload/wait.js'
 import {calibrate} from './calibrate.js'
 
@@ -145,23 +146,13 @@ export async function runInject(deployment: Deployment, host: Host, opts: Inject
 
   return withLeases(host, deployment.stateDir, async (guard) => {
     const sampler = startSampler(rec, {prefill, decode})
-    const inflight: Sent[] = []
-    const controller = new AbortController()
     const requestTimeoutMs = observeWindowMs + marginMs + 5000
-    // The light steady load runs from before the fault to after recovery, bounded by the experiment's own length.
-    let loadStop = false
-    const load = (async () => {
-      const maxLoad = Math.ceil((observeWindowMs + marginMs * 3 + DRAIN_WAIT_MS + 60_000) / Math.max(opts.loadIntervalMs, 1))
-      for (let i = 0; opts.loadIntervalMs > 0 && !loadStop && i < maxLoad; i++) {
-        inflight.push(sendRequest(router, rec, {role: 'load', timeoutMs: requestTimeoutMs, signal: controller.signal, promptTokens: opts.promptTokens}))
-        await sleep(opts.loadIntervalMs)
-      }
-    })()
+    const load = new SteadyLoad(router, rec, {
+      intervalMs: opts.loadIntervalMs, promptTokens: opts.promptTokens, requestTimeoutMs,
+      maxDurationMs: observeWindowMs + marginMs * 3 + DRAIN_WAIT_MS + 60_000,
+    })
     const stopAll = async () => {
-      loadStop = true
-      await load
-      controller.abort()
-      await Promise.all(inflight.map((p) => p.done))
+      await load.abandon()
       await sampler.stop()
     }
     // Let the load show the deployment healthy before the fault.
@@ -235,7 +226,7 @@ export async function runInject(deployment: Deployment, host: Host, opts: Inject
       await revertAndVerify(guard, plan, rec, lease, host, probeMs, say)
       // Nothing left behind: every request the fault held and nothing released (pins, load) is aborted on both servers.
       const answered = new Set(rec.observations.filter((o) => o.kind === 'request-answered').map((o) => (o as {rid: string}).rid))
-      const held = [...pins, ...inflight].filter((s) => s.sentAt <= (lease.revertedAt ?? now()) && !answered.has(s.rid))
+      const held = [...pins, ...load.sent].filter((s) => s.sentAt <= (lease.revertedAt ?? now()) && !answered.has(s.rid))
       for (const s of held) {
         await Promise.all([prefill.abort(s.rid).catch(() => undefined), decode.abort(s.rid).catch(() => undefined)])
         rec.marker('cleanup-abort', s.rid)
@@ -244,9 +235,8 @@ export async function runInject(deployment: Deployment, host: Host, opts: Inject
       // client went away only after SGLANG_REQUEST_STATE_WAIT_TIMEOUT, so this waits, with a deadline).
       for (let i = 0; i < opts.canaries; i++) await sendRequest(router, rec, {role: 'canary', timeoutMs: 30_000, promptTokens: opts.promptTokens}).done
       say('waiting for the queues to drain')
-      loadStop = true
-      await load
-      await within(Promise.all(inflight.map((p) => p.done)), DRAIN_WAIT_MS)
+      await load.stopSending()
+      await within(Promise.all(load.sent.map((p) => p.done)), DRAIN_WAIT_MS)
       const drainBy = now() + DRAIN_WAIT_MS
       do {
         await sampleOnce(rec, {prefill, decode})

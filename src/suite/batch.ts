@@ -22,6 +22,8 @@ import type {ScenarioRun} from '../report/run-model.js'
 import {now, Recorder} from '../workload/recorder.js'
 import {sampleOnce, startSampler} from '../workload/sampler.js'
 import {sendRequest, type Sent} from '../workload/send.js'
+import {SteadyLoad} from '../workload/steady-load.js'
+import {within} from '../workload/wait.js'
 import type {PlannedScenario} from './planner.js'
 
 /**
@@ -123,22 +125,13 @@ export async function runBatch(deployment: Deployment, host: Host, batch: Planne
   try {
     await withLeases(host, deployment.stateDir, async (guard) => {
       const sampler = startSampler(rec, {prefill, decode})
-      const inflight: Sent[] = []
-      const controller = new AbortController()
       const requestTimeoutMs = observeWindowMs + marginMs + 5000
-      let loadStop = false
-      const load = (async () => {
-        const maxLoad = Math.ceil((observeWindowMs + marginMs * 3 + DRAIN_WAIT_MS + 60_000) / Math.max(opts.loadIntervalMs, 1))
-        for (let i = 0; opts.loadIntervalMs > 0 && !loadStop && i < maxLoad; i++) {
-          inflight.push(sendRequest(router, rec, {role: 'load', timeoutMs: requestTimeoutMs, signal: controller.signal, promptTokens: opts.promptTokens}))
-          await sleep(opts.loadIntervalMs)
-        }
-      })()
+      const load = new SteadyLoad(router, rec, {
+        intervalMs: opts.loadIntervalMs, promptTokens: opts.promptTokens, requestTimeoutMs,
+        maxDurationMs: observeWindowMs + marginMs * 3 + DRAIN_WAIT_MS + 60_000,
+      })
       const stopAll = async () => {
-        loadStop = true
-        await load
-        controller.abort()
-        await Promise.all(inflight.map((p) => p.done))
+        await load.abandon()
         await sampler.stop()
       }
       const pinController = new AbortController()
@@ -218,16 +211,16 @@ export async function runBatch(deployment: Deployment, host: Host, batch: Planne
         for (const e of active) await revertAndVerify(guard, e.plan!, rec, e.lease!, host, probeMs, (l) => say(`${e.s.name}: ${l}`))
         const revertedAt = Math.max(0, ...live().map((e) => e.lease?.revertedAt ?? 0))
         const answered = new Set(rec.observations.filter((o) => o.kind === 'request-answered').map((o) => (o as {rid: string}).rid))
-        for (const s of [...pins.map((p) => p.sent), ...inflight].filter((x) => x.sentAt <= (revertedAt || now()) && !answered.has(x.rid))) {
+        for (const s of [...pins.map((p) => p.sent), ...load.sent].filter((x) => x.sentAt <= (revertedAt || now()) && !answered.has(x.rid))) {
           await Promise.all([prefill.abort(s.rid).catch(() => undefined), decode.abort(s.rid).catch(() => undefined)])
           rec.marker('cleanup-abort', s.rid)
         }
         if (!opts.signal.aborted) {
           for (let i = 0; i < opts.canaries; i++) await sendRequest(router, rec, {role: 'canary', timeoutMs: 30_000, promptTokens: opts.promptTokens}).done
           say('waiting for the queues to drain')
-          loadStop = true
-          await load
-          await Promise.all(inflight.map((p) => Promise.race([p.done, sleep(DRAIN_WAIT_MS)])))
+          await load.stopSending()
+          // within() clears its timer: a pending 20 s timer would keep the process alive after the run.
+          await within(Promise.all(load.sent.map((p) => p.done)), DRAIN_WAIT_MS)
           const drainBy = now() + DRAIN_WAIT_MS
           do {
             await sampleOnce(rec, {prefill, decode})
