@@ -20,6 +20,9 @@ import {expandTilde, parseJumpSpec, readSshConfigFile, resolveSshConfig} from '.
 // ssh2 is CommonJS: only a default import works at runtime under ESM (ecosystem.md pitfall 9).
 const {Client, utils} = ssh2
 
+/** Attempts at opening a channel that sshd refused for want of a free session. */
+const OPEN_RETRIES = 5
+
 /** Everything needed to open one ssh connection, after the deployment file and ~/.ssh/config are merged. */
 export interface SshEndpoint {
   host: string
@@ -220,6 +223,13 @@ export class SshHost implements Host {
             c.inflight.delete(onDrop)
             // The command never started: when the connection died under us, open a new one once.
             if (!c.alive && attempt === 0) { start(1).catch((e: unknown) => finish(lostConnection(e))); return }
+            // sshd refuses a session while it still counts ones just closed (MaxSessions): a short backoff, a few times.
+            if (c.alive && attempt < OPEN_RETRIES && /open failed/i.test(err.message)) {
+              release?.()
+              release = undefined
+              setTimeout(() => { start(attempt + 1).catch((e: unknown) => finish(lostConnection(e))) }, 25 * 2 ** attempt)
+              return
+            }
             finish(new PdError(`cannot open a channel on ${where}: ${oneLine(err)}`, {exit: ExitCode.unreachable, suggestion: 'check MaxSessions in sshd_config and the host\'s load'}))
             return
           }
