@@ -1,72 +1,26 @@
-import {type ChildProcess, spawn} from 'node:child_process'
-import {mkdtempSync, rmSync} from 'node:fs'
 import {createServer, type Server, type Socket} from 'node:net'
-import {tmpdir} from 'node:os'
-import {join} from 'node:path'
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 import {histogramSeries, parsePromText, sampleValue, type Sample} from '../../src/deployment/prom-text.js'
 import {PdError} from '../../src/errors.js'
 import {deleteRun, evictionBuckets, pushRun} from '../../src/report/push.js'
 import {NASTY, syntheticRun} from './synthetic-run.js'
-import {ensureTool} from './tools.js'
+import {freePort, type Gateway, startPushgateway} from './gateway.js'
 
-let dir: string
-let gateway: ChildProcess | undefined
+let gw: Gateway
 let url: string
-let gatewayLog = ''
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer()
-    s.once('error', reject)
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as {port: number}).port
-      s.close(() => resolve(port))
-    })
-  })
-}
 
 async function get(path: string): Promise<{status: number; body: string}> {
   const r = await fetch(url + path, {signal: AbortSignal.timeout(5000)})
   return {status: r.status, body: await r.text()}
 }
 
-async function startGateway(bin: string): Promise<void> {
-  // A port picked free can be taken by a neighbour before the gateway binds it: retry with a new one.
-  for (let attempt = 0; attempt < 5; attempt++) {
-    const port = await freePort()
-    url = `http://127.0.0.1:${port}`
-    const child = spawn(bin, [`--web.listen-address=127.0.0.1:${port}`, `--persistence.file=${join(dir, 'persist')}`], {stdio: ['ignore', 'pipe', 'pipe']})
-    gateway = child
-    child.stdout?.on('data', (d) => (gatewayLog += d))
-    child.stderr?.on('data', (d) => (gatewayLog += d))
-    const deadline = Date.now() + 10_000
-    while (Date.now() < deadline && child.exitCode === null) {
-      try {
-        if ((await get('/-/ready')).status === 200) return
-      } catch { /* not up yet */ }
-      await new Promise((r) => setTimeout(r, 50))
-    }
-    child.kill('SIGKILL')
-    gateway = undefined
-  }
-  throw new Error(`the Pushgateway did not become ready: ${gatewayLog.slice(-500)}`)
-}
-
 beforeAll(async () => {
-  const bin = ensureTool('prometheus-pushgateway', 'prometheus-pushgateway')
-  dir = mkdtempSync(join(tmpdir(), 'pdchaos-push-'))
-  await startGateway(bin)
+  gw = await startPushgateway()
+  url = gw.url
 }, 200_000)
 
 afterAll(async () => {
-  if (gateway && gateway.exitCode === null) {
-    const exited = new Promise((r) => gateway?.once('exit', r))
-    gateway.kill('SIGTERM')
-    await Promise.race([exited, new Promise((r) => setTimeout(r, 3000))])
-    if (gateway.exitCode === null && gateway.signalCode === null) gateway.kill('SIGKILL')
-  }
-  if (dir) rmSync(dir, {recursive: true, force: true})
+  await gw?.stop()
 })
 
 const pdchaos = (samples: Sample[]) => samples.filter((s) => s.name.startsWith('pdchaos_'))

@@ -8,6 +8,8 @@ import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 import {createTestHost, type TestHost} from '../harness/test-host.js'
 import {runCli, startCli} from '../e2e/cli.js'
 import {ensureTool} from '../report/tools.js'
+import {startPushgateway} from '../report/gateway.js'
+import {parsePromText, sampleValue} from '../../src/deployment/prom-text.js'
 
 // `pdchaos suite` as a user runs it, over SSH into the namespace host with the twin inside. Short watchdog (2 s, poll
 // 0.5 s) so every batch is quick; the defect run gets its own host (a twin started with --bug late-evict).
@@ -58,7 +60,16 @@ async function listeners(h: TestHost): Promise<Map<number, number[]>> {
 describe('pdchaos suite over SSH into the namespace host', () => {
   it('the built-in suite passes on a healthy twin: plan printed before any injection, batches concurrent, journal + JUnit + HTML written', async () => {
     const out = join(host.dir, 'out')
-    const r = await runCli(['suite', '-c', host.deploymentFile, '--journal', join(out, 'run.json'), '--junit', join(out, 'junit.xml'), '--html', join(out, 'report.html')], {timeoutMs: 150_000})
+    const gw = await startPushgateway()
+    let r: Awaited<ReturnType<typeof runCli>>
+    let pushed: string
+    try {
+      r = await runCli(['suite', '-c', host.deploymentFile, '--journal', join(out, 'run.json'), '--junit', join(out, 'junit.xml'), '--html', join(out, 'report.html'),
+        '--push', gw.url, '--run-id', 'e2e-default'], {timeoutMs: 150_000})
+      pushed = await (await fetch(`${gw.url}/metrics`, {signal: AbortSignal.timeout(5000)})).text()
+    } finally {
+      await gw.stop()
+    }
     expect(r.code, r.stdout + r.stderr.slice(-3000)).toBe(0)
     // The plan comes out (on stderr, never stdout) before the first injection.
     const plan = r.stderr.indexOf('plan (checked: no two scenarios in a batch interfere)')
@@ -95,6 +106,11 @@ describe('pdchaos suite over SSH into the namespace host', () => {
     expect(v.stderr).toContain('validates')
     const count = spawnSync(xmllint, ['--xpath', 'count(//testcase)', join(out, 'junit.xml')], {encoding: 'utf8', timeout: 20_000})
     expect(Number(count.stdout)).toBe(j.scenarios.reduce((n: number, s: any) => n + s.verdicts.length, 0))
+    // The run's metrics reached the Pushgateway, grouped by the run id.
+    const {samples} = parsePromText(pushed, {source: 'pushgateway'})
+    expect(sampleValue(samples, 'pdchaos_run_passed', {job: 'pdchaos', run_id: 'e2e-default'})).toBe(1)
+    expect(sampleValue(samples, 'pdchaos_faults_left_behind', {job: 'pdchaos', run_id: 'e2e-default'})).toBe(0)
+    expect(samples.filter((x) => x.name === 'pdchaos_eviction_seconds_count').reduce((a, x) => a + x.value, 0)).toBe(pins.length)
     const html = readFileSync(join(out, 'report.html'), 'utf8')
     expect(html).toMatch(/^<!doctype html>/i)
     for (const s of j.scenarios) expect(html).toContain(s.name)
