@@ -3,6 +3,7 @@ import type {Host} from '../hosts/host.js'
 import {type AbortTrial, checkLeaseId, describeRank, type Fault, type FaultContext, type FaultPlan, type HostFacts, intParam} from './fault.js'
 import {classifyDataPath, dataConnectionsOf, parseSsConnections, rankOnGpu, SS_ARGV} from './data-path.js'
 import {buildFilter, detectFilterTool, noFilterTool} from './packet-filter.js'
+import {buildTwinFailpoint} from './twin-failpoint.js'
 
 /**
  * abort-mid-transfer: N trials, each a request with pdchaos's own rid and `POST /abort_request {rid}` fired on
@@ -102,6 +103,17 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
     const rank = rankOnGpu(ctx.discovery, p.gpu!)
     const path = classifyDataPath(ctx.discovery.transport)
     if (path.kind !== 'tcp') throw badInput(`cannot widen the window by slowing the data path: ${path.evidence}; a rate limit cannot slow hardware RDMA`, 'run without widening')
+    if (!ctx.facts.filterTool && ctx.discovery.twinFailpointUrl && p.widenKBytesPerSecond === 0 && rank.service === 'prefill') {
+      // No packet filter usable here (not root?), but the target is the twin: hold the window open with its own
+      // stall-kv failure point on that rank, and say so.
+      const fp = buildTwinFailpoint(ctx.discovery.twinFailpointUrl, 'stall-kv', [rank.tpRank])
+      return {
+        ...base, targets: [{service: 'prefill', tpRank: rank.tpRank, pid: rank.pid, ...(rank.gpu === undefined ? {} : {gpu: rank.gpu})}],
+        inject: fp.inject, revert: fp.revert, sudo: false, verifyInjected: [fp.verifyInjected], verifyClean: [fp.verifyClean], readOnlyProbes: fp.readOnlyProbes,
+        description: `${sweep}; window held open by ${fp.summary} (the twin's failure point, not a host mechanism)`,
+        refusals: [`packet filter not usable here (${ctx.facts.filterEvidence ?? 'not probed'}): using the twin's own failure point instead`],
+      }
+    }
     const conns = dataConnectionsOf(rank, ctx.discovery, ctx.facts.connections ?? [])
     if (conns.length === 0) throw badInput(`no open KV data connection of ${describeRank(rank)} to slow`, 'send one request through the deployment first')
     if (!ctx.facts.filterTool) throw noFilterTool(ctx.facts.filterEvidence)

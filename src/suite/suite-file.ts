@@ -82,9 +82,10 @@ export const DEFAULT_SUITE_INPUT = {
   name: 'default',
   scenarios: [
     // Batch 1: one fault per prefill GPU, all in one window (the abort window is widened on GPU 0's KV connections).
-    {name: 'stall-kv gpu1', fault: 'stall-kv', params: {gpu: 1, mechanism: 'packet-filter'}, pins: 2},
-    {name: 'stall-kv gpu2', fault: 'stall-kv', params: {gpu: 2, mechanism: 'packet-filter'}, pins: 2},
-    {name: 'stall-kv gpu3', fault: 'stall-kv', params: {gpu: 3, mechanism: 'packet-filter'}, pins: 2},
+    // `auto` mechanisms: the host's packet filter where one is usable, else (on the twin only) its own failure points.
+    {name: 'stall-kv gpu1', fault: 'stall-kv', params: {gpu: 1}, pins: 2},
+    {name: 'stall-kv gpu2', fault: 'stall-kv', params: {gpu: 2}, pins: 2},
+    {name: 'stall-kv gpu3', fault: 'stall-kv', params: {gpu: 3}, pins: 2},
     {name: 'abort-mid-transfer gpu0', fault: 'abort-mid-transfer', params: {gpu: 0, trials: 6}},
     // Batch 2: decode's destination info lost to one prefill rank at a time, each rank its own scenario.
     {name: 'drop-dest-info rank0', fault: 'drop-dest-info', params: {rank: 0}, pins: 2},

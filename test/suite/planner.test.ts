@@ -9,14 +9,15 @@ const names = (batches: ReturnType<typeof planBatches>) => batches.map((b) => b.
 
 describe('batch planner', () => {
   it('batches the default suite: the stall-kv GPUs with the abort scenario, the per-rank drop-dest-info together apart, the restart alone', () => {
-    const batches = planBatches(expand(defaultSuite().scenarios))
+    // On the twin (a TCP data path) stall-kv's auto mechanism is the packet filter (or the twin's failure point): no SIGSTOP.
+    const batches = planBatches(expand(defaultSuite().scenarios), {autoMechanism: 'packet-filter'})
     expect(names(batches)).toEqual([
       ['stall-kv gpu1', 'stall-kv gpu2', 'stall-kv gpu3', 'abort-mid-transfer gpu0'],
       ['drop-dest-info rank0', 'drop-dest-info rank1', 'drop-dest-info rank2', 'drop-dest-info rank3'],
       ['co-restart'],
     ])
-    expect(planConflicts(batches)).toEqual([])
-    expect(renderPlanText(batches)[0]).toMatch(/^batch 1: stall-kv gpu1 \(stall-kv GPU 1 \[kv:1\] pins in inflight\)/)
+    expect(planConflicts(batches, {autoMechanism: 'packet-filter'})).toEqual([])
+    expect(renderPlanText(batches, {autoMechanism: 'packet-filter'})[0]).toMatch(/^batch 1: stall-kv gpu1 \(stall-kv GPU 1 \[kv:1\] pins in inflight\)/)
   })
 
   it('never batches two scenarios on the same GPU', () => {
