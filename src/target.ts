@@ -30,7 +30,7 @@ export interface Target {
   startedTwin?: string
 }
 
-export async function resolveTarget(flags: TargetFlags, opts: {startTwin?: boolean; onProgress?: (line: string) => void} = {}): Promise<Target> {
+export async function resolveTarget(flags: TargetFlags, opts: {startTwin?: boolean; twin?: {deadlineS: number; pollS: number}; onProgress?: (line: string) => void} = {}): Promise<Target> {
   let file = resolve(flags.config)
   let startedTwin: string | undefined
   if (flags.sim) {
@@ -39,8 +39,9 @@ export async function resolveTarget(flags: TargetFlags, opts: {startTwin?: boole
     const lock = readLock(stateDir)
     const running = lock !== undefined && liveHolders(lock).length > 0 && existsSync(file)
     if (!running && opts.startTwin !== false) {
-      opts.onProgress?.(`starting the twin in ${stateDir}`)
-      await simUp({stateDir})
+      const watchdog = opts.twin ? ` (watchdog deadline ${opts.twin.deadlineS}s, poll ${opts.twin.pollS}s)` : ''
+      opts.onProgress?.(`starting the twin in ${stateDir}${watchdog}`)
+      await simUp({stateDir, ...opts.twin})
       startedTwin = stateDir
     }
   }

@@ -14,9 +14,6 @@ import {writeJournal} from '../report/journal.js'
 import {renderJUnit} from '../report/junit.js'
 import {pushRun} from '../report/push.js'
 import {failedChecks, runCounts, runIdOf, type SuiteRun} from '../report/run-model.js'
-import {liveHolders, readLock} from '../sim/lifecycle/lock.js'
-import {simUp} from '../sim/lifecycle/up.js'
-import {defaultSimDir} from '../state-dir.js'
 import {runSuite, type SuiteOutcome} from '../suite/runner.js'
 import {defaultSuite, GateSchema, loadSuite} from '../suite/suite-file.js'
 import {renderSuite} from '../suite/text.js'
@@ -25,7 +22,7 @@ import {resolveTarget} from '../target.js'
 export default class Suite extends BaseCommand<typeof Suite> {
   static override summary = 'Run a suite of fault scenarios and co-restarts, in conflict-free concurrent batches: the nightly run and the release gate.'
   static override description = [
-    'Without FILE the built-in suite runs: stall-kv on GPU 1 and GPU 2 (packet filter) and abort-mid-transfer together, then drop-dest-info, then a co-restart.',
+    'Without FILE the built-in suite runs: stall-kv on GPUs 1-3 and abort-mid-transfer on GPU 0 together, then drop-dest-info on each prefill rank together, then a co-restart.',
     'The batch plan is printed and checked for conflicts before any injection. Stop conditions (router health, collateral loss, a new Xid line in the kernel log)',
     'and SIGINT stop the run, revert everything and exit 3; a stopped run is never resumed.',
     'Exit 0 all checks passed (or the gate passed), 1 a check failed (or the gate failed), 2 bad input, 3 stopped, 4 cleanup unverified, 5 unreachable.',
@@ -78,18 +75,13 @@ export default class Suite extends BaseCommand<typeof Suite> {
 
     let twinNote: string | undefined
     try {
-      if (f.sim) {
-        const stateDir = resolve(f['state-dir'] ?? defaultSimDir())
-        const lock = readLock(stateDir)
-        if (!(lock !== undefined && liveHolders(lock).length > 0)) {
-          const deadlineS = Number(f['sim-deadline'])
-          const pollS = Number(f['sim-poll'])
-          say(`starting the twin in ${stateDir} (watchdog deadline ${deadlineS}s, poll ${pollS}s)`)
-          await simUp({stateDir, deadlineS, pollS})
-          twinNote = `started the twin in ${stateDir} with a short watchdog (deadline ${deadlineS}s, poll ${pollS}s) so the suite is quick; it keeps running: \`pdchaos sim down${f['state-dir'] ? ` --state-dir ${stateDir}` : ''}\` stops it`
-        }
+      // A twin the suite starts itself gets a short watchdog, so the built-in suite takes well under a minute.
+      const twin = {deadlineS: Number(f['sim-deadline']), pollS: Number(f['sim-poll'])}
+      const target = await resolveTarget(f, {twin, onProgress: say})
+      if (target.startedTwin) {
+        twinNote = `started the twin in ${target.startedTwin} with a short watchdog (deadline ${twin.deadlineS}s, poll ${twin.pollS}s) so the suite is quick; ` +
+          `it keeps running: \`pdchaos sim down${f['state-dir'] ? ` --state-dir ${target.startedTwin}` : ''}\` stops it`
       }
-      const target = await resolveTarget(f, {startTwin: false, onProgress: say})
       let outcome: SuiteOutcome
       const t0 = Date.now()
       try {
