@@ -1,10 +1,11 @@
+import {serviceEnv} from '../../src/sim/lifecycle/services.js'
 import {spawn, type ChildProcess} from 'node:child_process'
 import {existsSync, mkdirSync, mkdtempSync, openSync, closeSync, readFileSync, rmSync, writeFileSync} from 'node:fs'
 import {createServer} from 'node:net'
 import {tmpdir} from 'node:os'
 import {join} from 'node:path'
 import {entryArgv} from '../../src/sim/entry.js'
-import {SIM_ENV, simPaths, type BugName, type Role, type SimConfig} from '../../src/sim/sim-config.js'
+import {simPaths, type BugName, type Role, type SimConfig} from '../../src/sim/sim-config.js'
 
 /**
  * Test-only launcher: a prefill + decode pair of the twin from a temp state dir, started as T2's
@@ -58,18 +59,9 @@ export async function freePort(host = '127.0.0.1'): Promise<number> {
   })
 }
 
+/** The same environment `pdchaos sim up` gives the services (SGLang's variables, the twin's TCP data path). */
 export function simEnv(cfg: SimConfig): NodeJS.ProcessEnv {
-  return {
-    ...process.env,
-    [SIM_ENV.bootstrapTimeout]: String(cfg.timeouts.bootstrapS),
-    [SIM_ENV.waitingTimeout]: String(cfg.timeouts.waitingS),
-    [SIM_ENV.heartbeatInterval]: String(cfg.timeouts.heartbeatIntervalS),
-    [SIM_ENV.heartbeatMaxFailure]: String(cfg.timeouts.heartbeatMaxFailure),
-    [SIM_ENV.watchdogScope]: cfg.watchdog.scope,
-    [SIM_ENV.watchdogTimeout]: String(cfg.watchdog.deadlineS),
-    [SIM_ENV.watchdogPollInterval]: String(cfg.watchdog.pollS),
-    [SIM_ENV.backend]: cfg.backend,
-  }
+  return serviceEnv(cfg)
 }
 
 export async function launchPair(opts: PairOptions = {}): Promise<Pair> {
