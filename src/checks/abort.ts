@@ -1,7 +1,7 @@
 import {epsilonFor} from './epsilon.js'
 import {round, secs} from './eviction.js'
-import {answerOf, type Observation, type Timeline} from './timeline.js'
-import {fail, pass, type Verdict} from './verdict.js'
+import {answerOf, type Observation, type Timeline} from '../model/timeline.js'
+import {fail, pass, type Verdict} from '../model/verdict.js'
 
 /**
  * Aborts fired inside the transfer window: an honoured abort releases the request within one poll (+ ε) of the

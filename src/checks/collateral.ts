@@ -1,6 +1,6 @@
 import {round} from './eviction.js'
-import {answerOf, faultWindows, requestsOf, type Timeline} from './timeline.js'
-import {fail, pass, type Verdict} from './verdict.js'
+import {answerOf, faultWindows, requestsOf, type Timeline} from '../model/timeline.js'
+import {fail, pass, type Verdict} from '../model/verdict.js'
 
 /**
  * The light steady load that runs beside every experiment: requests outside the fault's reach must all succeed.

@@ -1,4 +1,4 @@
-import type {Timeline} from './timeline.js'
+import type {Timeline} from '../model/timeline.js'
 
 /**
  * The error pdchaos allows around the watchdog window, from what it measured, never a guess: the answer reaches

@@ -1,6 +1,6 @@
 import {epsilonFor} from './epsilon.js'
-import {abandonedOf, answerOf, metricAt, requestsOf, type Observation, type PinState, type Timeline} from './timeline.js'
-import {fail, pass, type Verdict} from './verdict.js'
+import {abandonedOf, answerOf, metricAt, requestsOf, type Observation, type PinState, type Timeline} from '../model/timeline.js'
+import {fail, pass, type Verdict} from '../model/verdict.js'
 
 /**
  * The eviction oracle: every pin leaves no earlier than deadline - ε and no later than deadline + poll + ε after

@@ -1,6 +1,6 @@
 import {round} from './eviction.js'
-import {abandonedOf, answerOf, faultWindows, metricAt, requestsOf, type Timeline} from './timeline.js'
-import {fail, pass, type Verdict} from './verdict.js'
+import {abandonedOf, answerOf, faultWindows, metricAt, requestsOf, type Timeline} from '../model/timeline.js'
+import {fail, pass, type Verdict} from '../model/verdict.js'
 
 /**
  * After eviction and revert the deployment must be as it was: the next requests succeed, the PD queues drain, KV

@@ -1,5 +1,5 @@
-import {requestsOf, type Timeline} from './timeline.js'
-import {fail, type Verdict} from './verdict.js'
+import {requestsOf, type Timeline} from '../model/timeline.js'
+import {fail, type Verdict} from '../model/verdict.js'
 
 /**
  * A pin the watchdog cannot see by construction: reported as exactly that, so an operator reads "out of scope"

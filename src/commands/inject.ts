@@ -1,16 +1,16 @@
 import {Args, Flags} from '@oclif/core'
 
-import {BaseCommand} from '../base-command.js'
-import {acquireHostLock} from '../deployment/host-lock.js'
+import {BaseCommand} from '../cli/base-command.js'
+import {acquireHostLock} from '../faults/lease/host-lock.js'
 import {assertMayDisturb} from '../deployment/protection.js'
 import {ExitCode} from '../exit-codes.js'
 import {runInject, type InjectResult} from '../experiment/inject.js'
 import {FAULT_NAMES} from '../faults/registry.js'
-import {targetFlags} from '../flags.js'
+import {targetFlags} from '../cli/flags.js'
 import {renderInject} from '../report/inject-text.js'
 import {injectJournal} from '../report/journal-fields.js'
 import {writeJournal} from '../report/journal.js'
-import {resolveTarget} from '../target.js'
+import {resolveTarget} from '../cli/target.js'
 
 export default class Inject extends BaseCommand<typeof Inject> {
   static override summary = 'One experiment: inject a fault under a lease, drive pins, observe, revert, verify clean, judge the watchdog.'

@@ -1,11 +1,11 @@
 import {Flags} from '@oclif/core'
 
-import {BaseCommand} from '../base-command.js'
+import {BaseCommand} from '../cli/base-command.js'
 import {ExitCode} from '../exit-codes.js'
-import {describeExpiry} from '../faults/lease.js'
-import {recoverAll, type RecoverOutcome, type RecoverReport} from '../faults/recover.js'
-import {targetFlags} from '../flags.js'
-import {resolveTarget} from '../target.js'
+import {describeExpiry} from '../faults/lease/lease.js'
+import {recoverAll, type RecoverOutcome, type RecoverReport} from '../faults/lease/recover.js'
+import {targetFlags} from '../cli/flags.js'
+import {resolveTarget} from '../cli/target.js'
 
 export default class Recover extends BaseCommand<typeof Recover> {
   static override summary = 'Revert every fault pdchaos left on the host, from the lease files alone.'

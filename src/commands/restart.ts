@@ -1,13 +1,13 @@
 import {Flags} from '@oclif/core'
 
-import {BaseCommand} from '../base-command.js'
-import {acquireHostLock} from '../deployment/host-lock.js'
+import {BaseCommand} from '../cli/base-command.js'
+import {acquireHostLock} from '../faults/lease/host-lock.js'
 import {assertMayDisturb} from '../deployment/protection.js'
 import {ExitCode} from '../exit-codes.js'
-import {targetFlags} from '../flags.js'
+import {targetFlags} from '../cli/flags.js'
 import {renderRestart} from '../report/restart-text.js'
 import {coRestart, type RestartResult, type ServiceName} from '../restart/co-restart.js'
-import {resolveTarget} from '../target.js'
+import {resolveTarget} from '../cli/target.js'
 import {writeJournal} from '../report/journal.js'
 
 export default class Restart extends BaseCommand<typeof Restart> {

@@ -1,6 +1,6 @@
 import {Args} from '@oclif/core'
 
-import {BaseCommand} from '../base-command.js'
+import {BaseCommand} from '../cli/base-command.js'
 import {deploymentJsonSchema} from '../deployment/load.js'
 import {suiteJsonSchema} from '../suite/suite-file.js'
 

@@ -1,11 +1,11 @@
 import {Flags} from '@oclif/core'
 
-import {BaseCommand} from '../base-command.js'
+import {BaseCommand} from '../cli/base-command.js'
 import {ExitCode} from '../exit-codes.js'
 import {discover, type StatusReport} from '../discovery/discover.js'
-import {targetFlags} from '../flags.js'
+import {targetFlags} from '../cli/flags.js'
 import {renderStatus} from '../report/status-text.js'
-import {resolveTarget} from '../target.js'
+import {resolveTarget} from '../cli/target.js'
 
 export default class Status extends BaseCommand<typeof Status> {
   static override summary = 'Discover the deployment: health, versions, ranks, ports, counters, watchdog settings, leases.'

@@ -1,4 +1,4 @@
-import type {Calibration} from '../checks/timeline.js'
+import type {Calibration} from '../model/timeline.js'
 import type {Deployment} from '../deployment/config.js'
 import type {RouterClient} from '../deployment/router-client.js'
 import {newRid, newRoom, type SglangClient} from '../deployment/sglang-client.js'

@@ -1,9 +1,9 @@
 import {badInput, oneLine} from '../errors.js'
 import type {Host} from '../hosts/host.js'
 import {type AbortTrial, checkLeaseId, describeRank, type Fault, type FaultContext, type FaultPlan, type HostFacts, intParam} from './fault.js'
-import {classifyDataPath, dataConnectionsOf, parseSsConnections, rankOnGpu, SS_ARGV} from './data-path.js'
-import {buildFilter, detectFilterTool, noFilterTool} from './packet-filter.js'
-import {buildTwinFailpoint} from './twin-failpoint.js'
+import {classifyDataPath, dataConnectionsOf, parseSsConnections, rankOnGpu, SS_ARGV} from './mechanisms/data-path.js'
+import {buildFilter, detectFilterTool, noFilterTool} from './mechanisms/packet-filter.js'
+import {buildTwinFailpoint} from './mechanisms/twin-failpoint.js'
 
 /**
  * abort-mid-transfer: N trials, each a request with pdchaos's own rid and `POST /abort_request {rid}` fired on

@@ -1,8 +1,8 @@
 import {badInput} from '../errors.js'
 import type {Host} from '../hosts/host.js'
 import {checkLeaseId, describeRank, type Fault, type FaultContext, type FaultPlan, type FaultTarget, type HostFacts, intParam} from './fault.js'
-import {buildFilter, detectFilterTool, noFilterTool, type FilterMatch} from './packet-filter.js'
-import {buildTwinFailpoint} from './twin-failpoint.js'
+import {buildFilter, detectFilterTool, noFilterTool, type FilterMatch} from './mechanisms/packet-filter.js'
+import {buildTwinFailpoint} from './mechanisms/twin-failpoint.js'
 
 /**
  * drop-dest-info: decode's destination info (TransferInfo over ZMQ PUSH) and its ABORT never reach the prefill

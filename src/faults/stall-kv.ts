@@ -1,12 +1,12 @@
-import {buildTwinFailpoint} from './twin-failpoint.js'
+import {buildTwinFailpoint} from './mechanisms/twin-failpoint.js'
 import {badInput, oneLine} from '../errors.js'
 import type {RankInfo} from '../discovery/discover.js'
 import type {Host} from '../hosts/host.js'
 import {checkLeaseId, describeRank, type Fault, type FaultContext, type FaultPlan, type HostFacts, intParam} from './fault.js'
-import {classifyDataPath, dataConnectionsOf, pairedRanks, parseSsConnections, rankOnGpu, SS_ARGV} from './data-path.js'
-import {buildFilter, detectFilterTool, noFilterTool} from './packet-filter.js'
-import {checkIdentity} from './proc-identity.js'
-import {buildSigstop} from './signals.js'
+import {classifyDataPath, dataConnectionsOf, pairedRanks, parseSsConnections, rankOnGpu, SS_ARGV} from './mechanisms/data-path.js'
+import {buildFilter, detectFilterTool, noFilterTool} from './mechanisms/packet-filter.js'
+import {checkIdentity} from './mechanisms/proc-identity.js'
+import {buildSigstop} from './mechanisms/signals.js'
 
 /**
  * stall-kv --gpu N: the KV transfer of the rank on GPU N stops making progress while the schedulers stay alive.

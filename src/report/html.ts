@@ -1,7 +1,7 @@
 import type {PinRecord} from '../checks/eviction.js'
-import {faultWindows, type Observation} from '../checks/timeline.js'
+import {faultWindows, type Observation} from '../model/timeline.js'
 import {escapeAttr, escapeXml} from './junit.js'
-import {failedChecks, runCounts, runPassed, type ScenarioRun, type SuiteRun} from './run-model.js'
+import {failedChecks, runCounts, runPassed, type ScenarioRun, type SuiteRun} from '../model/run.js'
 
 /**
  * The single-file HTML report of a suite run: a header with the counts and every failed check, then per scenario a

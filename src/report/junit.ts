@@ -1,5 +1,5 @@
-import type {Verdict} from '../checks/verdict.js'
-import type {ScenarioRun, SuiteRun} from './run-model.js'
+import type {Verdict} from '../model/verdict.js'
+import type {ScenarioRun, SuiteRun} from '../model/run.js'
 
 /**
  * JUnit XML of a suite run, in the Ant/Jenkins shape CI servers read: one <testsuite> per scenario, one <testcase>

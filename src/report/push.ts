@@ -1,7 +1,7 @@
 import {Gauge, Histogram, Pushgateway, Registry} from 'prom-client'
 import {oneLine, PdError} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
-import {faultsLeftBehind, runIdOf, runPassed, type SuiteRun} from './run-model.js'
+import {faultsLeftBehind, runIdOf, runPassed, type SuiteRun} from '../model/run.js'
 
 /**
  * The run's numbers pushed to a Prometheus Pushgateway, for dashboards and alerts across nights: eviction seconds

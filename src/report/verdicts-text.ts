@@ -1,4 +1,4 @@
-import type {Verdict} from '../checks/verdict.js'
+import type {Verdict} from '../model/verdict.js'
 
 /** Verdicts for a person: failures first, each with its one-line summary; a closing count. */
 export function renderVerdicts(verdicts: Verdict[]): string {

@@ -4,7 +4,7 @@ import {sampleValue} from '../deployment/prom-text.js'
 import {type HealthResult, SglangClient} from '../deployment/sglang-client.js'
 import {badInput, oneLine} from '../errors.js'
 import type {Host} from '../hosts/host.js'
-import {fail, pass, type Verdict} from '../checks/verdict.js'
+import {fail, pass, type Verdict} from '../model/verdict.js'
 import {now, Recorder} from '../workload/recorder.js'
 import {sendRequest, type Sent} from '../workload/send.js'
 

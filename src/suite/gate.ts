@@ -1,4 +1,4 @@
-import {failedChecks, faultsLeftBehind, type SuiteRun} from '../report/run-model.js'
+import {failedChecks, faultsLeftBehind, type SuiteRun} from '../model/run.js'
 import type {GateSpec} from './suite-file.js'
 
 /**

@@ -1,4 +1,4 @@
-import {failedChecks, runCounts, runPassed, type SuiteRun} from '../report/run-model.js'
+import {failedChecks, runCounts, runPassed, type SuiteRun} from '../model/run.js'
 import type {SuiteOutcome} from './runner.js'
 
 /** The suite's human summary: per scenario, then exactly which checks failed with their evidence line, then the verdict. */

@@ -1,4 +1,4 @@
-import type {Observation} from '../checks/timeline.js'
+import type {Observation} from '../model/timeline.js'
 
 /** Epoch ms with sub-ms precision, monotonic within the process: every observation shares this clock. */
 export const now = (): number => performance.timeOrigin + performance.now()

@@ -1,4 +1,4 @@
-import type {PinState, RequestRole} from '../checks/timeline.js'
+import type {PinState, RequestRole} from '../model/timeline.js'
 import {oneLine} from '../errors.js'
 import type {RouterClient} from '../deployment/router-client.js'
 import {newRid} from '../deployment/sglang-client.js'

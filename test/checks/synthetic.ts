@@ -1,4 +1,4 @@
-import type {Observation, PinState, Timeline} from '../../src/checks/timeline.js'
+import type {Observation, PinState, Timeline} from '../../src/model/timeline.js'
 
 /** A synthetic timeline builder: times are ms after t0, so a test reads like the experiment it describes. */
 export class TimelineBuilder {

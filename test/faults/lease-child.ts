@@ -7,8 +7,8 @@
 import {LocalHost} from '../../src/hosts/local-host.js'
 import {SshHost, resolveSshEndpoint} from '../../src/hosts/ssh-host.js'
 import type {Host} from '../../src/hosts/host.js'
-import {createLease} from '../../src/faults/lease.js'
-import {withLeases} from '../../src/faults/lease-guard.js'
+import {createLease} from '../../src/faults/lease/lease.js'
+import {withLeases} from '../../src/faults/lease/lease-guard.js'
 
 const [mode, stateDir, marker, ttl, delay] = process.argv.slice(2)
 const sshConfig = process.env.PDCHAOS_TEST_SSH

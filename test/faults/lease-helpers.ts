@@ -1,7 +1,7 @@
 import {type ChildProcess, spawn} from 'node:child_process'
 import {existsSync, readFileSync, readdirSync} from 'node:fs'
 
-import type {Lease} from '../../src/faults/lease.js'
+import type {Lease} from '../../src/faults/lease/lease.js'
 import {entryArgv} from '../../src/sim/entry.js'
 import {killAll, pidsMatching} from '../hosts/proc.js'
 

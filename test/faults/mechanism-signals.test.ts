@@ -4,8 +4,8 @@ import {afterEach, describe, expect, it} from 'vitest'
 
 import type {RankInfo} from '../../src/discovery/discover.js'
 import {type FaultDiscovery, runProbe, waitProbes} from '../../src/faults/fault.js'
-import {resolveIdentity, type ProcIdentity} from '../../src/faults/proc-identity.js'
-import {buildSigstop, signalArgv} from '../../src/faults/signals.js'
+import {resolveIdentity, type ProcIdentity} from '../../src/faults/mechanisms/proc-identity.js'
+import {buildSigstop, signalArgv} from '../../src/faults/mechanisms/signals.js'
 import {stallKv} from '../../src/faults/stall-kv.js'
 import {LocalHost} from '../../src/hosts/local-host.js'
 

@@ -5,7 +5,7 @@ import {join} from 'node:path'
 import {fileURLToPath} from 'node:url'
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 import {escapeAttr, escapeXml, junitTimestamp, renderJUnit} from '../../src/report/junit.js'
-import type {SuiteRun} from '../../src/report/run-model.js'
+import type {SuiteRun} from '../../src/model/run.js'
 import {NASTY, syntheticRun, T0} from './synthetic-run.js'
 import {ensureTool} from './tools.js'
 

@@ -1,7 +1,7 @@
 import {describe, expect, it} from 'vitest'
 import type {InjectResult} from '../../src/experiment/inject.js'
 import {renderHtml} from '../../src/report/html.js'
-import {failedChecks, runCounts, runIdOf, runPassed, scenarioFromInject, scenarioFromRestart, type SuiteRun} from '../../src/report/run-model.js'
+import {failedChecks, runCounts, runIdOf, runPassed, scenarioFromInject, scenarioFromRestart, type SuiteRun} from '../../src/model/run.js'
 import type {RestartResult} from '../../src/restart/co-restart.js'
 import {NASTY, syntheticRun, T0} from './synthetic-run.js'
 

@@ -1,8 +1,8 @@
 import {checkEvictions} from '../../src/checks/eviction.js'
-import type {Observation, Timeline} from '../../src/checks/timeline.js'
-import {fail, pass, type Verdict} from '../../src/checks/verdict.js'
+import type {Observation, Timeline} from '../../src/model/timeline.js'
+import {fail, pass, type Verdict} from '../../src/model/verdict.js'
 import type {LeaseRecord} from '../../src/experiment/inject.js'
-import type {Contract, ScenarioRun, SuiteRun} from '../../src/report/run-model.js'
+import type {Contract, ScenarioRun, SuiteRun} from '../../src/model/run.js'
 
 /**
  * A realistic suite run built from synthetic timelines and judged by the real eviction check: drop-dest-info with

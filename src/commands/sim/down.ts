@@ -1,4 +1,4 @@
-import {BaseCommand} from '../../base-command.js'
+import {BaseCommand} from '../../cli/base-command.js'
 import {type SimDownResult, simDown} from '../../sim/lifecycle/index.js'
 import {stateDirFlag} from '../../sim/lifecycle/cli-flags.js'
 

@@ -1,6 +1,6 @@
 import {Args, Flags} from '@oclif/core'
 
-import {BaseCommand} from '../../base-command.js'
+import {BaseCommand} from '../../cli/base-command.js'
 import {type SimRestartResult, simRestart} from '../../sim/lifecycle/index.js'
 import {seconds, stateDirFlag} from '../../sim/lifecycle/cli-flags.js'
 

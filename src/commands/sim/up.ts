@@ -1,6 +1,6 @@
 import {Flags} from '@oclif/core'
 
-import {BaseCommand} from '../../base-command.js'
+import {BaseCommand} from '../../cli/base-command.js'
 import {type SimUpResult, simUp} from '../../sim/lifecycle/index.js'
 import {BUG_NAMES} from '../../sim/sim-config.js'
 import {seconds, stateDirFlag} from '../../sim/lifecycle/cli-flags.js'

@@ -1,10 +1,10 @@
 import {hostname, userInfo} from 'node:os'
 import {randomBytes} from 'node:crypto'
 
-import {PdError} from '../errors.js'
-import {ExitCode} from '../exit-codes.js'
-import {localStartTicks} from '../faults/lease.js'
-import type {Host} from '../hosts/host.js'
+import {PdError} from '../../errors.js'
+import {ExitCode} from '../../exit-codes.js'
+import {localStartTicks} from './lease.js'
+import type {Host} from '../../hosts/host.js'
 
 /**
  * The run lock on the host: two chaos runs against one deployment never overlap. The lock file is created with

@@ -1,6 +1,6 @@
-import {PdError, oneLine} from '../errors.js'
-import {ExitCode} from '../exit-codes.js'
-import type {Host} from '../hosts/host.js'
+import {PdError, oneLine} from '../../errors.js'
+import {ExitCode} from '../../exit-codes.js'
+import type {Host} from '../../hosts/host.js'
 import {createLease, describeExpiry, revertLease, type Lease, type LeaseSpec, type RevertResult} from './lease.js'
 
 /**

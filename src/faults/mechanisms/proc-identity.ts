@@ -1,7 +1,7 @@
-import {parseProcStat, type ProcStat} from '../discovery/proc.js'
-import {badInput} from '../errors.js'
-import type {Host} from '../hosts/host.js'
-import type {Judgement, Probe} from './fault.js'
+import {parseProcStat, type ProcStat} from '../../discovery/proc.js'
+import {badInput} from '../../errors.js'
+import type {Host} from '../../hosts/host.js'
+import type {Judgement, Probe} from '../fault.js'
 
 /**
  * A process named for its whole life: (pid, start time in clock ticks since boot, /proc/<pid>/stat field 22).

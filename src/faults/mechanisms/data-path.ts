@@ -1,8 +1,8 @@
 import {isIP} from 'node:net'
 
-import type {RankInfo} from '../discovery/discover.js'
-import {badInput} from '../errors.js'
-import type {Connection, Endpoint, FaultDiscovery} from './fault.js'
+import type {RankInfo} from '../../discovery/discover.js'
+import {badInput} from '../../errors.js'
+import type {Connection, Endpoint, FaultDiscovery} from '../fault.js'
 
 /**
  * The KV data path: is it plain kernel TCP (a packet filter can stall it) or something the kernel stack never

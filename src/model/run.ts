@@ -1,6 +1,6 @@
 import type {PinRecord} from '../checks/eviction.js'
-import type {Observation, Timeline} from '../checks/timeline.js'
-import type {Verdict} from '../checks/verdict.js'
+import type {Observation, Timeline} from './timeline.js'
+import type {Verdict} from './verdict.js'
 import type {InjectResult, LeaseRecord} from '../experiment/inject.js'
 import type {RestartResult} from '../restart/co-restart.js'
 

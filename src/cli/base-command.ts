@@ -1,8 +1,8 @@
 import {Command, Flags, Interfaces} from '@oclif/core'
 import ora, {type Ora} from 'ora'
 
-import {PdError, oneLine} from './errors.js'
-import {ExitCode} from './exit-codes.js'
+import {PdError, oneLine} from '../errors.js'
+import {ExitCode} from '../exit-codes.js'
 
 export type BaseFlags<T extends typeof Command> = Interfaces.InferredFlags<(typeof BaseCommand)['baseFlags'] & T['flags']>
 export type BaseArgs<T extends typeof Command> = Interfaces.InferredArgs<T['args']>

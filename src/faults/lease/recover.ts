@@ -1,7 +1,7 @@
 import {hostname} from 'node:os'
 
-import {oneLine} from '../errors.js'
-import type {Host} from '../hosts/host.js'
+import {oneLine} from '../../errors.js'
+import type {Host} from '../../hosts/host.js'
 import {listLeases, localStartTicks, revertLease, type ActiveLease, type ActiveState, type RevertedBy} from './lease.js'
 
 /**

@@ -2,9 +2,9 @@ import {randomBytes} from 'node:crypto'
 import {readFileSync} from 'node:fs'
 import {hostname, userInfo} from 'node:os'
 
-import {PdError, badInput, oneLine} from '../errors.js'
-import {ExitCode} from '../exit-codes.js'
-import type {Host} from '../hosts/host.js'
+import {PdError, badInput, oneLine} from '../../errors.js'
+import {ExitCode} from '../../exit-codes.js'
+import type {Host} from '../../hosts/host.js'
 import {DISCARD_SH, LIST_SH, PREPARE_SH, REVERTER_SH, WRITE_SH, revertScript} from './reverter-script.js'
 
 /**

@@ -1,4 +1,4 @@
-import type {Judgement, MechanismPlan} from './fault.js'
+import type {Judgement, MechanismPlan} from '../fault.js'
 
 /**
  * The twin's own failure points (POST /_pdchaos/twin/failpoint on its prefill server), for users who cannot change

@@ -1,4 +1,4 @@
-import {shellCommand, shellQuote} from '../hosts/quote.js'
+import {shellCommand, shellQuote} from '../../hosts/quote.js'
 
 /**
  * The host half of a lease, as POSIX sh. Everything user-supplied reaches these scripts as positional
