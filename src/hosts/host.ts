@@ -1,4 +1,5 @@
 import {badInput} from '../errors.js'
+import type {SudoPolicy} from './host-spec.js'
 
 /**
  * The one way pdchaos acts on a machine: the GPU host over SSH, or this machine. Faults, discovery and
@@ -6,7 +7,7 @@ import {badInput} from '../errors.js'
  * against a real SGLang host.
  */
 
-export type SudoPolicy = 'never' | 'passwordless'
+export type {SudoPolicy} from './host-spec.js'
 
 export interface RunOptions {
   /** Deadline for the whole command; on expiry the command (its process group) is killed and run() rejects with exit 5. */

@@ -1,5 +1,5 @@
-import type {HostConfig} from '../deployment/config.js'
-import type {Host, SudoPolicy} from './host.js'
+import type {Host} from './host.js'
+import type {HostConfig, SudoPolicy} from './host-spec.js'
 import {LocalHost} from './local-host.js'
 import {openSshHost, type SshHostOptions} from './ssh-host.js'
 

@@ -7,11 +7,11 @@ import type {AuthMethod, Client as ClientType, ClientChannel, ConnectConfig} fro
 
 import {PdError, badInput, oneLine} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
-import type {SshHostConfig} from '../deployment/config.js'
 import {
   DETACH_SCRIPT, UPLOAD_SCRIPT, buildArgv, checkTimeout, envPrefix, modeString, sudoPrefix,
   type DetachedOptions, type Host, type RunOptions, type RunResult, type SudoPolicy, type UploadOptions,
 } from './host.js'
+import type {SshHostConfig} from './host-spec.js'
 import {appendKnownHost, checkKnownHosts, fingerprintOf, knownHostsToken, readKnownHosts} from './known-hosts.js'
 import {parsePid} from './local-host.js'
 import {describeArgv, shellCommand} from './quote.js'
