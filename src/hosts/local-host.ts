@@ -4,6 +4,7 @@ import {execa, type ResultPromise} from 'execa'
 
 import {PdError} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
+import {within} from '../util/time.js'
 import {
   DETACH_SCRIPT, UPLOAD_SCRIPT, buildArgv, checkTimeout, envPrefix, modeString, sudoPrefix,
   type DetachedOptions, type Host, type RunOptions, type RunResult, type SudoPolicy, type UploadOptions,
@@ -41,7 +42,7 @@ export class LocalHost implements Host {
     try {
       const result = await Promise.race([sub, expired])
       if (result === 'timeout') {
-        await Promise.race([sub.catch(() => undefined), delay(REAP_MS)])
+        await within(sub.catch(() => undefined), REAP_MS)
         throw new PdError(`\`${describeArgv(argv)}\` timed out after ${opts.timeoutMs} ms on local; its process group was killed`, {
           exit: ExitCode.unreachable, suggestion: 'raise the timeout or find out why the command hangs',
         })
@@ -109,10 +110,6 @@ function killGroup(pid: number | undefined): void {
   } catch {
     try { process.kill(pid, 'SIGKILL') } catch { /* already gone */ }
   }
-}
-
-function delay(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms).unref())
 }
 
 export function parsePid(res: RunResult, argv: string[], where: string): number {

@@ -7,6 +7,7 @@ import type {AuthMethod, Client as ClientType, ClientChannel, ConnectConfig} fro
 
 import {PdError, badInput, oneLine} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
+import {within} from '../util/time.js'
 import {
   DETACH_SCRIPT, UPLOAD_SCRIPT, buildArgv, checkTimeout, envPrefix, modeString, sudoPrefix,
   type DetachedOptions, type Host, type RunOptions, type RunResult, type SudoPolicy, type UploadOptions,
@@ -302,11 +303,9 @@ export class SshHost implements Host {
     this.currentConn = undefined
     if (!conn) return
     conn.alive = false
-    await new Promise<void>((resolve) => {
-      const t = setTimeout(resolve, 1000)
-      conn.client.once('close', () => { clearTimeout(t); resolve() })
-      conn.client.end()
-    })
+    const closed = new Promise<void>((resolve) => { conn.client.once('close', () => resolve()) })
+    conn.client.end()
+    await within(closed, 1000)
     conn.jump?.end()
   }
 

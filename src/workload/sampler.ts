@@ -1,6 +1,7 @@
 import {joinUrl, requestText} from '../deployment/http.js'
 import {parsePromText} from '../deployment/prom-text.js'
 import type {SglangClient} from '../deployment/sglang-client.js'
+import {sleep} from '../util/time.js'
 import {now, type Recorder} from './recorder.js'
 
 /**
@@ -47,19 +48,15 @@ export async function sampleOnce(rec: Recorder, clients: {prefill: SglangClient;
 
 /** Sample every intervalMs until stopped; bounded by maxSamples so a forgotten sampler cannot run forever. */
 export function startSampler(rec: Recorder, clients: {prefill: SglangClient; decode: SglangClient}, intervalMs = 1000, maxSamples = 10_000): {stop: () => Promise<void>} {
-  let stopped = false
-  let wake: () => void = () => {}
+  // stop() aborts the sleep between samples, so stopping never waits out an interval.
+  const stopping = new AbortController()
   let n = 0
   const loop = (async () => {
-    while (!stopped && n++ < maxSamples) {
+    while (!stopping.signal.aborted && n++ < maxSamples) {
       await sampleOnce(rec, clients)
-      if (stopped) break
-      // A sleep that stop() cuts short, so stopping never waits out an interval.
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, intervalMs)
-        wake = () => { clearTimeout(timer); resolve() }
-      })
+      if (stopping.signal.aborted) break
+      await sleep(intervalMs, stopping.signal)
     }
   })()
-  return {stop: async () => { stopped = true; wake(); await loop }}
+  return {stop: async () => { stopping.abort(); await loop }}
 }

@@ -1,7 +1,7 @@
 import type {RouterClient} from '../deployment/router-client.js'
+import {sleep} from '../util/time.js'
 import type {Recorder} from './recorder.js'
 import {sendRequest, type Sent} from './send.js'
-import {sleep} from './wait.js'
 
 /**
  * The light steady load beside every experiment: one request every intervalMs through the router, recorded as

@@ -1,16 +1,5 @@
-/** Waits that never outlive their purpose: a timer left pending keeps the process alive after its work is done. */
-
-export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)))
-
-/** p, or undefined once ms have passed; the timer is cleared either way. */
-export async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
-  let cancel = (): void => {}
-  try {
-    return await Promise.race([p, new Promise<undefined>((resolve) => {
-      const timer = setTimeout(() => resolve(undefined), Math.max(0, ms))
-      cancel = () => clearTimeout(timer)
-    })])
-  } finally {
-    cancel()
-  }
-}
+/**
+ * Moved to util/time.ts, the CLI's one sleep and deadline helper. This re-export only keeps experiment/inject.ts and
+ * suite/batch.ts building until they import util/time.js themselves; then delete this file.
+ */
+export {sleep, within} from '../util/time.js'

@@ -5,6 +5,7 @@ import {hostname, userInfo} from 'node:os'
 import {PdError, badInput, oneLine} from '../../errors.js'
 import {ExitCode} from '../../exit-codes.js'
 import type {Host} from '../../hosts/host.js'
+import {sleep} from '../../util/time.js'
 import {DISCARD_SH, LIST_SH, PREPARE_SH, REVERTER_SH, WRITE_SH, revertScript} from './reverter-script.js'
 
 /**
@@ -227,7 +228,7 @@ export async function revertLease(host: Host, stateDir: string, id: string, by: 
     if (r.status === 'missing') return {id, reverted: false, status: 'unknown', byWhom: null, exitCode: null, output: '', revertedAt: null, ms}
     if (firstBusy.at === 0) firstBusy.at = Date.now()
     if (Date.now() > until) return {id, reverted: false, status: 'in-progress', byWhom: null, exitCode: null, output: r.output, revertedAt: null, ms}
-    await new Promise((resolve) => setTimeout(resolve, 150))
+    await sleep(150)
   }
 }
 

@@ -1,0 +1,37 @@
+/**
+ * The CLI's one sleep and one deadline helper. Waits never outlive their purpose: a timer left pending keeps the
+ * process alive after its work is done, so every timer and listener here is cleared when the wait ends, however it ends.
+ * (The twin, src/sim, keeps its own: it imports nothing from outside src/sim.)
+ */
+
+/**
+ * Resolve after ms; never rejects. With a signal, resolve at once when it is or becomes aborted, so an interrupt
+ * never waits out a sleep. The caller checks signal.aborted afterwards if it must tell the two apart.
+ */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve) => {
+    if (signal?.aborted) return resolve()
+    const onAbort = (): void => {
+      clearTimeout(timer)
+      resolve()
+    }
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort)
+      resolve()
+    }, Math.max(0, ms))
+    signal?.addEventListener('abort', onAbort, {once: true})
+  })
+}
+
+/** p, or undefined once ms have passed; the timer is cleared either way. p itself is not cancelled. */
+export async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+  let cancel = (): void => {}
+  try {
+    return await Promise.race([p, new Promise<undefined>((resolve) => {
+      const timer = setTimeout(() => resolve(undefined), Math.max(0, ms))
+      cancel = () => clearTimeout(timer)
+    })])
+  } finally {
+    cancel()
+  }
+}
