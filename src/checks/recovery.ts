@@ -1,3 +1,4 @@
+import {LOADS_USED_TOKENS, PD_QUEUES, TOKEN_USAGE, WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js'
 import {round} from './eviction.js'
 import {abandonedOf, answerOf, faultWindows, metricAt, requestsOf, type Timeline} from '../model/timeline.js'
 import {fail, pass, type Verdict} from '../model/verdict.js'
@@ -15,14 +16,6 @@ export interface RecoveryOptions {
   /** Tokens in use (the loads snapshot) may differ from the baseline by this many. */
   usedTokensTolerance?: number
 }
-
-/** Each PD queue: the /v1/loads snapshot (fresh once idle) first, the /metrics gauge (up to 30 s stale) as fallback. */
-const QUEUES: Array<['prefill' | 'decode', string, string]> = [
-  ['prefill', 'sglang_disagg_prefill_bootstrap_queue_reqs', 'sglang:num_prefill_bootstrap_queue_reqs'],
-  ['prefill', 'sglang_disagg_prefill_inflight_queue_reqs', 'sglang:num_prefill_inflight_queue_reqs'],
-  ['decode', 'sglang_disagg_decode_prealloc_queue_reqs', 'sglang:num_decode_prealloc_queue_reqs'],
-  ['decode', 'sglang_disagg_decode_transfer_queue_reqs', 'sglang:num_decode_transfer_queue_reqs'],
-]
 
 export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict[] {
   const out: Verdict[] = []
@@ -43,7 +36,8 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
 
   // 2. The queues drain (judged at the last sample, taken after the canaries so the gauges were refreshed by a batch).
   const queues: Record<string, number | undefined> = {}
-  for (const [svc, fresh, gauge] of QUEUES) {
+  // Each PD queue: the /v1/loads snapshot (fresh once idle) first, the /metrics gauge (up to 30 s stale) as fallback.
+  for (const {service: svc, loads: fresh, gauge} of PD_QUEUES) {
     const v = metricAt(tl, svc, fresh, end)
     if (v !== undefined) queues[fresh] = v
     else queues[gauge] = metricAt(tl, svc, gauge, end)
@@ -56,8 +50,8 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
 
   // 3. KV tokens in use back at their baseline: the loads snapshot's token count, else the token_usage gauge.
   for (const svc of ['prefill', 'decode'] as const) {
-    const fresh = metricAt(tl, svc, 'sglang_num_used_tokens', injectedAt) !== undefined
-    const name = fresh ? 'sglang_num_used_tokens' : 'sglang:token_usage'
+    const fresh = metricAt(tl, svc, LOADS_USED_TOKENS, injectedAt) !== undefined
+    const name = fresh ? LOADS_USED_TOKENS : TOKEN_USAGE
     const tol = fresh ? (opts.usedTokensTolerance ?? 0) : (opts.tokenUsageTolerance ?? 0.001)
     const before = metricAt(tl, svc, name, injectedAt)
     const after = metricAt(tl, svc, name, end)
@@ -71,7 +65,7 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
   // pdchaos stopped waiting for, or aborted while cleaning up, may or may not have gone through the counted path
   // (the watchdog can evict it after pdchaos let go): each widens the range by one, and the evidence says so.
   // An empty counter list skips this part (abort trials move several counters through several paths).
-  const counters = opts.failureCounters ?? ['sglang:num_watchdog_evicted_reqs_total']
+  const counters = opts.failureCounters ?? [WATCHDOG_EVICTED_TOTAL]
   const cleaned = new Set(tl.observations.filter((o) => o.kind === 'marker' && o.name === 'cleanup-abort').map((o) => (o as {detail?: string}).detail))
   let certain = 0
   let uncertain = 0

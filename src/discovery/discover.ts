@@ -2,6 +2,7 @@ import type {Deployment} from '../deployment/config.js'
 import {RouterClient} from '../deployment/router-client.js'
 import {type HealthResult, SglangClient} from '../deployment/sglang-client.js'
 import {sampleValue, sumOf, type ParsedMetrics} from '../deployment/prom-text.js'
+import {PD_COUNTERS, PD_QUEUE_GAUGES, QUEUE_REQS, RUNNING_REQS, TOKEN_USAGE} from '../deployment/sglang-metrics.js'
 import {oneLine} from '../errors.js'
 import type {Host} from '../hosts/host.js'
 import {listHostState, type HostState} from './host-state.js'
@@ -63,21 +64,8 @@ export interface StatusReport {
   ms: number
 }
 
-const COUNTERS = [
-  'sglang:num_bootstrap_failed_reqs_total',
-  'sglang:num_transfer_failed_reqs_total',
-  'sglang:num_aborted_requests_total',
-  'sglang:num_watchdog_evicted_reqs_total',
-]
-const GAUGES = [
-  'sglang:num_prefill_bootstrap_queue_reqs',
-  'sglang:num_prefill_inflight_queue_reqs',
-  'sglang:num_decode_prealloc_queue_reqs',
-  'sglang:num_decode_transfer_queue_reqs',
-  'sglang:num_running_reqs',
-  'sglang:num_queue_reqs',
-  'sglang:token_usage',
-]
+const COUNTERS = PD_COUNTERS
+const GAUGES = [...PD_QUEUE_GAUGES, RUNNING_REQS, QUEUE_REQS, TOKEN_USAGE]
 
 export interface DiscoverOptions {
   timeoutMs?: number
@@ -213,7 +201,7 @@ function infoSummary(info: Record<string, unknown> | undefined): Partial<Service
   }
 }
 
-function pick(metrics: ParsedMetrics | undefined, names: string[], sum: boolean): Record<string, number> {
+function pick(metrics: ParsedMetrics | undefined, names: readonly string[], sum: boolean): Record<string, number> {
   const out: Record<string, number> = {}
   if (!metrics) return out
   for (const name of names) {

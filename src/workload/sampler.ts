@@ -1,6 +1,9 @@
 import {joinUrl, requestText} from '../deployment/http.js'
 import {parsePromText} from '../deployment/prom-text.js'
 import type {SglangClient} from '../deployment/sglang-client.js'
+import {
+  LOADS_RUNNING_REQS, LOADS_USED_TOKENS, PD_COUNTERS, PD_QUEUE_GAUGES, PD_QUEUE_LOADS, RUNNING_REQS, TOKEN_USAGE,
+} from '../deployment/sglang-metrics.js'
 import {sleep} from '../util/time.js'
 import {now, type Recorder} from './recorder.js'
 
@@ -10,21 +13,9 @@ import {now, type Recorder} from './recorder.js'
  * a request's own answer.
  */
 
-export const SAMPLED_METRICS = [
-  'sglang:num_bootstrap_failed_reqs_total',
-  'sglang:num_transfer_failed_reqs_total',
-  'sglang:num_aborted_requests_total',
-  'sglang:num_watchdog_evicted_reqs_total',
-  'sglang:num_prefill_bootstrap_queue_reqs',
-  'sglang:num_prefill_inflight_queue_reqs',
-  'sglang:num_decode_prealloc_queue_reqs',
-  'sglang:num_decode_transfer_queue_reqs',
-  'sglang:num_running_reqs',
-  'sglang:token_usage',
-]
+export const SAMPLED_METRICS = [...PD_COUNTERS, ...PD_QUEUE_GAUGES, RUNNING_REQS, TOKEN_USAGE]
 
-const LOADS = ['sglang_disagg_prefill_bootstrap_queue_reqs', 'sglang_disagg_prefill_inflight_queue_reqs', 'sglang_disagg_decode_prealloc_queue_reqs',
-  'sglang_disagg_decode_transfer_queue_reqs', 'sglang_num_used_tokens', 'sglang_num_running_reqs']
+const LOADS = [...PD_QUEUE_LOADS, LOADS_USED_TOKENS, LOADS_RUNNING_REQS]
 
 export async function sampleOnce(rec: Recorder, clients: {prefill: SglangClient; decode: SglangClient}): Promise<void> {
   await Promise.all((['prefill', 'decode'] as const).map(async (service) => {
