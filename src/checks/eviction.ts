@@ -1,3 +1,4 @@
+import {DECODE_PREALLOC_QUEUE, DECODE_TRANSFER_QUEUE, PREFILL_BOOTSTRAP_QUEUE, PREFILL_INFLIGHT_QUEUE} from '../deployment/sglang-metrics.js'
 import {epsilonFor} from './epsilon.js'
 import {abandonedOf, answerOf, metricAt, requestsOf, type Observation, type PinState, type Timeline} from '../model/timeline.js'
 import {fail, pass, type Verdict} from '../model/verdict.js'
@@ -85,7 +86,7 @@ export function checkEvictions(tl: Timeline): {verdicts: Verdict[]; pins: PinRec
 
 /** What the deployment itself said about its queues at time t (gauges may be stale: reported, never the clock). */
 function stateSignals(tl: Timeline, t: number): Record<string, number | undefined> {
-  const names = ['sglang:num_prefill_bootstrap_queue_reqs', 'sglang:num_prefill_inflight_queue_reqs', 'sglang:num_decode_transfer_queue_reqs', 'sglang:num_decode_prealloc_queue_reqs']
+  const names = [PREFILL_BOOTSTRAP_QUEUE, PREFILL_INFLIGHT_QUEUE, DECODE_TRANSFER_QUEUE, DECODE_PREALLOC_QUEUE]
   const out: Record<string, number | undefined> = {}
   for (const n of names) {
     const service = n.includes('decode') ? 'decode' : 'prefill'

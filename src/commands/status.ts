@@ -1,6 +1,7 @@
 import {Flags} from '@oclif/core'
 
 import {BaseCommand} from '../cli/base-command.js'
+import {DEFAULT_PROBE_TIMEOUT_MS} from '../deployment/clients.js'
 import {ExitCode} from '../exit-codes.js'
 import {discover, type StatusReport} from '../discovery/discover.js'
 import {targetFlags} from '../cli/flags.js'
@@ -14,7 +15,7 @@ export default class Status extends BaseCommand<typeof Status> {
   static override flags = {
     ...targetFlags,
     'accept-new-host-key': Flags.boolean({summary: 'Trust and record the host key of a host not yet in known_hosts.'}),
-    timeout: Flags.integer({summary: 'Deadline of each probe, in seconds.', default: 5, min: 1, max: 120}),
+    timeout: Flags.integer({summary: 'Deadline of each probe, in seconds.', default: DEFAULT_PROBE_TIMEOUT_MS / 1000, min: 1, max: 120}),
   }
 
   async run(): Promise<StatusReport> {

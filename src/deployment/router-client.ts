@@ -1,7 +1,7 @@
 import {joinUrl} from './http.js'
 import type {ParsedMetrics} from './prom-text.js'
 import {
-  type ClientOptions, fetchMetrics, type GenerateRequest, type GenerateResult, type HealthResult, postGenerate, SglangClient,
+  type ClientOptions, DEFAULT_PROBE_TIMEOUT_MS, fetchMetrics, type GenerateRequest, type GenerateResult, type HealthResult, postGenerate, SglangClient,
 } from './sglang-client.js'
 
 /**
@@ -19,7 +19,7 @@ export class RouterClient {
 
   constructor(readonly baseUrl: string, opts: ClientOptions & {metricsUrl?: string} = {}) {
     this.service = opts.service ?? 'router'
-    this.timeoutMs = opts.timeoutMs ?? 5000
+    this.timeoutMs = opts.timeoutMs ?? DEFAULT_PROBE_TIMEOUT_MS
     this.generateTimeoutMs = opts.generateTimeoutMs ?? 600_000
     this.metricsUrl = opts.metricsUrl ? (new URL(opts.metricsUrl).pathname === '/' ? joinUrl(opts.metricsUrl, '/metrics') : opts.metricsUrl) : joinUrl(baseUrl, '/metrics')
     this.probe = new SglangClient(baseUrl, {service: this.service, timeoutMs: this.timeoutMs})

@@ -54,6 +54,9 @@ export interface HealthResult {
   error?: string
 }
 
+/** The deadline of a probe (health, server_info, metrics, abort...) when the caller names none. */
+export const DEFAULT_PROBE_TIMEOUT_MS = 5000
+
 export const MAX_ROOM = (1n << 63n) - 1n
 
 /** A rid unique to this process and run, fixed-length so no rid is a prefix of another. */
@@ -141,7 +144,7 @@ export class SglangClient {
 
   constructor(readonly baseUrl: string, opts: ClientOptions = {}) {
     this.service = opts.service ?? 'sglang server'
-    this.timeoutMs = opts.timeoutMs ?? 5000
+    this.timeoutMs = opts.timeoutMs ?? DEFAULT_PROBE_TIMEOUT_MS
     this.generateTimeoutMs = opts.generateTimeoutMs ?? 600_000
   }
 

@@ -1,6 +1,6 @@
 import type {Deployment} from '../deployment/config.js'
-import {RouterClient} from '../deployment/router-client.js'
-import {type HealthResult, SglangClient} from '../deployment/sglang-client.js'
+import {DEFAULT_PROBE_TIMEOUT_MS, serviceClients} from '../deployment/clients.js'
+import type {HealthResult} from '../deployment/sglang-client.js'
 import {sampleValue, sumOf, type ParsedMetrics} from '../deployment/prom-text.js'
 import {PD_COUNTERS, PD_QUEUE_GAUGES, QUEUE_REQS, RUNNING_REQS, TOKEN_USAGE} from '../deployment/sglang-metrics.js'
 import {oneLine} from '../errors.js'
@@ -73,12 +73,10 @@ export interface DiscoverOptions {
 
 export async function discover(deployment: Deployment, host: Host, opts: DiscoverOptions = {}): Promise<StatusReport> {
   const started = performance.now()
-  const timeoutMs = opts.timeoutMs ?? 5000
+  const timeoutMs = opts.timeoutMs ?? DEFAULT_PROBE_TIMEOUT_MS
   const warnings: string[] = []
   const svc = deployment.services
-  const prefill = new SglangClient(svc.prefill.url, {service: 'prefill', timeoutMs})
-  const decode = new SglangClient(svc.decode.url, {service: 'decode', timeoutMs})
-  const router = new RouterClient(svc.router.url, {service: 'router', timeoutMs, metricsUrl: svc.router.metricsUrl})
+  const {prefill, decode, router} = serviceClients(deployment, {timeoutMs})
   const soft = async <T>(what: string, p: Promise<T>): Promise<T | undefined> => {
     try {
       return await p

@@ -1,10 +1,12 @@
+import {serviceClients} from '../deployment/clients.js'
 import type {Deployment} from '../deployment/config.js'
-import {RouterClient} from '../deployment/router-client.js'
 import {sampleValue} from '../deployment/prom-text.js'
-import {type HealthResult, SglangClient} from '../deployment/sglang-client.js'
+import type {HealthResult} from '../deployment/sglang-client.js'
+import {PREFILL_BOOTSTRAP_QUEUE, PREFILL_INFLIGHT_QUEUE, RUNNING_REQS} from '../deployment/sglang-metrics.js'
 import {badInput, oneLine} from '../errors.js'
 import type {Host} from '../hosts/host.js'
 import {fail, pass, type Verdict} from '../model/verdict.js'
+import {sleep} from '../util/time.js'
 import {now, Recorder} from '../workload/recorder.js'
 import {sendRequest, type Sent} from '../workload/send.js'
 
@@ -62,22 +64,12 @@ export interface RestartResult {
   observations: Recorder['observations']
 }
 
-const sleep = (ms: number, signal?: AbortSignal) => new Promise<void>((resolve) => {
-  const t = setTimeout(resolve, ms)
-  signal?.addEventListener('abort', () => { clearTimeout(t); resolve() }, {once: true})
-})
-
 export async function coRestart(deployment: Deployment, host: Host, opts: RestartOptions): Promise<RestartResult> {
   const started = now()
   const rec = new Recorder()
   const say = opts.onProgress ?? (() => {})
   const svc = deployment.services
-  const timeoutMs = 5000
-  const clients = {
-    prefill: new SglangClient(svc.prefill.url, {service: 'prefill', timeoutMs}),
-    decode: new SglangClient(svc.decode.url, {service: 'decode', timeoutMs}),
-  }
-  const router = new RouterClient(svc.router.url, {service: 'router', timeoutMs, metricsUrl: svc.router.metricsUrl})
+  const {router, ...clients} = serviceClients(deployment)
   const gate = (name: ServiceName) => (name === 'router' ? router.readiness(svc.router.readinessPath) : clients[name].health(svc[name].healthPath))
   for (const name of opts.order) {
     if (!svc[name].restart) throw badInput(`the deployment file has no restart command for ${name}`, `add services.${name}.restart (an argv list) to the deployment file`)
@@ -152,9 +144,9 @@ export async function coRestart(deployment: Deployment, host: Host, opts: Restar
     const [pm, dm] = await Promise.all([clients.prefill.metrics().catch(() => undefined), clients.decode.metrics().catch(() => undefined)])
     const sample: WatchSample = {
       atS: Math.round(atS * 10) / 10,
-      inflight: pm && sampleValue(pm.samples, 'sglang:num_prefill_inflight_queue_reqs'),
-      bootstrap: pm && sampleValue(pm.samples, 'sglang:num_prefill_bootstrap_queue_reqs'),
-      decodeRunning: dm && sampleValue(dm.samples, 'sglang:num_running_reqs'),
+      inflight: pm && sampleValue(pm.samples, PREFILL_INFLIGHT_QUEUE),
+      bootstrap: pm && sampleValue(pm.samples, PREFILL_BOOTSTRAP_QUEUE),
+      decodeRunning: dm && sampleValue(dm.samples, RUNNING_REQS),
       line: '',
     }
     sample.line = `t+${Math.round(atS)}s inflight=${sample.inflight ?? '?'} bootstrap=${sample.bootstrap ?? '?'} decode_running=${sample.decodeRunning ?? '?'}`
