@@ -1,6 +1,7 @@
 import {DECODE_PREALLOC_QUEUE, DECODE_TRANSFER_QUEUE, PREFILL_BOOTSTRAP_QUEUE, PREFILL_INFLIGHT_QUEUE} from '../deployment/sglang-metrics.js'
 import {epsilonFor} from './epsilon.js'
 import {abandonedOf, answerOf, metricAt, requestsOf, type Observation, type PinState, type Timeline} from '../model/timeline.js'
+import type {PinRecord} from '../model/run.js'
 import {fail, pass, type Verdict} from '../model/verdict.js'
 
 /**
@@ -9,16 +10,7 @@ import {fail, pass, type Verdict} from '../model/verdict.js'
  * left in.
  */
 
-export interface PinRecord {
-  rid: string
-  fault?: string
-  sentAt: number
-  evictedAt: number | null
-  evictionSeconds: number | null
-  bounds: [number, number]
-  verdict: 'pass' | 'fail'
-  evidence: Record<string, unknown>
-}
+export type {PinRecord} from '../model/run.js'
 
 const UNKNOWN_STATE: PinState = {queue: 'unknown', kvPoll: 'unknown'}
 

@@ -1,30 +1,34 @@
+import {z} from 'zod'
+
+import type {RankInfo} from '../discovery/discover.js'
 import {badInput, oneLine} from '../errors.js'
 import type {Host} from '../hosts/host.js'
-import {type AbortTrial, checkLeaseId, describeRank, type Fault, type FaultContext, type FaultPlan, type HostFacts, intParam} from './fault.js'
+import {type AbortTrial, checkLeaseId, describeRank, type Fault, type FaultContext, type FaultDiscovery, type FaultPlan, type HostFacts} from './fault.js'
 import {classifyDataPath, dataConnectionsOf, parseSsConnections, rankOnGpu, SS_ARGV} from './mechanisms/data-path.js'
 import {buildFilter, detectFilterTool, noFilterTool} from './mechanisms/packet-filter.js'
 import {buildTwinFailpoint} from './mechanisms/twin-failpoint.js'
 
 /**
  * abort-mid-transfer: N trials, each a request with pdchaos's own rid and `POST /abort_request {rid}` fired on
- * prefill AND decode at an offset inside the transfer window (a sweep from the window's estimated start to its
- * end; the caller estimates the window from unfaulted requests). No host change by default. Optionally the window
- * is widened by rate-limiting one rank's KV connections with nft `limit rate` (only on a TCP data path): tc would
- * slow the whole device (every service on loopback), not one connection, so it is not used.
+ * prefill AND decode at an offset inside the transfer window: a sweep planned from the calibration the runner
+ * measured on unfaulted requests (an input to plan(), never patched afterwards). On a TCP data path the window is
+ * widened by holding one prefill rank's KV connections still (or rate-limiting them with nft `limit rate`); tc
+ * would slow the whole device (every service on loopback), not one connection, so it is not used. Elsewhere
+ * nothing on the host changes and the sweep covers the deployment's own window.
  */
 
-export interface AbortMidTransferParams {
-  trials: number
-  /** Estimated transfer window, ms after a request is sent. */
-  windowStartMs: number
-  windowEndMs: number
-  /** Widen the window: rate-limit the KV connections of the rank on this GPU... */
-  gpu?: number
-  /** ...to this many kbytes/s; 0 holds the transfer still (a stall), so every abort after the forward lands in Transferring. */
-  widenKBytesPerSecond?: number
-}
-
 export const MAX_TRIALS = 200
+
+const Params = z.object({
+  trials: z.number().int().min(1).max(MAX_TRIALS).default(10).describe('abort-mid-transfer: number of trials.'),
+  gpu: z.number().int().min(0).max(1023).optional()
+    .describe("abort-mid-transfer: widen the transfer window on this GPU's rank (default on a TCP data path: the first prefill GPU)."),
+  widenKBytesPerSecond: z.number().int().min(0).max(10_000_000).optional()
+    .describe("abort-mid-transfer: rate-limit --gpu's KV connections to this many kB/s (0, the default on a TCP data path, holds the transfer still)."),
+}).strict()
+
+export type AbortMidTransferParams = z.infer<typeof Params>
+
 
 /**
  * SGLang's scheduler aborts by rid PREFIX: no trial's rid may be a prefix of another's (or of another lease's).
@@ -40,34 +44,50 @@ export function sweepOffsets(n: number, startMs: number, endMs: number): number[
   return Array.from({length: n}, (_, i) => Math.round((startMs + ((endMs - startMs) * i) / (n - 1)) * 10) / 10)
 }
 
-function numParam(raw: unknown, name: string, min: number, max: number): number {
-  const n = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : raw
-  if (typeof n !== 'number' || !Number.isFinite(n) || n < min || n > max) throw badInput(`--${name} must be a number from ${min} to ${max} (got ${JSON.stringify(raw)})`)
-  return n
+/** Widening on a TCP data path unless told otherwise: hold one prefill rank's KV connections still, so the sweep
+ * lands inside Transferring rather than around a sub-millisecond transfer. No widening where the path is not TCP. */
+export function wideningOf(p: AbortMidTransferParams, d: FaultDiscovery): {gpu: number; kbytesPerSecond: number} | undefined {
+  if (p.widenKBytesPerSecond !== undefined) return {gpu: p.gpu!, kbytesPerSecond: p.widenKBytesPerSecond}
+  if (classifyDataPath(d.transport).kind !== 'tcp') return undefined
+  const gpu = p.gpu ?? d.ranks.find((r: RankInfo) => r.service === 'prefill' && r.gpu !== undefined)?.gpu
+  return gpu === undefined ? undefined : {gpu, kbytesPerSecond: DEFAULT_WIDEN_KBYTES}
+}
+
+/** Widening by default holds the transfer still (0 kB/s): on loopback one KV segment can be the whole transfer,
+ * so a rate limit cannot stretch it. */
+export const DEFAULT_WIDEN_KBYTES = 0
+
+/** The transfer window aborts sweep, ms after send, from the calibrated prefill time (nominal 50 ms without one). */
+export function transferWindow(ctx: Pick<FaultContext<AbortMidTransferParams>, 'calibration' | 'contract'>, widened: boolean): {startMs: number; endMs: number; why: string} {
+  const p = ctx.calibration?.prefillMs ?? 50
+  if (!widened) return {startMs: Math.round(Math.max(0, p * 0.6)), endMs: Math.round(Math.max(p, 3)), why: 'around the calibrated prefill time'}
+  // Held (or slowed): every request sits in Transferring once its forward is done, for as long as the watchdog
+  // leaves it alone, so the window runs from the prefill time for a share of the deadline (at most 1 s).
+  const deadlineMs = (ctx.contract?.deadlineSeconds ?? 2.5) * 1000
+  return {startMs: Math.round(p * 10) / 10, endMs: Math.round((p + Math.min(1000, deadlineMs * 0.4)) * 10) / 10, why: 'held open by the widening'}
 }
 
 export const abortMidTransfer: Fault<AbortMidTransferParams> = {
   name: 'abort-mid-transfer',
   summary: 'aborts fired on prefill and decode inside the KV transfer window, N trials with a sweep of offsets',
+  params: Params,
+  flagNames: {widenKBytesPerSecond: 'widen-kbytes'},
+  mechanisms: ['abort-requests', 'packet-filter', 'twin-failpoint'],
+  pins: 'trials',
 
-  parseParams(raw) {
-    if (raw.windowStartMs === undefined || raw.windowEndMs === undefined) {
-      throw badInput('abort-mid-transfer needs the transfer window (windowStartMs, windowEndMs)', 'estimate it from unfaulted requests first')
-    }
-    const windowStartMs = numParam(raw.windowStartMs, 'window-start-ms', 0, 3_600_000)
-    const windowEndMs = numParam(raw.windowEndMs, 'window-end-ms', 0, 3_600_000)
-    if (windowEndMs < windowStartMs) throw badInput(`the transfer window ends (${windowEndMs} ms) before it starts (${windowStartMs} ms)`)
-    const p: AbortMidTransferParams = {trials: raw.trials === undefined ? 10 : intParam(raw.trials, 'trials', 1, MAX_TRIALS), windowStartMs, windowEndMs}
-    if (raw.widenKBytesPerSecond !== undefined) {
-      p.widenKBytesPerSecond = intParam(raw.widenKBytesPerSecond, 'widen-kbytes', 0, 10_000_000)
-      if (raw.gpu === undefined) throw badInput('widening the window needs --gpu N (whose KV connections to slow)')
-    }
-    if (raw.gpu !== undefined) p.gpu = intParam(raw.gpu, 'gpu', 0, 1023)
-    return p
+  refine(p, label) {
+    return p.widenKBytesPerSecond !== undefined && p.gpu === undefined ? {key: 'gpu', why: `needs ${label('gpu')} N to widen the window (whose KV connections to slow)`} : undefined
   },
 
-  async gather(host: Host, _discovery, params, opts = {}): Promise<HostFacts> {
-    if (params.widenKBytesPerSecond === undefined) return {}
+  footprint(p, ctx) {
+    // Widening holds one GPU's KV connections. On a TCP data path the plan widens by itself, on the first prefill
+    // GPU (0) unless told; elsewhere, without a GPU, the window is the deployment's own.
+    const gpu = p.gpu ?? (ctx.autoMechanism === 'packet-filter' ? 0 : undefined)
+    return {gpus: gpu === undefined ? [] : [gpu], ports: gpu === undefined ? [] : [`kv:${gpu}`], queue: 'inflight'}
+  },
+
+  async gather(host: Host, discovery, params, opts = {}): Promise<HostFacts> {
+    if (!wideningOf(params, discovery)) return {}
     const timeoutMs = opts.timeoutMs ?? 5000
     const t = await detectFilterTool(host, timeoutMs)
     const ss = await host.run(SS_ARGV, {timeoutMs, sudo: true})
@@ -79,8 +99,9 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
     checkLeaseId(ctx.leaseId)
     const p = ctx.params
     if (!Number.isInteger(p.trials) || p.trials < 1 || p.trials > MAX_TRIALS) throw badInput(`--trials must be 1 to ${MAX_TRIALS}`)
-    if (!(p.windowEndMs >= p.windowStartMs && p.windowStartMs >= 0)) throw badInput(`invalid transfer window [${p.windowStartMs}, ${p.windowEndMs}] ms`)
-    const trials: AbortTrial[] = sweepOffsets(p.trials, p.windowStartMs, p.windowEndMs).map((offsetMs, index) => {
+    const widen = wideningOf(p, ctx.discovery)
+    const window = transferWindow(ctx, widen !== undefined)
+    const trials: AbortTrial[] = sweepOffsets(p.trials, window.startMs, window.endMs).map((offsetMs, index) => {
       const rid = trialRid(ctx.leaseId, index)
       return {
         index, rid, offsetMs,
@@ -93,17 +114,17 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
       leaseId: ctx.leaseId,
       trials,
     }
-    const sweep = `${p.trials} trial(s), aborts on prefill and decode at ${p.windowStartMs}..${p.windowEndMs} ms after each request is sent`
-    if (p.widenKBytesPerSecond === undefined) {
+    const sweep = `${p.trials} trial(s), aborts on prefill and decode at ${window.startMs}..${window.endMs} ms after each request is sent (${window.why})`
+    if (widen === undefined) {
       return {
         ...base, targets: [], inject: [], revert: [], sudo: false, verifyInjected: [], verifyClean: [], readOnlyProbes: [],
         description: `${sweep}; no change on the host`,
       }
     }
-    const rank = rankOnGpu(ctx.discovery, p.gpu!)
+    const rank = rankOnGpu(ctx.discovery, widen.gpu)
     const path = classifyDataPath(ctx.discovery.transport)
     if (path.kind !== 'tcp') throw badInput(`cannot widen the window by slowing the data path: ${path.evidence}; a rate limit cannot slow hardware RDMA`, 'run without widening')
-    if (!ctx.facts.filterTool && ctx.discovery.twinFailpointUrl && p.widenKBytesPerSecond === 0 && rank.service === 'prefill') {
+    if (!ctx.facts.filterTool && ctx.discovery.twinFailpointUrl && widen.kbytesPerSecond === 0 && rank.service === 'prefill') {
       // No packet filter usable here (not root?), but the target is the twin: hold the window open with its own
       // stall-kv failure point on that rank, and say so.
       const fp = buildTwinFailpoint(ctx.discovery.twinFailpointUrl, 'stall-kv', [rank.tpRank])
@@ -119,7 +140,7 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
     if (!ctx.facts.filterTool) throw noFilterTool(ctx.facts.filterEvidence)
     const filter = buildFilter({
       tool: ctx.facts.filterTool, leaseId: ctx.leaseId,
-      action: p.widenKBytesPerSecond === 0 ? {kind: 'drop'} : {kind: 'rate', kbytesPerSecond: p.widenKBytesPerSecond},
+      action: widen.kbytesPerSecond === 0 ? {kind: 'drop'} : {kind: 'rate', kbytesPerSecond: widen.kbytesPerSecond},
       matches: conns.map((c) => ({kind: 'flow', a: c.local, b: c.peer})),
     })
     return {
@@ -131,7 +152,7 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
       inject: filter.inject, revert: filter.revert, sudo: true,
       verifyInjected: [filter.verifyInjected], verifyClean: [filter.verifyClean],
       readOnlyProbes: [...filter.readOnlyProbes, SS_ARGV],
-      description: `${sweep}; window widened: ${filter.summary} (re-estimate the window with the limit in place)`,
+      description: `${sweep}; window widened: ${filter.summary}`,
       notes: [`data path: ${path.evidence}`],
     }
   },

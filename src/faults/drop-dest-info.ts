@@ -1,6 +1,8 @@
+import {z} from 'zod'
+
 import {badInput} from '../errors.js'
 import type {Host} from '../hosts/host.js'
-import {checkLeaseId, describeRank, type Fault, type FaultContext, type FaultPlan, type FaultTarget, type HostFacts, intParam} from './fault.js'
+import {checkLeaseId, describeRank, type Fault, type FaultContext, type FaultPlan, type FaultTarget, type HostFacts} from './fault.js'
 import {buildFilter, detectFilterTool, noFilterTool, type FilterMatch} from './mechanisms/packet-filter.js'
 import {buildTwinFailpoint} from './mechanisms/twin-failpoint.js'
 
@@ -11,21 +13,25 @@ import {buildTwinFailpoint} from './mechanisms/twin-failpoint.js'
  * whatever the KV backend is, so this works on RDMA hosts too.
  */
 
-export interface DropDestInfoParams {
-  /** Only this prefill TP rank (default: every prefill rank). */
-  rank?: number
-  /** auto: the host's packet filter, or the twin's own failure point when no packet filter is usable (not root). */
-  mechanism?: 'auto' | 'packet-filter' | 'twin-failpoint'
-}
+const Params = z.object({
+  rank: z.number().int().min(0).max(1023).optional().describe('drop-dest-info: only this prefill TP rank (default: every prefill rank).'),
+  mechanism: z.enum(['auto', 'packet-filter', 'twin-failpoint']).default('auto')
+    .describe("drop-dest-info: how the fault is made: auto uses the host's packet filter, or the twin's own failure point where none is usable (twin only)."),
+}).strict()
+
+export type DropDestInfoParams = z.infer<typeof Params>
 
 export const dropDestInfo: Fault<DropDestInfoParams> = {
   name: 'drop-dest-info',
   summary: "decode's destination info and ABORT never reach prefill: requests stay Bootstrapping",
+  params: Params,
+  mechanisms: ['packet-filter', 'twin-failpoint'],
+  // Decode's TransferInfo never arrives: SGLang keeps the request in its bootstrap queue at Bootstrapping
+  // (python/sglang/srt/disaggregation/prefill.py, PrefillBootstrapQueue.pop_bootstrapped).
+  pins: {queue: 'bootstrap', kvPoll: 'Bootstrapping'},
 
-  parseParams(raw) {
-    const mechanism = (raw.mechanism ?? 'auto') as string
-    if (!['auto', 'packet-filter', 'twin-failpoint'].includes(mechanism)) throw badInput(`drop-dest-info has no mechanism ${JSON.stringify(mechanism)}`, 'use auto, packet-filter or twin-failpoint')
-    return {...(raw.rank === undefined ? {} : {rank: intParam(raw.rank, 'rank', 0, 1023)}), mechanism: mechanism as DropDestInfoParams['mechanism']}
+  footprint(params) {
+    return {gpus: [], ports: [params.rank === undefined ? 'zmq:all' : `zmq:${params.rank}`], queue: 'bootstrap'}
   },
 
   async gather(host: Host, _discovery, _params, opts = {}): Promise<HostFacts> {

@@ -1,8 +1,11 @@
+import type {z} from 'zod'
+
 import type {Deployment} from '../deployment/config.js'
 import type {RankInfo, StatusReport} from '../discovery/discover.js'
 import {badInput, oneLine} from '../errors.js'
 import type {Host} from '../hosts/host.js'
 import {shellCommand} from '../hosts/quote.js'
+import type {Calibration, PinState, Timeline} from '../model/timeline.js'
 
 /**
  * What a fault is to the rest of pdchaos: a pure planner from what discovery saw (plus a few read-only host
@@ -10,7 +13,9 @@ import {shellCommand} from '../hosts/quote.js'
  * host's state. Faults never judge the deployment; they only say what they changed and how to see it.
  */
 
-export type FaultName = 'drop-dest-info' | 'stall-kv' | 'abort-mid-transfer'
+/** A fault's name as users type it: the keys of the registry. */
+export type {FaultName} from './registry.js'
+import type {FaultName} from './registry.js'
 export type MechanismName = 'packet-filter' | 'sigstop' | 'abort-requests' | 'twin-failpoint'
 
 export interface Judgement {
@@ -93,6 +98,10 @@ export interface HostFacts {
 export interface FaultContext<P> {
   discovery: FaultDiscovery
   params: P
+  /** Measured on unfaulted requests before any fault: a fault that plans from timing (abort offsets) reads it here. */
+  calibration?: Calibration
+  /** The watchdog contract the run is judged by. */
+  contract?: Timeline['contract']
   /** The lease this plan is injected under: names the host-side objects (nft table, iptables chain). */
   leaseId: string
   facts: HostFacts
@@ -145,11 +154,41 @@ export interface FaultPlan {
   trials?: AbortTrial[]
 }
 
-export interface Fault<P> {
-  name: FaultName
+/** What one scenario holds while it runs: the planner batches only scenarios whose footprints do not overlap. */
+export interface Footprint {
+  /** Runs alone (restart, SIGSTOP wedging an instance): why. */
+  exclusive?: string
+  gpus: number[]
+  /** Packet-filter ports: 'zmq:all', 'zmq:<rank>' (drop-dest-info), 'kv:<gpu>' (data connections). */
+  ports: string[]
+  /** The PD queue its pins are held in. */
+  queue?: 'bootstrap' | 'inflight'
+}
+
+/** What the planner knows of the deployment before discovery runs per batch. */
+export interface FootprintContext {
+  /** What stall-kv's `auto` mechanism resolves to on this deployment (packet filter on TCP, SIGSTOP on RDMA). */
+  autoMechanism?: 'packet-filter' | 'sigstop'
+}
+
+/**
+ * A fault, whole in one file: its params (one strict zod object; the oclif flags and the suite file's `params`
+ * are derived from it), where its pins are held, its footprint for the planner, the mechanisms it may use, and
+ * plan/verify/revert (plan() returns the commands and the probes that prove each step).
+ */
+export interface Fault<P = any> {
+  name: string
   summary: string
-  /** Validate raw params (from flags or a suite file) into this fault's params; badInput on nonsense. */
-  parseParams(raw: Record<string, unknown>): P
+  /** Strict zod object of the params a user may set; `.describe()` texts become flag and schema help. */
+  params: z.ZodObject
+  /** A param's flag name where it is not the kebab-case of its key. */
+  flagNames?: Readonly<Record<string, string>>
+  /** Cross-param rules zod cannot say per field: the param concerned and why ("needs --gpu N"), or undefined. */
+  refine?(params: P, label: (key: string) => string): {key: string; why: string} | undefined
+  mechanisms: readonly MechanismName[]
+  /** Where its pins are held while the fault is in place, or 'trials' when it runs abort trials instead of pins. */
+  pins: PinState | 'trials'
+  footprint(params: P, ctx: FootprintContext): Footprint
   /** Read-only host probes the plan needs (run before plan(); also what --dry-run runs). */
   gather(host: Host, discovery: FaultDiscovery, params: P, opts?: {timeoutMs?: number}): Promise<HostFacts>
   /** Pure: the plan, or a badInput naming why no safe plan exists. */
@@ -196,15 +235,6 @@ const LEASE_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/
 export function checkLeaseId(id: string): string {
   if (!LEASE_ID.test(id)) throw badInput(`invalid lease id ${JSON.stringify(id)}`, 'use 1-64 letters, digits, _ . or - (starting with a letter or digit)')
   return id
-}
-
-/** An integer parameter within bounds, or badInput naming it. */
-export function intParam(raw: unknown, name: string, min: number, max: number): number {
-  const n = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : raw
-  if (typeof n !== 'number' || !Number.isInteger(n) || n < min || n > max) {
-    throw badInput(`--${name} must be an integer from ${min} to ${max} (got ${JSON.stringify(raw)})`)
-  }
-  return n
 }
 
 export function describeRank(r: {service: string; tpRank: number; pid: number; gpu?: number}): string {

@@ -1,8 +1,10 @@
+import {z} from 'zod'
+
 import {buildTwinFailpoint} from './mechanisms/twin-failpoint.js'
 import {badInput, oneLine} from '../errors.js'
 import type {RankInfo} from '../discovery/discover.js'
 import type {Host} from '../hosts/host.js'
-import {checkLeaseId, describeRank, type Fault, type FaultContext, type FaultPlan, type HostFacts, intParam} from './fault.js'
+import {checkLeaseId, describeRank, type Fault, type FaultContext, type FaultPlan, type HostFacts} from './fault.js'
 import {classifyDataPath, dataConnectionsOf, pairedRanks, parseSsConnections, rankOnGpu, SS_ARGV} from './mechanisms/data-path.js'
 import {buildFilter, detectFilterTool, noFilterTool} from './mechanisms/packet-filter.js'
 import {checkIdentity} from './mechanisms/proc-identity.js'
@@ -16,31 +18,37 @@ import {buildSigstop} from './mechanisms/signals.js'
  * - sigstop: stop the rank (side prefill) or its paired decode rank (side decode), by pid + start time.
  */
 
-export type StallMechanism = 'auto' | 'packet-filter' | 'sigstop' | 'twin-failpoint'
-export type Side = 'prefill' | 'decode'
+const Params = z.object({
+  gpu: z.number().int().min(0).max(1023).optional().describe('stall-kv: the GPU whose rank stalls (required).'),
+  mechanism: z.enum(['auto', 'packet-filter', 'sigstop', 'twin-failpoint']).default('auto')
+    .describe("stall-kv: how the stall is made: auto follows the detected transport (packet filter on a TCP data path); twin-failpoint is the twin's own."),
+  side: z.enum(['prefill', 'decode']).optional().describe('stall-kv: with --mechanism sigstop, stop the prefill rank or its decode peer (default prefill).'),
+}).strict()
 
-export interface StallKvParams {
-  gpu: number
-  mechanism: StallMechanism
-  side: Side
-  /** Whether --side was given (it only means something for sigstop). */
-  sideGiven?: boolean
-}
+export type StallKvParams = z.infer<typeof Params>
+export type Side = 'prefill' | 'decode'
 
 export const RDMA_REFUSAL = 'a packet filter cannot stall hardware RDMA: use --mechanism sigstop'
 
 export const stallKv: Fault<StallKvParams> = {
   name: 'stall-kv',
   summary: 'the KV transfer of one GPU\'s rank stalls (packet filter on its TCP data path, or SIGSTOP)',
+  params: Params,
+  mechanisms: ['packet-filter', 'sigstop', 'twin-failpoint'],
+  // A transfer that stops making progress leaves the room Transferring in prefill's inflight queue
+  // (python/sglang/srt/disaggregation/prefill.py, process_disagg_prefill_inflight_queue).
+  pins: {queue: 'inflight', kvPoll: 'Transferring'},
 
-  parseParams(raw) {
-    if (raw.gpu === undefined) throw badInput('stall-kv needs --gpu N', 'pick the GPU from `pdchaos status`')
-    const gpu = intParam(raw.gpu, 'gpu', 0, 1023)
-    const mechanism = (raw.mechanism ?? 'auto') as string
-    if (!['auto', 'packet-filter', 'sigstop', 'twin-failpoint'].includes(mechanism)) throw badInput(`unknown --mechanism ${JSON.stringify(mechanism)}`, 'use auto, packet-filter, sigstop or twin-failpoint')
-    const side = (raw.side ?? 'prefill') as string
-    if (side !== 'prefill' && side !== 'decode') throw badInput(`unknown --side ${JSON.stringify(side)}`, 'use prefill or decode')
-    return {gpu, mechanism: mechanism as StallMechanism, side, sideGiven: raw.side !== undefined}
+  refine(p, label) {
+    if (p.gpu === undefined) return {key: 'gpu', why: `needs ${label('gpu')} N (pick the GPU from \`pdchaos status\`)`}
+    if (p.side !== undefined && p.mechanism !== 'sigstop' && p.mechanism !== 'auto') return {key: 'side', why: `applies ${label('side')} to ${label('mechanism')} sigstop only`}
+    return undefined
+  },
+
+  footprint(p, ctx) {
+    const mech = p.mechanism === 'auto' ? (ctx.autoMechanism ?? 'sigstop') : p.mechanism
+    if (mech === 'sigstop') return {exclusive: `SIGSTOP wedges the ${p.side ?? 'prefill'} instance of GPU ${p.gpu}`, gpus: [p.gpu!], ports: [], queue: 'inflight'}
+    return {gpus: [p.gpu!], ports: [`kv:${p.gpu}`], queue: 'inflight'}
   },
 
   async gather(host: Host, _discovery, params, opts = {}): Promise<HostFacts> {
@@ -61,7 +69,7 @@ export const stallKv: Fault<StallKvParams> = {
   plan(ctx: FaultContext<StallKvParams>): FaultPlan {
     checkLeaseId(ctx.leaseId)
     const {params, discovery} = ctx
-    const rank = rankOnGpu(discovery, params.gpu)
+    const rank = rankOnGpu(discovery, params.gpu!)
     const path = classifyDataPath(discovery.transport)
     const refusals: string[] = []
     let mechanism: 'packet-filter' | 'sigstop'
@@ -131,12 +139,12 @@ function packetFilterPlan(ctx: FaultContext<StallKvParams>, rank: RankInfo, path
       'Rooms being transferred stay Transferring (prefill inflight queue); the schedulers keep running.',
     ...(refusals.length ? {refusals} : {}),
     notes: [`data path: ${pathEvidence}`, `packet filter: ${ctx.facts.filterEvidence ?? ctx.facts.filterTool}`,
-      ...(ctx.params.sideGiven ? ['--side applies to sigstop only; the packet filter cuts both directions'] : [])],
+      ...(ctx.params.side !== undefined ? ['--side applies to sigstop only; the packet filter cuts both directions'] : [])],
   }
 }
 
 function sigstopPlan(ctx: FaultContext<StallKvParams>, rank: RankInfo, pathEvidence: string, refusals: string[]): FaultPlan {
-  const side = ctx.params.side
+  const side = ctx.params.side ?? 'prefill'
   let target = rank
   const notes = [`data path: ${pathEvidence}`]
   if (rank.service !== side) {

@@ -1,16 +1,45 @@
-import type {PinRecord} from '../checks/eviction.js'
-import type {Observation, Timeline} from './timeline.js'
+import type {Calibration, Observation, Timeline} from './timeline.js'
 import type {Verdict} from './verdict.js'
-import type {InjectResult, LeaseRecord} from '../experiment/inject.js'
-import type {RestartResult} from '../restart/co-restart.js'
 
 /**
- * The run model the reports render: one suite run, its scenarios, and everything each one judged. It is plain
- * JSON (numbers, strings, arrays, objects; times are epoch ms) because it is also the suite's journal, so a report
- * can be rendered again later from the journal alone.
+ * The run model: one run (a suite, or an inject as a suite of one scenario), its scenarios, and everything each one
+ * judged. It is plain JSON (numbers, strings, arrays, objects; times are epoch ms) because it is also the journal,
+ * so a report can be rendered again later from the journal alone. The runner writes it; reports only read it.
  */
 
-export type {LeaseRecord} from '../experiment/inject.js'
+/** One pin as the eviction check judged it (the journal's per-pin record, DESIGN.md's contract). */
+export interface PinRecord {
+  rid: string
+  fault?: string
+  sentAt: number
+  evictedAt: number | null
+  evictionSeconds: number | null
+  bounds: [number, number]
+  verdict: 'pass' | 'fail'
+  evidence: Record<string, unknown>
+}
+
+/** A fault's lease as the run saw it: injected, verified in place, reverted, verified clean. */
+export interface LeaseRecord {
+  id: string
+  fault: string
+  mechanism: string
+  injectedAt: number | null
+  revertedAt: number | null
+  verifiedInjected: boolean
+  verifiedClean: boolean
+  expiresAt: number
+  evidence: {injected: string[]; clean: string[]}
+}
+
+/** A fault plan's commands as people read them (every argument through the one quoting function). */
+export interface RenderedPlan {
+  inject: string[]
+  revert: string[]
+  verifyInjected: string[]
+  verifyClean: string[]
+  readOnlyProbes: string[]
+}
 
 /** The watchdog contract a scenario was judged by (the deployment's `watchdog`). */
 export interface Contract {
@@ -34,6 +63,19 @@ export interface ScenarioRun {
   contract: Contract
   /** The scenario could not run to a verdict (infrastructure, stop condition): one line. */
   error?: string
+  /** The fault's mechanism and plan, as injected (or as a dry run would). */
+  mechanism?: string
+  description?: string
+  plan?: RenderedPlan
+  /** Why the asked-for variant was not used, and other facts about the plan. */
+  refusals?: string[]
+  notes?: string[]
+  /** The calibration the scenario was judged with. */
+  calibration?: Calibration & {routerMs: number}
+  /** --dry-run: the read-only probes and what they printed. */
+  dryRun?: {probes: Array<{argv: string; code: number | null; stdout: string; stderr: string}>}
+  /** --hold: the lease left armed, and when the host reverts it. */
+  held?: {leaseId: string; expiresAt: string}
 }
 
 export interface SuiteRun {
@@ -48,6 +90,13 @@ export interface SuiteRun {
   gate?: {passed: boolean; reasons: string[]}
   stopped?: {reason: string}
   scenarios: ScenarioRun[]
+  /** The batch plan, as printed before any injection. */
+  plan?: string[]
+  batches?: Array<{index: number; scenarios: string[]; ms: number; floorMs: number}>
+  /** Sum over batches of the longest deadline + poll, plus the restarts' health waits (ms). */
+  floorMs?: number
+  /** Conditions that could not be watched, and other facts about the run. */
+  notes?: string[]
 }
 
 export interface RunCounts {
@@ -94,22 +143,4 @@ export function runIdOf(run: SuiteRun): string {
 /** Every failing verdict with the scenario it belongs to, in run order. */
 export function failedChecks(run: SuiteRun): Array<{scenario: string; verdict: Verdict}> {
   return run.scenarios.flatMap((s) => s.verdicts.filter((v) => v.verdict === 'fail').map((verdict) => ({scenario: s.name, verdict})))
-}
-
-/** An inject experiment as a scenario of the run. */
-export function scenarioFromInject(name: string, r: InjectResult, opts: {contract: Contract; params?: Record<string, unknown>; startedAt: number; finishedAt: number}): ScenarioRun {
-  return {
-    name, kind: 'inject', fault: r.fault, params: opts.params, startedAt: opts.startedAt, finishedAt: opts.finishedAt,
-    verdicts: r.verdicts, pins: r.pins, leases: r.lease ? [r.lease] : [], timeline: r.timeline, contract: opts.contract,
-  }
-}
-
-/** A co-restart as a scenario of the run; its observations become the timeline (canaries and watch requests). */
-export function scenarioFromRestart(name: string, r: RestartResult, opts: {contract: Contract; startedAt: number; finishedAt: number}): ScenarioRun {
-  const observations: Observation[] = [...r.observations].sort((a, b) => a.t - b.t)
-  return {
-    name, kind: 'restart', startedAt: opts.startedAt, finishedAt: opts.finishedAt, verdicts: r.verdicts, pins: [], leases: [],
-    timeline: {contract: opts.contract, calibration: {prefillMs: 0, prefillSpreadMs: 0, observeMs: 0, samples: 0}, observations},
-    contract: opts.contract,
-  }
 }

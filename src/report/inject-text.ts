@@ -1,9 +1,10 @@
-import type {InjectResult} from '../experiment/inject.js'
+import type {ScenarioRun} from '../model/run.js'
 import {renderVerdicts} from './verdicts-text.js'
 
-export function renderInject(r: InjectResult): string {
+/** One fault scenario for people: the plan, then (dry run) the probes, (hold) the lease, or the pins and verdicts. */
+export function renderInject(r: ScenarioRun): string {
   const out: string[] = [`${r.fault} via ${r.mechanism}: ${r.description}`]
-  if (r.dryRun) {
+  if (r.dryRun && r.plan) {
     out.push('', 'would inject:', ...r.plan.inject.map((c) => `  ${c}`), 'would revert:', ...r.plan.revert.map((c) => `  ${c}`), 'read-only probes:')
     for (const p of r.dryRun.probes) out.push(`  ${p.code === 0 ? 'ok  ' : 'FAIL'} ${p.argv}${p.code === 0 ? '' : `: ${p.stderr}`}`)
     return out.join('\n')
@@ -16,6 +17,7 @@ export function renderInject(r: InjectResult): string {
       out.push(`  ${p.verdict === 'pass' ? 'PASS' : 'FAIL'} ${p.rid}  evicted ${p.evictionSeconds === null ? 'never' : `${p.evictionSeconds.toFixed(3)}s`}  window [${p.bounds[0].toFixed(3)}, ${p.bounds[1].toFixed(3)}]s`)
     }
   }
+  if (r.error) out.push('', `error: ${r.error}`)
   out.push('', renderVerdicts(r.verdicts))
   return out.join('\n')
 }

@@ -1,24 +1,34 @@
-import type {Deployment} from '../deployment/config.js'
-import type {InjectResult} from '../experiment/inject.js'
+import {runIdOf, type ScenarioRun, type SuiteRun} from '../model/run.js'
 
-/** The journal of one inject run, with the fields DESIGN.md promises scripts (pins and the fault's lease). */
-export function injectJournal(deployment: Deployment, r: InjectResult) {
+/**
+ * The journal (and `--json` result) of a run. Every run has the suite's shape: name, runId, scenarios, each with
+ * its pins, leases and verdicts. A run of one fault scenario (inject) also carries that scenario's fields at the top
+ * level, where scripts have read them since the first release: fault, mechanism, plan, pins, leases, verdicts.
+ */
+export function runJournal(run: SuiteRun, command: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return {command, ...run, runId: runIdOf(run), ...extra}
+}
+
+/** The per-pin and per-lease fields DESIGN.md promises, for the top level of an inject result. */
+export function injectFields(run: SuiteRun): Record<string, unknown> {
+  const s: ScenarioRun | undefined = run.scenarios[0]
+  if (!s) return {}
+  const failed = s.verdicts.filter((v) => v.verdict === 'fail').length
   return {
-    deployment: deployment.name,
-    contract: deployment.watchdog,
-    fault: r.fault,
-    mechanism: r.mechanism,
-    description: r.description,
-    plan: r.plan,
-    ...(r.dryRun ? {dryRun: r.dryRun} : {}),
-    ...(r.held ? {held: r.held} : {}),
-    calibration: r.calibration,
-    leases: r.lease ? [{
-      id: r.lease.id, fault: r.lease.fault, mechanism: r.lease.mechanism, injectedAt: r.lease.injectedAt, revertedAt: r.lease.revertedAt,
-      verifiedInjected: r.lease.verifiedInjected, verifiedClean: r.lease.verifiedClean, expiresAt: r.lease.expiresAt, evidence: r.lease.evidence,
-    }] : [],
-    pins: r.pins.map((p) => ({rid: p.rid, fault: p.fault, sentAt: p.sentAt, evictedAt: p.evictedAt, evictionSeconds: p.evictionSeconds, bounds: p.bounds, verdict: p.verdict, evidence: p.evidence})),
-    verdicts: r.verdicts,
-    summary: r.summary,
+    deployment: run.deployment,
+    contract: s.contract,
+    fault: s.fault,
+    mechanism: s.mechanism,
+    description: s.description,
+    plan: s.plan,
+    ...(s.dryRun ? {dryRun: s.dryRun} : {}),
+    ...(s.held ? {held: s.held} : {}),
+    ...(s.refusals ? {refusals: s.refusals} : {}),
+    calibration: s.calibration,
+    leases: s.leases,
+    pins: s.pins.map((p) => ({rid: p.rid, fault: p.fault, sentAt: p.sentAt, evictedAt: p.evictedAt, evictionSeconds: p.evictionSeconds, bounds: p.bounds, verdict: p.verdict, evidence: p.evidence})),
+    verdicts: s.verdicts,
+    summary: {passed: s.verdicts.length - failed, failed},
+    ...(s.error ? {error: s.error} : {}),
   }
 }

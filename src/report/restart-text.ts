@@ -1,4 +1,4 @@
-import type {RestartResult} from '../restart/co-restart.js'
+import type {RestartResult} from '../model/restart.js'
 import {renderVerdicts} from './verdicts-text.js'
 
 export function renderRestart(r: RestartResult): string {

@@ -5,8 +5,11 @@ import type {HealthResult} from '../deployment/sglang-client.js'
 import {PREFILL_BOOTSTRAP_QUEUE, PREFILL_INFLIGHT_QUEUE, RUNNING_REQS} from '../deployment/sglang-metrics.js'
 import {badInput, oneLine} from '../errors.js'
 import type {Host} from '../hosts/host.js'
+import type {RestartResult, RestartStep, ServiceName, WatchSample} from '../model/restart.js'
 import {fail, pass, type Verdict} from '../model/verdict.js'
 import {sleep} from '../util/time.js'
+
+export type {RestartResult, RestartStep, ServiceName, WatchSample} from '../model/restart.js'
 import {now, Recorder} from '../workload/recorder.js'
 import {sendRequest, type Sent} from '../workload/send.js'
 
@@ -16,7 +19,6 @@ import {sendRequest, type Sent} from '../workload/send.js'
  * watch that samples like an operator's `t+7s inflight=… decode_running=…` loop while a light load runs.
  */
 
-export type ServiceName = 'prefill' | 'decode' | 'router'
 
 export interface RestartOptions {
   order: ServiceName[]
@@ -35,33 +37,6 @@ export interface RestartOptions {
   settleS: number
   onProgress?: (line: string) => void
   signal?: AbortSignal
-}
-
-export interface RestartStep {
-  service: ServiceName
-  command: string[]
-  exitCode: number | null
-  commandMs: number
-  /** From the restart command's start to the first healthy answer; null when the gate timed out. */
-  healthyAfterMs: number | null
-  lastHealth?: HealthResult
-}
-
-export interface WatchSample {
-  atS: number
-  inflight?: number
-  bootstrap?: number
-  decodeRunning?: number
-  line: string
-}
-
-export interface RestartResult {
-  steps: RestartStep[]
-  totalMs: number
-  canaries: Array<{rid: string; status: number | null; ms: number}>
-  watch: {samples: WatchSample[]; requests: Array<{rid: string; sentAtS: number; status: number | null; ms: number | null}>}
-  verdicts: Verdict[]
-  observations: Recorder['observations']
 }
 
 export async function coRestart(deployment: Deployment, host: Host, opts: RestartOptions): Promise<RestartResult> {

@@ -1,3 +1,6 @@
+import type {Footprint, FootprintContext} from '../faults/fault.js'
+import {parseFaultParams} from '../faults/params.js'
+import {getFault} from '../faults/registry.js'
 import type {ScenarioSpec} from './suite-file.js'
 
 /**
@@ -15,50 +18,21 @@ export interface PlannedScenario {
   repetition: number
 }
 
-/** What one scenario holds while it runs. */
-export interface Footprint {
-  /** Runs alone (restart, SIGSTOP wedging an instance). */
-  exclusive?: string
-  gpus: number[]
-  /** Packet-filter ports: 'zmq:all', 'zmq:<rank>' (drop-dest-info), 'kv:<gpu>' (data connections). */
-  ports: string[]
-  /** The PD queue its pins are held in. */
-  queue?: 'bootstrap' | 'inflight'
-  /** Same-scenario repetitions never share a window. */
-  base: string
-}
+/** What one scenario holds while it runs: its fault's footprint, and its base name (repetitions never share). */
+export type ScenarioFootprint = Footprint & {base: string}
 
 export interface Batch {
   index: number
   scenarios: PlannedScenario[]
 }
 
-export interface PlanOptions {
-  /** What stall-kv's `auto` mechanism resolves to on this deployment (packet filter on TCP, SIGSTOP on RDMA). */
-  autoMechanism?: 'packet-filter' | 'sigstop'
-}
+export type PlanOptions = FootprintContext
 
-export function footprint(s: PlannedScenario, opts: PlanOptions = {}): Footprint {
+export function footprint(s: PlannedScenario, opts: PlanOptions = {}): ScenarioFootprint {
   const base = s.spec.name
-  const p = s.spec.params
   if (s.spec.restart) return {exclusive: 'a restart runs alone', gpus: [], ports: [], base}
-  switch (s.spec.fault) {
-    case 'stall-kv': {
-      const mech = p.mechanism === undefined || p.mechanism === 'auto' ? (opts.autoMechanism ?? 'sigstop') : p.mechanism
-      if (mech === 'sigstop') return {exclusive: `SIGSTOP wedges the ${p.side ?? 'prefill'} instance of GPU ${p.gpu}`, gpus: [p.gpu!], ports: [], queue: 'inflight', base}
-      return {gpus: [p.gpu!], ports: [`kv:${p.gpu}`], queue: 'inflight', base}
-    }
-    case 'drop-dest-info':
-      return {gpus: [], ports: [p.rank === undefined ? 'zmq:all' : `zmq:${p.rank}`], queue: 'bootstrap', base}
-    case 'abort-mid-transfer': {
-      // Widening holds one GPU's KV connections. On a TCP data path inject widens by itself, on the first prefill
-      // GPU (0) unless told; elsewhere, without a GPU, the window is the deployment's own.
-      const gpu = p.gpu ?? (opts.autoMechanism === 'packet-filter' ? 0 : undefined)
-      return {gpus: gpu === undefined ? [] : [gpu], ports: gpu === undefined ? [] : [`kv:${gpu}`], queue: 'inflight', base}
-    }
-    default:
-      return {exclusive: 'unknown kind', gpus: [], ports: [], base}
-  }
+  const fault = getFault(s.spec.fault!)
+  return {...fault.footprint(parseFaultParams(fault, s.spec.params, 'file'), opts), base}
 }
 
 /** Why two scenarios may not share a window, or undefined when they may. */

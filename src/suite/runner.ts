@@ -1,24 +1,25 @@
 import type {Deployment} from '../deployment/config.js'
 import {oneLine, PdError} from '../errors.js'
+import {type BatchSettings, runBatch} from '../experiment/batch.js'
+import {RunSession} from '../experiment/session.js'
 import {classifyDataPath} from '../faults/mechanisms/data-path.js'
-import {discover} from '../discovery/discover.js'
 import type {Host} from '../hosts/host.js'
-import {type ScenarioRun, scenarioFromRestart, type SuiteRun} from '../model/run.js'
+import type {ScenarioRun, SuiteRun} from '../model/run.js'
+import type {RestartResult} from '../model/restart.js'
 import {coRestart, type ServiceName} from '../restart/co-restart.js'
 import {now} from '../workload/recorder.js'
-import {runBatch} from './batch.js'
 import {evaluateGate} from './gate.js'
-import {type Batch, expand, type PlanOptions, planBatches, planConflicts, renderPlanText} from './planner.js'
-import {startStopWatch} from './stop.js'
+import {type Batch, expand, type PlannedScenario, type PlanOptions, planBatches, planConflicts, renderPlanText} from './planner.js'
+import {startStopWatch, type StopWatch} from './stop.js'
 import type {GateSpec, SuiteFile} from './suite-file.js'
 
 /**
- * The suite run: plan the batches (and check them for conflicts) before any injection, print the plan, run the
- * batches in order under the stop conditions, and assemble the SuiteRun the reports render. A stopped run reverts
- * what it holds, runs nothing more and is never resumed: a later run starts from the beginning.
+ * A run: plan the batches (and check them for conflicts) before any injection, print the plan, run the batches in
+ * order under the stop conditions, and return the run model the reports render and the journal holds. `inject` is
+ * a run of one scenario in one batch. A stopped run reverts what it holds, runs nothing more and is never resumed.
  */
 
-export interface SuiteOptions {
+export interface RunOptions {
   /** Gate thresholds: from the file, or the defaults when --gate is given. */
   gate?: GateSpec
   say: (line: string) => void
@@ -29,27 +30,20 @@ export interface SuiteOptions {
   runId?: string
   /** Every scenario in a batch of its own (no concurrency): the baseline the batching is measured against. */
   oneAtATime?: boolean
+  /** How each batch runs; the suite's defaults otherwise (see SUITE_BATCH). */
+  batch?: Partial<Pick<BatchSettings, 'mode' | 'pinPacing' | 'ttlMs' | 'paramsSource' | 'planErrors'>>
 }
 
-export interface SuiteOutcome {
-  run: SuiteRun
-  plan: string[]
-  batches: Array<{index: number; scenarios: string[]; ms: number; floorMs: number}>
-  /** Sum over batches of the longest deadline + poll, plus the restarts' health waits (ms). */
-  floorMs: number
-  notes: string[]
-}
+/** The suite's batches: pins paced 10 every 50 ms, params named as the file's keys, a scenario that cannot be
+ * planned recorded as its error while the others run. */
+const SUITE_BATCH = {mode: 'run', pinPacing: {burst: 10, gapMs: 50}, paramsSource: 'file', planErrors: 'record'} as const
 
-export async function runSuite(deployment: Deployment, host: Host, suite: SuiteFile, opts: SuiteOptions): Promise<SuiteOutcome> {
+export async function runSuite(deployment: Deployment, host: Host, suite: SuiteFile, opts: RunOptions): Promise<SuiteRun> {
   const say = opts.say
   const startedAt = Date.now()
   const scenarios = expand(suite.scenarios)
-  // stall-kv's `auto` follows the data path: the planner must know which mechanism it will be.
-  let planOpts: PlanOptions = {}
-  if (scenarios.some((s) => s.spec.fault === 'stall-kv' && (s.spec.params.mechanism ?? 'auto') === 'auto')) {
-    const report = await discover(deployment, host, {timeoutMs: 5000})
-    planOpts = {autoMechanism: classifyDataPath(report.transport).kind === 'tcp' ? 'packet-filter' : 'sigstop'}
-  }
+  const session = new RunSession(deployment, host)
+  const planOpts = await planOptions(session, scenarios, {promptTokens: suite.load.promptTokens, say})
   const batches: Batch[] = opts.oneAtATime ? scenarios.map((s, i) => ({index: i + 1, scenarios: [s]})) : planBatches(scenarios, planOpts)
   const conflicts = planConflicts(batches, planOpts)
   if (conflicts.length > 0) throw new PdError(`the batch plan has conflicts: ${conflicts.join('; ')}`, {exit: 5, suggestion: 'report this: the planner must never batch conflicting scenarios'})
@@ -61,69 +55,97 @@ export async function runSuite(deployment: Deployment, host: Host, suite: SuiteF
   opts.signal?.addEventListener('abort', onOuter, {once: true})
   for (const n of watch.notes) say(n)
   const runs: ScenarioRun[] = []
-  const batchStats: SuiteOutcome['batches'] = []
+  const batchStats: NonNullable<SuiteRun['batches']> = []
   let floorMs = 0
   const contract = deployment.watchdog
-  // One calibration serves every batch until a restart replaces the processes it measured.
-  let calibration: Awaited<ReturnType<typeof runBatch>>['calibration'] | undefined
   try {
     for (const b of batches) {
       if (watch.signal.aborted) break
       const t0 = now()
       const names = b.scenarios.map((s) => s.name)
-      opts.onPhase?.(`batch ${b.index}/${batches.length}: ${names.join(', ')}`)
-      say(`batch ${b.index}/${batches.length}: ${names.join(', ')}`)
-      const only = b.scenarios[0]
-      if (only.spec.restart) {
-        const r = only.spec.restart
-        const restartStart = Date.now()
-        watch.setRestarting(true)
-        try {
-          const res = await coRestart(deployment, host, {
-            order: r.services as ServiceName[], healthTimeoutS: r.healthTimeoutSeconds, commandTimeoutS: r.commandTimeoutSeconds,
-            canaries: r.canaries, watchS: r.watchSeconds, sampleS: 1, settleS: r.settleSeconds, onProgress: (l) => say(`${only.name}: ${l}`), signal: watch.signal,
-          })
-          calibration = undefined
-          runs.push(scenarioFromRestart(only.name, res, {contract, startedAt: restartStart, finishedAt: Date.now()}))
-          const healthWaits = res.steps.reduce((a, s) => a + (s.healthyAfterMs ?? 0), 0)
-          // The restart's floor: its health waits, the settle and the watch it was told to hold.
-          const restartFloor = healthWaits + (r.settleSeconds + r.watchSeconds) * 1000
-          floorMs += restartFloor
-          batchStats.push({index: b.index, scenarios: names, ms: Math.round(now() - t0), floorMs: restartFloor})
-        } catch (error) {
-          runs.push({name: only.name, kind: 'restart', startedAt: restartStart, finishedAt: Date.now(), verdicts: [], pins: [], leases: [], contract, error: oneLine(error)})
-        } finally {
-          watch.setRestarting(false)
-        }
-        continue
-      }
+      const label = `batch ${b.index}/${batches.length}`
+      opts.onPhase?.(`${label}: ${names.join(', ')}`)
+      say(`${label}: ${names.join(', ')}`)
+      const only = b.scenarios[0]!
       try {
-        const out = await runBatch(deployment, host, b.scenarios, {
-          promptTokens: suite.load.promptTokens, loadIntervalMs: suite.load.intervalMs, canaries: suite.load.canaries, signal: watch.signal,
-          calibration, say, onRecorder: (rec) => watch.setRecorder(rec), onDeadline: (label, at) => opts.onPhase?.(`batch ${b.index}/${batches.length}: ${label}`, at),
-        })
+        const out = only.spec.restart
+          ? await runRestart(session, only, watch, say)
+          : await runBatch(session, b.scenarios.map((s) => ({name: s.name, fault: s.spec.fault!, params: s.spec.params, pins: s.spec.pins})), {
+            ...SUITE_BATCH, ...opts.batch,
+            promptTokens: suite.load.promptTokens, loadIntervalMs: suite.load.intervalMs, canaries: suite.load.canaries, signal: watch.signal,
+            say, onRecorder: (rec) => watch.setRecorder(rec), onDeadline: (what, at) => opts.onPhase?.(`${label}: ${what}`, at),
+          })
         runs.push(...out.scenarios)
-        calibration = out.calibration
         floorMs += out.floorMs
         batchStats.push({index: b.index, scenarios: names, ms: Math.round(now() - t0), floorMs: out.floorMs})
       } catch (error) {
-        // A cleanup that cannot be verified (exit 4) ends the run: nothing more is injected into a host that may be faulted.
-        if (error instanceof PdError && error.exitCode === 4) throw error
+        // Cleanup that cannot be verified (exit 4) ends the run: nothing more is injected into a host that may be
+        // faulted. A single-scenario run (inject) gives its errors to the caller as they are.
+        if (error instanceof PdError && (error.exitCode === 4 || opts.batch?.planErrors === 'throw')) throw error
         const t = Date.now()
-        for (const s of b.scenarios) runs.push({name: s.name, kind: 'inject', fault: s.spec.fault, params: s.spec.params, startedAt: t, finishedAt: t, verdicts: [], pins: [], leases: [], contract, error: oneLine(error)})
+        for (const s of b.scenarios) runs.push(errored(s, contract, t, oneLine(error)))
       }
     }
   } finally {
     opts.signal?.removeEventListener('abort', onOuter)
     await watch.close()
   }
-  const run: SuiteRun = {name: suite.name, runId: opts.runId, startedAt, finishedAt: Date.now(), deployment: deployment.name, scenarios: runs}
+  const run: SuiteRun = {
+    name: suite.name, runId: opts.runId, startedAt, finishedAt: Date.now(), deployment: deployment.name, scenarios: runs,
+    plan, batches: batchStats, floorMs, notes: watch.notes,
+  }
   const reason = watch.reason()
   if (reason !== undefined) {
     run.stopped = {reason}
     const ran = new Set(runs.map((r) => r.name))
-    for (const s of scenarios) if (!ran.has(s.name)) runs.push({name: s.name, kind: s.spec.restart ? 'restart' : 'inject', fault: s.spec.fault, params: s.spec.params, startedAt: run.finishedAt, finishedAt: run.finishedAt, verdicts: [], pins: [], leases: [], contract, error: 'not run: the suite was stopped (a stopped run is never resumed)'})
+    for (const s of scenarios) if (!ran.has(s.name)) runs.push(errored(s, contract, run.finishedAt, 'not run: the suite was stopped (a stopped run is never resumed)'))
   }
   if (opts.gate) run.gate = evaluateGate(run, opts.gate)
-  return {run, plan, batches: batchStats, floorMs, notes: watch.notes}
+  return run
+}
+
+/**
+ * stall-kv's `auto` and abort-mid-transfer's widening follow the data path: the planner must know it. The session's
+ * calibration and discovery serve the first batch too (calibration first: a fresh deployment opens its routes and
+ * KV connections on first use).
+ */
+async function planOptions(session: RunSession, scenarios: PlannedScenario[], o: {promptTokens: number; say: (l: string) => void}): Promise<PlanOptions> {
+  // One scenario has nothing to batch with: no need to know (and a dry run must not calibrate).
+  const needs = scenarios.length > 1 && scenarios.some((s) => (s.spec.fault === 'stall-kv' && (s.spec.params.mechanism ?? 'auto') === 'auto') || (s.spec.fault === 'abort-mid-transfer' && s.spec.params.gpu === undefined))
+  if (!needs) return {}
+  await session.calibration(o)
+  const d = await session.discovery(o.say)
+  return {autoMechanism: classifyDataPath(d.transport).kind === 'tcp' ? 'packet-filter' : 'sigstop'}
+}
+
+/** A co-restart step: it replaces the processes, so the session measures and discovers again afterwards. */
+async function runRestart(session: RunSession, s: PlannedScenario, watch: StopWatch, say: (l: string) => void): Promise<{scenarios: ScenarioRun[]; floorMs: number}> {
+  const r = s.spec.restart!
+  const startedAt = Date.now()
+  watch.setRestarting(true)
+  try {
+    const res = await coRestart(session.deployment, session.host, {
+      order: r.services as ServiceName[], healthTimeoutS: r.healthTimeoutSeconds, commandTimeoutS: r.commandTimeoutSeconds,
+      canaries: r.canaries, watchS: r.watchSeconds, sampleS: 1, settleS: r.settleSeconds, onProgress: (l) => say(`${s.name}: ${l}`), signal: watch.signal,
+    })
+    const healthWaits = res.steps.reduce((a, step) => a + (step.healthyAfterMs ?? 0), 0)
+    // The restart's floor: its health waits, the settle and the watch it was told to hold.
+    return {scenarios: [restartScenario(s.name, res, {contract: session.deployment.watchdog, startedAt, finishedAt: Date.now()})], floorMs: healthWaits + (r.settleSeconds + r.watchSeconds) * 1000}
+  } finally {
+    session.forget()
+    watch.setRestarting(false)
+  }
+}
+
+function errored(s: PlannedScenario, contract: ScenarioRun['contract'], t: number, error: string): ScenarioRun {
+  return {name: s.name, kind: s.spec.restart ? 'restart' : 'inject', fault: s.spec.fault, params: s.spec.params, startedAt: t, finishedAt: t, verdicts: [], pins: [], leases: [], contract, error}
+}
+
+/** A co-restart as a scenario of the run; its observations become the timeline (canaries and watch requests). */
+export function restartScenario(name: string, r: RestartResult, opts: {contract: ScenarioRun['contract']; startedAt: number; finishedAt: number}): ScenarioRun {
+  return {
+    name, kind: 'restart', startedAt: opts.startedAt, finishedAt: opts.finishedAt, verdicts: r.verdicts, pins: [], leases: [],
+    timeline: {contract: opts.contract, calibration: {prefillMs: 0, prefillSpreadMs: 0, observeMs: 0, samples: 0}, observations: [...r.observations].sort((a, b) => a.t - b.t)},
+    contract: opts.contract,
+  }
 }

@@ -66,6 +66,7 @@ export async function startStopWatch(deployment: Deployment, host: Host, spec: S
   let failingSince: number | undefined
   let lastXidRead = now()
   let closed = false
+  let wake = (): void => {}
   const loop = (async () => {
     // Bounded: at most one day of checks; the run ends long before.
     for (let i = 0; !closed && i < (86_400_000 / intervalMs); i++) {
@@ -96,13 +97,17 @@ export async function startStopWatch(deployment: Deployment, host: Host, spec: S
       } catch (error) {
         notes.push(`stop-condition check failed once: ${oneLine(error)}`)
       }
-      await new Promise((r) => setTimeout(r, intervalMs))
+      // A sleep that close() cuts short, so closing never waits out an interval.
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, intervalMs)
+        wake = () => { clearTimeout(timer); resolve() }
+      })
     }
   })()
   return {
     signal: controller.signal, stop, reason: () => why, notes,
     setRecorder: (r) => { rec = r },
     setRestarting: (on) => { restarting = on },
-    close: async () => { closed = true; await loop },
+    close: async () => { closed = true; wake(); await loop },
   }
 }

@@ -4,20 +4,16 @@ import {z} from 'zod'
 
 import {foldIssues} from '../deployment/load.js'
 import {badInput} from '../errors.js'
+import {checkFaultParams} from '../faults/params.js'
+import {FAULT_NAMES, getFault} from '../faults/registry.js'
 
 /**
  * The suite file: scenarios (a fault with its parameters and pins, or a co-restart), stop conditions and the release
  * gate. One zod schema serves validation and `pdchaos schema suite`. Errors name the file and the path (exit 2).
  */
 
-const ParamsSchema = z.object({
-  gpu: z.number().int().min(0).max(1023).optional().describe('stall-kv: the GPU whose rank stalls; abort-mid-transfer: the GPU whose KV connections widen the window.'),
-  rank: z.number().int().min(0).max(1023).optional().describe('drop-dest-info: only this prefill TP rank.'),
-  mechanism: z.enum(['auto', 'packet-filter', 'sigstop', 'twin-failpoint']).optional().describe('How the fault is made: auto follows the transport; twin-failpoint is the twin\'s own (no root needed).'),
-  side: z.enum(['prefill', 'decode']).optional().describe('stall-kv with sigstop: which side stops.'),
-  trials: z.number().int().min(1).max(200).optional().describe('abort-mid-transfer: number of trials.'),
-  widenKBytesPerSecond: z.number().int().min(0).optional().describe('abort-mid-transfer: rate limit of --gpu\'s KV connections (0 holds the transfer still).'),
-}).strict()
+/** A fault's params as the file gives them; each fault's own schema (src/faults/<fault>.ts) validates them. */
+const ParamsSchema = z.record(z.string(), z.unknown()).describe("The fault's parameters: `pdchaos schema suite` lists each fault's under its name.")
 
 const RestartSchema = z.object({
   services: z.array(z.enum(['prefill', 'decode', 'router'])).min(1).default(['prefill', 'decode', 'router']).describe('Restarted in this order, each behind its health gate.'),
@@ -30,14 +26,16 @@ const RestartSchema = z.object({
 
 export const ScenarioSchema = z.object({
   name: z.string().min(1).max(80).regex(/^[A-Za-z0-9][A-Za-z0-9 _.:#@-]*$/, 'letters, digits, space and _ . : # @ - only'),
-  fault: z.enum(['drop-dest-info', 'stall-kv', 'abort-mid-transfer']).optional(),
+  fault: z.enum(FAULT_NAMES).optional(),
   params: ParamsSchema.default({}),
   pins: z.number().int().min(1).max(10_000).default(2).describe('Pinned requests (abort-mid-transfer uses trials instead).'),
   repetitions: z.number().int().min(1).max(100).default(1).describe('Run the scenario this many times (never concurrently with itself).'),
   restart: RestartSchema.optional().describe('A co-restart step instead of a fault; it always runs alone.'),
 }).strict().superRefine((s, ctx) => {
   if ((s.fault === undefined) === (s.restart === undefined)) ctx.addIssue({code: 'custom', message: 'a scenario needs exactly one of fault or restart'})
-  if (s.fault === 'stall-kv' && s.params.gpu === undefined) ctx.addIssue({code: 'custom', path: ['params', 'gpu'], message: 'stall-kv needs params.gpu'})
+  if (s.fault === undefined) return
+  const checked = checkFaultParams(getFault(s.fault), s.params, 'file')
+  if ('issue' in checked) ctx.addIssue({code: 'custom', path: checked.issue.key ? ['params', checked.issue.key] : ['params'], message: checked.issue.message})
 })
 
 export const StopSchema = z.object({
@@ -101,6 +99,11 @@ export function defaultSuite(): SuiteFile {
   return SuiteSchema.parse(DEFAULT_SUITE_INPUT)
 }
 
+/** `pdchaos inject` as a suite: one scenario, one batch, no stop conditions (a person is watching). */
+export function oneScenarioSuite(o: {fault: string; params: Record<string, unknown>; pins: number; load: SuiteFile['load']}): SuiteFile {
+  return SuiteSchema.parse({name: o.fault, scenarios: [{name: o.fault, fault: o.fault, params: o.params, pins: o.pins}], stop: {kernelXid: false}, load: o.load})
+}
+
 export async function loadSuite(file: string): Promise<SuiteFile> {
   let text: string
   try {
@@ -133,7 +136,18 @@ export function parseSuite(text: string, file: string): SuiteFile {
 }
 
 export function suiteJsonSchema(): Record<string, unknown> {
-  const schema = z.toJSONSchema(SuiteSchema, {io: 'input', unrepresentable: 'any'}) as Record<string, unknown>
+  const schema = z.toJSONSchema(SuiteSchema, {io: 'input', unrepresentable: 'any'}) as Record<string, any>
+  // Each fault's params, from the fault's own schema: one entry per fault, titled with its name.
+  const params = schema.properties?.scenarios?.items?.properties?.params
+  if (params) {
+    params.anyOf = FAULT_NAMES.map((name) => {
+      const {$schema: _s, ...one} = z.toJSONSchema(getFault(name).params, {io: 'input'}) as Record<string, unknown>
+      return {title: name, ...one}
+    })
+    delete params.type
+    delete params.propertyNames
+    delete params.additionalProperties
+  }
   const {$schema, ...rest} = schema
   return {$schema, title: 'pdchaos suite file', ...rest}
 }

@@ -7,6 +7,7 @@ import {type FaultDiscovery, runProbe, waitProbes} from '../../src/faults/fault.
 import {resolveIdentity, type ProcIdentity} from '../../src/faults/mechanisms/proc-identity.js'
 import {buildSigstop, signalArgv} from '../../src/faults/mechanisms/signals.js'
 import {stallKv} from '../../src/faults/stall-kv.js'
+import {parseFaultParams} from '../../src/faults/params.js'
 import {LocalHost} from '../../src/hosts/local-host.js'
 
 /** SIGSTOP/SIGCONT by (pid, start time) against real processes, judged from /proc as the plans judge it. */
@@ -120,7 +121,7 @@ describe('sigstop mechanism on real processes', () => {
       {service: 'decode', tpRank: 0, pid: did.pid, startTicks: did.startTicks, state: 'S', title: 'sglang::scheduler_TP0', gpu: 1},
     ]
     const discovery: FaultDiscovery = {ranks, transport: {backend: 'mooncake', source: 'test'}, servicePorts: []}
-    const params = stallKv.parseParams({gpu: 0, mechanism: 'sigstop', side: 'decode'})
+    const params = parseFaultParams(stallKv, {gpu: 0, mechanism: 'sigstop', side: 'decode'})
     const facts = await stallKv.gather(host, discovery, params)
     const plan = stallKv.plan({discovery, params, leaseId: 'sig1', facts})
     expect(plan.targets).toEqual([{service: 'decode', tpRank: 0, pid: did.pid, startTicks: did.startTicks, gpu: 1}])

@@ -9,6 +9,7 @@ import {type Connection, type FaultDiscovery, type FaultPlan, type HostFacts, re
 import {iptablesChainName, judgeIptablesClean, judgeIptablesInjected, judgeNftClean, judgeNftInjected, nftTableName} from '../../src/faults/mechanisms/packet-filter.js'
 import {FAULT_NAMES, getFault} from '../../src/faults/registry.js'
 import {RDMA_REFUSAL, stallKv} from '../../src/faults/stall-kv.js'
+import {parseFaultParams} from '../../src/faults/params.js'
 import {PdError} from '../../src/errors.js'
 
 /** Pure plan tests: synthetic discovery in, exact commands and refusals out. No host is touched. */
@@ -40,6 +41,7 @@ function twinSs(): string {
   return lines.join('\n') + '\n'
 }
 
+const calibration = (prefillMs: number) => ({prefillMs, prefillSpreadMs: 2, observeMs: 1, samples: 8})
 const facts = (tool: 'nft' | 'iptables' = 'nft'): HostFacts => ({filterTool: tool, filterEvidence: 'test', connections: parseSsConnections(twinSs())})
 
 function expectBadInput(fn: () => unknown, pattern: RegExp): void {
@@ -98,7 +100,7 @@ describe('drop-dest-info plan', () => {
   })
 
   it('--rank narrows to one rank', () => {
-    const plan = dropDestInfo.plan({discovery: tcpDiscovery(), params: dropDestInfo.parseParams({rank: '2'}), leaseId: 'r2', facts: facts()})
+    const plan = dropDestInfo.plan({discovery: tcpDiscovery(), params: parseFaultParams(dropDestInfo, {rank: '2'}), leaseId: 'r2', facts: facts()})
     expect(plan.targets.map((t) => t.tpRank)).toEqual([2])
     expect(plan.inject[0]![1]).toContain('dport 41002')
     expect(plan.inject[0]![1]).not.toContain('dport 41001')
@@ -126,14 +128,14 @@ describe('drop-dest-info plan', () => {
     const dup = [...TWIN_RANKS, rank('prefill', 2, {pid: 1102})]
     expectBadInput(() => dropDestInfo.plan({...base, params: {rank: 2}, discovery: tcpDiscovery(dup)}), /ambiguous/)
     expectBadInput(() => dropDestInfo.plan({...base, facts: {filterEvidence: 'nft: not usable'}, discovery: tcpDiscovery()}), /no usable packet filter.*nft: not usable/)
-    expectBadInput(() => dropDestInfo.parseParams({rank: 'one'}), /--rank must be an integer/)
+    expectBadInput(() => parseFaultParams(dropDestInfo, {rank: 'one'}), /--rank must be an integer/)
     expectBadInput(() => dropDestInfo.plan({...base, leaseId: 'a b', discovery: tcpDiscovery()}), /invalid lease id/)
   })
 })
 
 describe('stall-kv plan', () => {
   it('TCP data path: drops both directions of the rank\'s KV connections only (not ZMQ, not bootstrap)', () => {
-    const params = stallKv.parseParams({gpu: 0})
+    const params = parseFaultParams(stallKv, {gpu: 0})
     const plan = stallKv.plan({discovery: tcpDiscovery(), params, leaseId: 'st0', facts: facts()})
     expect(plan.mechanism).toBe('packet-filter')
     expect(plan.targets).toEqual([{
@@ -151,16 +153,16 @@ describe('stall-kv plan', () => {
   })
 
   it('a decode GPU: its incoming KV connection from the paired prefill rank', () => {
-    const plan = stallKv.plan({discovery: tcpDiscovery(), params: stallKv.parseParams({gpu: 6}), leaseId: 'st6', facts: facts()})
+    const plan = stallKv.plan({discovery: tcpDiscovery(), params: parseFaultParams(stallKv, {gpu: 6}), leaseId: 'st6', facts: facts()})
     expect(plan.targets[0]).toMatchObject({service: 'decode', tpRank: 2, connections: [{local: {port: 45_002}, peer: {port: 51_002}}]})
   })
 
   it('refuses a packet filter on RDMA with the reason; auto falls back to sigstop and says why', () => {
-    expectBadInput(() => stallKv.plan({discovery: rdmaDiscovery(), params: stallKv.parseParams({gpu: 1, mechanism: 'packet-filter'}), leaseId: 'r1', facts: facts()}),
+    expectBadInput(() => stallKv.plan({discovery: rdmaDiscovery(), params: parseFaultParams(stallKv, {gpu: 1, mechanism: 'packet-filter'}), leaseId: 'r1', facts: facts()}),
       /a packet filter cannot stall hardware RDMA: use --mechanism sigstop/)
     const mooncake: FaultDiscovery = {...rdmaDiscovery(), transport: {backend: 'mooncake', source: 'test'}}
-    expectBadInput(() => stallKv.plan({discovery: mooncake, params: stallKv.parseParams({gpu: 1, mechanism: 'packet-filter'}), leaseId: 'r1', facts: facts()}), /RDMA/)
-    const plan = stallKv.plan({discovery: rdmaDiscovery(), params: stallKv.parseParams({gpu: 1}), leaseId: 'r1', facts: facts()})
+    expectBadInput(() => stallKv.plan({discovery: mooncake, params: parseFaultParams(stallKv, {gpu: 1, mechanism: 'packet-filter'}), leaseId: 'r1', facts: facts()}), /RDMA/)
+    const plan = stallKv.plan({discovery: rdmaDiscovery(), params: parseFaultParams(stallKv, {gpu: 1}), leaseId: 'r1', facts: facts()})
     expect(plan.mechanism).toBe('sigstop')
     expect(plan.refusals?.[0]).toContain(RDMA_REFUSAL)
     expect(plan.targets).toEqual([{service: 'prefill', tpRank: 1, pid: 1001, startTicks: 51_001, gpu: 1}])
@@ -171,41 +173,53 @@ describe('stall-kv plan', () => {
   })
 
   it('sigstop --side decode stops the decode rank paired with the GPU\'s prefill rank (observed, then by equal TP)', () => {
-    const observed = stallKv.plan({discovery: rdmaDiscovery(), params: stallKv.parseParams({gpu: 3, mechanism: 'sigstop', side: 'decode'}), leaseId: 'd3', facts: facts()})
+    const observed = stallKv.plan({discovery: rdmaDiscovery(), params: parseFaultParams(stallKv, {gpu: 3, mechanism: 'sigstop', side: 'decode'}), leaseId: 'd3', facts: facts()})
     expect(observed.targets).toMatchObject([{service: 'decode', tpRank: 3, pid: 2003}])
     expect(observed.notes?.join(' ')).toContain('observed KV connections')
-    const byTp = stallKv.plan({discovery: rdmaDiscovery(), params: stallKv.parseParams({gpu: 3, mechanism: 'sigstop', side: 'decode'}), leaseId: 'd3', facts: {connections: []}})
+    const byTp = stallKv.plan({discovery: rdmaDiscovery(), params: parseFaultParams(stallKv, {gpu: 3, mechanism: 'sigstop', side: 'decode'}), leaseId: 'd3', facts: {connections: []}})
     expect(byTp.targets).toMatchObject([{service: 'decode', tpRank: 3, pid: 2003}])
     expect(byTp.notes?.join(' ')).toContain('equal TP sizes')
     // Prefill TP 4, decode TP 2 and no observed connection: no safe pairing.
     const uneven = [0, 1, 2, 3].map((k) => rank('prefill', k)).concat([0, 1].map((k) => rank('decode', k)))
-    expectBadInput(() => stallKv.plan({discovery: rdmaDiscovery(uneven), params: stallKv.parseParams({gpu: 3, mechanism: 'sigstop', side: 'decode'}), leaseId: 'd3', facts: {connections: []}}), /cannot tell which decode rank/)
+    expectBadInput(() => stallKv.plan({discovery: rdmaDiscovery(uneven), params: parseFaultParams(stallKv, {gpu: 3, mechanism: 'sigstop', side: 'decode'}), leaseId: 'd3', facts: {connections: []}}), /cannot tell which decode rank/)
   })
 
   it('hard errors: no rank on the GPU, two ranks on it, no start time, no data connection', () => {
-    const p = (raw: Record<string, unknown>) => stallKv.parseParams(raw)
+    const p = (raw: Record<string, unknown>) => parseFaultParams(stallKv, raw)
     expectBadInput(() => stallKv.plan({discovery: tcpDiscovery(), params: p({gpu: 9}), leaseId: 'e1', facts: facts()}), /no rank holds GPU 9 \(ranks seen: GPU 0: prefill TP0/)
     expectBadInput(() => stallKv.plan({discovery: tcpDiscovery([...TWIN_RANKS, rank('decode', 9, {gpu: 2})]), params: p({gpu: 2}), leaseId: 'e1', facts: facts()}), /GPU 2 is held by 2 ranks.*ambiguous/)
     const noStart = TWIN_RANKS.map((r) => (r.gpu === 1 ? {...r, startTicks: undefined} : r))
     expectBadInput(() => stallKv.plan({discovery: rdmaDiscovery(noStart), params: p({gpu: 1}), leaseId: 'e1', facts: facts()}), /no start time.*recycled/)
     expectBadInput(() => stallKv.plan({discovery: tcpDiscovery(), params: p({gpu: 1}), leaseId: 'e1', facts: {...facts(), connections: []}}), /no open KV data connection of prefill TP1.*/)
     expectBadInput(() => p({}), /needs --gpu/)
-    expectBadInput(() => p({gpu: 0, mechanism: 'tc'}), /unknown --mechanism "tc"/)
-    expectBadInput(() => p({gpu: 0, side: 'router'}), /unknown --side/)
+    expectBadInput(() => p({gpu: 0, mechanism: 'tc'}), /stall-kv: --mechanism must be one of auto, packet-filter, sigstop, twin-failpoint \(got "tc"\)/)
+    expectBadInput(() => p({gpu: 0, side: 'router'}), /stall-kv: --side must be one of prefill, decode/)
+    expectBadInput(() => p({gpu: 0, rank: 1}), /stall-kv takes no --rank/)
+    expectBadInput(() => p({gpu: 0, mechanism: 'packet-filter', side: 'decode'}), /stall-kv applies --side to --mechanism sigstop only/)
   })
 })
 
 describe('abort-mid-transfer plan', () => {
-  it('N trials with own rids, offsets swept from window start to end, aborts on prefill and decode; no host change', () => {
-    const params = abortMidTransfer.parseParams({trials: 5, windowStartMs: 10, windowEndMs: 30})
-    const plan = abortMidTransfer.plan({discovery: rdmaDiscovery(), params, leaseId: 'ab1', facts: {}})
+  it('N trials with own rids, offsets swept around the calibrated prefill time, aborts on prefill and decode; no host change off TCP', () => {
+    const params = parseFaultParams(abortMidTransfer, {trials: 5})
+    const plan = abortMidTransfer.plan({discovery: rdmaDiscovery(), params, leaseId: 'ab1', facts: {}, calibration: calibration(50)})
     expect(plan.inject).toEqual([])
     expect(plan.revert).toEqual([])
-    expect(plan.trials!.map((t) => t.offsetMs)).toEqual([10, 15, 20, 25, 30])
+    // Not widened: from 0.6 × the prefill time to the prefill time.
+    expect(plan.trials!.map((t) => t.offsetMs)).toEqual([30, 35, 40, 45, 50])
     expect(plan.trials![0]!.aborts).toEqual([
       {service: 'prefill', method: 'POST', path: '/abort_request', body: {rid: 'pdchaos-abort:ab1:000'}},
       {service: 'decode', method: 'POST', path: '/abort_request', body: {rid: 'pdchaos-abort:ab1:000'}},
     ])
+  })
+
+  it('on a TCP data path the window is held open on the first prefill GPU by default, and the sweep covers it', () => {
+    const params = parseFaultParams(abortMidTransfer, {trials: 3})
+    const plan = abortMidTransfer.plan({discovery: tcpDiscovery(), params, leaseId: 'h1', facts: facts(), calibration: calibration(20), contract: {scope: 'all', deadlineSeconds: 2, pollSeconds: 0.5}})
+    expect(plan.targets[0]).toMatchObject({service: 'prefill', gpu: 0})
+    expect(plan.inject[0]![1]).toContain('counter drop')
+    // Held: from the prefill time for 0.4 × the deadline (at most 1 s).
+    expect(plan.trials!.map((t) => t.offsetMs)).toEqual([20, 420, 820])
   })
 
   it('no rid is a prefix of another (SGLang aborts by prefix), across trials and leases', () => {
@@ -217,17 +231,17 @@ describe('abort-mid-transfer plan', () => {
   })
 
   it('widening rate-limits the rank\'s KV connections with nft on TCP, and is refused on RDMA or without nft', () => {
-    const params = abortMidTransfer.parseParams({trials: 3, windowStartMs: 1, windowEndMs: 5, gpu: 0, widenKBytesPerSecond: 256})
+    const params = parseFaultParams(abortMidTransfer, {trials: 3, gpu: 0, widenKBytesPerSecond: 256})
     const plan = abortMidTransfer.plan({discovery: tcpDiscovery(), params, leaseId: 'w1', facts: facts()})
     expect(plan.inject[0]![1]).toContain('tcp sport 51000 ip daddr 127.0.0.1 tcp dport 45000 limit rate over 256 kbytes/second burst 64 kbytes counter drop')
     expect(plan.revert[0]).toContain(nftTableName('w1'))
     expectRenderable(plan)
     expectBadInput(() => abortMidTransfer.plan({discovery: rdmaDiscovery(), params, leaseId: 'w1', facts: facts()}), /cannot widen.*RDMA/)
     expectBadInput(() => abortMidTransfer.plan({discovery: tcpDiscovery(), params, leaseId: 'w1', facts: facts('iptables')}), /rate limiting needs nftables/)
-    expectBadInput(() => abortMidTransfer.parseParams({windowStartMs: 1}), /needs the transfer window/)
-    expectBadInput(() => abortMidTransfer.parseParams({windowStartMs: 9, windowEndMs: 5}), /ends \(5 ms\) before it starts/)
-    expectBadInput(() => abortMidTransfer.parseParams({windowStartMs: 1, windowEndMs: 5, trials: 500}), /--trials must be an integer from 1 to 200/)
-    expectBadInput(() => abortMidTransfer.parseParams({windowStartMs: 1, windowEndMs: 5, widenKBytesPerSecond: 10}), /needs --gpu/)
+    expectBadInput(() => parseFaultParams(abortMidTransfer, {windowStartMs: 1}), /abort-mid-transfer takes no --window-start-ms/)
+    expectBadInput(() => parseFaultParams(abortMidTransfer, {trials: 500}), /--trials must be an integer from 1 to 200/)
+    expectBadInput(() => parseFaultParams(abortMidTransfer, {widenKBytesPerSecond: 10}), /needs --gpu/)
+    expectBadInput(() => parseFaultParams(abortMidTransfer, {trials: 2, rank: 1}, 'file'), /abort-mid-transfer takes no params\.rank/)
   })
 })
 

@@ -5,6 +5,7 @@ import {PdError} from '../../src/errors.js'
 import {dropDestInfo} from '../../src/faults/drop-dest-info.js'
 import type {FaultDiscovery} from '../../src/faults/fault.js'
 import {stallKv} from '../../src/faults/stall-kv.js'
+import {parseFaultParams} from '../../src/faults/params.js'
 
 /** The twin's own failure points: chosen only against the twin, only when asked or when no packet filter is usable. */
 
@@ -29,7 +30,7 @@ function refusal(fn: () => unknown): PdError {
 
 describe('twin failure points in fault plans', () => {
   it('auto without a usable packet filter, against the twin: the twin failure point, with the reason recorded', () => {
-    const plan = dropDestInfo.plan({discovery: twin, params: dropDestInfo.parseParams({}), leaseId: 'L1', facts: noTool})
+    const plan = dropDestInfo.plan({discovery: twin, params: parseFaultParams(dropDestInfo, {}), leaseId: 'L1', facts: noTool})
     expect(plan.mechanism).toBe('twin-failpoint')
     expect(plan.sudo).toBe(false)
     expect(plan.refusals?.[0]).toMatch(/packet filter not usable here \(nft: Operation not permitted/)
@@ -38,23 +39,23 @@ describe('twin failure points in fault plans', () => {
   })
 
   it('auto with a packet filter keeps the real mechanism, even on the twin', () => {
-    const plan = dropDestInfo.plan({discovery: twin, params: dropDestInfo.parseParams({}), leaseId: 'L1', facts: {filterTool: 'nft', filterEvidence: 'ok'}})
+    const plan = dropDestInfo.plan({discovery: twin, params: parseFaultParams(dropDestInfo, {}), leaseId: 'L1', facts: {filterTool: 'nft', filterEvidence: 'ok'}})
     expect(plan.mechanism).toBe('packet-filter')
   })
 
   it('never against a real host: asked for, it is refused (exit 2); auto without a packet filter refuses for want of one', () => {
-    const asked = refusal(() => dropDestInfo.plan({discovery: realHost, params: dropDestInfo.parseParams({mechanism: 'twin-failpoint'}), leaseId: 'L1', facts: noTool}))
+    const asked = refusal(() => dropDestInfo.plan({discovery: realHost, params: parseFaultParams(dropDestInfo, {mechanism: 'twin-failpoint'}), leaseId: 'L1', facts: noTool}))
     expect(asked.exitCode).toBe(2)
     expect(asked.message).toMatch(/works only against pdchaos's twin/)
-    const auto = refusal(() => dropDestInfo.plan({discovery: realHost, params: dropDestInfo.parseParams({}), leaseId: 'L1', facts: noTool}))
+    const auto = refusal(() => dropDestInfo.plan({discovery: realHost, params: parseFaultParams(dropDestInfo, {}), leaseId: 'L1', facts: noTool}))
     expect(auto.message).toMatch(/no usable packet filter/)
-    const stall = refusal(() => stallKv.plan({discovery: realHost, params: stallKv.parseParams({gpu: 1, mechanism: 'twin-failpoint'}), leaseId: 'L1', facts: {...noTool, connections: []}}))
+    const stall = refusal(() => stallKv.plan({discovery: realHost, params: parseFaultParams(stallKv, {gpu: 1, mechanism: 'twin-failpoint'}), leaseId: 'L1', facts: {...noTool, connections: []}}))
     expect(stall.message).toMatch(/works only against pdchaos's twin/)
   })
 
   it('stall-kv holds one prefill rank, and refuses a decode GPU', () => {
-    const plan = stallKv.plan({discovery: twin, params: stallKv.parseParams({gpu: 2}), leaseId: 'L1', facts: {...noTool, connections: []}})
+    const plan = stallKv.plan({discovery: twin, params: parseFaultParams(stallKv, {gpu: 2}), leaseId: 'L1', facts: {...noTool, connections: []}})
     expect(plan).toMatchObject({mechanism: 'twin-failpoint', targets: [{service: 'prefill', tpRank: 2}]})
-    expect(refusal(() => stallKv.plan({discovery: twin, params: stallKv.parseParams({gpu: 5, mechanism: 'twin-failpoint'}), leaseId: 'L1', facts: noTool})).suggestion).toMatch(/pick --gpu of a prefill rank/)
+    expect(refusal(() => stallKv.plan({discovery: twin, params: parseFaultParams(stallKv, {gpu: 5, mechanism: 'twin-failpoint'}), leaseId: 'L1', facts: noTool})).suggestion).toMatch(/pick --gpu of a prefill rank/)
   })
 })

@@ -1,8 +1,9 @@
 import {describe, expect, it} from 'vitest'
-import type {InjectResult} from '../../src/experiment/inject.js'
+import type {RestartResult} from '../../src/model/restart.js'
+import {failedChecks, runCounts, runIdOf, runPassed, type SuiteRun} from '../../src/model/run.js'
 import {renderHtml} from '../../src/report/html.js'
-import {failedChecks, runCounts, runIdOf, runPassed, scenarioFromInject, scenarioFromRestart, type SuiteRun} from '../../src/model/run.js'
-import type {RestartResult} from '../../src/restart/co-restart.js'
+import {injectFields, runJournal} from '../../src/report/journal-fields.js'
+import {restartScenario} from '../../src/suite/runner.js'
 import {NASTY, syntheticRun, T0} from './synthetic-run.js'
 
 describe('the run model', () => {
@@ -31,20 +32,26 @@ describe('the run model', () => {
     expect(runIdOf({...passing, runId: undefined})).toBe(`r-${new Date(T0).toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z')}`)
   })
 
-  it('adapts inject and restart results into scenarios', () => {
-    const s = syntheticRun({failing: true}).scenarios[0]
-    const inject = {
-      fault: 'drop-dest-info', mechanism: 'packet-filter', description: '', plan: {} as InjectResult['plan'], pins: s.pins, verdicts: s.verdicts,
-      summary: {passed: 5, failed: 1}, lease: s.leases[0], timeline: s.timeline,
-    } satisfies InjectResult
-    const a = scenarioFromInject('drop', inject, {contract: s.contract, params: {}, startedAt: s.startedAt, finishedAt: s.finishedAt})
-    expect(a).toMatchObject({name: 'drop', kind: 'inject', fault: 'drop-dest-info', leases: [s.leases[0]], pins: s.pins})
+  it('gives a one-scenario run (inject) its top-level fields, and adapts a restart result into a scenario', () => {
+    const run = syntheticRun({failing: true})
+    const s = run.scenarios[0]
+    const one: SuiteRun = {...run, scenarios: [s]}
+    const f = injectFields(one)
+    const failed = s.verdicts.filter((v) => v.verdict === 'fail').length
+    expect(failed).toBeGreaterThan(0)
+    expect(f).toMatchObject({fault: 'drop-dest-info', deployment: run.deployment, leases: [s.leases[0]], summary: {passed: s.verdicts.length - failed, failed}})
+    expect((f.pins as unknown[]).length).toBe(s.pins.length)
+    for (const pin of f.pins as Array<Record<string, unknown>>) expect(Object.keys(pin)).toEqual(['rid', 'fault', 'sentAt', 'evictedAt', 'evictionSeconds', 'bounds', 'verdict', 'evidence'])
+    // The journal is the suite's shape with those fields on top: the run's scenarios are all there.
+    const j = runJournal(one, 'inject', f)
+    expect(j).toMatchObject({command: 'inject', name: run.name, fault: 'drop-dest-info'})
+    expect((j.scenarios as unknown[]).length).toBe(1)
     const r = syntheticRun({failing: false}).scenarios[2]
     const restart: RestartResult = {
       steps: [], totalMs: 6100, canaries: [], watch: {samples: [], requests: []}, verdicts: r.verdicts,
       observations: [...(r.timeline?.observations ?? [])].reverse(),
     }
-    const b = scenarioFromRestart('co-restart', restart, {contract: r.contract, startedAt: r.startedAt, finishedAt: r.finishedAt})
+    const b = restartScenario('co-restart', restart, {contract: r.contract, startedAt: r.startedAt, finishedAt: r.finishedAt})
     expect(b.kind).toBe('restart')
     const times = (b.timeline?.observations ?? []).map((o) => o.t)
     expect(times).toEqual([...times].sort((x, y) => x - y))

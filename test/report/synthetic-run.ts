@@ -1,7 +1,7 @@
 import {checkEvictions} from '../../src/checks/eviction.js'
 import type {Observation, Timeline} from '../../src/model/timeline.js'
 import {fail, pass, type Verdict} from '../../src/model/verdict.js'
-import type {LeaseRecord} from '../../src/experiment/inject.js'
+import type {LeaseRecord} from '../../src/model/run.js'
 import type {Contract, ScenarioRun, SuiteRun} from '../../src/model/run.js'
 
 /**

@@ -104,6 +104,15 @@ export function leaseTtlMs(opts: {deadlineSeconds: number; pollSeconds: number; 
   return Math.min(Math.max(ms, LEASE_TTL_MIN_MS), LEASE_TTL_MAX_MS)
 }
 
+/**
+ * The run lock's TTL, beside the lease's: a run of N fault scenarios holds the lock for three windows and five
+ * minutes of setup each, plus ten minutes; a held fault (--hold) holds it exactly as long as its lease, plus 5 s.
+ */
+export function runLockTtlMs(opts: {deadlineSeconds: number; pollSeconds: number; scenarios: number; holdMs?: number}): number {
+  if (opts.holdMs !== undefined) return opts.holdMs + 5000
+  return (opts.scenarios * ((opts.deadlineSeconds + opts.pollSeconds) * 3 + 300) + 600) * 1000
+}
+
 export function checkTtl(ttlMs: number): void {
   if (!Number.isInteger(ttlMs) || ttlMs < LEASE_TTL_MIN_MS || ttlMs > LEASE_TTL_MAX_MS) {
     throw badInput(`lease TTL ${ttlMs} ms is outside ${LEASE_TTL_MIN_MS} ms .. ${LEASE_TTL_MAX_MS / 60_000} min`,

@@ -1,13 +1,11 @@
 import {failedChecks, runCounts, runPassed, type SuiteRun} from '../model/run.js'
-import type {SuiteOutcome} from './runner.js'
 
 /** The suite's human summary: per scenario, then exactly which checks failed with their evidence line, then the verdict. */
-export function renderSuite(o: SuiteOutcome & {wallMs: number; twin?: string}): string {
-  const run: SuiteRun = o.run
+export function renderSuite(run: SuiteRun, o: {wallMs: number; twin?: string}): string {
   const c = runCounts(run)
   const lines: string[] = []
   if (o.twin) lines.push(o.twin)
-  lines.push(`suite ${run.name} on ${run.deployment}: ${c.scenarios} scenario(s) in ${o.batches.length} batch(es), ${(o.wallMs / 1000).toFixed(1)}s (floor ${(o.floorMs / 1000).toFixed(1)}s)`)
+  lines.push(`suite ${run.name} on ${run.deployment}: ${c.scenarios} scenario(s) in ${run.batches?.length ?? 0} batch(es), ${(o.wallMs / 1000).toFixed(1)}s (floor ${((run.floorMs ?? 0) / 1000).toFixed(1)}s)`)
   for (const s of run.scenarios) {
     const failed = s.verdicts.filter((v) => v.verdict === 'fail').length
     const mark = s.error !== undefined ? 'ERROR' : failed > 0 ? 'FAIL ' : 'PASS '

@@ -1,0 +1,290 @@
+import {oneLine} from '../errors.js'
+import {type FaultPlan, renderPlan} from '../faults/fault.js'
+import {type LeaseGuard, withLeases} from '../faults/lease/lease-guard.js'
+import {leaseTtlMs, newLeaseId} from '../faults/lease/lease.js'
+import {type ParamSource, parseFaultParams} from '../faults/params.js'
+import {getFault} from '../faults/registry.js'
+import type {LeaseRecord, ScenarioRun} from '../model/run.js'
+import {now, Recorder} from '../workload/recorder.js'
+import {sampleOnce, startSampler} from '../workload/sampler.js'
+import {sendRequest, type Sent} from '../workload/send.js'
+import {SteadyLoad} from '../workload/steady-load.js'
+import {within} from '../workload/wait.js'
+import {type Entry, judgeBatch, scenarioShell} from './judge.js'
+import {injectUnderLease, revertAndVerify} from './lease-steps.js'
+import {type Calibrated, PROBE_TIMEOUT_MS, type RunSession} from './session.js'
+
+/**
+ * The one runner: a batch of fault scenarios sharing one window. Calibrate (once per run), discover (once per run),
+ * plan every scenario, lease and inject each, verify, send pins (or abort trials) under a light steady load, wait
+ * for the longest window, revert all, verify clean, abort what is still held, canaries, drain, judge. `inject` is a
+ * batch of one scenario; the suite runs batches in order. Faults act, the Recorder keeps the timeline, checks judge
+ * (judge.ts): this module only sequences them.
+ */
+
+export interface BatchScenario {
+  /** Unique in the run. */
+  name: string
+  fault: string
+  /** Raw params, validated against the fault's schema here (named as flags or as the file's keys in errors). */
+  params: Record<string, unknown>
+  pins: number
+}
+
+export interface BatchSettings {
+  /** run: the whole experiment; dry-run: plan and read-only probes only; hold: inject, verify, leave it to its lease. */
+  mode: 'run' | 'dry-run' | 'hold'
+  promptTokens: number
+  /** Steady load: one request every loadIntervalMs while the batch runs (0: none). */
+  loadIntervalMs: number
+  canaries: number
+  /** Pins are sent `burst` at a time, `gapMs` apart: a burst queues at the server and blurs each pin's entry time. */
+  pinPacing: {burst: number; gapMs: number}
+  /** Lease TTL override (ms); default from the contract and the batch's window. */
+  ttlMs?: number
+  paramsSource: ParamSource
+  /** A scenario that cannot be planned: thrown (inject: exit 2 naming why) or recorded as its error (suite). */
+  planErrors: 'throw' | 'record'
+  /** Aborted when a stop condition fires: the batch stops waiting and reverts at once. */
+  signal?: AbortSignal
+  say: (line: string) => void
+  /** Told when the batch has its recorder (the collateral stop condition reads it live). */
+  onRecorder?: (rec: Recorder | undefined) => void
+  /** A countdown to the batch's window close (for a spinner). */
+  onDeadline?: (label: string, at: number) => void
+}
+
+export interface BatchOutcome {
+  scenarios: ScenarioRun[]
+  /** The batch's floor: its longest pin window (deadline + poll). */
+  floorMs: number
+}
+
+/** Pins beyond this count make the runner measure the observation delay again while they are sent. */
+const LOADED_HOPS_ABOVE = 10
+/** Upper bound on the queue drain after recovery: decode lets go of a request whose client left only after
+ * SGLANG_REQUEST_STATE_WAIT_TIMEOUT (4 s), so this waits, with a deadline. */
+export const DRAIN_WAIT_MS = 20_000
+const HOLD_DEFAULT_MS = 60_000
+
+const sleep = (ms: number, signal?: AbortSignal) => new Promise<void>((resolve) => {
+  if (signal?.aborted) return resolve()
+  const onAbort = () => { clearTimeout(t); resolve() }
+  const t = setTimeout(() => { signal?.removeEventListener('abort', onAbort); resolve() }, Math.max(0, ms))
+  signal?.addEventListener('abort', onAbort, {once: true})
+})
+
+export async function runBatch(session: RunSession, batch: BatchScenario[], settings: BatchSettings): Promise<BatchOutcome> {
+  const {deployment, host} = session
+  const say = settings.say
+  const contract = deployment.watchdog
+  const windowMs = (contract.deadlineSeconds + contract.pollSeconds) * 1000
+  const marginMs = Math.max(2000, windowMs * 0.2)
+  const calibration = settings.mode === 'dry-run' ? undefined : await session.calibration({promptTokens: settings.promptTokens, say, ...(settings.mode === 'hold' ? {requests: 1} : {})})
+  if (settings.mode === 'dry-run') await warmUp(session)
+  const discovery = await session.discovery(say)
+
+  // Plan every scenario before anything is injected.
+  const entries: Entry[] = []
+  for (const s of batch) {
+    const e: Entry = {s, startedAt: now()}
+    try {
+      const fault = getFault(s.fault)
+      const params = parseFaultParams(fault, s.params, settings.paramsSource)
+      const leaseId = newLeaseId(s.fault)
+      const facts = await fault.gather(host, discovery, params, {timeoutMs: PROBE_TIMEOUT_MS})
+      e.plan = fault.plan({discovery, params, leaseId, facts, calibration, contract})
+    } catch (error) {
+      if (settings.planErrors === 'throw') throw error
+      e.error = `could not plan: ${oneLine(error)}`
+    }
+    entries.push(e)
+  }
+  const planned = entries.filter((e) => e.plan)
+  if (settings.mode === 'dry-run') return {scenarios: await dryRun(session, entries, calibration), floorMs: 0}
+
+  const ttlMs = settings.ttlMs ?? (settings.mode === 'hold' ? HOLD_DEFAULT_MS : leaseTtlMs({deadlineSeconds: contract.deadlineSeconds, pollSeconds: contract.pollSeconds, holdMs: windowMs + marginMs + DRAIN_WAIT_MS + 30_000}))
+  const rec = new Recorder()
+  settings.onRecorder?.(rec)
+  const signal = settings.signal ?? new AbortController().signal
+  let stoppedEarly = false
+  let loadedObserveMs: number | undefined
+  let held = false
+  try {
+    await withLeases(host, deployment.stateDir, async (guard) => {
+      const sampler = startSampler(rec, session)
+      const requestTimeoutMs = windowMs + marginMs + 5000
+      const load = new SteadyLoad(session.router, rec, {
+        intervalMs: settings.mode === 'hold' ? 0 : settings.loadIntervalMs, promptTokens: settings.promptTokens, requestTimeoutMs,
+        maxDurationMs: windowMs + marginMs * 3 + DRAIN_WAIT_MS + 60_000,
+      })
+      const pinController = new AbortController()
+      const pins: Array<{e: Entry; sent: Sent}> = []
+      try {
+        // Let the load show the deployment healthy before the fault.
+        if (settings.loadIntervalMs > 0 && settings.mode !== 'hold') await sleep(Math.min(500, settings.loadIntervalMs * 2), signal)
+        await injectAll(guard, planned, rec, ttlMs, signal, say)
+        const active = planned.filter((e) => e.lease?.verifiedInjected && e.lease.revertedAt === null)
+        if (settings.mode === 'hold') {
+          // The leases stay armed: the host's reverters take the faults out at expiry.
+          for (const e of active) guard.release(e.lease!.id)
+          held = true
+          return
+        }
+        if (!signal.aborted && active.length > 0) {
+          const loaded = await sendPins(session, active, rec, pins, {settings, requestTimeoutMs, signal: pinController.signal, calibration: calibration!})
+          loadedObserveMs = loaded
+          if (pins.length > 0) {
+            const closeAt = Math.max(...pins.map((p) => p.sent.sentAt)) + windowMs + marginMs
+            say(`waiting for evictions (window closes in ${((closeAt - now()) / 1000).toFixed(1)}s)`)
+            settings.onDeadline?.('window closes', closeAt)
+            await Promise.race([Promise.all(pins.map((p) => p.sent.done)), sleep(closeAt - now(), signal)])
+          }
+        }
+        stoppedEarly = signal.aborted
+        // Stop watching the pins: what is still held is abandoned by the client now (recorded as such).
+        pinController.abort()
+        await Promise.all(pins.map((p) => p.sent.done))
+        await Promise.all(active.map((e) => revertAndVerify(guard, e.plan!, rec, e.lease!, PROBE_TIMEOUT_MS, (l) => say(`${e.s.name}: ${l}`))))
+        await releaseHeld(session, rec, [...pins.map((p) => p.sent), ...load.sent], Math.max(0, ...planned.map((e) => e.lease?.revertedAt ?? 0)))
+        if (!signal.aborted) await recover(session, rec, load, settings, signal, say)
+      } finally {
+        pinController.abort()
+        await load.abandon()
+        await sampler.stop()
+      }
+    }, {say})
+  } finally {
+    settings.onRecorder?.(undefined)
+  }
+  if (held) return {scenarios: heldScenarios(entries, contract, calibration), floorMs: 0}
+  return {scenarios: judgeBatch({entries, observations: rec.sorted(), contract, calibration: calibration!, loadedObserveMs, stoppedEarly, loadIntervalMs: settings.loadIntervalMs, finishedAt: now()}), floorMs: windowMs}
+}
+
+/** Each scenario under its own lease. A fault that did not take effect is reverted at once and never judged. */
+async function injectAll(guard: LeaseGuard, planned: Entry[], rec: Recorder, ttlMs: number, signal: AbortSignal, say: (l: string) => void): Promise<void> {
+  for (const e of planned) {
+    if (signal.aborted) break
+    const tell = (l: string) => say(`${e.s.name}: ${l}`)
+    e.startedAt = now()
+    e.lease = await injectUnderLease(guard, e.plan!, rec, ttlMs, PROBE_TIMEOUT_MS, tell)
+    if (!e.lease.verifiedInjected) await revertAndVerify(guard, e.plan!, rec, e.lease, PROBE_TIMEOUT_MS, tell)
+  }
+}
+
+/**
+ * Every scenario's pins (or abort trials), paced. Returns the observation delay measured again under the pins'
+ * load when there are many of them (the same hops as calibration), so ε can use the larger of idle and loaded.
+ */
+async function sendPins(session: RunSession, active: Entry[], rec: Recorder, pins: Array<{e: Entry; sent: Sent}>,
+  o: {settings: BatchSettings; requestTimeoutMs: number; signal: AbortSignal; calibration: Calibrated}): Promise<number | undefined> {
+  const {settings} = o
+  settings.say(`sending pins: ${active.map((e) => `${e.s.name} ${e.plan!.trials ? `${e.plan!.trials.length} abort trials` : `${e.s.pins} pin(s)`}`).join(', ')}`)
+  const totalPins = active.reduce((n, e) => n + (e.plan!.trials ? 0 : e.s.pins), 0)
+  let sending = true
+  const hops: number[] = []
+  const hopProbe = (async () => {
+    for (let i = 0; totalPins > LOADED_HOPS_ABOVE && sending && i < 2000; i++) {
+      const [a, b] = await Promise.all([session.router.liveness(), session.prefill.health('/v1/loads')])
+      hops.push(a.ms + b.ms)
+    }
+  })()
+  await Promise.all(active.map(async (e) => {
+    const plan = e.plan!
+    const pinState = getFault(plan.fault).pins
+    const base = {role: 'pin' as const, fault: plan.fault, scenario: e.s.name, timeoutMs: o.requestTimeoutMs, signal: o.signal, promptTokens: settings.promptTokens,
+      ...(pinState === 'trials' ? {expectedState: {queue: 'inflight' as const, kvPoll: 'Transferring' as const}} : {expectedState: pinState})}
+    if (!plan.trials) {
+      for (let i = 0; i < e.s.pins; i++) {
+        if (i > 0 && i % settings.pinPacing.burst === 0) await sleep(settings.pinPacing.gapMs)
+        pins.push({e, sent: sendRequest(session.router, rec, base)})
+      }
+      return
+    }
+    await Promise.all(plan.trials.map(async (trial) => {
+      const sent = sendRequest(session.router, rec, {...base, rid: trial.rid})
+      pins.push({e, sent})
+      await sleep(sent.sentAt + trial.offsetMs - now())
+      await Promise.all(trial.aborts.map(async (a) => {
+        const t = now()
+        const r = await session[a.service].abort(a.body.rid).catch(() => undefined)
+        rec.add({kind: 'abort-sent', t, rid: trial.rid, target: a.service, status: r?.status})
+      }))
+    }))
+  }))
+  sending = false
+  await hopProbe
+  if (hops.length === 0) return undefined
+  const sorted = [...hops].sort((a, b) => a - b)
+  const p99 = sorted[Math.min(sorted.length - 1, Math.ceil(0.99 * sorted.length) - 1)]!
+  settings.say(`observation delay under the pin load: p99 ${p99.toFixed(1)} ms over ${sorted.length} probes (idle ${o.calibration.observeMs.toFixed(1)} ms)`)
+  return p99
+}
+
+/** Nothing left behind: every request the faults held and nothing released is aborted on both servers. */
+async function releaseHeld(session: RunSession, rec: Recorder, sent: Sent[], revertedAt: number): Promise<void> {
+  const answered = new Set(rec.observations.filter((o) => o.kind === 'request-answered').map((o) => (o as {rid: string}).rid))
+  const held = sent.filter((s) => s.sentAt <= (revertedAt || now()) && !answered.has(s.rid))
+  await Promise.all(held.map(async (s) => {
+    await Promise.all([session.prefill.abort(s.rid).catch(() => undefined), session.decode.abort(s.rid).catch(() => undefined)])
+    rec.marker('cleanup-abort', s.rid)
+  }))
+}
+
+/** Recovery: the next requests must succeed, then the queues must drain (with a deadline). */
+async function recover(session: RunSession, rec: Recorder, load: SteadyLoad, settings: BatchSettings, signal: AbortSignal, say: (l: string) => void): Promise<void> {
+  for (let i = 0; i < settings.canaries; i++) await sendRequest(session.router, rec, {role: 'canary', timeoutMs: 30_000, promptTokens: settings.promptTokens}).done
+  say('waiting for the queues to drain')
+  await load.stopSending()
+  // within() clears its timer: a pending 20 s timer would keep the process alive after the run.
+  await within(Promise.all(load.sent.map((p) => p.done)), DRAIN_WAIT_MS)
+  const drainBy = now() + DRAIN_WAIT_MS
+  do {
+    await sampleOnce(rec, session)
+    if (drained(rec)) break
+    await sleep(250, signal)
+  } while (now() < drainBy && !signal.aborted)
+}
+
+/** Every PD queue reads 0 in the latest loads snapshot of both servers. */
+export function drained(rec: Recorder): boolean {
+  const names = ['sglang_disagg_prefill_bootstrap_queue_reqs', 'sglang_disagg_prefill_inflight_queue_reqs', 'sglang_disagg_decode_prealloc_queue_reqs', 'sglang_disagg_decode_transfer_queue_reqs']
+  const last = new Map<string, number>()
+  for (const o of rec.observations) if (o.kind === 'metric' && names.includes(o.name)) last.set(`${o.service}/${o.name}`, o.value)
+  return last.size > 0 && [...last.values()].every((v) => v === 0)
+}
+
+/** A dry run sends one unfaulted request through the router first: a fresh deployment opens its routes on first use. */
+async function warmUp(session: RunSession): Promise<void> {
+  await session.router.generate({rid: `pdchaos-warmup-${Date.now().toString(36)}`, text: 'warm up', max_new_tokens: 1}, {timeoutMs: 30_000}).catch(() => undefined)
+}
+
+async function dryRun(session: RunSession, entries: Entry[], calibration: Calibrated | undefined): Promise<ScenarioRun[]> {
+  const contract = session.deployment.watchdog
+  return Promise.all(entries.map(async (e) => {
+    const run = scenarioShell(e, contract, calibration, now())
+    if (!e.plan) return run
+    const probes = []
+    for (const argv of e.plan.readOnlyProbes) {
+      const shown = renderPlan({...e.plan, readOnlyProbes: [argv]}).readOnlyProbes[0]!
+      try {
+        const r = await session.host.run(argv, {timeoutMs: PROBE_TIMEOUT_MS, sudo: e.plan.sudo})
+        probes.push({argv: shown, code: r.code, stdout: r.stdout.slice(0, 2000), stderr: r.stderr.slice(0, 500)})
+      } catch (error) {
+        probes.push({argv: shown, code: null, stdout: '', stderr: oneLine(error)})
+      }
+    }
+    run.dryRun = {probes}
+    for (const p of probes) if (p.code !== 0) run.verdicts.push({check: 'fault-effect', subject: p.argv, verdict: 'fail', summary: `read-only probe failed: ${p.stderr || `exit ${p.code}`}`, evidence: {probe: p}})
+    return run
+  }))
+}
+
+function heldScenarios(entries: Entry[], contract: ScenarioRun['contract'], calibration: Calibrated | undefined): ScenarioRun[] {
+  return entries.map((e) => {
+    const run = scenarioShell(e, contract, calibration, now())
+    if (e.lease?.verifiedInjected) run.held = {leaseId: e.lease.id, expiresAt: new Date(e.lease.expiresAt).toISOString()}
+    else if (e.lease) run.verdicts.push({check: 'fault-effect', subject: e.lease.id, verdict: 'fail', summary: `the fault did not take effect: ${e.lease.evidence.injected.join('; ')}`, evidence: {lease: e.lease}})
+    return run
+  })
+}

@@ -1,0 +1,113 @@
+import {checkAborts} from '../checks/abort.js'
+import {checkCollateral} from '../checks/collateral.js'
+import {checkEvictions} from '../checks/eviction.js'
+import {checkRecovery} from '../checks/recovery.js'
+import {checkScope} from '../checks/scope.js'
+import type {FaultPlan} from '../faults/fault.js'
+import {renderPlan} from '../faults/fault.js'
+import type {LeaseRecord, ScenarioRun} from '../model/run.js'
+import type {Observation, Timeline} from '../model/timeline.js'
+import {fail, pass, type Verdict} from '../model/verdict.js'
+import type {BatchScenario} from './batch.js'
+import type {Calibrated} from './session.js'
+
+/**
+ * Judging a batch (pure: a timeline in, scenario runs out). Each pin is judged by its own scenario, on a view of
+ * the timeline without the other scenarios' pins; the batch-wide checks (recovery, collateral) are judged once on
+ * the whole timeline and reported on the batch's first injected scenario, so that a failure is counted once.
+ */
+
+/** What one scenario of the batch holds while it runs. */
+export interface Entry {
+  s: BatchScenario
+  plan?: FaultPlan
+  lease?: LeaseRecord
+  error?: string
+  startedAt: number
+}
+
+/** A scenario's record before judging: what was planned and leased. */
+export function scenarioShell(e: Entry, contract: ScenarioRun['contract'], calibration: Calibrated | undefined, finishedAt: number): ScenarioRun {
+  return {
+    name: e.s.name, kind: 'inject', fault: e.s.fault, params: e.s.params, startedAt: Math.round(e.startedAt), finishedAt: Math.round(finishedAt),
+    verdicts: [], pins: [], leases: e.lease ? [e.lease] : [], contract,
+    ...(e.error ? {error: e.error} : {}),
+    ...(e.plan ? {
+      mechanism: e.plan.mechanism, description: e.plan.description, plan: renderPlan(e.plan),
+      ...(e.plan.refusals?.length ? {refusals: e.plan.refusals} : {}), ...(e.plan.notes?.length ? {notes: e.plan.notes} : {}),
+    } : {}),
+    ...(calibration ? {calibration} : {}),
+  }
+}
+
+export interface BatchTimeline {
+  entries: Entry[]
+  observations: Observation[]
+  contract: Timeline['contract']
+  calibration: Calibrated
+  /** The observation delay measured under the pins' load, when it was (ε uses the larger). */
+  loadedObserveMs?: number
+  /** The batch stopped before its window closed: no eviction verdict. */
+  stoppedEarly: boolean
+  loadIntervalMs: number
+  finishedAt: number
+}
+
+export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
+  const calibration = b.loadedObserveMs !== undefined && b.loadedObserveMs > b.calibration.observeMs ? {...b.calibration, observeMs: b.loadedObserveMs} : b.calibration
+  const whole: Timeline = {contract: b.contract, calibration, observations: b.observations}
+  const anyTrials = b.entries.some((e) => e.plan?.trials)
+  const batchVerdicts: Verdict[] = b.stoppedEarly ? [] : [
+    // Abort trials move several counters through several paths (honoured, lost, evicted, cleaned up): their own
+    // verdicts judge them, so the counter balance is checked for watchdog pins only.
+    ...checkRecovery(whole, {failureCounters: anyTrials ? [] : ['sglang:num_watchdog_evicted_reqs_total']}),
+    ...(b.loadIntervalMs > 0 ? [checkCollateral(whole)] : []),
+  ]
+  const names = b.entries.map((e) => e.s.name)
+  const label = names.length > 1 ? ` (batch: ${names.join(', ')})` : ''
+  let batchAttached = false
+  return b.entries.map((e): ScenarioRun => {
+    const run = scenarioShell(e, b.contract, b.calibration, b.finishedAt)
+    run.timeline = viewFor(whole, e.s.name)
+    if (e.error) return run
+    const lease = e.lease
+    if (!lease) return {...run, error: 'not injected: the run stopped first'}
+    run.verdicts.push(...faultEffect(lease, e.plan!.fault))
+    if (lease.verifiedInjected && !b.stoppedEarly) {
+      if (e.plan!.trials) run.verdicts.push(...checkAborts(run.timeline))
+      else {
+        const ev = checkEvictions(run.timeline)
+        run.verdicts.push(...ev.verdicts)
+        run.pins = ev.pins
+        run.verdicts.push(...checkScope(run.timeline))
+      }
+    }
+    run.verdicts.push(cleanup(lease))
+    if (!batchAttached && lease.verifiedInjected) {
+      batchAttached = true
+      run.verdicts.push(...batchVerdicts.map((v) => ({...v, subject: v.subject + label})))
+    }
+    if (b.stoppedEarly) run.error = 'stopped before its window closed: no eviction verdict'
+    return run
+  })
+}
+
+function faultEffect(lease: LeaseRecord, fault: string): Verdict[] {
+  return lease.verifiedInjected
+    ? [pass('fault-effect', lease.id, `${fault} took effect: ${lease.evidence.injected.join('; ') || 'nothing to change on the host'}`, {lease})]
+    : [fail('fault-effect', lease.id, `the fault did not take effect: ${lease.evidence.injected.join('; ')}`, {lease})]
+}
+
+function cleanup(lease: LeaseRecord): Verdict {
+  return lease.verifiedClean
+    ? pass('cleanup', lease.id, `reverted and verified clean: ${lease.evidence.clean.join('; ') || 'nothing was changed on the host'}`, {lease})
+    : fail('cleanup', lease.id, `revert not verified clean: ${lease.evidence.clean.join('; ')}`, {lease})
+}
+
+/** The timeline as one scenario sees it: every observation except the other scenarios' pins (and their aborts). */
+export function viewFor(tl: Timeline, scenario: string): Timeline {
+  const others = new Set<string>()
+  for (const o of tl.observations) if (o.kind === 'request-sent' && o.role === 'pin' && o.scenario !== undefined && o.scenario !== scenario) others.add(o.rid)
+  const keep = (o: Observation): boolean => !('rid' in o && o.kind !== 'log' && o.rid !== undefined && others.has(o.rid))
+  return {contract: tl.contract, calibration: tl.calibration, observations: tl.observations.filter(keep)}
+}

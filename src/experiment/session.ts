@@ -1,0 +1,56 @@
+import {DEFAULT_PROBE_TIMEOUT_MS, serviceClients} from '../deployment/clients.js'
+import type {Deployment} from '../deployment/config.js'
+import type {RouterClient} from '../deployment/router-client.js'
+import type {SglangClient} from '../deployment/sglang-client.js'
+import {discover} from '../discovery/discover.js'
+import {faultDiscovery, type FaultDiscovery} from '../faults/fault.js'
+import type {Host} from '../hosts/host.js'
+import type {Calibration} from '../model/timeline.js'
+import {calibrate} from './calibrate.js'
+
+/** Deadline of every probe the runner makes (discovery, host probes, fault commands, aborts). */
+export const PROBE_TIMEOUT_MS = DEFAULT_PROBE_TIMEOUT_MS
+
+export type Calibrated = Calibration & {routerMs: number}
+
+/**
+ * What a run learns once and keeps while the deployment has not changed: the clients, the calibration and what
+ * discovery saw. Batches share it; a co-restart replaces the processes it describes, so it forgets them then.
+ */
+export class RunSession {
+  readonly prefill: SglangClient
+  readonly decode: SglangClient
+  readonly router: RouterClient
+  private calibrated?: Calibrated
+  private discovered?: FaultDiscovery
+
+  constructor(readonly deployment: Deployment, readonly host: Host) {
+    ;({prefill: this.prefill, decode: this.decode, router: this.router} = serviceClients(deployment, {timeoutMs: PROBE_TIMEOUT_MS}))
+  }
+
+  /** Unfaulted requests, measured once per run (and again after a restart): they calibrate ε and open what a fresh
+   * deployment opens lazily (decode's route cache, the KV data connections stall-kv must find). */
+  async calibration(opts: {promptTokens: number; requests?: number; say?: (l: string) => void}): Promise<Calibrated> {
+    if (!this.calibrated) {
+      opts.say?.('calibrating on unfaulted requests')
+      this.calibrated = await calibrate(this.deployment, this, {promptTokens: opts.promptTokens, ...(opts.requests ? {requests: opts.requests} : {})})
+    }
+    return this.calibrated
+  }
+
+  /** Discovery, once per run while the processes stay the same. After calibration: a fresh deployment publishes its
+   * ranks' ZMQ ports on the bootstrap route only once it has served a request. */
+  async discovery(say?: (l: string) => void): Promise<FaultDiscovery> {
+    if (!this.discovered) {
+      say?.('discovering the deployment')
+      this.discovered = faultDiscovery(await discover(this.deployment, this.host, {timeoutMs: PROBE_TIMEOUT_MS}), this.deployment)
+    }
+    return this.discovered
+  }
+
+  /** The processes were replaced (a restart): measure and discover again before the next batch. */
+  forget(): void {
+    this.calibrated = undefined
+    this.discovered = undefined
+  }
+}

@@ -1,0 +1,33 @@
+import type {Observation} from './timeline.js'
+import type {Verdict} from './verdict.js'
+
+/** What a co-restart did and saw: each step behind its health gate, the canaries, the pin watch, its verdicts. */
+
+export type ServiceName = 'prefill' | 'decode' | 'router'
+
+export interface RestartStep {
+  service: ServiceName
+  command: string[]
+  exitCode: number | null
+  commandMs: number
+  /** From the restart command's start to the first healthy answer; null when the gate timed out. */
+  healthyAfterMs: number | null
+  lastHealth?: {ok: boolean; status?: number; ms: number; error?: string}
+}
+
+export interface WatchSample {
+  atS: number
+  inflight?: number
+  bootstrap?: number
+  decodeRunning?: number
+  line: string
+}
+
+export interface RestartResult {
+  steps: RestartStep[]
+  totalMs: number
+  canaries: Array<{rid: string; status: number | null; ms: number}>
+  watch: {samples: WatchSample[]; requests: Array<{rid: string; sentAtS: number; status: number | null; ms: number | null}>}
+  verdicts: Verdict[]
+  observations: Observation[]
+}
