@@ -1,3 +1,4 @@
+import {PD_QUEUE_LOADS} from '../deployment/sglang-metrics.js'
 import {oneLine} from '../errors.js'
 import {type FaultPlan, renderPlan} from '../faults/fault.js'
 import {type LeaseGuard, withLeases} from '../faults/lease/lease-guard.js'
@@ -9,7 +10,7 @@ import {now, Recorder} from '../workload/recorder.js'
 import {sampleOnce, startSampler} from '../workload/sampler.js'
 import {sendRequest, type Sent} from '../workload/send.js'
 import {SteadyLoad} from '../workload/steady-load.js'
-import {within} from '../workload/wait.js'
+import {sleep, within} from '../util/time.js'
 import {type Entry, judgeBatch, scenarioShell} from './judge.js'
 import {injectUnderLease, revertAndVerify} from './lease-steps.js'
 import {type Calibrated, PROBE_TIMEOUT_MS, type RunSession} from './session.js'
@@ -66,13 +67,6 @@ const LOADED_HOPS_ABOVE = 10
  * SGLANG_REQUEST_STATE_WAIT_TIMEOUT (4 s), so this waits, with a deadline. */
 export const DRAIN_WAIT_MS = 20_000
 const HOLD_DEFAULT_MS = 60_000
-
-const sleep = (ms: number, signal?: AbortSignal) => new Promise<void>((resolve) => {
-  if (signal?.aborted) return resolve()
-  const onAbort = () => { clearTimeout(t); resolve() }
-  const t = setTimeout(() => { signal?.removeEventListener('abort', onAbort); resolve() }, Math.max(0, ms))
-  signal?.addEventListener('abort', onAbort, {once: true})
-})
 
 export async function runBatch(session: RunSession, batch: BatchScenario[], settings: BatchSettings): Promise<BatchOutcome> {
   const {deployment, host} = session
@@ -248,7 +242,7 @@ async function recover(session: RunSession, rec: Recorder, load: SteadyLoad, set
 
 /** Every PD queue reads 0 in the latest loads snapshot of both servers. */
 export function drained(rec: Recorder): boolean {
-  const names = ['sglang_disagg_prefill_bootstrap_queue_reqs', 'sglang_disagg_prefill_inflight_queue_reqs', 'sglang_disagg_decode_prealloc_queue_reqs', 'sglang_disagg_decode_transfer_queue_reqs']
+  const names: readonly string[] = PD_QUEUE_LOADS
   const last = new Map<string, number>()
   for (const o of rec.observations) if (o.kind === 'metric' && names.includes(o.name)) last.set(`${o.service}/${o.name}`, o.value)
   return last.size > 0 && [...last.values()].every((v) => v === 0)

@@ -3,8 +3,8 @@ import {checkCollateral} from '../checks/collateral.js'
 import {checkEvictions} from '../checks/eviction.js'
 import {checkRecovery} from '../checks/recovery.js'
 import {checkScope} from '../checks/scope.js'
-import type {FaultPlan} from '../faults/fault.js'
-import {renderPlan} from '../faults/fault.js'
+import {WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js'
+import {type FaultPlan, renderPlan} from '../faults/fault.js'
 import type {LeaseRecord, ScenarioRun} from '../model/run.js'
 import type {Observation, Timeline} from '../model/timeline.js'
 import {fail, pass, type Verdict} from '../model/verdict.js'
@@ -60,7 +60,7 @@ export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
   const batchVerdicts: Verdict[] = b.stoppedEarly ? [] : [
     // Abort trials move several counters through several paths (honoured, lost, evicted, cleaned up): their own
     // verdicts judge them, so the counter balance is checked for watchdog pins only.
-    ...checkRecovery(whole, {failureCounters: anyTrials ? [] : ['sglang:num_watchdog_evicted_reqs_total']}),
+    ...checkRecovery(whole, {failureCounters: anyTrials ? [] : [WATCHDOG_EVICTED_TOTAL]}),
     ...(b.loadIntervalMs > 0 ? [checkCollateral(whole)] : []),
   ]
   const names = b.entries.map((e) => e.s.name)

@@ -1,0 +1,17 @@
+import {describe, expect, it} from 'vitest'
+
+// @ts-expect-error: a plain .mjs script with no type declarations; anyone can run it with `npm run check:layers`.
+import {layerOf, violations} from '../../scripts/check-layers.mjs'
+
+describe('data flows one way', () => {
+  it('no import in src/ runs back up command → plan → effects → timeline → checks → reports', () => {
+    expect(violations()).toEqual([])
+  })
+
+  it('knows every folder, and keeps the twin a world of its own', () => {
+    expect(layerOf('model/run.ts')).toBeLessThan(layerOf('report/html.ts'))
+    expect(layerOf('checks/eviction.ts')).toBeLessThan(layerOf('faults/stall-kv.ts'))
+    expect(layerOf('experiment/batch.ts')).toBeLessThan(layerOf('commands/inject.ts'))
+    expect(layerOf('sim/server/http-api.ts')).toBe('sim')
+  })
+})
