@@ -155,15 +155,16 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
   return {scenarios: judgeBatch({entries, observations: rec.sorted(), contract, calibration: calibration!, loadedObserveMs, stoppedEarly, loadIntervalMs: settings.loadIntervalMs, finishedAt: now()}), floorMs: windowMs}
 }
 
-/** Each scenario under its own lease. A fault that did not take effect is reverted at once and never judged. */
+/** Each scenario under its own lease, all at once (they touch different GPUs, ranks and ports: the planner saw to
+ * it). A fault that did not take effect is reverted at once and never judged. */
 async function injectAll(guard: LeaseGuard, planned: Entry[], rec: Recorder, ttlMs: number, signal: AbortSignal, say: (l: string) => void): Promise<void> {
-  for (const e of planned) {
-    if (signal.aborted) break
+  await Promise.all(planned.map(async (e) => {
+    if (signal.aborted) return
     const tell = (l: string) => say(`${e.s.name}: ${l}`)
     e.startedAt = now()
     e.lease = await injectUnderLease(guard, e.plan!, rec, ttlMs, PROBE_TIMEOUT_MS, tell)
     if (!e.lease.verifiedInjected) await revertAndVerify(guard, e.plan!, rec, e.lease, PROBE_TIMEOUT_MS, tell)
-  }
+  }))
 }
 
 /**
@@ -227,7 +228,7 @@ async function releaseHeld(session: RunSession, rec: Recorder, sent: Sent[], rev
 
 /** Recovery: the next requests must succeed, then the queues must drain (with a deadline). */
 async function recover(session: RunSession, rec: Recorder, load: SteadyLoad, settings: BatchSettings, signal: AbortSignal, say: (l: string) => void): Promise<void> {
-  for (let i = 0; i < settings.canaries; i++) await sendRequest(session.router, rec, {role: 'canary', timeoutMs: 30_000, promptTokens: settings.promptTokens}).done
+  await Promise.all(Array.from({length: settings.canaries}, () => sendRequest(session.router, rec, {role: 'canary', timeoutMs: 30_000, promptTokens: settings.promptTokens}).done))
   say('waiting for the queues to drain')
   await load.stopSending()
   // within() clears its timer: a pending 20 s timer would keep the process alive after the run.
