@@ -6,9 +6,9 @@ import {loadDeployment} from '../deployment/load.js'
 import type {Host} from '../hosts/host.js'
 import {openHost} from '../hosts/open-host.js'
 import {readLock, liveHolders} from '../sim/lifecycle/lock.js'
-import {simUp} from '../sim/lifecycle/up.js'
 import {simPaths} from '../sim/sim-config.js'
 import {defaultSimDir} from '../state-dir.js'
+import {simUp} from './twin.js'
 
 /**
  * Which deployment a command acts on, and the Host to reach it: the deployment file (-c), or with --sim the

@@ -1,8 +1,8 @@
 import {readdirSync, readFileSync} from 'node:fs'
 
-import {PdError} from '../../src/errors.js'
-import {simUp, type SimUpResult} from '../../src/sim/lifecycle/up.js'
 import type {SimUpOptions} from '../../src/sim/lifecycle/options.js'
+import {SimError} from '../../src/sim/lifecycle/sim-error.js'
+import {simUp, type SimUpResult} from '../../src/sim/lifecycle/up.js'
 
 /** Pids of every process whose argv mentions the state dir (servers, ranks, router): the test's safety net. */
 export function pidsMentioning(stateDir: string): number[] {
@@ -34,7 +34,7 @@ export async function upOnFreePorts(options: Omit<SimUpOptions, 'basePort'>): Pr
     try {
       return await simUp({...options, basePort})
     } catch (error) {
-      if (attempt < 5 && error instanceof PdError && /already in use/.test(error.message)) continue
+      if (attempt < 5 && error instanceof SimError && /already in use/.test(error.message)) continue
       throw error
     }
   }

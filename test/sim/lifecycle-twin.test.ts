@@ -6,6 +6,7 @@ import {fileURLToPath} from 'node:url'
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 import {parse} from 'yaml'
 
+import {fromSimError} from '../../src/cli/twin.js'
 import {DeploymentSchema} from '../../src/deployment/config.js'
 import {PdError} from '../../src/errors.js'
 import {simDown} from '../../src/sim/lifecycle/down.js'
@@ -14,6 +15,7 @@ import {gpuUuid} from '../../src/sim/lifecycle/nvidia-smi.js'
 import {probeBind} from '../../src/sim/lifecycle/ports.js'
 import {procStart, stopGroup} from '../../src/sim/lifecycle/procs.js'
 import {simRestart} from '../../src/sim/lifecycle/restart.js'
+import {SimError} from '../../src/sim/lifecycle/sim-error.js'
 import {simStatus} from '../../src/sim/lifecycle/status.js'
 import {simUp, type SimUpResult} from '../../src/sim/lifecycle/up.js'
 import {simPaths} from '../../src/sim/sim-config.js'
@@ -96,7 +98,10 @@ describe('twin lifecycle (8 ranks)', () => {
   })
 
   it('a second up on the same state dir is refused with exit 2 and the down suggestion, and leaves the twin as it was', async () => {
-    const err = await simUp({stateDir: dir, basePort: 21_000}).catch((e: unknown) => e)
+    const raw = await simUp({stateDir: dir, basePort: 21_000}).catch((e: unknown) => e)
+    expect(raw).toBeInstanceOf(SimError)
+    expect((raw as SimError).kind).toBe('bad-input')
+    const err = fromSimError(raw) // as the CLI reports it
     expect(err).toBeInstanceOf(PdError)
     expect((err as PdError).exitCode).toBe(2)
     expect((err as PdError).suggestion).toBe(`pdchaos sim down --state-dir ${dir}`)
@@ -110,7 +115,10 @@ describe('twin lifecycle (8 ranks)', () => {
 
   it('up on ports in use is refused with exit 2 naming the port and its holder, and starts nothing', async () => {
     const base = Number(new URL(up.endpoints.router).port)
-    const err = await simUp({stateDir: otherDir, basePort: base}).catch((e: unknown) => e)
+    const raw = await simUp({stateDir: otherDir, basePort: base}).catch((e: unknown) => e)
+    expect(raw).toBeInstanceOf(SimError)
+    expect((raw as SimError).kind).toBe('bad-input')
+    const err = fromSimError(raw) // as the CLI reports it
     expect(err).toBeInstanceOf(PdError)
     expect((err as PdError).exitCode).toBe(2)
     expect((err as PdError).message).toContain(`port ${base} (router)`)
@@ -215,7 +223,10 @@ describe('twin lifecycle failures', () => {
   })
 
   it('a twin that is not healthy by the deadline gives exit 5 naming the service, and nothing is left running', async () => {
-    const err = await upOnFreePorts({stateDir: dir, gpus: 2, prefillTp: 1, decodeTp: 1, waitS: 0.3}).catch((e: unknown) => e)
+    const raw = await upOnFreePorts({stateDir: dir, gpus: 2, prefillTp: 1, decodeTp: 1, waitS: 0.3}).catch((e: unknown) => e)
+    expect(raw).toBeInstanceOf(SimError)
+    expect((raw as SimError).kind).toBe('unavailable')
+    const err = fromSimError(raw) // as the CLI reports it
     expect(err).toBeInstanceOf(PdError)
     expect((err as PdError).exitCode).toBe(5)
     expect((err as PdError).message).toMatch(/(prefill|decode) did not become healthy in time/)

@@ -4,8 +4,9 @@ import net from 'node:net'
 import {tmpdir} from 'node:os'
 import {join} from 'node:path'
 import {afterAll, describe, expect, it} from 'vitest'
-import {parse} from 'yaml'
+import {parse, stringify} from 'yaml'
 
+import {fromSimError} from '../../src/cli/twin.js'
 import {DeploymentSchema} from '../../src/deployment/config.js'
 import {PdError} from '../../src/errors.js'
 import {acquireLock, readLock, removeLock} from '../../src/sim/lifecycle/lock.js'
@@ -15,6 +16,7 @@ import {assertPortsFree} from '../../src/sim/lifecycle/ports.js'
 import {isSameProcess, refOf, spawnDetached, stopGroup} from '../../src/sim/lifecycle/procs.js'
 import {twinDeployment, writeDeploymentFile} from '../../src/sim/lifecycle/deployment-file.js'
 import {simDown} from '../../src/sim/lifecycle/down.js'
+import {SimError} from '../../src/sim/lifecycle/sim-error.js'
 
 const dirs: string[] = []
 const tmp = (): string => {
@@ -29,7 +31,11 @@ afterAll(() => {
 function expectBadInput(fn: () => unknown, text: RegExp): void {
   try {
     fn()
-  } catch (error) {
+  } catch (raw) {
+    // The twin's own error, which the CLI turns into its PdError.
+    expect(raw).toBeInstanceOf(SimError)
+    expect((raw as SimError).kind).toBe('bad-input')
+    const error = fromSimError(raw)
     expect(error).toBeInstanceOf(PdError)
     expect((error as PdError).exitCode).toBe(2)
     expect((error as PdError).message).toMatch(text)
@@ -38,6 +44,24 @@ function expectBadInput(fn: () => unknown, text: RegExp): void {
   }
   throw new Error('expected bad input')
 }
+
+describe('twin errors as the CLI reports them', () => {
+  it('keeps message, suggestion and cause, with the exit code of the kind', () => {
+    const cause = new Error('underneath')
+    const cases: Array<[SimError, number, string]> = [
+      [new SimError('bad-input', 'a', {suggestion: 'x'}), 2, 'E_INPUT'],
+      [new SimError('unavailable', 'b', {suggestion: 'y', cause}), 5, 'E_UNREACHABLE'],
+      [new SimError('cleanup-unverified', 'c', {suggestion: 'z'}), 4, 'E_CLEANUP'],
+    ]
+    for (const [sim, exit, code] of cases) {
+      const pd = fromSimError(sim) as PdError
+      expect(pd).toBeInstanceOf(PdError)
+      expect([pd.exitCode, pd.code, pd.message, pd.suggestion, pd.cause]).toEqual([exit, code, sim.message, sim.suggestion, sim.cause])
+    }
+    const other = new Error('not the twin')
+    expect(fromSimError(other)).toBe(other)
+  })
+})
 
 describe('sim up options', () => {
   it('defaults to 8 GPUs, TP 4 + 4, nixl, watchdog all, SGLang timeouts and the fixture port layout', () => {
@@ -72,7 +96,8 @@ describe('ports', () => {
     try {
       await assertPortsFree('127.0.0.1', {decode: port}, 'x').then(() => {
         throw new Error('expected a port error')
-      }, (error: PdError) => {
+      }, (raw: unknown) => {
+        const error = fromSimError(raw) as PdError
         expect(error.exitCode).toBe(2)
         expect(error.message).toContain(`port ${port} (decode)`)
         expect(error.message).toContain(`pid ${process.pid}`)
@@ -88,8 +113,11 @@ describe('deployment file', () => {
     const dir = tmp()
     const c = buildSimConfig({stateDir: dir, deadlineS: 12, pollS: 0.5, basePort: 41_000, backend: 'mooncake'})
     const file = writeDeploymentFile(c)
-    const parsed = DeploymentSchema.parse(parse(readFileSync(file, 'utf8')))
+    const text = readFileSync(file, 'utf8')
+    const parsed = DeploymentSchema.parse(parse(text))
     expect(parsed).toEqual(twinDeployment(c))
+    // The schema reads it back to the very same document, key for key: the file is what the schema would write.
+    expect(text).toBe(`# Written by \`pdchaos sim up\` for the twin in ${dir}. Rewritten on every up.\n` + stringify(parsed))
     expect(parsed.host).toEqual({kind: 'local'})
     expect(parsed.labels).toEqual({environment: 'twin'})
     expect(parsed.backend).toBe('mooncake')
@@ -154,7 +182,7 @@ describe('lock and processes', () => {
     try {
       acquireLock(dir)
     } catch (error) {
-      expect((error as PdError).suggestion).toBe(`pdchaos sim down --state-dir ${dir}`)
+      expect((fromSimError(error) as PdError).suggestion).toBe(`pdchaos sim down --state-dir ${dir}`)
     }
     // A lock whose processes are all gone is stale.
     writeFileSync(join(dir, 'sim.lock'), JSON.stringify({owner: {pid: 2 ** 22 + 9, start: '1'}, createdAt: 0, services: {}}))

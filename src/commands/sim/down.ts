@@ -1,6 +1,7 @@
 import {BaseCommand} from '../../cli/base-command.js'
-import {type SimDownResult, simDown} from '../../sim/lifecycle/index.js'
-import {stateDirFlag} from '../../sim/lifecycle/cli-flags.js'
+import {stateDirFlag} from '../../cli/sim-flags.js'
+import {simDown} from '../../cli/twin.js'
+import type {SimDownResult} from '../../sim/lifecycle/index.js'
 
 export default class SimDown extends BaseCommand<typeof SimDown> {
   static override summary = "Stop the twin's processes (only its own); safe to run when nothing runs."

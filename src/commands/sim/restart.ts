@@ -1,8 +1,9 @@
 import {Args, Flags} from '@oclif/core'
 
 import {BaseCommand} from '../../cli/base-command.js'
-import {type SimRestartResult, simRestart} from '../../sim/lifecycle/index.js'
-import {seconds, stateDirFlag} from '../../sim/lifecycle/cli-flags.js'
+import {seconds, stateDirFlag} from '../../cli/sim-flags.js'
+import {simRestart} from '../../cli/twin.js'
+import type {SimRestartResult} from '../../sim/lifecycle/index.js'
 
 export default class SimRestart extends BaseCommand<typeof SimRestart> {
   static override summary = "Restart one of the twin's services as an operator's restart command would."

@@ -1,6 +1,7 @@
 import {BaseCommand} from '../../cli/base-command.js'
-import {type SimStatusResult, simStatus} from '../../sim/lifecycle/index.js'
-import {stateDirFlag} from '../../sim/lifecycle/cli-flags.js'
+import {stateDirFlag} from '../../cli/sim-flags.js'
+import {simStatus} from '../../cli/twin.js'
+import type {SimStatusResult} from '../../sim/lifecycle/index.js'
 
 export default class SimStatus extends BaseCommand<typeof SimStatus> {
   static override summary = "The twin's own view: which services run, pids, health, ports, ranks and GPUs."

@@ -1,9 +1,10 @@
 import {Flags} from '@oclif/core'
 
 import {BaseCommand} from '../../cli/base-command.js'
-import {type SimUpResult, simUp} from '../../sim/lifecycle/index.js'
+import {seconds, stateDirFlag} from '../../cli/sim-flags.js'
+import {simUp} from '../../cli/twin.js'
+import type {SimUpResult} from '../../sim/lifecycle/index.js'
 import {BUG_NAMES} from '../../sim/sim-config.js'
-import {seconds, stateDirFlag} from '../../sim/lifecycle/cli-flags.js'
 
 export default class SimUp extends BaseCommand<typeof SimUp> {
   static override summary = 'Start the twin: an SGLang-like PD deployment (prefill, decode, router) on this machine.'

@@ -3,8 +3,7 @@ import {join} from 'node:path'
 import {fileURLToPath} from 'node:url'
 import {stringify} from 'yaml'
 
-import {type Deployment, DeploymentSchema, type DeploymentInput} from '../../deployment/config.js'
-import {type SimConfig, simPaths} from '../sim-config.js'
+import {type Backend, type SimConfig, simPaths, type WatchdogScope} from '../sim-config.js'
 import {endpoints} from './files.js'
 import type {Service} from './lock.js'
 
@@ -21,20 +20,51 @@ export function restartArgv(stateDir: string, service: Service): string[] {
   return [process.execPath, cliEntry(), 'sim', 'restart', service, '--state-dir', stateDir]
 }
 
-/** The deployment file for a twin, validated by the same schema pdchaos reads deployments with. */
-export function twinDeployment(config: SimConfig): Deployment {
+interface TwinService {
+  url: string
+  healthPath: string
+  restart: string[]
+  logs: {file: string}
+}
+
+/**
+ * The deployment file the twin writes for pdchaos (pdchaos.yaml in its state dir): a local host, the services'
+ * URLs, restart commands and logs, and the watchdog contract. Every field is filled in and the keys are in the
+ * order pdchaos's deployment file lists them, so the file reads like one written by hand.
+ */
+export interface TwinDeployment {
+  version: 1
+  name: string
+  labels: Record<string, string>
+  host: {kind: 'local'}
+  sudo: 'never'
+  stateDir: string
+  services: {
+    prefill: TwinService & {bootstrapPort: number}
+    decode: TwinService
+    router: TwinService & {readinessPath: string; metricsUrl: string}
+  }
+  backend: Backend
+  tools: {nvidiaSmi: string}
+  watchdog: {scope: WatchdogScope; deadlineSeconds: number; pollSeconds: number}
+  sglangVersion: string
+}
+
+/** The deployment file for a twin. */
+export function twinDeployment(config: SimConfig): TwinDeployment {
   const e = endpoints(config)
   const p = simPaths(config.stateDir)
-  const input: DeploymentInput = {
+  return {
     version: 1,
     name: 'pdchaos-twin',
     labels: {environment: 'twin'},
     host: {kind: 'local'},
+    sudo: 'never',
     stateDir: join(config.stateDir, 'host-state'),
     services: {
-      prefill: {url: e.prefill, healthPath: '/health', bootstrapPort: config.ports.bootstrap, restart: restartArgv(config.stateDir, 'prefill'), logs: {file: p.log('prefill')}},
+      prefill: {url: e.prefill, healthPath: '/health', restart: restartArgv(config.stateDir, 'prefill'), logs: {file: p.log('prefill')}, bootstrapPort: config.ports.bootstrap},
       decode: {url: e.decode, healthPath: '/health', restart: restartArgv(config.stateDir, 'decode'), logs: {file: p.log('decode')}},
-      router: {url: e.router, healthPath: '/health', readinessPath: '/readiness', metricsUrl: e.routerMetrics, restart: restartArgv(config.stateDir, 'router'), logs: {file: p.log('router')}},
+      router: {url: e.router, healthPath: '/health', restart: restartArgv(config.stateDir, 'router'), logs: {file: p.log('router')}, readinessPath: '/readiness', metricsUrl: e.routerMetrics},
     },
     backend: config.backend,
     // A real host has nvidia-smi on its PATH; the twin's stand-in lives in its state dir.
@@ -42,7 +72,6 @@ export function twinDeployment(config: SimConfig): Deployment {
     watchdog: {scope: config.watchdog.scope, deadlineSeconds: config.watchdog.deadlineS, pollSeconds: config.watchdog.pollS},
     sglangVersion: config.version,
   }
-  return DeploymentSchema.parse(input)
 }
 
 export function writeDeploymentFile(config: SimConfig): string {

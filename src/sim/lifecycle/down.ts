@@ -1,11 +1,10 @@
 import {readFileSync, rmSync} from 'node:fs'
 
-import {PdError} from '../../errors.js'
-import {ExitCode} from '../../exit-codes.js'
 import {simPaths} from '../sim-config.js'
 import {readServiceFile} from './files.js'
 import {readLock, removeLock, type Service, SERVICES} from './lock.js'
 import {type ProcRef, procStart, refOf, stopGroup} from './procs.js'
+import {SimError} from './sim-error.js'
 
 export interface SimDownResult {
   stateDir: string
@@ -65,8 +64,8 @@ export async function simDown(stateDir: string, termMs = 5000): Promise<SimDownR
   }))
   const stuck = results.filter((r) => !r.gone)
   if (stuck.length > 0) {
-    throw new PdError(`could not stop ${stuck.map((s) => `${s.service} (pid ${s.pid})`).join(', ')} even with SIGKILL`, {
-      exit: ExitCode.cleanupUnverified, suggestion: `check the processes by hand: ps -o pid,stat,cmd -g ${stuck.map((s) => s.pid).join(',')}`,
+    throw new SimError('cleanup-unverified', `could not stop ${stuck.map((s) => `${s.service} (pid ${s.pid})`).join(', ')} even with SIGKILL`, {
+      suggestion: `check the processes by hand: ps -o pid,stat,cmd -g ${stuck.map((s) => s.pid).join(',')}`,
     })
   }
   for (const service of SERVICES) rmSync(paths.service(service), {force: true})

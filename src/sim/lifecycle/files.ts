@@ -1,7 +1,7 @@
 import {mkdirSync, readFileSync, renameSync, writeFileSync} from 'node:fs'
 import {dirname} from 'node:path'
 
-import {badInput} from '../../errors.js'
+import {badInput} from './sim-error.js'
 import {type SimConfig, simPaths} from '../sim-config.js'
 import type {Service} from './lock.js'
 

@@ -1,7 +1,7 @@
 import {mkdirSync, openSync, closeSync, readFileSync, renameSync, rmSync, writeFileSync} from 'node:fs'
 import {dirname} from 'node:path'
 
-import {badInput} from '../../errors.js'
+import {badInput} from './sim-error.js'
 import type {Role} from '../sim-config.js'
 import {simPaths} from '../sim-config.js'
 import {isSameProcess, type ProcRef, refOf} from './procs.js'

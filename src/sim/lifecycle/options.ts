@@ -1,7 +1,7 @@
 import {isIP} from 'node:net'
 import {resolve} from 'node:path'
 
-import {badInput} from '../../errors.js'
+import {badInput} from './sim-error.js'
 import {type Backend, BUG_NAMES, type BugName, type SimConfig, type WatchdogScope} from '../sim-config.js'
 
 /** What `pdchaos sim up` takes (flags map 1:1); every field optional, defaults below. */

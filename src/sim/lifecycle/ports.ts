@@ -1,6 +1,6 @@
 import net from 'node:net'
 
-import {badInput} from '../../errors.js'
+import {badInput} from './sim-error.js'
 import {portHolder} from './procs.js'
 
 /** Try to bind host:port and release it: undefined when free, else the errno code. */

@@ -1,7 +1,7 @@
 import {rmSync} from 'node:fs'
 import {performance} from 'node:perf_hooks'
 
-import {badInput, PdError, unreachable} from '../../errors.js'
+import {badInput, SimError, unavailable} from './sim-error.js'
 import {simPaths} from '../sim-config.js'
 import {readSimConfig} from './files.js'
 import {readLock, type Service, SERVICES, writeLock} from './lock.js'
@@ -40,7 +40,7 @@ export async function simRestart(stateDir: string, service: string, waitS = 30):
   const portDeadline = Date.now() + 5000
   for (const port of ports) {
     while ((await probeBind(config.host, port)) === 'EADDRINUSE') {
-      if (Date.now() > portDeadline) throw unreachable(`port ${port} of ${svc} is still in use after stopping it`, 'find the holder with ss -ltnp and stop it')
+      if (Date.now() > portDeadline) throw unavailable(`port ${port} of ${svc} is still in use after stopping it`, 'find the holder with ss -ltnp and stop it')
       await sleep(50)
     }
   }
@@ -61,7 +61,7 @@ export async function simRestart(stateDir: string, service: string, waitS = 30):
   } catch (error) {
     // Nothing half-started: the failed service is stopped again (the others keep running).
     if (isSameProcess(ref)) await stopGroup(ref, 3000, 2000)
-    if (error instanceof PdError) throw error
-    throw unreachable(`restart of ${svc} failed: ${(error as Error).message}`, `read ${simPaths(stateDir).log(svc)}`)
+    if (error instanceof SimError) throw error
+    throw unavailable(`restart of ${svc} failed: ${(error as Error).message}`, `read ${simPaths(stateDir).log(svc)}`)
   }
 }

@@ -1,7 +1,7 @@
 import http from 'node:http'
 import {fileURLToPath} from 'node:url'
 
-import {unreachable} from '../../errors.js'
+import {unavailable} from './sim-error.js'
 import {entryArgv} from '../entry.js'
 import {SIM_ENV, type SimConfig, simPaths} from '../sim-config.js'
 import {endpoints, causeFromLog, readServiceFile, type ServiceFile} from './files.js'
@@ -86,7 +86,7 @@ export async function waitHealthy(config: SimConfig, service: Service, ref: Proc
   for (;;) {
     if (!isSameProcess(ref)) {
       const cause = causeFromLog(log)
-      throw unreachable(`${service} exited while starting${cause ? `: ${cause}` : ''}`, `read ${log}`)
+      throw unavailable(`${service} exited while starting${cause ? `: ${cause}` : ''}`, `read ${log}`)
     }
     const file = readServiceFile(config.stateDir, service)
     if (file?.pid === ref.pid) {
@@ -96,7 +96,7 @@ export async function waitHealthy(config: SimConfig, service: Service, ref: Proc
     if (Date.now() >= deadline) {
       const cause = causeFromLog(log)
       const state = file?.pid === ref.pid ? `${healthUrl(config, service)} answered ${lastStatus || 'nothing'}` : 'it never reported ready'
-      throw unreachable(`${service} did not become healthy in time (${state})${cause ? `; last log line: ${cause}` : ''}`, `read ${log}, or pass a longer --wait`)
+      throw unavailable(`${service} did not become healthy in time (${state})${cause ? `; last log line: ${cause}` : ''}`, `read ${log}, or pass a longer --wait`)
     }
     await sleep(50)
   }

@@ -1,8 +1,6 @@
 import {mkdirSync, rmSync} from 'node:fs'
 import {performance} from 'node:perf_hooks'
 
-import {PdError, unreachable} from '../../errors.js'
-import {ExitCode} from '../../exit-codes.js'
 import {type SimConfig, simPaths} from '../sim-config.js'
 import {writeDeploymentFile} from './deployment-file.js'
 import {endpoints, writeJsonAtomic} from './files.js'
@@ -12,6 +10,7 @@ import {buildSimConfig, type SimUpOptions, UP_DEFAULTS} from './options.js'
 import {assertPortsFree} from './ports.js'
 import {isSameProcess, type ProcRef, stopGroup} from './procs.js'
 import {startService, waitHealthy} from './services.js'
+import {EXIT_INTERRUPTED, SimError, unavailable} from './sim-error.js'
 
 export interface SimUpResult {
   stateDir: string
@@ -45,7 +44,7 @@ export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
       rmSync(paths.service(service), {force: true})
     }
     removeLock(stateDir)
-    process.exit(ExitCode.stopped)
+    process.exit(EXIT_INTERRUPTED)
   }
   process.once('SIGINT', onSignal)
   process.once('SIGTERM', onSignal)
@@ -94,8 +93,8 @@ export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
     await Promise.all(started.map(([, ref]) => stopGroup(ref, 3000, 2000)))
     for (const [service] of started) rmSync(paths.service(service), {force: true})
     removeLock(stateDir)
-    if (error instanceof PdError) throw error
-    throw unreachable(`sim up failed: ${(error as Error).message}`, downHint(stateDir), error)
+    if (error instanceof SimError) throw error
+    throw unavailable(`sim up failed: ${(error as Error).message}`, downHint(stateDir), error)
   } finally {
     process.off('SIGINT', onSignal)
     process.off('SIGTERM', onSignal)

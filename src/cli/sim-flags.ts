@@ -1,9 +1,9 @@
 import {Flags} from '@oclif/core'
 
-import {badInput} from '../../errors.js'
-import {defaultSimDir} from '../../state-dir.js'
+import {badInput} from '../errors.js'
+import {defaultSimDir} from '../state-dir.js'
 
-/** The twin's state dir flag (same env variable as the global --state-dir). */
+/** The twin's state dir flag of `pdchaos sim …` (same env variable as the global --state-dir). */
 export const stateDirFlag = Flags.string({
   summary: "The twin's state dir (default $PDCHAOS_SIM_DIR or ~/.local/state/pdchaos/sim).",
   env: 'PDCHAOS_SIM_DIR',

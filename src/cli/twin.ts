@@ -1,0 +1,47 @@
+import type {DeploymentInput} from '../deployment/config.js'
+import {PdError} from '../errors.js'
+import {ExitCode, type ExitCodeValue} from '../exit-codes.js'
+import * as lifecycle from '../sim/lifecycle/index.js'
+import {type EXIT_INTERRUPTED, SimError, type SimErrorKind, type SimUpOptions, type TwinDeployment} from '../sim/lifecycle/index.js'
+
+/**
+ * The CLI's door to the twin's lifecycle (`pdchaos sim …` and `--sim`): the same calls, with the twin's errors
+ * turned into the CLI's, so a command renders them with DESIGN.md's exit codes like any other error.
+ */
+
+const EXIT: Record<SimErrorKind, ExitCodeValue> = {
+  'bad-input': ExitCode.badInput,
+  unavailable: ExitCode.unreachable,
+  'cleanup-unverified': ExitCode.cleanupUnverified,
+}
+
+/** A SimError as the CLI's PdError (same message, suggestion and cause; the exit code of its kind); anything else as it is. */
+export function fromSimError(error: unknown): unknown {
+  if (!(error instanceof SimError)) return error
+  const pd = new PdError(error.message, {exit: EXIT[error.kind], suggestion: error.suggestion, cause: error.cause})
+  // Where the twin raised it, for --verbose.
+  if (error.stack) pd.stack = error.stack.replace(/^SimError/, pd.name)
+  return pd
+}
+
+async function translated<T>(call: () => Promise<T>): Promise<T> {
+  try {
+    return await call()
+  } catch (error) {
+    throw fromSimError(error)
+  }
+}
+
+export const simUp = (options: SimUpOptions): Promise<lifecycle.SimUpResult> => translated(() => lifecycle.simUp(options))
+export const simDown = (stateDir: string): Promise<lifecycle.SimDownResult> => translated(() => lifecycle.simDown(stateDir))
+export const simStatus = (stateDir: string): Promise<lifecycle.SimStatusResult> => translated(() => lifecycle.simStatus(stateDir))
+export const simRestart = (stateDir: string, service: string, waitS?: number): Promise<lifecycle.SimRestartResult> =>
+  translated(() => lifecycle.simRestart(stateDir, service, waitS))
+
+// Checked when compiling: an interrupted `sim up` exits with DESIGN.md's "stopped", and the file the twin writes is
+// one the deployment schema reads (test/sim checks that it reads back to the very same document).
+type Holds<T extends true> = T
+export type TwinAgreesWithCli = [
+  Holds<typeof EXIT_INTERRUPTED extends typeof ExitCode.stopped ? true : false>,
+  Holds<TwinDeployment extends DeploymentInput ? true : false>,
+]
