@@ -1,7 +1,7 @@
 import {ExitCode, type ExitCodeValue} from './exit-codes.js'
 
 /**
- * An error a user can act on: a one-line cause, a suggestion, and the exit code DESIGN.md assigns.
+ * An error a user can act on: a one-line cause, a suggestion, and the exit code the README assigns.
  * Library code throws these; the base command renders them without a stack trace.
  */
 export class PdError extends Error {

@@ -1,4 +1,4 @@
-/** The exit codes of DESIGN.md: scripts and CI gate on these, with or without --json. */
+/** The exit codes (the README's table): scripts and CI gate on these, with or without --json. */
 export const ExitCode = {
   ok: 0,
   checkFailed: 1,

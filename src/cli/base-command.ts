@@ -9,7 +9,7 @@ export type BaseArgs<T extends typeof Command> = Interfaces.InferredArgs<T['args
 
 /**
  * Every pdchaos command: --json discipline (stdout holds one JSON document and nothing else),
- * DESIGN.md exit codes also under --json, one-line errors with a suggestion, spinners on a TTY only.
+ * the README's exit codes also under --json, one-line errors with a suggestion, spinners on a TTY only.
  */
 export abstract class BaseCommand<T extends typeof Command> extends Command {
   static override enableJsonFlag = true

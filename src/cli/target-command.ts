@@ -79,7 +79,7 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
     return r
   }
 
-  /** DESIGN.md's exit codes for a run: stopped 3; a gate decides 0 or 1; a fault left behind 4; a failed check or a
+  /** The README's exit codes for a run: stopped 3; a gate decides 0 or 1; a fault left behind 4; a failed check or a
    * scenario without a verdict 1; else 0. */
   protected setRunExitCode(run: SuiteRun): void {
     const c = runCounts(run)

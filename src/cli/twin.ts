@@ -6,7 +6,7 @@ import {type EXIT_INTERRUPTED, SimError, type SimErrorKind, type SimUpOptions, t
 
 /**
  * The CLI's door to the twin's lifecycle (`pdchaos sim …` and `--sim`): the same calls, with the twin's errors
- * turned into the CLI's, so a command renders them with DESIGN.md's exit codes like any other error.
+ * turned into the CLI's, so a command renders them with the README's exit codes like any other error.
  */
 
 const EXIT: Record<SimErrorKind, ExitCodeValue> = {
@@ -38,7 +38,7 @@ export const simStatus = (stateDir: string): Promise<lifecycle.SimStatusResult> 
 export const simRestart = (stateDir: string, service: string, waitS?: number): Promise<lifecycle.SimRestartResult> =>
   translated(() => lifecycle.simRestart(stateDir, service, waitS))
 
-// Checked when compiling: an interrupted `sim up` exits with DESIGN.md's "stopped", and the file the twin writes is
+// Checked when compiling: an interrupted `sim up` exits with the README's "stopped", and the file the twin writes is
 // one the deployment schema reads (test/sim checks that it reads back to the very same document).
 type Holds<T extends true> = T
 export type TwinAgreesWithCli = [

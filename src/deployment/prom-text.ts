@@ -3,7 +3,7 @@ import {ExitCode} from '../exit-codes.js'
 
 /**
  * A small parser for the Prometheus text exposition format and OpenMetrics 1.0, as SGLang (prometheus_client),
- * the router and prom-client serve them. No package fits (reference/ecosystem.md §5): the candidates lose the
+ * the router and prom-client serve them. No package fits: the candidates lose the
  * labels of labelled histograms or reject `sglang:`/`vllm:` names and NaN.
  *
  * Output is flat: one sample per line, with its family. Timestamps are normalised to epoch milliseconds

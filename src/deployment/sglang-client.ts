@@ -9,7 +9,7 @@ import {type ParsedMetrics, parsePromText} from './prom-text.js'
 
 /**
  * HTTP client of one SGLang server (prefill or decode), with SGLang's own endpoint names
- * (reference/sglang-pd.md §7). Probes have a short timeout; generation requests a long one of their own and a signal,
+ * (SGLang's entrypoints/http_server.py). Probes have a short timeout; generation requests a long one of their own and a signal,
  * since a pinned request is expected to hang until something evicts it.
  */
 

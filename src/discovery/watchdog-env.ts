@@ -18,7 +18,7 @@ export const TIMEOUT_ENV = {
   heartbeatMaxFailure: 'SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE',
 } as const
 
-/** SGLang's defaults (reference/sglang-pd.md §2) for variables a process leaves unset. */
+/** SGLang's defaults (python/sglang/srt/environ.py) for variables a process leaves unset. */
 export const TIMEOUT_DEFAULTS = {bootstrapTimeout: 300, waitingTimeout: 300, heartbeatInterval: 5, heartbeatMaxFailure: 2}
 
 export interface EnvWatchdog {

@@ -18,7 +18,7 @@ import {parsePid} from './local-host.js'
 import {describeArgv, shellCommand} from './quote.js'
 import {expandTilde, parseJumpSpec, readSshConfigFile, resolveSshConfig} from './ssh-config.js'
 
-// ssh2 is CommonJS: only a default import works at runtime under ESM (ecosystem.md pitfall 9).
+// ssh2 is CommonJS: only a default import works at runtime under ESM (its named exports are not seen by Node's ESM loader).
 const {Client, utils} = ssh2
 
 /** Attempts at opening a channel that sshd refused for want of a free session. */

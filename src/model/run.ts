@@ -7,7 +7,7 @@ import type {Verdict} from './verdict.js'
  * so a report can be rendered again later from the journal alone. The runner writes it; reports only read it.
  */
 
-/** One pin as the eviction check judged it (the journal's per-pin record, DESIGN.md's contract). */
+/** One pin as the eviction check judged it (the journal's per-pin record: the README's Outputs list these fields). */
 export interface PinRecord {
   rid: string
   fault?: string

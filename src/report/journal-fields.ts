@@ -9,7 +9,7 @@ export function runJournal(run: SuiteRun, command: string, extra: Record<string,
   return {command, ...run, runId: runIdOf(run), ...extra}
 }
 
-/** The per-pin and per-lease fields DESIGN.md promises, for the top level of an inject result. */
+/** The per-pin and per-lease fields the README promises, for the top level of an inject result. */
 export function injectFields(run: SuiteRun): Record<string, unknown> {
   const s: ScenarioRun | undefined = run.scenarios[0]
   if (!s) return {}

@@ -9,7 +9,7 @@ import {createTestHost, type TestHost} from '../harness/test-host.js'
 import {runCli} from './cli.js'
 
 // What a user sees when the deployment cannot be reached or answers nonsense: one line naming what failed, a
-// suggestion, the exit code of DESIGN.md, no stack trace, and never a hang.
+// suggestion, the README's exit code, no stack trace, and never a hang.
 let host: TestHost
 let garbage: Server
 let garbagePort = 0

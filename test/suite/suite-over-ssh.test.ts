@@ -88,7 +88,7 @@ describe('pdchaos suite over SSH into the namespace host', () => {
       const leases = batch.map((s: any) => s.leases[0])
       expect(Math.max(...leases.map((l: any) => l.injectedAt))).toBeLessThan(Math.min(...leases.map((l: any) => l.revertedAt)))
     }
-    // DESIGN.md journal fields on every pin and lease.
+    // The journal fields the README promises on every pin and lease.
     const pins = j.scenarios.flatMap((s: any) => s.pins)
     expect(pins.length).toBe(3 * 2 + 4 * 2)
     for (const p of pins) {

@@ -10,7 +10,7 @@ import {PromRegistry} from './prom-text.js'
 import {randomRoom} from './room.js'
 
 /**
- * The twin's PD router, modelled on sgl-model-gateway's PD mode (reference/sglang-pd.md §7): one prefill
+ * The twin's PD router, modelled on sgl-model-gateway's PD mode (sgl-model-gateway/src/routers/http/pd_router.rs; docs/twin.md): one prefill
  * and one decode worker, a random 63-bit bootstrap room per request injected into both bodies, both sent
  * at once, and the answer held until prefill resolves (prefill failure -> decode dropped, 502).
  */
