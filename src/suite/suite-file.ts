@@ -1,9 +1,6 @@
-import {readFile} from 'node:fs/promises'
-import {parseDocument} from 'yaml'
 import {z} from 'zod'
 
-import {foldIssues} from '../deployment/load.js'
-import {badInput} from '../errors.js'
+import {loadYamlFile, parseYamlText, type YamlFileKind} from '../deployment/yaml-file.js'
 import {checkFaultParams} from '../faults/params.js'
 import {FAULT_NAMES, getFault} from '../faults/registry.js'
 
@@ -104,35 +101,23 @@ export function oneScenarioSuite(o: {fault: string; params: Record<string, unkno
   return SuiteSchema.parse({name: o.fault, scenarios: [{name: o.fault, fault: o.fault, params: o.params, pins: o.pins}], stop: {kernelXid: false}, load: o.load})
 }
 
+const SUITE_FILE: YamlFileKind = {
+  what: 'suite',
+  schemaCommand: 'pdchaos schema suite',
+  hints: {
+    missing: 'pass an existing file, or none for the built-in suite; `pdchaos schema suite` prints the shape',
+    syntax: 'fix the YAML at that position',
+    empty: '`pdchaos schema suite` prints what a suite file holds',
+  },
+}
+
 export async function loadSuite(file: string): Promise<SuiteFile> {
-  let text: string
-  try {
-    text = await readFile(file, 'utf8')
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code
-    if (code === 'ENOENT') throw badInput(`no suite file at ${file}`, 'pass an existing file, or none for the built-in suite; `pdchaos schema suite` prints the shape')
-    throw badInput(`cannot read suite file ${file}: ${code ?? String(error)}`, 'check the path and its permissions')
-  }
-  return parseSuite(text, file)
+  return loadYamlFile(file, SuiteSchema, SUITE_FILE)
 }
 
 /** Validate suite YAML text; `file` names it in errors. */
 export function parseSuite(text: string, file: string): SuiteFile {
-  const doc = parseDocument(text, {prettyErrors: true, uniqueKeys: true})
-  if (doc.errors.length > 0) {
-    const e = doc.errors[0]
-    const at = e.linePos?.[0]
-    const where = at ? `${file}:${at.line}:${at.col}` : file
-    throw badInput(`${where}: YAML syntax error: ${e.message.split('\n')[0].replace(/ at line \d+, column \d+:?$/, '')}`, 'fix the YAML at that position')
-  }
-  const data: unknown = doc.toJS()
-  if (data === null || data === undefined) throw badInput(`${file} is empty`, '`pdchaos schema suite` prints what a suite file holds')
-  const result = SuiteSchema.safeParse(data)
-  if (!result.success) {
-    const issues = foldIssues(z.prettifyError(result.error))
-    throw badInput(issues.map((issue, i) => (i === 0 ? `${file}: ${issue}` : issue)).join(';\n'), `fix ${file} at ${issues.length === 1 ? 'that path' : 'those paths'}; \`pdchaos schema suite\` prints the expected shape`)
-  }
-  return result.data
+  return parseYamlText(text, file, SuiteSchema, SUITE_FILE)
 }
 
 export function suiteJsonSchema(): Record<string, unknown> {

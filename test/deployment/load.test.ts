@@ -4,11 +4,12 @@ import {tmpdir} from 'node:os'
 import {join} from 'node:path'
 import {promisify} from 'node:util'
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
-import {parse as parseYaml} from 'yaml'
+import {parseDocument, parse as parseYaml} from 'yaml'
 import {z} from 'zod'
 
 import {DeploymentSchema} from '../../src/deployment/config.js'
-import {deploymentJsonSchema, loadDeployment} from '../../src/deployment/load.js'
+import {deploymentJsonSchema, loadDeployment, parseDeployment} from '../../src/deployment/load.js'
+import {duplicateKeyCheck, MAX_YAML_BYTES} from '../../src/deployment/yaml-file.js'
 import {PdError} from '../../src/errors.js'
 
 const run = promisify(execFile)
@@ -37,6 +38,8 @@ backend: nixl
 watchdog: {scope: inflight, deadlineSeconds: 30, pollSeconds: 5}
 sglangVersion: 0.5.10
 `
+
+const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
 
 async function loadError(file: string): Promise<PdError> {
   try {
@@ -117,6 +120,95 @@ describe('loadDeployment', () => {
     expect((await loadError(file('ssh.yaml'))).message).toMatch(/host: an ssh host needs alias or hostname/)
     await writeFile(file('empty.yaml'), '# nothing\n')
     expect((await loadError(file('empty.yaml'))).message).toMatch(/is empty/)
+  })
+
+  it('refuses a file over 1 MiB without parsing it, naming the file and the cap (exit 2)', async () => {
+    const comment = '# ' + 'padding '.repeat(12) + '\n'
+    let padded = GOOD + comment.repeat(Math.floor((MAX_YAML_BYTES - GOOD.length) / comment.length))
+    padded += '#'.repeat(MAX_YAML_BYTES - padded.length - 1) + '\n'
+    expect(Buffer.byteLength(padded)).toBe(MAX_YAML_BYTES)
+    await writeFile(file('at-cap.yaml'), padded)
+    expect((await loadDeployment(file('at-cap.yaml'))).name).toBe('h100-pd')
+
+    await writeFile(file('over-cap.yaml'), padded + '\n')
+    const e = await loadError(file('over-cap.yaml'))
+    expect(e.exitCode).toBe(2)
+    expect(e.message).toBe(`${file('over-cap.yaml')} is larger than 1 MiB, the most pdchaos reads from a deployment file`)
+    // A device has no size to check beforehand: reading stops at the cap.
+    expect((await loadError('/dev/zero')).message).toBe('/dev/zero is larger than 1 MiB, the most pdchaos reads from a deployment file')
+    // Text handed over directly is held to the same cap.
+    expect(() => parseDeployment(padded + '\n', 'inline.yaml')).toThrow(/^inline\.yaml is larger than 1 MiB/)
+  })
+
+  it('finds a duplicate key in one pass over the map, at the line yaml names', async () => {
+    const n = 50_000
+    const keys = Array.from({length: n}, (_, i) => `k${i}: ${i}`).join('\n')
+    await writeFile(file('many-keys.yaml'), `${keys}\nk17: again\n`)
+    const started = performance.now()
+    const e = await loadError(file('many-keys.yaml'))
+    // yaml's own check (uniqueKeys: true) compares every key with every earlier one: about 90 s for this map.
+    expect(performance.now() - started).toBeLessThan(30_000)
+    expect(e.exitCode).toBe(2)
+    expect(e.message).toBe(`${file('many-keys.yaml')}:${n + 1}:1: YAML syntax error: Map keys must be unique`)
+    // One comparison per key after the first, where yaml's own check makes n(n-1)/2.
+    const check = duplicateKeyCheck()
+    let calls = 0
+    parseDocument(keys.split('\n').slice(0, 1000).join('\n'), {uniqueKeys: (a, b) => { calls++; return check.isEqual(a, b) }})
+    expect(calls).toBe(999)
+  })
+
+  it('reports the first YAML error exactly as yaml\'s own duplicate-key check did', () => {
+    const texts = [
+      'name: a\nname: b\n',
+      'a:\n  b: 1\n  b: 2\n',
+      '{a: 1, a: 2}\n',
+      'a: {b: 1, b: \n', // a duplicate, then a flow map that never ends: the duplicate comes first
+      '{x: [1, 2}, x: 1}\n', // the unclosed sequence in the first value comes first
+      'null: \n~: 1\n', // after an empty value yaml places the duplicate at the end of that value
+      '1: x\n"1": y\n', // 1 and "1" differ
+      '.nan: 1\n.nan: 2\n', // NaN is not NaN
+      '? [a]\n: 1\n? [a]\n: 2\n', // collections are never equal
+      '&x a: 1\n*x : 2\n', // nor are aliases
+      '"a": 1\n\'a\': 2\na: 3\n',
+      'a: 1\nb: [\nc: 1\na: 2\n',
+      '- {a: 1, b: 2, a: 3}\n- a: 1\n  a: 2\n',
+      'a: 1\r\nb:\r\n  c: 1\r\n  c: 2\r\n',
+      '%YAML 1.2\n---\na: 1\na: 2\n',
+      'a: 1\n---\na: 1\n',
+      'a: 1\nb: 2\n',
+    ]
+    for (const text of texts) {
+      const own = parseDocument(text, {prettyErrors: true, uniqueKeys: true}).errors[0]
+      const at = own?.linePos?.[0]
+      const expected = own && `${at ? `f.yaml:${at.line}:${at.col}` : 'f.yaml'}: YAML syntax error: ${own.message.split('\n')[0].replace(/ at line \d+, column \d+:?$/, '')}`
+      let got: string | undefined
+      try {
+        parseDeployment(text, 'f.yaml')
+      } catch (error) {
+        got = (error as PdError).message
+      }
+      if (expected) expect(got, JSON.stringify(text)).toBe(expected)
+      else expect(got ?? '', JSON.stringify(text)).not.toMatch(/YAML syntax error/)
+    }
+  })
+
+  it('turns an alias bomb or an alias without its anchor into exit 2 naming the file', async () => {
+    // Ten lines, each nine aliases of the one before: a billion strings once expanded.
+    const lines = ['a: &a ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    for (let i = 1; i < 10; i++) {
+      const name = String.fromCharCode(97 + i)
+      lines.push(`${name}: &${name} [${Array.from({length: 9}, () => `*${String.fromCharCode(96 + i)}`).join(', ')}]`)
+    }
+    await writeFile(file('bomb.yaml'), lines.join('\n') + '\n')
+    const e = await loadError(file('bomb.yaml'))
+    expect(e.exitCode).toBe(2)
+    expect(e.message).toBe(`${file('bomb.yaml')}: YAML cannot be resolved: Excessive alias count indicates a resource exhaustion attack`)
+    expect(e.suggestion).toMatch(/alias/)
+
+    await writeFile(file('dangling.yaml'), GOOD.replace('name: h100-pd', 'name: *nowhere'))
+    const d = await loadError(file('dangling.yaml'))
+    expect(d.exitCode).toBe(2)
+    expect(d.message).toMatch(new RegExp(`^${escape(file('dangling.yaml'))}: YAML cannot be resolved: Unresolved alias .*nowhere$`))
   })
 
   it('the JSON Schema describes the file as written (defaults optional) and accepts the good file', () => {
