@@ -102,6 +102,7 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
   settings.onRecorder?.(rec)
   const signal = settings.signal ?? new AbortController().signal
   let stoppedEarly = false
+  let recoveryStopped = false
   let loadedObserveMs: number | undefined
   let held = false
   try {
@@ -115,8 +116,9 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
       const pinController = new AbortController()
       const pins: Array<{e: Entry; sent: Sent}> = []
       try {
-        // Let the load show the deployment healthy before the fault.
+        // Let the load show the deployment healthy before the fault, and take the counters' baseline.
         if (settings.loadIntervalMs > 0 && settings.mode !== 'hold') await sleep(Math.min(500, settings.loadIntervalMs * 2), signal)
+        await sampleOnce(rec, session)
         await injectAll(guard, planned, rec, ttlMs, signal, say)
         const active = planned.filter((e) => e.lease?.verifiedInjected && e.lease.revertedAt === null)
         if (settings.mode === 'hold') {
@@ -126,7 +128,7 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
           return
         }
         if (!signal.aborted && active.length > 0) {
-          const loaded = await sendPins(session, active, rec, pins, {settings, requestTimeoutMs, signal: pinController.signal, calibration: calibration!})
+          const loaded = await sendPins(session, active, rec, pins, {settings, requestTimeoutMs, signal: pinController.signal, stop: signal, calibration: calibration!})
           loadedObserveMs = loaded
           if (pins.length > 0) {
             const closeAt = Math.max(...pins.map((p) => p.sent.sentAt)) + windowMs + marginMs
@@ -142,6 +144,8 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
         await Promise.all(active.map((e) => revertAndVerify(guard, e.plan!, rec, e.lease!, PROBE_TIMEOUT_MS, (l) => say(`${e.s.name}: ${l}`))))
         await releaseHeld(session, rec, [...pins.map((p) => p.sent), ...load.sent], Math.max(0, ...planned.map((e) => e.lease?.revertedAt ?? 0)))
         if (!signal.aborted) await recover(session, rec, load, settings, signal, say)
+        // A stop after the window (during the revert or the recovery) leaves recovery unproven, not failed.
+        recoveryStopped = signal.aborted
       } finally {
         pinController.abort()
         await load.abandon()
@@ -152,7 +156,7 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
     settings.onRecorder?.(undefined)
   }
   if (held) return {scenarios: heldScenarios(entries, contract, calibration), floorMs: 0}
-  return {scenarios: judgeBatch({entries, observations: rec.sorted(), contract, calibration: calibration!, loadedObserveMs, stoppedEarly, loadIntervalMs: settings.loadIntervalMs, finishedAt: now()}), floorMs: windowMs}
+  return {scenarios: judgeBatch({entries, observations: rec.sorted(), contract, calibration: calibration!, loadedObserveMs, stoppedEarly, recoveryStopped, loadIntervalMs: settings.loadIntervalMs, finishedAt: now()}), floorMs: windowMs}
 }
 
 /** Each scenario under its own lease, all at once (they touch different GPUs, ranks and ports: the planner saw to
@@ -172,7 +176,7 @@ async function injectAll(guard: LeaseGuard, planned: Entry[], rec: Recorder, ttl
  * load when there are many of them (the same hops as calibration), so ε can use the larger of idle and loaded.
  */
 async function sendPins(session: RunSession, active: Entry[], rec: Recorder, pins: Array<{e: Entry; sent: Sent}>,
-  o: {settings: BatchSettings; requestTimeoutMs: number; signal: AbortSignal; calibration: Calibrated}): Promise<number | undefined> {
+  o: {settings: BatchSettings; requestTimeoutMs: number; signal: AbortSignal; stop: AbortSignal; calibration: Calibrated}): Promise<number | undefined> {
   const {settings} = o
   settings.say(`sending pins: ${active.map((e) => `${e.s.name} ${e.plan!.trials ? `${e.plan!.trials.length} abort trials` : `${e.s.pins} pin(s)`}`).join(', ')}`)
   const totalPins = active.reduce((n, e) => n + (e.plan!.trials ? 0 : e.s.pins), 0)
@@ -190,8 +194,9 @@ async function sendPins(session: RunSession, active: Entry[], rec: Recorder, pin
     const base = {role: 'pin' as const, fault: plan.fault, scenario: e.s.name, timeoutMs: o.requestTimeoutMs, signal: o.signal, promptTokens: settings.promptTokens,
       ...(pinState === 'trials' ? {expectedState: {queue: 'inflight' as const, kvPoll: 'Transferring' as const}} : {expectedState: pinState})}
     if (!plan.trials) {
-      for (let i = 0; i < e.s.pins; i++) {
-        if (i > 0 && i % settings.pinPacing.burst === 0) await sleep(settings.pinPacing.gapMs)
+      for (let i = 0; i < e.s.pins && !o.stop.aborted; i++) {
+        if (i > 0 && i % settings.pinPacing.burst === 0) await sleep(settings.pinPacing.gapMs, o.stop)
+        if (o.stop.aborted) break
         pins.push({e, sent: sendRequest(session.router, rec, base)})
       }
       return

@@ -49,6 +49,8 @@ export interface BatchTimeline {
   loadedObserveMs?: number
   /** The batch stopped before its window closed: no eviction verdict. */
   stoppedEarly: boolean
+  /** The batch stopped after its window, before recovery was proven: no recovery verdict. */
+  recoveryStopped?: boolean
   loadIntervalMs: number
   finishedAt: number
 }
@@ -57,7 +59,7 @@ export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
   const calibration = b.loadedObserveMs !== undefined && b.loadedObserveMs > b.calibration.observeMs ? {...b.calibration, observeMs: b.loadedObserveMs} : b.calibration
   const whole: Timeline = {contract: b.contract, calibration, observations: b.observations}
   const anyTrials = b.entries.some((e) => e.plan?.trials)
-  const batchVerdicts: Verdict[] = b.stoppedEarly ? [] : [
+  const batchVerdicts: Verdict[] = b.stoppedEarly || b.recoveryStopped ? [] : [
     // Abort trials move several counters through several paths (honoured, lost, evicted, cleaned up): their own
     // verdicts judge them, so the counter balance is checked for watchdog pins only.
     ...checkRecovery(whole, {failureCounters: anyTrials ? [] : [WATCHDOG_EVICTED_TOTAL]}),
@@ -88,6 +90,7 @@ export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
       run.verdicts.push(...batchVerdicts.map((v) => ({...v, subject: v.subject + label})))
     }
     if (b.stoppedEarly) run.error = 'stopped before its window closed: no eviction verdict'
+    else if (b.recoveryStopped) run.error = 'stopped before recovery was proven: no recovery verdict'
     return run
   })
 }

@@ -20,11 +20,13 @@ export async function injectUnderLease(guard: LeaseGuard, plan: FaultPlan, rec: 
     verifiedInjected: false, verifiedClean: false, expiresAt: lease.expiresAt, evidence: {injected: [], clean: []},
   }
   say(`injecting ${plan.fault} (${plan.mechanism}) under lease ${lease.id}`)
+  // The fault may act from the moment its first command starts: the window opens then, not when the command returns.
+  const startedAt = now()
   for (const argv of plan.inject) {
     const r = await guard.host.run(argv, {timeoutMs: probeMs, sudo: plan.sudo})
     if (r.code !== 0) record.evidence.injected.push(`\`${argv.join(' ')}\` exited ${r.code}: ${oneLine(r.stderr).slice(0, 200)}`)
   }
-  record.injectedAt = now()
+  record.injectedAt = startedAt
   const v = await runProbes(guard.host, plan.verifyInjected, probeMs)
   record.verifiedInjected = v.ok && record.evidence.injected.length === 0
   record.evidence.injected.push(...v.results.map((x) => x.evidence))

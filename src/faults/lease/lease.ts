@@ -253,7 +253,9 @@ export async function listLeases(host: Host, stateDir: string, opts: {timeoutMs?
   const dir = leaseDir(stateDir)
   const active = new Map<string, ActiveLease>()
   const done: DoneLease[] = []
-  for (const chunk of res.stdout.slice(0, nowLine.index).split('\n\u001e\n')) {
+  // The NOW match starts at the newline that ends the last record's separator: keep that newline with the records.
+  const records = res.stdout.slice(0, res.stdout[nowLine.index] === '\n' ? nowLine.index + 1 : nowLine.index)
+  for (const chunk of records.split('\n\u001e\n')) {
     const m = /^F (.*)\n?([\s\S]*)$/.exec(chunk.replace(/^\n+/, ''))
     if (!m) continue
     const file = m[1]!
