@@ -1,5 +1,6 @@
 import {afterAll, afterEach, beforeAll, describe, expect, it} from 'vitest'
 
+import {DEFAULT_PROBE_TIMEOUT_MS, serviceClients} from '../../src/deployment/clients.js'
 import {httpRequest, jsonWithBigInts} from '../../src/deployment/http.js'
 import {sampleValue} from '../../src/deployment/prom-text.js'
 import {RouterClient} from '../../src/deployment/router-client.js'
@@ -298,5 +299,26 @@ describe('rooms, rids and exact JSON', () => {
 
   it('httpRequest refuses to run without a deadline', async () => {
     await expect(httpRequest({service: 's', url: 'http://127.0.0.1:1/', timeoutMs: 0})).rejects.toThrow(/timeoutMs must be positive/)
+  })
+})
+
+describe('serviceClients', () => {
+  const services = {
+    prefill: {url: 'http://10.0.0.5:30000'},
+    decode: {url: 'http://10.0.0.5:30001'},
+    router: {url: 'http://10.0.0.5:8000', metricsUrl: 'http://10.0.0.5:29000'},
+  } as never
+
+  it('builds the three clients from the deployment, named, with one probe deadline', () => {
+    const c = serviceClients({services})
+    expect(c.prefill).toBeInstanceOf(SglangClient)
+    expect(c.router).toBeInstanceOf(RouterClient)
+    expect([c.prefill.service, c.decode.service, c.router.service]).toEqual(['prefill', 'decode', 'router'])
+    expect([c.prefill.baseUrl, c.decode.baseUrl, c.router.baseUrl]).toEqual(['http://10.0.0.5:30000', 'http://10.0.0.5:30001', 'http://10.0.0.5:8000'])
+    expect(c.router.metricsUrl).toBe('http://10.0.0.5:29000/metrics')
+    expect(DEFAULT_PROBE_TIMEOUT_MS).toBe(5000)
+    expect([c.prefill.timeoutMs, c.decode.timeoutMs, c.router.timeoutMs]).toEqual([5000, 5000, 5000])
+    const quick = serviceClients({services}, {timeoutMs: 1000})
+    expect([quick.prefill.timeoutMs, quick.decode.timeoutMs, quick.router.timeoutMs]).toEqual([1000, 1000, 1000])
   })
 })

@@ -1,0 +1,49 @@
+import {getEventListeners} from 'node:events'
+import {describe, expect, it} from 'vitest'
+
+import {sleep, within} from '../../src/util/time.js'
+
+describe('sleep', () => {
+  it('waits the time it is given (a negative time is none)', async () => {
+    const started = performance.now()
+    await sleep(50)
+    expect(performance.now() - started).toBeGreaterThanOrEqual(45)
+    const again = performance.now()
+    await sleep(-10)
+    expect(performance.now() - again).toBeLessThan(40)
+  })
+
+  it('ends at once when its signal is aborted, or already was, and leaves no listener behind', async () => {
+    const controller = new AbortController()
+    const started = performance.now()
+    const slept = sleep(10_000, controller.signal)
+    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(1)
+    setTimeout(() => controller.abort(), 20)
+    await slept
+    expect(performance.now() - started).toBeLessThan(2000)
+    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0)
+
+    const quick = performance.now()
+    await sleep(10_000, controller.signal)
+    expect(performance.now() - quick).toBeLessThan(100)
+
+    // A sleep that runs its course unhooks itself: a long-lived signal does not collect listeners.
+    const live = new AbortController()
+    for (let i = 0; i < 20; i++) await sleep(1, live.signal)
+    expect(getEventListeners(live.signal, 'abort')).toHaveLength(0)
+  })
+})
+
+describe('within', () => {
+  it('gives the value when it comes in time, undefined when it does not', async () => {
+    expect(await within(Promise.resolve(7), 1000)).toBe(7)
+    const never = new Promise<number>(() => {})
+    const started = performance.now()
+    expect(await within(never, 30)).toBeUndefined()
+    expect(performance.now() - started).toBeLessThan(2000)
+  })
+
+  it('passes a rejection through', async () => {
+    await expect(within(Promise.reject(new Error('boom')), 1000)).rejects.toThrow('boom')
+  })
+})
