@@ -1,13 +1,79 @@
-import {defineConfig} from 'vitest/config'
+import {configDefaults, defineConfig} from 'vitest/config'
+
+/**
+ * Two levels of tests.
+ *
+ * - unit (`npm test`): pure code, fake servers on loopback inside the test process, short helper processes
+ *   (sh, sleep). No root, no network namespace, no sshd, no twin, no pdchaos subprocess, no Debian tool. Under 60 s.
+ * - system (`npm run test:all`, which runs both levels, and .ci/run): everything that needs root, a network
+ *   namespace, a real sshd, the twin's processes, the built CLI as a subprocess, a Debian tool (chromium, xmllint,
+ *   Pushgateway), or real processes killed and waited for (leases).
+ *
+ * A new test file is unit unless it is listed here. The test harness refuses, in a unit run, to create a namespace,
+ * start sshd, start a test host or run the CLI (test/harness/level.ts), so a file that needs the system level and
+ * is not listed fails at once with a message that says so.
+ */
+export const SYSTEM_TESTS = [
+  // root, network namespaces, sshd, the twin over SSH, the CLI as a subprocess
+  'test/e2e/**/*.test.ts',
+  'test/harness/**/*.test.ts',
+  'test/suite/suite-over-ssh.test.ts',
+  'test/suite/cli-input.test.ts',
+  'test/deployment/load.test.ts',
+  // a real sshd
+  'test/hosts/ssh-host.test.ts',
+  'test/hosts/quote.test.ts',
+  'test/faults/lease-ssh.test.ts',
+  // network namespaces and packet filters
+  'test/faults/mechanism-packet-filter.test.ts',
+  'test/sim/server-netns.test.ts',
+  // leases: real processes SIGKILLed at random moments, reverters waited for past their TTL
+  'test/faults/lease-kill.test.ts',
+  'test/faults/lease-local.test.ts',
+  // the twin's processes
+  'test/sim/lifecycle-twin.test.ts',
+  'test/sim/server-basic.test.ts',
+  'test/sim/server-faults.test.ts',
+  'test/sim/server-watchdog.test.ts',
+  // Debian tools: chromium, xmllint, prometheus-pushgateway
+  'test/report/html.test.ts',
+  'test/report/junit.test.ts',
+  'test/report/push.test.ts',
+]
 
 export default defineConfig({
   test: {
     disableConsoleIntercept: true,
-    include: ['test/**/*.test.ts'],
-    testTimeout: 60_000,
-    hookTimeout: 120_000,
-    // Real processes, sockets and namespaces: files run one at a time so they never fight over ports or CPU.
-    fileParallelism: false,
     pool: 'forks',
+    projects: [
+      {
+        extends: true,
+        test: {
+          name: 'unit',
+          include: ['test/**/*.test.ts'],
+          exclude: [...configDefaults.exclude, ...SYSTEM_TESTS],
+          env: {PDCHAOS_TEST_LEVEL: 'unit'},
+          testTimeout: 15_000,
+          hookTimeout: 15_000,
+          // Pure code: files may run side by side. Runs first, so a broken unit fails fast.
+          maxWorkers: 2,
+          sequence: {groupOrder: 0},
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'system',
+          include: SYSTEM_TESTS,
+          env: {PDCHAOS_TEST_LEVEL: 'system'},
+          globalSetup: ['test/harness/system-setup.ts'],
+          testTimeout: 60_000,
+          hookTimeout: 120_000,
+          // Real processes, sockets and namespaces: files run one at a time so they never fight over ports or CPU.
+          fileParallelism: false,
+          sequence: {groupOrder: 1},
+        },
+      },
+    ],
   },
 })

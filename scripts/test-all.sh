@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Install everything the tests need (Debian packages, npm packages), build, run every test, and end with
-# the line "N passed, N failed". Safe to run again; cleans up namespaces and processes on every exit path.
+# Install everything the tests need (Debian packages, npm packages), build, run every test (both levels: unit,
+# then system; see vitest.config.ts), and end with the line "N passed, N failed, N skipped" (under CI=true nothing
+# may skip: a skip counts as a failure). Safe to run again; cleans up namespaces and processes on every exit path.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OCLIF_SKIP_NEW_VERSION_CHECK=1
@@ -9,11 +10,13 @@ cleanup() { bash scripts/cleanup-test-hosts.sh >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 trap 'cleanup; exit 130' INT TERM
 
-bash scripts/install-test-deps.sh || { echo "install of test dependencies failed"; echo "0 passed, 1 failed"; exit 1; }
-npm run --silent build || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
+bash scripts/install-test-deps.sh || { echo "install of test dependencies failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+npm run --silent build || { echo "build failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 cleanup
 mkdir -p test-results
-npx vitest run --reporter=default --reporter=json --outputFile.json=test-results/vitest.json
+rm -f test-results/vitest.json test-results/durations.json
+PDCHAOS_DURATIONS_FILE=test-results/durations.json npx vitest run --reporter=default --reporter=json \
+  --reporter=./test/harness/durations-reporter.ts --outputFile.json=test-results/vitest.json
 rc=$?
-node scripts/test-summary.mjs test-results/vitest.json || rc=1
+node scripts/test-summary.mjs test-results/vitest.json test-results/durations.json || rc=1
 exit $rc

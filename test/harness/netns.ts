@@ -4,6 +4,8 @@ import {mkdirSync, rmSync, writeFileSync} from 'node:fs'
 import {tmpdir} from 'node:os'
 import {join} from 'node:path'
 
+import {requireSystemLevel} from './level.js'
+
 /**
  * A throw-away network namespace standing for a remote host: a veth pair pdc-h<N> (root side, 10.231.N.1)
  * <-> pdc-n<N> (inside, 10.231.N.2), lo up inside. Needs root. Every namespace is registered so that it is
@@ -159,6 +161,7 @@ async function addressInUse(index: number): Promise<boolean> {
  * when pdc-h<N> exists, which reserves N against other test processes picking the same one at the same time.
  */
 export async function createNetns(opts: CreateNetnsOptions = {}): Promise<Netns> {
+  requireSystemLevel('createNetns')
   const prefix = opts.prefix ?? 'pdc-'
   if (!prefix.startsWith('pdc-')) throw new Error(`createNetns: prefix must start with 'pdc-' (got '${prefix}')`)
   if (process.getuid?.() !== 0) throw new Error('createNetns: network namespaces need root')

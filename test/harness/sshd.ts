@@ -5,6 +5,7 @@ import {tmpdir} from 'node:os'
 import {join} from 'node:path'
 
 import {fingerprintOf, knownHostsLine as lineFor} from '../../src/hosts/known-hosts.js'
+import {requireSystemLevel} from './level.js'
 
 /**
  * A real OpenSSH sshd (Debian's openssh-server) for tests: its own temp config, host key, client key and
@@ -127,6 +128,7 @@ function waitListening(child: ChildProcess, logPath: string, deadlineMs: number)
 }
 
 export async function startSshd(opts: SshdOptions = {}): Promise<Sshd> {
+  requireSystemLevel('startSshd')
   ensureSshd()
   const ownDir = opts.dir === undefined
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'pdchaos-sshd-'))

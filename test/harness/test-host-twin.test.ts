@@ -1,16 +1,12 @@
 import {existsSync, readdirSync, readFileSync} from 'node:fs'
 import {join} from 'node:path'
-import {fileURLToPath} from 'node:url'
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 import {parse as parseYaml} from 'yaml'
 
 import {DeploymentSchema} from '../../src/deployment/config.js'
 import {createTestHost, type TestHost} from './test-host.js'
 
-// The twin's `sim up` is written by another helper; this file runs once the command exists.
-const simUp = fileURLToPath(new URL('../../src/commands/sim/up.ts', import.meta.url))
-
-describe.skipIf(!existsSync(simUp))('createTestHost with the twin started inside over SSH', () => {
+describe('createTestHost with the twin started inside over SSH', () => {
   let host: TestHost
 
   beforeAll(async () => {
