@@ -4,6 +4,7 @@ import {join} from 'node:path'
 import {afterAll, afterEach, beforeAll, describe, expect, it} from 'vitest'
 
 import type {SshHostConfig} from '../../src/deployment/config.js'
+import {PdError} from '../../src/errors.js'
 import {createLease, revertLease} from '../../src/faults/lease/lease.js'
 import {recoverAll} from '../../src/faults/lease/recover.js'
 import {SshHost, resolveSshEndpoint} from '../../src/hosts/ssh-host.js'
@@ -74,25 +75,46 @@ describe('lease over a real sshd', () => {
     expect(Math.max(...times.create, ...times.revert)).toBeLessThan(1000)
   })
 
-  it('SIGKILL of the creating process at random moments over ssh: the host reverts within the TTL (3 trials)', async () => {
+  it('SIGKILL of the creating process over ssh, with the lease armed and racing its creation: the host reverts within the TTL', async () => {
     const cfg = JSON.stringify(configFor(sshd))
-    for (let i = 0; i < 3; i++) {
+    const TTL_MS = 2000
+    const trials: Array<{kind: 'armed' | 'racing'; killAfterMs: number; armedAfterMs: number | null; armed: boolean}> = []
+    // Armed trials first (the kill lands after the child printed its armed lease); their arming time sets the window
+    // the racing kills spread over, so those land before, inside and just after lease creation over ssh.
+    for (const kind of ['armed', 'armed', 'racing', 'racing'] as const) {
+      const i = trials.length
       const {dir, marker} = fresh()
-      const child = spawnChild(['plain', dir, marker, '2000'], {PDCHAOS_TEST_SSH: cfg})
+      const child = spawnChild(['plain', dir, marker, String(TTL_MS)], {PDCHAOS_TEST_SSH: cfg})
       children.push(child)
       await child.started
-      await sleep(Math.random() * 400)
+      const startedAt = performance.now()
+      let armedAfterMs: number | null = null
+      let killAfterMs: number
+      if (kind === 'armed') {
+        const lease = await child.lease
+        expect(lease, `trial ${i}: the child never armed its lease: ${child.stderr().slice(-500)}`).not.toBeNull()
+        armedAfterMs = performance.now() - startedAt
+        killAfterMs = armedAfterMs + Math.random() * 1000
+      } else {
+        killAfterMs = Math.random() * 1.2 * Math.max(...trials.map((t) => t.armedAfterMs ?? 0))
+      }
+      await sleep(killAfterMs - (performance.now() - startedAt))
       const armed = /^LEASE /m.test(child.stdout())
       child.proc.kill('SIGKILL')
       await child.exit
-      const ok = await eventually(() => activeFiles(dir).length === 0 && reverters(dir).length === 0, 2000 + 2500)
+      const ok = await eventually(() => activeFiles(dir).length === 0 && reverters(dir).length === 0, TTL_MS + 2500)
       expect(ok, `trial ${i}`).toBe(true)
       const doneDir = join(dir, 'leases', 'done')
       const done = existsSync(doneDir) ? readdirSync(doneDir).filter((f) => f.endsWith('.json')).length : 0
-      expect(markerCount(marker)).toBe(done)
-      if (armed) expect(done).toBe(1)
+      expect(done, `trial ${i}`).toBeLessThanOrEqual(1)
+      expect(markerCount(marker), `trial ${i}`).toBe(done)
+      if (armed) expect(done, `trial ${i}: armed before the kill, so the host must revert it`).toBe(1)
       expect(await recoverAll(host, dir, {all: true})).toMatchObject({alreadyClean: true})
+      trials.push({kind, killAfterMs: Math.round(killAfterMs), armedAfterMs, armed})
     }
+    process.stderr.write(`lease-ssh: ${trials.filter((t) => t.armed).length}/${trials.length} killed with the lease armed; ` +
+      `trials ${JSON.stringify(trials)}\n`)
+    expect(trials.filter((t) => t.kind === 'armed' && t.armed)).toHaveLength(2)
   })
 })
 
@@ -105,8 +127,14 @@ describe('with the ssh connection cut', () => {
     const {dir, marker} = fresh()
     const lease = await createLease(host, dir, {fault: 'stall-kv', ttlMs: 1500, revert: markerRevert(marker), command: 'ssh'})
     await sshd.killAll()
-    // The connection is gone (SshHost currently rejects with ssh2's raw "Not connected" here, not a PdError: reported).
-    await expect(host.run(['true'], {timeoutMs: 3000})).rejects.toBeInstanceOf(Error)
+    // The connection is gone: pdchaos's one-line error with exit 5 (unreachable), naming the host. Which line depends on
+    // whether ssh2 has seen the close yet: the lost connection, or the reconnect sshd no longer answers.
+    const where = `ssh root@${sshd.host}:${sshd.port}`
+    const lost = await host.run(['true'], {timeoutMs: 3000}).then(() => undefined, (e: unknown) => e)
+    expect(lost).toBeInstanceOf(PdError)
+    expect(lost).toMatchObject({exitCode: 5, code: 'E_UNREACHABLE'})
+    const message = (lost as PdError).message
+    expect([`lost the connection to ${where}`, `cannot reach ${where}: ECONNREFUSED`].some((p) => message.startsWith(p)), message).toBe(true)
     expect(alive(lease.reverter!.pid)).toBe(true)
     expect(await eventually(() => markerCount(marker) === 1, 1500 + 3000)).toBe(true)
     expect(await eventually(() => activeFiles(dir).length === 0 && !alive(lease.reverter!.pid), 2000)).toBe(true)
