@@ -1,33 +1,25 @@
 import {Flags} from '@oclif/core'
 
-import {BaseCommand} from '../cli/base-command.js'
+import {TargetCommand} from '../cli/target-command.js'
 import {ExitCode} from '../exit-codes.js'
 import {describeExpiry} from '../faults/lease/lease.js'
 import {recoverAll, type RecoverOutcome, type RecoverReport} from '../faults/lease/recover.js'
-import {targetFlags} from '../cli/flags.js'
-import {resolveTarget} from '../cli/target.js'
 
-export default class Recover extends BaseCommand<typeof Recover> {
+export default class Recover extends TargetCommand<typeof Recover> {
   static override summary = 'Revert every fault pdchaos left on the host, from the lease files alone.'
   static override description = 'Reads the leases in the deployment\'s stateDir on the host, runs each revert script (the same one its reverter would run at expiry), then lists the state dir again to verify none is left. Needs no local state; running it twice is safe. Without --all, leases held by a pdchaos still running on this machine are left to it. Exits 4 when a lease could not be reverted cleanly.'
   static override examples = ['<%= config.bin %> recover -c pdchaos.yaml', '<%= config.bin %> recover --sim --all --json']
   static override flags = {
-    ...targetFlags,
+    ...TargetCommand.targetFlags,
     all: Flags.boolean({summary: 'Also revert leases held by a pdchaos still running on this machine.'}),
-    'accept-new-host-key': Flags.boolean({summary: 'Trust and record the host key of a host not yet in known_hosts.'}),
   }
 
   async run(): Promise<RecoverReport> {
     // Never start the twin to recover it: a twin that is not running has nothing of ours to revert.
-    const target = await resolveTarget(this.flags, {startTwin: false})
-    try {
-      const report = await recoverAll(target.host, target.deployment.stateDir, {all: this.flags.all})
-      if (!this.jsonEnabled()) this.log(render(report))
-      if (!report.clean) process.exitCode = ExitCode.cleanupUnverified
-      return report
-    } finally {
-      await target.host.close()
-    }
+    const report = await this.withTarget({startTwin: false}, (t) => recoverAll(t.host, t.deployment.stateDir, {all: this.flags.all}))
+    if (!this.jsonEnabled()) this.log(render(report))
+    if (!report.clean) process.exitCode = ExitCode.cleanupUnverified
+    return report
   }
 }
 

@@ -6,6 +6,7 @@ import {badInput, oneLine} from '../errors.js'
 import type {Host} from '../hosts/host.js'
 import {shellCommand} from '../hosts/quote.js'
 import type {Calibration, PinState, Timeline} from '../model/timeline.js'
+import {sleep} from '../util/time.js'
 
 /**
  * What a fault is to the rest of pdchaos: a pure planner from what discovery saw (plus a few read-only host
@@ -251,6 +252,6 @@ export async function waitProbes(host: Host, probes: Probe[], deadlineMs: number
   for (;;) {
     const r = await runProbes(host, probes, Math.max(1000, Math.min(5000, deadlineMs)))
     if (r.ok || performance.now() + intervalMs > until) return {...r, waitedMs: performance.now() - started}
-    await new Promise((res) => setTimeout(res, intervalMs))
+    await sleep(intervalMs)
   }
 }

@@ -1,8 +1,9 @@
 import {checkCollateral} from '../checks/collateral.js'
 import type {Deployment} from '../deployment/config.js'
-import {RouterClient} from '../deployment/router-client.js'
+import {serviceClients} from '../deployment/clients.js'
 import {oneLine} from '../errors.js'
 import type {Host} from '../hosts/host.js'
+import {sleep} from '../util/time.js'
 import {now, type Recorder} from '../workload/recorder.js'
 import type {StopSpec} from './suite-file.js'
 
@@ -55,7 +56,7 @@ export async function startStopWatch(deployment: Deployment, host: Host, spec: S
     opts.say(`STOP: ${reason}`)
     controller.abort(new Error(reason))
   }
-  const router = new RouterClient(deployment.services.router.url, {service: 'router', timeoutMs: 1000, metricsUrl: deployment.services.router.metricsUrl})
+  const {router} = serviceClients(deployment, {timeoutMs: 1000})
   let baselineXid: Set<string> | undefined
   if (spec.kernelXid) {
     const k = await readKernelLog(host)
@@ -66,7 +67,7 @@ export async function startStopWatch(deployment: Deployment, host: Host, spec: S
   let failingSince: number | undefined
   let lastXidRead = now()
   let closed = false
-  let wake = (): void => {}
+  const closing = new AbortController()
   const loop = (async () => {
     // Bounded: at most one day of checks; the run ends long before.
     for (let i = 0; !closed && i < (86_400_000 / intervalMs); i++) {
@@ -98,16 +99,13 @@ export async function startStopWatch(deployment: Deployment, host: Host, spec: S
         notes.push(`stop-condition check failed once: ${oneLine(error)}`)
       }
       // A sleep that close() cuts short, so closing never waits out an interval.
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, intervalMs)
-        wake = () => { clearTimeout(timer); resolve() }
-      })
+      await sleep(intervalMs, closing.signal)
     }
   })()
   return {
     signal: controller.signal, stop, reason: () => why, notes,
     setRecorder: (r) => { rec = r },
     setRestarting: (on) => { restarting = on },
-    close: async () => { closed = true; wake(); await loop },
+    close: async () => { closed = true; closing.abort(); await loop },
   }
 }
