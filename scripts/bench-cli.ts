@@ -5,12 +5,12 @@
  * `node -e 0` measured in the same run as the baseline (this 2-core machine is noisy). pdchaos runs compiled, as an
  * installed copy runs it (tsc into node_modules/.cache/pdchaos-bench-cli, never dist/). Writes `## CLI` of BENCHMARKS.md.
  */
-import {mkdtempSync, rmSync} from 'node:fs'
+import {mkdtempSync, renameSync, rmSync} from 'node:fs'
 import {cpus, tmpdir} from 'node:os'
 import {join} from 'node:path'
 
 import {createTestHost, type TestHost} from '../test/harness/test-host.js'
-import {compiledCli, median, quantile, repo, runNode, type Run, verdict, writeSection} from './bench-common.js'
+import {compiledCli, manifestOf, median, quantile, repo, runNode, type Run, verdict, writeSection} from './bench-common.js'
 
 const runsArg = process.argv.indexOf('--runs')
 const RUNS = runsArg > 0 ? Number(process.argv[runsArg + 1]) : 10
@@ -49,6 +49,14 @@ async function main(): Promise<void> {
 
   const base = await time('node -e 0', ['-e', '0'])
   const help = await time('pdchaos --help', [cli, '--help'])
+  // As from a build without oclif.manifest.json: oclif then imports every command to list them.
+  renameSync(manifestOf(cli), manifestOf(cli) + '.off')
+  let helpNoManifest: Timed
+  try {
+    helpNoManifest = await time('pdchaos --help (no manifest)', [cli, '--help'])
+  } finally {
+    renameSync(manifestOf(cli) + '.off', manifestOf(cli))
+  }
   const devHelp = await time('bin/dev.js --help (tsx)', [dev, '--help'])
 
   const dir = mkdtempSync(join(tmpdir(), 'pdchaos-test-bench-cli-'))
@@ -76,7 +84,8 @@ async function main(): Promise<void> {
   const body = [
     `\`node --import tsx scripts/bench-cli.ts\`: wall time of one CLI process from spawn to exit, median and p99 of ${RUNS} runs after one`,
     'warm-up each, run sequentially. pdchaos runs compiled as an installed copy does (tsc into node_modules/.cache/pdchaos-bench-cli',
-    'with a copy of bin/run.js and package.json; dependencies from the repo). Baseline: `node -e 0` in the same run.',
+    'with a copy of bin/run.js and package.json, and its oclif.manifest.json as `npm run build` writes it; dependencies from the repo).',
+    'Baseline: `node -e 0` in the same run.',
     '`status --sim` targets a twin already running on loopback; `status -c` goes over SSH (ssh2, pure-JS handshake per process)',
     `into the namespace test host, whose twin runs from the TypeScript sources via tsx. Measured ${new Date().toISOString().slice(0, 10)} on ${cpus().length} cores with other work running.`,
     '',
@@ -84,6 +93,7 @@ async function main(): Promise<void> {
     '|---|---|---|---|---|---|',
     row('`node -e 0` (baseline)', base, '-'),
     row('`pdchaos --help`', help, `< 0.5 s: ${verdict(help.median < 500)}`),
+    row('`pdchaos --help` without oclif.manifest.json (for comparison)', helpNoManifest, '-'),
     row('`pdchaos status --sim --json` (running twin)', simStatus, '-'),
     row('`pdchaos status -c FILE --json` (over SSH)', sshStatus, '-'),
     row('`bin/dev.js --help` (sources via tsx, for comparison)', devHelp, '-'),

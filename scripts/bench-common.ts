@@ -1,7 +1,7 @@
 /**
- * Shared by scripts/bench-cli.ts, bench-faults.ts and bench-accuracy.ts (benchmarks, not tests): the CLI compiled
- * into a private dir as an installed pdchaos runs it, a bounded CLI runner that timestamps stderr lines, quantiles,
- * and rewriting one `## Section` of BENCHMARKS.md.
+ * Shared by the benchmarks (scripts/bench-*.ts, not tests; `npm run bench` runs them all): the CLI compiled into a
+ * private dir as an installed pdchaos runs it, a bounded CLI runner that timestamps stderr lines, quantiles, and
+ * rewriting one `## Section` of BENCHMARKS.md (every benchmark writes through writeSection).
  */
 import {execFileSync, spawn} from 'node:child_process'
 import {copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync} from 'node:fs'
@@ -12,15 +12,16 @@ export const repo = fileURLToPath(new URL('../', import.meta.url))
 
 /**
  * Compile src/ with tsc into node_modules/.cache/<name> (never dist/, which others use) next to a copy of bin/run.js
- * and package.json, so oclif finds the commands at ./dist/commands of that private root. Dependencies resolve from
- * the repo's node_modules (a parent directory). Returns the path of the private bin/run.js.
+ * and package.json, so oclif finds the commands at ./dist/commands of that private root, and write its
+ * oclif.manifest.json as `npm run build` does. Dependencies resolve from the repo's node_modules (a parent directory).
+ * Returns the path of the private bin/run.js.
  */
 export function compiledCli(name = 'pdchaos-bench-cli'): string {
   const out = join(repo, 'node_modules', '.cache', name)
   rmSync(out, {recursive: true, force: true})
   mkdirSync(join(out, 'bin'), {recursive: true})
   const pkg = JSON.parse(readFileSync(join(repo, 'package.json'), 'utf8')) as Record<string, unknown>
-  writeFileSync(join(out, 'package.json'), JSON.stringify({name: pkg.name, version: pkg.version, type: 'module', oclif: pkg.oclif}, null, 2) + '\n')
+  writeFileSync(join(out, 'package.json'), JSON.stringify({name: pkg.name, version: pkg.version, type: 'module', files: pkg.files, oclif: pkg.oclif}, null, 2) + '\n')
   copyFileSync(join(repo, 'bin', 'run.js'), join(out, 'bin', 'run.js'))
   try {
     execFileSync(join(repo, 'node_modules', '.bin', 'tsc'), ['-p', repo, '--outDir', join(out, 'dist'), '--declaration', 'false', '--sourceMap', 'false'], {stdio: 'pipe'})
@@ -28,8 +29,13 @@ export function compiledCli(name = 'pdchaos-bench-cli'): string {
     // Type errors elsewhere in the tree (other work in progress) do not stop tsc from emitting.
   }
   if (!existsSync(join(out, 'dist', 'commands', 'status.js'))) throw new Error(`tsc emitted no commands into ${out}/dist`)
+  // In the private root: `oclif manifest` first deletes ./oclif.manifest.json of its working directory.
+  execFileSync(join(repo, 'node_modules', '.bin', 'oclif'), ['manifest', out], {cwd: out, stdio: 'pipe', env: {...process.env, OCLIF_SKIP_NEW_VERSION_CHECK: '1'}})
   return join(out, 'bin', 'run.js')
 }
+
+/** The manifest of a compiledCli's root (rename it away to time oclif without one). */
+export const manifestOf = (cli: string): string => join(cli, '..', '..', 'oclif.manifest.json')
 
 export interface Line {t: number; line: string}
 export interface Run {code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string; ms: number; lines: Line[]}
@@ -77,12 +83,21 @@ export const median = (xs: number[]): number => {
 
 export const verdict = (met: boolean): string => (met ? 'met' : '**not met**')
 
-/** Replace (or append) the `## <name>` section of BENCHMARKS.md, keeping every other section. */
-export function writeSection(name: string, body: string): void {
-  const file = join(repo, 'BENCHMARKS.md')
+/** The file the benchmarks write: BENCHMARKS.md, or $BENCHMARKS_FILE (to try a benchmark without touching it). */
+export const benchmarksFile = (): string => process.env.BENCHMARKS_FILE || join(repo, 'BENCHMARKS.md')
+
+/**
+ * Replace (or append) the `## <name>` section of BENCHMARKS.md with `body`, keeping every other section; the one
+ * table writer of every scripts/bench-*.ts. Returns the section as written.
+ */
+export function writeSection(name: string, body: string): string {
+  const file = benchmarksFile()
   const section = `## ${name}\n\n${body.trim()}\n`
   const current = existsSync(file) ? readFileSync(file, 'utf8') : '# Benchmarks\n'
-  const re = new RegExp(`^## ${name}\\n[\\s\\S]*?(?=^## |(?![\\s\\S]))`, 'm')
-  const next = re.test(current) ? current.replace(re, section + '\n') : current.trimEnd() + '\n\n' + section
+  const title = name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
+  const re = new RegExp(`^## ${title}\\n[\\s\\S]*?(?=^## |(?![\\s\\S]))`, 'm')
+  // A function, so a `$` in the body is never read as a replacement pattern.
+  const next = re.test(current) ? current.replace(re, () => section + '\n') : current.trimEnd() + '\n\n' + section
   writeFileSync(file, next.trimEnd() + '\n')
+  return section
 }

@@ -25,6 +25,7 @@ import * as srcDown from '../src/sim/lifecycle/down.js'
 import {freePort} from '../src/sim/lifecycle/ports.js'
 import * as srcUp from '../src/sim/lifecycle/up.js'
 import type {SimUpResult} from '../src/sim/lifecycle/up.js'
+import {writeSection} from './bench-common.js'
 
 type Twin = {simUp: typeof srcUp.simUp; simDown: typeof srcDown.simDown}
 
@@ -195,9 +196,7 @@ async function main(): Promise<void> {
     const upMedian = median(upMs)
     const rssMiB = Math.max(idleRss.total, loadedRss.total) / 1024
     const verdict = (met: boolean): string => (met ? 'met' : '**not met**')
-    const section = [
-      '## Twin',
-      '',
+    const body = [
       `\`node --import tsx scripts/bench-sim.ts\`: the default twin (8 GPUs, prefill TP 4 + decode TP 4, nixl, 11 processes), compiled to`,
       `JavaScript as an installed pdchaos runs it (tsc into node_modules/.cache/pdchaos-bench). Load: ${REQUESTS} POST /generate through the router, ${CONCURRENCY} concurrent over keep-alive, 128-token prompts`,
       `(512 chars), max_new_tokens ${MAX_NEW_TOKENS}, capped at ${TIME_CAP_MS / 1000} s. Baseline: the same load loop against a bare Node HTTP server`,
@@ -216,12 +215,7 @@ async function main(): Promise<void> {
       '',
     ].join('\n')
 
-    const file = fileURLToPath(new URL('../BENCHMARKS.md', import.meta.url))
-    const current = existsSync(file) ? readFileSync(file, 'utf8') : '# Benchmarks\n'
-    const re = /^## Twin\n[\s\S]*?(?=^## |(?![\s\S]))/m
-    const next = re.test(current) ? current.replace(re, section + '\n') : current.trimEnd() + '\n\n' + section
-    writeFileSync(file, next.trimEnd() + '\n')
-    process.stdout.write(section + '\n')
+    process.stdout.write(writeSection('Twin', body) + '\n')
   } finally {
     await srcDown.simDown(dir).catch(() => undefined)
     for (const pid of pidsMentioning(dir)) {

@@ -4,11 +4,12 @@
  * Run: node --import tsx scripts/bench-ssh.ts [--count 100]
  */
 import {execa} from 'execa'
-import {existsSync, readFileSync, writeFileSync} from 'node:fs'
+import {writeFileSync} from 'node:fs'
 import {join} from 'node:path'
 
 import {SshHost, resolveSshEndpoint} from '../src/hosts/ssh-host.js'
 import {startSshd, type Sshd} from '../test/harness/sshd.js'
+import {writeSection} from './bench-common.js'
 
 const countArg = process.argv.indexOf('--count')
 const COUNT = countArg > 0 ? Number(process.argv[countArg + 1]) : 100
@@ -72,9 +73,7 @@ async function main(): Promise<void> {
   try { withRc = await measure(dotted, dotCount) } finally { await dotted.stop() }
 
   const ratio = primary.spawn.median / primary.ssh2.median
-  const section = [
-    '## SSH',
-    '',
+  const body = [
     `Per-command latency of \`true\` over ${COUNT} sequential commands against a real OpenSSH sshd on loopback (${ver}), same ed25519 key.`,
     'ssh2: one multiplexed connection (SshHost, a channel per command, connect excluded). ssh: the OpenSSH client spawned per command',
     '(BatchMode, no ControlMaster). Login sessions get a clean HOME (the test harness default). `node --import tsx scripts/bench-ssh.ts`.',
@@ -93,12 +92,7 @@ async function main(): Promise<void> {
     '',
   ].join('\n')
 
-  const file = 'BENCHMARKS.md'
-  const old = existsSync(file) ? readFileSync(file, 'utf8') : '# Benchmarks\n\n'
-  const re = /^## SSH\n[\s\S]*?(?=^## |(?![\s\S]))/m
-  const next = re.test(old) ? old.replace(re, section + '\n') : old.replace(/\n*$/, '\n\n') + section
-  writeFileSync(file, next.replace(/\n{3,}/g, '\n\n'))
-  process.stdout.write(section + '\n')
+  process.stdout.write(writeSection('SSH', body) + '\n')
 }
 
 await main()

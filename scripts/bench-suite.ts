@@ -9,13 +9,14 @@
  * Writes the `## Suite` section of BENCHMARKS.md (other sections are kept).
  */
 import {spawn} from 'node:child_process'
-import {existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync} from 'node:fs'
+import {mkdtempSync, readFileSync, rmSync, writeFileSync} from 'node:fs'
 import {tmpdir} from 'node:os'
 import {join} from 'node:path'
 import {fileURLToPath} from 'node:url'
 
 import {simDown} from '../src/sim/lifecycle/down.js'
 import {simUp} from '../src/sim/lifecycle/up.js'
+import {writeSection} from './bench-common.js'
 
 const BIN = fileURLToPath(new URL('../bin/dev.js', import.meta.url))
 const PINS = Number(process.env.BENCH_PINS ?? 1000)
@@ -100,9 +101,7 @@ async function main(): Promise<void> {
 
     const row = (name: string, r: Cli, j: Record<string, any>) =>
       `| ${name} | ${j.batches.length} | ${s(j.wallMs)} | ${s(j.floorMs)} | ${(j.wallMs / j.floorMs).toFixed(2)}x | ${s(faultMs(j))} / ${s(faultFloor(j))} | ${j.summary.passed}/${j.summary.verdicts} | ${r.code} |`
-    const section = [
-      '## Suite',
-      '',
+    const body = [
       '`node --import tsx scripts/bench-suite.ts`: the built-in suite (`pdchaos suite`, from the sources via tsx) on a fresh twin with the',
       `production-like watchdog (deadline ${DEADLINE} s, poll ${POLL} s), batched and then one scenario at a time in the same run;`,
       `then one scenario of ${PINS} concurrent pins. Floor = sum over batches of deadline + poll, plus the restart's health waits, its`,
@@ -132,12 +131,7 @@ async function main(): Promise<void> {
         '  bootstrap queue (twin truth), which the client-side clock counts: a measurement artefact, not a twin defect.'] : []),
       '',
     ].join('\n')
-    const md = fileURLToPath(new URL('../BENCHMARKS.md', import.meta.url))
-    const current = existsSync(md) ? readFileSync(md, 'utf8') : '# Benchmarks\n'
-    const re = /^## Suite\n[\s\S]*?(?=^## |(?![\s\S]))/m
-    const next = re.test(current) ? current.replace(re, section + '\n') : current.trimEnd() + '\n\n' + section
-    writeFileSync(md, next.trimEnd() + '\n')
-    process.stdout.write(section + '\n')
+    process.stdout.write(writeSection('Suite', body) + '\n')
     if (batched.code !== 0 || seq.code !== 0) process.stderr.write(`suite exits: batched ${batched.code}, one at a time ${seq.code}\n${batched.stderr.slice(-2000)}\n${seq.stderr.slice(-2000)}\n`)
   } finally {
     await simDown(join(dir, 'twin')).catch(() => undefined)
