@@ -6,7 +6,7 @@ import {type Command, Flags} from '@oclif/core'
 import {assertMayDisturb} from '../deployment/protection.js'
 import {ExitCode} from '../exit-codes.js'
 import {acquireHostLock} from '../faults/lease/host-lock.js'
-import {runCounts, runIdOf, type SuiteRun} from '../model/run.js'
+import {blockingUnverified, runCounts, runIdOf, type SuiteRun} from '../model/run.js'
 import {renderHtml} from '../report/html.js'
 import {writeJournal} from '../report/journal.js'
 import {runJournal} from '../report/journal-fields.js'
@@ -79,14 +79,14 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
     return r
   }
 
-  /** The README's exit codes for a run: stopped 3; a gate decides 0 or 1; a fault left behind 4; a failed check or a
-   * scenario without a verdict 1; else 0. */
+  /** The README's exit codes for a run: stopped 3; a gate decides 0 or 1; a fault left behind 4; a failed check, a
+   * blocking unverified one (the watchdog's eviction check by default) or a scenario without a verdict 1; else 0. */
   protected setRunExitCode(run: SuiteRun): void {
     const c = runCounts(run)
     if (run.stopped) process.exitCode = ExitCode.stopped
     else if (run.gate) process.exitCode = run.gate.passed ? ExitCode.ok : ExitCode.checkFailed
     else if (c.faultsLeftBehind > 0) process.exitCode = ExitCode.cleanupUnverified
-    else if (c.failed > 0 || c.errored > 0) process.exitCode = ExitCode.checkFailed
+    else if (c.failed > 0 || c.errored > 0 || blockingUnverified(run).length > 0) process.exitCode = ExitCode.checkFailed
   }
 
   protected runId(run: SuiteRun): string {

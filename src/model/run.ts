@@ -1,5 +1,5 @@
 import type {Calibration, Observation, Timeline} from './timeline.js'
-import type {Verdict} from './verdict.js'
+import {type CheckName, type Outcome, UNVERIFIED_BLOCKS_BY_DEFAULT, type Verdict} from './verdict.js'
 
 /**
  * The run model: one run (a suite, or an inject as a suite of one scenario), its scenarios, and everything each one
@@ -15,7 +15,7 @@ export interface PinRecord {
   evictedAt: number | null
   evictionSeconds: number | null
   bounds: [number, number]
-  verdict: 'pass' | 'fail'
+  verdict: Outcome
   evidence: Record<string, unknown>
 }
 
@@ -103,6 +103,8 @@ export interface RunCounts {
   verdicts: number
   passed: number
   failed: number
+  /** Checks that lacked their data: neither passed nor failed. */
+  unverified: number
   scenarios: number
   /** Scenarios with an error (no verdict could be reached). */
   errored: number
@@ -113,11 +115,16 @@ export interface RunCounts {
 export function runCounts(run: SuiteRun): RunCounts {
   let passed = 0
   let failed = 0
+  let unverified = 0
   for (const s of run.scenarios) {
-    for (const v of s.verdicts) v.verdict === 'pass' ? passed++ : failed++
+    for (const v of s.verdicts) {
+      if (v.verdict === 'pass') passed++
+      else if (v.verdict === 'fail') failed++
+      else unverified++
+    }
   }
   return {
-    verdicts: passed + failed, passed, failed, scenarios: run.scenarios.length,
+    verdicts: passed + failed + unverified, passed, failed, unverified, scenarios: run.scenarios.length,
     errored: run.scenarios.filter((s) => s.error !== undefined).length,
     faultsLeftBehind: faultsLeftBehind(run),
   }
@@ -129,11 +136,22 @@ export function faultsLeftBehind(run: SuiteRun): number {
   return n
 }
 
-/** The run's overall verdict: the gate's when there was one, else every check passed, nothing errored, stopped or left faulted. */
+/** The run's overall verdict: the gate's when there was one, else no check failed, no blocking check stayed
+ * unverified (the watchdog's own by default), nothing errored, stopped or was left faulted. */
 export function runPassed(run: SuiteRun): boolean {
   if (run.gate) return run.gate.passed
   const c = runCounts(run)
-  return c.failed === 0 && c.errored === 0 && c.faultsLeftBehind === 0 && run.stopped === undefined
+  return c.failed === 0 && blockingUnverified(run).length === 0 && c.errored === 0 && c.faultsLeftBehind === 0 && run.stopped === undefined
+}
+
+/** Every unverified verdict with the scenario it belongs to, in run order. */
+export function unverifiedChecks(run: SuiteRun): Array<{scenario: string; verdict: Verdict}> {
+  return run.scenarios.flatMap((s) => s.verdicts.filter((v) => v.verdict === 'unverified').map((verdict) => ({scenario: s.name, verdict})))
+}
+
+/** The unverified verdicts that block: of the given checks (by default the watchdog's eviction check). */
+export function blockingUnverified(run: SuiteRun, blocks: readonly CheckName[] = UNVERIFIED_BLOCKS_BY_DEFAULT): Array<{scenario: string; verdict: Verdict}> {
+  return unverifiedChecks(run).filter((x) => blocks.includes(x.verdict.check))
 }
 
 export function runIdOf(run: SuiteRun): string {

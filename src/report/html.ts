@@ -18,7 +18,7 @@ export interface HtmlOptions {
 }
 
 const COLOR = {
-  pass: '#2ca02c', fail: '#d62728', fault: '#f5c542', deadline: '#222222', poll: '#6a3fb5', window: '#e3e3e3',
+  pass: '#2ca02c', fail: '#d62728', unverified: '#8c8c8c', fault: '#f5c542', deadline: '#222222', poll: '#6a3fb5', window: '#e3e3e3',
   load: '#4a7fc1', axis: '#888888', grid: '#eeeeee', marker: '#999999', series: '#1f6fb4',
 }
 
@@ -98,7 +98,7 @@ function pinEnd(p: PinRecord, scale: Scale): {t: number; open: boolean} {
 }
 
 function pinRows(s: ScenarioRun, scale: Scale, top: number, maxRows: number): {svg: string; height: number; hidden: number} {
-  const ordered = [...s.pins.filter((p) => p.verdict === 'fail'), ...s.pins.filter((p) => p.verdict === 'pass')]
+  const ordered = [...s.pins.filter((p) => p.verdict === 'fail'), ...s.pins.filter((p) => p.verdict === 'unverified'), ...s.pins.filter((p) => p.verdict === 'pass')]
   const shown = ordered.slice(0, maxRows)
   const rowH = shown.length > 60 ? 8 : 18
   const barH = rowH > 10 ? 8 : 5
@@ -106,7 +106,7 @@ function pinRows(s: ScenarioRun, scale: Scale, top: number, maxRows: number): {s
   const parts: string[] = []
   shown.forEach((p, i) => {
     const y = top + i * rowH + rowH / 2
-    const color = p.verdict === 'pass' ? COLOR.pass : COLOR.fail
+    const color = COLOR[p.verdict]
     const end = pinEnd(p, scale)
     const x0 = scale.x(p.sentAt)
     const x1 = Math.max(x0 + 2, scale.x(end.t))
@@ -248,9 +248,10 @@ function timelineSvg(s: ScenarioRun, opts: Required<HtmlOptions>): string {
 }
 
 function verdictTable(s: ScenarioRun): string {
-  const rows = [...s.verdicts].sort((a, b) => (a.verdict === b.verdict ? 0 : a.verdict === 'fail' ? -1 : 1)).map((v) => [
+  const rank = {fail: 0, unverified: 1, pass: 2} as const
+  const rows = [...s.verdicts].sort((a, b) => rank[a.verdict] - rank[b.verdict]).map((v) => [
     `<tr class="${v.verdict}">`,
-    `<td>${esc(v.check)}</td><td class="subject">${esc(v.subject)}</td><td class="verdict">${v.verdict === 'pass' ? 'PASS' : 'FAIL'}</td>`,
+    `<td>${esc(v.check)}</td><td class="subject">${esc(v.subject)}</td><td class="verdict">${v.verdict.toUpperCase()}</td>`,
     `<td>${esc(v.summary)}<details><summary>evidence</summary><pre>${esc(JSON.stringify(v.evidence, null, 2))}</pre></details></td>`,
     '</tr>',
   ].join(''))
@@ -259,12 +260,13 @@ function verdictTable(s: ScenarioRun): string {
 
 function scenarioSection(s: ScenarioRun, i: number, opts: Required<HtmlOptions>): string {
   const failed = s.verdicts.filter((v) => v.verdict === 'fail').length
-  const status = s.error !== undefined ? 'error' : failed > 0 ? 'fail' : 'pass'
+  const unverified = s.verdicts.filter((v) => v.verdict === 'unverified').length
+  const status = s.error !== undefined ? 'error' : failed > 0 ? 'fail' : unverified > 0 ? 'unverified' : 'pass'
   const facts = [
     s.kind, s.fault && `fault ${s.fault}`, s.params && Object.keys(s.params).length > 0 && `params ${JSON.stringify(s.params)}`,
     `watchdog scope ${s.contract.scope}, deadline ${s.contract.deadlineSeconds} s, poll ${s.contract.pollSeconds} s`,
     `${fmt((s.finishedAt - s.startedAt) / 1000, 1)} s from ${iso(s.startedAt)}`,
-    `${s.verdicts.length - failed}/${s.verdicts.length} checks passed`,
+    `${s.verdicts.length - failed - unverified}/${s.verdicts.length} checks passed${unverified ? `, ${unverified} unverified` : ''}`,
   ].filter(Boolean).join(' · ')
   return [
     `<section class="scenario ${status}" id="scenario-${i}">`,
@@ -281,14 +283,14 @@ const CSS = `
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:24px;color:#222;background:#fff}
 h1{font-size:22px;margin:0 0 6px} h2{font-size:17px;margin:28px 0 4px}
 .badge{display:inline-block;padding:1px 8px;border-radius:4px;color:#fff;font-size:13px;font-weight:600;vertical-align:1px}
-.badge.pass{background:${COLOR.pass}} .badge.fail{background:${COLOR.fail}} .badge.error,.badge.stopped{background:#8a5a00}
+.badge.pass{background:${COLOR.pass}} .badge.fail{background:${COLOR.fail}} .badge.error,.badge.stopped{background:#8a5a00} .badge.unverified{background:${COLOR.unverified}}
 .counts span{display:inline-block;margin-right:18px} .counts b{font-size:18px}
 .facts,.note{color:#555;margin:2px 0 8px} .error{color:#8a5a00;font-weight:600}
 ul.failed li{margin:3px 0} ul.failed .subject{font-family:ui-monospace,Menlo,Consolas,monospace}
 table.verdicts{border-collapse:collapse;width:1240px;margin-top:8px}
 table.verdicts th,table.verdicts td{border-bottom:1px solid #e5e5e5;padding:4px 6px;text-align:left;vertical-align:top}
 table.verdicts td.subject{font-family:ui-monospace,Menlo,Consolas,monospace;max-width:260px;overflow-wrap:anywhere}
-tr.fail td.verdict{color:${COLOR.fail};font-weight:700} tr.pass td.verdict{color:${COLOR.pass};font-weight:700}
+tr.fail td.verdict{color:${COLOR.fail};font-weight:700} tr.pass td.verdict{color:${COLOR.pass};font-weight:700} tr.unverified td.verdict{color:${COLOR.unverified};font-weight:700}
 pre{background:#f6f6f6;padding:6px;max-height:320px;overflow:auto;font-size:12px;white-space:pre-wrap;overflow-wrap:anywhere}
 svg text{font-family:system-ui,"DejaVu Sans",sans-serif} svg .tick{font-size:10px;fill:#666} svg .label{font-size:11px;fill:#333}
 svg .legend{font-size:11px;fill:#333} svg .marker{font-size:10px;fill:#777} svg .fault-label{font-size:11px;fill:#7a5b00}
@@ -310,7 +312,7 @@ export function renderHtml(run: SuiteRun, options: HtmlOptions = {}): string {
     `<style>${CSS}</style></head><body>`,
     `<h1><span class="badge ${status}">${status.toUpperCase()}</span> pdchaos ${esc(run.name)}</h1>`,
     `<p class="facts">${esc(`deployment ${run.deployment} · started ${iso(run.startedAt)} · ${fmt((run.finishedAt - run.startedAt) / 1000, 1)} s`)}</p>`,
-    `<p class="counts"><span><b>${c.passed}</b> passed</span><span><b>${c.failed}</b> failed</span><span><b>${c.scenarios}</b> scenarios</span>` +
+    `<p class="counts"><span><b>${c.passed}</b> passed</span><span><b>${c.failed}</b> failed</span><span><b>${c.unverified}</b> unverified</span><span><b>${c.scenarios}</b> scenarios</span>` +
       `<span><b>${c.errored}</b> errored</span><span><b>${c.faultsLeftBehind}</b> faults left behind</span></p>`,
     run.stopped ? `<p class="error">Stopped: ${esc(run.stopped.reason)}</p>` : '',
     run.gate ? `<p class="facts">Release gate: ${run.gate.passed ? 'passed' : 'failed'}${run.gate.reasons.length > 0 ? ` — ${esc(run.gate.reasons.join('; '))}` : ''}</p>` : '',

@@ -1,5 +1,5 @@
 import type {ScenarioRun} from '../model/run.js'
-import {renderVerdicts} from './verdicts-text.js'
+import {OUTCOME_MARK, renderVerdicts} from './verdicts-text.js'
 
 /** One fault scenario for people: the plan, then (dry run) the probes, (hold) the lease, or the pins and verdicts. */
 export function renderInject(r: ScenarioRun): string {
@@ -14,7 +14,7 @@ export function renderInject(r: ScenarioRun): string {
   if (r.pins.length > 0) {
     out.push('', 'pins:')
     for (const p of r.pins) {
-      out.push(`  ${p.verdict === 'pass' ? 'PASS' : 'FAIL'} ${p.rid}  evicted ${p.evictionSeconds === null ? 'never' : `${p.evictionSeconds.toFixed(3)}s`}  window [${p.bounds[0].toFixed(3)}, ${p.bounds[1].toFixed(3)}]s`)
+      out.push(`  ${OUTCOME_MARK[p.verdict]} ${p.rid}  evicted ${p.evictionSeconds === null ? 'never' : `${p.evictionSeconds.toFixed(3)}s`}  window [${p.bounds[0].toFixed(3)}, ${p.bounds[1].toFixed(3)}]s`)
     }
   }
   if (r.error) out.push('', `error: ${r.error}`)

@@ -13,7 +13,7 @@ export function runJournal(run: SuiteRun, command: string, extra: Record<string,
 export function injectFields(run: SuiteRun): Record<string, unknown> {
   const s: ScenarioRun | undefined = run.scenarios[0]
   if (!s) return {}
-  const failed = s.verdicts.filter((v) => v.verdict === 'fail').length
+  const count = (o: string) => s.verdicts.filter((v) => v.verdict === o).length
   return {
     deployment: run.deployment,
     contract: s.contract,
@@ -28,7 +28,7 @@ export function injectFields(run: SuiteRun): Record<string, unknown> {
     leases: s.leases,
     pins: s.pins.map((p) => ({rid: p.rid, fault: p.fault, sentAt: p.sentAt, evictedAt: p.evictedAt, evictionSeconds: p.evictionSeconds, bounds: p.bounds, verdict: p.verdict, evidence: p.evidence})),
     verdicts: s.verdicts,
-    summary: {passed: s.verdicts.length - failed, failed},
+    summary: {passed: count('pass'), failed: count('fail'), ...(count('unverified') ? {unverified: count('unverified')} : {})},
     ...(s.error ? {error: s.error} : {}),
   }
 }

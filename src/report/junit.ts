@@ -71,6 +71,12 @@ function renderSuite(run: SuiteRun, s: ScenarioRun, out: string[]): {tests: numb
       cases.push(`${head}/>`)
       continue
     }
+    if (v.verdict === 'unverified') {
+      // Neither a pass nor a failure: JUnit's skipped, with why and what would make it verifiable.
+      skipped++
+      cases.push(`${head}>`, `      <skipped message="${escapeAttr(`unverified: ${v.summary} (${String(v.evidence.why)}; to verify: ${String(v.evidence.toVerify)})`)}"/>`, '    </testcase>')
+      continue
+    }
     failures++
     cases.push(`${head}>`,
       `      <failure message="${escapeAttr(v.summary)}" type="${escapeAttr(v.check)}">${escapeXml(JSON.stringify(v.evidence, null, 2))}</failure>`,

@@ -46,7 +46,11 @@ export function runRegistry(run: SuiteRun): {registry: Registry; series: number}
     labelNames: ['scenario', 'fault'] as const, buckets: evictionBuckets(run), registers: [registry],
   })
   const checkPassed = new Gauge({
-    name: 'pdchaos_check_passed', help: '1 when the check passed for this subject, 0 when it failed.',
+    name: 'pdchaos_check_passed', help: '1 when the check passed for this subject, 0 when it failed or is unverified.',
+    labelNames: ['scenario', 'check', 'subject'] as const, registers: [registry],
+  })
+  const checkUnverified = new Gauge({
+    name: 'pdchaos_check_unverified', help: '1 when the check lacked its data for this subject (neither passed nor failed), else 0.',
     labelNames: ['scenario', 'check', 'subject'] as const, registers: [registry],
   })
   const left = new Gauge({name: 'pdchaos_faults_left_behind', help: 'Faults injected but not verified clean after the run: the host may still be faulted.', registers: [registry]})
@@ -63,7 +67,8 @@ export function runRegistry(run: SuiteRun): {registry: Registry; series: number}
     }
     for (const v of s.verdicts) {
       checkPassed.set({scenario: s.name, check: v.check, subject: v.subject}, v.verdict === 'pass' ? 1 : 0)
-      series++
+      checkUnverified.set({scenario: s.name, check: v.check, subject: v.subject}, v.verdict === 'unverified' ? 1 : 0)
+      series += 2
     }
   }
   left.set(faultsLeftBehind(run))

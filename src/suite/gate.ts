@@ -1,10 +1,11 @@
-import {failedChecks, faultsLeftBehind, type SuiteRun} from '../model/run.js'
+import {blockingUnverified, failedChecks, faultsLeftBehind, type SuiteRun} from '../model/run.js'
 import type {GateSpec} from './suite-file.js'
 
 /**
  * The release gate: the run passes when at most maxFailedChecks checks failed, at most maxFaultsLeftBehind faults
- * were left on the host, every required check ran and never failed, no scenario errored and the run was not
- * stopped. Each reason names the scenario, the check, its subject and the evidence's one line.
+ * were left on the host, every required check ran and never failed, no check the gate names stayed unverified
+ * (eviction by default), no scenario errored and the run was not stopped. Each reason names the scenario, the
+ * check, its subject and the evidence's one line.
  */
 export function evaluateGate(run: SuiteRun, spec: GateSpec): {passed: boolean; reasons: string[]} {
   const reasons: string[] = []
@@ -12,6 +13,9 @@ export function evaluateGate(run: SuiteRun, spec: GateSpec): {passed: boolean; r
   if (failed.length > spec.maxFailedChecks) {
     reasons.push(`${failed.length} check(s) failed (allowed ${spec.maxFailedChecks})`)
     for (const f of failed) reasons.push(`FAILED ${f.verdict.check} [${f.scenario}] ${f.verdict.subject}: ${f.verdict.summary}`)
+  }
+  for (const u of blockingUnverified(run, spec.unverifiedBlocks)) {
+    reasons.push(`UNVERIFIED ${u.verdict.check} [${u.scenario}] ${u.verdict.subject}: ${u.verdict.summary}`)
   }
   const left = faultsLeftBehind(run)
   if (left > spec.maxFaultsLeftBehind) reasons.push(`${left} fault(s) left behind on the host (allowed ${spec.maxFaultsLeftBehind})`)

@@ -3,6 +3,7 @@ import {z} from 'zod'
 import {loadYamlFile, parseYamlText, type YamlFileKind} from '../deployment/yaml-file.js'
 import {checkFaultParams} from '../faults/params.js'
 import {FAULT_NAMES, getFault} from '../faults/registry.js'
+import {CHECKS, UNVERIFIED_BLOCKS_BY_DEFAULT} from '../model/verdict.js'
 
 /**
  * The suite file: scenarios (a fault with its parameters and pins, or a co-restart), stop conditions and the release
@@ -44,8 +45,10 @@ export const StopSchema = z.object({
 export const GateSchema = z.object({
   maxFailedChecks: z.number().int().min(0).default(0),
   maxFaultsLeftBehind: z.number().int().min(0).default(0),
-  requiredChecks: z.array(z.enum(['eviction', 'abort', 'scope', 'recovery', 'collateral', 'fault-effect', 'cleanup', 'restart'])).default([])
+  requiredChecks: z.array(z.enum(CHECKS)).default([])
     .describe('Checks that must have run and passed every time.'),
+  unverifiedBlocks: z.array(z.enum(CHECKS)).default([...UNVERIFIED_BLOCKS_BY_DEFAULT])
+    .describe('Checks whose unverified verdicts (the check lacked its data) fail the gate. Default: eviction.'),
 }).strict()
 
 export const SuiteSchema = z.object({

@@ -16,7 +16,7 @@ describe('the run model', () => {
 
   it('counts verdicts, names the failed checks, and judges the run', () => {
     const failing = syntheticRun({failing: true})
-    expect(runCounts(failing)).toEqual({verdicts: 15, passed: 14, failed: 1, scenarios: 3, errored: 0, faultsLeftBehind: 0})
+    expect(runCounts(failing)).toEqual({verdicts: 15, passed: 14, failed: 1, unverified: 0, scenarios: 3, errored: 0, faultsLeftBehind: 0})
     expect(failedChecks(failing).map((f) => [f.scenario, f.verdict.check, f.verdict.subject])).toEqual([['drop-dest-info', 'eviction', NASTY]])
     expect(runPassed(failing)).toBe(false)
     const passing = syntheticRun({failing: false})
@@ -65,5 +65,34 @@ describe('the run model', () => {
     expect(html).toContain('drop-dest-info (L-drop-1) — not verified clean — not reverted')
     expect(html).toContain('<b>1</b> faults left behind')
     expect(html).toMatch(/<h1><span class="badge fail">FAIL<\/span>/)
+  })
+})
+
+describe('three outcomes', () => {
+  it('an unverified eviction blocks the run by default, names why, and shows in every report', async () => {
+    const {evaluateGate} = await import('../../src/suite/gate.js')
+    const {renderJUnit} = await import('../../src/report/junit.js')
+    const {renderSuite} = await import('../../src/report/suite-text.js')
+    const {GateSchema} = await import('../../src/suite/suite-file.js')
+    const run = syntheticRun({failing: false})
+    const ev = run.scenarios[0].verdicts.find((v) => v.check === 'eviction')!
+    Object.assign(ev, {verdict: 'unverified', summary: 'released by a transport error after 1.2s', evidence: {why: 'a transport error released it first', toVerify: 'raise UCX_RC_TIMEOUT'}})
+    expect(runCounts(run)).toMatchObject({failed: 0, unverified: 1})
+    expect(runPassed(run)).toBe(false)
+    const gate = evaluateGate(run, GateSchema.parse({}))
+    expect(gate.passed).toBe(false)
+    expect(gate.reasons.join('\n')).toMatch(/UNVERIFIED eviction .*transport error/)
+    // A gate that lets unverified evictions through passes the same run.
+    expect(evaluateGate(run, GateSchema.parse({unverifiedBlocks: []})).passed).toBe(true)
+    expect(renderJUnit(run)).toMatch(/<skipped message="unverified: released by a transport error after 1\.2s \(a transport error released it first; to verify: raise UCX_RC_TIMEOUT\)"\/>/)
+    expect(renderSuite(run, {wallMs: 1000})).toMatch(/unverified checks[\s\S]*to verify: raise UCX_RC_TIMEOUT/)
+    expect(renderHtml(run)).toContain('<td class="verdict">UNVERIFIED</td>')
+  })
+
+  it('an unverified check outside the blocking list does not fail the run', () => {
+    const run = syntheticRun({failing: false})
+    const rec = run.scenarios.flatMap((s) => s.verdicts).find((v) => v.check === 'recovery')!
+    Object.assign(rec, {verdict: 'unverified', evidence: {why: 'the counter is missing', toVerify: 'export it'}})
+    expect(runPassed(run)).toBe(true)
   })
 })

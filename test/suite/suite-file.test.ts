@@ -17,7 +17,7 @@ describe('suite file', () => {
     const s = parseSuite('scenarios:\n  - name: a\n    fault: stall-kv\n    params: {gpu: 1}\n  - name: r\n    restart: {services: [router]}\ngate: {}\n', 'x.yaml')
     expect(s.scenarios[0]).toMatchObject({pins: 2, repetitions: 1, params: {gpu: 1}})
     expect(s.scenarios[1].restart).toMatchObject({services: ['router'], watchSeconds: 5})
-    expect(s.gate).toEqual({maxFailedChecks: 0, maxFaultsLeftBehind: 0, requiredChecks: []})
+    expect(s.gate).toEqual({maxFailedChecks: 0, maxFaultsLeftBehind: 0, requiredChecks: [], unverifiedBlocks: ['eviction']})
     expect(s.stop.kernelXid).toBe(true)
   })
 
