@@ -1,6 +1,7 @@
 import {Flags} from '@oclif/core'
 
 import {badInput} from '../errors.js'
+import type {RouterUpOptions} from '../sim/lifecycle/index.js'
 import {defaultSimDir} from '../state-dir.js'
 
 /** The twin's state dir flag of `pdchaos sim …` (same env variable as the global --state-dir). */
@@ -16,4 +17,51 @@ export function seconds(flag: string, raw: string | undefined): number | undefin
   const v = Number(raw)
   if (raw.trim() === '' || !Number.isFinite(v)) throw badInput(`${flag} must be a number of seconds, got "${raw}"`, `pass for example ${flag} 30`)
   return v
+}
+
+/** A plain number given on the command line (a factor, a multiplier); a non-number is bad input naming the flag. */
+function decimal(flag: string, raw: string | undefined): number | undefined {
+  if (raw === undefined) return undefined
+  const v = Number(raw)
+  if (raw.trim() === '' || !Number.isFinite(v)) throw badInput(`${flag} must be a number, got "${raw}"`, `pass for example ${flag} 1.5`)
+  return v
+}
+
+/**
+ * The router's retry and circuit-breaker flags of `pdchaos sim up`, named as sgl-model-gateway's launcher names them
+ * and defaulting to its defaults (docs/twin.md, "Router"). The twin's router runs with them on its command line.
+ */
+export const routerFlags = {
+  'retry-max-retries': Flags.integer({summary: "Router: attempts per request in all, the first included (sgl-model-gateway's --retry-max-retries).", default: 5, helpGroup: 'ROUTER'}),
+  'retry-initial-backoff-ms': Flags.integer({summary: 'Router: backoff after the first failed attempt, ms.', default: 50, helpGroup: 'ROUTER'}),
+  'retry-max-backoff-ms': Flags.integer({summary: 'Router: cap of the backoff, ms.', default: 30_000, helpGroup: 'ROUTER'}),
+  'retry-backoff-multiplier': Flags.string({summary: 'Router: backoff growth per attempt.', default: '1.5', helpGroup: 'ROUTER'}),
+  'retry-jitter-factor': Flags.string({summary: 'Router: backoff jitter, a fraction (0-1) either way.', default: '0.2', helpGroup: 'ROUTER'}),
+  'disable-retries': Flags.boolean({summary: 'Router: one attempt per request.', default: false, helpGroup: 'ROUTER'}),
+  'cb-failure-threshold': Flags.integer({summary: "Router: consecutive failures that open a worker's circuit breaker.", default: 10, helpGroup: 'ROUTER'}),
+  'cb-success-threshold': Flags.integer({summary: 'Router: successes in half-open that close it.', default: 3, helpGroup: 'ROUTER'}),
+  'cb-timeout-duration-secs': Flags.integer({summary: 'Router: seconds a breaker stays open before half-open.', default: 60, helpGroup: 'ROUTER'}),
+  'cb-window-duration-secs': Flags.integer({summary: 'Router: the breaker window, seconds (accepted and shown; unused upstream too).', default: 120, helpGroup: 'ROUTER'}),
+  'disable-circuit-breaker': Flags.boolean({summary: 'Router: no circuit breaker.', default: false, helpGroup: 'ROUTER'}),
+}
+
+/** routerFlags' values as `sim up` options (SimUpOptions.router). */
+export function routerUpOptions(f: {
+  'retry-max-retries': number; 'retry-initial-backoff-ms': number; 'retry-max-backoff-ms': number; 'retry-backoff-multiplier': string
+  'retry-jitter-factor': string; 'disable-retries': boolean; 'cb-failure-threshold': number; 'cb-success-threshold': number
+  'cb-timeout-duration-secs': number; 'cb-window-duration-secs': number; 'disable-circuit-breaker': boolean
+}): RouterUpOptions {
+  return {
+    retryMaxRetries: f['retry-max-retries'],
+    retryInitialBackoffMs: f['retry-initial-backoff-ms'],
+    retryMaxBackoffMs: f['retry-max-backoff-ms'],
+    retryBackoffMultiplier: decimal('--retry-backoff-multiplier', f['retry-backoff-multiplier']),
+    retryJitterFactor: decimal('--retry-jitter-factor', f['retry-jitter-factor']),
+    disableRetries: f['disable-retries'],
+    cbFailureThreshold: f['cb-failure-threshold'],
+    cbSuccessThreshold: f['cb-success-threshold'],
+    cbTimeoutDurationS: f['cb-timeout-duration-secs'],
+    cbWindowDurationS: f['cb-window-duration-secs'],
+    disableCircuitBreaker: f['disable-circuit-breaker'],
+  }
 }

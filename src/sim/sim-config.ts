@@ -43,13 +43,29 @@ export interface SimConfig {
   router?: RouterSettings
 }
 
-/** sgl-model-gateway: --health-check-interval-secs/-timeout-secs, failure/success thresholds, --request-timeout-secs. */
+/**
+ * sgl-model-gateway: --health-check-interval-secs/-timeout-secs, failure/success thresholds, --request-timeout-secs,
+ * the retry flags (--retry-max-retries, --retry-initial-backoff-ms, --retry-max-backoff-ms, --retry-backoff-multiplier,
+ * --retry-jitter-factor, --disable-retries) and the circuit breaker's (--cb-failure-threshold, --cb-success-threshold,
+ * --cb-timeout-duration-secs, --cb-window-duration-secs, --disable-circuit-breaker). Absent: upstream's default.
+ */
 export interface RouterSettings {
   healthIntervalS?: number
   healthTimeoutS?: number
   healthFailureThreshold?: number
   healthSuccessThreshold?: number
   requestTimeoutS?: number
+  retryMaxRetries?: number
+  retryInitialBackoffMs?: number
+  retryMaxBackoffMs?: number
+  retryBackoffMultiplier?: number
+  retryJitterFactor?: number
+  disableRetries?: boolean
+  cbFailureThreshold?: number
+  cbSuccessThreshold?: number
+  cbTimeoutDurationS?: number
+  cbWindowDurationS?: number
+  disableCircuitBreaker?: boolean
 }
 
 /** Where each artefact of a running twin lives inside its state dir. */

@@ -1,100 +1,39 @@
-import {mkdtempSync, readFileSync, rmSync} from 'node:fs'
-import http from 'node:http'
-import type {AddressInfo} from 'node:net'
-import {tmpdir} from 'node:os'
-import {join} from 'node:path'
 import {afterAll, afterEach, beforeAll, describe, expect, it} from 'vitest'
 
-import {injectBootstrap, type RunningRouter, startRouter} from '../../src/sim/router/router.js'
+import {injectBootstrap} from '../../src/sim/router/router.js'
+import {fails, json, ok, post, roomOf, type RouterRig, routerRig, sample, until} from './router-fakes.js'
 
 /**
- * The router against two plain HTTP workers that record what they receive: the PD dispatch contract
- * (same room in both bodies, bootstrap fields injected, wait for prefill, 502 on prefill failure).
+ * The router against two plain HTTP workers that record what they receive: the PD dispatch contract of one attempt
+ * (same room in both bodies, bootstrap fields injected, both answers awaited as pd_router.rs's tokio::join! does,
+ * decode's error first, then prefill's, mapped to the gateway's error body). Retries: router-retry.test.ts; the
+ * circuit breaker: router-breaker.test.ts.
  */
 
-type Behaviour = (body: string, req: http.IncomingMessage, res: http.ServerResponse) => void
-
-interface FakeWorker {
-  url: string
-  bodies: string[]
-  closedEarly: number
-  behaviour: Behaviour
-  healthStatus: number
-  server: http.Server
-}
-
-async function fakeWorker(behaviour: Behaviour): Promise<FakeWorker> {
-  const w = {bodies: [] as string[], closedEarly: 0, behaviour, healthStatus: 200} as FakeWorker
-  w.server = http.createServer((req, res) => {
-    if (req.url === '/health' || req.url === '/health_generate') {
-      res.writeHead(w.healthStatus).end('OK')
-      return
-    }
-    const chunks: Buffer[] = []
-    req.on('data', (c: Buffer) => chunks.push(c))
-    req.on('end', () => {
-      const body = Buffer.concat(chunks).toString('utf8')
-      w.bodies.push(body)
-      res.on('close', () => {
-        if (!res.writableFinished) w.closedEarly++
-      })
-      w.behaviour(body, req, res)
-    })
-  })
-  await new Promise<void>((r) => w.server.listen(0, '127.0.0.1', r))
-  w.url = `http://127.0.0.1:${(w.server.address() as AddressInfo).port}`
-  return w
-}
-
-const roomOf = (body: string): string => /"bootstrap_room":(\d+)/.exec(body)![1]
-const json = (res: http.ServerResponse, status: number, obj: unknown, delayMs = 0): void => {
-  setTimeout(() => res.writeHead(status, {'content-type': 'application/json'}).end(JSON.stringify(obj)), delayMs)
-}
-
-async function post(url: string, body: unknown): Promise<{status: number; text: string}> {
-  const r = await fetch(url + '/generate', {method: 'POST', body: JSON.stringify(body), headers: {'content-type': 'application/json'}, signal: AbortSignal.timeout(10_000)})
-  return {status: r.status, text: await r.text()}
-}
-
 describe('router dispatch', () => {
-  let prefill: FakeWorker
-  let decode: FakeWorker
-  let router: RunningRouter
-  let dir: string
+  let rig: RouterRig
 
   beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'pdc-router-'))
-    prefill = await fakeWorker((_b, _q, res) => json(res, 200, {text: '', meta_info: {}}, 20))
-    decode = await fakeWorker((_b, _q, res) => json(res, 200, {text: ' hello', meta_info: {finish_reason: {type: 'length'}}}))
-    router = await startRouter({
-      host: '127.0.0.1', port: 0, metricsPort: 0, prefillUrl: prefill.url, decodeUrl: decode.url, bootstrapPort: 8998,
-      health: {intervalS: 0.1, timeoutS: 0.5}, truthFile: join(dir, 'truth', 'router.jsonl'),
-    })
-    const until = Date.now() + 5000
-    while (!router.ready() && Date.now() < until) await new Promise((r) => setTimeout(r, 20))
+    rig = await routerRig({}, ok(20))
   })
 
   afterEach(() => {
-    prefill.behaviour = (_b, _q, res) => json(res, 200, {text: '', meta_info: {}}, 20)
-    prefill.healthStatus = 200
+    rig.prefill.behaviour = ok(20)
+    rig.decode.behaviour = ok()
+    rig.prefill.healthStatus = 200
   })
 
   afterAll(async () => {
-    await router?.close()
-    for (const w of [prefill, decode]) {
-      w?.server.closeAllConnections()
-      w?.server.close()
-    }
-    rmSync(dir, {recursive: true, force: true})
+    await rig?.close()
   })
 
   it('sends one body with the same 63-bit room and the prefill bootstrap address to both workers, and answers decode', async () => {
-    const before = prefill.bodies.length
-    const r = await post(router.url, {rid: 'req-1', text: 'hi there', sampling_params: {max_new_tokens: 4}, bootstrap_room: 5})
+    const before = rig.prefill.bodies.length
+    const r = await post(rig.router.url, {rid: 'req-1', text: 'hi there', sampling_params: {max_new_tokens: 4}, bootstrap_room: 5})
     expect(r.status).toBe(200)
     expect(JSON.parse(r.text).text).toBe(' hello')
-    const p = prefill.bodies[before]
-    const d = decode.bodies.at(-1)!
+    const p = rig.prefill.bodies[before]
+    const d = rig.decode.bodies.at(-1)!
     expect(p).toBe(d)
     const body = JSON.parse(p)
     expect(body.rid).toBe('req-1')
@@ -103,94 +42,139 @@ describe('router dispatch', () => {
     const room = BigInt(roomOf(p))
     expect(room).not.toBe(5n)
     expect(room >= 0n && room < 1n << 63n).toBe(true)
-    const truth = readFileSync(join(dir, 'truth', 'router.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l))
-    const answered = truth.find((t) => t.event === 'answered' && t.rid === 'req-1')
-    expect(answered).toMatchObject({room: room.toString(), status: 200, prefillStatus: 200})
+    const answered = rig.truth().find((t) => t.event === 'answered' && t.rid === 'req-1')
+    expect(answered).toMatchObject({room: room.toString(), status: 200, prefillStatus: 200, decodeStatus: 200, attempts: 1})
+    expect(rig.truth().filter((t) => t.event === 'sent' && t.rid === 'req-1')).toEqual([expect.objectContaining({room: room.toString(), attempt: 0})])
   })
 
   it('makes rooms above 2^53 and writes them exactly', async () => {
     const rooms = new Set<string>()
     for (let i = 0; i < 20; i++) {
-      await post(router.url, {rid: `big-${i}`, text: 'x'})
-      rooms.add(roomOf(prefill.bodies.at(-1)!))
+      await post(rig.router.url, {rid: `big-${i}`, text: 'x'})
+      rooms.add(roomOf(rig.prefill.bodies.at(-1)!))
     }
     expect(rooms.size).toBe(20)
     expect([...rooms].some((r) => BigInt(r) > 2n ** 53n)).toBe(true)
     expect(injectBootstrap({}, 'h', 1, 2n ** 62n + 1n)).toBe(`{"bootstrap_host":"h","bootstrap_port":1,"bootstrap_room":${2n ** 62n + 1n}}`)
   })
 
-  it('answers 502 when prefill fails and drops the decode request it had sent', async () => {
-    const slowDecode = decode.behaviour
-    decode.behaviour = (_b, _q, res) => json(res, 200, {text: 'late'}, 3000)
-    prefill.behaviour = (_b, _q, res) => json(res, 500, {error: {message: 'Prefill transfer failed'}}, 50)
-    const closedBefore = decode.closedEarly
-    try {
-      const r = await post(router.url, {rid: 'fails', text: 'x'})
-      expect(r.status).toBe(502)
-      expect(r.text).toContain('Prefill')
-      const until = Date.now() + 2000
-      while (decode.closedEarly === closedBefore && Date.now() < until) await new Promise((res) => setTimeout(res, 20))
-      expect(decode.closedEarly).toBe(closedBefore + 1)
-    } finally {
-      decode.behaviour = slowDecode
-    }
-  })
-
   it('holds the decode answer until prefill resolves', async () => {
-    prefill.behaviour = (_b, _q, res) => json(res, 200, {text: ''}, 400)
-    const t0 = Date.now()
-    const r = await post(router.url, {rid: 'hold', text: 'x'})
+    rig.prefill.behaviour = ok(400)
+    const r = await post(rig.router.url, {rid: 'hold', text: 'x'})
     expect(r.status).toBe(200)
-    expect(Date.now() - t0).toBeGreaterThanOrEqual(380)
+    expect(r.ms).toBeGreaterThanOrEqual(380)
   })
 
   it('passes a decode stream through', async () => {
-    const plain = decode.behaviour
-    decode.behaviour = (_b, _q, res) => {
+    rig.decode.behaviour = (_b, _q, res) => {
       res.writeHead(200, {'content-type': 'text/event-stream'})
       res.write('data: {"text":"a"}\n\n')
       setTimeout(() => res.end('data: [DONE]\n\n'), 30)
     }
-    try {
-      const r = await post(router.url, {rid: 's', text: 'x', stream: true})
-      expect(r.status).toBe(200)
-      expect(r.text).toBe('data: {"text":"a"}\n\ndata: [DONE]\n\n')
-    } finally {
-      decode.behaviour = plain
-    }
+    const r = await post(rig.router.url, {rid: 's', text: 'x', stream: true})
+    expect(r.status).toBe(200)
+    expect(r.text).toBe('data: {"text":"a"}\n\ndata: [DONE]\n\n')
   })
 
   it('rejects a body that is not a JSON object with 400', async () => {
-    const r = await fetch(router.url + '/generate', {method: 'POST', body: 'nope'})
+    const r = await fetch(rig.router.url + '/generate', {method: 'POST', body: 'nope'})
     expect(r.status).toBe(400)
   })
 
   it('drops readiness after 3 failed probes and restores it after 2 good ones; liveness stays 200', async () => {
-    expect((await fetch(router.url + '/readiness')).status).toBe(200)
-    prefill.healthStatus = 503
-    const until = Date.now() + 5000
+    expect((await fetch(rig.router.url + '/readiness')).status).toBe(200)
+    rig.prefill.healthStatus = 503
     let status = 200
-    while (status === 200 && Date.now() < until) {
-      await new Promise((r) => setTimeout(r, 50))
-      status = (await fetch(router.url + '/readiness')).status
-    }
+    await until(async () => (status = (await fetch(rig.router.url + '/readiness')).status) !== 200)
     expect(status).toBe(503)
-    expect((await fetch(router.url + '/liveness')).status).toBe(200)
-    expect((await fetch(router.url.replace(/:\d+$/, ':' + new URL(router.metricsUrl).port) + '/metrics').then((r) => r.text()))).toContain(`smg_worker_health{worker="${prefill.url}"} 0`)
-    prefill.healthStatus = 200
-    const until2 = Date.now() + 5000
-    while (status !== 200 && Date.now() < until2) {
-      await new Promise((r) => setTimeout(r, 50))
-      status = (await fetch(router.url + '/readiness')).status
-    }
+    expect((await fetch(rig.router.url + '/liveness')).status).toBe(200)
+    expect(sample(await rig.metrics(), 'smg_worker_health', {worker: rig.prefill.url})).toBe(0)
+    rig.prefill.healthStatus = 200
+    await until(async () => (status = (await fetch(rig.router.url + '/readiness')).status) === 200)
     expect(status).toBe(200)
   })
 
-  it('exports smg_* counters', async () => {
-    const text = await fetch(router.metricsUrl).then((r) => r.text())
-    expect(text).toMatch(/smg_router_requests_total\{route="\/generate"\} \d+/)
-    expect(text).toMatch(/smg_router_request_errors_total\{error_type="upstream",route="\/generate"\} 1/)
-    expect(text).toContain(`smg_router_upstream_responses_total{status="500",worker="${prefill.url}"} 1`)
-    expect(text).toContain(`smg_worker_health{worker="${decode.url}"} 1`)
+  it('exports the smg_* families, with both breakers closed after successes', async () => {
+    const page = await rig.metrics()
+    expect(page).toMatch(/smg_router_requests_total\{route="\/generate"\} \d+/)
+    expect(page).toContain(`smg_router_upstream_responses_total{status="200",worker="${rig.prefill.url}"}`)
+    expect(sample(page, 'smg_worker_health', {worker: rig.decode.url})).toBe(1)
+    for (const w of [rig.prefill, rig.decode]) {
+      expect(sample(page, 'smg_worker_cb_state', {worker: w.url})).toBe(0)
+      expect(sample(page, 'smg_worker_cb_outcomes_total', {outcome: 'success', worker: w.url})).toBeGreaterThan(20)
+      expect(sample(page, 'smg_worker_cb_consecutive_failures', {worker: w.url})).toBe(0)
+    }
+    for (const family of ['smg_worker_retries_total', 'smg_worker_retries_exhausted_total', 'smg_worker_cb_transitions_total']) {
+      expect(page).toContain(`# TYPE ${family} counter`)
+    }
+    expect(page).toContain('# TYPE smg_worker_retry_backoff_seconds summary')
+  })
+})
+
+describe('router dispatch, one attempt (--disable-retries)', () => {
+  let rig: RouterRig
+
+  beforeAll(async () => {
+    rig = await routerRig({retry: {disabled: true}, circuitBreaker: {disabled: true}})
+  })
+
+  afterEach(() => {
+    rig.prefill.behaviour = ok()
+    rig.decode.behaviour = ok()
+  })
+
+  afterAll(async () => {
+    await rig?.close()
+  })
+
+  it('answers a prefill 500 as 500 with the gateway error body, once decode has answered, without dropping decode', async () => {
+    rig.prefill.behaviour = fails(500, 30)
+    rig.decode.behaviour = (_b, _q, res) => json(res, 200, {text: 'late'}, 400)
+    const closedBefore = rig.decode.closedEarly
+    const r = await post(rig.router.url, {rid: 'p500', text: 'x'})
+    expect(r.status).toBe(500)
+    expect(r.ms).toBeGreaterThanOrEqual(380) // tokio::join!: both answers are awaited
+    expect(JSON.parse(r.text)).toEqual({error: {
+      type: 'internal_server_error',
+      code: 'prefill_internal_error',
+      message: 'Prefill server error (500 Internal Server Error): {"error":{"message":"Prefill transfer failed","code":500}}',
+    }})
+    expect(rig.decode.closedEarly).toBe(closedBefore)
+    const answered = rig.truth().find((t) => t.event === 'answered' && t.rid === 'p500')
+    expect(answered).toMatchObject({status: 500, prefillStatus: 500, decodeStatus: 200, attempts: 1})
+  })
+
+  it("gives decode's error precedence over prefill's, mapping its status as pd_router.rs does", async () => {
+    rig.prefill.behaviour = fails(500)
+    rig.decode.behaviour = (_b, _q, res) => json(res, 503, {error: {message: 'decode is full'}})
+    let r = await post(rig.router.url, {rid: 'd503', text: 'x'})
+    expect(r.status).toBe(503)
+    expect(JSON.parse(r.text)).toEqual({error: {type: 'service_unavailable', code: 'decode_unavailable', message: 'decode is full'}})
+    rig.decode.behaviour = (_b, _q, res) => json(res, 504, {message: 'slow'})
+    r = await post(rig.router.url, {rid: 'd504', text: 'x'})
+    expect(r.status).toBe(500) // any other status becomes internal_error
+    expect(JSON.parse(r.text).error).toMatchObject({code: 'decode_error', message: 'slow'})
+  })
+
+  it('answers 502 prefill_server_error when prefill cannot be reached and decode answered', async () => {
+    rig.prefill.behaviour = (_b, req) => req.socket.destroy()
+    const r = await post(rig.router.url, {rid: 'p-gone', text: 'x'})
+    expect(r.status).toBe(502)
+    expect(JSON.parse(r.text).error).toMatchObject({type: 'bad_gateway', code: 'prefill_server_error'})
+    expect(JSON.parse(r.text).error.message).toMatch(/^Prefill server error: .*\. This will cause decode timeout\.$/)
+  })
+
+  it('answers 502 decode_server_error when decode cannot be reached', async () => {
+    rig.decode.behaviour = (_b, req) => req.socket.destroy()
+    const r = await post(rig.router.url, {rid: 'd-gone', text: 'x'})
+    expect(r.status).toBe(502)
+    expect(JSON.parse(r.text).error).toMatchObject({type: 'bad_gateway', code: 'decode_server_error'})
+  })
+
+  it('sends a streaming decode error as one SSE line with the decode status', async () => {
+    rig.decode.behaviour = (_b, _q, res) => json(res, 500, {error: {message: 'boom'}})
+    const r = await post(rig.router.url, {rid: 'd-sse', text: 'x', stream: true})
+    expect(r.status).toBe(500)
+    expect(r.text).toBe(`data: {'error': {"message":{"error":{"message":"boom"}},"status":500}}`)
   })
 })

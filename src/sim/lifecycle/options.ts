@@ -2,6 +2,8 @@ import {isIP} from 'node:net'
 import {resolve} from 'node:path'
 
 import {badInput} from './sim-error.js'
+import {CB_DEFAULTS} from '../router/circuit-breaker.js'
+import {RETRY_DEFAULTS} from '../router/retry.js'
 import {type Backend, BUG_NAMES, type BugName, type SimConfig, type WatchdogScope} from '../sim-config.js'
 
 /** What `pdchaos sim up` takes (flags map 1:1); every field optional, defaults below. */
@@ -25,11 +27,29 @@ export interface SimUpOptions {
   waitS?: number
   /** The router's worker health-check interval (sgl-model-gateway --health-check-interval-secs, 60 by default). */
   routerHealthIntervalS?: number
+  /** The router's retry and circuit-breaker flags, by sgl-model-gateway's names (docs/twin.md, "Router"); upstream defaults. */
+  router?: RouterUpOptions
   model?: string
   version?: string
   /** Overrides of the cost model (tests, benchmark). */
   timing?: Partial<SimConfig['timing']>
   kvPoolTokens?: number
+}
+
+/** sgl-model-gateway's --retry-* / --cb-* / --disable-* flags as `sim up` takes them (one field per flag). */
+export interface RouterUpOptions {
+  /** --retry-max-retries: attempts per request in all (upstream runs max(N, 1)). */
+  retryMaxRetries?: number
+  retryInitialBackoffMs?: number
+  retryMaxBackoffMs?: number
+  retryBackoffMultiplier?: number
+  retryJitterFactor?: number
+  disableRetries?: boolean
+  cbFailureThreshold?: number
+  cbSuccessThreshold?: number
+  cbTimeoutDurationS?: number
+  cbWindowDurationS?: number
+  disableCircuitBreaker?: boolean
 }
 
 export const UP_DEFAULTS = {
@@ -107,6 +127,7 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
   const bootstrapS = positive('--bootstrap-timeout', o.bootstrapTimeoutS, UP_DEFAULTS.bootstrapTimeoutS)
   positive('--wait', o.waitS, UP_DEFAULTS.waitS, 3600)
   const routerHealthIntervalS = positive('--router-health-interval', o.routerHealthIntervalS, UP_DEFAULTS.routerHealthIntervalS, 3600)
+  const resilience = routerResilience(o.router ?? {})
 
   return {
     stateDir: resolve(o.stateDir),
@@ -123,6 +144,35 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
     timeouts: {bootstrapS, waitingS, heartbeatIntervalS, heartbeatMaxFailure},
     timing: {...UP_DEFAULTS.timing, ...o.timing},
     kvPoolTokens: o.kvPoolTokens ?? UP_DEFAULTS.kvPoolTokens,
-    router: {healthIntervalS: routerHealthIntervalS, healthTimeoutS: 5, healthFailureThreshold: 3, healthSuccessThreshold: 2, requestTimeoutS: 1800},
+    router: {healthIntervalS: routerHealthIntervalS, healthTimeoutS: 5, healthFailureThreshold: 3, healthSuccessThreshold: 2, requestTimeoutS: 1800, ...resilience},
   }
+}
+
+/**
+ * The router's retry and breaker flags, checked and filled with upstream's defaults (RetryConfig and
+ * CircuitBreakerConfig, sgl-model-gateway/src/config/types.rs): every value is written to sim.json and so shows on the
+ * router's command line.
+ */
+function routerResilience(r: RouterUpOptions): Required<RouterUpOptions> {
+  const number = (name: string, v: number | undefined, fallback: number, min: number, max: number, whole: boolean): number => {
+    const x = v ?? fallback
+    if (!Number.isFinite(x) || x < min || x > max || (whole && !Number.isInteger(x))) {
+      throw badInput(`${name} must be ${whole ? 'an integer' : 'a number'} from ${min} to ${max}, got ${x}`, `pass ${name} ${fallback}`)
+    }
+    return x
+  }
+  const out: Required<RouterUpOptions> = {
+    retryMaxRetries: number('--retry-max-retries', r.retryMaxRetries, RETRY_DEFAULTS.maxRetries, 0, 1000, true),
+    retryInitialBackoffMs: number('--retry-initial-backoff-ms', r.retryInitialBackoffMs, RETRY_DEFAULTS.initialBackoffMs, 0, 3_600_000, true),
+    retryMaxBackoffMs: number('--retry-max-backoff-ms', r.retryMaxBackoffMs, RETRY_DEFAULTS.maxBackoffMs, 0, 3_600_000, true),
+    retryBackoffMultiplier: number('--retry-backoff-multiplier', r.retryBackoffMultiplier, RETRY_DEFAULTS.backoffMultiplier, 0, 100, false),
+    retryJitterFactor: number('--retry-jitter-factor', r.retryJitterFactor, RETRY_DEFAULTS.jitterFactor, 0, 1, false),
+    disableRetries: r.disableRetries ?? RETRY_DEFAULTS.disabled,
+    cbFailureThreshold: number('--cb-failure-threshold', r.cbFailureThreshold, CB_DEFAULTS.failureThreshold, 1, 1_000_000, true),
+    cbSuccessThreshold: number('--cb-success-threshold', r.cbSuccessThreshold, CB_DEFAULTS.successThreshold, 1, 1_000_000, true),
+    cbTimeoutDurationS: number('--cb-timeout-duration-secs', r.cbTimeoutDurationS, CB_DEFAULTS.timeoutDurationS, 0, 86_400, true),
+    cbWindowDurationS: number('--cb-window-duration-secs', r.cbWindowDurationS, CB_DEFAULTS.windowDurationS, 0, 86_400, true),
+    disableCircuitBreaker: r.disableCircuitBreaker ?? CB_DEFAULTS.disabled,
+  }
+  return out
 }

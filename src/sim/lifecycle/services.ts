@@ -3,6 +3,7 @@ import {fileURLToPath} from 'node:url'
 
 import {unavailable} from './sim-error.js'
 import {entryArgv} from '../entry.js'
+import {gatewayArgsFor, gatewayArgv} from '../router/gateway-args.js'
 import {SIM_ENV, type SimConfig, simPaths} from '../sim-config.js'
 import {endpoints, causeFromLog, readServiceFile, type ServiceFile} from './files.js'
 import type {Service} from './lock.js'
@@ -36,7 +37,8 @@ export function serviceEnv(config: SimConfig, base: NodeJS.ProcessEnv = process.
 
 export function serviceArgv(config: SimConfig, service: Service): {command: string; args: string[]} {
   const argv = service === 'router'
-    ? entryArgv(routerModule, '--state-dir', config.stateDir)
+    // The gateway's launch flags after the twin's own, in sgl-model-gateway's names: what `ps` shows, what it runs with.
+    ? entryArgv(routerModule, '--state-dir', config.stateDir, ...gatewayArgv(gatewayArgsFor(config)))
     // The SGLang launch flags after the twin's own: what an operator (and discovery, without root) reads in `ps`.
     : entryArgv(serverModule, '--role', service, '--state-dir', config.stateDir, '--disaggregation-mode', service,
       '--host', config.host, '--port', String(config.ports[service]), '--tp-size', String(service === 'prefill' ? config.prefillTp : config.decodeTp),

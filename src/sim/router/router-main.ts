@@ -1,50 +1,55 @@
 /**
- * The router process: `node router-main.js --state-dir DIR` (title sgl-model-gateway). Reads DIR/sim.json,
- * serves the PD router on ports.router and its metrics on ports.routerMetrics, writes its service file
- * once listening, removes it on SIGTERM/SIGINT and exits 0.
+ * The router process: `node router-main.js --state-dir DIR [sgl-model-gateway launch flags]`. Its title is the
+ * gateway's command line (`sgl-model-gateway --pd-disaggregation --prefill URL PORT --decode URL … --retry-max-retries N
+ * … --cb-failure-threshold N …`, see gateway-args.ts), and it configures itself from those flags; a flag that is not
+ * given falls back to DIR/sim.json and upstream's defaults. Serves the PD router and its metrics, writes its service
+ * file once listening, removes it on SIGTERM/SIGINT and exits 0.
  */
 import {mkdirSync, readFileSync, renameSync, rmSync, writeFileSync} from 'node:fs'
 import {dirname} from 'node:path'
 
 import {type SimConfig, simPaths} from '../sim-config.js'
+import {gatewayArgsFor, gatewayArgv, parseGatewayArgv} from './gateway-args.js'
 import {startRouter} from './router.js'
-
-process.title = 'sgl-model-gateway'
-
-function argValue(name: string): string | undefined {
-  const i = process.argv.indexOf(name)
-  return i >= 0 ? process.argv[i + 1] : undefined
-}
 
 const log = (line: string): void => {
   process.stdout.write(`${new Date().toISOString()}  INFO sgl_model_gateway: ${line}\n`)
 }
+const fail = (message: string, code: number): never => {
+  process.stderr.write(`${new Date().toISOString()} ERROR sgl_model_gateway: ${message}\n`)
+  process.exit(code)
+}
 
-const stateDir = argValue('--state-dir')
+const argv = process.argv.slice(2)
+const at = argv.indexOf('--state-dir')
+const stateDir = at >= 0 ? argv[at + 1] : undefined
 if (!stateDir) {
-  process.stderr.write('usage: router-main --state-dir DIR\n')
+  process.stderr.write('usage: router-main --state-dir DIR [sgl-model-gateway flags]\n')
   process.exit(2)
 }
 const paths = simPaths(stateDir)
 const config = JSON.parse(readFileSync(paths.config, 'utf8')) as SimConfig
-const url = (port: number): string => `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`
-const r = config.router ?? {}
+let args = gatewayArgsFor(config)
+try {
+  args = parseGatewayArgv([...argv.slice(0, at), ...argv.slice(at + 2)], args)
+} catch (error) {
+  fail(`bad launch flag: ${(error as Error).message}`, 2)
+}
+// What `ps` shows: the gateway's own command line (the title overwrites argv, so it is never longer than the launch).
+process.title = ['sgl-model-gateway', ...gatewayArgv(args)].join(' ')
 
 try {
   const router = await startRouter({
-    host: config.host,
-    port: config.ports.router,
-    metricsPort: config.ports.routerMetrics,
-    prefillUrl: url(config.ports.prefill),
-    decodeUrl: url(config.ports.decode),
-    bootstrapPort: config.ports.bootstrap,
-    health: {
-      intervalS: r.healthIntervalS,
-      timeoutS: r.healthTimeoutS,
-      failureThreshold: r.healthFailureThreshold,
-      successThreshold: r.healthSuccessThreshold,
-    },
-    requestTimeoutS: r.requestTimeoutS,
+    host: args.host,
+    port: args.port,
+    metricsPort: args.prometheusPort,
+    prefillUrl: args.prefillUrl,
+    decodeUrl: args.decodeUrl,
+    bootstrapPort: args.bootstrapPort,
+    health: args.health,
+    requestTimeoutS: args.requestTimeoutS,
+    retry: args.retry,
+    circuitBreaker: args.circuitBreaker,
     truthFile: paths.truth('router'),
     log,
   })
@@ -67,6 +72,5 @@ try {
   process.on('SIGTERM', () => stop('SIGTERM'))
   process.on('SIGINT', () => stop('SIGINT'))
 } catch (error) {
-  process.stderr.write(`${new Date().toISOString()} ERROR sgl_model_gateway: failed to start: ${(error as Error).message}\n`)
-  process.exit(1)
+  fail(`failed to start: ${(error as Error).message}`, 1)
 }

@@ -5,14 +5,19 @@ import {dirname} from 'node:path'
 import {performance} from 'node:perf_hooks'
 
 import {parseRoomJson, stringifyRoomJson} from '../server/json-room.js'
+import {CB_DEFAULTS, CB_STATE_CODE, CircuitBreaker, type CircuitBreakerSettings} from './circuit-breaker.js'
 import {type HealthCheckSettings, ROUTER_HEALTH_DEFAULTS, WorkerHealth, probe} from './health.js'
 import {PromRegistry} from './prom-text.js'
+import {attemptsAllowed, backoffDelayMs, isRetryableStatus, RETRY_DEFAULTS, type RetrySettings} from './retry.js'
 import {randomRoom} from './room.js'
 
 /**
- * The twin's PD router, modelled on sgl-model-gateway's PD mode (sgl-model-gateway/src/routers/http/pd_router.rs; docs/twin.md): one prefill
- * and one decode worker, a random 63-bit bootstrap room per request injected into both bodies, both sent
- * at once, and the answer held until prefill resolves (prefill failure -> decode dropped, 502).
+ * The twin's PD router, modelled on sgl-model-gateway's PD mode (sgl-model-gateway/src/routers/http/pd_router.rs,
+ * core/retry.rs, core/circuit_breaker.rs; docs/twin.md, "Router"). One prefill and one decode worker. Each request is
+ * run by a retry loop: every attempt picks the pair (a worker that is unhealthy or whose breaker is open makes it a
+ * 503), injects a fresh random 63-bit bootstrap room into the same body (same rid), sends it to both workers at once
+ * and waits for both to answer (tokio::join!), then decode's error wins, then prefill's, else decode's answer passes
+ * through. Both breakers record the attempt's outcome; 408/429/500/502/503/504 are retried after a jittered backoff.
  */
 
 export interface RouterOptions {
@@ -26,9 +31,15 @@ export interface RouterOptions {
   health?: Partial<HealthCheckSettings>
   /** --request-timeout-secs (1800 in the real router). */
   requestTimeoutS?: number
+  /** --retry-* and --disable-retries; unset fields keep upstream's defaults. */
+  retry?: Partial<RetrySettings>
+  /** --cb-* and --disable-circuit-breaker; unset fields keep upstream's defaults. */
+  circuitBreaker?: Partial<CircuitBreakerSettings>
   /** Ground truth JSON lines; none when undefined. */
   truthFile?: string
   log?: (line: string) => void
+  /** The backoff jitter's random source, [0, 1) (tests). */
+  random?: () => number
 }
 
 export interface RunningRouter {
@@ -41,6 +52,8 @@ export interface RunningRouter {
 
 const MAX_BODY = 64 * 1024 * 1024
 const now = (): number => performance.timeOrigin + performance.now()
+/** metrics_labels::ENDPOINT_GENERATE: the endpoint label of the retry counters. */
+const ENDPOINT = 'generate'
 
 /** A request body with the bootstrap fields set; the room is written as a bare integer (it exceeds 2^53). */
 export function injectBootstrap(body: Record<string, unknown>, host: string, port: number, room: bigint): string {
@@ -51,10 +64,84 @@ export function injectBootstrap(body: Record<string, unknown>, host: string, por
   return stringifyRoomJson({...rest, bootstrap_host: host, bootstrap_port: port, bootstrap_room: room})
 }
 
+/** routers/error.rs status_code_to_str, for the statuses the router answers with. */
+const STATUS_TYPE: Record<number, string> = {
+  400: 'bad_request', 404: 'not_found', 408: 'request_timeout', 429: 'too_many_requests', 500: 'internal_server_error',
+  502: 'bad_gateway', 503: 'service_unavailable', 504: 'gateway_timeout',
+}
+
+/** routers/error.rs create_error: {"error": {"message", "type", "code"}}. */
+export function gatewayError(status: number, code: string, message: string): {error: {message: string; type: string; code: string}} {
+  return {error: {message, type: STATUS_TYPE[status] ?? 'unknown_status_code', code}}
+}
+
+/**
+ * How pd_router.rs maps a worker's error status to the router's answer (process_prefill_response and
+ * handle_decode_error_response): 400, 404, 500, 502 and 503 keep their status, anything else becomes a 500.
+ */
+function mapWorkerError(status: number, side: 'prefill' | 'decode'): {status: number; code: string} {
+  switch (status) {
+    case 400: return {status, code: `${side}_bad_request`}
+    case 404: return {status, code: `${side}_not_found`}
+    case 500: return {status, code: `${side}_internal_error`}
+    case 502: return {status, code: `${side}_bad_gateway`}
+    case 503: return {status, code: `${side}_unavailable`}
+    default: return {status: 500, code: `${side}_error`}
+  }
+}
+
+/** Rust's StatusCode Display: "500 Internal Server Error". */
+const statusDisplay = (status: number): string => `${status} ${http.STATUS_CODES[status] ?? '<unknown status code>'}`
+
+/** grpc/utils.rs error_type_from_status: the error_type label of smg_worker_errors_total. */
+function errorTypeFromStatus(status: number): string {
+  switch (status) {
+    case 400: return 'invalid_request'
+    case 401: return 'auth_error'
+    case 403: return 'permission_denied'
+    case 404: return 'not_found'
+    case 408: return 'timeout'
+    case 429: return 'rate_limit_exceeded'
+    case 501: return 'not_supported'
+    case 502: return 'upstream_error'
+    case 503: return 'service_unavailable'
+    default: return 'internal_error'
+  }
+}
+
+function readAll(res: http.IncomingMessage): Promise<{text: string} | {error: string}> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = []
+    res.on('data', (c: Buffer) => chunks.push(c))
+    res.on('end', () => resolve({text: Buffer.concat(chunks).toString('utf8')}))
+    res.on('error', (e) => resolve({error: e.message}))
+    res.on('aborted', () => resolve({error: 'connection closed before message completed'}))
+    res.on('close', () => {
+      if (!res.complete) resolve({error: 'connection closed before message completed'})
+    })
+    res.resume()
+  })
+}
+
+/** What one attempt produced: an answer the router builds, or decode's response to pass through. */
+type Answer =
+  | {kind: 'built'; status: number; contentType: string; body: string; error?: string}
+  | {kind: 'pass'; status: number; res: http.IncomingMessage}
+
+interface AttemptResult {
+  answer: Answer
+  room: bigint | null
+  prefillStatus: number | null
+  decodeStatus: number | null
+}
+
 export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
   // Unset (undefined) settings keep the real router's defaults.
-  const given = Object.fromEntries(Object.entries(opts.health ?? {}).filter(([, v]) => v !== undefined))
-  const health: HealthCheckSettings = {...ROUTER_HEALTH_DEFAULTS, ...given}
+  const defined = <T extends object>(o: Partial<T> | undefined): Partial<T> => Object.fromEntries(Object.entries(o ?? {}).filter(([, v]) => v !== undefined)) as Partial<T>
+  const health: HealthCheckSettings = {...ROUTER_HEALTH_DEFAULTS, ...defined(opts.health)}
+  const retry: RetrySettings = {...RETRY_DEFAULTS, ...defined(opts.retry)}
+  const cbSettings: CircuitBreakerSettings = {...CB_DEFAULTS, ...defined(opts.circuitBreaker)}
+  const random = opts.random ?? Math.random
   const requestTimeoutMs = (opts.requestTimeoutS ?? 1800) * 1000
   const log = opts.log ?? (() => {})
   const bootstrapHost = new URL(opts.prefillUrl).hostname
@@ -64,7 +151,17 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
   metrics.define('smg_router_requests_total', 'counter', 'Total requests received by the router')
   metrics.define('smg_router_request_errors_total', 'counter', 'Requests the router answered with an error')
   metrics.define('smg_router_upstream_responses_total', 'counter', 'Responses from workers by status')
-  metrics.define('smg_worker_health', 'gauge', 'Worker health as seen by the router (1 healthy, 0 unhealthy)')
+  metrics.define('smg_worker_health', 'gauge', 'Worker health status (1=healthy, 0=unhealthy)')
+  metrics.define('smg_worker_errors_total', 'counter', 'Worker-level errors by worker_type, connection_mode, error_type')
+  // observability/metrics.rs, "Layer 3: Worker resilience metrics".
+  metrics.define('smg_worker_cb_state', 'gauge', 'Circuit breaker state per worker (0=closed, 1=open, 2=half_open)')
+  metrics.define('smg_worker_cb_transitions_total', 'counter', 'Circuit breaker state transitions by worker, from, to')
+  metrics.define('smg_worker_cb_outcomes_total', 'counter', 'Circuit breaker outcomes by worker and outcome (success/failure)')
+  metrics.define('smg_worker_cb_consecutive_failures', 'gauge', 'Current consecutive failure count per worker')
+  metrics.define('smg_worker_cb_consecutive_successes', 'gauge', 'Current consecutive success count per worker')
+  metrics.define('smg_worker_retries_total', 'counter', 'Total retry attempts by worker_type and endpoint')
+  metrics.define('smg_worker_retries_exhausted_total', 'counter', 'Requests that exhausted all retries by worker_type and endpoint')
+  metrics.define('smg_worker_retry_backoff_seconds', 'summary', 'Retry backoff duration by attempt number')
 
   // Synchronous appends: a reader never misses a line for a request that was already answered.
   let truthFd: number | undefined
@@ -76,17 +173,29 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
     if (truthFd !== undefined) writeSync(truthFd, JSON.stringify({t: now(), role: 'router', ...o}) + '\n')
   }
 
-  const workers = [
-    {role: 'prefill', url: opts.prefillUrl},
-    {role: 'decode', url: opts.decodeUrl},
-  ].map(({role, url}) => {
+  const workers = ([['prefill', opts.prefillUrl], ['decode', opts.decodeUrl]] as const).map(([role, url]) => {
     metrics.set('smg_worker_health', {worker: url}, 0)
     const h = new WorkerHealth(url, health, (ok) => {
       metrics.set('smg_worker_health', {worker: url}, ok ? 1 : 0)
       log(`Worker ${role} ${url} is now ${ok ? 'healthy' : 'unhealthy'}`)
     })
-    return {role, url, h}
+    // The breaker's metric label is the worker's URL (worker_builder.rs), its state published from the start.
+    metrics.set('smg_worker_cb_state', {worker: url}, CB_STATE_CODE.closed)
+    const cb = new CircuitBreaker(cbSettings, {
+      transition: (from, to) => {
+        log(`Circuit breaker state transition: ${from} -> ${to} (${role} ${url})`)
+        metrics.inc('smg_worker_cb_transitions_total', {worker: url, from, to})
+        metrics.set('smg_worker_cb_state', {worker: url}, CB_STATE_CODE[to])
+        record({event: 'breaker', worker: url, workerType: role, from, to})
+      },
+      counts: (failures, successes) => {
+        metrics.set('smg_worker_cb_consecutive_failures', {worker: url}, failures)
+        metrics.set('smg_worker_cb_consecutive_successes', {worker: url}, successes)
+      },
+    })
+    return {role, url, h, cb}
   })
+  const [prefillWorker, decodeWorker] = workers
   const ready = (): boolean => workers.every((w) => w.h.healthy)
 
   const upstream = (url: string, body: string, onRes: (res: http.IncomingMessage) => void, onErr: (e: Error) => void): http.ClientRequest => {
@@ -107,6 +216,16 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
     res.writeHead(status, {'content-type': 'application/json', 'content-length': Buffer.byteLength(text)})
     res.end(text)
   }
+  const built = (status: number, code: string, message: string): Answer =>
+    ({kind: 'built', status, contentType: 'application/json', body: JSON.stringify(gatewayError(status, code, message)), error: message})
+
+  /** select_pd_pair → pick_worker_by_policy_arc: only workers that are healthy and whose breaker lets requests through. */
+  const unavailable = (): string | undefined => {
+    for (const w of workers) {
+      if (!w.h.healthy || !w.cb.canExecute()) return `No available ${w.role} workers (all circuits open or unhealthy)`
+    }
+    return undefined
+  }
 
   const generate = (res: http.ServerResponse, raw: string): void => {
     metrics.inc('smg_router_requests_total', {route: '/generate'})
@@ -118,96 +237,232 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
     }
     if (body === null || typeof body !== 'object' || Array.isArray(body)) {
       metrics.inc('smg_router_request_errors_total', {route: '/generate', error_type: 'bad_request'})
-      sendJson(res, 400, {error: {message: 'request body must be a JSON object', type: 'bad_request'}})
+      sendJson(res, 400, gatewayError(400, 'bad_request', 'request body must be a JSON object'))
       return
     }
-    const rid = typeof (body as {rid?: unknown}).rid === 'string' ? (body as {rid: string}).rid : null
-    const room = randomRoom()
+    const request = body as Record<string, unknown>
+    const rid = typeof request.rid === 'string' ? request.rid : null
+    const stream = request.stream === true
     const sentAt = now()
-    const text = injectBootstrap(body as Record<string, unknown>, bootstrapHost, opts.bootstrapPort, room)
-    record({event: 'sent', rid, room: room.toString()})
+    const maxAttempts = attemptsAllowed(retry)
 
-    let prefill: {ok: boolean; status: number; error?: string} | undefined
-    let decodeRes: http.IncomingMessage | undefined
-    let decodeErr: string | undefined
     let done = false
+    let clientGone = false
+    let cancelAttempt: (() => void) | undefined
+    let backoff: {timer: NodeJS.Timeout; wake: () => void} | undefined
+    let last: AttemptResult | undefined
+    let attempts = 0
 
     const finish = (status: number, detail: Record<string, unknown> = {}): void => {
       done = true
       if (status >= 400) metrics.inc('smg_router_request_errors_total', {route: '/generate', error_type: status === 502 ? 'upstream' : String(status)})
-      record({event: 'answered', rid, room: room.toString(), status, sentAt, ms: now() - sentAt, prefillStatus: prefill?.status ?? null, ...detail})
+      record({
+        event: 'answered', rid, room: last?.room?.toString() ?? null, attempts, status, sentAt, ms: now() - sentAt,
+        prefillStatus: last?.prefillStatus ?? null, decodeStatus: last?.decodeStatus ?? null, ...detail,
+      })
     }
 
-    const settle = (): void => {
-      if (done || prefill === undefined) return
-      if (!prefill.ok) {
-        // As pd_router.rs: a failed prefill drops the decode request (its server aborts it) and answers 502.
-        decodeReq.destroy()
-        decodeRes?.destroy()
-        finish(502, {error: prefill.error})
-        sendJson(res, 502, {error: {message: `Prefill server error: ${prefill.error}`, type: 'bad_gateway'}})
+    /** One attempt: execute_dual_dispatch's operation closure around execute_dual_dispatch_internal. */
+    const attempt = (n: number): Promise<AttemptResult> => new Promise((resolve) => {
+      const startedAt = now()
+      let settled = false
+      const settle = (r: AttemptResult): void => {
+        if (settled) return
+        settled = true
+        cancelAttempt = undefined
+        record({
+          event: 'attempt', rid, room: r.room?.toString() ?? null, attempt: n, status: r.answer.status, prefillStatus: r.prefillStatus,
+          decodeStatus: r.decodeStatus, ms: now() - startedAt, ...(r.answer.kind === 'built' && r.answer.error ? {error: r.answer.error} : {}),
+        })
+        resolve(r)
+      }
+      const gone = unavailable()
+      if (gone !== undefined) {
+        // handle_server_selection_error: a 503 before anything is sent, no breaker outcome recorded.
+        settle({answer: built(503, 'server_selection_failed', `No available servers: ${gone}`), room: null, prefillStatus: null, decodeStatus: null})
         return
       }
-      if (decodeErr !== undefined) {
-        finish(502, {error: decodeErr})
-        sendJson(res, 502, {error: {message: `Decode server error: ${decodeErr}`, type: 'bad_gateway'}})
+      const room = randomRoom()
+      const text = injectBootstrap(request, bootstrapHost, opts.bootstrapPort, room)
+      record({event: 'sent', rid, room: room.toString(), attempt: n})
+
+      type Leg = {res: http.IncomingMessage} | {error: string}
+      let p: Leg | undefined
+      let d: Leg | undefined
+      let joined = false
+      const legs: http.ClientRequest[] = []
+      const drop = (): void => {
+        for (const r of legs) r.destroy()
+        for (const l of [p, d]) if (l && 'res' in l) l.res.destroy()
+      }
+      // The client went away: drop both legs and end the attempt without an outcome (nothing reached the client).
+      cancelAttempt = () => {
+        drop()
+        if (!settled) {
+          settled = true
+          resolve({answer: built(499, 'client_disconnected', 'client disconnected'), room, prefillStatus: null, decodeStatus: null})
+        }
+      }
+
+      const outcome = (answer: Answer, prefillStatus: number | null, decodeStatus: number | null): void => {
+        // Both breakers record the attempt's status: 2xx and 4xx are not a worker's fault.
+        const ok = (answer.status >= 200 && answer.status < 300) || (answer.status >= 400 && answer.status < 500)
+        for (const w of workers) {
+          w.cb.record(ok)
+          metrics.inc('smg_worker_cb_outcomes_total', {worker: w.url, outcome: ok ? 'success' : 'failure'})
+        }
+        if (answer.status >= 500) {
+          for (const w of workers) metrics.inc('smg_worker_errors_total', {worker_type: w.role, connection_mode: 'http', error_type: errorTypeFromStatus(answer.status)})
+        }
+        settle({answer, room, prefillStatus, decodeStatus})
+      }
+
+      const join = async (): Promise<void> => {
+        if (joined || p === undefined || d === undefined) return
+        joined = true
+        const prefillStatus = 'res' in p ? (p.res.statusCode ?? 0) : null
+        const decodeStatus = 'res' in d ? (d.res.statusCode ?? 0) : null
+        // Decode first: a transport error is a 502, an error status is mapped (or, streaming, sent as one SSE line).
+        if ('error' in d) {
+          if ('res' in p) p.res.destroy()
+          outcome(built(502, 'decode_server_error', `Decode server error: ${d.error}`), prefillStatus, null)
+          return
+        }
+        const dres = d.res
+        const ds = dres.statusCode ?? 0
+        if (ds < 200 || ds >= 300) {
+          if ('res' in p) p.res.destroy()
+          const read = await readAll(dres)
+          if (clientGone) return
+          if (stream) {
+            let message: unknown
+            if ('error' in read) message = `Decode server error: ${read.error}`
+            else {
+              try {
+                message = JSON.parse(read.text)
+              } catch {
+                message = read.text
+              }
+            }
+            const sse = `data: {'error': ${JSON.stringify({message, status: ds})}}`
+            outcome({kind: 'built', status: ds, contentType: 'text/event-stream', body: sse, error: `decode status ${ds}`}, prefillStatus, ds)
+            return
+          }
+          const mapped = mapWorkerError(ds, 'decode')
+          if ('error' in read) {
+            outcome(built(mapped.status, 'decode_read_failed', `Decode server error: ${read.error}`), prefillStatus, ds)
+            return
+          }
+          let message = read.text
+          try {
+            const j = JSON.parse(read.text) as {error?: {message?: unknown}; message?: unknown}
+            if (typeof j?.error?.message === 'string') message = j.error.message
+            else if (typeof j?.message === 'string') message = j.message
+          } catch {}
+          outcome(built(mapped.status, mapped.code, message), prefillStatus, ds)
+          return
+        }
+        // Decode answered 2xx: now prefill decides (process_prefill_response).
+        if ('error' in p) {
+          dres.destroy()
+          outcome(built(502, 'prefill_server_error', `Prefill server error: ${p.error}. This will cause decode timeout.`), null, ds)
+          return
+        }
+        const pres = p.res
+        const ps = pres.statusCode ?? 0
+        const read = await readAll(pres)
+        if (clientGone) return
+        if (ps < 200 || ps >= 300) {
+          dres.destroy()
+          const mapped = mapWorkerError(ps, 'prefill')
+          const text = 'error' in read ? 'Unknown prefill error' : read.text
+          outcome(built(mapped.status, mapped.code, `Prefill server error (${statusDisplay(ps)}): ${text}`), ps, ds)
+          return
+        }
+        outcome({kind: 'pass', status: ds, res: dres}, ps, ds)
+      }
+
+      const onLeg = (side: 'prefill' | 'decode', url: string) => (r: http.IncomingMessage): void => {
+        metrics.inc('smg_router_upstream_responses_total', {worker: url, status: String(r.statusCode)})
+        r.pause()
+        if (side === 'prefill') p = {res: r}
+        else d = {res: r}
+        void join()
+      }
+      const onErr = (side: 'prefill' | 'decode', url: string) => (e: Error): void => {
+        if (side === 'prefill' ? p !== undefined : d !== undefined) return
+        metrics.inc('smg_router_upstream_responses_total', {worker: url, status: 'error'})
+        if (side === 'prefill') p = {error: e.message}
+        else d = {error: e.message}
+        void join()
+      }
+      legs.push(upstream(opts.prefillUrl, text, onLeg('prefill', opts.prefillUrl), onErr('prefill', opts.prefillUrl)))
+      legs.push(upstream(opts.decodeUrl, text, onLeg('decode', opts.decodeUrl), onErr('decode', opts.decodeUrl)))
+    })
+
+    const deliver = (r: AttemptResult): void => {
+      const a = r.answer
+      if (a.kind === 'built') {
+        finish(a.status, a.error ? {error: a.error} : {})
+        res.writeHead(a.status, {'content-type': a.contentType, 'content-length': Buffer.byteLength(a.body)})
+        res.end(a.body)
         return
       }
-      if (!decodeRes) return
-      const d = decodeRes
-      const status = d.statusCode ?? 502
+      const d = a.res
       const headers: http.OutgoingHttpHeaders = {'content-type': d.headers['content-type'] ?? 'application/json'}
       if (d.headers['content-length']) headers['content-length'] = d.headers['content-length']
-      res.writeHead(status, headers)
+      res.writeHead(a.status, headers)
       // Recorded before pipe() ends the response, so the truth line exists once the client has its answer.
-      d.on('end', () => finish(status, {decodeStatus: status}))
-      d.pipe(res)
+      d.on('end', () => {
+        if (!done) finish(a.status)
+      })
       d.on('error', () => {
         if (!done) finish(502, {error: 'decode stream broke'})
         res.destroy()
       })
+      d.pipe(res)
+      d.resume()
     }
 
-    const prefillReq = upstream(opts.prefillUrl, text, (r) => {
-      metrics.inc('smg_router_upstream_responses_total', {worker: opts.prefillUrl, status: String(r.statusCode)})
-      const chunks: Buffer[] = []
-      r.on('data', (c: Buffer) => {
-        if (chunks.length < 16) chunks.push(c)
-      })
-      r.on('end', () => {
-        const status = r.statusCode ?? 0
-        const ok = status >= 200 && status < 300
-        prefill = {ok, status, error: ok ? undefined : `status ${status}: ${Buffer.concat(chunks).toString('utf8').slice(0, 300)}`}
-        settle()
-      })
-      r.on('error', (e) => {
-        prefill ??= {ok: false, status: 0, error: e.message}
-        settle()
-      })
-    }, (e) => {
-      metrics.inc('smg_router_upstream_responses_total', {worker: opts.prefillUrl, status: 'error'})
-      prefill ??= {ok: false, status: 0, error: e.message}
-      settle()
-    })
+    /** RetryExecutor::execute_response_with_retry: attempts until one is not retryable or max(max_retries, 1) are used. */
+    const run = async (): Promise<void> => {
+      for (let n = 0; ; n++) {
+        attempts = n + 1
+        last = await attempt(n)
+        if (clientGone) return
+        const status = last.answer.status
+        if (!isRetryableStatus(status)) return deliver(last)
+        if (n + 1 >= maxAttempts) {
+          for (const w of workers) metrics.inc('smg_worker_retries_exhausted_total', {worker_type: w.role, endpoint: ENDPOINT})
+          return deliver(last)
+        }
+        if (last.answer.kind === 'pass') last.answer.res.destroy()
+        const delayMs = backoffDelayMs(retry, n, random)
+        for (const w of workers) metrics.inc('smg_worker_retries_total', {worker_type: w.role, endpoint: ENDPOINT})
+        metrics.observe('smg_worker_retry_backoff_seconds', {attempt: String(n + 1)}, delayMs / 1000)
+        record({event: 'retry', rid, attempt: n + 1, afterStatus: status, backoffMs: delayMs})
+        await new Promise<void>((wake) => {
+          backoff = {timer: setTimeout(wake, delayMs), wake}
+        })
+        backoff = undefined
+        if (clientGone) return
+      }
+    }
 
-    const decodeReq = upstream(opts.decodeUrl, text, (r) => {
-      metrics.inc('smg_router_upstream_responses_total', {worker: opts.decodeUrl, status: String(r.statusCode)})
-      decodeRes = r
-      settle()
-    }, (e) => {
-      if (done) return
-      metrics.inc('smg_router_upstream_responses_total', {worker: opts.decodeUrl, status: 'error'})
-      decodeErr = e.message
-      settle()
-    })
-
-    // A client that goes away takes both upstream requests with it; the servers abort them on disconnect.
+    // A client that goes away takes the attempt in flight with it (the servers abort on disconnect), or ends the backoff.
     res.on('close', () => {
       if (res.writableFinished) return
-      prefillReq.destroy()
-      decodeReq.destroy()
+      clientGone = true
+      cancelAttempt?.()
+      if (backoff) {
+        clearTimeout(backoff.timer)
+        backoff.wake()
+      }
+      if (last?.answer.kind === 'pass') last.answer.res.destroy()
       if (!done) finish(499, {error: 'client disconnected'})
     })
+
+    void run()
   }
 
   const healthGenerate = async (res: http.ServerResponse): Promise<void> => {
@@ -286,7 +541,8 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
   }
   for (const w of workers) w.h.start()
   const hostForUrl = opts.host.includes(':') ? `[${opts.host}]` : opts.host
-  log(`sgl-model-gateway (twin) PD router listening on ${hostForUrl}:${port}, prefill ${opts.prefillUrl} bootstrap ${opts.bootstrapPort}, decode ${opts.decodeUrl}, metrics on :${metricsPort}`)
+  log(`sgl-model-gateway (twin) PD router listening on ${hostForUrl}:${port}, prefill ${prefillWorker.url} bootstrap ${opts.bootstrapPort}, decode ${decodeWorker.url}, metrics on :${metricsPort}; `
+    + `${attemptsAllowed(retry)} attempt(s) per request${retry.disabled ? ' (retries disabled)' : ''}, circuit breaker ${cbSettings.disabled ? 'disabled' : `opens after ${cbSettings.failureThreshold} consecutive failures`}`)
 
   return {
     url: `http://${hostForUrl}:${port}`,

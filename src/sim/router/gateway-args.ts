@@ -1,0 +1,168 @@
+/**
+ * The router's launch command line, spelled as sgl-model-gateway's launcher spells it (sgl-model-gateway/src/main.rs
+ * CliArgs; the Python launcher, bindings/python, takes the same names): what `sim up` passes to the router process,
+ * what the process shows in `ps`, and what it reads back to configure itself. docs/twin.md, "Router".
+ */
+import type {SimConfig} from '../sim-config.js'
+import {CB_DEFAULTS, type CircuitBreakerSettings} from './circuit-breaker.js'
+import {type HealthCheckSettings, ROUTER_HEALTH_DEFAULTS} from './health.js'
+import {RETRY_DEFAULTS, type RetrySettings} from './retry.js'
+
+export interface GatewayArgs {
+  prefillUrl: string
+  /** The prefill's --disaggregation-bootstrap-port, given after its URL (`--prefill URL PORT`). */
+  bootstrapPort: number
+  decodeUrl: string
+  host: string
+  port: number
+  prometheusHost: string
+  prometheusPort: number
+  /** --request-timeout-secs (1800 upstream). */
+  requestTimeoutS: number
+  health: HealthCheckSettings
+  retry: RetrySettings
+  circuitBreaker: CircuitBreakerSettings
+}
+
+const hostForUrl = (host: string): string => (host.includes(':') ? `[${host}]` : host)
+
+/** The gateway settings of a twin: sim.json's router section over upstream's defaults. */
+export function gatewayArgsFor(config: SimConfig): GatewayArgs {
+  const r = config.router ?? {}
+  const url = (port: number): string => `http://${hostForUrl(config.host)}:${port}`
+  const pick = <T>(v: T | undefined, fallback: T): T => (v === undefined ? fallback : v)
+  return {
+    prefillUrl: url(config.ports.prefill),
+    bootstrapPort: config.ports.bootstrap,
+    decodeUrl: url(config.ports.decode),
+    host: config.host,
+    port: config.ports.router,
+    prometheusHost: config.host,
+    prometheusPort: config.ports.routerMetrics,
+    requestTimeoutS: pick(r.requestTimeoutS, 1800),
+    health: {
+      intervalS: pick(r.healthIntervalS, ROUTER_HEALTH_DEFAULTS.intervalS),
+      timeoutS: pick(r.healthTimeoutS, ROUTER_HEALTH_DEFAULTS.timeoutS),
+      failureThreshold: pick(r.healthFailureThreshold, ROUTER_HEALTH_DEFAULTS.failureThreshold),
+      successThreshold: pick(r.healthSuccessThreshold, ROUTER_HEALTH_DEFAULTS.successThreshold),
+    },
+    retry: {
+      maxRetries: pick(r.retryMaxRetries, RETRY_DEFAULTS.maxRetries),
+      initialBackoffMs: pick(r.retryInitialBackoffMs, RETRY_DEFAULTS.initialBackoffMs),
+      maxBackoffMs: pick(r.retryMaxBackoffMs, RETRY_DEFAULTS.maxBackoffMs),
+      backoffMultiplier: pick(r.retryBackoffMultiplier, RETRY_DEFAULTS.backoffMultiplier),
+      jitterFactor: pick(r.retryJitterFactor, RETRY_DEFAULTS.jitterFactor),
+      disabled: pick(r.disableRetries, RETRY_DEFAULTS.disabled),
+    },
+    circuitBreaker: {
+      failureThreshold: pick(r.cbFailureThreshold, CB_DEFAULTS.failureThreshold),
+      successThreshold: pick(r.cbSuccessThreshold, CB_DEFAULTS.successThreshold),
+      timeoutDurationS: pick(r.cbTimeoutDurationS, CB_DEFAULTS.timeoutDurationS),
+      windowDurationS: pick(r.cbWindowDurationS, CB_DEFAULTS.windowDurationS),
+      disabled: pick(r.disableCircuitBreaker, CB_DEFAULTS.disabled),
+    },
+  }
+}
+
+/** The launch flags, in the launcher's names; every setting is spelled out, the two switches only when on. */
+export function gatewayArgv(a: GatewayArgs): string[] {
+  return [
+    '--pd-disaggregation',
+    '--prefill', a.prefillUrl, String(a.bootstrapPort),
+    '--decode', a.decodeUrl,
+    '--host', a.host,
+    '--port', String(a.port),
+    '--prometheus-host', a.prometheusHost,
+    '--prometheus-port', String(a.prometheusPort),
+    '--request-timeout-secs', String(a.requestTimeoutS),
+    '--health-check-interval-secs', String(a.health.intervalS),
+    '--health-check-timeout-secs', String(a.health.timeoutS),
+    '--health-failure-threshold', String(a.health.failureThreshold),
+    '--health-success-threshold', String(a.health.successThreshold),
+    '--retry-max-retries', String(a.retry.maxRetries),
+    '--retry-initial-backoff-ms', String(a.retry.initialBackoffMs),
+    '--retry-max-backoff-ms', String(a.retry.maxBackoffMs),
+    '--retry-backoff-multiplier', String(a.retry.backoffMultiplier),
+    '--retry-jitter-factor', String(a.retry.jitterFactor),
+    ...(a.retry.disabled ? ['--disable-retries'] : []),
+    '--cb-failure-threshold', String(a.circuitBreaker.failureThreshold),
+    '--cb-success-threshold', String(a.circuitBreaker.successThreshold),
+    '--cb-timeout-duration-secs', String(a.circuitBreaker.timeoutDurationS),
+    '--cb-window-duration-secs', String(a.circuitBreaker.windowDurationS),
+    ...(a.circuitBreaker.disabled ? ['--disable-circuit-breaker'] : []),
+  ]
+}
+
+/**
+ * Read the launch flags back (the router process configures itself from its own command line). Flags that are absent
+ * keep `base`; an unknown flag or a value that is not a number is an error naming the flag.
+ */
+export function parseGatewayArgv(argv: string[], base: GatewayArgs): GatewayArgs {
+  const a: GatewayArgs = {...base, health: {...base.health}, retry: {...base.retry}, circuitBreaker: {...base.circuitBreaker}}
+  const num = (flag: string, raw: string | undefined): number => {
+    const v = Number(raw)
+    if (raw === undefined || raw.trim() === '' || !Number.isFinite(v)) throw new Error(`${flag} needs a number, got ${raw === undefined ? 'nothing' : `"${raw}"`}`)
+    return v
+  }
+  const str = (flag: string, raw: string | undefined): string => {
+    if (raw === undefined || raw.startsWith('--')) throw new Error(`${flag} needs a value`)
+    return raw
+  }
+  const numeric: Record<string, (v: number) => void> = {
+    '--port': (v) => (a.port = v),
+    '--prometheus-port': (v) => (a.prometheusPort = v),
+    '--request-timeout-secs': (v) => (a.requestTimeoutS = v),
+    '--health-check-interval-secs': (v) => (a.health.intervalS = v),
+    '--health-check-timeout-secs': (v) => (a.health.timeoutS = v),
+    '--health-failure-threshold': (v) => (a.health.failureThreshold = v),
+    '--health-success-threshold': (v) => (a.health.successThreshold = v),
+    '--retry-max-retries': (v) => (a.retry.maxRetries = v),
+    '--retry-initial-backoff-ms': (v) => (a.retry.initialBackoffMs = v),
+    '--retry-max-backoff-ms': (v) => (a.retry.maxBackoffMs = v),
+    '--retry-backoff-multiplier': (v) => (a.retry.backoffMultiplier = v),
+    '--retry-jitter-factor': (v) => (a.retry.jitterFactor = v),
+    '--cb-failure-threshold': (v) => (a.circuitBreaker.failureThreshold = v),
+    '--cb-success-threshold': (v) => (a.circuitBreaker.successThreshold = v),
+    '--cb-timeout-duration-secs': (v) => (a.circuitBreaker.timeoutDurationS = v),
+    '--cb-window-duration-secs': (v) => (a.circuitBreaker.windowDurationS = v),
+  }
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i]
+    if (flag in numeric) {
+      numeric[flag](num(flag, argv[++i]))
+      continue
+    }
+    switch (flag) {
+      case '--pd-disaggregation':
+        break
+      case '--disable-retries':
+        a.retry.disabled = true
+        break
+      case '--disable-circuit-breaker':
+        a.circuitBreaker.disabled = true
+        break
+      case '--prefill': {
+        a.prefillUrl = str(flag, argv[++i])
+        // The bootstrap port after the URL is optional ("none" or absent), as in the launcher.
+        const next = argv[i + 1]
+        if (next !== undefined && !next.startsWith('--')) {
+          i++
+          if (next !== 'none') a.bootstrapPort = num('--prefill bootstrap port', next)
+        }
+        break
+      }
+      case '--decode':
+        a.decodeUrl = str(flag, argv[++i])
+        break
+      case '--host':
+        a.host = str(flag, argv[++i])
+        break
+      case '--prometheus-host':
+        a.prometheusHost = str(flag, argv[++i])
+        break
+      default:
+        throw new Error(`unknown flag ${flag}`)
+    }
+  }
+  return a
+}
