@@ -63,7 +63,12 @@ describe('twin lifecycle (8 ranks)', () => {
     expect(deployment.services.prefill.bootstrapPort).toBe(Number(new URL(up.endpoints.bootstrap).port))
     const titles = up.rankPids.prefill.map((pid) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0])
     expect(titles).toEqual(['sglang::scheduler_TP0', 'sglang::scheduler_TP1', 'sglang::scheduler_TP2', 'sglang::scheduler_TP3'])
-    expect(readFileSync(`/proc/${up.pids.router}/cmdline`, 'utf8').split('\0')[0]).toBe('sgl-model-gateway')
+    // The router shows sgl-model-gateway's launch command, retry and breaker flags at upstream's defaults included.
+    const gateway = readFileSync(`/proc/${up.pids.router}/cmdline`, 'utf8').split('\0')[0]
+    expect(gateway).toMatch(new RegExp(`^sgl-model-gateway --pd-disaggregation --prefill ${up.endpoints.prefill} ${new URL(up.endpoints.bootstrap).port} --decode ${up.endpoints.decode} `))
+    for (const flag of ['--retry-max-retries 5 ', '--retry-initial-backoff-ms 50 ', '--retry-backoff-multiplier 1.5 ', '--retry-jitter-factor 0.2 ',
+      '--cb-failure-threshold 10 ', '--cb-success-threshold 3 ', '--cb-timeout-duration-secs 60 ']) expect(gateway).toContain(flag)
+    expect(gateway).not.toContain('--disable-retries')
   })
 
   it('serves a request through the router, and the router ground truth has it with the room both servers saw', async () => {
@@ -127,30 +132,54 @@ describe('twin lifecycle (8 ranks)', () => {
     expect(existsSync(simPaths(otherDir).lock)).toBe(false)
   })
 
-  it('answers 502 through the router when prefill fails a request (aborted while decode is stalled)', async () => {
+  it('retries a prefill failure through the router with the same rid and a new room (sgl-model-gateway retries 500)', async () => {
     // SIGSTOP decode rank 0: the request cannot complete its KV handshake/transfer, so prefill holds it.
     const stopped = up.rankPids.decode[0]
     process.kill(stopped, 'SIGSTOP')
+    let continued = false
     try {
-      const pending = post(up.endpoints.router, {rid: 'twin-abort', text: 'y'.repeat(256), sampling_params: {max_new_tokens: 2}}, 30_000)
+      const pending = post(up.endpoints.router, {rid: 'twin-abort', text: 'y'.repeat(256), sampling_params: {max_new_tokens: 2}}, 45_000)
       await sleep(700)
-      const abort = await fetch(up.endpoints.prefill + '/abort_request', {method: 'POST', body: JSON.stringify({rid: 'twin-abort'}), headers: {'content-type': 'application/json'}})
-      expect(abort.status).toBe(200)
-      const r = await pending
-      expect(r.status).toBe(502)
-      const answered = readLines(simPaths(dir).truth('router')).find((l) => l.rid === 'twin-abort' && l.event === 'answered')
-      expect(answered).toMatchObject({status: 502, prefillStatus: 500})
-    } finally {
+      const abort = (url: string) => fetch(url + '/abort_request', {method: 'POST', body: JSON.stringify({rid: 'twin-abort'}), headers: {'content-type': 'application/json'}})
+      expect((await abort(up.endpoints.prefill)).status).toBe(200)
+      // Prefill has answered 500, but the router waits for decode too (pd_router.rs joins both): release decode and
+      // abort its side, as SGLang's own abort test does, so the first attempt ends and the router retries it.
+      await sleep(300)
+      expect(readLines(simPaths(dir).truth('router')).some((l) => l.rid === 'twin-abort' && l.event === 'attempt')).toBe(false)
       process.kill(stopped, 'SIGCONT')
+      continued = true
+      expect((await abort(up.endpoints.decode)).status).toBe(200)
+      const r = await pending
+      expect(r.status).toBe(200)
+      const router = readLines(simPaths(dir).truth('router')).filter((l) => l.rid === 'twin-abort')
+      const attempts = router.filter((l) => l.event === 'attempt')
+      expect(attempts.length).toBeGreaterThanOrEqual(2)
+      expect(attempts[0]).toMatchObject({attempt: 0, prefillStatus: 500})
+      expect([500, 502]).toContain(attempts[0].status)
+      expect(attempts.at(-1)).toMatchObject({status: 200})
+      const rooms = router.filter((l) => l.event === 'sent').map((l) => l.room)
+      expect(new Set(rooms).size).toBe(rooms.length)
+      // Prefill saw the same rid under each room the router sent.
+      const prefillRooms = new Set(readLines(simPaths(dir).truth('prefill')).filter((l) => l.rid === 'twin-abort').map((l) => String(l.room)))
+      for (const room of rooms) expect(prefillRooms.has(room as string)).toBe(true)
+      expect(router.find((l) => l.event === 'answered')).toMatchObject({status: 200, attempts: attempts.length})
+    } finally {
+      if (!continued) process.kill(stopped, 'SIGCONT')
     }
   })
 
-  it('answers 502 when the prefill is down; restart brings it back on new rank ports and requests succeed', async () => {
+  it('answers 503 once the prefill is down and unhealthy; restart brings it back on new rank ports and requests succeed', async () => {
     const before = JSON.parse(readFileSync(simPaths(dir).service('prefill'), 'utf8')) as {rankPorts: Array<{zmqPort: number}>}
     const lock = readLock(dir)!
     expect(await stopGroup(lock.services.prefill!)).toBe(true)
-    const down = await post(up.endpoints.router, {rid: 'twin-noprefill', text: 'z', sampling_params: {max_new_tokens: 1}})
-    expect(down.status).toBe(502)
+    // The first attempt ends when decode gives up on the dead prefill; by then the router's probes have taken prefill
+    // out of rotation, so the retries find no available prefill worker (503, retryable, nothing sent).
+    const down = await post(up.endpoints.router, {rid: 'twin-noprefill', text: 'z', sampling_params: {max_new_tokens: 1}}, 50_000)
+    expect(down.status).toBe(503)
+    expect(JSON.parse(down.text).error).toMatchObject({code: 'server_selection_failed'})
+    const attempts = readLines(simPaths(dir).truth('router')).filter((l) => l.rid === 'twin-noprefill' && l.event === 'attempt')
+    expect(attempts).toHaveLength(5)
+    expect(attempts[0].status).not.toBe(503)
     // The router's own probes (interval 1 s here, failure threshold 3) take it out of readiness; liveness stays.
     const notReadyBy = Date.now() + 10_000
     let readiness = 200
@@ -162,7 +191,8 @@ describe('twin lifecycle (8 ranks)', () => {
     expect((await fetch(up.endpoints.router + '/liveness')).status).toBe(200)
     const metrics = await fetch(up.endpoints.routerMetrics).then((r) => r.text())
     expect(metrics).toContain(`smg_worker_health{worker="${up.endpoints.prefill}"} 0`)
-    expect(metrics).toMatch(/smg_router_request_errors_total\{error_type="upstream",route="\/generate"\} [1-9]/)
+    expect(metrics).toMatch(/smg_router_request_errors_total\{error_type="503",route="\/generate"\} [1-9]/)
+    expect(metrics).toMatch(/smg_worker_retries_total\{endpoint="generate",worker_type="prefill"\} [1-9]/)
 
     const r = await simRestart(dir, 'prefill')
     expect(r.previousPid).toBe(up.pids.prefill)
@@ -178,6 +208,9 @@ describe('twin lifecycle (8 ranks)', () => {
     const until = Date.now() + 15_000
     while (!readFileSync(simPaths(dir).log('decode'), 'utf8').includes('Lost connection with prefill instance') && Date.now() < until) await sleep(100)
     expect(readFileSync(simPaths(dir).log('decode'), 'utf8')).toContain('Lost connection with prefill instance')
+    // The router routes to prefill again once its probes see it healthy (2 good probes): until then it answers 503.
+    const readyBy = Date.now() + 15_000
+    while ((await fetch(up.endpoints.router + '/readiness')).status !== 200 && Date.now() < readyBy) await sleep(200)
     const ok = await post(up.endpoints.router, {rid: 'twin-after-prefill', text: 'hello', sampling_params: {max_new_tokens: 2}}, 30_000)
     expect(ok.status).toBe(200)
   })
