@@ -8,7 +8,7 @@ import {getFault} from '../faults/registry.js'
 import type {LeaseRecord, ScenarioRun} from '../model/run.js'
 import {now, Recorder} from '../workload/recorder.js'
 import {sampleOnce, startSampler} from '../workload/sampler.js'
-import {sendRequest, type Sent} from '../workload/send.js'
+import {sendDirect, sendRequest, type Sent} from '../workload/send.js'
 import {SteadyLoad} from '../workload/steady-load.js'
 import {sleep, within} from '../util/time.js'
 import {type Entry, judgeBatch, scenarioShell} from './judge.js'
@@ -16,8 +16,9 @@ import {injectUnderLease, revertAndVerify} from './lease-steps.js'
 import {type Calibrated, PROBE_TIMEOUT_MS, type RunSession} from './session.js'
 
 /**
- * The one runner: a batch of fault scenarios sharing one window. Calibrate (once per run), discover (once per run),
- * plan every scenario, lease and inject each, verify, send pins (or abort trials) under a light steady load, wait
+ * The one runner: a batch of fault scenarios sharing one window. Pins and abort trials go to prefill and decode
+ * directly, once each (a retrying router would pin an evicted pin again); steady load and canaries go through the
+ * router, as users' requests do. Calibrate (once per run), discover (once per run), plan every scenario, lease and inject each, verify, send pins (or abort trials) under a light steady load, wait
  * for the longest window, revert all, verify clean, abort what is still held, canaries, drain, judge. `inject` is a
  * batch of one scenario; the suite runs batches in order. Faults act, the Recorder keeps the timeline, checks judge
  * (judge.ts): this module only sequences them.
@@ -197,12 +198,12 @@ async function sendPins(session: RunSession, active: Entry[], rec: Recorder, pin
       for (let i = 0; i < e.s.pins && !o.stop.aborted; i++) {
         if (i > 0 && i % settings.pinPacing.burst === 0) await sleep(settings.pinPacing.gapMs, o.stop)
         if (o.stop.aborted) break
-        pins.push({e, sent: sendRequest(session.router, rec, base)})
+        pins.push({e, sent: sendDirect(session, session.bootstrap, rec, base)})
       }
       return
     }
     await Promise.all(plan.trials.map(async (trial) => {
-      const sent = sendRequest(session.router, rec, {...base, rid: trial.rid})
+      const sent = sendDirect(session, session.bootstrap, rec, {...base, rid: trial.rid})
       pins.push({e, sent})
       await sleep(sent.sentAt + trial.offsetMs - now())
       await Promise.all(trial.aborts.map(async (a) => {

@@ -28,6 +28,11 @@ export class RunSession {
     ;({prefill: this.prefill, decode: this.decode, router: this.router} = serviceClients(deployment, {timeoutMs: PROBE_TIMEOUT_MS}))
   }
 
+  /** Prefill's bootstrap server, as the gateway injects it into both /generate bodies. */
+  get bootstrap(): {host: string; port: number} {
+    return {host: new URL(this.deployment.services.prefill.url).hostname, port: this.deployment.services.prefill.bootstrapPort}
+  }
+
   /** Unfaulted requests, measured once per run (and again after a restart): they calibrate ε and open what a fresh
    * deployment opens lazily (decode's route cache, the KV data connections stall-kv must find). */
   async calibration(opts: {promptTokens: number; requests?: number; say?: (l: string) => void}): Promise<Calibrated> {

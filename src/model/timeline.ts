@@ -13,7 +13,8 @@ export interface PinState {
 }
 
 export type Observation =
-  | {kind: 'request-sent'; t: number; rid: string; role: RequestRole; fault?: string; scenario?: string; expectedState?: PinState}
+  /** path 'direct': sent to prefill and decode once, as the gateway sends it but without retries; else through the router. */
+  | {kind: 'request-sent'; t: number; rid: string; role: RequestRole; fault?: string; scenario?: string; expectedState?: PinState; path?: 'direct'}
   | {kind: 'request-answered'; t: number; rid: string; status: number; detail?: string}
   /** The request's client gave up (our own deadline): the request never answered. */
   | {kind: 'request-abandoned'; t: number; rid: string; detail: string}

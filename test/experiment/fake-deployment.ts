@@ -45,8 +45,10 @@ export class FakePd {
   readonly failpoints = new Map<FailpointName, Set<number>>([['drop-dest-info', new Set()], ['stall-kv', new Set()]])
   /** Every POST to the failure-point endpoint, in order. */
   readonly failpointPosts: Array<{name: string; enabled: boolean; tpRanks: number[]}> = []
-  /** Requests the router holds right now, by rid. */
+  /** Requests held right now (by the router, or by prefill for a pin sent directly), by rid. */
   readonly held = new Map<string, Held>()
+  /** Decode's halves of pins sent directly, waiting for a transfer that the fault holds. */
+  readonly decodeHeld = new Map<string, ServerResponse>()
   /** rids the router answered 200 at once (no failure point on). */
   readonly routed: string[] = []
   /** rids the router held, in the order it received them. */
@@ -100,6 +102,7 @@ export class FakePd {
     this.closed = true
     for (const h of this.held.values()) clearTimeout(h.timer)
     this.held.clear()
+    this.decodeHeld.clear()
     await Promise.all([this.prefill.close(), this.decode.close(), this.router.close()])
   }
 
@@ -144,12 +147,25 @@ export class FakePd {
   private serveSglang(role: 'prefill' | 'decode', method: string, url: string, body: string, res: ServerResponse): void {
     const path = url.split('?')[0]
     if (method === 'POST' && path === '/generate') {
+      const rid = ridOf(body)
+      // A pin sent directly: prefill holds it (its watchdog evicts it); decode's half waits until dropped or aborted.
+      if (this.faulted && role === 'prefill') return this.hold(rid, res)
+      if (this.faulted && role === 'decode') {
+        this.decodeHeld.set(rid, res)
+        res.on('close', () => { if (this.decodeHeld.get(rid) === res) this.decodeHeld.delete(rid) })
+        return
+      }
       const status = role === 'prefill' ? (this.opts.prefillGenerateStatus ?? 200) : 200
-      return status === 200 ? sendJson(res, 200, answer(ridOf(body))) : sendJson(res, status, {error: {message: 'Service Unavailable (scripted)', code: status}})
+      return status === 200 ? sendJson(res, 200, answer(rid)) : sendJson(res, status, {error: {message: 'Service Unavailable (scripted)', code: status}})
     }
     if (method === 'POST' && path === '/abort_request') {
       const rid = ridOf(body)
-      const h = this.held.get(rid)
+      const d = role === 'decode' ? this.decodeHeld.get(rid) : undefined
+      if (d) {
+        this.decodeHeld.delete(rid)
+        sendJson(d, 500, {error: {message: `aborted ${rid}`, code: 500}})
+      }
+      const h = role === 'prefill' || !d ? this.held.get(rid) : undefined
       if (h) {
         clearTimeout(h.timer)
         this.held.delete(rid)
