@@ -79,7 +79,7 @@ async function withRig(extra: Parameters<typeof routerRig>[0], body: (rig: Route
 
 describe('router circuit breakers', () => {
   it('opens both breakers after the threshold, answers 503 without contacting a worker, then recovers', async () => {
-    await withRig({retry: {disabled: true}, circuitBreaker: {failureThreshold: 3, successThreshold: 2, timeoutDurationS: 0.5}}, async (rig) => {
+    await withRig({retry: {disabled: true}, circuitBreaker: {failureThreshold: 3, successThreshold: 2, timeoutDurationS: 1.5}}, async (rig) => {
       rig.prefill.behaviour = fails(500)
       for (let i = 0; i < 3; i++) expect((await post(rig.router.url, {rid: `f-${i}`, text: 'x'})).status).toBe(500)
       let page = await rig.metrics()
@@ -102,7 +102,7 @@ describe('router circuit breakers', () => {
       expect([rig.prefill.bodies.length, rig.decode.bodies.length]).toEqual(sentBefore)
       expect(rig.truth().find((t) => t.rid === 'while-open' && t.event === 'answered')).toMatchObject({status: 503, room: null})
 
-      await sleep(600) // past --cb-timeout-duration-secs: the next selection finds both half-open
+      await sleep(1600) // past --cb-timeout-duration-secs: the next selection finds both half-open
       expect((await post(rig.router.url, {rid: 'probe-1', text: 'x'})).status).toBe(200)
       page = await rig.metrics()
       expect(sample(page, 'smg_worker_cb_state', {worker: rig.prefill.url})).toBe(2)
@@ -134,10 +134,10 @@ describe('router circuit breakers', () => {
   })
 
   it('reopens when the half-open probe fails', async () => {
-    await withRig({retry: {disabled: true}, circuitBreaker: {failureThreshold: 2, timeoutDurationS: 0.3}}, async (rig) => {
+    await withRig({retry: {disabled: true}, circuitBreaker: {failureThreshold: 2, timeoutDurationS: 1}}, async (rig) => {
       rig.prefill.behaviour = fails(500)
       for (let i = 0; i < 2; i++) await post(rig.router.url, {rid: `f-${i}`, text: 'x'})
-      await sleep(400)
+      await sleep(1100)
       expect((await post(rig.router.url, {rid: 'probe', text: 'x'})).status).toBe(500)
       expect((await post(rig.router.url, {rid: 'after', text: 'x'})).status).toBe(503)
       const page = await rig.metrics()
