@@ -3,21 +3,22 @@ import {describe, expect, it} from 'vitest'
 import {isRouterCommand, routerSettingsFromArgv} from '../../src/discovery/router-settings.js'
 
 describe("the gateway's retry and breaker settings", () => {
-  it('defaults: 5 retries with a new room each, a breaker after 10 failures; says what that does under a fault', () => {
+  it('defaults: 5 attempts in all with a new room each, a breaker after 10 failures; says what that does under a fault', () => {
     const s = routerSettingsFromArgv(['sgl-model-gateway', '--pd-disaggregation', '--prefill', 'http://p:30000', '8998'], 'router command line')
-    expect(s.retries).toEqual({enabled: true, maxRetries: 5})
+    expect(s.retries).toEqual({enabled: true, attempts: 5})
     expect(s.circuitBreaker).toEqual({enabled: true, failureThreshold: 10})
-    expect(s.underFaults.join('\n')).toMatch(/up to 5 time\(s\), each with a new bootstrap room.*6 × \(deadline \+ poll\)/)
+    expect(s.underFaults.join('\n')).toMatch(/up to 5 times in all, each with a new bootstrap room, and each attempt waits for decode too/)
     expect(s.underFaults.join('\n')).toMatch(/after 10 failures a worker's circuit breaker opens/)
     expect(s.source).toMatch(/gateway's defaults/)
   })
 
   it('honours the launcher flags, in both spellings', () => {
-    const s = routerSettingsFromArgv(['smg', '--retry-max-retries=2', '--cb-failure-threshold', '50'], 'router command line')
-    expect(s.retries.maxRetries).toBe(2)
+    // A process title is one space-separated string.
+    const s = routerSettingsFromArgv(['smg --retry-max-retries=2 --cb-failure-threshold 50'], 'router command line')
+    expect(s.retries.attempts).toBe(2)
     expect(s.circuitBreaker.failureThreshold).toBe(50)
     const off = routerSettingsFromArgv(['smg', '--disable-retries', '--disable-circuit-breaker'], 'router command line')
-    expect(off.retries).toEqual({enabled: false, maxRetries: 0})
+    expect(off.retries).toEqual({enabled: false, attempts: 1})
     expect(off.circuitBreaker.enabled).toBe(false)
     expect(off.underFaults.join('\n')).toMatch(/no retries.*\n.*no circuit breaker/)
   })
