@@ -65,3 +65,22 @@ export function routerUpOptions(f: {
     disableCircuitBreaker: f['disable-circuit-breaker'],
   }
 }
+
+/**
+ * The rail NIC flags of `pdchaos sim up` (docs/twin.md, "Rail NICs"): one NIC per GPU carrying its KV as RoCE-like UDP
+ * 4791, and UCX's RC retransmission limits, put in the services' environment as UCX_RC_TIMEOUT / UCX_RC_RETRY_COUNT.
+ */
+export const railFlags = {
+  'rail-nics': Flags.boolean({summary: 'One NIC per GPU (interfaces rail0..railN-1, needs root): KV moves as UDP 4791 over the GPU\'s rail.', default: false, helpGroup: 'RAIL NICS'}),
+  'ucx-rc-timeout': Flags.string({summary: "UCX_RC_TIMEOUT for the services, UCX's syntax (300ms, 1s); unset: UCX's 1.0s.", helpGroup: 'RAIL NICS'}),
+  'ucx-rc-retry-count': Flags.integer({summary: "UCX_RC_RETRY_COUNT for the services (UCX caps it at 7); unset: UCX's 7.", helpGroup: 'RAIL NICS'}),
+}
+
+/** railFlags' values as `sim up` options. */
+export function railUpOptions(f: {'rail-nics': boolean; 'ucx-rc-timeout'?: string; 'ucx-rc-retry-count'?: number}): {railNics: boolean; ucxRcTimeout?: string; ucxRcRetryCount?: number} {
+  return {
+    railNics: f['rail-nics'],
+    ...(f['ucx-rc-timeout'] === undefined ? {} : {ucxRcTimeout: f['ucx-rc-timeout']}),
+    ...(f['ucx-rc-retry-count'] === undefined ? {} : {ucxRcRetryCount: f['ucx-rc-retry-count']}),
+  }
+}

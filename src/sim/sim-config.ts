@@ -1,5 +1,7 @@
 import {join} from 'node:path'
 
+import type {RailsConfig} from './server/rail-plan.js'
+
 /**
  * The twin's configuration and state-dir layout: the one contract between `sim up` (lifecycle),
  * the server processes, the router and the nvidia-smi stand-in. The twin imports nothing from the CLI.
@@ -39,6 +41,10 @@ export interface SimConfig {
   }
   /** KV pool size per instance in tokens (sglang:token_usage = used / this). */
   kvPoolTokens: number
+  /** `sim up --rail-nics`: one NIC (a veth rail<g>) per GPU; the KV path is RDMA WRITEs as UDP 4791 over them. */
+  rails?: RailsConfig
+  /** UCX_RC_TIMEOUT / UCX_RC_RETRY_COUNT for the services' environment, as given to `sim up` (absent: UCX's defaults). */
+  ucx?: {rcTimeout?: string; rcRetryCount?: number}
   /** The PD router's settings (sgl-model-gateway flags); defaults as the real router when absent. */
   router?: RouterSettings
 }

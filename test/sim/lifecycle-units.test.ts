@@ -173,6 +173,83 @@ describe('nvidia-smi stand-in', () => {
   })
 })
 
+describe('nvidia-smi topo -m', () => {
+  const gpusOnly = tmp()
+  writeNvidiaSmi(gpusOnly, 8)
+  const railed = tmp()
+  writeNvidiaSmi(railed, 8, Array.from({length: 8}, (_, g) => `rail${g}`))
+  const run = (dir: string, ...args: string[]) => spawnSync(join(dir, 'bin', 'nvidia-smi'), args, {encoding: 'utf8', timeout: 10_000})
+  /** A parser as a script would write one: drop the SGR underline, split rows on tabs, read the NIC Legend. */
+  function parseTopo(text: string) {
+    const lines = text.replace(/\u001b\[[0-9;]*m/g, '').split('\n')
+    const header = lines[0]!.split('\t').slice(1)
+    const rows = new Map<string, string[]>()
+    for (const l of lines.slice(1)) {
+      if (l === '') break
+      const [label, ...cells] = l.split('\t')
+      rows.set(label!, cells)
+    }
+    const legend = new Map<string, string>()
+    for (const l of lines.slice(lines.indexOf('NIC Legend:') + 1)) {
+      const m = /^ {2}(NIC\d+): (\S+)$/.exec(l)
+      if (m) legend.set(m[1]!, m[2]!)
+    }
+    return {header, rows, legend, hasNicLegend: lines.includes('NIC Legend:')}
+  }
+
+  it('prints a rail-optimized host: GPU g is PIX to NIC g (rail<g>), NODE on its socket, SYS across', () => {
+    const r = run(railed, 'topo', '-m')
+    expect(r.status).toBe(0)
+    // Byte for byte as nvidia-smi prints it: a tab first, the header underlined with SGR escapes.
+    expect(r.stdout.split('\n')[0]).toBe(`\t\u001b[4m${[...Array.from({length: 8}, (_, i) => `GPU${i}`), ...Array.from({length: 8}, (_, i) => `NIC${i}`), 'CPU Affinity', 'NUMA Affinity', 'GPU NUMA ID'].join('\t')}\u001b[0m`)
+    const t = parseTopo(r.stdout)
+    expect(t.header.slice(0, 16)).toEqual([...Array.from({length: 8}, (_, i) => `GPU${i}`), ...Array.from({length: 8}, (_, i) => `NIC${i}`)])
+    for (let g = 0; g < 8; g++) {
+      const row = t.rows.get(`GPU${g}`)!
+      expect(row[g]).toBe(' X ')
+      expect(row.filter((c, i) => i < 8 && i !== g).every((c) => c === 'NV18')).toBe(true)
+      const nicCells = row.slice(8, 16)
+      expect(nicCells.indexOf('PIX')).toBe(g)
+      expect(nicCells.filter((c) => c === 'PIX')).toHaveLength(1)
+      expect(nicCells.every((c, n) => n === g || c === (Math.floor(n / 4) === Math.floor(g / 4) ? 'NODE' : 'SYS'))).toBe(true)
+      expect(row.slice(16)).toEqual([g < 4 ? '0-55,112-167' : '56-111,168-223', g < 4 ? '0' : '1', '', 'N/A'])
+      expect(t.legend.get(`NIC${g}`)).toBe(`rail${g}`)
+      // The NIC's row mirrors it and ends in the empty affinity columns.
+      expect(t.rows.get(`NIC${g}`)![g]).toBe('PIX')
+      expect(t.rows.get(`NIC${g}`)!.slice(16)).toEqual(['', '', '', ''])
+    }
+    expect(r.stdout).toContain('\nLegend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)\n')
+    expect(r.stdout.endsWith('  NIC7: rail7\n\n')).toBe(true)
+  })
+
+  it('without rail NICs: GPUs only, no NIC column and no NIC Legend; -mp shows PCIe paths; bad arguments are refused', () => {
+    const t = parseTopo(run(gpusOnly, 'topo', '-m').stdout)
+    expect(t.header).toEqual([...Array.from({length: 8}, (_, i) => `GPU${i}`), 'CPU Affinity', 'NUMA Affinity', 'GPU NUMA ID'])
+    expect(t.hasNicLegend).toBe(false)
+    expect([...t.rows.keys()]).toEqual(Array.from({length: 8}, (_, i) => `GPU${i}`))
+    const mp = parseTopo(run(railed, 'topo', '-mp').stdout)
+    expect(mp.rows.get('GPU0')!.slice(0, 8)).toEqual([' X ', 'NODE', 'NODE', 'NODE', 'SYS', 'SYS', 'SYS', 'SYS'])
+    expect(mp.rows.get('GPU0')![8]).toBe('PIX')
+    expect(run(railed, 'topo').status).toBe(2)
+    expect(run(railed, 'topo', '-x').stdout).toContain('Invalid combination of input arguments')
+  })
+})
+
+describe('sim up options: rail NICs and UCX RC settings', () => {
+  it('plans one rail per GPU only with --rail-nics, and keeps the UCX values as given', () => {
+    expect(buildSimConfig({stateDir: tmp()}).rails).toBeUndefined()
+    const c = buildSimConfig({stateDir: tmp(), railNics: true, ucxRcTimeout: '300ms', ucxRcRetryCount: 2})
+    expect(c.rails!.nics.map((n) => `${n.name}=${n.addr}`)).toEqual(Array.from({length: 8}, (_, g) => `rail${g}=198.18.${g}.1`))
+    expect(c.ucx).toEqual({rcTimeout: '300ms', rcRetryCount: 2})
+  })
+
+  it('refuses a timeout UCX would not parse and a negative retry count, naming the flag', () => {
+    expectBadInput(() => buildSimConfig({stateDir: tmp(), ucxRcTimeout: 'soon'}), /--ucx-rc-timeout must be a UCX time value/)
+    expectBadInput(() => buildSimConfig({stateDir: tmp(), ucxRcTimeout: '0'}), /--ucx-rc-timeout/)
+    expectBadInput(() => buildSimConfig({stateDir: tmp(), ucxRcRetryCount: -1}), /--ucx-rc-retry-count must be an integer from 0 to 255/)
+  })
+})
+
 describe('lock and processes', () => {
   it('a second holder of a state dir gets exit 2 with the down suggestion; a dead lock is taken over', () => {
     const dir = tmp()

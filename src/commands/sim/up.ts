@@ -1,7 +1,7 @@
 import {Flags} from '@oclif/core'
 
 import {BaseCommand} from '../../cli/base-command.js'
-import {seconds, stateDirFlag} from '../../cli/sim-flags.js'
+import {railFlags, railUpOptions, seconds, stateDirFlag} from '../../cli/sim-flags.js'
 import {simUp} from '../../cli/twin.js'
 import type {SimUpResult} from '../../sim/lifecycle/index.js'
 import {BUG_NAMES} from '../../sim/sim-config.js'
@@ -34,6 +34,7 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
     'heartbeat-max-failure': Flags.integer({summary: 'SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE.', default: 2}),
     'router-health-interval': Flags.string({summary: "The router's worker health-check interval in seconds.", default: '60'}),
     wait: Flags.string({summary: 'Deadline in seconds for the twin to become healthy.', default: '30'}),
+    ...railFlags,
   }
 
   async run(): Promise<Omit<SimUpResult, 'config'>> {
@@ -59,6 +60,7 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
         heartbeatMaxFailure: f['heartbeat-max-failure'],
         routerHealthIntervalS: seconds('--router-health-interval', f['router-health-interval']),
         waitS: seconds('--wait', f.wait),
+        ...railUpOptions(f),
       })
     } finally {
       spinner.stop()

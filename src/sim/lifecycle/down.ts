@@ -1,7 +1,8 @@
 import {readFileSync, rmSync} from 'node:fs'
 
-import {simPaths} from '../sim-config.js'
-import {readServiceFile} from './files.js'
+import {type SimConfig, simPaths} from '../sim-config.js'
+import {readJson, readServiceFile} from './files.js'
+import {destroyRails} from './rails.js'
 import {readLock, removeLock, type Service, SERVICES} from './lock.js'
 import {type ProcRef, procStart, refOf, stopGroup} from './procs.js'
 import {SimError} from './sim-error.js'
@@ -70,6 +71,9 @@ export async function simDown(stateDir: string, termMs = 5000): Promise<SimDownR
   }
   for (const service of SERVICES) rmSync(paths.service(service), {force: true})
   rmSync(paths.gpus, {recursive: true, force: true})
+  // The rail NICs go with the services that used them (only this twin's: they carry its tag).
+  const rails = readJson<SimConfig>(paths.config)?.rails
+  if (rails) await destroyRails(rails, stateDir)
   removeLock(stateDir)
   return {stateDir, stopped, wasRunning: stopped.length > 0}
 }

@@ -5,7 +5,9 @@ import {join} from 'node:path'
 /**
  * The twin's stand-in for nvidia-smi: a self-contained node script written to DIR/bin/nvidia-smi (on the
  * PATH of the twin's services). It answers the queries pdchaos's discovery uses, in nvidia-smi's CSV format,
- * from the DIR/gpus/<index>.json files the rank processes write.
+ * from the DIR/gpus/<index>.json files the rank processes write, and `nvidia-smi topo -m` (-mp) in the real
+ * tool's layout: tab-separated cells, the header underlined with SGR escapes, the Legend and, with rail NICs,
+ * the NIC Legend (a rail-optimized host: GPU g is PIX to NIC g).
  */
 
 export const GPU_NAME = 'NVIDIA H100 80GB HBM3'
@@ -16,8 +18,8 @@ export function gpuUuid(stateDir: string, index: number): string {
   return `GPU-${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20, 32)}`
 }
 
-/** Write DIR/bin/nvidia-smi (atomically) for a twin with `gpus` GPUs; returns its path. */
-export function writeNvidiaSmi(stateDir: string, gpus: number): string {
+/** Write DIR/bin/nvidia-smi (atomically) for a twin with `gpus` GPUs and NICs `nics` (NIC i's name); returns its path. */
+export function writeNvidiaSmi(stateDir: string, gpus: number, nics: string[] = []): string {
   const bin = join(stateDir, 'bin')
   mkdirSync(bin, {recursive: true})
   const uuids = Array.from({length: gpus}, (_, i) => gpuUuid(stateDir, i))
@@ -25,7 +27,7 @@ export function writeNvidiaSmi(stateDir: string, gpus: number): string {
   writeFileSync(join(bin, 'package.json'), '{"type": "commonjs"}\n')
   const file = join(bin, 'nvidia-smi')
   const tmp = `${file}.${process.pid}.tmp`
-  writeFileSync(tmp, SCRIPT.replace('__UUIDS__', JSON.stringify(uuids)).replace('__NAME__', JSON.stringify(GPU_NAME)))
+  writeFileSync(tmp, SCRIPT.replace('__UUIDS__', JSON.stringify(uuids)).replace('__NAME__', JSON.stringify(GPU_NAME)).replace('__NICS__', JSON.stringify(nics)))
   chmodSync(tmp, 0o755)
   renameSync(tmp, file)
   return file
@@ -40,6 +42,7 @@ const fs = require('fs')
 const path = require('path')
 const UUIDS = __UUIDS__
 const NAME = __NAME__
+const NICS = __NICS__
 const MEM_TOTAL = 81559
 const STATE_DIR = path.dirname(path.dirname(fs.realpathSync(process.argv[1])))
 
@@ -156,9 +159,65 @@ function table() {
   process.stdout.write(l.join('\n') + '\n')
 }
 
+// topo -m: an 8-GPU H100 SXM host, two sockets (GPUs 0..n/2-1 and their NICs on NUMA node 0), NVSwitch between
+// all GPUs (NV18), one NIC per GPU behind the GPU's own PCIe switch (PIX); further away: NODE on the same socket,
+// SYS across. Cells are tab-separated, as nvidia-smi prints them (GPU rows end CPU, NUMA, two tabs, N/A; NIC rows
+// end in four tabs), and the header row is underlined with SGR escapes even into a pipe.
+const numaOf = (i) => (i < Math.ceil(UUIDS.length / 2) ? 0 : 1)
+const CPU_AFFINITY = ['0-55,112-167', '56-111,168-223']
+function topo(pcieOnly) {
+  const gpuN = UUIDS.length
+  const cols = []
+  for (let i = 0; i < gpuN; i++) cols.push('GPU' + i)
+  for (let j = 0; j < NICS.length; j++) cols.push('NIC' + j)
+  const pcie = (a, b) => (numaOf(a) === numaOf(b) ? 'NODE' : 'SYS')
+  const gpuGpu = (a, b) => (a === b ? ' X ' : pcieOnly ? pcie(a, b) : 'NV18')
+  const gpuNic = (g, n) => (g === n ? 'PIX' : pcie(g, n))
+  const nicNic = (a, b) => (a === b ? ' X ' : pcie(a, b))
+  const l = []
+  l.push('\t\x1b[4m' + cols.concat(['CPU Affinity', 'NUMA Affinity', 'GPU NUMA ID']).join('\t') + '\x1b[0m')
+  for (let g = 0; g < gpuN; g++) {
+    const cells = []
+    for (let h = 0; h < gpuN; h++) cells.push(gpuGpu(g, h))
+    for (let n = 0; n < NICS.length; n++) cells.push(gpuNic(g, n))
+    l.push('GPU' + g + '\t' + cells.join('\t') + '\t' + CPU_AFFINITY[numaOf(g)] + '\t' + numaOf(g) + '\t\tN/A')
+  }
+  for (let n = 0; n < NICS.length; n++) {
+    const cells = []
+    for (let g = 0; g < gpuN; g++) cells.push(gpuNic(g, n))
+    for (let m = 0; m < NICS.length; m++) cells.push(nicNic(n, m))
+    l.push('NIC' + n + '\t' + cells.join('\t') + '\t\t\t\t')
+  }
+  l.push('')
+  l.push('Legend:')
+  l.push('')
+  l.push('  X    = Self')
+  l.push('  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)')
+  l.push('  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node')
+  l.push('  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)')
+  l.push('  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)')
+  l.push('  PIX  = Connection traversing at most a single PCIe bridge')
+  l.push('  NV#  = Connection traversing a bonded set of # NVLinks')
+  if (NICS.length > 0) {
+    l.push('')
+    l.push('NIC Legend:')
+    l.push('')
+    for (let n = 0; n < NICS.length; n++) l.push('  NIC' + n + ': ' + NICS[n])
+    l.push('')
+  }
+  process.stdout.write(l.join('\n') + '\n')
+}
+
 const args = process.argv.slice(2)
 if (args.length === 0) {
   table()
+  process.exit(0)
+}
+if (args[0] === 'topo') {
+  const rest = args.slice(1)
+  if (rest.length === 1 && (rest[0] === '-m' || rest[0] === '--matrix')) topo(false)
+  else if (rest.length === 1 && (rest[0] === '-mp' || rest[0] === '--matrix_pci')) topo(true)
+  else usageError()
   process.exit(0)
 }
 let queryGpu, queryApps, format, list = false
@@ -172,7 +231,7 @@ for (let i = 0; i < args.length; i++) {
   else if (name === '--format') format = value()
   else if (name === '-L' || name === '--list-gpus') list = true
   else if (name === '-h' || name === '--help') {
-    process.stdout.write('NVIDIA System Management Interface (pdchaos twin stand-in)\n\n    -L, --list-gpus\n    --query-gpu=FIELDS --format=csv[,noheader][,nounits]\n    --query-compute-apps=FIELDS --format=csv[,noheader][,nounits]\n')
+    process.stdout.write('NVIDIA System Management Interface (pdchaos twin stand-in)\n\n    -L, --list-gpus\n    --query-gpu=FIELDS --format=csv[,noheader][,nounits]\n    --query-compute-apps=FIELDS --format=csv[,noheader][,nounits]\n    topo -m | -mp\n')
     process.exit(0)
   } else usageError()
 }

@@ -2,6 +2,7 @@ import {isIP} from 'node:net'
 import {resolve} from 'node:path'
 
 import {badInput} from './sim-error.js'
+import {parseUcxTime, railPlan} from '../server/rail-plan.js'
 import {CB_DEFAULTS} from '../router/circuit-breaker.js'
 import {RETRY_DEFAULTS} from '../router/retry.js'
 import {type Backend, BUG_NAMES, type BugName, type SimConfig, type WatchdogScope} from '../sim-config.js'
@@ -34,6 +35,12 @@ export interface SimUpOptions {
   /** Overrides of the cost model (tests, benchmark). */
   timing?: Partial<SimConfig['timing']>
   kvPoolTokens?: number
+  /** One NIC per GPU (rail<g>, needs root): KV as RDMA WRITEs over UDP 4791 on the GPU's rail (docs/twin.md, "Rail NICs"). */
+  railNics?: boolean
+  /** UCX_RC_TIMEOUT in the services' environment, in UCX's syntax (1s, 300ms, 0.5); absent: UCX's default 1.0s. */
+  ucxRcTimeout?: string
+  /** UCX_RC_RETRY_COUNT in the services' environment; absent: UCX's default 7. */
+  ucxRcRetryCount?: number
 }
 
 /** sgl-model-gateway's --retry-* / --cb-* / --disable-* flags as `sim up` takes them (one field per flag). */
@@ -95,6 +102,21 @@ function integer(name: string, v: number | undefined, fallback: number, min: num
   return x
 }
 
+/** --ucx-rc-timeout (UCX's time syntax, ucs_config_sscanf_time) and --ucx-rc-retry-count, checked as UCX parses them. */
+function ucxOptions(o: SimUpOptions): SimConfig['ucx'] | undefined {
+  if (o.ucxRcTimeout === undefined && o.ucxRcRetryCount === undefined) return undefined
+  const out: NonNullable<SimConfig['ucx']> = {}
+  if (o.ucxRcTimeout !== undefined) {
+    const s = parseUcxTime(o.ucxRcTimeout)
+    if (s === undefined || s <= 0 || s > 3600) {
+      throw badInput(`--ucx-rc-timeout must be a UCX time value above 0 and at most an hour (a number and s, ms, us or ns; no unit is seconds), got "${o.ucxRcTimeout}"`, 'pass for example --ucx-rc-timeout 300ms')
+    }
+    out.rcTimeout = o.ucxRcTimeout.trim()
+  }
+  if (o.ucxRcRetryCount !== undefined) out.rcRetryCount = integer('--ucx-rc-retry-count', o.ucxRcRetryCount, 7, 0, 255)
+  return out
+}
+
 /** Validate the options and build the twin's sim.json; bad input throws badInput (exit 2) naming the flag. */
 export function buildSimConfig(o: SimUpOptions): SimConfig {
   if (!o.stateDir) throw badInput('--state-dir must not be empty', 'pass --state-dir DIR or set PDCHAOS_SIM_DIR')
@@ -123,6 +145,7 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
   // SGLang clamps the interval to >= 2 s; a smaller value would be silently changed, so refuse it.
   if (heartbeatIntervalS < 2) throw badInput(`--heartbeat-interval must be at least 2 seconds (SGLang's minimum), got ${heartbeatIntervalS}`, 'pass --heartbeat-interval 2')
   const heartbeatMaxFailure = integer('--heartbeat-max-failure', o.heartbeatMaxFailure, UP_DEFAULTS.heartbeatMaxFailure, 1, 1000)
+  const ucx = ucxOptions(o)
   const waitingS = positive('--waiting-timeout', o.waitingTimeoutS, UP_DEFAULTS.waitingTimeoutS)
   const bootstrapS = positive('--bootstrap-timeout', o.bootstrapTimeoutS, UP_DEFAULTS.bootstrapTimeoutS)
   positive('--wait', o.waitS, UP_DEFAULTS.waitS, 3600)
@@ -138,6 +161,8 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
     prefillTp,
     decodeTp,
     backend,
+    ...(o.railNics ? {rails: railPlan(gpus)} : {}),
+    ...(ucx ? {ucx} : {}),
     watchdog: {scope, deadlineS, pollS},
     bugs,
     ports: portsFor(basePort),

@@ -30,9 +30,22 @@ export function serviceEnv(config: SimConfig, base: NodeJS.ProcessEnv = process.
     [SIM_ENV.watchdogTimeout]: String(config.watchdog.deadlineS),
     [SIM_ENV.watchdogPollInterval]: String(config.watchdog.pollS),
     [SIM_ENV.backend]: config.backend,
-    // The twin's KV path really is TCP: say so the way a real host does (UCX's transport list, Mooncake's TCP switch).
-    ...(config.backend === 'nixl' ? {UCX_TLS: 'tcp'} : {MC_FORCE_TCP: '1'}),
+    ...kvPathEnv(config),
   }
+}
+
+/**
+ * The KV path as a real host states it. TCP (the default): UCX's transport list, or Mooncake's TCP switch. Rail NICs:
+ * UCX may use RC (UCX_TLS=rc), with the RC timeout and retry count `sim up` was given, as UCX reads them
+ * (UCX_RC_TIMEOUT, UCX_RC_RETRY_COUNT; UCX's defaults 1.0s and 7 when absent): /proc/<pid>/environ shows them.
+ */
+function kvPathEnv(config: SimConfig): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = config.rails
+    ? (config.backend === 'nixl' ? {UCX_TLS: 'rc'} : {})
+    : (config.backend === 'nixl' ? {UCX_TLS: 'tcp'} : {MC_FORCE_TCP: '1'})
+  if (config.ucx?.rcTimeout !== undefined) env.UCX_RC_TIMEOUT = config.ucx.rcTimeout
+  if (config.ucx?.rcRetryCount !== undefined) env.UCX_RC_RETRY_COUNT = String(config.ucx.rcRetryCount)
+  return env
 }
 
 export function serviceArgv(config: SimConfig, service: Service): {command: string; args: string[]} {

@@ -6,6 +6,7 @@ import {writeDeploymentFile} from './deployment-file.js'
 import {endpoints, writeJsonAtomic} from './files.js'
 import {acquireLock, downHint, type LockFile, removeLock, type Service, writeLock} from './lock.js'
 import {writeNvidiaSmi} from './nvidia-smi.js'
+import {createRails, destroyRails} from './rails.js'
 import {buildSimConfig, type SimUpOptions, UP_DEFAULTS} from './options.js'
 import {assertPortsFree} from './ports.js'
 import {isSameProcess, type ProcRef, stopGroup} from './procs.js'
@@ -35,6 +36,7 @@ export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
   mkdirSync(stateDir, {recursive: true})
   const lock: LockFile = acquireLock(stateDir)
   const started: Array<[Service, ProcRef]> = []
+  let railsMade = false
   // Interrupted while starting: nothing half-started may outlive us.
   const onSignal = (): void => {
     for (const [service, ref] of started) {
@@ -58,7 +60,11 @@ export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
     for (const dir of [paths.services, paths.gpus, paths.truthDir, paths.logs]) rmSync(dir, {recursive: true, force: true})
     for (const dir of [paths.services, paths.gpus, paths.truthDir, paths.logs]) mkdirSync(dir, {recursive: true})
     writeJsonAtomic(paths.config, config)
-    writeNvidiaSmi(stateDir, config.gpus)
+    writeNvidiaSmi(stateDir, config.gpus, config.rails?.nics.map((n) => n.name) ?? [])
+    if (config.rails) {
+      await createRails(config.rails, stateDir)
+      railsMade = true
+    }
 
     const deadline = Date.now() + (options.waitS ?? UP_DEFAULTS.waitS) * 1000
     const start = (service: Service): ProcRef => {
@@ -92,6 +98,7 @@ export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
   } catch (error) {
     await Promise.all(started.map(([, ref]) => stopGroup(ref, 3000, 2000)))
     for (const [service] of started) rmSync(paths.service(service), {force: true})
+    if (railsMade && config.rails) await destroyRails(config.rails, stateDir).catch(() => undefined)
     removeLock(stateDir)
     if (error instanceof SimError) throw error
     throw unavailable(`sim up failed: ${(error as Error).message}`, downHint(stateDir), error)

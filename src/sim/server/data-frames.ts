@@ -1,9 +1,11 @@
 /**
- * The twin's stand-in for RDMA WRITEs: framed chunks on one persistent TCP connection per prefill->decode
- * rank pair. Header (20 bytes, big-endian): type u8 | room u64 | prefill rank u16 | chunk u32 | isLast u8 | length u32,
- * then `length` payload bytes. Types: KV chunk, AUX (after the last KV chunk), ACK (decode -> prefill, after AUX).
+ * The twin's stand-in for RDMA WRITEs on the TCP data path: framed chunks on one persistent TCP connection per
+ * prefill->decode rank pair. Header (20 bytes, big-endian): type u8 | room u64 | prefill rank u16 | chunk u32 |
+ * isLast u8 | length u32, then `length` payload bytes. Types: KV chunk, AUX (after the last KV chunk; its arrival is
+ * decode's notification). Nothing flows back: the WRITE is one-sided, prefill completes it when the peer's kernel
+ * has acknowledged the bytes (tcp-acked.ts).
  */
-export const FrameType = {kv: 1, aux: 2, ack: 3} as const
+export const FrameType = {kv: 1, aux: 2} as const
 export const HEADER_BYTES = 20
 export const CHUNK_BYTES = 256 * 1024
 export const AUX_BYTES = 64

@@ -1,6 +1,8 @@
 import * as net from 'node:net'
 import {KVPoll, nextStatus, pollName} from './kvpoll.js'
-import {FrameReader, FrameType, header} from './data-frames.js'
+import {FrameReader, FrameType} from './data-frames.js'
+import {gpuIndex} from './protocol.js'
+import {railOfGpu, ROCE_V2_PORT} from './rail-plan.js'
 import {NIXL_GUARD, PushLink} from './zmq-link.js'
 import type {DecodeOp} from './protocol.js'
 import type {Logger} from './log.js'
@@ -26,7 +28,10 @@ const ROUTE_TRIES = 15
 /**
  * One decode TP rank's KV receiver side: resolves the prefill's /route lazily per bootstrap address and
  * caches it, registers its KV args once per (addr, prefill rank), pushes TransferInfo and ABORT over ZMQ,
- * receives KV bytes on its data port and enforces the waiting timeout.
+ * receives KV bytes on its data port (or, with rail NICs, the notifications of WRITEs that landed on its GPU)
+ * and enforces the waiting timeout. It never answers the sender: the WRITE is one-sided, and decode learns of
+ * it from notifications it drains in poll(), after the waiting-timeout check, as NixlKVReceiver.poll does
+ * (nixl/conn.py ~2638-2648 at 8905cbd4: the timeout check comes before update_transfer_status()).
  */
 export class DecodeRank {
   private readonly receivers = new Map<string, Receiver>()
@@ -36,6 +41,9 @@ export class DecodeRank {
   private readonly agentName: string
   private server: net.Server | undefined
   private readonly sockets = new Set<net.Socket>()
+  /** Notifications that arrived (an AUX frame, or a rail WRITE's), not yet drained by poll(). */
+  private readonly notifs: Array<{room: string; prefillRank: number}> = []
+  private readonly reasons = new Map<string, string>()
   dataPort = 0
   zmqPort = 0
 
@@ -53,15 +61,7 @@ export class DecodeRank {
       socket.on('close', () => this.sockets.delete(socket))
       socket.on('error', () => socket.destroy())
       const reader = new FrameReader((h) => {
-        if (h.type !== FrameType.aux) return
-        const room = h.room.toString()
-        const r = this.receivers.get(room)
-        if (r) {
-          r.done.add(h.prefillRank)
-          if (r.sources && r.sources.every((j) => r.done.has(j))) r.status = nextStatus(r.status, KVPoll.Success)
-        }
-        // ACK on the same connection: this is what turns the prefill room Success.
-        socket.write(header({type: FrameType.ack, room: h.room, prefillRank: h.prefillRank, chunk: 0, isLast: true, length: 0}))
+        if (h.type === FrameType.aux) this.notify(h.room.toString(), h.prefillRank)
       })
       socket.on('data', (d) => reader.push(d))
     })
@@ -71,6 +71,25 @@ export class DecodeRank {
     })
     this.dataPort = (this.server.address() as net.AddressInfo).port
     return this.dataPort
+  }
+
+  /** A WRITE's notification arrived ("{room}_aux" from prefill rank j); poll() drains it. */
+  notify(room: string, prefillRank: number): void {
+    this.notifs.push({room, prefillRank})
+  }
+
+  /** update_transfer_status(): every pending notification into its room's transfer status. */
+  private drainNotifs(): void {
+    for (const n of this.notifs.splice(0)) {
+      const r = this.receivers.get(n.room)
+      if (!r || r.status === KVPoll.Failed) continue
+      r.done.add(n.prefillRank)
+      if (r.sources && r.sources.every((j) => r.done.has(j))) r.status = nextStatus(r.status, KVPoll.Success)
+    }
+  }
+
+  reason(room: string): string | undefined {
+    return this.receivers.get(room)?.status === KVPoll.Failed ? this.reasons.get(room) : undefined
   }
 
   apply(op: DecodeOp): void {
@@ -96,7 +115,7 @@ export class DecodeRank {
         this.sendAbort(op.room, r)
         break
       }
-      case 'clear': this.receivers.delete(op.room); break
+      case 'clear': this.receivers.delete(op.room); this.reasons.delete(op.room); break
       case 'node_failure': this.nodeFailure(op.addr); break
     }
   }
@@ -108,10 +127,12 @@ export class DecodeRank {
       const elapsed = (nowMs() - r.metadataSentAt) / 1000
       if (elapsed >= this.env.waitingTimeoutS) {
         this.log.warn(`Request ${r.rid} timed out after ${elapsed.toFixed(1)}s in ${pollName(KVPoll.WaitingForInput)}`)
+        this.reasons.set(room, `KVTransferError(bootstrap_room=${room}): Request ${room} timed out after ${elapsed.toFixed(1)}s in ${pollName(KVPoll.WaitingForInput)}`)
         r.status = KVPoll.Failed
         this.sendAbort(room, r)
       }
     }
+    this.drainNotifs()
     return r.status
   }
 
@@ -174,7 +195,8 @@ export class DecodeRank {
         const regKey = `${r.addr}|${j}`
         if (!this.registered.has(regKey)) {
           this.registered.add(regKey)
-          const meta = JSON.stringify({dataHost: this.cfg.host, dataPort: this.dataPort})
+          const nic = railOfGpu(this.cfg.rails, gpuIndex('decode', this.tpRank, this.cfg.prefillTp))
+          const meta = JSON.stringify({dataHost: this.cfg.host, dataPort: this.dataPort, ...(nic ? {rail: {addr: nic.addr, port: ROCE_V2_PORT}} : {})})
           l.send([NIXL_GUARD, 'None', ip, port, this.agentName, meta, Buffer.alloc(8), Buffer.alloc(8), String(this.tpRank), String(this.cfg.decodeTp), String(this.cfg.timing.kvBytesPerToken)])
         }
         l.send([NIXL_GUARD, room, ip, port, this.agentName, pages, '0', '1', Buffer.alloc(0), '0'])

@@ -58,8 +58,8 @@ export class DecodeScheduler extends SchedulerCore {
   async step(): Promise<void> {
     const ops = this.takeOps()
     const polled = [...this.preallocQ, ...this.transferQ]
-    const states = await this.ranks.allReduce(ops, polled.map((r) => r.room))
-    polled.forEach((r, i) => { if (r.queue !== 'done') this.observe(r, states[i]!) })
+    const {states, reasons} = await this.ranks.allReduce(ops, polled.map((r) => r.room))
+    polled.forEach((r, i) => { if (r.queue !== 'done') this.observe(r, states[i]!, reasons.get(i)) })
     this.lostAddrs.clear()
     let moved = this.popPreallocated()
     moved = this.popTransferred() || moved
@@ -104,8 +104,9 @@ export class DecodeScheduler extends SchedulerCore {
         this.free(req)
         this.metrics.inc('sglang:num_transfer_failed_reqs_total')
         this.pushOp({op: 'clear', room: req.room})
-        this.log.warn(`Decode transfer failed for request rank=0 req.rid='${req.rid}' req.bootstrap_room=${req.room} with exception KVTransferError(bootstrap_room=${req.room})`)
-        this.fail(req, `Decode transfer failed for request rid=${req.rid} bootstrap_room=${req.room}`, 'transfer_failed')
+        const exc = req.failure?.text ?? `KVTransferError(bootstrap_room=${req.room})`
+        this.log.warn(`Decode transfer failed for request rank=${req.failure?.tpRank ?? 0} req.rid='${req.rid}' req.bootstrap_room=${req.room} with exception ${exc}`)
+        this.fail(req, `Decode transfer failed for request rid=${req.rid} bootstrap_room=${req.room} with exception ${exc}`, 'transfer_failed')
       } else if (req.state === KVPoll.Success) {
         moved = true
         this.exit(req, 'transfer')

@@ -7,6 +7,7 @@ import type {SchedulerCore} from './scheduler-core.js'
 import {normalizeRoom, parseRoomJson} from './json-room.js'
 import {countTokens, type Req} from './request.js'
 import {nowMs} from './clock.js'
+import {rcGiveUpS, ROCE_V2_PORT, ucxRcSettings} from './rail-plan.js'
 
 export interface ApiDeps {
   cfg: SimConfig
@@ -173,6 +174,20 @@ async function failpoint(deps: ApiDeps, sched: SchedulerCore, req: IncomingMessa
   json(res, 200, {failpoints: state()})
 }
 
+/**
+ * The KV data path, stated for discovery without root: `tcp`, or with rail NICs `rdma-roce-rails` plus each GPU's
+ * rail (interface, address, UDP port) and the RC limits the servers read from UCX's variables.
+ */
+function kvDataPath(cfg: SimConfig): Record<string, unknown> {
+  if (!cfg.rails) return {kv_data_path: 'tcp'}
+  const rc = ucxRcSettings(process.env)
+  return {
+    kv_data_path: 'rdma-roce-rails',
+    rails: cfg.rails.nics.map((n) => ({gpu: n.gpu, interface: n.name, address: n.addr, udp_port: ROCE_V2_PORT})),
+    ucx_rc: {transport: rc.transport, timeout: rc.timeoutText, qp_timeout_s: rc.qpTimeoutS, retry_count: rc.retryCount, gives_up_after_s: rcGiveUpS(rc)},
+  }
+}
+
 function serverInfo(deps: ApiDeps, sched: SchedulerCore | undefined): Record<string, unknown> {
   const {cfg, env, role} = deps
   const wd = env.watchdog
@@ -199,7 +214,7 @@ function serverInfo(deps: ApiDeps, sched: SchedulerCore | undefined): Record<str
       heartbeat_interval_s: env.heartbeatIntervalS, heartbeat_max_failure: env.heartbeatMaxFailure,
     },
     start_time: deps.startedAt / 1000,
-    ...(role === 'prefill' ? {pdchaos_twin: {failpoint_path: FAILPOINT_PATH, failpoints: [...failpoints.keys()], kv_data_path: 'tcp'}} : {}),
+    ...(role === 'prefill' ? {pdchaos_twin: {failpoint_path: FAILPOINT_PATH, failpoints: [...failpoints.keys()], ...kvDataPath(cfg)}} : {}),
     internal_states: [{
       ...(sched ? sched.queueSizes() : {}),
       token_usage: sched ? sched.tokenUsage() : 0,

@@ -1,21 +1,34 @@
+import {existsSync} from 'node:fs'
 import * as net from 'node:net'
 import type * as zmq from 'zeromq'
 import {KVPoll, nextStatus, pollName} from './kvpoll.js'
-import {FrameReader, FrameType, kvFrames} from './data-frames.js'
+import {AUX_BYTES, kvFrames} from './data-frames.js'
 import {NIXL_GUARD} from './zmq-link.js'
 import type {PrefillOp} from './protocol.js'
 import type {Logger} from './log.js'
 import type {SimConfig} from '../sim-config.js'
 import type {EnvSettings} from './settings.js'
 import {nowMs, sleep} from './clock.js'
+import {txQueue} from './tcp-acked.js'
 
-interface DecodeAgent {dataHost: string; dataPort: number}
+/** What decode's KV-args registration says about a decode rank: its TCP data endpoint and, with rails, its NIC. */
+interface DecodeAgent {dataHost: string; dataPort: number; rail?: {addr: string; port: number}}
 interface DstInfo {agentName: string; decodeIp: string; decodePort: string; pages: number}
-interface DataConn {socket: net.Socket; waiting: Set<string>}
+/** A WRITE on the TCP path completes when the peer's kernel has acknowledged every byte up to `end`. */
+interface PendingWrite {end: number; resolve: () => void; reject: (e: Error) => void}
+interface DataConn {socket: net.Socket; key: string; queued: number; sent: number; pending: PendingWrite[]}
+
+/** Posts one RDMA WRITE to this rank's rail NIC (in the server process); resolves on its completion. */
+export type RdmaPoster = (w: {dest: {addr: string; port: number}; room: string; bytes: number; notify: boolean}) => Promise<void>
+
+const PROC_TCP = existsSync('/proc/net/tcp')
 
 /**
  * One prefill TP rank's KV sender side: the per-room status table (NIXL's update_status rules), the
- * destination infos decode pushed over ZMQ, and the data connections that carry each room's KV bytes.
+ * destination infos decode pushed over ZMQ, and the transfers of each room's KV bytes: on the TCP data path
+ * (one connection per decode rank) or, with rail NICs, RDMA WRITEs posted to this GPU's NIC. Either way a room
+ * is Success when its own last byte is acknowledged by the remote side's transport, never by the decode process:
+ * NIXL's WRITE is one-sided (nixl/conn.py transfer_worker: Success once every xfer handle is DONE, ~1193-1207).
  */
 export class PrefillRank {
   private readonly status = new Map<string, number>()
@@ -24,6 +37,10 @@ export class PrefillRank {
   private readonly required = new Map<string, number>()
   private readonly agents = new Map<string, DecodeAgent>()
   private readonly conns = new Map<string, DataConn>()
+  /** Why a room failed on this rank: what failure_exception() would raise, for the scheduler's log line and 500. */
+  private readonly reasons = new Map<string, string>()
+  private ackTimer: NodeJS.Timeout | undefined
+  private ackDelayMs = 1
   private readonly bugAbortRace: boolean
   /** Failure points (the twin's control endpoint): drop every decode frame; hold KV writes until released. */
   private dropFrames = false
@@ -32,7 +49,7 @@ export class PrefillRank {
 
   constructor(
     private readonly cfg: SimConfig, private readonly env: EnvSettings, private readonly tpRank: number,
-    private readonly log: Logger,
+    private readonly log: Logger, private readonly rdma?: RdmaPoster,
   ) {
     this.bugAbortRace = cfg.bugs.includes('abort-race')
   }
@@ -112,6 +129,7 @@ export class PrefillRank {
         break
       case 'clear':
         this.status.delete(op.room); this.createdAt.delete(op.room); this.infos.delete(op.room); this.required.delete(op.room)
+        this.reasons.delete(op.room)
         break
     }
   }
@@ -123,7 +141,13 @@ export class PrefillRank {
     // still transfers), the abort is lost, so the all-reduced room stays Transferring.
     if (this.bugAbortRace && cur >= KVPoll.Transferring) return
     if (cur !== KVPoll.Success) this.log.info(`KVSender room=${room}: ${why}`)
+    if (cur !== KVPoll.Failed && !this.reasons.has(room)) this.reasons.set(room, `KVTransferError(bootstrap_room=${room}): ${why}`)
     this.update(room, KVPoll.Failed)
+  }
+
+  /** failure_exception() of a Failed room on this rank, when it knows why. */
+  reason(room: string): string | undefined {
+    return this.status.get(room) === KVPoll.Failed ? this.reasons.get(room) : undefined
   }
 
   poll(room: string): number {
@@ -134,6 +158,7 @@ export class PrefillRank {
       const elapsed = (nowMs() - (this.createdAt.get(room) ?? nowMs())) / 1000
       if (elapsed >= this.env.bootstrapTimeoutS) {
         this.log.warn(`Request ${room} timed out after ${elapsed.toFixed(1)}s in ${pollName(KVPoll.Bootstrapping)}`)
+        this.reasons.set(room, `KVTransferError(bootstrap_room=${room}): Request ${room} timed out after ${elapsed.toFixed(1)}s in ${pollName(KVPoll.Bootstrapping)}`)
         this.update(room, KVPoll.Failed)
         return KVPoll.Failed
       }
@@ -141,29 +166,95 @@ export class PrefillRank {
     return s
   }
 
-  /** send_kv_chunk(last_chunk=True): Transferring, KV frames to every destination, Success on the decode's ACK. */
+  /**
+   * send_kv_chunk(last_chunk=True): Transferring, then the KV bytes and the AUX to every destination. The room is
+   * Success once every one of those WRITEs completed on this rank; a WRITE that fails is a transport error.
+   */
   private send(room: string, tokens: number): void {
     if (this.status.get(room) === KVPoll.Failed) return
     const infos = this.infos.get(room) ?? []
-    if (infos.length === 0) { this.fail(room, 'no destination info'); return }
+    if (infos.length === 0) { this.fail(room, `KVTransferError(bootstrap_room=${room}): no destination info`); return }
     this.update(room, KVPoll.Transferring)
     const bytes = Math.ceil((this.cfg.timing.kvBytesPerToken * tokens) / this.cfg.prefillTp)
+    const writes: Array<() => Promise<void>> = []
     for (const info of infos) {
       if (info.pages === 0) continue // a dummy decode rank gets no KV
       const agent = this.agents.get(info.agentName)
-      if (!agent) { this.fail(room, `unknown decode agent ${info.agentName}`); return }
-      const conn = this.connect(agent)
-      conn.waiting.add(room)
-      const big = BigInt(room)
-      const write = () => { for (const frame of kvFrames(big, this.tpRank, bytes)) conn.socket.write(frame) }
-      if (this.stallKv) this.held.push(write)
-      else write()
+      if (!agent) { this.fail(room, `KVTransferError(bootstrap_room=${room}): unknown decode agent ${info.agentName}`); return }
+      if (this.rdma && agent.rail) {
+        const dest = agent.rail
+        // Two WRITEs on the same QP, as NIXL posts the KV and then the aux data with its notification.
+        writes.push(() => Promise.all([
+          this.rdma!({dest, room, bytes, notify: false}),
+          this.rdma!({dest, room, bytes: AUX_BYTES, notify: true}),
+        ]).then(() => undefined))
+      } else {
+        writes.push(() => this.tcpWrite(agent, room, bytes))
+      }
     }
+    const start = () => {
+      Promise.all(writes.map((w) => w())).then(
+        () => { if (this.status.has(room)) this.update(room, KVPoll.Success) },
+        (err: unknown) => {
+          if (!this.status.has(room) || this.status.get(room) === KVPoll.Failed) return
+          const cause = err instanceof Error ? err.message : String(err)
+          // nixl/conn.py transfer_worker: an ERR handle raises, the worker logs it, records it and fails the room.
+          const exc = `NIXL transfer encountered ERR room=${room}: transport error (${cause})`
+          this.log.warn(`NIXL transport error for room ${room}: ${exc}`)
+          this.fail(room, exc, false)
+        },
+      )
+    }
+    if (this.stallKv) this.held.push(start)
+    else start()
   }
 
-  private fail(room: string, why: string): void {
-    this.log.warn(`KV transfer failed for room=${room}: ${why}`)
+  private fail(room: string, why: string, log = true): void {
+    if (log) this.log.warn(`KV transfer failed for room=${room}: ${why}`)
+    if (this.status.get(room) !== KVPoll.Failed && !this.reasons.has(room)) this.reasons.set(room, why)
     this.update(room, KVPoll.Failed)
+  }
+
+  /** The KV frames and the AUX on the rank pair's connection; done when the peer's kernel acknowledged all of them. */
+  private tcpWrite(agent: DecodeAgent, room: string, bytes: number): Promise<void> {
+    const conn = this.connect(agent)
+    for (const frame of kvFrames(BigInt(room), this.tpRank, bytes)) {
+      conn.queued += frame.length
+      conn.socket.write(frame, (err) => { if (!err) conn.sent += frame.length })
+    }
+    return new Promise<void>((resolve, reject) => {
+      conn.pending.push({end: conn.queued, resolve, reject})
+      this.ackDelayMs = 1
+      if (!this.ackTimer) this.ackTimer = setTimeout(this.checkAcks, this.ackDelayMs)
+    })
+  }
+
+  /**
+   * Which pending WRITEs the peer has acknowledged: bytes whose write callback fired, minus the socket's tx_queue
+   * (handed to the kernel, not yet ACKed; /proc/net/tcp). Conservative: a byte counts only once both agree. Polled
+   * every 1 ms while it moves, backing off to 16 ms while it does not (a stalled path).
+   */
+  private readonly checkAcks = (): void => {
+    this.ackTimer = undefined
+    let pending = false
+    let progress = false
+    for (const conn of this.conns.values()) {
+      if (conn.pending.length === 0) continue
+      let acked: number
+      if (!PROC_TCP) acked = conn.sent // no procfs: the write callbacks are all there is
+      else {
+        const txq = txQueue(conn.socket)
+        acked = txq === undefined ? -1 : conn.sent - txq
+      }
+      while (conn.pending.length > 0 && conn.pending[0]!.end <= acked) {
+        conn.pending.shift()!.resolve()
+        progress = true
+      }
+      if (conn.pending.length > 0) pending = true
+    }
+    if (!pending) return
+    this.ackDelayMs = progress ? 1 : Math.min(this.ackDelayMs * 2, 16)
+    this.ackTimer = setTimeout(this.checkAcks, this.ackDelayMs)
   }
 
   private connect(agent: DecodeAgent): DataConn {
@@ -172,18 +263,12 @@ export class PrefillRank {
     if (existing) return existing
     const socket = net.createConnection({host: agent.dataHost, port: agent.dataPort})
     socket.setNoDelay(true)
-    const conn: DataConn = {socket, waiting: new Set()}
-    const reader = new FrameReader((h) => {
-      if (h.type !== FrameType.ack) return
-      const room = h.room.toString()
-      conn.waiting.delete(room)
-      if (this.status.has(room)) this.update(room, KVPoll.Success)
-    })
-    socket.on('data', (d) => reader.push(d))
+    const conn: DataConn = {socket, key, queued: 0, sent: 0, pending: []}
+    socket.on('data', () => undefined) // nothing flows back on the KV path
     const drop = (why: string) => {
       if (this.conns.get(key) === conn) this.conns.delete(key)
-      for (const room of conn.waiting) if (this.status.has(room)) this.fail(room, `data connection to ${key} ${why}`)
-      conn.waiting.clear()
+      const err = new Error(`data connection to ${key} ${why}`)
+      for (const w of conn.pending.splice(0)) w.reject(err)
     }
     socket.on('error', (err) => drop(`failed: ${err.message}`))
     socket.on('close', () => drop('closed'))
@@ -192,6 +277,7 @@ export class PrefillRank {
   }
 
   close(): void {
+    if (this.ackTimer) clearTimeout(this.ackTimer)
     for (const c of this.conns.values()) c.socket.destroy()
     this.conns.clear()
   }

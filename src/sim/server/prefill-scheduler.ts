@@ -59,8 +59,8 @@ export class PrefillScheduler extends SchedulerCore {
   async step(): Promise<void> {
     const ops = this.takeOps()
     const polled = [...this.bootstrapQ, ...this.waitingQ, ...this.inflightQ]
-    const states = await this.ranks.allReduce(ops, polled.map((r) => r.room))
-    polled.forEach((r, i) => { if (r.queue !== 'done') this.observe(r, states[i]!) })
+    const {states, reasons} = await this.ranks.allReduce(ops, polled.map((r) => r.room))
+    polled.forEach((r, i) => { if (r.queue !== 'done') this.observe(r, states[i]!, reasons.get(i)) })
 
     this.popBootstrapped()
     this.resolveWaiting()
@@ -78,9 +78,10 @@ export class PrefillScheduler extends SchedulerCore {
       if (req.state === KVPoll.Failed) {
         this.exit(req, 'bootstrap')
         this.metrics.inc('sglang:num_bootstrap_failed_reqs_total')
-        this.log.warn(`Prefill bootstrap failed for request rank=0 req.rid='${req.rid}' req.bootstrap_room=${req.room} with exception KVTransferError(bootstrap_room=${req.room})`)
+        const exc = req.failure?.text ?? `KVTransferError(bootstrap_room=${req.room})`
+        this.log.warn(`Prefill bootstrap failed for request rank=${req.failure?.tpRank ?? 0} req.rid='${req.rid}' req.bootstrap_room=${req.room} with exception ${exc}`)
         this.pushOp({op: 'clear', room: req.room})
-        this.fail(req, `Prefill bootstrap failed for request rid=${req.rid} bootstrap_room=${req.room}`, 'bootstrap_failed')
+        this.fail(req, `Prefill bootstrap failed for request rid=${req.rid} bootstrap_room=${req.room} with exception ${exc}`, 'bootstrap_failed')
       } else if (req.state === KVPoll.WaitingForInput) {
         this.exit(req, 'bootstrap')
         this.waitingQ.push(req)
@@ -120,12 +121,18 @@ export class PrefillScheduler extends SchedulerCore {
     this.inflightQ = keep
   }
 
+  /**
+   * handle_inflight_transfer_failure (prefill.py ~873): the warning names the rank and its failure_exception(), and
+   * the same text is the 500's message (prepare_abort). A transport error says so ("transport error (...)").
+   */
   private transferFailed(req: Req): void {
     this.free(req)
     this.metrics.inc('sglang:num_transfer_failed_reqs_total')
-    this.log.warn(`Prefill transfer failed for request rank=0 req.rid='${req.rid}' req.bootstrap_room=${req.room} with exception KVTransferError(bootstrap_room=${req.room}): Failed to send kv chunk or aborted`)
+    const exc = req.failure?.text ?? `KVTransferError(bootstrap_room=${req.room}): Failed to send kv chunk or aborted`
+    const message = `Prefill transfer failed for request rank=${req.failure?.tpRank ?? 0} req.rid='${req.rid}' req.bootstrap_room=${req.room} with exception ${exc}`
+    this.log.warn(message)
     this.pushOp({op: 'clear', room: req.room})
-    this.fail(req, `Prefill transfer failed for request rid=${req.rid} bootstrap_room=${req.room}`, 'transfer_failed')
+    this.fail(req, message, 'transfer_failed', req.failure ? {exception: exc, tpRank: req.failure.tpRank} : undefined)
   }
 
   /** The watchdog under test: at each poll tick, evict what has been held past the threshold. */

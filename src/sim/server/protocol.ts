@@ -23,12 +23,22 @@ export type DecodeOp =
 export type RankOp = PrefillOp | DecodeOp
 
 export interface StepMsg {t: 'step'; seq: number; ops: RankOp[]; rooms: string[]}
-export interface PolledMsg {t: 'polled'; seq: number; states: number[]; failedRooms?: number}
+/** `reasons`: [index into the step's rooms, why] for the rooms this rank reports Failed (its failure_exception). */
+export interface PolledMsg {t: 'polled'; seq: number; states: number[]; reasons?: Array<[number, string]>}
 export interface ReadyMsg {t: 'ready'; tpRank: number; pid: number; zmqPort: number; dataPort?: number}
 export interface FatalMsg {t: 'fatal'; tpRank: number; message: string}
 
-export type ToRank = StepMsg
-export type FromRank = PolledMsg | ReadyMsg | FatalMsg
+/**
+ * Rail NICs (`sim up --rail-nics`): the NIC of a rank's GPU runs in its server process (a NIC keeps acknowledging
+ * while the rank is stopped). A rank posts RDMA WRITEs to it and gets their completions; a decode rank gets the
+ * notifications of WRITEs that landed on its GPU.
+ */
+export interface RdmaWriteMsg {t: 'rdma_write'; wrId: number; dest: {addr: string; port: number}; room: string; bytes: number; notify: boolean}
+export interface RdmaCqeMsg {t: 'rdma_cqe'; wrId: number; error?: string}
+export interface RdmaNotifMsg {t: 'rdma_notif'; room: string; prefillRank: number}
+
+export type ToRank = StepMsg | RdmaCqeMsg | RdmaNotifMsg
+export type FromRank = PolledMsg | ReadyMsg | FatalMsg | RdmaWriteMsg
 
 /** The GPU a rank holds: prefill rank k -> GPU k; decode rank k -> GPU prefillTp + k. */
 export const gpuIndex = (role: 'prefill' | 'decode', tpRank: number, prefillTp: number): number =>

@@ -2,9 +2,11 @@ import {spawn, type ChildProcess} from 'node:child_process'
 import {rmSync} from 'node:fs'
 import {entryArgv, sibling} from '../entry.js'
 import {simPaths, type Role, type SimConfig} from '../sim-config.js'
-import {gpuIndex, type FromRank, type PolledMsg, type RankOp, type ReadyMsg, type StepMsg} from './protocol.js'
+import {gpuIndex, type FromRank, type PolledMsg, type RankOp, type RdmaWriteMsg, type ReadyMsg, type StepMsg, type ToRank} from './protocol.js'
 import {KVPoll} from './kvpoll.js'
-import type {Logger} from './log.js'
+import {makeLogger, type Logger} from './log.js'
+import {RailNicEngine} from './rail-nic.js'
+import {railOfGpu, rcGiveUpS, ucxRcSettings} from './rail-plan.js'
 
 /** gloo's default collective timeout is 30 min: a stopped rank wedges the instance for that long. */
 export const ALL_REDUCE_DEADLINE_MS = 1_800_000
@@ -12,7 +14,10 @@ export const ALL_REDUCE_DEADLINE_MS = 1_800_000
 /** Ranks allocate little and briefly: a small young generation keeps 8 of them lean in RSS. */
 const RANK_NODE_FLAGS = ['--max-semi-space-size=1']
 
-interface Rank {child: ChildProcess; tpRank: number; ready?: ReadyMsg}
+interface Rank {child: ChildProcess; tpRank: number; ready?: ReadyMsg; nic?: RailNicEngine}
+
+/** One all-reduce's result: the MIN KVPoll per room, and why a room failed (from the first rank that says). */
+export interface AllReduced {states: number[]; reasons: Map<number, {tpRank: number; text: string}>}
 
 /**
  * The TP ranks of one server, and the twin's all-reduce: one `step` to every rank, every answer awaited,
@@ -21,7 +26,7 @@ interface Rank {child: ChildProcess; tpRank: number; ready?: ReadyMsg}
 export class RankGroup {
   private readonly ranks: Rank[] = []
   private seq = 0
-  private readonly pending = new Map<number, {answers: Map<number, number[]>; resolve: (s: number[]) => void}>()
+  private readonly pending = new Map<number, {answers: Map<number, PolledMsg>; resolve: (s: AllReduced) => void}>()
   private stopping = false
   onUnexpectedExit: (tpRank: number, code: number | null, signal: string | null) => void = () => undefined
 
@@ -38,16 +43,19 @@ export class RankGroup {
     const i = args.indexOf('--import')
     if (i >= 0 && args[i + 1] === 'tsx') args[i + 1] = import.meta.resolve('tsx')
     const readies: Array<Promise<void>> = []
+    const nics = await this.bindNics()
     for (let k = 0; k < this.size; k++) {
       const child = spawn(command, [...RANK_NODE_FLAGS, ...args, '--role', this.role, '--tp-rank', String(k), '--state-dir', this.stateDir], {
         stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: process.env,
       })
-      const rank: Rank = {child, tpRank: k}
+      const rank: Rank = {child, tpRank: k, nic: nics[k]}
       this.ranks.push(rank)
+      if (rank.nic) rank.nic.onNotifyRank = (room, prefillRank) => this.toRank(rank, {t: 'rdma_notif', room, prefillRank})
       readies.push(new Promise<void>((resolve, reject) => {
         child.on('message', (m: FromRank) => {
           if (m.t === 'ready') { rank.ready = m; resolve() }
           else if (m.t === 'polled') this.onPolled(k, m)
+          else if (m.t === 'rdma_write') this.rdmaWrite(rank, m)
           else if (m.t === 'fatal') reject(new Error(`TP${k}: ${m.message}`))
         })
         child.once('exit', (code, signal) => {
@@ -61,11 +69,46 @@ export class RankGroup {
     try { await Promise.race([Promise.all(readies), timeout]) } finally { clearTimeout(timer) }
   }
 
+  /**
+   * With --rail-nics: the NIC of each rank's GPU, bound to its rail address (UDP 4791) before the ranks start. It
+   * runs here, in the server process, so that it keeps acknowledging while its rank is stopped, as a NIC does.
+   */
+  private async bindNics(): Promise<Array<RailNicEngine | undefined>> {
+    const out: Array<RailNicEngine | undefined> = []
+    if (!this.cfg.rails) return out
+    const rc = ucxRcSettings(process.env)
+    for (const w of rc.warnings) this.log.warn(`UCX  WARN  ${w}`)
+    this.log.info(`UCX RC (${rc.transport}): timeout ${rc.timeoutText} (${rc.timeoutFrom}) -> QP local ACK timeout ${(rc.qpTimeoutS * 1000).toFixed(2)} ms, ` +
+      `retry count ${rc.retryCount} (${rc.retryCountFrom}): a rail stalled longer than ${(rcGiveUpS(rc) * 1000).toFixed(0)} ms fails the endpoint`)
+    for (let k = 0; k < this.size; k++) {
+      const nic = railOfGpu(this.cfg.rails, gpuIndex(this.role, k, this.cfg.prefillTp))
+      if (!nic) { out.push(undefined); continue }
+      const engine = new RailNicEngine(nic, rc, makeLogger(`TP${k}`))
+      await engine.bind().catch((err: unknown) => {
+        throw new Error(`cannot bind ${nic.name}'s address ${nic.addr} (UDP 4791) for TP${k}: ${err instanceof Error ? err.message : String(err)} (was the twin started with sim up --rail-nics?)`)
+      })
+      out.push(engine)
+    }
+    return out
+  }
+
+  private toRank(rank: Rank, m: ToRank): void {
+    try { rank.child.send(m) } catch { /* a dead rank is reported by its exit handler */ }
+  }
+
+  private rdmaWrite(rank: Rank, m: RdmaWriteMsg): void {
+    if (!rank.nic) { this.toRank(rank, {t: 'rdma_cqe', wrId: m.wrId, error: `no rail NIC for TP${rank.tpRank}`}); return }
+    rank.nic.post({dest: m.dest, room: m.room, prefillRank: rank.tpRank, bytes: m.bytes, notify: m.notify}).then(
+      () => this.toRank(rank, {t: 'rdma_cqe', wrId: m.wrId}),
+      (err: unknown) => this.toRank(rank, {t: 'rdma_cqe', wrId: m.wrId, error: err instanceof Error ? err.message : String(err)}),
+    )
+  }
+
   /** One all-reduce: ops applied on every rank, then every rank's poll of `rooms`; resolves with the MIN per room. */
-  allReduce(ops: RankOp[], rooms: string[]): Promise<number[]> {
+  allReduce(ops: RankOp[], rooms: string[]): Promise<AllReduced> {
     const seq = ++this.seq
     const msg: StepMsg = {t: 'step', seq, ops, rooms}
-    return new Promise<number[]>((resolve, reject) => {
+    return new Promise<AllReduced>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(seq)
         reject(new Error(`all_reduce timed out after ${ALL_REDUCE_DEADLINE_MS / 1000}s`))
@@ -80,18 +123,23 @@ export class RankGroup {
   private onPolled(tpRank: number, m: PolledMsg): void {
     const p = this.pending.get(m.seq)
     if (!p) return
-    p.answers.set(tpRank, m.states)
+    p.answers.set(tpRank, m)
     if (p.answers.size < this.ranks.length) return
     this.pending.delete(m.seq)
     const n = m.states.length
     const out = new Array<number>(n).fill(KVPoll.Success)
-    for (const states of p.answers.values()) for (let i = 0; i < n; i++) out[i] = Math.min(out[i]!, states[i] ?? KVPoll.Failed)
-    p.resolve(out)
+    const reasons: AllReduced['reasons'] = new Map()
+    for (const [k, a] of [...p.answers].sort((x, y) => x[0] - y[0])) {
+      for (let i = 0; i < n; i++) out[i] = Math.min(out[i]!, a.states[i] ?? KVPoll.Failed)
+      for (const [i, text] of a.reasons ?? []) if (!reasons.has(i)) reasons.set(i, {tpRank: k, text})
+    }
+    p.resolve({states: out, reasons})
   }
 
   /** Stop every rank: disconnect IPC (they exit on it), SIGTERM, then SIGKILL after a short grace (a SIGSTOPped rank cannot act). */
   async stop(graceMs = 300): Promise<void> {
     this.stopping = true
+    for (const r of this.ranks) r.nic?.close()
     const alive = this.ranks.filter((r) => r.child.exitCode === null && r.child.signalCode === null)
     const exits = alive.map((r) => new Promise<void>((resolve) => r.child.once('exit', () => resolve())))
     for (const r of alive) {

@@ -4,9 +4,10 @@ import {simPaths, type SimConfig} from '../sim-config.js'
 import {readEnvSettings} from './settings.js'
 import {makeLogger} from './log.js'
 import {bindPull} from './zmq-link.js'
-import {PrefillRank} from './prefill-rank.js'
+import {PrefillRank, type RdmaPoster} from './prefill-rank.js'
 import {DecodeRank} from './decode-rank.js'
 import {gpuIndex, type FromRank, type ToRank, type PrefillOp, type DecodeOp} from './protocol.js'
+import {KVPoll} from './kvpoll.js'
 
 /**
  * One TP rank process (`sglang::scheduler_TP<k>`), child of a server process over IPC. It holds the KV
@@ -27,6 +28,16 @@ const env = readEnvSettings()
 const log = makeLogger(`TP${tpRank}`)
 const gpuFile = simPaths(stateDir).gpu(gpuIndex(role, tpRank, cfg.prefillTp))
 const send = (m: FromRank) => { try { process.send!(m) } catch { /* parent gone */ } }
+/** [index, why] of the polled rooms this rank reports Failed and knows why. */
+function reasonsOf(rooms: string[], states: number[], why: (room: string) => string | undefined): Array<[number, string]> | undefined {
+  const out: Array<[number, string]> = []
+  states.forEach((s, i) => {
+    if (s !== KVPoll.Failed) return
+    const text = why(rooms[i]!)
+    if (text !== undefined) out.push([i, text])
+  })
+  return out.length > 0 ? out : undefined
+}
 
 let closing = false
 let closeRank: () => void = () => undefined
@@ -50,12 +61,29 @@ try {
 
   const {sock: pull, port: zmqPort} = await bindPull(cfg.host)
   if (role === 'prefill') {
-    const rank = new PrefillRank(cfg, env, tpRank, log)
+    // With rail NICs, this rank's RDMA WRITEs go to its GPU's NIC in the server process; completions come back.
+    let wrSeq = 0
+    const wrs = new Map<number, {resolve: () => void; reject: (e: Error) => void}>()
+    const rdma: RdmaPoster | undefined = cfg.rails ? (w) => new Promise<void>((resolve, reject) => {
+      const wrId = ++wrSeq
+      wrs.set(wrId, {resolve, reject})
+      send({t: 'rdma_write', wrId, dest: w.dest, room: w.room, bytes: w.bytes, notify: w.notify})
+    }) : undefined
+    const rank = new PrefillRank(cfg, env, tpRank, log, rdma)
     closeRank = () => { rank.close(); pull.close() }
     void rank.receive(pull)
     process.on('message', (m: ToRank) => {
+      if (m.t === 'rdma_cqe') {
+        const wr = wrs.get(m.wrId)
+        wrs.delete(m.wrId)
+        if (m.error === undefined) wr?.resolve()
+        else wr?.reject(new Error(m.error))
+        return
+      }
+      if (m.t !== 'step') return
       for (const op of m.ops) rank.apply(op as PrefillOp)
-      send({t: 'polled', seq: m.seq, states: m.rooms.map((r) => rank.poll(r))})
+      const states = m.rooms.map((r) => rank.poll(r))
+      send({t: 'polled', seq: m.seq, states, reasons: reasonsOf(m.rooms, states, (r) => rank.reason(r))})
     })
     await rank.register(zmqPort)
     log.info(`Prefill rank registered to bootstrap server: rank_port=${zmqPort}`)
@@ -68,8 +96,11 @@ try {
     // Decode's PULL socket receives nothing under NIXL; drain it anyway.
     void (async () => { for await (const _ of pull) { /* drain */ } })().catch(() => undefined)
     process.on('message', (m: ToRank) => {
+      if (m.t === 'rdma_notif') { rank.notify(m.room, m.prefillRank); return }
+      if (m.t !== 'step') return
       for (const op of m.ops) rank.apply(op as DecodeOp)
-      send({t: 'polled', seq: m.seq, states: m.rooms.map((r) => rank.poll(r))})
+      const states = m.rooms.map((r) => rank.poll(r))
+      send({t: 'polled', seq: m.seq, states, reasons: reasonsOf(m.rooms, states, (r) => rank.reason(r))})
     })
     send({t: 'ready', tpRank, pid: process.pid, zmqPort, dataPort})
   }

@@ -24,6 +24,8 @@ export interface Req {
   streamed?: number
   kvTokens: number
   state?: number
+  /** Why the room failed, as the rank that failed it says (its failure_exception()), with that rank. */
+  failure?: {tpRank: number; text: string}
   disconnectTimer?: NodeJS.Timeout
   headersSent?: boolean
 }

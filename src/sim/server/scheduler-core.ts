@@ -105,8 +105,9 @@ export abstract class SchedulerCore {
     this.truth.record(req.rid, req.room, 'exit', {queue})
   }
 
-  /** Record an all-reduced KVPoll change. */
-  observe(req: Req, state: number): void {
+  /** Record an all-reduced KVPoll change (and, for a failure, the first reason a rank gave). */
+  observe(req: Req, state: number, failure?: {tpRank: number; text: string}): void {
+    if (failure && !req.failure) req.failure = failure
     if (req.state === state) return
     req.state = state
     this.activity = true
