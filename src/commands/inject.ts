@@ -34,6 +34,8 @@ export default class Inject extends TargetCommand<typeof Inject> {
     ...TargetCommand.disturbFlags,
     ...faultFlags(),
     pins: Flags.integer({summary: 'Pinned requests to create.', default: 3, min: 1, max: 10_000}),
+    'pin-path': Flags.option({options: ['direct', 'router'] as const, default: 'direct' as const,
+      summary: 'direct: each pin is one prefill request, sent to prefill and decode once (the verdict is about the watchdog). router: as a client sends it; a retrying gateway re-sends an evicted pin, so the verdicts then describe the router, not the watchdog.'})(),
     'pin-interval': Flags.integer({summary: 'Milliseconds between pin sends; spacing keeps each pin\'s queue entry close to its send time (0: all at once).', default: 20, min: 0, max: 10_000}),
     hold: Flags.boolean({summary: 'Inject, verify, and leave the fault in place until its lease expires (explore by hand).'}),
     'dry-run': Flags.boolean({summary: 'Show the plan and run only its read-only probes; change nothing.'}),
@@ -59,7 +61,7 @@ export default class Inject extends TargetCommand<typeof Inject> {
       }),
     }, (t) => runSuite(t.deployment, t.host, suite, {
       say: (l) => this.progress(l),
-      batch: {mode, pinPacing: {burst: 1, gapMs: f['pin-interval']}, paramsSource: 'flags', planErrors: 'throw', ...(f.ttl === undefined ? {} : {ttlMs: f.ttl * 1000})},
+      batch: {mode, pinPacing: {burst: 1, gapMs: f['pin-interval']}, pinPath: f['pin-path'], paramsSource: 'flags', planErrors: 'throw', ...(f.ttl === undefined ? {} : {ttlMs: f.ttl * 1000})},
     }))
     const fields = injectFields(run)
     await this.writeRunOutputs(run, 'inject', {journal: f.journal}, fields)

@@ -8,7 +8,7 @@ import {getFault} from '../faults/registry.js'
 import type {LeaseRecord, ScenarioRun} from '../model/run.js'
 import {now, Recorder} from '../workload/recorder.js'
 import {sampleOnce, startSampler} from '../workload/sampler.js'
-import {sendDirect, sendRequest, type Sent} from '../workload/send.js'
+import {sendDirect, sendRequest, type SendOptions, type Sent} from '../workload/send.js'
 import {SteadyLoad} from '../workload/steady-load.js'
 import {sleep, within} from '../util/time.js'
 import {type Entry, judgeBatch, scenarioShell} from './judge.js'
@@ -40,6 +40,10 @@ export interface BatchSettings {
   /** Steady load: one request every loadIntervalMs while the batch runs (0: none). */
   loadIntervalMs: number
   canaries: number
+  /** direct (default): each pin is one prefill request, sent to prefill and decode once. router: through the router,
+   * as a client would send it — a retrying gateway then sends an evicted pin again and the verdicts judge the router,
+   * not one request (kept to show exactly that). */
+  pinPath?: 'direct' | 'router'
   /** Pins are sent `burst` at a time, `gapMs` apart: a burst queues at the server and blurs each pin's entry time. */
   pinPacing: {burst: number; gapMs: number}
   /** Lease TTL override (ms); default from the contract and the batch's window. */
@@ -189,6 +193,7 @@ async function sendPins(session: RunSession, active: Entry[], rec: Recorder, pin
       hops.push(a.ms + b.ms)
     }
   })()
+  const send = (o: SendOptions): Sent => (settings.pinPath === 'router' ? sendRequest(session.router, rec, o) : sendDirect(session, session.bootstrap, rec, o))
   await Promise.all(active.map(async (e) => {
     const plan = e.plan!
     const pinState = getFault(plan.fault).pins
@@ -198,12 +203,12 @@ async function sendPins(session: RunSession, active: Entry[], rec: Recorder, pin
       for (let i = 0; i < e.s.pins && !o.stop.aborted; i++) {
         if (i > 0 && i % settings.pinPacing.burst === 0) await sleep(settings.pinPacing.gapMs, o.stop)
         if (o.stop.aborted) break
-        pins.push({e, sent: sendDirect(session, session.bootstrap, rec, base)})
+        pins.push({e, sent: send(base)})
       }
       return
     }
     await Promise.all(plan.trials.map(async (trial) => {
-      const sent = sendDirect(session, session.bootstrap, rec, {...base, rid: trial.rid})
+      const sent = send({...base, rid: trial.rid})
       pins.push({e, sent})
       await sleep(sent.sentAt + trial.offsetMs - now())
       await Promise.all(trial.aborts.map(async (a) => {

@@ -31,7 +31,7 @@ export interface RunOptions {
   /** Every scenario in a batch of its own (no concurrency): the baseline the batching is measured against. */
   oneAtATime?: boolean
   /** How each batch runs; the suite's defaults otherwise (see SUITE_BATCH). */
-  batch?: Partial<Pick<BatchSettings, 'mode' | 'pinPacing' | 'ttlMs' | 'paramsSource' | 'planErrors'>>
+  batch?: Partial<Pick<BatchSettings, 'mode' | 'pinPacing' | 'pinPath' | 'ttlMs' | 'paramsSource' | 'planErrors'>>
 }
 
 /** The suite's batches: pins paced 10 every 50 ms, params named as the file's keys, a scenario that cannot be
