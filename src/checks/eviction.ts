@@ -1,8 +1,10 @@
 import {DECODE_PREALLOC_QUEUE, DECODE_TRANSFER_QUEUE, PREFILL_BOOTSTRAP_QUEUE, PREFILL_INFLIGHT_QUEUE} from '../deployment/sglang-metrics.js'
 import {epsilonFor} from './epsilon.js'
+import type {FaultExpectation, StallExpectation} from './expectation.js'
+import {releaseCauseOf} from './release-cause.js'
 import {abandonedOf, answerOf, metricAt, requestsOf, type Observation, type PinState, type Timeline} from '../model/timeline.js'
 import type {PinRecord} from '../model/run.js'
-import {fail, pass, type Verdict} from '../model/verdict.js'
+import {fail, pass, unverified, type Verdict} from '../model/verdict.js'
 
 /**
  * The eviction oracle: every pin leaves no earlier than deadline - ε and no later than deadline + poll + ε after
@@ -14,7 +16,30 @@ export type {PinRecord} from '../model/run.js'
 
 const UNKNOWN_STATE: PinState = {queue: 'unknown', kvPoll: 'unknown'}
 
-export function checkEvictions(tl: Timeline): {verdicts: Verdict[]; pins: PinRecord[]} {
+export interface EvictionOptions {
+  /** The plan's expectation (FaultPlan.expected): names the transport's limits when a transport error releases a pin. */
+  expected?: FaultExpectation
+}
+
+/** A transport error (or a transfer failure) before or inside the window: the watchdog was not exercised. */
+function transportRelease(after: number, released: ReturnType<typeof releaseCauseOf>, where: 'before' | 'inside', expected: StallExpectation | undefined) {
+  const what = released.cause === 'transport-error' ? 'a transport error' : 'a KV transfer failure (its reason not stated: it came from another TP rank)'
+  const toVerify = expected
+    ? `raise ${expected.raise.join(' / ')} so that a stall outlasts the watchdog deadline${expected.deadlineSeconds === undefined ? '' : ` (${expected.deadlineSeconds} s)`} (now ${expected.limits}: the transport gives up after about ${expected.afterSeconds ?? '?'} s), or stall the KV over a TCP data path`
+    : 'raise the transport\'s stall limit above the watchdog deadline (UCX_RC_MLX5_TIMEOUT / UCX_RC_TIMEOUT and UCX_RC_RETRY_COUNT for NIXL over RDMA, MC_TRANSFER_TIMEOUT for Mooncake), or stall the KV over a TCP data path'
+  return {
+    summary: `released by ${what} after ${secs(after)}${where === 'inside' ? ', inside the deadline window' : ''}; the watchdog was not exercised`,
+    evidence: {
+      why: `the pin's answer says the transfer failed (${released.evidence}), not that the watchdog evicted it: ${where === 'before' ? 'it left before the deadline window, so the watchdog never had to act' : 'a release by the transport cannot be told from an eviction'}`,
+      toVerify,
+      releasedBy: released.cause,
+      ...(expected ? {expectedOutcome: expected.outcome, transportGivesUpAfterSeconds: expected.afterSeconds, transportLimits: expected.limits} : {}),
+    },
+  }
+}
+
+export function checkEvictions(tl: Timeline, opts: EvictionOptions = {}): {verdicts: Verdict[]; pins: PinRecord[]} {
+  const stallExpected = opts.expected?.kind === 'stall' ? opts.expected : undefined
   const verdicts: Verdict[] = []
   const pins: PinRecord[] = []
   const {deadlineSeconds, pollSeconds, scope} = tl.contract
@@ -55,7 +80,19 @@ export function checkEvictions(tl: Timeline): {verdicts: Verdict[]; pins: PinRec
     }
     if (answer) {
       const after = answer.t - sent.t
-      const evidence = {...base, status: answer.status, detail: answer.detail, evictedAfterSeconds: round(after / 1000, 3)}
+      const released = releaseCauseOf(answer.detail)
+      const evidence = {
+        ...base, status: answer.status, detail: answer.detail, evictedAfterSeconds: round(after / 1000, 3),
+        ...(released.cause === 'unknown' ? {} : {releasedBy: released.cause, releaseEvidence: released.evidence}),
+      }
+      // A transport error released it (before or inside the window), or a transfer failure whose reason the text does
+      // not show released it before the window: either way not the watchdog. (Inside the window such an unexplained
+      // transfer failure may be the watchdog's own, reported through the same path: judged as before.)
+      if ((released.cause === 'transport-error' && answer.t <= high) || (released.cause === 'transfer-failed' && answer.t < low)) {
+        const r = transportRelease(after, released, answer.t < low ? 'before' : 'inside', stallExpected)
+        record(unverified('eviction', sent.rid, r.summary, {...evidence, ...r.evidence}), answer.t)
+        continue
+      }
       if (answer.t < low) {
         record(fail('eviction', sent.rid, `evicted early: after ${secs(after)}, before the deadline window [${bounds[0].toFixed(3)}s, ${bounds[1].toFixed(3)}s] — a false timeout`, evidence), answer.t)
       } else if (answer.t > high) {

@@ -53,6 +53,11 @@ export function faultFlags(): Record<string, Interfaces.OptionFlag<string | unde
   const out: Record<string, Interfaces.OptionFlag<string | undefined>> = {}
   for (const [flag, s] of sources()) {
     const k = s.info.kind
+    // A boolean param is a switch (`--allow-link-down`): given means true.
+    if (k.type === 'boolean') {
+      out[flag] = Flags.boolean({helpGroup: 'FAULT', summary: summaryOf(s)}) as unknown as Interfaces.OptionFlag<string | undefined>
+      continue
+    }
     out[flag] = k.type === 'enum'
       ? Flags.string({helpGroup: 'FAULT', summary: summaryOf(s), options: enumOptions(s, flag)}) as Interfaces.OptionFlag<string | undefined>
       : Flags.string({helpGroup: 'FAULT', summary: summaryOf(s), ...(helpValue(s.info) ? {helpValue: helpValue(s.info)} : {})}) as Interfaces.OptionFlag<string | undefined>
@@ -63,6 +68,10 @@ export function faultFlags(): Record<string, Interfaces.OptionFlag<string | unde
 /** The fault params the user gave, keyed by param name (what parseFaultParams and the suite file use). */
 export function faultParamsFromFlags(flags: Record<string, unknown>): Record<string, unknown> {
   const raw: Record<string, unknown> = {}
-  for (const [flag, s] of sources()) if (flags[flag] !== undefined) raw[s.info.key] = flags[flag]
+  for (const [flag, s] of sources()) {
+    // A switch not given may read as false: only a given one is a param (other faults take no such flag).
+    if (flags[flag] === undefined || (s.info.kind.type === 'boolean' && flags[flag] === false)) continue
+    raw[s.info.key] = flags[flag]
+  }
   return raw
 }

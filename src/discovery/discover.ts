@@ -8,6 +8,8 @@ import type {Host} from '../hosts/host.js'
 import {listHostState, type HostState} from './host-state.js'
 import {gpuIndexByPid, parseComputeApps, parseGpuList} from './gpus.js'
 import {parseEnviron, parseProcStat, parsePs, parseRankTitle, parseSsListeners, type ProcessRow} from './proc.js'
+import {parseNvidiaTopo, type Topology} from './topo.js'
+import {healthCheckFromEnv, KEPT_ENV, type HealthCheckSettings} from './transport-env.js'
 import {timeoutsFromEnv, watchdogFromEnv, watchdogWarnings, type EnvTimeouts, type EnvWatchdog} from './watchdog-env.js'
 
 /**
@@ -30,6 +32,20 @@ export interface ServiceStatus {
   twinFailpointPath?: string
   /** The KV data path where the server states it (the twin does; a real server is read from its rank environment). */
   kvDataPath?: string
+  /** The twin only: its rail NICs (`sim up --rail-nics`), each GPU's interface carrying that GPU's KV as kernel UDP. */
+  twinRails?: TwinRail[]
+  /** The twin only: the health-check timeout it states (a real server's is read from its environment). */
+  twinHealthTimeoutSeconds?: number
+  /** How /health judges this server: SGLANG_HEALTH_CHECK_TIMEOUT and whether it generates, from its environment. */
+  healthCheck?: HealthCheckSettings
+}
+
+/** One rail NIC as the twin states it in server_info's pdchaos_twin section. */
+export interface TwinRail {
+  gpu: number
+  interface: string
+  address?: string
+  udpPort: number
 }
 
 export interface RankInfo {
@@ -47,6 +63,8 @@ export interface RankInfo {
   /** The rank's ZMQ PULL port from the bootstrap route (prefill only). */
   zmqPort?: number
   zmqHost?: string
+  /** The rank's UCX_*, MC_*, NIXL_* and SGLANG_* variables (/proc/<pid>/environ; needs privilege for others' ranks). */
+  env?: Record<string, string>
 }
 
 export interface StatusReport {
@@ -55,7 +73,10 @@ export interface StatusReport {
   ranks: RankInfo[]
   watchdog: {contract: Deployment['watchdog']; prefillEnv?: EnvWatchdog; timeouts?: EnvTimeouts}
   /** env: the prefill rank's transport variables (UCX_*, MC_*, NIXL_*), which tell whether the KV path is TCP. */
-  transport: {backend: string; source: string; env?: Record<string, string>; dataPath?: string}
+  transport: {backend: string; source: string; env?: Record<string, string>; dataPath?: string; rails?: TwinRail[]}
+  /** `nvidia-smi topo -m`: which NIC shares a PCIe switch with each GPU (undefined, with topologyError, if it failed). */
+  topology?: Topology
+  topologyError?: string
   counters: Record<'prefill' | 'decode', Record<string, number>>
   gauges: Record<'prefill' | 'decode', Record<string, number>>
   hostState: HostState
@@ -129,6 +150,15 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
     const found = ranks.filter((r) => r.service === name).length
     if (procs && tp !== undefined && found !== tp) warnings.push(`${name}: server_info says tp_size ${tp} but ${found} scheduler processes were found`)
   }
+  for (const name of ['prefill', 'decode'] as const) {
+    // The HTTP server process reads SGLANG_HEALTH_CHECK_TIMEOUT; its schedulers inherit the same environment.
+    const env = procs?.serviceEnv[name] ?? ranks.find((r) => r.service === name && r.env)?.env
+    const hc = healthCheckFromEnv(env)
+    const twin = services[name].twinHealthTimeoutSeconds
+    services[name].healthCheck = env?.SGLANG_HEALTH_CHECK_TIMEOUT === undefined && twin !== undefined
+      ? {...hc, timeoutSeconds: twin, source: `the twin's server_info (pdchaos_twin.health_check_timeout_s = ${twin})`}
+      : hc
+  }
   for (const r of ranks) if (r.state === 'T') warnings.push(`${r.service} rank TP${r.tpRank} (pid ${r.pid}) is stopped (state T): the instance is wedged`)
 
   // Each prefill rank's ZMQ PULL port, from the bootstrap route (it changes on every restart).
@@ -162,6 +192,7 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
       : {backend: deployment.backend, source: 'deployment file'}),
     ...(Object.keys(transportEnv).length > 0 ? {env: transportEnv} : {}),
     ...(services.prefill.kvDataPath ? {dataPath: services.prefill.kvDataPath} : {}),
+    ...(services.prefill.twinRails?.length ? {rails: services.prefill.twinRails} : {}),
   }
   if (backendSeen && deployment.backend !== 'auto' && backendSeen !== deployment.backend) {
     warnings.push(`prefill uses the ${backendSeen} backend, the deployment file says ${deployment.backend}`)
@@ -173,6 +204,8 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
     ranks,
     watchdog: {contract, prefillEnv, timeouts},
     transport,
+    ...(procs?.topology ? {topology: procs.topology} : {}),
+    ...(procs?.topologyError ? {topologyError: procs.topologyError} : {}),
     counters: {prefill: pick(pMetrics, COUNTERS, true), decode: pick(dMetrics, COUNTERS, true)},
     gauges: {prefill: pick(pMetrics, GAUGES, false), decode: pick(dMetrics, GAUGES, false)},
     hostState,
@@ -190,13 +223,33 @@ function infoSummary(info: Record<string, unknown> | undefined): Partial<Service
   if (!info) return {}
   const str = (v: unknown) => (typeof v === 'string' ? v : undefined)
   const n = (v: unknown) => (typeof v === 'number' ? v : undefined)
+  const twin = info.pdchaos_twin as {failpoint_path?: unknown; kv_data_path?: unknown; rails?: unknown; health_check_timeout_s?: unknown} | undefined
+  const rails = twinRailsOf(twin?.rails)
+  const healthS = n(twin?.health_check_timeout_s)
   return {
     version: str(info.version),
     tpSize: n(info.tp_size),
     backend: str(info.disaggregation_transfer_backend),
-    twinFailpointPath: str((info.pdchaos_twin as {failpoint_path?: unknown} | undefined)?.failpoint_path),
-    kvDataPath: str((info.pdchaos_twin as {kv_data_path?: unknown} | undefined)?.kv_data_path),
+    twinFailpointPath: str(twin?.failpoint_path),
+    kvDataPath: str(twin?.kv_data_path),
+    ...(rails.length ? {twinRails: rails} : {}),
+    ...(healthS !== undefined && healthS > 0 ? {twinHealthTimeoutSeconds: healthS} : {}),
   }
+}
+
+/** The twin's rails: [{gpu, interface, address, udp_port}], anything malformed dropped. */
+export function twinRailsOf(raw: unknown): TwinRail[] {
+  if (!Array.isArray(raw)) return []
+  const out: TwinRail[] = []
+  for (const r of raw as Array<Record<string, unknown>>) {
+    if (!r || typeof r !== 'object') continue
+    const gpu = r.gpu
+    const iface = r.interface
+    if (typeof gpu !== 'number' || !Number.isInteger(gpu) || typeof iface !== 'string' || !/^[A-Za-z0-9_.:-]{1,15}$/.test(iface)) continue
+    const port = typeof r.udp_port === 'number' ? r.udp_port : 4791
+    out.push({gpu, interface: iface, udpPort: port, ...(typeof r.address === 'string' ? {address: r.address} : {})})
+  }
+  return out
 }
 
 function pick(metrics: ParsedMetrics | undefined, names: readonly string[], sum: boolean): Record<string, number> {
@@ -213,7 +266,38 @@ interface ProcessView {
   ranks: RankInfo[]
   servicePids: Partial<Record<'prefill' | 'decode', number>>
   prefillEnv?: Record<string, string>
+  /** The kept variables of each server's HTTP process. */
+  serviceEnv: Partial<Record<'prefill' | 'decode', Record<string, string>>>
   gpuWarning?: string
+  topology?: Topology
+  topologyError?: string
+}
+
+/**
+ * The kept variables (KEPT_ENV) of each pid, one read for all: a constant script, pids as arguments. Each block is
+ * RS, the pid, then NAME=value lines (a value holding a newline loses its continuation, which no kept variable has).
+ */
+export const ENVIRON_SCRIPT = [
+  'for p in "$@"; do',
+  '  printf \'\\036%s\\n\' "$p"',
+  '  [ -r "/proc/$p/environ" ] && tr \'\\000\' \'\\n\' < "/proc/$p/environ" | grep -E \'^(UCX_|MC_|NIXL_|SGLANG_)\' || true',
+  'done',
+].join('\n')
+
+export function parseEnvironBlocks(stdout: string): Map<number, Record<string, string>> {
+  const out = new Map<number, Record<string, string>>()
+  for (const block of stdout.split('\u001E')) {
+    const lines = block.split('\n')
+    const pid = Number(lines[0]?.trim())
+    if (!Number.isInteger(pid) || pid <= 0) continue
+    const env: Record<string, string> = {}
+    for (const l of lines.slice(1)) {
+      const eq = l.indexOf('=')
+      if (eq > 0 && KEPT_ENV.test(l)) env[l.slice(0, eq)] = l.slice(eq + 1)
+    }
+    out.set(pid, env)
+  }
+  return out
 }
 
 /**
@@ -261,7 +345,7 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
     if (!service) continue
     ranks.push({service, ...title!, pid: row.pid, state: row.stat.charAt(0), title: row.args})
   }
-  if (ranks.length === 0) return {ranks, servicePids}
+  if (ranks.length === 0) return {ranks, servicePids, serviceEnv: {}}
 
   const stat = await host.run(['cat', ...ranks.map((r) => `/proc/${r.pid}/stat`)], {timeoutMs})
   for (const line of stat.stdout.split('\n')) {
@@ -273,10 +357,19 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
     }
   }
 
-  const [apps, gpus] = await Promise.all([
+  const [apps, gpus, topo] = await Promise.all([
     host.run([deployment.tools.nvidiaSmi, '--query-compute-apps=pid,gpu_uuid', '--format=csv,noheader'], {timeoutMs}).catch(() => undefined),
     host.run([deployment.tools.nvidiaSmi, '--query-gpu=index,uuid,name', '--format=csv,noheader'], {timeoutMs}).catch(() => undefined),
+    host.run([deployment.tools.nvidiaSmi, 'topo', '-m'], {timeoutMs}).catch((error: unknown) => ({code: null, stdout: '', stderr: oneLine(error), durationMs: 0})),
   ])
+  let topology: Topology | undefined
+  let topologyError: string | undefined
+  if (topo.code === 0) {
+    topology = parseNvidiaTopo(topo.stdout)
+    if (topology.gpus.length === 0) topologyError = `\`${deployment.tools.nvidiaSmi} topo -m\` printed no GPU matrix`
+  } else {
+    topologyError = `\`${deployment.tools.nvidiaSmi} topo -m\` failed: ${oneLine(topo.stderr) || `exit ${topo.code}`}`
+  }
   let gpuWarning: string | undefined
   if (apps?.code === 0 && gpus?.code === 0) {
     const map = gpuIndexByPid(parseComputeApps(apps.stdout), parseGpuList(gpus.stdout))
@@ -292,5 +385,17 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
     const env = await host.run(['cat', `/proc/${prefill0.pid}/environ`], {timeoutMs, sudo: true})
     if (env.code === 0) prefillEnv = parseEnviron(env.stdout)
   }
-  return {ranks, servicePids, prefillEnv, gpuWarning}
+  // Every rank's and server's kept variables (UCX RC limits, health-check timeout), in one read.
+  const serviceEnv: ProcessView['serviceEnv'] = {}
+  const pids = [...new Set([...ranks.map((r) => r.pid), ...Object.values(servicePids).filter((p): p is number => p !== undefined)])]
+  const envs = await host.run(['sh', '-c', ENVIRON_SCRIPT, 'sh', ...pids.map(String)], {timeoutMs, sudo: true}).catch(() => undefined)
+  if (envs?.code === 0) {
+    const byPid = parseEnvironBlocks(envs.stdout)
+    for (const r of ranks) if (byPid.has(r.pid)) r.env = byPid.get(r.pid)
+    for (const name of ['prefill', 'decode'] as const) {
+      const pid = servicePids[name]
+      if (pid !== undefined && byPid.has(pid)) serviceEnv[name] = byPid.get(pid)
+    }
+  }
+  return {ranks, servicePids, prefillEnv, serviceEnv, gpuWarning, ...(topology ? {topology} : {}), ...(topologyError ? {topologyError} : {})}
 }

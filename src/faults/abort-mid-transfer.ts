@@ -73,6 +73,7 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
   params: Params,
   flagNames: {widenKBytesPerSecond: 'widen-kbytes'},
   mechanisms: ['abort-requests', 'packet-filter', 'twin-failpoint'],
+  observe: 'trials',
   pins: 'trials',
 
   refine(p, label) {

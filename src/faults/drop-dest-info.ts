@@ -26,6 +26,7 @@ export const dropDestInfo: Fault<DropDestInfoParams> = {
   summary: "decode's destination info and ABORT never reach prefill: requests stay Bootstrapping",
   params: Params,
   mechanisms: ['packet-filter', 'twin-failpoint'],
+  observe: 'pins',
   // Decode's TransferInfo never arrives: SGLang keeps the request in its bootstrap queue at Bootstrapping
   // (python/sglang/srt/disaggregation/prefill.py, PrefillBootstrapQueue.pop_bootstrapped).
   pins: {queue: 'bootstrap', kvPoll: 'Bootstrapping'},

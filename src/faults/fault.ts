@@ -1,7 +1,10 @@
 import type {z} from 'zod'
 
 import type {Deployment} from '../deployment/config.js'
+import type {FaultExpectation} from '../checks/expectation.js'
 import type {RankInfo, StatusReport} from '../discovery/discover.js'
+import type {Topology} from '../discovery/topo.js'
+import type {HealthCheckSettings} from '../discovery/transport-env.js'
 import {badInput, oneLine} from '../errors.js'
 import type {Host} from '../hosts/host.js'
 import {shellCommand} from '../hosts/quote.js'
@@ -17,7 +20,18 @@ import {sleep} from '../util/time.js'
 /** A fault's name as users type it: the keys of the registry. */
 export type {FaultName} from './registry.js'
 import type {FaultName} from './registry.js'
-export type MechanismName = 'packet-filter' | 'sigstop' | 'abort-requests' | 'twin-failpoint'
+/**
+ * packet-filter: netfilter (nft, iptables) on kernel traffic (TCP connections, or a kernel UDP interface).
+ * tc-flower: a hardware-offloaded tc flower drop of RoCEv2 on a NIC. link-down: `ip link set DEV down`.
+ * ib-port-disable: an InfiniBand HCA port disabled (ibportstate). sigstop: a rank stopped (wedge-rank).
+ */
+export type MechanismName = 'packet-filter' | 'tc-flower' | 'link-down' | 'ib-port-disable' | 'sigstop' | 'abort-requests' | 'twin-failpoint'
+
+/**
+ * What the runner observes while a fault is in place: pins (requests the fault holds, judged by the eviction check),
+ * abort trials, or the services' health (a fault whose expected outcome is a wedged instance: checkWedge).
+ */
+export type Observe = 'pins' | 'trials' | 'health'
 
 export interface Judgement {
   ok: boolean
@@ -56,6 +70,11 @@ export interface FaultDiscovery {
   servicePorts: number[]
   /** Set only when the prefill server says it is pdchaos's twin: the URL of its failure-point endpoint. */
   twinFailpointUrl?: string
+  /** `nvidia-smi topo -m` as discovery read it (which NIC is PIX/PXB to each GPU), or why it could not. */
+  topology?: Topology
+  topologyError?: string
+  /** How each server's /health judges it (SGLANG_HEALTH_CHECK_TIMEOUT, generation on or off). */
+  health?: Partial<Record<'prefill' | 'decode', HealthCheckSettings>>
 }
 
 export function faultDiscovery(report: StatusReport, deployment: Deployment): FaultDiscovery {
@@ -64,9 +83,17 @@ export function faultDiscovery(report: StatusReport, deployment: Deployment): Fa
   const servicePorts = [portOf(s.prefill.url), portOf(s.decode.url), portOf(s.router.url), s.prefill.bootstrapPort]
   if (s.router.metricsUrl) servicePorts.push(portOf(s.router.metricsUrl))
   const fp = report.services.prefill.twinFailpointPath
+  const health: FaultDiscovery['health'] = {}
+  for (const name of ['prefill', 'decode'] as const) {
+    const hc = report.services[name].healthCheck
+    if (hc) health[name] = hc
+  }
   return {
     ranks: report.ranks, transport: report.transport, servicePorts: [...new Set(servicePorts)],
     ...(fp ? {twinFailpointUrl: new URL(fp, s.prefill.url).href} : {}),
+    ...(report.topology ? {topology: report.topology} : {}),
+    ...(report.topologyError ? {topologyError: report.topologyError} : {}),
+    ...(Object.keys(health).length ? {health} : {}),
   }
 }
 
@@ -94,6 +121,53 @@ export interface HostFacts {
   filterEvidence?: string
   /** Established TCP connections (ss -tnpH). */
   connections?: Connection[]
+  /** The NIC(s) of the target GPU as sysfs, ethtool, tc and ip describe them (stall-kv off TCP). */
+  nics?: NicFacts[]
+}
+
+/** One NIC of a GPU, resolved on the host (read-only): what it is and what can stall it. */
+export interface NicFacts {
+  /** The matrix label and the NIC Legend's name (`NIC3`, `mlx5_3`; on the twin the netdev itself). */
+  label: string
+  legend?: string
+  /** The RDMA device behind it, if any (/sys/class/infiniband). None: a kernel-only netdev. */
+  rdmaDevice?: string
+  /** Its network interface (/sys/class/infiniband/<dev>/ports/1/gid_attrs/ndevs/0 or device/net/*). */
+  netdev?: string
+  /** /sys/class/infiniband/<dev>/ports/1/link_layer: Ethernet (RoCE) or InfiniBand. */
+  linkLayer?: string
+  /** Port 1 state and physical state as sysfs prints them ("4: ACTIVE", "5: LinkUp"). */
+  portState?: string
+  portPhysState?: string
+  /** `ethtool -k DEV`: the hw-tc-offload feature as printed ("on", "off", "off [fixed]"), undefined if not probed. */
+  hwTcOffload?: string
+  /** tc's version line and the kernel pieces a flower drop needs (cls_flower, act_gact, sch_ingress for clsact). */
+  tc?: {version?: string; modules: Record<string, string>}
+  /** A clsact qdisc was already on the netdev before pdchaos (then pdchaos never deletes it). */
+  hasClsact?: boolean
+  /** `command -v ibportstate` (InfiniBand only). */
+  ibportstate?: string
+  /** The netdev's routes and global IPv6 addresses, which `ip link set down` deletes (link-down restores them). */
+  routes?: RouteEntry[]
+  addrs6?: string[]
+  /** Each probe's result in one line, for the plan's notes and refusals. */
+  evidence: string[]
+}
+
+/** A route as `ip -j route show table all dev DEV` prints it (the fields pdchaos restores). */
+export interface RouteEntry {
+  family: 4 | 6
+  type?: string
+  dst: string
+  gateway?: string
+  table?: string
+  protocol?: string
+  scope?: string
+  prefsrc?: string
+  metric?: number
+  flags?: string[]
+  /** A multipath route: pdchaos cannot rebuild it. */
+  multipath?: boolean
 }
 
 export interface FaultContext<P> {
@@ -119,6 +193,8 @@ export interface FaultTarget {
   ports?: number[]
   /** Connections whose both directions are dropped or slowed (stall-kv, abort-mid-transfer widening). */
   connections?: Array<{local: Endpoint; peer: Endpoint}>
+  /** The NIC(s) a NIC-wide stall acts on (netdev or RDMA device names, comma-separated). */
+  nic?: string
 }
 
 /** One abort trial: a request with pdchaos's own rid, aborted at an offset inside the transfer window. */
@@ -153,6 +229,11 @@ export interface FaultPlan {
   notes?: string[]
   /** abort-mid-transfer only. */
   trials?: AbortTrial[]
+  /**
+   * What the deployment is expected to do, for the checks (machine-readable; the notes say it in words): a stall that
+   * the transport turns into an error before the watchdog deadline, or a wedged instance's health bounds.
+   */
+  expected?: FaultExpectation
 }
 
 /** What one scenario holds while it runs: the planner batches only scenarios whose footprints do not overlap. */
@@ -168,8 +249,11 @@ export interface Footprint {
 
 /** What the planner knows of the deployment before discovery runs per batch. */
 export interface FootprintContext {
-  /** What stall-kv's `auto` mechanism resolves to on this deployment (packet filter on TCP, SIGSTOP on RDMA). */
-  autoMechanism?: 'packet-filter' | 'sigstop'
+  /**
+   * The data path as the suite runner saw it: 'packet-filter' when it is kernel TCP, anything else when it is not
+   * ('sigstop' is what older callers pass for "not TCP": stall-kv never stops a process, it acts on the GPU's NIC).
+   */
+  autoMechanism?: 'packet-filter' | 'sigstop' | 'nic'
 }
 
 /**
@@ -187,8 +271,13 @@ export interface Fault<P = any> {
   /** Cross-param rules zod cannot say per field: the param concerned and why ("needs --gpu N"), or undefined. */
   refine?(params: P, label: (key: string) => string): {key: string; why: string} | undefined
   mechanisms: readonly MechanismName[]
-  /** Where its pins are held while the fault is in place, or 'trials' when it runs abort trials instead of pins. */
-  pins: PinState | 'trials'
+  /** What the runner observes while the fault is in place (pins, abort trials, or the services' health). */
+  observe: Observe
+  /**
+   * Where its pins are held while the fault is in place ('trials' for abort trials). Absent: the fault holds no pins
+   * (observe 'health': its expected outcome is a wedged instance, not a held request).
+   */
+  pins?: PinState | 'trials'
   footprint(params: P, ctx: FootprintContext): Footprint
   /** Read-only host probes the plan needs (run before plan(); also what --dry-run runs). */
   gather(host: Host, discovery: FaultDiscovery, params: P, opts?: {timeoutMs?: number}): Promise<HostFacts>

@@ -73,6 +73,7 @@ function check(info: ParamInfo, raw: unknown): {value: unknown} | {why: string} 
     if (typeof raw === 'string' && k.options.includes(raw)) return {value: raw}
   } else if (k.type === 'boolean') {
     if (typeof raw === 'boolean') return {value: raw}
+    if (raw === 'true' || raw === 'false') return {value: raw === 'true'}
   } else {
     const n = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : raw
     if (typeof n === 'number' && Number.isFinite(n) && (k.type === 'number' || Number.isInteger(n)) && (k.min === undefined || n >= k.min) && (k.max === undefined || n <= k.max)) return {value: n}

@@ -3,12 +3,14 @@ import {abortMidTransfer} from './abort-mid-transfer.js'
 import {dropDestInfo} from './drop-dest-info.js'
 import type {Fault} from './fault.js'
 import {stallKv} from './stall-kv.js'
+import {wedgeRank} from './wedge-rank.js'
 
 /** Every fault pdchaos can inject, by the name users type. Adding a fault: its file, and one line here. */
 export const FAULTS = {
   'drop-dest-info': dropDestInfo,
   'stall-kv': stallKv,
   'abort-mid-transfer': abortMidTransfer,
+  'wedge-rank': wedgeRank,
 } as const satisfies Record<string, Fault>
 
 export type FaultName = keyof typeof FAULTS

@@ -24,6 +24,11 @@ export type Observation =
   | {kind: 'metric'; t: number; service: 'prefill' | 'decode' | 'router'; name: string; value: number}
   | {kind: 'log'; t: number; service: string; line: string; rid?: string}
   | {kind: 'marker'; t: number; name: string; detail?: string}
+  /**
+   * One health probe of a service (wedge-rank): t = when its answer arrived (or the probe gave up), ms = how long it
+   * took, so it was sent at t - ms; ok = a 2xx answer; status absent when no answer came (refused, timed out).
+   */
+  | {kind: 'health'; t: number; service: 'prefill' | 'decode' | 'router'; ok: boolean; status?: number; ms: number}
 
 export interface Timeline {
   /** The watchdog contract the run is judged by. */

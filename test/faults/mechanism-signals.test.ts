@@ -6,7 +6,7 @@ import type {RankInfo} from '../../src/discovery/discover.js'
 import {type FaultDiscovery, runProbe, waitProbes} from '../../src/faults/fault.js'
 import {resolveIdentity, type ProcIdentity} from '../../src/faults/mechanisms/proc-identity.js'
 import {buildSigstop, signalArgv} from '../../src/faults/mechanisms/signals.js'
-import {stallKv} from '../../src/faults/stall-kv.js'
+import {wedgeRank} from '../../src/faults/wedge-rank.js'
 import {parseFaultParams} from '../../src/faults/params.js'
 import {LocalHost} from '../../src/hosts/local-host.js'
 
@@ -111,7 +111,7 @@ describe('sigstop mechanism on real processes', () => {
     expect(clean.evidence).toMatch(/no longer exists|reused/)
   })
 
-  it("stall-kv --mechanism sigstop --side decode stops the paired decode rank's process, by identity", async () => {
+  it("wedge-rank --side decode stops the paired decode rank's process, by identity", async () => {
     const prefill = spawnSleeper()
     const decode = spawnSleeper()
     const pid = identity(prefill.pid!)
@@ -121,9 +121,9 @@ describe('sigstop mechanism on real processes', () => {
       {service: 'decode', tpRank: 0, pid: did.pid, startTicks: did.startTicks, state: 'S', title: 'sglang::scheduler_TP0', gpu: 1},
     ]
     const discovery: FaultDiscovery = {ranks, transport: {backend: 'mooncake', source: 'test'}, servicePorts: []}
-    const params = parseFaultParams(stallKv, {gpu: 0, mechanism: 'sigstop', side: 'decode'})
-    const facts = await stallKv.gather(host, discovery, params)
-    const plan = stallKv.plan({discovery, params, leaseId: 'sig1', facts})
+    const params = parseFaultParams(wedgeRank, {gpu: 0, side: 'decode'})
+    const facts = await wedgeRank.gather(host, discovery, params)
+    const plan = wedgeRank.plan({discovery, params, leaseId: 'sig1', facts})
     expect(plan.targets).toEqual([{service: 'decode', tpRank: 0, pid: did.pid, startTicks: did.startTicks, gpu: 1}])
     for (const argv of plan.inject) await run(argv)
     expect((await waitProbes(host, plan.verifyInjected, 3000)).ok).toBe(true)

@@ -9,6 +9,7 @@ import {type Connection, type FaultDiscovery, type FaultPlan, type HostFacts, re
 import {iptablesChainName, judgeIptablesClean, judgeIptablesInjected, judgeNftClean, judgeNftInjected, nftTableName} from '../../src/faults/mechanisms/packet-filter.js'
 import {FAULT_NAMES, getFault} from '../../src/faults/registry.js'
 import {RDMA_REFUSAL, stallKv} from '../../src/faults/stall-kv.js'
+import {wedgeRank} from '../../src/faults/wedge-rank.js'
 import {parseFaultParams} from '../../src/faults/params.js'
 import {PdError} from '../../src/errors.js'
 
@@ -71,8 +72,8 @@ function expectRenderable(plan: FaultPlan): void {
 }
 
 describe('registry', () => {
-  it('knows the three faults and refuses others with exit 2', () => {
-    expect(FAULT_NAMES).toEqual(['drop-dest-info', 'stall-kv', 'abort-mid-transfer'])
+  it('knows the four faults and refuses others with exit 2', () => {
+    expect(FAULT_NAMES).toEqual(['drop-dest-info', 'stall-kv', 'abort-mid-transfer', 'wedge-rank'])
     expect(getFault('stall-kv').name).toBe('stall-kv')
     expectBadInput(() => getFault('drop-everything'), /unknown fault "drop-everything"/)
   })
@@ -157,45 +158,78 @@ describe('stall-kv plan', () => {
     expect(plan.targets[0]).toMatchObject({service: 'decode', tpRank: 2, connections: [{local: {port: 45_002}, peer: {port: 51_002}}]})
   })
 
-  it('refuses a packet filter on RDMA with the reason; auto falls back to sigstop and says why', () => {
+  it('refuses a packet filter on RDMA with the reason, never falls back to SIGSTOP, and refuses --mechanism sigstop pointing at wedge-rank', async () => {
     expectBadInput(() => stallKv.plan({discovery: rdmaDiscovery(), params: parseFaultParams(stallKv, {gpu: 1, mechanism: 'packet-filter'}), leaseId: 'r1', facts: facts()}),
-      /a packet filter cannot stall hardware RDMA: use --mechanism sigstop/)
+      /a packet filter cannot stall hardware RDMA/)
     const mooncake: FaultDiscovery = {...rdmaDiscovery(), transport: {backend: 'mooncake', source: 'test'}}
     expectBadInput(() => stallKv.plan({discovery: mooncake, params: parseFaultParams(stallKv, {gpu: 1, mechanism: 'packet-filter'}), leaseId: 'r1', facts: facts()}), /RDMA/)
-    const plan = stallKv.plan({discovery: rdmaDiscovery(), params: parseFaultParams(stallKv, {gpu: 1}), leaseId: 'r1', facts: facts()})
-    expect(plan.mechanism).toBe('sigstop')
-    expect(plan.refusals?.[0]).toContain(RDMA_REFUSAL)
-    expect(plan.targets).toEqual([{service: 'prefill', tpRank: 1, pid: 1001, startTicks: 51_001, gpu: 1}])
-    expect(plan.inject).toEqual([['sh', '-c', expect.stringContaining('kill -s'), 'pdchaos-signal', '1001', '51001', 'STOP']])
-    expect(plan.revert).toEqual([['sh', '-c', expect.stringContaining('kill -s'), 'pdchaos-signal', '1001', '51001', 'CONT']])
-    expect(plan.verifyInjected[0]!.argv).toEqual(['cat', '/proc/1001/stat'])
-    expectRenderable(plan)
+    // auto on RDMA with no NIC known: no mechanism (exit 2), and what would make one possible.
+    try {
+      stallKv.plan({discovery: rdmaDiscovery(), params: parseFaultParams(stallKv, {gpu: 1}), leaseId: 'r1', facts: {nics: []}})
+      throw new Error('expected a refusal')
+    } catch (error) {
+      expect((error as PdError).exitCode).toBe(2)
+      expect((error as PdError).message).toMatch(/no way to stall GPU 1's KV transfer here: the data path is not kernel TCP .* the GPU's NIC is unknown/)
+      expect((error as PdError).suggestion).toMatch(/UCX_TLS=tcp.*nvidia-smi topo -m/)
+    }
+    expect(RDMA_REFUSAL).toMatch(/netfilter never sees/)
+    // --mechanism sigstop is accepted as a param (suite files keep parsing) and refused when planned or gathered.
+    const sig = parseFaultParams(stallKv, {gpu: 1, mechanism: 'sigstop'})
+    for (const attempt of [() => stallKv.plan({discovery: rdmaDiscovery(), params: sig, leaseId: 'r1', facts: facts()}), () => stallKv.plan({discovery: tcpDiscovery(), params: sig, leaseId: 'r1', facts: facts()})]) {
+      try {
+        attempt()
+        throw new Error('expected a refusal')
+      } catch (error) {
+        expect((error as PdError).exitCode).toBe(2)
+        expect((error as PdError).message).toMatch(/stall-kv refuses --mechanism sigstop: .*wedges its whole instance/)
+        expect((error as PdError).suggestion).toMatch(/pdchaos inject wedge-rank --gpu N/)
+      }
+    }
+    await expect(stallKv.gather(undefined as never, rdmaDiscovery(), sig)).rejects.toThrow(/refuses --mechanism sigstop/)
+    expect(stallKv.footprint(sig, {}).exclusive).toMatch(/SIGSTOP wedges/)
   })
 
-  it('sigstop --side decode stops the decode rank paired with the GPU\'s prefill rank (observed, then by equal TP)', () => {
-    const observed = stallKv.plan({discovery: rdmaDiscovery(), params: parseFaultParams(stallKv, {gpu: 3, mechanism: 'sigstop', side: 'decode'}), leaseId: 'd3', facts: facts()})
+  it('wedge-rank: SIGSTOP of the GPU\'s own rank by default, or its peer with --side (observed, then by equal TP); a wedged instance, no pins', () => {
+    const own = wedgeRank.plan({discovery: rdmaDiscovery(), params: parseFaultParams(wedgeRank, {gpu: 1}), leaseId: 'w1', facts: {}})
+    expect(own.mechanism).toBe('sigstop')
+    expect(own.targets).toEqual([{service: 'prefill', tpRank: 1, pid: 1001, startTicks: 51_001, gpu: 1}])
+    expect(own.inject).toEqual([['sh', '-c', expect.stringContaining('kill -s'), 'pdchaos-signal', '1001', '51001', 'STOP']])
+    expect(own.revert).toEqual([['sh', '-c', expect.stringContaining('kill -s'), 'pdchaos-signal', '1001', '51001', 'CONT']])
+    expect(own.verifyInjected[0]!.argv).toEqual(['cat', '/proc/1001/stat'])
+    expect(own.description).toMatch(/a wedged instance cannot run its watchdog: this experiment judges detection and recovery only/)
+    expectRenderable(own)
+    expect(wedgeRank.observe).toBe('health')
+    expect(wedgeRank.pins).toBeUndefined()
+    expect(wedgeRank.footprint({gpu: 1}, {}).exclusive).toMatch(/SIGSTOP wedges/)
+    const observed = wedgeRank.plan({discovery: rdmaDiscovery(), params: parseFaultParams(wedgeRank, {gpu: 3, side: 'decode'}), leaseId: 'd3', facts: facts()})
     expect(observed.targets).toMatchObject([{service: 'decode', tpRank: 3, pid: 2003}])
     expect(observed.notes?.join(' ')).toContain('observed KV connections')
-    const byTp = stallKv.plan({discovery: rdmaDiscovery(), params: parseFaultParams(stallKv, {gpu: 3, mechanism: 'sigstop', side: 'decode'}), leaseId: 'd3', facts: {connections: []}})
+    const byTp = wedgeRank.plan({discovery: rdmaDiscovery(), params: parseFaultParams(wedgeRank, {gpu: 3, side: 'decode'}), leaseId: 'd3', facts: {connections: []}})
     expect(byTp.targets).toMatchObject([{service: 'decode', tpRank: 3, pid: 2003}])
     expect(byTp.notes?.join(' ')).toContain('equal TP sizes')
     // Prefill TP 4, decode TP 2 and no observed connection: no safe pairing.
     const uneven = [0, 1, 2, 3].map((k) => rank('prefill', k)).concat([0, 1].map((k) => rank('decode', k)))
-    expectBadInput(() => stallKv.plan({discovery: rdmaDiscovery(uneven), params: parseFaultParams(stallKv, {gpu: 3, mechanism: 'sigstop', side: 'decode'}), leaseId: 'd3', facts: {connections: []}}), /cannot tell which decode rank/)
+    expectBadInput(() => wedgeRank.plan({discovery: rdmaDiscovery(uneven), params: parseFaultParams(wedgeRank, {gpu: 3, side: 'decode'}), leaseId: 'd3', facts: {connections: []}}), /cannot tell which decode rank/)
+    const noStart = TWIN_RANKS.map((r) => (r.gpu === 1 ? {...r, startTicks: undefined} : r))
+    expectBadInput(() => wedgeRank.plan({discovery: rdmaDiscovery(noStart), params: parseFaultParams(wedgeRank, {gpu: 1}), leaseId: 'e1', facts: {}}), /no start time.*recycled/)
+    expectBadInput(() => parseFaultParams(wedgeRank, {}), /wedge-rank needs --gpu/)
+    expectBadInput(() => parseFaultParams(wedgeRank, {gpu: 1, mechanism: 'sigstop'}), /wedge-rank takes no --mechanism/)
   })
 
-  it('hard errors: no rank on the GPU, two ranks on it, no start time, no data connection', () => {
+  it('hard errors: no rank on the GPU, two ranks on it, no data connection, params', () => {
     const p = (raw: Record<string, unknown>) => parseFaultParams(stallKv, raw)
     expectBadInput(() => stallKv.plan({discovery: tcpDiscovery(), params: p({gpu: 9}), leaseId: 'e1', facts: facts()}), /no rank holds GPU 9 \(ranks seen: GPU 0: prefill TP0/)
     expectBadInput(() => stallKv.plan({discovery: tcpDiscovery([...TWIN_RANKS, rank('decode', 9, {gpu: 2})]), params: p({gpu: 2}), leaseId: 'e1', facts: facts()}), /GPU 2 is held by 2 ranks.*ambiguous/)
-    const noStart = TWIN_RANKS.map((r) => (r.gpu === 1 ? {...r, startTicks: undefined} : r))
-    expectBadInput(() => stallKv.plan({discovery: rdmaDiscovery(noStart), params: p({gpu: 1}), leaseId: 'e1', facts: facts()}), /no start time.*recycled/)
     expectBadInput(() => stallKv.plan({discovery: tcpDiscovery(), params: p({gpu: 1}), leaseId: 'e1', facts: {...facts(), connections: []}}), /no open KV data connection of prefill TP1.*/)
+    expectBadInput(() => stallKv.plan({discovery: tcpDiscovery(), params: p({gpu: 1, mechanism: 'tc-flower'}), leaseId: 'e1', facts: facts()}), /--mechanism tc-flower is for a hardware RDMA NIC, and GPU 1's KV is kernel TCP/)
     expectBadInput(() => p({}), /needs --gpu/)
-    expectBadInput(() => p({gpu: 0, mechanism: 'tc'}), /stall-kv: --mechanism must be one of auto, packet-filter, sigstop, twin-failpoint \(got "tc"\)/)
+    expectBadInput(() => p({gpu: 0, mechanism: 'tc'}), /stall-kv: --mechanism must be one of auto, packet-filter, tc-flower, link-down, twin-failpoint, sigstop \(got "tc"\)/)
     expectBadInput(() => p({gpu: 0, side: 'router'}), /stall-kv: --side must be one of prefill, decode/)
     expectBadInput(() => p({gpu: 0, rank: 1}), /stall-kv takes no --rank/)
-    expectBadInput(() => p({gpu: 0, mechanism: 'packet-filter', side: 'decode'}), /stall-kv applies --side to --mechanism sigstop only/)
+    expectBadInput(() => p({gpu: 0, side: 'decode'}), /stall-kv takes no --side any more: .*wedge-rank/)
+    expectBadInput(() => p({gpu: 0, mechanism: 'link-down'}), /--mechanism link-down needs --allow-link-down: taking the NIC down drops every flow on it/)
+    expectBadInput(() => p({gpu: 0, mechanism: 'packet-filter', allowLinkDown: true}), /applies --allow-link-down to --mechanism auto or link-down only/)
+    expect(p({gpu: 0, allowLinkDown: 'true'})).toMatchObject({allowLinkDown: true})
   })
 })
 

@@ -15,10 +15,18 @@ import type {Endpoint, FilterTool, Judgement, MechanismPlan, Probe} from '../fau
  * Every rule carries a comment naming its match, so verification finds each expected rule (and its counter).
  */
 
-/** Inbound traffic to a port (optionally of one address); or both directions of one TCP connection. */
+/**
+ * Inbound traffic to a port (optionally of one address); both directions of one TCP connection; or UDP to or from a
+ * port on one network interface, both directions (`iface-udp`: the twin's rail NIC, whose KV is kernel UDP to port
+ * 4791 — never a hardware RoCE NIC, whose traffic netfilter never sees).
+ */
 export type FilterMatch =
   | {kind: 'to'; port: number; addr?: string}
   | {kind: 'flow'; a: Endpoint; b: Endpoint}
+  | {kind: 'iface-udp'; iface: string; port: number}
+
+/** A Linux interface name as netfilter matches it (IFNAMSIZ 16, plain characters: it is quoted into an nft script). */
+export const IFACE_NAME = /^[A-Za-z0-9_.:-]{1,15}$/
 
 /** Drop every matching packet, or only what exceeds a rate (slows a connection down instead of stopping it). */
 export type FilterAction = {kind: 'drop'} | {kind: 'rate'; kbytesPerSecond: number}
@@ -59,13 +67,19 @@ function family(addr: string): 'ip' | 'ip6' {
   throw badInput(`invalid IP address ${JSON.stringify(addr)} in a packet-filter match`, 'give an IPv4 or IPv6 literal')
 }
 
+type Hook = 'input' | 'output'
+
 interface Rule {
   key: string
   /** nft match expression (without counter/verdict). */
   nft: string
   /** iptables match arguments (without -j). */
   ipt: string[]
+  /** The hooks the rule sits on (default both): an interface match names the in-interface on input only, the out-interface on output only. */
+  hooks?: Hook[]
 }
+
+const hooksOf = (r: Rule): Hook[] => r.hooks ?? ['input', 'output']
 
 /** Each match as directed rules, each with the comment key that names it. */
 function rulesOf(matches: FilterMatch[]): Rule[] {
@@ -86,6 +100,15 @@ function rulesOf(matches: FilterMatch[]): Rule[] {
         const f = family(m.addr)
         push({key: `to-${m.addr}-${port}`, nft: `${f} daddr ${m.addr} tcp dport ${port}`, ipt: ['-p', 'tcp', '-d', m.addr, '--dport', String(port)]})
       }
+    } else if (m.kind === 'iface-udp') {
+      if (!IFACE_NAME.test(m.iface)) throw badInput(`invalid interface name ${JSON.stringify(m.iface)} in a packet-filter match`)
+      const port = checkPort(m.port)
+      // Both ports: RoCEv2 puts 4791 in every packet's destination port; the twin's NIC also sends from it.
+      for (const dir of ['dport', 'sport'] as const) {
+        const ipt = dir === 'dport' ? '--dport' : '--sport'
+        push({key: `udp-in-${m.iface}-${dir}-${port}`, nft: `iifname "${m.iface}" udp ${dir} ${port}`, ipt: ['-i', m.iface, '-p', 'udp', ipt, String(port)], hooks: ['input']})
+        push({key: `udp-out-${m.iface}-${dir}-${port}`, nft: `oifname "${m.iface}" udp ${dir} ${port}`, ipt: ['-o', m.iface, '-p', 'udp', ipt, String(port)], hooks: ['output']})
+      }
     } else {
       const fa = family(m.a.addr)
       if (family(m.b.addr) !== fa) throw badInput(`a connection ${m.a.addr} <-> ${m.b.addr} mixes address families`)
@@ -105,6 +128,7 @@ function rulesOf(matches: FilterMatch[]): Rule[] {
 
 function describeMatch(m: FilterMatch): string {
   if (m.kind === 'to') return `tcp to ${m.addr ?? '*'}:${m.port}`
+  if (m.kind === 'iface-udp') return `udp port ${m.port} in and out of ${m.iface}`
   return `tcp ${m.a.addr}:${m.a.port} <-> ${m.b.addr}:${m.b.port}`
 }
 
@@ -130,8 +154,8 @@ function nftFilter(leaseId: string, rules: Rule[], action: FilterAction, what: s
     `add chain inet ${table} input { type filter hook input priority -10; policy accept; }`,
     `add chain inet ${table} output { type filter hook output priority -10; policy accept; }`,
   ]
-  for (const chain of ['input', 'output']) {
-    for (const r of rules) lines.push(`add rule inet ${table} ${chain} ${r.nft} ${verdict} comment "${r.key}"`)
+  for (const chain of ['input', 'output'] as const) {
+    for (const r of rules) if (hooksOf(r).includes(chain)) lines.push(`add rule inet ${table} ${chain} ${r.nft} ${verdict} comment "${r.key}"`)
   }
   return {
     tool: 'nft',
@@ -140,7 +164,7 @@ function nftFilter(leaseId: string, rules: Rule[], action: FilterAction, what: s
     revert: [['nft', 'add', 'table', 'inet', table, ';', 'delete', 'table', 'inet', table]],
     verifyInjected: {
       name: `nft table inet ${table} holds its rules`, argv: ['nft', '-j', 'list', 'table', 'inet', table], sudo: true,
-      judge: (stdout, code) => judgeNftInjected(table, rules.map((r) => r.key), stdout, code),
+      judge: (stdout, code) => judgeNftInjected(table, rules.map((r) => ({key: r.key, chains: hooksOf(r)})), stdout, code),
     },
     verifyClean: {
       name: `nft table inet ${table} is gone`, argv: ['nft', '-j', 'list', 'tables'], sudo: true,
@@ -174,22 +198,27 @@ function counterOf(expr: Array<Record<string, unknown>> | undefined): number {
   return 0
 }
 
-export function judgeNftInjected(table: string, keys: string[], stdout: string, code: number | null): Judgement {
+/** Each expected rule by its comment key, on both hooks unless it names its own (a plain string: both). */
+export type ExpectedRule = string | {key: string; chains: readonly string[]}
+
+export function judgeNftInjected(table: string, keys: readonly ExpectedRule[], stdout: string, code: number | null): Judgement {
   const objs = parseNftJson(stdout)
   if (code !== 0 || !objs) return {ok: false, evidence: `nft list table inet ${table}: exit ${code}, ${objs ? 'no table' : 'no JSON listing'}`}
   const hooks = new Set(objs.filter((o) => o.chain?.table === table).map((o) => o.chain!.hook))
   const missing: string[] = []
   let packets = 0
+  const expected = keys.map((k) => (typeof k === 'string' ? {key: k, chains: ['input', 'output']} : k))
   for (const chain of ['input', 'output']) {
     if (!hooks.has(chain)) missing.push(`${chain} hook`)
-    for (const key of keys) {
+    for (const {key, chains} of expected) {
+      if (!chains.includes(chain)) continue
       const rule = objs.find((o) => o.rule?.table === table && o.rule.chain === chain && o.rule.comment === key)?.rule
       if (!rule) missing.push(`${chain}:${key}`)
       else packets += counterOf(rule.expr)
     }
   }
   if (missing.length > 0) return {ok: false, evidence: `nft table inet ${table} lacks ${missing.join(', ')}`}
-  return {ok: true, evidence: `nft table inet ${table}: ${keys.length} rule(s) on input and output hooks, ${packets} packet(s) matched so far`}
+  return {ok: true, evidence: `nft table inet ${table}: ${keys.length} rule(s) on their input/output hooks, ${packets} packet(s) matched so far`}
 }
 
 export function judgeNftClean(table: string, stdout: string, code: number | null): Judgement {
