@@ -225,6 +225,8 @@ export interface Pin {rid: string; room: string; prefill: Promise<Answer>; decod
  * Make a request pinned in Transferring, as a stalled KV WRITE does: send it to both servers with a slow
  * forward, and SIGSTOP decode rank 0 (the receiver of prefill rank 0) once decode's destination info
  * arrived and the forward started. Needs timing.forwardMsPerKToken large enough (500 ms/ktoken, 2000 tokens).
+ * The WRITE is one-sided (done when the peer's kernel has ACKed it), so the pin holds only because 2000 tokens
+ * are 4 MB per rank, far more than a stopped rank's kernel takes into its receive window (~128 KiB, measured).
  */
 export async function pinTransferring(pair: Pair, rid: string, tokens = 2000): Promise<Pin> {
   const room = nextRoom()

@@ -1,5 +1,5 @@
 import {afterAll, afterEach, beforeAll, describe, expect, it} from 'vitest'
-import {launchPair, metric, nextRoom, pdBody, post, waitFor, firstEvent, internalState, pinTransferring, abortRid, type Pair, type PairOptions, type Pin} from './launch-pair.js'
+import {launchPair, metric, nextRoom, pdBody, post, waitFor, firstEvent, eventsOf, internalState, pinTransferring, abortRid, signalRank, type Pair, type PairOptions, type Pin} from './launch-pair.js'
 
 function pairFor(opts: PairOptions): {get: () => Pair; pins: Pin[]} {
   let pair: Pair
@@ -36,6 +36,44 @@ describe('abort in Transferring (NIXL after #24522)', () => {
     expect((await internalState(pair.prefillUrl)).token_usage).toBe(0)
     // The stale gauge: it was written when the batch ran and stays 1 while nothing new is batched.
     expect(await metric(pair.prefillUrl, 'sglang:num_prefill_inflight_queue_reqs')).toBe(1)
+  })
+})
+
+describe('one-sided KV WRITE (TCP data path)', () => {
+  const ctx = pairFor({timeouts: {waitingS: 2}})
+  it('a stopped decode rank does not hold prefill: 200 as soon as the bytes are acknowledged; decode holds the request until its waiting timeout', async () => {
+    const pair = ctx.get()
+    const fp = (enabled: boolean) => fetch(`${pair.prefillUrl}/_pdchaos/twin/failpoint`, {method: 'POST', body: JSON.stringify({name: 'stall-kv', enabled, tpRanks: [0]})})
+    // Hold prefill rank 0's WRITE until decode rank 0 (its peer) is stopped, then let it go.
+    await fp(true)
+    await fetch(`${pair.prefillUrl}/health`) // one loop iteration: the failure point reached the rank
+    const rid = 'one-sided-1'
+    const body = pdBody(pair, rid, nextRoom(), {tokens: 16}) // 32 KiB per rank: less than a stopped peer's kernel takes (~128 KiB)
+    const prefill = post(pair.prefillUrl, body)
+    const decode = post(pair.decodeUrl, body)
+    decode.catch(() => undefined)
+    await waitFor('prefill Transferring', () => eventsOf(pair, 'prefill', rid).find((e) => e.event === 'state' && e.state === 'KVPoll.Transferring'))
+    const metadataAt = Number(firstEvent(pair, 'decode', rid, 'enter', 'transfer')!.t)
+    const stopped = signalRank(pair, 'decode', 0, 'SIGSTOP')
+    ctx.pins.push({rid, room: '', prefill, decode, stoppedPid: stopped})
+    const decodeDone = settledFlag(decode)
+    await fp(false)
+    const p = await prefill
+    expect(p.status).toBe(200)
+    expect(decodeDone.done).toBe(false)
+    // Decode learns only from notifications its stopped rank cannot read: it holds the request past its waiting
+    // timeout, and its first poll after SIGCONT times it out (the check comes before the notifications are drained).
+    await new Promise((r) => setTimeout(r, Math.max(0, metadataAt + 2300 - Date.now())))
+    expect(decodeDone.done).toBe(false)
+    const resumedAt = Date.now()
+    process.kill(stopped, 'SIGCONT')
+    const d = await decode
+    expect(d.status).toBe(500)
+    const held = Number(/timed out after (\d+\.\d)s in KVPoll\.WaitingForInput/.exec(d.body)?.[1])
+    expect(held).toBeGreaterThanOrEqual(2)
+    expect(pair.log('decode')).toMatch(new RegExp(`Request ${rid} timed out after \\d+\\.\\ds in KVPoll\\.WaitingForInput`))
+    expect(Number(firstEvent(pair, 'prefill', rid, 'completed')!.t)).toBeLessThan(resumedAt)
+    expect(firstEvent(pair, 'prefill', rid, 'transfer_failed')).toBeUndefined() // decode's late ABORT finds the room gone
   })
 })
 
