@@ -2,6 +2,7 @@ import {spawn, type ChildProcess} from 'node:child_process'
 import {readFileSync} from 'node:fs'
 import {join} from 'node:path'
 
+import {requireSystemLevel} from '../harness/level.js'
 import {cliEntry} from '../harness/test-host.js'
 
 /** pdchaos as a user runs it: a subprocess, its exit code, its stdout and stderr, with a deadline. */
@@ -15,6 +16,7 @@ export interface CliResult {
 }
 
 export function startCli(args: string[], env: NodeJS.ProcessEnv = {}, asUser?: number): {child: ChildProcess; done: Promise<CliResult>} {
+  requireSystemLevel('pdchaos as a subprocess')
   const started = performance.now()
   const child = spawn(process.execPath, [cliEntry(), ...args], {
     env: {...process.env, OCLIF_SKIP_NEW_VERSION_CHECK: '1', ...env}, stdio: ['ignore', 'pipe', 'pipe'],
@@ -47,4 +49,44 @@ export function truth(stateDir: string, service: 'prefill' | 'decode' | 'router'
   } catch {
     return []
   }
+}
+
+/** pdchaos's progress lines (stderr), each with when it arrived (performance.now()), and a bounded wait for one. */
+export interface ProgressLines {
+  readonly lines: ReadonlyArray<{at: number; text: string}>
+  /** When a line matching re arrived, or undefined. */
+  seen(re: RegExp): number | undefined
+  /** Resolve with the arrival time of the first line matching re; reject after deadlineMs or when the process ends first. */
+  waitFor(re: RegExp, deadlineMs: number): Promise<number>
+}
+
+export function progressLines(child: ChildProcess): ProgressLines {
+  const lines: Array<{at: number; text: string}> = []
+  const waiters = new Set<() => void>()
+  let partial = ''
+  let ended = false
+  child.stderr!.on('data', (d: Buffer) => {
+    const at = performance.now()
+    const parts = (partial + d.toString()).split('\n')
+    partial = parts.pop()!
+    for (const text of parts) lines.push({at, text})
+    for (const w of [...waiters]) w()
+  })
+  child.on('close', () => {
+    ended = true
+    for (const w of [...waiters]) w()
+  })
+  const seen = (re: RegExp): number | undefined => lines.find((l) => re.test(l.text))?.at
+  const tail = (): string => lines.slice(-8).map((l) => l.text).join(' | ')
+  const waitFor = (re: RegExp, deadlineMs: number): Promise<number> => new Promise((resolve, reject) => {
+    const check = (): void => {
+      const at = seen(re)
+      if (at !== undefined) { done(); resolve(at) } else if (ended) { done(); reject(new Error(`pdchaos ended before printing ${re}: ${tail()}`)) }
+    }
+    const timer = setTimeout(() => { done(); reject(new Error(`no line matching ${re} within ${deadlineMs} ms: ${tail()}`)) }, deadlineMs)
+    const done = (): void => { clearTimeout(timer); waiters.delete(check) }
+    waiters.add(check)
+    check()
+  })
+  return {lines, seen, waitFor}
 }

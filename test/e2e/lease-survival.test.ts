@@ -4,7 +4,7 @@ import {join} from 'node:path'
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
 import {createTestHost, type TestHost} from '../harness/test-host.js'
-import {runCli, startCli} from './cli.js'
+import {progressLines, runCli, startCli} from './cli.js'
 
 // The lease must take the fault out on the host whatever happens to pdchaos: SIGKILL at a random moment, or its
 // SSH connection cut. Checked from inside the namespace, never through pdchaos.
@@ -39,42 +39,61 @@ async function waitClean(deadlineMs: number): Promise<{tables: number; activeLea
 }
 
 describe('leases on the host', () => {
-  it('SIGKILL of pdchaos mid-fault at random moments: the host reverts within the TTL every time, recover finds nothing', async () => {
+  it('SIGKILL of pdchaos at moments chosen around its lease: the host reverts within the TTL every time, recover finds nothing', async () => {
     const TTL_S = 4
-    const outcomes: Array<{killAtMs: number; injected: boolean; cleanAfterMs: number}> = []
-    for (let trial = 0; trial < 20; trial++) {
+    // Where each kill lands, by pdchaos's own progress lines (not by a guess at how long start-up takes, which
+    // varies several-fold with the machine's load):
+    //   in-place:  after "in place:" (fault injected and verified), a random moment inside the TTL
+    //   injecting: after "injecting … under lease" (lease armed), before the fault is verified in place
+    //   creating:  after "discovering the deployment", up to and just past the lease's creation
+    const plan = ['in-place', 'injecting', 'creating', 'in-place', 'injecting', 'creating', 'in-place', 'injecting', 'creating'] as const
+    // Phase lengths measured by the trials so far (ms): discovering → injecting, injecting → in place.
+    const toLease: number[] = [1500]
+    const toInPlace: number[] = [500]
+    const outcomes: Array<{kind: string; killAfterMs: number; leased: boolean; injected: boolean; cleanAfterMs: number}> = []
+    for (const [trial, kind] of plan.entries()) {
       const {child, done} = startCli(['inject', 'drop-dest-info', '-c', host.deploymentFile, '--ttl', String(TTL_S), '--pins', '1', '--load-interval', '0'])
-      let injected = false
-      child.stderr!.on('data', (d: Buffer) => { if (/in place:/.test(d.toString())) injected = true })
-      // Kill anywhere from start-up to well inside the fault (injection happens about 1.5-3 s in).
-      const killAtMs = 300 + Math.random() * 4500
-      await sleep(killAtMs)
+      const progress = progressLines(child)
+      const say = (): string => `trial ${trial} (${kind}): ${progress.lines.map((l) => l.text).join(' | ')}`
+      const [mark, killAfterMs] = kind === 'in-place' ? [/in place:/, Math.random() * TTL_S * 1000 * 0.6]
+        : kind === 'injecting' ? [/ under lease /, Math.random() * Math.max(...toInPlace)]
+        : [/discovering the deployment/, Math.random() * Math.max(...toLease) * 1.2]
+      const from = await progress.waitFor(mark, 90_000).catch(async (error: unknown) => {
+        child.kill('SIGKILL')
+        await done
+        throw new Error(`trial ${trial} (${kind}): ${(error as Error).message}`)
+      })
+      await sleep(from + killAfterMs - performance.now())
       child.kill('SIGKILL')
       await done
       const killedAt = performance.now()
+      const discovering = progress.seen(/discovering the deployment/)
+      const leasedAt = progress.seen(/ under lease /)
+      const inPlaceAt = progress.seen(/in place:/)
+      if (discovering !== undefined && leasedAt !== undefined) toLease.push(leasedAt - discovering)
+      if (leasedAt !== undefined && inPlaceAt !== undefined) toInPlace.push(inPlaceAt - leasedAt)
       const clean = await waitClean((TTL_S + 5) * 1000)
-      expect(clean, `trial ${trial}: killed at ${killAtMs.toFixed(0)} ms`).toMatchObject({tables: 0, activeLeases: []})
-      outcomes.push({killAtMs, injected, cleanAfterMs: performance.now() - killedAt})
+      expect(clean, say()).toMatchObject({tables: 0, activeLeases: []})
+      outcomes.push({kind, killAfterMs: Math.round(killAfterMs), leased: leasedAt !== undefined, injected: inPlaceAt !== undefined, cleanAfterMs: performance.now() - killedAt})
       // Everything clean also by pdchaos's own account.
       const rec = await runCli(['recover', '-c', host.deploymentFile, '--json'])
-      expect(rec.code).toBe(0)
+      expect(rec.code, rec.stderr).toBe(0)
       expect(JSON.parse(rec.stdout).alreadyClean).toBe(true)
     }
-    console.log(`SIGKILL trials: ${outcomes.filter((o) => o.injected).length}/20 killed with the fault in place; clean after kill: max ${Math.max(...outcomes.map((o) => o.cleanAfterMs)).toFixed(0)} ms`)
-    // The fault was really in place when killed in a good share of trials (else this test proves little).
-    expect(outcomes.filter((o) => o.injected).length).toBeGreaterThanOrEqual(5)
+    const count = (f: (o: (typeof outcomes)[number]) => boolean): number => outcomes.filter(f).length
+    console.log(`SIGKILL trials: ${count((o) => o.injected)}/${plan.length} killed with the fault in place, ${count((o) => o.leased)} with the lease armed; ` +
+      `discovering → lease armed ${Math.max(...toLease.slice(1)).toFixed(0)} ms max, lease → in place ${Math.max(...toInPlace.slice(1)).toFixed(0)} ms max; ` +
+      `clean after kill: max ${Math.max(...outcomes.map((o) => o.cleanAfterMs)).toFixed(0)} ms; ${JSON.stringify(outcomes.map((o) => [o.kind, o.killAfterMs, o.leased, o.injected]))}`)
+    // By design every in-place trial was killed with the fault in place, and every injecting one with its lease armed.
+    expect(outcomes.filter((o) => o.kind === 'in-place' && o.injected)).toHaveLength(plan.filter((k) => k === 'in-place').length)
+    expect(outcomes.filter((o) => o.kind === 'injecting' && o.leased)).toHaveLength(plan.filter((k) => k === 'injecting').length)
     // Reverted within the TTL (+ the reverter's poll step and this test's own polling).
     expect(Math.max(...outcomes.map((o) => o.cleanAfterMs))).toBeLessThan((TTL_S + 3) * 1000)
   }, 600_000)
 
   it('with the SSH connection cut mid-fault, pdchaos exits 4 and the lease reverts the host by itself', async () => {
     const {child, done} = startCli(['inject', 'drop-dest-info', '-c', host.deploymentFile, '--ttl', '8', '--pins', '1', '--load-interval', '0'])
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error('the fault was never reported in place')), 60_000)
-      child.stderr!.on('data', (d: Buffer) => {
-        if (/in place:/.test(d.toString())) { clearTimeout(timer); resolve() }
-      })
-    })
+    await progressLines(child).waitFor(/in place:/, 90_000)
     expect((await faultsOnHost()).tables).toBe(1)
     // Cut the connection: kill every sshd in the namespace (the listener and the session).
     const pids = (await host.netns.run(['pgrep', '-f', 'sshd'], {reject: false})).stdout.split('\n').filter(Boolean)

@@ -1,3 +1,6 @@
+import {existsSync, readFileSync} from 'node:fs'
+import {join} from 'node:path'
+
 import {afterEach, describe, expect, it} from 'vitest'
 
 import {createTestHost, type SimUpOptions, type TestHost} from '../harness/test-host.js'
@@ -24,27 +27,38 @@ interface Outcome {
   all: string
 }
 
-async function twin(extra: SimUpOptions): Promise<TestHost> {
-  host = await createTestHost({twin: {deadlineSeconds: DEADLINE, pollSeconds: POLL, args: ['--heartbeat-interval', '2'], ...extra}})
+/** A twin that has served one request (createTestHost warms it): these tests are about verdicts, not cold starts. */
+async function twin(extra: SimUpOptions, warm = true): Promise<TestHost> {
+  host = await createTestHost({twin: {deadlineSeconds: DEADLINE, pollSeconds: POLL, args: ['--heartbeat-interval', '2'], ...extra}, warm})
   return host
 }
 
 async function inject(h: TestHost, args: string[]): Promise<Outcome> {
   const r = await runCli(['inject', ...args, '-c', h.deploymentFile, '--json', '--pins', '2', '--load-interval', '400'], {timeoutMs: 120_000})
-  return outcome(r)
+  return outcome(h, r)
 }
 
-function outcome(r: {code: number | null; stdout: string; stderr: string}): Outcome {
-  const j = JSON.parse(r.stdout) as {verdicts?: Array<{verdict: string; check: string; summary: string}>; error?: {message: string}}
-  // An error instead of verdicts is not a verdict: fail the test with what pdchaos said.
-  if (!j.verdicts) throw new Error(`pdchaos exited ${r.code} without verdicts: ${j.error?.message ?? r.stdout.slice(0, 300)} ${r.stderr.slice(-300)}`)
+/** The twin's own account of the last moments (its server logs, minus the health and metrics polling). */
+function twinLogTail(h: TestHost): string {
+  return (['prefill', 'decode'] as const).map((role) => {
+    const file = join(h.stateDir, 'logs', `${role}.log`)
+    const lines = existsSync(file) ? readFileSync(file, 'utf8').split('\n').filter((l) => l && !/GET \/(health|metrics|v1\/loads)/.test(l)) : []
+    return `${role}.log: ${lines.slice(-6).join(' | ')}`
+  }).join('\n')
+}
+
+function outcome(h: TestHost, r: {code: number | null; stdout: string; stderr: string}): Outcome {
+  let j: {verdicts?: Array<{verdict: string; check: string; summary: string}>; error?: {message: string}} = {}
+  try { j = JSON.parse(r.stdout) as typeof j } catch { /* not JSON: reported below */ }
+  // An error instead of verdicts is not a verdict: fail the test with what pdchaos said, and what the twin saw.
+  if (!j.verdicts) throw new Error(`pdchaos exited ${r.code} without verdicts: ${j.error?.message ?? r.stdout.slice(0, 300)} ${r.stderr.slice(-300)}\n${twinLogTail(h)}`)
   return {code: r.code, failed: j.verdicts.filter((v) => v.verdict === 'fail').map((v) => `${v.check}: ${v.summary}`), all: r.stdout}
 }
 
 async function restart(h: TestHost, services: string[] = []): Promise<Outcome> {
   const r = await runCli(['restart', '-c', h.deploymentFile, '--json', '--watch', '3', '--settle', '3', '--health-timeout', '60',
     ...services.flatMap((s) => ['--service', s])], {timeoutMs: 180_000})
-  return outcome(r)
+  return outcome(h, r)
 }
 
 /** The matrix row: all four experiments, in order. */
@@ -117,4 +131,17 @@ describe('mutation matrix: every twin defect turns the verdict to fail', () => {
     expect(r.code).toBe(1)
     expect(r.failed.join('\n')).toMatch(/canar|pinned/)
   }, 600_000)
+})
+
+describe('a fresh twin', () => {
+  // A deployment just started opens its routes and KV connections on the first request: 1-5 s here, longer than a
+  // short watchdog deadline, so the watchdog evicts pdchaos's first (warm-up) calibration request on prefill, and
+  // decode, which never hears of it, holds its half until its waiting timeout. pdchaos must still calibrate (abort
+  // the decode half, warm up again) rather than wait 30 s and exit 5: the README's `suite --sim` does exactly this.
+  it('inject right after sim up gives verdicts, though the watchdog may evict the cold first request', async () => {
+    const h = await twin({}, false)
+    const o = await inject(h, ['drop-dest-info'])
+    expect(o.failed).toEqual([])
+    expect(o.code).toBe(0)
+  }, 300_000)
 })

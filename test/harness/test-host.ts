@@ -7,6 +7,7 @@ import {parse as parseYaml, stringify as toYaml} from 'yaml'
 
 import {type DeploymentInput, DeploymentSchema, type SshHostConfig} from '../../src/deployment/config.js'
 import {shellCommand} from '../../src/hosts/quote.js'
+import {requireSystemLevel} from './level.js'
 import {createNetns, type Netns, runCommand, type RunResult} from './netns.js'
 import {startSshd, type Sshd} from './sshd.js'
 
@@ -41,6 +42,13 @@ export interface TestHostOptions {
   sshd?: true
   /** Which CLI entry runs `sim up`: dist (bin/run.js, needs a build) or dev (bin/dev.js, src via tsx). Default: dist when built. */
   cli?: 'dist' | 'dev'
+  /**
+   * Serve requests right after `sim up` until one goes through (default true), as a deployment that has seen
+   * traffic has: a fresh twin (like SGLang) resolves the prefill's /route and opens its ZMQ and KV connections on the
+   * first request, which took 1-5 s on a loaded 2-core machine, longer than the short watchdog deadlines tests use.
+   * `false` keeps the twin fresh (for the test of exactly that).
+   */
+  warm?: boolean
 }
 
 export interface TestHostSsh {
@@ -110,6 +118,7 @@ const liveDirs = new Set<string>()
 let exitHook = false
 
 export async function createTestHost(opts: TestHostOptions = {}): Promise<TestHost> {
+  requireSystemLevel('createTestHost')
   const token = randomBytes(3).toString('hex')
   const dir = join(tmpdir(), `pdchaos-test-${token}`)
   mkdirSync(dir, {recursive: true, mode: 0o700})
@@ -181,6 +190,7 @@ export async function createTestHost(opts: TestHostOptions = {}): Promise<TestHo
       const up = JSON.parse(r.stdout) as Record<string, unknown>
       const twinFile = String(up.deploymentFile)
       twin = {stateDir, deploymentFile: twinFile, endpoints: up.endpoints as TwinInfo['endpoints'], up}
+      if (opts.warm !== false) await warmTwin(twin.endpoints)
       // The twin's own file, with the host swapped for SSH into the namespace: same services, restart commands, logs.
       deployment = {...(parseYaml(readFileSync(twinFile, 'utf8')) as DeploymentInput), host: hostConfig, stateDir: leaseDir}
     } else {
@@ -204,4 +214,39 @@ export async function createTestHost(opts: TestHostOptions = {}): Promise<TestHo
     await destroy()
     throw error
   }
+}
+
+async function post(url: string, body: unknown, timeoutMs: number): Promise<{status: number; text: string}> {
+  const res = await fetch(url, {method: 'POST', headers: {'content-type': 'application/json'}, body: JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs)})
+  return {status: res.status, text: await res.text()}
+}
+
+/**
+ * Serve requests until the twin answers one through prefill and decode (as the router sends it: same rid and
+ * bootstrap room) and one through the router. A fresh twin resolves the prefill's /route and opens its ZMQ and KV
+ * connections on the first request, which took 1-5 s here (2 cores, loaded); a watchdog deadline shorter than that
+ * evicts it on prefill, and decode, never told, would hold its half until its waiting timeout (300 s): abort it there.
+ * Each evicted try still gets further down that cold path, so a few tries warm it; a bound keeps a broken twin a
+ * failure, with what it answered.
+ */
+export async function warmTwin(endpoints: TwinInfo['endpoints'], maxTries = 8): Promise<void> {
+  const bootstrap = new URL(endpoints.bootstrap)
+  const pair = async (): Promise<string | undefined> => {
+    const rid = `test-warmup-${randomBytes(6).toString('hex')}`
+    const body = {rid, text: 'warm up '.repeat(16), max_new_tokens: 1, bootstrap_host: bootstrap.hostname, bootstrap_port: Number(bootstrap.port), bootstrap_room: randomBytes(6).readUIntBE(0, 6)}
+    const decode = post(`${endpoints.decode}/generate`, body, 30_000)
+    const prefill = await post(`${endpoints.prefill}/generate`, body, 30_000)
+    if (prefill.status !== 200) await post(`${endpoints.decode}/abort_request`, {rid, abort_all: false}, 10_000).catch(() => undefined)
+    const d = await decode
+    if (prefill.status === 200 && d.status === 200) return undefined
+    return `prefill ${prefill.status} ${prefill.text.slice(0, 160)}; decode ${d.status} ${d.text.slice(0, 160)}`
+  }
+  const answers: string[] = []
+  for (let i = 0; i < maxTries; i++) {
+    const problem = await pair() ?? await post(`${endpoints.router}/generate`, {text: 'warm up', max_new_tokens: 1}, 30_000)
+      .then((r) => (r.status === 200 ? undefined : `router ${r.status} ${r.text.slice(0, 160)}`))
+    if (problem === undefined) return
+    answers.push(problem)
+  }
+  throw new Error(`the twin served no request in ${maxTries} tries; the last answers: ${answers.slice(-2).join(' / ')}`)
 }
