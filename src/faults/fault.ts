@@ -134,6 +134,8 @@ export interface NicFacts {
   rdmaDevice?: string
   /** Its network interface (/sys/class/infiniband/<dev>/ports/1/gid_attrs/ndevs/0 or device/net/*). */
   netdev?: string
+  /** The netdev is in this network namespace but sysfs shows another's: whether an RDMA device backs it is unknown. */
+  rdmaUnknown?: boolean
   /** /sys/class/infiniband/<dev>/ports/1/link_layer: Ethernet (RoCE) or InfiniBand. */
   linkLayer?: string
   /** Port 1 state and physical state as sysfs prints them ("4: ACTIVE", "5: LinkUp"). */

@@ -210,6 +210,7 @@ function nicPlan(ctx: FaultContext<StallKvParams>, rank: RankInfo, path: DataPat
     if (nic.rdmaDevice) {
       throw noMechanism(gpu, `${rail.interface} has an RDMA device (${nic.rdmaDevice}): its traffic is hardware RoCE, which netfilter never sees, whatever the twin states`, 'stall it with --mechanism tc-flower where the NIC offloads tc, or --allow-link-down')
     }
+    if (nic.rdmaUnknown) notes.push(`${rail.interface}: sysfs does not show this network namespace, so no RDMA device could be ruled out; the twin states its KV is kernel UDP`)
     if (params.mechanism === 'tc-flower' || params.mechanism === 'link-down') {
       throw badInput(`--mechanism ${params.mechanism} is for a hardware RDMA NIC; GPU ${gpu}'s rail ${rail.interface} carries kernel UDP, which netfilter stalls exactly`, 'use --mechanism auto')
     }
@@ -252,6 +253,7 @@ function nicPlan(ctx: FaultContext<StallKvParams>, rank: RankInfo, path: DataPat
   if (topo.sharedWithGpus.length) notes.push(`GPU(s) ${topo.sharedWithGpus.join(', ')} share that NIC: their KV stalls too`)
   const chosen = topo.nics.map((t) => nics.find((n) => n.label === t.label)).filter((n): n is NicFacts => n !== undefined)
   if (chosen.length !== topo.nics.length) throw noMechanism(gpu, `the host did not describe ${topo.nics.map((n) => n.label).join(', ')}`, 'run gather() before plan()')
+  // Without a twin's statement, a netdev that is not (or cannot be shown to be) an RDMA NIC carries nothing we can stall.
   const kernelOnly = chosen.filter((n) => !n.rdmaDevice)
   if (kernelOnly.length) {
     throw noMechanism(gpu, `${kernelOnly.map((n) => n.evidence.join('; ')).join('; ')}, yet the data path is RDMA (${path.evidence}) and nothing states that the KV crosses it as kernel traffic`,

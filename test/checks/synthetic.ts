@@ -14,9 +14,15 @@ export class TimelineBuilder {
     return this.t0 + ms
   }
 
-  pin(rid: string, sentMs: number, answer?: {ms: number; status: number}, expectedState: PinState = {queue: 'bootstrap', kvPoll: 'Bootstrapping'}): this {
+  pin(rid: string, sentMs: number, answer?: {ms: number; status: number; detail?: string}, expectedState: PinState = {queue: 'bootstrap', kvPoll: 'Bootstrapping'}): this {
     this.observations.push({kind: 'request-sent', t: this.at(sentMs), rid, role: 'pin', fault: 'drop-dest-info', expectedState})
-    if (answer) this.observations.push({kind: 'request-answered', t: this.at(answer.ms), rid, status: answer.status})
+    if (answer) this.observations.push({kind: 'request-answered', t: this.at(answer.ms), rid, status: answer.status, ...(answer.detail === undefined ? {} : {detail: answer.detail})})
+    return this
+  }
+
+  /** One health probe of a service that answered at `atMs` after taking `tookMs` (status null: it got no answer). */
+  health(service: 'prefill' | 'decode' | 'router', atMs: number, ok: boolean, status: number | null = ok ? 200 : 503, tookMs = 5): this {
+    this.observations.push({kind: 'health', t: this.at(atMs), service, ok, ...(status === null ? {} : {status}), ms: tookMs})
     return this
   }
 

@@ -29,6 +29,8 @@ export const NIC_SCRIPT = [
   '  if [ -d "/sys/class/infiniband/$x" ]; then r="$x"',
   '  elif [ -d "/sys/class/net/$x" ]; then n="$x"',
   '    for d in "/sys/class/net/$x/device/infiniband/"*; do [ -d "$d" ] && { r="${d##*/}"; break; }; done',
+  // A network namespace whose /sys was not remounted shows another namespace's netdevs: ask ip.
+  '  elif ip link show dev "$x" >/dev/null 2>&1; then n="$x"; echo "nosysfs=1"',
   '  else echo "missing=1"; continue; fi',
   '  if [ -n "$r" ]; then',
   '    echo "rdma=$r"',
@@ -40,7 +42,10 @@ export const NIC_SCRIPT = [
   '      if [ -z "$n" ]; then for d in "/sys/class/infiniband/$r/device/net/"*; do [ -d "$d" ] && { n="${d##*/}"; break; }; done; fi',
   '    fi',
   '  fi',
-  '  if [ -n "$n" ]; then echo "netdev=$n"; echo "operstate=$(cat "/sys/class/net/$n/operstate" 2>/dev/null)"; fi',
+  '  if [ -n "$n" ]; then',
+  '    o=$(cat "/sys/class/net/$n/operstate" 2>/dev/null) || o=$(ip -o link show dev "$n" 2>/dev/null | sed -n "s/.* state \\([A-Z]*\\).*/\\1/p")',
+  '    echo "netdev=$n"; echo "operstate=$o"',
+  '  fi',
   'done',
 ].join('\n')
 
@@ -199,9 +204,12 @@ export async function gatherNics(host: Host, nics: Array<{label: string; device?
     if (kv.link_layer) f.linkLayer = kv.link_layer
     if (kv.state) f.portState = kv.state
     if (kv.phys_state) f.portPhysState = kv.phys_state
+    if (kv.nosysfs) f.rdmaUnknown = true
     f.evidence.push(f.rdmaDevice
-      ? `${n.label}: RDMA device ${f.rdmaDevice}, link layer ${f.linkLayer ?? 'unknown'}, port 1 ${f.portState ?? '?'} / ${f.portPhysState ?? '?'}${f.netdev ? `, netdev ${f.netdev} (${kv.operstate ?? '?'})` : ', no netdev'}`
-      : `${n.label}: netdev ${f.netdev ?? n.device} (${kv.operstate ?? '?'}) with no RDMA device: kernel traffic only`)
+      ? `${n.label}: RDMA device ${f.rdmaDevice}, link layer ${f.linkLayer ?? 'unknown'}, port 1 ${f.portState ?? '?'} / ${f.portPhysState ?? '?'}${f.netdev ? `, netdev ${f.netdev} (${kv.operstate || '?'})` : ', no netdev'}`
+      : f.rdmaUnknown
+        ? `${n.label}: netdev ${f.netdev ?? n.device} (${kv.operstate || '?'}) seen by \`ip link\` but not in /sys/class/net (a network namespace without its own sysfs): whether it has an RDMA device is unknown`
+        : `${n.label}: netdev ${f.netdev ?? n.device} (${kv.operstate || '?'}) with no RDMA device: kernel traffic only`)
     const dev = f.netdev
     if (!f.rdmaDevice || !dev) continue
     if (f.linkLayer === 'Ethernet') {
