@@ -1,5 +1,6 @@
 import {LOADS_USED_TOKENS, PD_QUEUES, TOKEN_USAGE, WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js'
 import {round} from './eviction.js'
+import {releaseCauseOf} from './release-cause.js'
 import {abandonedOf, answerOf, faultWindows, metricAt, requestsOf, type Timeline} from '../model/timeline.js'
 import {fail, pass, type Verdict} from '../model/verdict.js'
 
@@ -67,14 +68,20 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
   // An empty counter list skips this part (abort trials move several counters through several paths).
   const counters = opts.failureCounters ?? [WATCHDOG_EVICTED_TOTAL]
   const cleaned = new Set(tl.observations.filter((o) => o.kind === 'marker' && o.name === 'cleanup-abort').map((o) => (o as {detail?: string}).detail))
+  // The watchdog's counter moves only for its own evictions: a request its answer says something else released (a
+  // transport error, an abort, SGLang's timeout) moved another counter, and is not expected here.
+  const watchdogOnly = counters.length > 0 && counters.every((c) => c === WATCHDOG_EVICTED_TOTAL)
   let certain = 0
   let uncertain = 0
+  let otherCause = 0
   for (const o of tl.observations) {
     if (o.kind !== 'request-sent') continue
     const a = answerOf(tl, o.rid)
     const failed = a !== undefined && (a.status < 200 || a.status > 299)
     const letGo = cleaned.has(o.rid) || abandonedOf(tl, o.rid) !== undefined
-    if (failed && !cleaned.has(o.rid)) certain++
+    const cause = failed ? releaseCauseOf(a.detail).cause : 'unknown'
+    if (failed && watchdogOnly && cause !== 'watchdog' && cause !== 'unknown' && !cleaned.has(o.rid)) otherCause++
+    else if (failed && !cleaned.has(o.rid)) certain++
     else if (letGo) uncertain++
   }
   let delta = 0
@@ -92,7 +99,7 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
   }
   if (have && counters.length > 0) {
     const moved = Math.round(delta)
-    const evidence = {counters: per, failedRequests: certain, releasedByPdchaos: uncertain}
+    const evidence = {counters: per, failedRequests: certain, releasedByPdchaos: uncertain, ...(otherCause ? {releasedByOtherCauses: otherCause} : {})}
     const expected = uncertain === 0 ? `${certain}` : `${certain} to ${certain + uncertain}`
     if (moved < certain || moved > certain + uncertain) out.push(fail('recovery', 'counters', `failure counters moved by ${moved}, expected ${expected} (requests that failed${uncertain ? ', plus those pdchaos let go of' : ''})`, evidence))
     else out.push(pass('recovery', 'counters', `failure counters moved by ${moved}, as expected (${expected})`, evidence))

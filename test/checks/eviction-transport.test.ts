@@ -2,6 +2,7 @@ import {describe, expect, it} from 'vitest'
 
 import {checkEvictions} from '../../src/checks/eviction.js'
 import type {StallExpectation} from '../../src/checks/expectation.js'
+import {checkRecovery} from '../../src/checks/recovery.js'
 import {releaseCauseOf} from '../../src/checks/release-cause.js'
 import {TimelineBuilder} from './synthetic.js'
 
@@ -43,6 +44,13 @@ describe('a pin released by a transport error: inconclusive, not a watchdog verd
     expect(verdicts[0]!.evidence).toMatchObject({expectedOutcome: 'transport-error', transportGivesUpAfterSeconds: 8.59})
   })
 
+  it('the twin\'s full text with a real rid and room, cut at 200 characters as the recorder keeps it, still names the transport', () => {
+    const real = `Prefill transfer failed for request rank=1 req.rid='pdchaos-pin-m3x1q2ab-0123456789ab' req.bootstrap_room=9187201950435737471 with exception NIXL transfer encountered ERR room=9187201950435737471: transport error (UCX Endpoint timeout: Transport retry count exceeded on rail1:1/RoCE (synd 0x15 vend 0x81 hw_synd 0/0): RC QP 0x1a2b3c to 198.18.5.1:4791, psn 12 unacknowledged after 8 transmissions)`
+    expect(body(real)).toHaveLength(200)
+    expect(releaseCauseOf(body(real)).cause).toBe('transport-error')
+    expect(run(body(real), 2300).verdicts[0]!.verdict).toBe('unverified')
+  })
+
   it('the twin\'s transport text and Mooncake\'s are transport errors too; inside the window it is still not an eviction', () => {
     expect(run(body(twinTransport), 900).verdicts[0]!.verdict).toBe('unverified')
     expect(run(body(sglang('Failed to send kv chunk of 77 to 10.0.0.2:17000')), 900).verdicts[0]!.verdict).toBe('unverified')
@@ -81,5 +89,19 @@ describe('release cause from the error text', () => {
     expect(releaseCauseOf(body(sglang('NIXL transfer encountered ERR room=77'))).cause).toMatch(/transport-error|transfer-failed/)
     expect(releaseCauseOf(undefined)).toEqual({cause: 'unknown', evidence: 'the answer carried no error text'})
     expect(releaseCauseOf('{"error":"boom"}').cause).toBe('unknown')
+  })
+})
+
+describe('recovery counters after transport errors', () => {
+  it('the watchdog\'s counter is not expected to move for pins a transport error released (their own counter did)', () => {
+    const w = 'sglang:num_watchdog_evicted_reqs_total'
+    const b = new TimelineBuilder().fault(0, 4000)
+      .pin('p1', 0, {ms: 900, status: 500, detail: body(twinTransport)}, inflight).pin('p2', 10, {ms: 2300, status: 500, detail: body(twinWatchdog)}, inflight)
+      .metric('prefill', w, -10, 4).metric('prefill', w, 5000, 5)
+    const counters = checkRecovery(b.build()).find((v) => v.subject === 'counters')!
+    expect(counters).toMatchObject({verdict: 'pass', evidence: expect.objectContaining({failedRequests: 1, releasedByOtherCauses: 1})})
+    // With every failure counter in the list, each failed request counts again.
+    const all = checkRecovery(b.build(), {failureCounters: [w, 'sglang:num_transfer_failed_reqs_total']}).find((v) => v.subject === 'counters')
+    expect(all).toBeUndefined() // the transfer counter was not sampled: no verdict on counters
   })
 })
