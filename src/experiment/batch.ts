@@ -1,3 +1,5 @@
+import type {WedgeExpectation} from '../checks/expectation.js'
+import {serviceClients} from '../deployment/clients.js'
 import {PD_QUEUE_LOADS} from '../deployment/sglang-metrics.js'
 import {oneLine} from '../errors.js'
 import {type FaultPlan, renderPlan} from '../faults/fault.js'
@@ -120,10 +122,13 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
       })
       const pinController = new AbortController()
       const pins: Array<{e: Entry; sent: Sent}> = []
+      let health: HealthWatch | undefined
       try {
         // Let the load show the deployment healthy before the fault, and take the counters' baseline.
         if (settings.loadIntervalMs > 0 && settings.mode !== 'hold') await sleep(Math.min(500, settings.loadIntervalMs * 2), signal)
         await sampleOnce(rec, session)
+        const wedgePlan = planned.map((e) => e.plan!.expected).find((x): x is WedgeExpectation => x?.kind === 'wedge')
+        if (wedgePlan && settings.mode === 'run') health = await startHealthWatch(session, rec, wedgePlan)
         await injectAll(guard, planned, rec, ttlMs, signal, say)
         const active = planned.filter((e) => e.lease?.verifiedInjected && e.lease.revertedAt === null)
         if (settings.mode === 'hold') {
@@ -132,7 +137,14 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
           held = true
           return
         }
-        if (!signal.aborted && active.length > 0) {
+        const wedges = active.filter((e) => e.plan!.expected?.kind === 'wedge' && getFault(e.plan!.fault).observe === 'health')
+        if (!signal.aborted && wedges.length > 0) {
+          // A wedged instance holds no pin and runs no watchdog: hold it, watching health, for the detection bound.
+          const hold = Math.max(...wedges.map((e) => (e.plan!.expected as WedgeExpectation).holdSeconds)) * 1000
+          say(`holding the wedge for ${(hold / 1000).toFixed(1)}s, sampling health`)
+          settings.onDeadline?.('wedge held', now() + hold)
+          await sleep(hold, signal)
+        } else if (!signal.aborted && active.length > 0) {
           const loaded = await sendPins(session, active, rec, pins, {settings, requestTimeoutMs, signal: pinController.signal, stop: signal, calibration: calibration!})
           loadedObserveMs = loaded
           if (pins.length > 0) {
@@ -147,12 +159,17 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
         pinController.abort()
         await Promise.all(pins.map((p) => p.sent.done))
         await Promise.all(active.map((e) => revertAndVerify(guard, e.plan!, rec, e.lease!, PROBE_TIMEOUT_MS, (l) => say(`${e.s.name}: ${l}`))))
+        if (health) {
+          say('waiting for the wedged instance to answer healthy again')
+          await health.resumed(signal)
+        }
         await releaseHeld(session, rec, [...pins.map((p) => p.sent), ...load.sent], Math.max(0, ...planned.map((e) => e.lease?.revertedAt ?? 0)))
         if (!signal.aborted) await recover(session, rec, load, settings, signal, say)
         // A stop after the window (during the revert or the recovery) leaves recovery unproven, not failed.
         recoveryStopped = signal.aborted
       } finally {
         pinController.abort()
+        await health?.stop()
         await load.abandon()
         await sampler.stop()
       }
@@ -293,4 +310,46 @@ function heldScenarios(entries: Entry[], contract: ScenarioRun['contract'], cali
     else if (e.lease) run.verdicts.push({check: 'fault-effect', subject: e.lease.id, verdict: 'fail', summary: `the fault did not take effect: ${e.lease.evidence.injected.join('; ')}`, evidence: {lease: e.lease}})
     return run
   })
+}
+
+interface HealthWatch {
+  /** Until the wedged service has answered ok three times in a row after the revert, or its resumption bound (+2 s). */
+  resumed(signal: AbortSignal): Promise<void>
+  stop(): Promise<void>
+}
+
+/**
+ * wedge-rank's evidence: prefill's and decode's health, one probe in flight per service, a new one every
+ * sampleIntervalMs (or as soon as a slow one answers), each recorded when its answer arrives. The first round is
+ * taken before the fault is injected.
+ */
+async function startHealthWatch(session: RunSession, rec: Recorder, x: WedgeExpectation): Promise<HealthWatch> {
+  const clients = serviceClients(session.deployment, {timeoutMs: (x.healthTimeoutSeconds + 5) * 1000})
+  const stopping = new AbortController()
+  const okStreak = {prefill: 0, decode: 0}
+  const probe = async (service: 'prefill' | 'decode') => {
+    const h = await clients[service].health(x.probePath)
+    rec.add({kind: 'health', t: now(), service, ok: h.ok, ...(h.status === undefined ? {} : {status: h.status}), ms: h.ms})
+    okStreak[service] = h.ok ? okStreak[service] + 1 : 0
+    return h.ms
+  }
+  await Promise.all([probe('prefill'), probe('decode')])
+  // Bounded: the watch ends with the batch (stop), and at most this many probes per service.
+  const loops = (['prefill', 'decode'] as const).map(async (service) => {
+    for (let i = 0; i < 100_000 && !stopping.signal.aborted; i++) {
+      const ms = await probe(service)
+      await sleep(Math.max(0, x.sampleIntervalMs - ms), stopping.signal)
+    }
+  })
+  return {
+    async resumed(signal) {
+      okStreak[x.service] = 0
+      const by = now() + (x.resumeWithinSeconds + 2) * 1000
+      while (okStreak[x.service] < 3 && now() < by && !signal.aborted) await sleep(x.sampleIntervalMs, signal)
+    },
+    async stop() {
+      stopping.abort()
+      await Promise.all(loops)
+    },
+  }
 }

@@ -3,8 +3,10 @@ import {checkCollateral} from '../checks/collateral.js'
 import {checkEvictions} from '../checks/eviction.js'
 import {checkRecovery} from '../checks/recovery.js'
 import {checkScope} from '../checks/scope.js'
+import {checkWedge} from '../checks/wedge.js'
 import {WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js'
 import {type FaultPlan, renderPlan} from '../faults/fault.js'
+import {getFault} from '../faults/registry.js'
 import type {LeaseRecord, ScenarioRun} from '../model/run.js'
 import type {Observation, Timeline} from '../model/timeline.js'
 import {fail, pass, type Verdict} from '../model/verdict.js'
@@ -58,7 +60,8 @@ export interface BatchTimeline {
 export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
   const calibration = b.loadedObserveMs !== undefined && b.loadedObserveMs > b.calibration.observeMs ? {...b.calibration, observeMs: b.loadedObserveMs} : b.calibration
   const whole: Timeline = {contract: b.contract, calibration, observations: b.observations}
-  const anyTrials = b.entries.some((e) => e.plan?.trials)
+  // Only watchdog pins move the watchdog's counter: abort trials and wedges move others (their own checks judge them).
+  const anyTrials = b.entries.some((e) => e.plan && getFault(e.plan.fault).observe !== 'pins')
   const batchVerdicts: Verdict[] = b.stoppedEarly || b.recoveryStopped ? [] : [
     // Abort trials move several counters through several paths (honoured, lost, evicted, cleaned up): their own
     // verdicts judge them, so the counter balance is checked for watchdog pins only.
@@ -76,9 +79,11 @@ export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
     if (!lease) return {...run, error: 'not injected: the run stopped first'}
     run.verdicts.push(...faultEffect(lease, e.plan!.fault))
     if (lease.verifiedInjected && !b.stoppedEarly) {
-      if (e.plan!.trials) run.verdicts.push(...checkAborts(run.timeline))
+      const observe = getFault(e.plan!.fault).observe
+      if (observe === 'trials') run.verdicts.push(...checkAborts(run.timeline))
+      else if (observe === 'health') run.verdicts.push(...checkWedge(run.timeline, e.plan!.expected?.kind === 'wedge' ? e.plan!.expected : undefined))
       else {
-        const ev = checkEvictions(run.timeline)
+        const ev = checkEvictions(run.timeline, {expected: e.plan!.expected})
         run.verdicts.push(...ev.verdicts)
         run.pins = ev.pins
         run.verdicts.push(...checkScope(run.timeline))

@@ -115,7 +115,7 @@ async function planOptions(session: RunSession, scenarios: PlannedScenario[], o:
   if (!needs) return {}
   await session.calibration(o)
   const d = await session.discovery(o.say)
-  return {autoMechanism: classifyDataPath(d.transport).kind === 'tcp' ? 'packet-filter' : 'sigstop'}
+  return {autoMechanism: classifyDataPath(d.transport).kind === 'tcp' ? 'packet-filter' : 'nic'}
 }
 
 /** A co-restart step: it replaces the processes, so the session measures and discovers again afterwards. */

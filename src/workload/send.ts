@@ -46,9 +46,10 @@ export function sendRequest(router: RouterClient, rec: Recorder, opts: SendOptio
   return {rid, sentAt, done}
 }
 
+/** The error answer, long enough to keep SGLang's own reason (it follows a long transfer-failure prefix). */
 function detailOf(body: unknown): string {
   const text = typeof body === 'string' ? body : JSON.stringify(body)
-  return (text ?? '').slice(0, 200)
+  return (text ?? '').slice(0, 1000)
 }
 
 /** Where prefill's bootstrap server is, as the gateway injects it into both /generate bodies. */
