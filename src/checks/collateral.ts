@@ -6,10 +6,12 @@ import {fail, pass, type Verdict} from '../model/verdict.js'
  * The light steady load that runs beside every experiment: requests outside the fault's reach must all succeed.
  * A request is within reach when it was in flight at any moment of a fault window (every PD request spans all TP
  * ranks, so a fault on one rank reaches every request in flight across it); those are reported, not judged here.
+ * While the gateway's circuit breaker stays open after a fault (markers router-breaker-open/closed), the fault still
+ * reaches every request through the router: those are in reach too.
  */
 export function checkCollateral(tl: Timeline): Verdict {
-  const windows = faultWindows(tl)
   const end = Math.max(...tl.observations.map((o) => o.t))
+  const windows: Array<{from: number; to?: number}> = [...faultWindows(tl), ...breakerWindows(tl, end)]
   const lost: Array<{rid: string; status?: number; detail?: string; sentAt: number}> = []
   const inReach: string[] = []
   let ok = 0
@@ -29,4 +31,13 @@ export function checkCollateral(tl: Timeline): Verdict {
     return fail('collateral', 'steady load', `${lost.length} of ${ok + lost.length} requests outside the fault's reach failed: ${lost.slice(0, 5).map((l) => `${l.rid} (${l.status ?? 'no answer'})`).join(', ')}${lost.length > 5 ? ', …' : ''}`, evidence)
   }
   return pass('collateral', 'steady load', `${ok} of ${ok} requests outside the fault's reach succeeded (${inReach.length} in reach, not judged)`, evidence)
+}
+
+/** From each fault's revert until the gateway's breaker closed again (or the end), when it was found open. */
+export function breakerWindows(tl: Timeline, end: number): Array<{from: number; to: number}> {
+  const opened = tl.observations.find((o) => o.kind === 'marker' && o.name === 'router-breaker-open')
+  if (!opened) return []
+  const closed = tl.observations.find((o) => o.kind === 'marker' && o.name === 'router-breaker-closed')
+  const reverted = faultWindows(tl).map((w) => w.to).filter((t): t is number => t !== undefined)
+  return [{from: Math.min(opened.t, ...reverted), to: closed?.t ?? end}]
 }

@@ -1,7 +1,7 @@
 import {LOADS_USED_TOKENS, PD_QUEUES, TOKEN_USAGE, WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js'
 import {round} from './eviction.js'
 import {releaseCauseOf} from './release-cause.js'
-import {abandonedOf, answerOf, faultWindows, metricAt, requestsOf, type Timeline} from '../model/timeline.js'
+import {abandonedOf, answerOf, faultWindows, metricAt, type Observation, requestsOf, type Timeline} from '../model/timeline.js'
 import {fail, pass, type Verdict} from '../model/verdict.js'
 
 /**
@@ -20,6 +20,7 @@ export interface RecoveryOptions {
 
 export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict[] {
   const out: Verdict[] = []
+  out.push(...checkBreaker(tl))
   const windows = faultWindows(tl)
   const injectedAt = Math.min(...windows.map((w) => w.from))
   const revertedAt = Math.max(...windows.map((w) => w.to ?? Number.POSITIVE_INFINITY))
@@ -105,4 +106,16 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
     else out.push(pass('recovery', 'counters', `failure counters moved by ${moved}, as expected (${expected})`, evidence))
   }
   return out
+}
+
+/** The gateway's circuit breaker, when a fault opened it: reported, and it must have closed again. */
+function checkBreaker(tl: Timeline): Verdict[] {
+  const marker = (name: string) => tl.observations.find((o): o is Extract<Observation, {kind: 'marker'}> => o.kind === 'marker' && o.name === name)
+  const opened = marker('router-breaker-open')
+  if (!opened) return []
+  const closed = marker('router-breaker-closed')
+  const evidence = {workers: opened.detail, foundOpenAt: opened.t, closedAt: closed?.t ?? null, metric: 'smg_worker_cb_state'}
+  return closed
+    ? [pass('recovery', 'router circuit breaker', `the fault opened the router's circuit breaker (${opened.detail}); it closed again ${((closed.t - opened.t) / 1000).toFixed(1)}s later, before the canaries`, evidence)]
+    : [fail('recovery', 'router circuit breaker', `the fault opened the router's circuit breaker (${opened.detail}) and it was still open ${((Math.max(...tl.observations.map((o) => o.t)) - opened.t) / 1000).toFixed(1)}s later: healthy requests get 503`, evidence)]
 }

@@ -1,6 +1,6 @@
 import type {WedgeExpectation} from '../checks/expectation.js'
 import {serviceClients} from '../deployment/clients.js'
-import {PD_QUEUE_LOADS} from '../deployment/sglang-metrics.js'
+import {PD_QUEUE_LOADS, ROUTER_CB_STATE} from '../deployment/sglang-metrics.js'
 import {oneLine} from '../errors.js'
 import {type FaultPlan, renderPlan} from '../faults/fault.js'
 import {type LeaseGuard, withLeases} from '../faults/lease/lease-guard.js'
@@ -256,6 +256,7 @@ async function releaseHeld(session: RunSession, rec: Recorder, sent: Sent[], rev
 
 /** Recovery: the next requests must succeed, then the queues must drain (with a deadline). */
 async function recover(session: RunSession, rec: Recorder, load: SteadyLoad, settings: BatchSettings, signal: AbortSignal, say: (l: string) => void): Promise<void> {
+  await waitForBreakers(session, rec, signal, say)
   await Promise.all(Array.from({length: settings.canaries}, () => sendRequest(session.router, rec, {role: 'canary', timeoutMs: 30_000, promptTokens: settings.promptTokens}).done))
   say('waiting for the queues to drain')
   await load.stopSending()
@@ -351,5 +352,34 @@ async function startHealthWatch(session: RunSession, rec: Recorder, x: WedgeExpe
       stopping.abort()
       await Promise.all(loops)
     },
+  }
+}
+
+/** How long the gateway's breaker may stay open after a fault: its default open duration (60 s) and a margin. */
+const BREAKER_WAIT_MS = 90_000
+
+/** Workers whose circuit breaker the gateway reports open (smg_worker_cb_state 1); empty where it exports none. */
+async function openBreakers(session: RunSession): Promise<string[]> {
+  const m = await session.router.metrics().catch(() => undefined)
+  return (m?.samples ?? []).filter((s) => s.name === ROUTER_CB_STATE && s.value === 1).map((s) => s.labels.worker ?? 'a worker')
+}
+
+/**
+ * A fault can make the gateway open a worker's circuit breaker (every request the fault failed counts); until it
+ * closes, healthy requests get 503. Say so, mark it on the timeline (the checks report it, and requests refused
+ * meanwhile are the fault's reach, not collateral), and wait for it before the canaries, with a deadline.
+ */
+async function waitForBreakers(session: RunSession, rec: Recorder, signal: AbortSignal, say: (l: string) => void): Promise<void> {
+  const open = await openBreakers(session)
+  if (open.length === 0) return
+  rec.marker('router-breaker-open', open.join(' '))
+  say(`the router's circuit breaker opened during the fault (${open.join(', ')}): waiting for it to close before the canaries`)
+  const by = now() + BREAKER_WAIT_MS
+  while (now() < by && !signal.aborted) {
+    await sleep(1000, signal)
+    if ((await openBreakers(session)).length === 0) {
+      rec.marker('router-breaker-closed', open.join(' '))
+      return
+    }
   }
 }
