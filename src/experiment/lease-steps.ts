@@ -36,6 +36,11 @@ export async function injectUnderLease(guard: LeaseGuard, plan: FaultPlan, rec: 
 }
 
 export async function revertAndVerify(guard: LeaseGuard, plan: FaultPlan, rec: Recorder, record: LeaseRecord, probeMs: number, say: (l: string) => void): Promise<void> {
+  // What the fault did while in place (its rules' match counters, the stopped process): read once more before it goes.
+  if (record.verifiedInjected && plan.verifyInjected.length > 0) {
+    const held = await runProbes(guard.host, plan.verifyInjected, probeMs)
+    record.evidence.injected.push(...held.results.map((x) => `at revert: ${x.evidence}`))
+  }
   say(`reverting lease ${record.id}`)
   const r = await guard.revert(record.id)
   record.revertedAt = now()

@@ -83,6 +83,23 @@ describe('mutation matrix: every twin defect turns the verdict to fail', () => {
     expect((await restart(h, ['prefill'])).failed).toEqual([])
   }, 600_000)
 
+  it('no defect: no stall mechanism judges a correct watchdog failing (TCP packet filter, the twin failure point, the rail NIC)', async () => {
+    const tcp = await twin({})
+    for (const mechanism of ['packet-filter', 'twin-failpoint']) {
+      const o = await inject(tcp, ['stall-kv', '--gpu', '1', '--mechanism', mechanism])
+      expect(o.failed, mechanism).toEqual([])
+      expect(o.code, mechanism).toBe(0)
+    }
+    await tcp.destroy()
+    host = undefined
+    // Rail NICs with an RC limit far past the deadline: the stall is the watchdog's to end (auto picks the rail's filter).
+    const rail = await twin({args: ['--heartbeat-interval', '2', '--rail-nics', '--ucx-rc-timeout', '30s']})
+    const o = await inject(rail, ['stall-kv', '--gpu', '1'])
+    expect(o.all).toMatch(/rail1/)
+    expect(o.failed).toEqual([])
+    expect(o.code).toBe(0)
+  }, 600_000)
+
   it('--watchdog off: pins are never evicted', async () => {
     const m = await allFour(await twin({watchdog: 'off'}))
     expect(m.drop.code).toBe(1)
