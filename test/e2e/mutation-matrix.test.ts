@@ -92,8 +92,8 @@ describe('mutation matrix: every twin defect turns the verdict to fail', () => {
     }
     await tcp.destroy()
     host = undefined
-    // Rail NICs with an RC limit far past the deadline: the stall is the watchdog's to end (auto picks the rail's filter).
-    const rail = await twin({args: ['--heartbeat-interval', '2', '--rail-nics', '--ucx-rc-timeout', '30s']})
+    // Rail NICs with an RC limit past the deadline (2 s × 8 ≈ 16 s): the stall is the watchdog's to end (auto picks the rail's filter).
+    const rail = await twin({args: ['--heartbeat-interval', '2', '--rail-nics', '--ucx-rc-timeout', '2s']})
     const o = await inject(rail, ['stall-kv', '--gpu', '1'])
     expect(o.all).toMatch(/rail1/)
     expect(o.failed).toEqual([])

@@ -42,7 +42,8 @@ const matched = (j: Injected['j']): number => Math.max(0, ...j.leases.flatMap((l
 
 describe('stall-kv on the rail-NIC path', () => {
   it('an RC limit past the deadline: the stall holds the pin in Transferring and the watchdog evicts it inside its window', async () => {
-    const h = await railTwin(['--ucx-rc-timeout', '30s'])
+    // 2 s × (7 + 1) retransmissions ≈ 16 s before UCX gives up; after the revert the next retransmission (≤ 2 s) resumes.
+    const h = await railTwin(['--ucx-rc-timeout', '2s'])
     const {code, j} = await stall(h)
     expect(j.description).toMatch(/rail1/)
     expect(j.verdicts.filter((v) => v.verdict !== 'pass').map((v) => `${v.check}: ${v.summary}`)).toEqual([])
