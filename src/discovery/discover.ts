@@ -8,6 +8,7 @@ import type {Host} from '../hosts/host.js'
 import {listHostState, type HostState} from './host-state.js'
 import {gpuIndexByPid, parseComputeApps, parseGpuList} from './gpus.js'
 import {parseEnviron, parseProcStat, parsePs, parseRankTitle, parseSsListeners, type ProcessRow} from './proc.js'
+import {isRouterCommand, type RouterSettings, routerSettingsFromArgv} from './router-settings.js'
 import {parseNvidiaTopo, type Topology} from './topo.js'
 import {healthCheckFromEnv, KEPT_ENV, type HealthCheckSettings} from './transport-env.js'
 import {timeoutsFromEnv, watchdogFromEnv, watchdogWarnings, type EnvTimeouts, type EnvWatchdog} from './watchdog-env.js'
@@ -36,6 +37,8 @@ export interface ServiceStatus {
   twinRails?: TwinRail[]
   /** The twin only: the health-check timeout it states (a real server's is read from its environment). */
   twinHealthTimeoutSeconds?: number
+  /** The router only: its retry and circuit-breaker settings and what they do under faults. */
+  routerSettings?: RouterSettings
   /** How /health judges this server: SGLANG_HEALTH_CHECK_TIMEOUT and whether it generates, from its environment. */
   healthCheck?: HealthCheckSettings
 }
@@ -133,7 +136,10 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
   const services: Record<ServiceName, ServiceStatus> = {
     prefill: {url: svc.prefill.url, health: pHealth, ...infoSummary(pInfo)},
     decode: {url: svc.decode.url, health: dHealth, ...infoSummary(dInfo)},
-    router: {url: svc.router.url, health: rHealth, readiness: rReady},
+    router: {url: svc.router.url, health: rHealth, readiness: rReady, ...(procs?.router ? {pid: procs.router.pid} : {}),
+      // The gateway's retries and breaker decide what users see under a fault (pdchaos's own pins bypass them).
+      routerSettings: procs?.router ? routerSettingsFromArgv([procs.router.args], `router command line (pid ${procs.router.pid})`)
+        : {...routerSettingsFromArgv([], 'router process not found'), source: "router process not found on the host: the gateway's defaults are shown, unverified"}},
   }
   if (deployment.sglangVersion) {
     for (const name of ['prefill', 'decode'] as const) {
@@ -265,6 +271,8 @@ function pick(metrics: ParsedMetrics | undefined, names: readonly string[], sum:
 interface ProcessView {
   ranks: RankInfo[]
   servicePids: Partial<Record<'prefill' | 'decode', number>>
+  /** The router's command line (ps args of the process listening on its port), when found. */
+  router?: {pid: number; args: string}
   prefillEnv?: Record<string, string>
   /** The kept variables of each server's HTTP process. */
   serviceEnv: Partial<Record<'prefill' | 'decode', Record<string, string>>>
@@ -318,6 +326,9 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
     if (owner) servicePids[name] = owner.pids[0]
   }
   const byPid = new Map(rows.map((r) => [r.pid, r]))
+  const routerPid = listeners.find((l) => l.port === portOf(deployment.services.router.url) && l.pids.length > 0)?.pids[0]
+  const routerRow = routerPid === undefined ? rows.find((r) => isRouterCommand([r.args]) && new RegExp(`--port[ =]${portOf(deployment.services.router.url)}\\b`).test(r.args)) : byPid.get(routerPid)
+  const router = routerRow ? {pid: routerRow.pid, args: routerRow.args} : undefined
   const serviceOf = (row: ProcessRow): 'prefill' | 'decode' | undefined => {
     // Walk up a few parents: with DP, schedulers may sit under a data-parallel controller.
     let cur: ProcessRow | undefined = row
@@ -345,7 +356,7 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
     if (!service) continue
     ranks.push({service, ...title!, pid: row.pid, state: row.stat.charAt(0), title: row.args})
   }
-  if (ranks.length === 0) return {ranks, servicePids, serviceEnv: {}}
+  if (ranks.length === 0) return {ranks, servicePids, ...(router ? {router} : {}), serviceEnv: {}}
 
   const stat = await host.run(['cat', ...ranks.map((r) => `/proc/${r.pid}/stat`)], {timeoutMs})
   for (const line of stat.stdout.split('\n')) {
@@ -397,5 +408,5 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
       if (pid !== undefined && byPid.has(pid)) serviceEnv[name] = byPid.get(pid)
     }
   }
-  return {ranks, servicePids, prefillEnv, serviceEnv, gpuWarning, ...(topology ? {topology} : {}), ...(topologyError ? {topologyError} : {})}
+  return {ranks, servicePids, ...(router ? {router} : {}), prefillEnv, serviceEnv, gpuWarning, ...(topology ? {topology} : {}), ...(topologyError ? {topologyError} : {})}
 }

@@ -12,6 +12,12 @@ export function renderStatus(r: StatusReport): string {
     const extra = [s.version && `SGLang ${s.version}`, s.tpSize !== undefined && `tp ${s.tpSize}`, s.pid !== undefined && `pid ${s.pid}`].filter(Boolean).join(', ')
     out.push(`  ${name.padEnd(8)} ${s.url.padEnd(28)} ${health}${ready}${extra ? `  [${extra}]` : ''}`)
   }
+  const rs = r.services.router.routerSettings
+  if (rs) {
+    out.push(`  router   retries: ${rs.retries.enabled ? `${rs.retries.attempts} attempts in all` : 'off'}; circuit breaker: ${rs.circuitBreaker.enabled ? `opens after ${rs.circuitBreaker.failureThreshold} failures` : 'off'}  (${rs.source})`)
+    for (const line of rs.underFaults) out.push(`           under a fault: ${line}`)
+    out.push('           (pdchaos sends its pins to prefill and decode directly, once each; load and canaries go through the router)')
+  }
   out.push('')
   out.push('ranks')
   if (r.ranks.length === 0) out.push('  (none found)')
