@@ -53,8 +53,9 @@ export default defineConfig({
           include: ['test/**/*.test.ts'],
           exclude: [...configDefaults.exclude, ...SYSTEM_TESTS],
           env: {PDCHAOS_TEST_LEVEL: 'unit'},
-          testTimeout: 15_000,
-          hookTimeout: 15_000,
+          // Generous for a loaded 2-core machine; a unit test near this is a system test in disguise.
+          testTimeout: 30_000,
+          hookTimeout: 30_000,
           // Pure code: files may run side by side. Runs first, so a broken unit fails fast.
           maxWorkers: 2,
           sequence: {groupOrder: 0},
