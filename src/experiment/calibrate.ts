@@ -22,31 +22,70 @@ const quantile = (xs: number[], q: number): number => {
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]
 }
 
+/** The warm-up: a fresh deployment opens its routes and KV connections on the first request, which can take longer
+ * than a short watchdog deadline; it is tried until one pair succeeds, within these bounds. */
+const WARM_UP_TRIES = 8
+const WARM_UP_MS = 60_000
+
+type Pair = {rid: string; prefill: {status: number; ms: number; body: unknown}; decode?: {status: number}}
+
+/**
+ * One request as the gateway sends it: the same rid and room to both servers; prefill answers once its KV transfer
+ * is done. When prefill fails it (a cold start the watchdog evicted), decode is told at once, as the gateway would
+ * drop it: decode never hears of it otherwise and holds its half until its waiting timeout.
+ */
+async function pair(deployment: Deployment, c: Pick<CalibrateClients, 'prefill' | 'decode'>, text: string): Promise<Pair> {
+  const rid = newRid('pdchaos-cal')
+  const req = {rid, text, max_new_tokens: 1, bootstrap_host: new URL(deployment.services.prefill.url).hostname, bootstrap_port: deployment.services.prefill.bootstrapPort, bootstrap_room: newRoom()}
+  const dropDecode = new AbortController()
+  const decode = c.decode.generate(req, {timeoutMs: 30_000, signal: dropDecode.signal}).catch(() => undefined)
+  const p = await c.prefill.generate(req, {timeoutMs: 30_000})
+  if (p.status !== 200) {
+    await c.decode.abort(rid).catch(() => undefined)
+    dropDecode.abort()
+  }
+  const d = await decode
+  return {rid, prefill: {status: p.status, ms: p.ms, body: p.body}, ...(d ? {decode: {status: d.status}} : {})}
+}
+
+/** Pairs until one succeeds end to end (prefill and decode 200), at most WARM_UP_TRIES within WARM_UP_MS. */
+export async function warmUp(deployment: Deployment, c: Pick<CalibrateClients, 'prefill' | 'decode'>, text = 'warm up'): Promise<{ok: boolean; tries: number; last?: Pair}> {
+  const by = Date.now() + WARM_UP_MS
+  let last: Pair | undefined
+  let tries = 0
+  while (tries < WARM_UP_TRIES && Date.now() < by) {
+    tries++
+    last = await pair(deployment, c as CalibrateClients, text)
+    if (last.prefill.status === 200 && last.decode?.status === 200) return {ok: true, tries, last}
+  }
+  return {ok: false, tries, ...(last ? {last} : {})}
+}
+
+const answerText = (body: unknown): string => (typeof body === 'string' ? body : JSON.stringify(body) ?? '').slice(0, 300)
+
 export async function calibrate(deployment: Deployment, c: CalibrateClients, opts: {requests?: number; promptTokens?: number; routerToo?: boolean} = {}): Promise<Calibration & {routerMs: number}> {
   const n = opts.requests ?? 8
   const prefillMs: number[] = []
   const routerMs: number[] = []
   const text = 'chaos '.repeat(Math.round(((opts.promptTokens ?? 128) * 4) / 6))
-  const bootstrapHost = new URL(deployment.services.prefill.url).hostname
-  for (let i = -1; i < n; i++) {
-    // As the router does it: the same rid and room to both servers; prefill answers once its KV transfer is done.
-    const rid = newRid('pdchaos-cal')
-    const room = newRoom()
-    const req = {rid, text, max_new_tokens: 1, bootstrap_host: bootstrapHost, bootstrap_port: deployment.services.prefill.bootstrapPort, bootstrap_room: room}
-    const [p, d] = await Promise.all([c.prefill.generate(req, {timeoutMs: 30_000}), c.decode.generate(req, {timeoutMs: 30_000})])
-    if (p.status !== 200 || d.status !== 200) {
-      throw new PdError(`calibration request ${rid} failed before any fault (prefill ${p.status}, decode ${d.status}): the deployment is not healthy`, {
-        exit: ExitCode.unreachable, suggestion: 'run `pdchaos status` and fix the deployment before injecting faults',
-      })
+  const unhealthy = (what: string) => new PdError(`${what}: the deployment is not healthy`, {
+    exit: ExitCode.unreachable, suggestion: 'run `pdchaos status` and fix the deployment before injecting faults',
+  })
+  // Warm up (not counted): until one pair succeeds end to end, with a deadline.
+  const {last: warm, ok} = await warmUp(deployment, c, text)
+  if (!ok) {
+    throw unhealthy(`no unfaulted request succeeded in ${WARM_UP_TRIES} tries before any fault (last ${warm?.rid}: prefill ${warm?.prefill.status} ${answerText(warm?.prefill.body)}, decode ${warm?.decode?.status ?? 'dropped'})`)
+  }
+  for (let i = 0; i < n; i++) {
+    const r = await pair(deployment, c, text)
+    if (r.prefill.status !== 200 || r.decode?.status !== 200) {
+      throw unhealthy(`calibration request ${r.rid} failed before any fault (prefill ${r.prefill.status} ${answerText(r.prefill.body)}, decode ${r.decode?.status ?? 'dropped'})`)
     }
-    // Round -1 warms connections and caches up and is not counted.
-    if (i >= 0) prefillMs.push(p.ms)
+    prefillMs.push(r.prefill.ms)
     if (opts.routerToo === false) continue
-    const r = await c.router.generate({rid: newRid('pdchaos-cal'), text, max_new_tokens: 1}, {timeoutMs: 30_000})
-    if (r.status !== 200) {
-      throw new PdError(`calibration request through the router failed before any fault (${r.status})`, {exit: ExitCode.unreachable, suggestion: 'run `pdchaos status`'})
-    }
-    if (i >= 0) routerMs.push(r.ms)
+    const routed = await c.router.generate({rid: newRid('pdchaos-cal'), text, max_new_tokens: 1}, {timeoutMs: 30_000})
+    if (routed.status !== 200) throw unhealthy(`calibration request through the router failed before any fault (${routed.status} ${answerText(routed.body)})`)
+    routerMs.push(routed.ms)
   }
   // One observation hop each way: router and prefill round trips on cheap endpoints.
   const hops: number[] = []

@@ -33,7 +33,7 @@ export function renderSuite(run: SuiteRun, o: {wallMs: number; twin?: string}): 
     for (const r of run.gate.reasons) lines.push(`  ${r}`)
   } else {
     lines.push(runPassed(run) ? `all ${c.passed} checks passed${c.unverified ? ` (${c.unverified} unverified, not blocking)` : ''}`
-      : `${c.failed} of ${c.verdicts} checks failed${c.unverified ? `, ${c.unverified} unverified` : ''}`)
+      : `${c.failed} of ${c.verdicts} checks failed${c.unverified ? `, ${c.unverified} unverified` : ''}${c.errored ? `, ${c.errored} scenario(s) reached no verdict` : ''}`)
   }
   return lines.join('\n')
 }

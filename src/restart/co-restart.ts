@@ -4,6 +4,7 @@ import {sampleValue} from '../deployment/prom-text.js'
 import type {HealthResult} from '../deployment/sglang-client.js'
 import {PREFILL_BOOTSTRAP_QUEUE, PREFILL_INFLIGHT_QUEUE, RUNNING_REQS} from '../deployment/sglang-metrics.js'
 import {badInput, oneLine} from '../errors.js'
+import {warmUp} from '../experiment/calibrate.js'
 import type {Host} from '../hosts/host.js'
 import type {RestartResult, RestartStep, ServiceName, WatchSample} from '../model/restart.js'
 import {fail, pass, type Verdict} from '../model/verdict.js'
@@ -96,6 +97,11 @@ export async function coRestart(deployment: Deployment, host: Host, opts: Restar
     say(`settling ${opts.settleS}s (one decode heartbeat) before the canaries`)
     await sleep(opts.settleS * 1000, opts.signal)
   }
+  // A restarted instance opens its routes and KV connections on its first request, which can outlast a short watchdog
+  // deadline: warm it up directly (as calibration does) before the canaries judge it through the router.
+  const warmed = await warmUp(deployment, clients)
+  rec.marker('warm-up', `${warmed.ok ? 'succeeded' : 'did not succeed'} after ${warmed.tries} request(s)`)
+  say(`warm-up after the restart: ${warmed.ok ? 'ok' : 'no success'} after ${warmed.tries} request(s)`)
   // Canaries end to end: the pair works again through the router.
   const requestTimeoutMs = Math.max(10_000, (deployment.watchdog.deadlineSeconds + deployment.watchdog.pollSeconds) * 1000 + 10_000)
   for (let i = 0; i < opts.canaries; i++) {
