@@ -1,6 +1,6 @@
 import type {WedgeExpectation} from '../checks/expectation.js'
 import {serviceClients} from '../deployment/clients.js'
-import {PD_QUEUE_LOADS, ROUTER_CB_STATE} from '../deployment/sglang-metrics.js'
+import {PD_QUEUE_LOADS} from '../deployment/sglang-metrics.js'
 import {oneLine} from '../errors.js'
 import {type FaultPlan, renderPlan} from '../faults/fault.js'
 import {type LeaseGuard, withLeases} from '../faults/lease/lease-guard.js'
@@ -15,7 +15,7 @@ import {SteadyLoad} from '../workload/steady-load.js'
 import {sleep, within} from '../util/time.js'
 import {type Entry, judgeBatch, scenarioShell} from './judge.js'
 import {injectUnderLease, revertAndVerify} from './lease-steps.js'
-import {type Calibrated, PROBE_TIMEOUT_MS, type RunSession} from './session.js'
+import {BREAKER_WAIT_MS, type Calibrated, openBreakers, PROBE_TIMEOUT_MS, type RunSession} from './session.js'
 
 /**
  * The one runner: a batch of fault scenarios sharing one window. Pins and abort trials go to prefill and decode
@@ -355,29 +355,20 @@ async function startHealthWatch(session: RunSession, rec: Recorder, x: WedgeExpe
   }
 }
 
-/** How long the gateway's breaker may stay open after a fault: its default open duration (60 s) and a margin. */
-const BREAKER_WAIT_MS = 90_000
-
-/** Workers whose circuit breaker the gateway reports open (smg_worker_cb_state 1); empty where it exports none. */
-async function openBreakers(session: RunSession): Promise<string[]> {
-  const m = await session.router.metrics().catch(() => undefined)
-  return (m?.samples ?? []).filter((s) => s.name === ROUTER_CB_STATE && s.value === 1).map((s) => s.labels.worker ?? 'a worker')
-}
-
 /**
  * A fault can make the gateway open a worker's circuit breaker (every request the fault failed counts); until it
  * closes, healthy requests get 503. Say so, mark it on the timeline (the checks report it, and requests refused
  * meanwhile are the fault's reach, not collateral), and wait for it before the canaries, with a deadline.
  */
 async function waitForBreakers(session: RunSession, rec: Recorder, signal: AbortSignal, say: (l: string) => void): Promise<void> {
-  const open = await openBreakers(session)
+  const open = await openBreakers(session.router)
   if (open.length === 0) return
   rec.marker('router-breaker-open', open.join(' '))
   say(`the router's circuit breaker opened during the fault (${open.join(', ')}): waiting for it to close before the canaries`)
   const by = now() + BREAKER_WAIT_MS
   while (now() < by && !signal.aborted) {
     await sleep(1000, signal)
-    if ((await openBreakers(session)).length === 0) {
+    if ((await openBreakers(session.router)).length === 0) {
       rec.marker('router-breaker-closed', open.join(' '))
       return
     }

@@ -1,11 +1,13 @@
 import {DEFAULT_PROBE_TIMEOUT_MS, serviceClients} from '../deployment/clients.js'
 import type {Deployment} from '../deployment/config.js'
+import {ROUTER_CB_STATE} from '../deployment/sglang-metrics.js'
 import type {RouterClient} from '../deployment/router-client.js'
 import type {SglangClient} from '../deployment/sglang-client.js'
 import {discover} from '../discovery/discover.js'
 import {faultDiscovery, type FaultDiscovery} from '../faults/fault.js'
 import type {Host} from '../hosts/host.js'
 import type {Calibration} from '../model/timeline.js'
+import {sleep} from '../util/time.js'
 import {calibrate} from './calibrate.js'
 
 /** Deadline of every probe the runner makes (discovery, host probes, fault commands, aborts). */
@@ -37,6 +39,12 @@ export class RunSession {
    * deployment opens lazily (decode's route cache, the KV data connections stall-kv must find). */
   async calibration(opts: {promptTokens: number; requests?: number; say?: (l: string) => void}): Promise<Calibrated> {
     if (!this.calibrated) {
+      // A breaker an earlier fault opened refuses healthy requests for a while: wait for it (bounded), not fail.
+      if ((await openBreakers(this.router)).length > 0) {
+        opts.say?.("the router's circuit breaker is open: waiting for it to close before calibrating")
+        const by = Date.now() + BREAKER_WAIT_MS
+        while (Date.now() < by && (await openBreakers(this.router)).length > 0) await sleep(1000)
+      }
       opts.say?.('calibrating on unfaulted requests')
       this.calibrated = await calibrate(this.deployment, this, {promptTokens: opts.promptTokens, ...(opts.requests ? {requests: opts.requests} : {})})
     }
@@ -58,4 +66,13 @@ export class RunSession {
     this.calibrated = undefined
     this.discovered = undefined
   }
+}
+
+/** How long the gateway's breaker may stay open after a fault: its default open duration (60 s) and a margin. */
+export const BREAKER_WAIT_MS = 90_000
+
+/** Workers whose circuit breaker the gateway reports open (smg_worker_cb_state 1); empty where it exports none. */
+export async function openBreakers(router: RouterClient): Promise<string[]> {
+  const m = await router.metrics().catch(() => undefined)
+  return (m?.samples ?? []).filter((s) => s.name === ROUTER_CB_STATE && s.value === 1).map((s) => s.labels.worker ?? 'a worker')
 }
