@@ -20,8 +20,8 @@ import {BREAKER_WAIT_MS, type Calibrated, openBreakers, PROBE_TIMEOUT_MS, type R
 /**
  * The one runner: a batch of fault scenarios sharing one window. Pins and abort trials go to prefill and decode
  * directly, once each (a retrying router would pin an evicted pin again); steady load and canaries go through the
- * router, as users' requests do. Calibrate (once per run), discover (once per run), plan every scenario, lease and inject each, verify, send pins (or abort trials) under a light steady load, wait
- * for the longest window, revert all, verify clean, abort what is still held, canaries, drain, judge. `inject` is a
+ * router, as users' requests do. Calibrate (once per run), discover (once per run), plan every scenario, lease and
+ * inject each, verify, send pins (or abort trials, or watch health) under a light steady load, wait for the longest window, revert all, verify clean, abort what is still held, canaries, drain, judge. `inject` is a
  * batch of one scenario; the suite runs batches in order. Faults act, the Recorder keeps the timeline, checks judge
  * (judge.ts): this module only sequences them.
  */

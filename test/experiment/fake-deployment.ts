@@ -9,6 +9,9 @@ import {REVERTER_SH} from '../../src/faults/lease/reverter-script.js'
 import {twinFailpointArgv} from '../../src/faults/mechanisms/twin-failpoint.js'
 import type {DetachedOptions, Host, RunOptions, RunResult, UploadOptions} from '../../src/hosts/host.js'
 import {LocalHost} from '../../src/hosts/local-host.js'
+import {eventually} from '../hosts/proc.js'
+
+export {eventually}
 import {sendJson, startHttp, type TestServer} from '../deployment/servers.js'
 
 /**
@@ -346,11 +349,3 @@ export function pidsMatching(needle: string): number[] {
   return out
 }
 
-export async function eventually(cond: () => boolean, deadlineMs: number): Promise<boolean> {
-  const until = Date.now() + deadlineMs
-  while (Date.now() < until) {
-    if (cond()) return true
-    await new Promise((r) => setTimeout(r, 25))
-  }
-  return cond()
-}

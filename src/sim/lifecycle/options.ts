@@ -5,7 +5,7 @@ import {badInput} from './sim-error.js'
 import {parseUcxTime, railPlan} from '../server/rail-plan.js'
 import {CB_DEFAULTS} from '../router/circuit-breaker.js'
 import {RETRY_DEFAULTS} from '../router/retry.js'
-import {type Backend, BUG_NAMES, type BugName, type SimConfig, type WatchdogScope} from '../sim-config.js'
+import {type Backend, BUG_NAMES, type BugName, type SimConfig, type WatchdogScope, type RouterSettings} from '../sim-config.js'
 
 /** What `pdchaos sim up` takes (flags map 1:1); every field optional, defaults below. */
 export interface SimUpOptions {
@@ -43,21 +43,10 @@ export interface SimUpOptions {
   ucxRcRetryCount?: number
 }
 
-/** sgl-model-gateway's --retry-* / --cb-* / --disable-* flags as `sim up` takes them (one field per flag). */
-export interface RouterUpOptions {
-  /** --retry-max-retries: attempts per request in all (upstream runs max(N, 1)). */
-  retryMaxRetries?: number
-  retryInitialBackoffMs?: number
-  retryMaxBackoffMs?: number
-  retryBackoffMultiplier?: number
-  retryJitterFactor?: number
-  disableRetries?: boolean
-  cbFailureThreshold?: number
-  cbSuccessThreshold?: number
-  cbTimeoutDurationS?: number
-  cbWindowDurationS?: number
-  disableCircuitBreaker?: boolean
-}
+/** sgl-model-gateway's --retry-* / --cb-* / --disable-* flags as `sim up` takes them (one field per flag; the router's
+ * own settings, so the two cannot drift apart). retryMaxRetries: attempts per request in all (upstream runs max(N, 1)). */
+export type RouterUpOptions = Pick<RouterSettings, 'retryMaxRetries' | 'retryInitialBackoffMs' | 'retryMaxBackoffMs' | 'retryBackoffMultiplier' |
+  'retryJitterFactor' | 'disableRetries' | 'cbFailureThreshold' | 'cbSuccessThreshold' | 'cbTimeoutDurationS' | 'cbWindowDurationS' | 'disableCircuitBreaker'>
 
 export const UP_DEFAULTS = {
   host: '127.0.0.1',
