@@ -1,4 +1,4 @@
-import type {Timeline} from '../model/timeline.js'
+import {observeDelayMs, type Timeline} from '../model/timeline.js'
 
 /**
  * The error pdchaos allows around the watchdog window, from what it measured, never a guess: the answer reaches
@@ -20,7 +20,10 @@ export const EPSILON_FLOOR_MS = 5
 
 export function epsilonFor(tl: Timeline, queue: 'bootstrap' | 'waiting' | 'inflight' | 'unknown'): Epsilon {
   const c = tl.calibration
-  const observe = Math.max(c.observeMs, 1)
+  const observe = observeDelayMs(c)
+  const measured = c.loadedObserveMs !== undefined && c.loadedObserveMs > c.observeMs
+    ? `observation delay p99 ${observe.toFixed(1)} ms while the pins were out (${c.observeMs.toFixed(1)} ms idle, over ${c.samples} unfaulted requests)`
+    : `observation delay p99 ${observe.toFixed(1)} ms over ${c.samples} unfaulted requests`
   if (tl.contract.scope === 'inflight' && queue === 'inflight') {
     const spread = Math.max(c.prefillSpreadMs, 1)
     return {
@@ -28,7 +31,7 @@ export function epsilonFor(tl: Timeline, queue: 'bootstrap' | 'waiting' | 'infli
       highMs: EPSILON_FLOOR_MS + 2 * observe + spread / 2,
       entryOffsetMs: c.prefillMs,
       why: `entry into the inflight queue = send + ${c.prefillMs.toFixed(1)} ms calibrated prefill time (spread ${spread.toFixed(1)} ms over ${c.samples} unfaulted requests); ` +
-        `observation delay p99 ${observe.toFixed(1)} ms counted twice; floor ${EPSILON_FLOOR_MS} ms`,
+        `${measured}, counted twice; floor ${EPSILON_FLOOR_MS} ms`,
     }
   }
   return {
@@ -36,6 +39,6 @@ export function epsilonFor(tl: Timeline, queue: 'bootstrap' | 'waiting' | 'infli
     highMs: EPSILON_FLOOR_MS + 2 * observe,
     entryOffsetMs: 0,
     why: `entry into the bootstrap queue = send time (the request reaches prefill within one observation delay); ` +
-      `observation delay p99 ${observe.toFixed(1)} ms over ${c.samples} unfaulted requests, counted twice; floor ${EPSILON_FLOOR_MS} ms`,
+      `${measured}, counted twice; floor ${EPSILON_FLOOR_MS} ms`,
   }
 }

@@ -1,6 +1,6 @@
 import {round, secs} from './eviction.js'
 import type {WedgeExpectation} from './expectation.js'
-import {faultWindows, type Observation, type Timeline} from '../model/timeline.js'
+import {faultWindows, type Observation, observeDelayMs, type Timeline} from '../model/timeline.js'
 import {type CheckName, fail, pass, unverified, type Verdict} from '../model/verdict.js'
 
 /**
@@ -35,7 +35,7 @@ export function checkWedge(tl: Timeline, expected?: WedgeExpectation): Verdict[]
   const service = expected?.service ?? (['prefill', 'decode'] as const).find((s) => healthOf(tl, s).some((h) => !h.ok && h.t >= from && h.t - h.ms < to))
   const detectBound = expected?.detectWithinSeconds ?? DEFAULT_BOUND_S
   const resumeBound = expected?.resumeWithinSeconds ?? DEFAULT_BOUND_S
-  const epsMs = 5 + 2 * Math.max(tl.calibration.observeMs, 1)
+  const epsMs = 5 + 2 * observeDelayMs(tl.calibration)
   const base = {
     clock: 'the health probes\' own answers (arrival time; each was sent its duration earlier)',
     watchdog: WATCHDOG_NOT_JUDGED,

@@ -1,3 +1,5 @@
+import {setMaxListeners} from 'node:events'
+
 import type {WedgeExpectation} from '../checks/expectation.js'
 import {serviceClients} from '../deployment/clients.js'
 import {PD_QUEUE_LOADS} from '../deployment/sglang-metrics.js'
@@ -68,8 +70,8 @@ export interface BatchOutcome {
   floorMs: number
 }
 
-/** Pins beyond this count make the runner measure the observation delay again while they are sent. */
-const LOADED_HOPS_ABOVE = 10
+/** Pause between two observation-delay probes while pins are out: enough samples for a p99, little added load. */
+const HOP_PROBE_GAP_MS = 50
 /** Upper bound on the queue drain after recovery: decode lets go of a request whose client left only after
  * SGLANG_REQUEST_STATE_WAIT_TIMEOUT (4 s), so this waits, with a deadline. */
 export const DRAIN_WAIT_MS = 20_000
@@ -121,6 +123,8 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
         maxDurationMs: windowMs + marginMs * 3 + DRAIN_WAIT_MS + 60_000,
       })
       const pinController = new AbortController()
+      // Every pin and abort trial in flight listens on this one signal: many listeners are the design, not a leak.
+      setMaxListeners(0, pinController.signal)
       const pins: Array<{e: Entry; sent: Sent}> = []
       let health: HealthWatch | undefined
       try {
@@ -145,13 +149,22 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
           settings.onDeadline?.('wedge held', now() + hold)
           await sleep(hold, signal)
         } else if (!signal.aborted && active.length > 0) {
-          const loaded = await sendPins(session, active, rec, pins, {settings, requestTimeoutMs, signal: pinController.signal, stop: signal, calibration: calibration!})
-          loadedObserveMs = loaded
-          if (pins.length > 0) {
-            const closeAt = Math.max(...pins.map((p) => p.sent.sentAt)) + windowMs + marginMs
-            say(`waiting for evictions (window closes in ${((closeAt - now()) / 1000).toFixed(1)}s)`)
-            settings.onDeadline?.('window closes', closeAt)
-            await Promise.race([Promise.all(pins.map((p) => p.sent.done)), sleep(closeAt - now(), signal)])
+          // The observation delay again, from the first pin to the window's end: a host (or a pdchaos) busier
+          // now than at calibration delays every answer more, and ε must know it rather than call a pin late.
+          const hops = watchHops(session)
+          try {
+            await sendPins(session, active, rec, pins, {settings, requestTimeoutMs, signal: pinController.signal, stop: signal})
+            if (pins.length > 0) {
+              const closeAt = Math.max(...pins.map((p) => p.sent.sentAt)) + windowMs + marginMs
+              say(`waiting for evictions (window closes in ${((closeAt - now()) / 1000).toFixed(1)}s)`)
+              settings.onDeadline?.('window closes', closeAt)
+              await Promise.race([Promise.all(pins.map((p) => p.sent.done)), sleep(closeAt - now(), signal)])
+            }
+          } finally {
+            loadedObserveMs = await hops.stop()
+          }
+          if (loadedObserveMs !== undefined && loadedObserveMs > calibration!.observeMs) {
+            say(`observation delay while the pins were out: p99 ${loadedObserveMs.toFixed(1)} ms (idle ${calibration!.observeMs.toFixed(1)} ms); ε uses the larger`)
           }
         }
         stoppedEarly = signal.aborted
@@ -193,23 +206,11 @@ async function injectAll(guard: LeaseGuard, planned: Entry[], rec: Recorder, ttl
   }))
 }
 
-/**
- * Every scenario's pins (or abort trials), paced. Returns the observation delay measured again under the pins'
- * load when there are many of them (the same hops as calibration), so ε can use the larger of idle and loaded.
- */
+/** Every scenario's pins (or abort trials), paced. */
 async function sendPins(session: RunSession, active: Entry[], rec: Recorder, pins: Array<{e: Entry; sent: Sent}>,
-  o: {settings: BatchSettings; requestTimeoutMs: number; signal: AbortSignal; stop: AbortSignal; calibration: Calibrated}): Promise<number | undefined> {
+  o: {settings: BatchSettings; requestTimeoutMs: number; signal: AbortSignal; stop: AbortSignal}): Promise<void> {
   const {settings} = o
   settings.say(`sending pins: ${active.map((e) => `${e.s.name} ${e.plan!.trials ? `${e.plan!.trials.length} abort trials` : `${e.s.pins} pin(s)`}`).join(', ')}`)
-  const totalPins = active.reduce((n, e) => n + (e.plan!.trials ? 0 : e.s.pins), 0)
-  let sending = true
-  const hops: number[] = []
-  const hopProbe = (async () => {
-    for (let i = 0; totalPins > LOADED_HOPS_ABOVE && sending && i < 2000; i++) {
-      const [a, b] = await Promise.all([session.router.liveness(), session.prefill.health('/v1/loads')])
-      hops.push(a.ms + b.ms)
-    }
-  })()
   const send = (o: SendOptions): Sent => (settings.pinPath === 'router' ? sendRequest(session.router, rec, o) : sendDirect(session, session.bootstrap, rec, o))
   await Promise.all(active.map(async (e) => {
     const plan = e.plan!
@@ -235,13 +236,33 @@ async function sendPins(session: RunSession, active: Entry[], rec: Recorder, pin
       }))
     }))
   }))
-  sending = false
-  await hopProbe
-  if (hops.length === 0) return undefined
-  const sorted = [...hops].sort((a, b) => a - b)
-  const p99 = sorted[Math.min(sorted.length - 1, Math.ceil(0.99 * sorted.length) - 1)]!
-  settings.say(`observation delay under the pin load: p99 ${p99.toFixed(1)} ms over ${sorted.length} probes (idle ${o.calibration.observeMs.toFixed(1)} ms)`)
-  return p99
+}
+
+/**
+ * The observation delay, measured the way calibration measures it (a router and a prefill round trip on cheap
+ * endpoints), over and over until stopped; stop() gives its p99 over the probes that succeeded, or undefined
+ * without one. Bounded in count.
+ */
+function watchHops(session: RunSession): {stop: () => Promise<number | undefined>} {
+  const stopping = new AbortController()
+  const hops: number[] = []
+  const loop = (async () => {
+    for (let i = 0; !stopping.signal.aborted && i < 2000; i++) {
+      const [a, b] = await Promise.all([session.router.liveness(), session.prefill.health('/v1/loads')])
+      // A failed probe measured its own timeout, not a delay: counting it would widen ε past any late eviction.
+      if (a.ok && b.ok) hops.push(a.ms + b.ms)
+      await sleep(HOP_PROBE_GAP_MS, stopping.signal)
+    }
+  })()
+  return {
+    async stop() {
+      stopping.abort()
+      await loop
+      if (hops.length === 0) return undefined
+      const sorted = [...hops].sort((a, b) => a - b)
+      return sorted[Math.min(sorted.length - 1, Math.ceil(0.99 * sorted.length) - 1)]!
+    },
+  }
 }
 
 /** Nothing left behind: every request the faults held and nothing released is aborted on both servers. */

@@ -58,7 +58,7 @@ export interface BatchTimeline {
 }
 
 export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
-  const calibration = b.loadedObserveMs !== undefined && b.loadedObserveMs > b.calibration.observeMs ? {...b.calibration, observeMs: b.loadedObserveMs} : b.calibration
+  const calibration = b.loadedObserveMs === undefined ? b.calibration : {...b.calibration, loadedObserveMs: b.loadedObserveMs}
   const whole: Timeline = {contract: b.contract, calibration, observations: b.observations}
   // Only watchdog pins move the watchdog's counter: abort trials and wedges move others (their own checks judge them).
   const anyTrials = b.entries.some((e) => e.plan && getFault(e.plan.fault).observe !== 'pins')
@@ -72,7 +72,7 @@ export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
   const label = names.length > 1 ? ` (batch: ${names.join(', ')})` : ''
   let batchAttached = false
   return b.entries.map((e): ScenarioRun => {
-    const run = scenarioShell(e, b.contract, b.calibration, b.finishedAt)
+    const run = scenarioShell(e, b.contract, calibration, b.finishedAt)
     run.timeline = viewFor(whole, e.s.name)
     if (e.error) return run
     const lease = e.lease

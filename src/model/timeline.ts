@@ -50,6 +50,13 @@ export interface Calibration {
   observeMs: number
   /** Calibration requests behind these figures. */
   samples: number
+  /** p99 of the same delay measured again while the pins were out (a busier host answers later), ms. */
+  loadedObserveMs?: number
+}
+
+/** The observation delay to allow: the larger of the idle and the loaded measurement. */
+export function observeDelayMs(c: Calibration): number {
+  return Math.max(c.observeMs, c.loadedObserveMs ?? 0, 1)
 }
 
 export function sentOf(tl: Timeline, rid: string) {

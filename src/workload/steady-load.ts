@@ -1,3 +1,5 @@
+import {setMaxListeners} from 'node:events'
+
 import type {RouterClient} from '../deployment/router-client.js'
 import {sleep} from '../util/time.js'
 import type {Recorder} from './recorder.js'
@@ -15,6 +17,8 @@ export class SteadyLoad {
   private readonly loop: Promise<void>
 
   constructor(router: RouterClient, rec: Recorder, opts: {intervalMs: number; promptTokens: number; requestTimeoutMs: number; maxDurationMs: number}) {
+    // Every load request in flight listens on the one signal: many listeners are the design, not a leak.
+    setMaxListeners(0, this.controller.signal)
     const max = opts.intervalMs > 0 ? Math.ceil(opts.maxDurationMs / opts.intervalMs) : 0
     this.loop = (async () => {
       for (let i = 0; i < max && !this.stopping; i++) {

@@ -29,6 +29,28 @@ describe('eviction oracle', () => {
     expect(edge.verdicts[0].verdict).toBe('pass')
   })
 
+  it('a busy host widens ε by the delay measured while the pins were out; an ε a whole poll wide leaves the window unresolved (unverified), not passed', () => {
+    const busy = (loadedObserveMs: number, ms: number) => {
+      const tl = new TimelineBuilder().fault(0, 4000).pin('p1', 0, {ms, status: 500}).build()
+      return checkEvictions({...tl, calibration: {...tl.calibration, loadedObserveMs}})
+    }
+    // 60 ms under load: ε high = 5 + 2 × 60 = 125 ms; 2.6 s is inside, and a pass (ε is well under the 500 ms poll).
+    const loaded = busy(60, 2600)
+    expect(loaded.verdicts[0]).toMatchObject({verdict: 'pass'})
+    expect(loaded.pins[0]!.evidence).toMatchObject({epsilonMs: {low: 5, high: 125}})
+    expect(String(loaded.pins[0]!.evidence.epsilonWhy)).toMatch(/60\.0 ms while the pins were out \(3\.0 ms idle/)
+    // 250 ms: ε high = 505 ms, a whole poll: the window cannot be resolved, so what lands inside it is unverified.
+    for (const ms of [2600, 2100]) {
+      const starved = busy(250, ms)
+      expect(starved.verdicts[0]).toMatchObject({verdict: 'unverified', summary: expect.stringMatching(/only because ε is a whole poll wide \(505 ms\)/)})
+      expect(starved.verdicts[0]!.evidence).toMatchObject({why: expect.stringMatching(/one poll late cannot be told/), toVerify: expect.stringMatching(/less loaded/)})
+    }
+    // Clearly early is still early.
+    expect(busy(250, 1000).verdicts[0]).toMatchObject({verdict: 'fail', summary: expect.stringMatching(/evicted early/)})
+    // And past ε it is late.
+    expect(busy(250, 3100).verdicts[0]).toMatchObject({verdict: 'fail', summary: expect.stringMatching(/evicted late/)})
+  })
+
   it('fails a pin never evicted, naming the queue and KVPoll state it was left in and the deployment signals', () => {
     const {verdicts, pins} = checkEvictions(new TimelineBuilder().fault(0, 6000)
       .pin('p1', 0, undefined, {queue: 'inflight', kvPoll: 'Transferring'})

@@ -488,8 +488,8 @@ describe('judgeBatch and viewFor (pure)', () => {
     expect(A!.pins.map((p) => [p.rid, p.verdict])).toEqual([['a1', 'pass'], ['a2', 'pass']])
     expect(A!.pins[1]!.bounds).toEqual([9.995, 13.405])
     expect(A!.pins[1]!.evidence).toMatchObject({epsilonMs: {low: 5, high: 1405}})
-    // The scenario keeps the idle calibration as its record.
-    expect(A!.calibration).toEqual(calibration)
+    // The scenario records both: the idle calibration and the delay under load.
+    expect(A!.calibration).toEqual({...calibration, loadedObserveMs: 700})
   })
 
   it('a batch stopped early: no eviction or batch-wide verdict, every scenario says why', () => {
