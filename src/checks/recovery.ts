@@ -75,13 +75,17 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
   let certain = 0
   let uncertain = 0
   let otherCause = 0
+  let refused = 0
   for (const o of tl.observations) {
     if (o.kind !== 'request-sent') continue
     const a = answerOf(tl, o.rid)
     const failed = a !== undefined && (a.status < 200 || a.status > 299)
     const letGo = cleaned.has(o.rid) || abandonedOf(tl, o.rid) !== undefined
     const cause = failed ? releaseCauseOf(a.detail).cause : 'unknown'
-    if (failed && watchdogOnly && cause !== 'watchdog' && cause !== 'unknown' && !cleaned.has(o.rid)) otherCause++
+    // The gateway answered without a worker (no server available): its earlier attempts, if any, may have moved the
+    // counters, or none did. Uncertain either way.
+    if (failed && cause === 'gateway') refused++
+    else if (failed && watchdogOnly && cause !== 'watchdog' && cause !== 'unknown' && !cleaned.has(o.rid)) otherCause++
     else if (failed && !cleaned.has(o.rid)) certain++
     else if (letGo) uncertain++
   }
@@ -100,21 +104,24 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
   }
   if (have && counters.length > 0) {
     const moved = Math.round(delta)
-    const evidence = {counters: per, failedRequests: certain, releasedByPdchaos: uncertain, ...(otherCause ? {releasedByOtherCauses: otherCause} : {})}
+    const evidence = {counters: per, failedRequests: certain, releasedByPdchaos: uncertain, ...(otherCause ? {releasedByOtherCauses: otherCause} : {}),
+      ...(refused ? {refusedByGateway: refused} : {})}
+    const plus = ['requests that failed', ...(uncertain ? ['those pdchaos let go of'] : []), ...(refused ? ['those the gateway refused with no worker to send to'] : [])].join(', plus ')
+    uncertain += refused
     const expected = uncertain === 0 ? `${certain}` : `${certain} to ${certain + uncertain}`
     // Requests sent through the router (load, canaries) while a fault was in place: a retrying gateway sends a failed
     // one again with a new room, and each failed attempt moves the counters once more, unseen by pdchaos.
     const windows = faultWindows(tl)
     const routedInReach = tl.observations.filter((o) => o.kind === 'request-sent' && o.path !== 'direct' &&
       windows.some((w) => o.t <= (w.to ?? end) && (answerOf(tl, o.rid)?.t ?? end) >= w.from)).length
-    if (moved < certain) out.push(fail('recovery', 'counters', `failure counters moved by ${moved}, expected ${expected} (requests that failed${uncertain ? ', plus those pdchaos let go of' : ''})`, evidence))
+    if (moved < certain) out.push(fail('recovery', 'counters', `failure counters moved by ${moved}, expected ${expected} (${plus})`, evidence))
     else if (moved > certain + uncertain && routedInReach > 0) {
       out.push(unverified('recovery', 'counters', `failure counters moved by ${moved}, ${moved - certain - uncertain} more than the ${expected} pdchaos can attribute`, {
         ...evidence, routedInReach,
         why: `${routedInReach} request(s) went through the router while a fault was in place, and a retrying gateway sends a failed one again (each failed attempt moves the counters once more, out of pdchaos's sight)`,
         toVerify: 'run the steady load with --load-interval 0, or against a gateway started with --disable-retries',
       }))
-    } else if (moved > certain + uncertain) out.push(fail('recovery', 'counters', `failure counters moved by ${moved}, expected ${expected} (requests that failed${uncertain ? ', plus those pdchaos let go of' : ''})`, evidence))
+    } else if (moved > certain + uncertain) out.push(fail('recovery', 'counters', `failure counters moved by ${moved}, expected ${expected} (${plus})`, evidence))
     else out.push(pass('recovery', 'counters', `failure counters moved by ${moved}, as expected (${expected})`, evidence))
   }
   return out

@@ -7,11 +7,12 @@
  *   Mooncake "Failed to send kv chunk of … to …" (mooncake/conn.py), an abort "Aborted by AbortReq."
  *   (common/conn.py), a timeout "… timed out after Xs in KVPoll.…", or just "KV transfer failed" when the failure
  *   came from another TP rank (the answer is written by rank 0, which only saw the all-reduced Failed).
+ * - sgl-model-gateway: "No available servers: …" (code server_selection_failed) when no worker could be picked.
  * - the twin: the same sentence, its transport errors carrying "transport error (UCX Endpoint timeout: Transport
  *   retry count exceeded …)"; its watchdog "Request … evicted by the disaggregation watchdog after …".
  */
 
-export type ReleaseCause = 'watchdog' | 'transport-error' | 'transfer-failed' | 'abort' | 'timeout' | 'unknown'
+export type ReleaseCause = 'watchdog' | 'transport-error' | 'transfer-failed' | 'abort' | 'timeout' | 'gateway' | 'unknown'
 
 const TRANSPORT = [
   /NIXL transfer encountered ERR/i,
@@ -29,7 +30,11 @@ export function releaseCauseOf(detail: string | undefined): {cause: ReleaseCause
   const text = detail ?? ''
   const quote = (m: RegExpExecArray) => `"${text.slice(Math.max(0, m.index - 40), m.index + m[0].length + 80).trim()}"`
   if (!text) return {cause: 'unknown', evidence: 'the answer carried no error text'}
-  let m = /evicted by the disaggregation watchdog|watchdog/i.exec(text)
+  // The gateway's own 503 when no worker is available (unhealthy, or its circuit breaker open): the final attempt
+  // reached no worker (sgl-model-gateway pd_router.rs handle_server_selection_error).
+  let m = /server_selection_failed|No available servers/.exec(text)
+  if (m) return {cause: 'gateway', evidence: quote(m)}
+  m = /evicted by the disaggregation watchdog|watchdog/i.exec(text)
   if (m) return {cause: 'watchdog', evidence: quote(m)}
   m = /Aborted by AbortReq/i.exec(text)
   if (m) return {cause: 'abort', evidence: quote(m)}

@@ -53,6 +53,17 @@ describe('recovery check', () => {
     expect(failed[1].summary).toMatch(/moved by 1, expected 2/)
   })
 
+  it('load the gateway refused itself (no worker available: breaker open or unhealthy) may or may not have moved the counters', () => {
+    const refused = '{"error":{"message":"No available servers: No available prefill workers (all circuits open or unhealthy)","type":"service_unavailable","code":"server_selection_failed"}}'
+    let b = base().metric('prefill', 'sglang:num_prefill_bootstrap_queue_reqs', 3200, 0).metric('prefill', 'sglang:token_usage', 3200, 0)
+      .metric('decode', 'sglang:token_usage', 3200, 0).metric('prefill', 'sglang:num_watchdog_evicted_reqs_total', 3200, 7)
+    for (let i = 0; i < 10; i++) b = b.request(`l${i}`, 'load', 300 + i * 100, {ms: 320 + i * 100, status: 503, detail: refused})
+    const counters = checkRecovery(b.build()).find((x) => x.subject === 'counters')!
+    // 2 pins certain, 10 refusals uncertain: 3 moves is inside [2, 12].
+    expect(counters).toMatchObject({verdict: 'pass', summary: expect.stringMatching(/moved by 3, as expected \(2 to 12\)/)})
+    expect(counters.evidence).toMatchObject({failedRequests: 2, releasedByPdchaos: 0, refusedByGateway: 10})
+  })
+
   it('fails undrained queues and failing canaries', () => {
     const tl = new TimelineBuilder().fault(100, 3000).request('c1', 'canary', 3100, {ms: 3150, status: 502})
       .metric('prefill', 'sglang:num_prefill_inflight_queue_reqs', 3200, 3).build()

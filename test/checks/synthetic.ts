@@ -26,9 +26,9 @@ export class TimelineBuilder {
     return this
   }
 
-  request(rid: string, role: 'load' | 'canary', sentMs: number, answer?: {ms: number; status: number}): this {
+  request(rid: string, role: 'load' | 'canary', sentMs: number, answer?: {ms: number; status: number; detail?: string}): this {
     this.observations.push({kind: 'request-sent', t: this.at(sentMs), rid, role})
-    if (answer) this.observations.push({kind: 'request-answered', t: this.at(answer.ms), rid, status: answer.status})
+    if (answer) this.observations.push({kind: 'request-answered', t: this.at(answer.ms), rid, status: answer.status, ...(answer.detail === undefined ? {} : {detail: answer.detail})})
     return this
   }
 

@@ -1,10 +1,14 @@
-import {existsSync, readdirSync} from 'node:fs'
+import {existsSync, readdirSync, readFileSync} from 'node:fs'
 import {join} from 'node:path'
 
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
 import {createTestHost, type TestHost} from '../harness/test-host.js'
 import {progressLines, runCli, startCli} from './cli.js'
+
+function commandOf(pid: number): string {
+  try { return readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ') } catch { return '' }
+}
 
 // The lease must take the fault out on the host whatever happens to pdchaos: SIGKILL at a random moment, or its
 // SSH connection cut. Checked from inside the namespace, never through pdchaos.
@@ -99,10 +103,13 @@ describe('leases on the host', () => {
     const {child, done} = startCli(['inject', 'drop-dest-info', '-c', host.deploymentFile, '--ttl', '8', '--pins', '1', '--load-interval', '0'])
     await progressLines(child).waitFor(/in place:/, 90_000)
     expect((await faultsOnHost()).tables).toBe(1)
-    // Cut the connection: kill every sshd in the namespace (the listener and the session).
-    const pids = (await host.netns.run(['pgrep', '-f', 'sshd'], {reject: false})).stdout.split('\n').filter(Boolean)
+    // Cut the connection: kill every sshd in the namespace (the listener and the session). Only this namespace's:
+    // pgrep inside `ip netns exec` would see every process on the machine, other tests' sshds among them.
+    const pids = (await host.netns.pids()).filter((pid) => commandOf(pid).includes('sshd'))
     expect(pids.length).toBeGreaterThan(0)
-    await host.netns.run(['kill', '-KILL', ...pids], {reject: false})
+    for (const pid of pids) {
+      try { process.kill(pid, 'SIGKILL') } catch { /* gone already */ }
+    }
     const r = await done
     expect(r.code).toBe(4)
     expect(r.stderr).toMatch(/cleanup unverified/)

@@ -5,7 +5,7 @@ import {join} from 'node:path'
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
 import {simDown} from '../../src/sim/lifecycle/down.js'
-import {simUp} from '../../src/sim/lifecycle/up.js'
+import {upOnFreePorts} from '../sim/lifecycle-helpers.js'
 import {runCli, truth} from './cli.js'
 
 /**
@@ -21,7 +21,7 @@ let dir: string
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'pdchaos-test-pinpath-'))
-  await simUp({stateDir: dir, basePort: 20_000 + Math.floor(Math.random() * 20_000), deadlineS: DEADLINE, pollS: POLL, waitS: 60})
+  await upOnFreePorts({stateDir: dir, deadlineS: DEADLINE, pollS: POLL, waitS: 60})
 }, 120_000)
 
 afterAll(async () => {

@@ -5,7 +5,7 @@ import {join} from 'node:path'
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
 import {simDown} from '../../src/sim/lifecycle/down.js'
-import {simUp} from '../../src/sim/lifecycle/up.js'
+import {upOnFreePorts} from '../sim/lifecycle-helpers.js'
 import {runCli} from './cli.js'
 
 // A user without root cannot touch the host's packet filter. Against the twin (and only the twin) pdchaos then uses
@@ -15,7 +15,7 @@ let dir: string
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'pdchaos-test-fp-'))
   chmodSync(dir, 0o755)
-  await simUp({stateDir: dir, basePort: 20_000 + Math.floor(Math.random() * 20_000), deadlineS: 1.5, pollS: 0.5, waitS: 60})
+  await upOnFreePorts({stateDir: dir, deadlineS: 1.5, pollS: 0.5, waitS: 60})
   // The twin's deployment file keeps leases under host-state: writable by the unprivileged user here.
   mkdirSync(join(dir, 'host-state'), {recursive: true})
   chmodSync(join(dir, 'host-state'), 0o777)

@@ -1,0 +1,70 @@
+import {existsSync, readFileSync} from 'node:fs'
+import {join} from 'node:path'
+
+import {afterEach} from 'vitest'
+
+import {createTestHost, type SimUpOptions, type TestHost} from '../harness/test-host.js'
+import {runCli} from './cli.js'
+
+/**
+ * The mutation matrix's twin and experiments (mutation-matrix.test.ts: no defect; mutation-defects.test.ts: one
+ * defect per row). Two files so that the system level can run them side by side.
+ */
+
+export const DEADLINE = 1.5
+export const POLL = 0.5
+
+export interface Outcome {
+  code: number | null
+  failed: string[]
+  all: string
+}
+
+/**
+ * Twins for one test file: each test's twin is destroyed after it. A twin has served one request (createTestHost
+ * warms it): these tests are about verdicts, not cold starts.
+ */
+export function matrixTwins(): {twin(extra: SimUpOptions, warm?: boolean): Promise<TestHost>; forget(): void} {
+  let host: TestHost | undefined
+  afterEach(async () => {
+    await host?.destroy()
+    host = undefined
+  }, 60_000)
+  return {
+    async twin(extra, warm = true) {
+      host = await createTestHost({twin: {deadlineSeconds: DEADLINE, pollSeconds: POLL, args: ['--heartbeat-interval', '2'], ...extra}, warm})
+      return host
+    },
+    forget() {
+      host = undefined
+    },
+  }
+}
+
+export async function inject(h: TestHost, args: string[]): Promise<Outcome> {
+  const r = await runCli(['inject', ...args, '-c', h.deploymentFile, '--json', '--pins', '2', '--load-interval', '400'], {timeoutMs: 120_000})
+  return outcome(h, r)
+}
+
+/** The twin's own account of the last moments (its server logs, minus the health and metrics polling). */
+function twinLogTail(h: TestHost): string {
+  return (['prefill', 'decode'] as const).map((role) => {
+    const file = join(h.stateDir, 'logs', `${role}.log`)
+    const lines = existsSync(file) ? readFileSync(file, 'utf8').split('\n').filter((l) => l && !/GET \/(health|metrics|v1\/loads)/.test(l)) : []
+    return `${role}.log: ${lines.slice(-6).join(' | ')}`
+  }).join('\n')
+}
+
+function outcome(h: TestHost, r: {code: number | null; stdout: string; stderr: string}): Outcome {
+  let j: {verdicts?: Array<{verdict: string; check: string; summary: string}>; error?: {message: string}} = {}
+  try { j = JSON.parse(r.stdout) as typeof j } catch { /* not JSON: reported below */ }
+  // An error instead of verdicts is not a verdict: fail the test with what pdchaos said, and what the twin saw.
+  if (!j.verdicts) throw new Error(`pdchaos exited ${r.code} without verdicts: ${j.error?.message ?? r.stdout.slice(0, 300)} ${r.stderr.slice(-300)}\n${twinLogTail(h)}`)
+  return {code: r.code, failed: j.verdicts.filter((v) => v.verdict === 'fail').map((v) => `${v.check}: ${v.summary}`), all: r.stdout}
+}
+
+export async function restart(h: TestHost, services: string[] = []): Promise<Outcome> {
+  const r = await runCli(['restart', '-c', h.deploymentFile, '--json', '--watch', '3', '--settle', '3', '--health-timeout', '60',
+    ...services.flatMap((s) => ['--service', s])], {timeoutMs: 180_000})
+  return outcome(h, r)
+}
