@@ -1,12 +1,13 @@
 import {epsilonFor} from './epsilon.js'
 import {round, secs} from './eviction.js'
+import {releaseCauseOf} from './release-cause.js'
 import {answerOf, type Observation, type Timeline} from '../model/timeline.js'
 import {fail, pass, type Verdict} from '../model/verdict.js'
 
 /**
  * Aborts fired inside the transfer window: an honoured abort releases the request within one poll (+ ε) of the
- * abort; a lost abort (the race) leaves a pin the watchdog must evict inside its own window. Either passes; a
- * request still held after deadline + poll + ε fails.
+ * abort, and passes. A lost abort (the race) fails the abort check however the request ends: when the watchdog then
+ * evicts it inside its window, that is the watchdog's pass (an eviction verdict of its own), not the abort's.
  */
 export function checkAborts(tl: Timeline): Verdict[] {
   const verdicts: Verdict[] = []
@@ -20,8 +21,8 @@ export function checkAborts(tl: Timeline): Verdict[] {
   for (const [rid, abortAt] of byRid) {
     const sent = tl.observations.find((o) => o.kind === 'request-sent' && o.rid === rid)
     if (!sent) continue
-    const eps = epsilonFor(tl, 'inflight')
     const answer = answerOf(tl, rid)
+    const eps = epsilonFor(tl, 'inflight', {sentAt: sent.t, answeredAt: answer?.t})
     const honourBy = abortAt + pollMs + eps.highMs
     const windowHigh = sent.t + eps.entryOffsetMs + deadlineMs + pollMs + eps.highMs
     const evidence = {
@@ -42,7 +43,12 @@ export function checkAborts(tl: Timeline): Verdict[] {
     if (answer && answer.t <= windowHigh) {
       const low = sent.t + eps.entryOffsetMs + deadlineMs - eps.lowMs
       if (answer.t >= low) {
-        verdicts.push(pass('abort', rid, `abort lost (race), then evicted by the watchdog after ${secs(answer.t - sent.t)}, inside its window`, {...evidence, outcome: 'lost-then-evicted'}))
+        const released = releaseCauseOf(answer.detail)
+        const by = released.cause === 'watchdog' ? 'the watchdog' : 'something other than the abort'
+        verdicts.push(fail('abort', rid, `abort lost; released by ${by} after ${secs(answer.t - sent.t)} (${secs(answer.t - abortAt)} after the abort, past one poll + ε = ${secs(pollMs + eps.highMs)})`, {
+          ...evidence, outcome: 'lost-then-evicted', releasedBy: released.cause, releaseEvidence: released.evidence,
+        }))
+        verdicts.push(pass('eviction', rid, `evicted after ${secs(answer.t - sent.t)}, inside [${secs(low - sent.t)}, ${secs(windowHigh - sent.t)}], after its abort was lost`, {...evidence, releasedBy: released.cause}))
       } else {
         verdicts.push(fail('abort', rid, `released ${secs(answer.t - abortAt)} after the abort: later than one poll, earlier than the watchdog deadline — neither an honoured abort nor an eviction`, {...evidence, outcome: 'unexplained'}))
       }

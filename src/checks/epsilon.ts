@@ -18,12 +18,15 @@ export interface Epsilon {
 /** The smallest ε ever allowed: timers and the scheduler loop's own iteration. */
 export const EPSILON_FLOOR_MS = 5
 
-export function epsilonFor(tl: Timeline, queue: 'bootstrap' | 'waiting' | 'inflight' | 'unknown'): Epsilon {
+export function epsilonFor(tl: Timeline, queue: 'bootstrap' | 'waiting' | 'inflight' | 'unknown', pin?: {sentAt: number; answeredAt?: number}): Epsilon {
   const c = tl.calibration
-  const observe = observeDelayMs(c)
-  const measured = c.loadedObserveMs !== undefined && c.loadedObserveMs > c.observeMs
-    ? `observation delay p99 ${observe.toFixed(1)} ms while the pins were out (${c.observeMs.toFixed(1)} ms idle, over ${c.samples} unfaulted requests)`
-    : `observation delay p99 ${observe.toFixed(1)} ms over ${c.samples} unfaulted requests`
+  const d = observeDelayMs(tl, pin)
+  const observe = d.ms
+  const measured = d.source === 'near'
+    ? `observation delay ${observe.toFixed(1)} ms, the slowest of ${d.probes} probe(s) around this request's send and answer (${c.observeMs.toFixed(1)} ms idle, p99 over ${c.samples} unfaulted requests)`
+    : d.source === 'window'
+      ? `observation delay p99 ${observe.toFixed(1)} ms while the pins were out (${c.observeMs.toFixed(1)} ms idle, over ${c.samples} unfaulted requests)`
+      : `observation delay p99 ${observe.toFixed(1)} ms over ${c.samples} unfaulted requests`
   if (tl.contract.scope === 'inflight' && queue === 'inflight') {
     const spread = Math.max(c.prefillSpreadMs, 1)
     return {

@@ -49,12 +49,12 @@ export function checkEvictions(tl: Timeline, opts: EvictionOptions = {}): {verdi
 
   for (const sent of requestsOf(tl, 'pin')) {
     const state = sent.expectedState ?? UNKNOWN_STATE
-    const eps = epsilonFor(tl, state.queue)
+    const answer = answerOf(tl, sent.rid)
+    const eps = epsilonFor(tl, state.queue, {sentAt: sent.t, answeredAt: answer?.t})
     const entry = sent.t + eps.entryOffsetMs
     const low = entry + deadlineMs - eps.lowMs
     const high = entry + deadlineMs + pollMs + eps.highMs
     const bounds: [number, number] = [(low - sent.t) / 1000, (high - sent.t) / 1000]
-    const answer = answerOf(tl, sent.rid)
     const base = {
       clock: 'the request\'s own answer',
       contract: {scope, deadlineSeconds, pollSeconds},

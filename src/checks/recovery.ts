@@ -37,18 +37,38 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
   else out.push(pass('recovery', 'requests', `${canaries.length} of ${canaries.length} requests after the revert succeeded`, {canaries: canaries.length}))
 
   // 2. The queues drain (judged at the last sample, taken after the canaries so the gauges were refreshed by a batch).
+  // Each PD queue: the /v1/loads snapshot (fresh once idle) first, the /metrics gauge as fallback. SGLang writes those
+  // gauges per batch or every 30 s when idle, so they can lag by about 30 s: a nonzero gauge is no proof of a stuck
+  // request, and never a failure.
   const queues: Record<string, number | undefined> = {}
-  // Each PD queue: the /v1/loads snapshot (fresh once idle) first, the /metrics gauge (up to 30 s stale) as fallback.
+  const staleNames = new Set<string>()
   for (const {service: svc, loads: fresh, gauge} of PD_QUEUES) {
     const v = metricAt(tl, svc, fresh, end)
     if (v !== undefined) queues[fresh] = v
-    else queues[gauge] = metricAt(tl, svc, gauge, end)
+    else {
+      queues[gauge] = metricAt(tl, svc, gauge, end)
+      staleNames.add(gauge)
+    }
   }
   const stuck = Object.entries(queues).filter(([, v]) => v !== undefined && v > 0)
+  const stuckFresh = stuck.filter(([n]) => !staleNames.has(n))
   const seen = Object.values(queues).some((v) => v !== undefined)
-  if (!seen) out.push(fail('recovery', 'queues', 'no queue gauge was sampled after the revert: drain unproven', {}))
-  else if (stuck.length > 0) out.push(fail('recovery', 'queues', `queues not drained: ${stuck.map(([n, v]) => `${n}=${v}`).join(', ')}`, {queues}))
-  else out.push(pass('recovery', 'queues', 'every PD queue drained to 0', {queues}))
+  const noLoads = 'read /v1/loads?include=disagg (an SGLang that serves it), which is fresh once the server is idle'
+  if (!seen) {
+    out.push(unverified('recovery', 'queues', 'no PD queue was sampled after the revert: drain unproven', {
+      why: 'neither /v1/loads?include=disagg nor the /metrics queue gauges answered with the PD queues', toVerify: noLoads,
+    }))
+  } else if (stuckFresh.length > 0) {
+    out.push(fail('recovery', 'queues', `queues not drained: ${stuckFresh.map(([n, v]) => `${n}=${v}`).join(', ')}`, {queues}))
+  } else if (stuck.length > 0) {
+    out.push(unverified('recovery', 'queues', `queues shown nonzero only by gauges that may be stale: ${stuck.map(([n, v]) => `${n}=${v}`).join(', ')}`, {
+      queues, staleGauges: [...staleNames],
+      why: 'SGLang writes the PD queue gauges of /metrics only per batch (report_prefill_stats) or every 30 s from on_idle(), which returns early while a queue holds a request: a gauge can lag by up to about 30 s',
+      toVerify: noLoads,
+    }))
+  } else {
+    out.push(pass('recovery', 'queues', `every PD queue drained to 0${staleNames.size > 0 ? ` (${staleNames.size} of them from /metrics gauges, read after the canaries ran a batch)` : ''}`, {queues}))
+  }
 
   // 3. KV tokens in use back at their baseline: the loads snapshot's token count, else the token_usage gauge.
   for (const svc of ['prefill', 'decode'] as const) {
@@ -90,17 +110,27 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
     else if (letGo) uncertain++
   }
   let delta = 0
-  let have = true
+  const missing: string[] = []
   const per: Record<string, number> = {}
   for (const name of counters) {
     const b = metricAt(tl, 'prefill', name, injectedAt)
     const a = metricAt(tl, 'prefill', name, end)
     if (a === undefined || b === undefined) {
-      have = false
+      missing.push(name)
       continue
     }
     per[name] = round(a - b, 3)
     delta += a - b
+  }
+  const have = missing.length === 0
+  if (!have) {
+    out.push(unverified('recovery', 'counters', `the failure counter balance is unverified: prefill does not export ${missing.join(', ')}`, {
+      missing,
+      why: `pdchaos checks that the failure counters moved by exactly the requests that failed, and ${missing.join(', ')} was not in prefill's /metrics before and after the fault`,
+      toVerify: missing.includes(WATCHDOG_EVICTED_TOTAL)
+        ? `have the watchdog count its evictions in ${WATCHDOG_EVICTED_TOTAL} (the counter pdchaos proposes for it), and enable --enable-metrics`
+        : 'start prefill with --enable-metrics',
+    }))
   }
   if (have && counters.length > 0) {
     const moved = Math.round(delta)

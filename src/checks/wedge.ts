@@ -35,7 +35,7 @@ export function checkWedge(tl: Timeline, expected?: WedgeExpectation): Verdict[]
   const service = expected?.service ?? (['prefill', 'decode'] as const).find((s) => healthOf(tl, s).some((h) => !h.ok && h.t >= from && h.t - h.ms < to))
   const detectBound = expected?.detectWithinSeconds ?? DEFAULT_BOUND_S
   const resumeBound = expected?.resumeWithinSeconds ?? DEFAULT_BOUND_S
-  const epsMs = 5 + 2 * observeDelayMs(tl.calibration)
+  const epsMs = 5 + 2 * observeDelayMs(tl).ms
   const base = {
     clock: 'the health probes\' own answers (arrival time; each was sent its duration earlier)',
     watchdog: WATCHDOG_NOT_JUDGED,

@@ -2,7 +2,7 @@ import {setMaxListeners} from 'node:events'
 
 import type {WedgeExpectation} from '../checks/expectation.js'
 import {serviceClients} from '../deployment/clients.js'
-import {PD_QUEUE_LOADS} from '../deployment/sglang-metrics.js'
+import {PD_QUEUE_GAUGES, PD_QUEUE_LOADS} from '../deployment/sglang-metrics.js'
 import {oneLine} from '../errors.js'
 import {type FaultPlan, renderPlan} from '../faults/fault.js'
 import {type LeaseGuard, withLeases} from '../faults/lease/lease-guard.js'
@@ -151,7 +151,7 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
         } else if (!signal.aborted && active.length > 0) {
           // The observation delay again, from the first pin to the window's end: a host (or a pdchaos) busier
           // now than at calibration delays every answer more, and ε must know it rather than call a pin late.
-          const hops = watchHops(session)
+          const hops = watchHops(session, rec)
           try {
             await sendPins(session, active, rec, pins, {settings, requestTimeoutMs, signal: pinController.signal, stop: signal})
             if (pins.length > 0) {
@@ -164,7 +164,7 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
             loadedObserveMs = await hops.stop()
           }
           if (loadedObserveMs !== undefined && loadedObserveMs > calibration!.observeMs) {
-            say(`observation delay while the pins were out: p99 ${loadedObserveMs.toFixed(1)} ms (idle ${calibration!.observeMs.toFixed(1)} ms); ε uses the larger`)
+            say(`observation delay while the pins were out: p99 ${loadedObserveMs.toFixed(1)} ms (idle ${calibration!.observeMs.toFixed(1)} ms); each pin's ε uses the probes around its send and answer`)
           }
         }
         stoppedEarly = signal.aborted
@@ -240,17 +240,21 @@ async function sendPins(session: RunSession, active: Entry[], rec: Recorder, pin
 
 /**
  * The observation delay, measured the way calibration measures it (a router and a prefill round trip on cheap
- * endpoints), over and over until stopped; stop() gives its p99 over the probes that succeeded, or undefined
- * without one. Bounded in count.
+ * endpoints), over and over until stopped, each probe recorded in the timeline (ε of a pin uses the probes around
+ * its send and answer); stop() gives the p99 over the probes that succeeded, or undefined without one. Bounded in
+ * count.
  */
-function watchHops(session: RunSession): {stop: () => Promise<number | undefined>} {
+function watchHops(session: RunSession, rec: Recorder): {stop: () => Promise<number | undefined>} {
   const stopping = new AbortController()
   const hops: number[] = []
   const loop = (async () => {
     for (let i = 0; !stopping.signal.aborted && i < 2000; i++) {
       const [a, b] = await Promise.all([session.router.liveness(), session.prefill.health('/v1/loads')])
       // A failed probe measured its own timeout, not a delay: counting it would widen ε past any late eviction.
-      if (a.ok && b.ok) hops.push(a.ms + b.ms)
+      if (a.ok && b.ok) {
+        hops.push(a.ms + b.ms)
+        rec.add({kind: 'hop', t: now(), ms: a.ms + b.ms})
+      }
       await sleep(HOP_PROBE_GAP_MS, stopping.signal)
     }
   })()
@@ -291,12 +295,20 @@ async function recover(session: RunSession, rec: Recorder, load: SteadyLoad, set
   } while (now() < drainBy && !signal.aborted)
 }
 
-/** Every PD queue reads 0 in the latest loads snapshot of both servers. */
+/**
+ * Every PD queue reads 0 in the latest loads snapshot of both servers; on an SGLang whose /v1/loads has no disagg
+ * section, in the /metrics gauges (the requests pdchaos sent have all been answered by then; a stale nonzero gauge
+ * only makes this wait out its deadline, and the recovery check says what it could not prove).
+ */
 export function drained(rec: Recorder): boolean {
-  const names: readonly string[] = PD_QUEUE_LOADS
-  const last = new Map<string, number>()
-  for (const o of rec.observations) if (o.kind === 'metric' && names.includes(o.name)) last.set(`${o.service}/${o.name}`, o.value)
-  return last.size > 0 && [...last.values()].every((v) => v === 0)
+  const last = (names: readonly string[]) => {
+    const m = new Map<string, number>()
+    for (const o of rec.observations) if (o.kind === 'metric' && names.includes(o.name)) m.set(`${o.service}/${o.name}`, o.value)
+    return m
+  }
+  let seen = last(PD_QUEUE_LOADS)
+  if (seen.size === 0) seen = last(PD_QUEUE_GAUGES)
+  return seen.size > 0 && [...seen.values()].every((v) => v === 0)
 }
 
 /** A dry run sends one unfaulted request through the router first: a fresh deployment opens its routes on first use. */

@@ -29,6 +29,11 @@ export type Observation =
    * took, so it was sent at t - ms; ok = a 2xx answer; status absent when no answer came (refused, timed out).
    */
   | {kind: 'health'; t: number; service: 'prefill' | 'decode' | 'router'; ok: boolean; status?: number; ms: number}
+  /**
+   * One observation-delay probe while pins were out (a router and a prefill round trip on cheap endpoints, as in
+   * calibration): it completed at t and took ms, so it spanned [t - ms, t].
+   */
+  | {kind: 'hop'; t: number; ms: number}
 
 export interface Timeline {
   /** The watchdog contract the run is judged by. */
@@ -54,9 +59,26 @@ export interface Calibration {
   loadedObserveMs?: number
 }
 
-/** The observation delay to allow: the larger of the idle and the loaded measurement. */
-export function observeDelayMs(c: Calibration): number {
-  return Math.max(c.observeMs, c.loadedObserveMs ?? 0, 1)
+/** How far around a pin's send and answer the probes that speak for its delays are looked for, ms. */
+export const HOP_NEAR_MS = 300
+
+/**
+ * The observation delay to allow. For a pin, with probes recorded while it was out: the larger of the idle
+ * calibration and the slowest probe that overlapped its send or its answer (a host slow at that moment delays that
+ * pin; a hiccup elsewhere does not). Without probes near it: the larger of idle and the whole window's p99.
+ */
+export function observeDelayMs(tl: Timeline, pin?: {sentAt: number; answeredAt?: number}): {ms: number; source: 'idle' | 'window' | 'near'; probes?: number} {
+  const c = tl.calibration
+  const idle = Math.max(c.observeMs, 1)
+  if (pin) {
+    const spans = [[pin.sentAt - HOP_NEAR_MS, pin.sentAt + HOP_NEAR_MS], ...(pin.answeredAt === undefined ? [] : [[pin.answeredAt - HOP_NEAR_MS, pin.answeredAt + HOP_NEAR_MS]])]
+    const near = tl.observations.filter((o): o is Extract<Observation, {kind: 'hop'}> => o.kind === 'hop' && spans.some(([a, b]) => o.t >= a! && o.t - o.ms <= b!))
+    if (near.length > 0) {
+      const worst = Math.max(...near.map((h) => h.ms))
+      return worst > idle ? {ms: worst, source: 'near', probes: near.length} : {ms: idle, source: 'idle', probes: near.length}
+    }
+  }
+  return c.loadedObserveMs !== undefined && c.loadedObserveMs > idle ? {ms: c.loadedObserveMs, source: 'window'} : {ms: idle, source: 'idle'}
 }
 
 export function sentOf(tl: Timeline, rid: string) {

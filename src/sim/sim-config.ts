@@ -7,7 +7,11 @@ import type {RailsConfig} from './server/rail-plan.js'
  * the server processes, the router and the nvidia-smi stand-in. The twin imports nothing from the CLI.
  */
 
-export const BUG_NAMES = ['abort-race', 'early-evict', 'late-evict', 'leak-on-evict', 'stale-prefill-ports'] as const
+/**
+ * Known defects, and two surfaces pdchaos must cope with: `no-watchdog-counter` (a watchdog that evicts but counts
+ * nothing in /metrics) and `no-disagg-loads` (an SGLang whose /v1/loads has no disagg section, as before it had one).
+ */
+export const BUG_NAMES = ['abort-race', 'early-evict', 'late-evict', 'leak-on-evict', 'stale-prefill-ports', 'no-watchdog-counter', 'no-disagg-loads'] as const
 export type BugName = (typeof BUG_NAMES)[number]
 export type WatchdogScope = 'all' | 'inflight' | 'off'
 export type Backend = 'nixl' | 'mooncake'

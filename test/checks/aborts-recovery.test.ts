@@ -3,6 +3,7 @@ import {describe, expect, it} from 'vitest'
 import {checkAborts} from '../../src/checks/abort.js'
 import {checkCollateral} from '../../src/checks/collateral.js'
 import {checkRecovery} from '../../src/checks/recovery.js'
+import {LOADS_PREFILL_INFLIGHT_QUEUE} from '../../src/deployment/sglang-metrics.js'
 import {TimelineBuilder} from './synthetic.js'
 
 const inflight = {queue: 'inflight' as const, kvPoll: 'Transferring' as const}
@@ -14,9 +15,13 @@ describe('abort check', () => {
     expect(v[0].summary).toMatch(/abort honoured/)
   })
 
-  it('passes a lost abort when the watchdog then evicts in its window (the abort race)', () => {
-    const v = checkAborts(new TimelineBuilder().pin('a1', 0, {ms: 2300, status: 500}, inflight).abort('a1', 50).build())
-    expect(v[0].summary).toMatch(/abort lost \(race\), then evicted by the watchdog/)
+  it('fails a lost abort even when the watchdog then evicts in its window (the abort race), and passes the watchdog on its own', () => {
+    const evicted = '{"error":{"message":"Request a1 evicted by the disaggregation watchdog after 2.201s in the inflight queue (KVPoll.Transferring)"}}'
+    const v = checkAborts(new TimelineBuilder().pin('a1', 0, {ms: 2300, status: 500, detail: evicted}, inflight).abort('a1', 50).build())
+    expect(v.map((x) => [x.check, x.verdict])).toEqual([['abort', 'fail'], ['eviction', 'pass']])
+    expect(v[0].summary).toMatch(/^abort lost; released by the watchdog after 2\.300s \(2\.250s after the abort/)
+    expect(v[0].evidence).toMatchObject({outcome: 'lost-then-evicted', releasedBy: 'watchdog'})
+    expect(v[1].summary).toMatch(/after its abort was lost/)
   })
 
   it('fails a lost abort with nothing to release the pin (abort-race with the watchdog off)', () => {
@@ -64,12 +69,31 @@ describe('recovery check', () => {
     expect(counters.evidence).toMatchObject({failedRequests: 2, releasedByPdchaos: 0, refusedByGateway: 10})
   })
 
-  it('fails undrained queues and failing canaries', () => {
+  it('fails undrained queues (by the fresh /v1/loads snapshot) and failing canaries', () => {
     const tl = new TimelineBuilder().fault(100, 3000).request('c1', 'canary', 3100, {ms: 3150, status: 502})
-      .metric('prefill', 'sglang:num_prefill_inflight_queue_reqs', 3200, 3).build()
+      .metric('prefill', LOADS_PREFILL_INFLIGHT_QUEUE, 3200, 3).build()
     const failed = checkRecovery(tl).filter((x) => x.verdict === 'fail').map((f) => f.summary)
     expect(failed[0]).toMatch(/1 of 1 requests after the revert failed: c1 \(502\)/)
-    expect(failed[1]).toMatch(/queues not drained: sglang:num_prefill_inflight_queue_reqs=3/)
+    expect(failed[1]).toMatch(new RegExp(`queues not drained: ${LOADS_PREFILL_INFLIGHT_QUEUE}=3`))
+  })
+
+  it('never fails a drain on /metrics gauges, which SGLang leaves stale on an idle server: unverified, with how to verify', () => {
+    const gaugeOnly = new TimelineBuilder().fault(100, 3000).request('c1', 'canary', 3100, {ms: 3150, status: 200})
+      .metric('prefill', 'sglang:num_prefill_inflight_queue_reqs', 3200, 3).build()
+    const queues = checkRecovery(gaugeOnly).find((x) => x.subject === 'queues')!
+    expect(queues).toMatchObject({verdict: 'unverified', summary: expect.stringMatching(/only by gauges that may be stale: sglang:num_prefill_inflight_queue_reqs=3/)})
+    expect(queues.evidence).toMatchObject({why: expect.stringMatching(/lag by up to about 30 s/), toVerify: expect.stringMatching(/include=disagg/)})
+    // Nothing sampled at all: unproven, not failed.
+    const none = checkRecovery(new TimelineBuilder().fault(100, 3000).request('c1', 'canary', 3100, {ms: 3150, status: 200}).build())
+    expect(none.find((x) => x.subject === 'queues')).toMatchObject({verdict: 'unverified', summary: expect.stringMatching(/drain unproven/)})
+  })
+
+  it('a prefill that does not export the watchdog counter leaves the counter balance unverified, not skipped', () => {
+    const tl = new TimelineBuilder().fault(100, 3000).pin('p1', 200, {ms: 2400, status: 500})
+      .request('c1', 'canary', 3100, {ms: 3150, status: 200}).metric('prefill', LOADS_PREFILL_INFLIGHT_QUEUE, 3200, 0).build()
+    const counters = checkRecovery(tl).find((x) => x.subject === 'counters')!
+    expect(counters).toMatchObject({verdict: 'unverified', summary: expect.stringMatching(/prefill does not export sglang:num_watchdog_evicted_reqs_total/)})
+    expect(counters.evidence).toMatchObject({toVerify: expect.stringMatching(/count its evictions/)})
   })
 })
 

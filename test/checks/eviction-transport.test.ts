@@ -102,6 +102,7 @@ describe('recovery counters after transport errors', () => {
     expect(counters).toMatchObject({verdict: 'pass', evidence: expect.objectContaining({failedRequests: 1, releasedByOtherCauses: 1})})
     // With every failure counter in the list, each failed request counts again.
     const all = checkRecovery(b.build(), {failureCounters: [w, 'sglang:num_transfer_failed_reqs_total']}).find((v) => v.subject === 'counters')
-    expect(all).toBeUndefined() // the transfer counter was not sampled: no verdict on counters
+    // The transfer counter was not sampled: the balance is unverified, naming it (never silently skipped).
+    expect(all).toMatchObject({verdict: 'unverified', summary: expect.stringMatching(/does not export sglang:num_transfer_failed_reqs_total$/)})
   })
 })

@@ -51,6 +51,19 @@ describe('eviction oracle', () => {
     expect(busy(250, 3100).verdicts[0]).toMatchObject({verdict: 'fail', summary: expect.stringMatching(/evicted late/)})
   })
 
+  it('a pin\'s ε uses the probes around its own send and answer: a hiccup elsewhere in the window widens nobody\'s', () => {
+    const tl = new TimelineBuilder().fault(0, 6000).pin('p1', 0, {ms: 2600, status: 500}).pin('p2', 3000, {ms: 5400, status: 500}).build()
+    const t0 = tl.observations[0]!.t
+    // Probes every 100 ms, 4 ms each, except a 300 ms stall that ended at 2550 ms, just before p1's answer.
+    for (let at = 100; at < 6000; at += 100) tl.observations.push({kind: 'hop', t: t0 + at, ms: at === 2500 ? 300 : 4})
+    const {pins} = checkEvictions(tl)
+    // p1: slowest probe near it 300 ms → ε high = 5 + 2 × 300 = 605 ms, a whole poll: unverified, not late.
+    expect(pins[0]).toMatchObject({rid: 'p1', verdict: 'unverified', evidence: {epsilonMs: {high: 605}}})
+    expect(String(pins[0]!.evidence.epsilonWhy)).toMatch(/300\.0 ms, the slowest of \d+ probe\(s\) around this request's send and answer/)
+    // p2 (sent 3 s, answered 5.4 s): its probes took 4 ms → ε high = 5 + 2 × 4 = 13 ms, and it passes.
+    expect(pins[1]).toMatchObject({rid: 'p2', verdict: 'pass', evidence: {epsilonMs: {high: 13}}})
+  })
+
   it('fails a pin never evicted, naming the queue and KVPoll state it was left in and the deployment signals', () => {
     const {verdicts, pins} = checkEvictions(new TimelineBuilder().fault(0, 6000)
       .pin('p1', 0, undefined, {queue: 'inflight', kvPoll: 'Transferring'})

@@ -17,6 +17,9 @@ export const POLL = 0.5
 export interface Outcome {
   code: number | null
   failed: string[]
+  unverified: string[]
+  /** Every verdict as "check verdict: summary". */
+  verdicts: string[]
   all: string
 }
 
@@ -60,7 +63,8 @@ function outcome(h: TestHost, r: {code: number | null; stdout: string; stderr: s
   try { j = JSON.parse(r.stdout) as typeof j } catch { /* not JSON: reported below */ }
   // An error instead of verdicts is not a verdict: fail the test with what pdchaos said, and what the twin saw.
   if (!j.verdicts) throw new Error(`pdchaos exited ${r.code} without verdicts: ${j.error?.message ?? r.stdout.slice(0, 300)} ${r.stderr.slice(-300)}\n${twinLogTail(h)}`)
-  return {code: r.code, failed: j.verdicts.filter((v) => v.verdict === 'fail').map((v) => `${v.check}: ${v.summary}`), all: r.stdout}
+  const of = (want: string) => j.verdicts!.filter((v) => v.verdict === want).map((v) => `${v.check}: ${v.summary}`)
+  return {code: r.code, failed: of('fail'), unverified: of('unverified'), verdicts: j.verdicts.map((v) => `${v.check} ${v.verdict}: ${v.summary}`), all: r.stdout}
 }
 
 export async function restart(h: TestHost, services: string[] = []): Promise<Outcome> {

@@ -14,7 +14,9 @@ const {twin} = matrixTwins()
 describe('mutation matrix: every twin defect turns the verdict to fail', () => {
   it('--watchdog off: pins are never evicted', async () => {
     const h = await twin({watchdog: 'off'})
-    const m = {drop: await inject(h, ['drop-dest-info']), stall: await inject(h, ['stall-kv', '--gpu', '1'])}
+    // The stall first, as in the next row: the drop's held load opens the gateway's breaker, which the next would wait out.
+    const stall = await inject(h, ['stall-kv', '--gpu', '1'])
+    const m = {drop: await inject(h, ['drop-dest-info']), stall}
     expect(m.drop.code).toBe(1)
     expect(m.drop.failed.join('\n')).toMatch(/never evicted/)
     expect(m.drop.failed.join('\n')).toMatch(/watchdog is off/)
@@ -29,13 +31,41 @@ describe('mutation matrix: every twin defect turns the verdict to fail', () => {
     const m = {drop: await inject(h, ['drop-dest-info']), stall}
     expect(m.drop.code).toBe(1)
     expect(m.drop.failed.join('\n')).toMatch(/outside the watchdog's scope: held in the bootstrap queue \(Bootstrapping\)/)
-    expect(m.stall.failed).toEqual([])
+    expect(m.stall.failed, m.stall.failed.join(' | ')).toEqual([])
   }, 600_000)
 
   it('abort-race with the watchdog off: a lost abort leaves the request held', async () => {
     const abort = await inject(await twin({watchdog: 'off', bugs: ['abort-race']}), ['abort-mid-transfer', '--trials', '4'])
     expect(abort.code).toBe(1)
     expect(abort.failed.join('\n')).toMatch(/abort lost and the pin is still held/)
+  }, 600_000)
+
+  it('abort-race with the watchdog on: the abort check fails (the abort was lost), the eviction check passes the watchdog', async () => {
+    const abort = await inject(await twin({bugs: ['abort-race']}), ['abort-mid-transfer', '--trials', '4'])
+    expect(abort.code).toBe(1)
+    const lost = abort.verdicts.filter((v) => /^abort fail: abort lost; released by the watchdog after/.test(v))
+    expect(lost.length, abort.verdicts.join('\n')).toBeGreaterThan(0)
+    // Each lost abort's request was evicted by a correct watchdog: a pass of its own, and no eviction failure.
+    expect(abort.verdicts.filter((v) => /^eviction pass: .*after its abort was lost/.test(v))).toHaveLength(lost.length)
+    expect(abort.failed.filter((f) => f.startsWith('eviction'))).toEqual([])
+  }, 600_000)
+
+  it('no-watchdog-counter: the counter balance is unverified, not failed or skipped, and the evictions are still judged', async () => {
+    const drop = await inject(await twin({bugs: ['no-watchdog-counter']}), ['drop-dest-info'])
+    expect(drop.failed, drop.failed.join(' | ')).toEqual([])
+    expect(drop.unverified.join('\n')).toMatch(/recovery: the failure counter balance is unverified: prefill does not export sglang:num_watchdog_evicted_reqs_total/)
+    expect(drop.verdicts.filter((v) => v.startsWith('eviction pass'))).toHaveLength(2)
+    // An unverified counter does not block the gate by default (only an unverified eviction does).
+    expect(drop.code, drop.unverified.join(' | ')).toBe(0)
+  }, 600_000)
+
+  it('no-disagg-loads: an SGLang without the loads disagg section gets no false drain failure', async () => {
+    const h = await twin({bugs: ['no-disagg-loads']})
+    for (const args of [['stall-kv', '--gpu', '1'], ['drop-dest-info']]) {
+      const o = await inject(h, args)
+      expect(o.failed, `${args[0]}: ${o.failed.join(' | ')}`).toEqual([])
+      expect(o.verdicts.join('\n'), args[0]).toMatch(/recovery (pass|unverified): (every PD queue drained to 0 \(4 of them from \/metrics gauges|queues shown nonzero only by gauges that may be stale)/)
+    }
   }, 600_000)
 
   it('early-evict: evictions before the deadline are false timeouts', async () => {
@@ -59,8 +89,9 @@ describe('mutation matrix: every twin defect turns the verdict to fail', () => {
 
   it('stale-prefill-ports with a prefill-only restart: requests after the restart are pinned', async () => {
     const h = await twin({bugs: ['stale-prefill-ports']})
-    // Dormant until a restart: a fault before it passes.
-    expect((await inject(h, ['drop-dest-info'])).failed).toEqual([])
+    // Dormant until a prefill-only restart: a fault and a co-restart (prefill, decode, router) before it pass.
+    const before = [await inject(h, ['drop-dest-info']), await restart(h)]
+    for (const o of before) expect(o.failed, o.failed.join(' | ')).toEqual([])
     const r = await restart(h, ['prefill'])
     expect(r.code).toBe(1)
     expect(r.failed.join('\n')).toMatch(/canar|pinned/)

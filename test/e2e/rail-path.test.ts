@@ -46,7 +46,8 @@ describe('stall-kv on the rail-NIC path', () => {
     const h = await railTwin(['--ucx-rc-timeout', '2s'])
     const {code, j} = await stall(h)
     expect(j.description).toMatch(/rail1/)
-    expect(j.verdicts.filter((v) => v.verdict !== 'pass').map((v) => `${v.check}: ${v.summary}`)).toEqual([])
+    const notPassed = j.verdicts.filter((v) => v.verdict !== 'pass').map((v) => `${v.check} ${v.verdict}: ${v.summary}`)
+    expect(notPassed, notPassed.join('\n')).toEqual([])
     expect(j.pins.map((p) => p.verdict)).toEqual(['pass', 'pass'])
     // By the twin's ground truth the watchdog released each pin from the inflight queue.
     for (const p of j.pins) expect(truth(h.stateDir, 'prefill').some((e) => e.rid === p.rid && e.event === 'watchdog_evicted')).toBe(true)

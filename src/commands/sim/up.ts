@@ -26,7 +26,7 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
     watchdog: Flags.option({options: ['all', 'inflight', 'off'] as const, summary: 'Scope of the prefill watchdog under test.', default: 'all'})(),
     deadline: Flags.string({summary: 'Watchdog deadline in seconds.', default: '60'}),
     poll: Flags.string({summary: 'Watchdog poll interval in seconds.', default: '1'}),
-    bug: Flags.option({options: BUG_NAMES, multiple: true, summary: 'Switch on a known defect (repeatable).'})(),
+    bug: Flags.option({options: BUG_NAMES, multiple: true, summary: 'Switch on a known defect, or a surface pdchaos must cope with (no-watchdog-counter, no-disagg-loads); repeatable.'})(),
     'base-port': Flags.integer({summary: 'Router port; prefill +100, decode +200, bootstrap +500, router metrics +900.', default: 30_000}),
     'waiting-timeout': Flags.string({summary: 'SGLANG_DISAGGREGATION_WAITING_TIMEOUT in seconds.', default: '300'}),
     'bootstrap-timeout': Flags.string({summary: 'SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT in seconds.', default: '300'}),

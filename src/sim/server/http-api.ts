@@ -130,7 +130,7 @@ async function generate(deps: ApiDeps, sched: SchedulerCore, req: IncomingMessag
 
 function loads(deps: ApiDeps, sched: SchedulerCore, url: URL, res: ServerResponse): void {
   const s = sched.loadsSnapshot
-  const disagg = url.searchParams.get('include')?.split(',').includes('disagg') ?? false
+  const disagg = (url.searchParams.get('include')?.split(',').includes('disagg') ?? false) && !deps.cfg.bugs.includes('no-disagg-loads')
   const d = {
     prefill_bootstrap_queue_reqs: s.prefill_bootstrap_queue_reqs ?? 0,
     prefill_inflight_queue_reqs: s.prefill_inflight_queue_reqs ?? 0,

@@ -33,7 +33,8 @@ export class Metrics {
   private histSum = 0
   private readonly labels: string
 
-  constructor(engineType: 'prefill' | 'decode', modelName: string) {
+  /** hidden: counters this server does not export (a deployment whose watchdog counts nothing). */
+  constructor(engineType: 'prefill' | 'decode', modelName: string, private readonly hidden: ReadonlySet<string> = new Set()) {
     this.labels = `engine_type="${engineType}",model_name="${esc(modelName)}",moe_ep_rank="0",pp_rank="0",tp_rank="0"`
     for (const [g] of GAUGES) this.gauges.set(g, 0)
     for (const [c] of COUNTERS) this.counters.set(c, 0)
@@ -56,6 +57,7 @@ export class Metrics {
       out.push(`# HELP ${name} ${help}`, `# TYPE ${name} gauge`, `${name}{${L}} ${fmt(this.gauges.get(name) ?? 0)}`)
     }
     for (const [name, help] of COUNTERS) {
+      if (this.hidden.has(name)) continue
       out.push(`# HELP ${name} ${help}`, `# TYPE ${name} counter`, `${name}{${L}} ${fmt(this.counters.get(name) ?? 0)}`)
     }
     out.push(`# HELP ${LATENCY} The transfer latency of the KV cache in ms.`, `# TYPE ${LATENCY} histogram`)

@@ -39,7 +39,7 @@ export abstract class SchedulerCore {
     readonly role: Role, readonly cfg: SimConfig, readonly env: EnvSettings, readonly ranks: RankGroup,
     readonly log: Logger, stateDir: string,
   ) {
-    this.metrics = new Metrics(role, cfg.model)
+    this.metrics = new Metrics(role, cfg.model, new Set(cfg.bugs.includes('no-watchdog-counter') ? ['sglang:num_watchdog_evicted_reqs_total'] : []))
     this.truth = new TruthLog(simPaths(stateDir).truth(role), role)
   }
 
