@@ -1,7 +1,7 @@
 import {describe, expect, it} from 'vitest'
 
 import type {TestHost} from '../harness/test-host.js'
-import {inject, matrixTwins, restart, type Outcome} from './matrix-helpers.js'
+import {inject, matrixTwins, restart, type Outcome, TWIN_ARGS} from './matrix-helpers.js'
 
 /**
  * Proof by mutation, the defect-free half: the three faults and a co-restart against a correct twin pass, and pass
@@ -43,7 +43,7 @@ describe('mutation matrix: a correct twin passes', () => {
     await tcp.destroy()
     forget()
     // Rail NICs with an RC limit past the deadline (2 s × 8 ≈ 16 s): the stall is the watchdog's to end (auto picks the rail's filter).
-    const rail = await twin({args: ['--heartbeat-interval', '2', '--rail-nics', '--ucx-rc-timeout', '2s']})
+    const rail = await twin({args: [...TWIN_ARGS, '--rail-nics', '--ucx-rc-timeout', '2s']})
     const o = await inject(rail, ['stall-kv', '--gpu', '1'])
     expect(o.all).toMatch(/rail1/)
     expect(o.failed, o.failed.join(' | ')).toEqual([])
