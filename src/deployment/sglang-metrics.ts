@@ -36,10 +36,10 @@ export const LOADS_DECODE_TRANSFER_QUEUE = 'sglang_disagg_decode_transfer_queue_
 export const LOADS_USED_TOKENS = 'sglang_num_used_tokens'
 export const LOADS_RUNNING_REQS = 'sglang_num_running_reqs'
 
-/** The counters of a failed or aborted PD request, as discovery and the sampler read them. */
 /** sgl-model-gateway: a worker's circuit breaker, 0 closed, 1 open, 2 half-open (observability/metrics.rs). */
 export const ROUTER_CB_STATE = 'smg_worker_cb_state'
 
+/** The counters of a failed or aborted PD request, as discovery and the sampler read them. */
 export const PD_COUNTERS = [BOOTSTRAP_FAILED_TOTAL, TRANSFER_FAILED_TOTAL, ABORTED_REQUESTS_TOTAL, WATCHDOG_EVICTED_TOTAL] as const
 
 /** Each PD queue: the server that holds it, its /v1/loads name (fresh once idle) and its /metrics gauge (stale). */

@@ -17,7 +17,7 @@ import {SteadyLoad} from '../workload/steady-load.js'
 import {sleep, within} from '../util/time.js'
 import {type Entry, judgeBatch, scenarioShell} from './judge.js'
 import {injectUnderLease, revertAndVerify} from './lease-steps.js'
-import {BREAKER_WAIT_MS, type Calibrated, openBreakers, PROBE_TIMEOUT_MS, type RunSession} from './session.js'
+import {type Calibrated, PROBE_TIMEOUT_MS, type RunSession, untilBreakersClose} from './session.js'
 
 /**
  * The one runner: a batch of fault scenarios sharing one window. Pins and abort trials go to prefill and decode
@@ -394,16 +394,9 @@ async function startHealthWatch(session: RunSession, rec: Recorder, x: WedgeExpe
  * meanwhile are the fault's reach, not collateral), and wait for it before the canaries, with a deadline.
  */
 async function waitForBreakers(session: RunSession, rec: Recorder, signal: AbortSignal, say: (l: string) => void): Promise<void> {
-  const open = await openBreakers(session.router)
-  if (open.length === 0) return
-  rec.marker('router-breaker-open', open.join(' '))
-  say(`the router's circuit breaker opened during the fault (${open.join(', ')}): waiting for it to close before the canaries`)
-  const by = now() + BREAKER_WAIT_MS
-  while (now() < by && !signal.aborted) {
-    await sleep(1000, signal)
-    if ((await openBreakers(session.router)).length === 0) {
-      rec.marker('router-breaker-closed', open.join(' '))
-      return
-    }
-  }
+  const {open, closed} = await untilBreakersClose(session.router, {signal, onOpen: (workers) => {
+    rec.marker('router-breaker-open', workers.join(' '))
+    say(`the router's circuit breaker opened during the fault (${workers.join(', ')}): waiting for it to close before the canaries`)
+  }})
+  if (open.length > 0 && closed) rec.marker('router-breaker-closed', open.join(' '))
 }

@@ -55,7 +55,7 @@ export async function warmUp(deployment: Deployment, c: Pick<CalibrateClients, '
   let tries = 0
   while (tries < WARM_UP_TRIES && Date.now() < by) {
     tries++
-    last = await pair(deployment, c as CalibrateClients, text)
+    last = await pair(deployment, c, text)
     if (last.prefill.status === 200 && last.decode?.status === 200) return {ok: true, tries, last}
   }
   return {ok: false, tries, ...(last ? {last} : {})}

@@ -40,11 +40,7 @@ export class RunSession {
   async calibration(opts: {promptTokens: number; requests?: number; say?: (l: string) => void}): Promise<Calibrated> {
     if (!this.calibrated) {
       // A breaker an earlier fault opened refuses healthy requests for a while: wait for it (bounded), not fail.
-      if ((await openBreakers(this.router)).length > 0) {
-        opts.say?.("the router's circuit breaker is open: waiting for it to close before calibrating")
-        const by = Date.now() + BREAKER_WAIT_MS
-        while (Date.now() < by && (await openBreakers(this.router)).length > 0) await sleep(1000)
-      }
+      await untilBreakersClose(this.router, {onOpen: () => opts.say?.("the router's circuit breaker is open: waiting for it to close before calibrating")})
       opts.say?.('calibrating on unfaulted requests')
       this.calibrated = await calibrate(this.deployment, this, {promptTokens: opts.promptTokens, ...(opts.requests ? {requests: opts.requests} : {})})
     }
@@ -70,6 +66,22 @@ export class RunSession {
 
 /** How long the gateway's breaker may stay open after a fault: its default open duration (60 s) and a margin. */
 export const BREAKER_WAIT_MS = 90_000
+
+/**
+ * Wait, at most BREAKER_WAIT_MS, until the gateway reports no open breaker (half-open counts as closing). Returns the
+ * workers found open at first (empty: nothing to wait for) and whether they closed in time.
+ */
+export async function untilBreakersClose(router: RouterClient, o: {signal?: AbortSignal; onOpen?: (open: string[]) => void} = {}): Promise<{open: string[]; closed: boolean}> {
+  const open = await openBreakers(router)
+  if (open.length === 0) return {open, closed: true}
+  o.onOpen?.(open)
+  const by = Date.now() + BREAKER_WAIT_MS
+  while (Date.now() < by && !o.signal?.aborted) {
+    await sleep(1000, o.signal)
+    if ((await openBreakers(router)).length === 0) return {open, closed: true}
+  }
+  return {open, closed: false}
+}
 
 /** Workers whose circuit breaker the gateway reports open (smg_worker_cb_state 1); empty where it exports none. */
 export async function openBreakers(router: RouterClient): Promise<string[]> {
