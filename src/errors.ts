@@ -1,4 +1,5 @@
 import {ExitCode, type ExitCodeValue} from './exit-codes.js'
+import {redactText} from './util/redact.js'
 
 /**
  * An error a user can act on: a one-line cause, a suggestion, and the exit code the README assigns.
@@ -10,10 +11,11 @@ export class PdError extends Error {
   readonly code: string
 
   constructor(message: string, opts: {exit: ExitCodeValue; suggestion?: string; code?: string; cause?: unknown}) {
-    super(message, opts.cause === undefined ? undefined : {cause: opts.cause})
+    // A URL's password never reaches the user's terminal or a JSON error (issue 12, S4).
+    super(redactText(message), opts.cause === undefined ? undefined : {cause: opts.cause})
     this.name = 'PdError'
     this.exitCode = opts.exit
-    this.suggestion = opts.suggestion
+    this.suggestion = opts.suggestion === undefined ? undefined : redactText(opts.suggestion)
     this.code = opts.code ?? codeFor(opts.exit)
   }
 }
@@ -35,8 +37,8 @@ export const badInput = (message: string, suggestion?: string): PdError =>
 export const unreachable = (message: string, suggestion?: string, cause?: unknown): PdError =>
   new PdError(message, {exit: ExitCode.unreachable, suggestion, cause})
 
-/** One line, whatever the thrown value was. */
+/** One line, whatever the thrown value was, with any URL's credentials redacted. */
 export function oneLine(err: unknown): string {
-  const text = err instanceof Error ? err.message : String(err)
+  const text = redactText(err instanceof Error ? err.message : String(err))
   return text.split('\n').map((l) => l.trim()).filter(Boolean).join(' ')
 }

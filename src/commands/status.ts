@@ -5,6 +5,7 @@ import {DEFAULT_PROBE_TIMEOUT_MS} from '../deployment/clients.js'
 import {ExitCode} from '../exit-codes.js'
 import {discover, type StatusReport} from '../discovery/discover.js'
 import {renderStatus} from '../report/status-text.js'
+import {redactDeep} from '../util/redact.js'
 
 export default class Status extends TargetCommand<typeof Status> {
   static override summary = 'Discover the deployment: health, versions, ranks, ports, counters, watchdog settings, leases.'
@@ -16,7 +17,8 @@ export default class Status extends TargetCommand<typeof Status> {
   }
 
   async run(): Promise<StatusReport> {
-    const report = await this.withTarget({}, (t) => discover(t.deployment, t.host, {timeoutMs: this.flags.timeout * 1000}))
+    // The service URLs are shown as the deployment file gives them, minus any password (issue 12, S4).
+    const report = redactDeep(await this.withTarget({}, (t) => discover(t.deployment, t.host, {timeoutMs: this.flags.timeout * 1000})))
     if (!this.jsonEnabled()) this.log(renderStatus(report))
     // The report is printed either way; an unhealthy service makes the exit code say so (5), for scripts.
     if (Object.values(report.services).some((s) => !s.health.ok)) process.exitCode = ExitCode.unreachable

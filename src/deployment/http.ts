@@ -3,6 +3,7 @@ import {request as httpsRequest} from 'node:https'
 
 import {PdError, unreachable} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
+import {redactUrl} from '../util/redact.js'
 
 /**
  * HTTP with a mandatory deadline and errors a user can act on. Every failure is a PdError (exit 5) that names
@@ -43,7 +44,8 @@ export function snippet(text: string): string {
 /** Send one request and read the whole body. Throws only on transport failures; any HTTP status is returned. */
 export async function httpRequest(req: HttpRequest): Promise<HttpResponse> {
   if (!(req.timeoutMs > 0)) throw new Error(`httpRequest: timeoutMs must be positive (got ${req.timeoutMs})`)
-  const where = `${req.service} at ${req.url}`
+  // Never the password of a URL with credentials (http://user:pass@host) in what the user reads.
+  const where = `${req.service} at ${redactUrl(req.url)}`
   const timeout = AbortSignal.timeout(req.timeoutMs)
   const signal = req.signal ? AbortSignal.any([timeout, req.signal]) : timeout
   const started = performance.now()
@@ -65,7 +67,7 @@ function send(req: HttpRequest, signal: AbortSignal): Promise<Omit<HttpResponse,
     try {
       url = new URL(req.url)
     } catch {
-      reject(Object.assign(new Error(`invalid URL ${JSON.stringify(req.url)}`), {code: 'ERR_INVALID_URL'}))
+      reject(Object.assign(new Error(`invalid URL ${JSON.stringify(redactUrl(req.url))}`), {code: 'ERR_INVALID_URL'}))
       return
     }
     const request = url.protocol === 'https:' ? httpsRequest : url.protocol === 'http:' ? httpRequestRaw : undefined
@@ -164,7 +166,7 @@ export function fmtSeconds(ms: number): string {
 
 /** A non-2xx answer as the error a user reads. */
 export function statusError(service: string, url: string, res: Pick<HttpResponse, 'status' | 'text'>, suggestion?: string): PdError {
-  return unreachable(`${service} at ${url} answered HTTP ${res.status}: ${snippet(res.text)}`, suggestion ?? `check the ${service} log and health`)
+  return unreachable(`${service} at ${redactUrl(url)} answered HTTP ${res.status}: ${snippet(res.text)}`, suggestion ?? `check the ${service} log and health`)
 }
 
 /** Parse a body that must be JSON; anything else is "answered garbage". */
@@ -172,7 +174,7 @@ export function parseJsonBody(service: string, url: string, res: Pick<HttpRespon
   try {
     return JSON.parse(res.text)
   } catch {
-    throw unreachable(`${service} at ${url} answered garbage: ${snippet(res.text)} is not JSON`, `check that the URL points at the ${service} and not another service`)
+    throw unreachable(`${service} at ${redactUrl(url)} answered garbage: ${snippet(res.text)} is not JSON`, `check that the URL points at the ${service} and not another service`)
   }
 }
 
