@@ -6,6 +6,7 @@ import {PREFILL_BOOTSTRAP_QUEUE, PREFILL_INFLIGHT_QUEUE, RUNNING_REQS} from '../
 import {badInput, oneLine} from '../errors.js'
 import {warmUp} from '../experiment/calibrate.js'
 import type {Host} from '../hosts/host.js'
+import {displayArgv} from '../hosts/quote.js'
 import type {RestartResult, RestartStep, ServiceName, WatchSample} from '../model/restart.js'
 import {fail, pass, type Verdict} from '../model/verdict.js'
 import {sleep} from '../util/time.js'
@@ -60,12 +61,14 @@ export async function coRestart(deployment: Deployment, host: Host, opts: Restar
     ({steps, totalMs: Math.round(now() - started), canaries, watch: {samples, requests: watchRequests}, verdicts, observations: rec.sorted()})
   for (const name of opts.order) {
     const command = svc[name].restart!
-    say(`restarting ${name}: ${command.join(' ')}`)
+    // Quoted, control characters escaped: an argument with a newline cannot forge a progress line.
+    say(`restarting ${name}: ${displayArgv(command)}`)
     const t0 = now()
     rec.add({kind: 'marker', t: t0, name: `restart ${name}`})
     let exitCode: number | null = null
     try {
-      const res = await host.run(command, {timeoutMs: opts.commandTimeoutS * 1000, sudo: true})
+      // Privileged only as the deployment's sudo: policy says (never: as the login user).
+      const res = await host.run(command, {timeoutMs: opts.commandTimeoutS * 1000, sudo: deployment.sudo === 'passwordless'})
       exitCode = res.code
       if (res.code !== 0) say(`${name} restart command exited ${res.code}: ${oneLine(res.stderr).slice(0, 200)}`)
     } catch (error) {

@@ -71,7 +71,7 @@ describe('shellQuote', () => {
   })
 
   it('describes a command on one line', () => {
-    expect(describeArgv(['printf', 'a\nb'])).toBe("printf 'a\\nb'")
+    expect(describeArgv(['printf', 'a\nb'])).toBe("printf $'a\\nb'")
     expect(describeArgv(['x'.repeat(300)]).length).toBeLessThanOrEqual(120)
   })
 
