@@ -84,3 +84,18 @@ export function railUpOptions(f: {'rail-nics': boolean; 'ucx-rc-timeout'?: strin
     ...(f['ucx-rc-retry-count'] === undefined ? {} : {ucxRcRetryCount: f['ucx-rc-retry-count']}),
   }
 }
+
+/** The twin's lag flags (docs/twin.md, "Not SGLang: the twin's own surfaces"): delays a busy host puts between
+ * pdchaos and the scheduler, so that ε can be shown to cover them. */
+export const lagFlags = {
+  'entry-lag-ms': Flags.string({summary: 'Not SGLang: the schedulers receive new requests and aborts only every N ms (N[:JITTER]), as behind a long forward pass.', helpGroup: 'LAGS'}),
+  'answer-lag-ms': Flags.string({summary: "Not SGLang: a released request's HTTP answer is held N ms (N[:JITTER], drawn per answer).", helpGroup: 'LAGS'}),
+}
+
+/** lagFlags' values as `sim up` options. */
+export function lagUpOptions(f: {'entry-lag-ms'?: string; 'answer-lag-ms'?: string}): {entryLagMs?: string; answerLagMs?: string} {
+  return {
+    ...(f['entry-lag-ms'] === undefined ? {} : {entryLagMs: f['entry-lag-ms']}),
+    ...(f['answer-lag-ms'] === undefined ? {} : {answerLagMs: f['answer-lag-ms']}),
+  }
+}

@@ -1,5 +1,6 @@
 import {join} from 'node:path'
 
+import type {Lag} from './server/lag.js'
 import type {RailsConfig} from './server/rail-plan.js'
 
 /**
@@ -51,6 +52,9 @@ export interface SimConfig {
   ucx?: {rcTimeout?: string; rcRetryCount?: number}
   /** The PD router's settings (sgl-model-gateway flags); defaults as the real router when absent. */
   router?: RouterSettings
+  /** Not SGLang (docs/twin.md): `--entry-lag-ms`, the scheduler receives new requests (and aborts) only every N ms, as
+   * behind a long forward pass; `--answer-lag-ms`, a released request's HTTP answer is held that long. */
+  lags?: {entry?: Lag; answer?: Lag}
 }
 
 /**

@@ -1,7 +1,7 @@
 import {Flags} from '@oclif/core'
 
 import {BaseCommand} from '../../cli/base-command.js'
-import {railFlags, railUpOptions, routerFlags, routerUpOptions, seconds, stateDirFlag} from '../../cli/sim-flags.js'
+import {lagFlags, lagUpOptions, railFlags, railUpOptions, routerFlags, routerUpOptions, seconds, stateDirFlag} from '../../cli/sim-flags.js'
 import {simUp} from '../../cli/twin.js'
 import type {SimUpResult} from '../../sim/lifecycle/index.js'
 import {BUG_NAMES} from '../../sim/sim-config.js'
@@ -35,6 +35,7 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
     'router-health-interval': Flags.string({summary: "The router's worker health-check interval in seconds.", default: '60'}),
     wait: Flags.string({summary: 'Deadline in seconds for the twin to become healthy.', default: '30'}),
     ...railFlags,
+    ...lagFlags,
     ...routerFlags,
   }
 
@@ -62,6 +63,7 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
         routerHealthIntervalS: seconds('--router-health-interval', f['router-health-interval']),
         waitS: seconds('--wait', f.wait),
         ...railUpOptions(f),
+        ...lagUpOptions(f),
         router: routerUpOptions(f),
       })
     } finally {

@@ -3,6 +3,7 @@ import {resolve} from 'node:path'
 
 import {badInput} from './sim-error.js'
 import {parseUcxTime, railPlan} from '../server/rail-plan.js'
+import {type Lag, parseLag} from '../server/lag.js'
 import {CB_DEFAULTS} from '../router/circuit-breaker.js'
 import {RETRY_DEFAULTS} from '../router/retry.js'
 import {type Backend, BUG_NAMES, type BugName, type SimConfig, type WatchdogScope, type RouterSettings} from '../sim-config.js'
@@ -41,6 +42,10 @@ export interface SimUpOptions {
   ucxRcTimeout?: string
   /** UCX_RC_RETRY_COUNT in the services' environment; absent: UCX's default 7. */
   ucxRcRetryCount?: number
+  /** Not SGLang (docs/twin.md): "N[:JITTER]" ms, the scheduler receives new requests only every N ms. */
+  entryLagMs?: string
+  /** Not SGLang (docs/twin.md): "N[:JITTER]" ms, a released request's HTTP answer is held that long. */
+  answerLagMs?: string
 }
 
 /** sgl-model-gateway's --retry-* / --cb-* / --disable-* flags as `sim up` takes them (one field per flag; the router's
@@ -89,6 +94,19 @@ function integer(name: string, v: number | undefined, fallback: number, min: num
   const x = v ?? fallback
   if (!Number.isInteger(x) || x < min || x > max) throw badInput(`${name} must be an integer from ${min} to ${max}, got ${x}`, `pass ${name} ${fallback}`)
   return x
+}
+
+/** --entry-lag-ms / --answer-lag-ms ("N[:JITTER]" ms), the twin's own lag options. */
+function lagOptions(o: SimUpOptions): SimConfig['lags'] | undefined {
+  const one = (flag: string, raw: string | undefined): Lag | undefined => {
+    if (raw === undefined) return undefined
+    const l = parseLag(raw)
+    if (typeof l === 'string') throw badInput(`${flag}: ${l}`, `pass for example ${flag} 150:100 (150 ms ± 100 ms)`)
+    return l.ms > 0 ? l : undefined
+  }
+  const entry = one('--entry-lag-ms', o.entryLagMs)
+  const answer = one('--answer-lag-ms', o.answerLagMs)
+  return entry || answer ? {...(entry ? {entry} : {}), ...(answer ? {answer} : {})} : undefined
 }
 
 /** --ucx-rc-timeout (UCX's time syntax, ucs_config_sscanf_time) and --ucx-rc-retry-count, checked as UCX parses them. */
@@ -140,6 +158,7 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
   positive('--wait', o.waitS, UP_DEFAULTS.waitS, 3600)
   const routerHealthIntervalS = positive('--router-health-interval', o.routerHealthIntervalS, UP_DEFAULTS.routerHealthIntervalS, 3600)
   const resilience = routerResilience(o.router ?? {})
+  const lags = lagOptions(o)
 
   return {
     stateDir: resolve(o.stateDir),
@@ -152,6 +171,7 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
     backend,
     ...(o.railNics ? {rails: railPlan(gpus)} : {}),
     ...(ucx ? {ucx} : {}),
+    ...(lags ? {lags} : {}),
     watchdog: {scope, deadlineS, pollS},
     bugs,
     ports: portsFor(basePort),

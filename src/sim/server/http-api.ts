@@ -81,8 +81,7 @@ async function handle(deps: ApiDeps, req: IncomingMessage, res: ServerResponse):
     let body: Record<string, unknown> = {}
     try { body = JSON.parse((await readBody(req)) || '{}') as Record<string, unknown> } catch { /* SGLang answers 200 regardless */ }
     const rid = typeof body.rid === 'string' ? body.rid : ''
-    const n = sched.abort(rid, body.abort_all === true)
-    if (n > 0) sched.metrics.inc('sglang:num_aborted_requests_total', n)
+    sched.receiveAbort(rid, body.abort_all === true)
     return text(res, 200, '')
   }
   if (path === FAILPOINT_PATH && deps.role === 'prefill') return failpoint(deps, sched, req, res, method)
@@ -119,13 +118,12 @@ async function generate(deps: ApiDeps, sched: SchedulerCore, req: IncomingMessag
     const waitS = deps.cfg.timing.requestStateWaitS ?? 4
     r.disconnectTimer = setTimeout(() => {
       if (r.queue === 'done') return
-      const n = sched.abort(r.rid, false)
-      if (n > 0) sched.metrics.inc('sglang:num_aborted_requests_total', n)
+      sched.receiveAbort(r.rid, false)
     }, waitS * 1000)
   })
   sched.truth.record(r.rid, r.room, 'received', {detail: {tokens: r.tokens, maxNewTokens: r.maxNewTokens, addr: r.addr}})
   deps.onNewAddr?.(r.addr)
-  sched.add(r)
+  sched.receive(r)
 }
 
 function loads(deps: ApiDeps, sched: SchedulerCore, url: URL, res: ServerResponse): void {

@@ -209,7 +209,9 @@ export class PrefillScheduler extends SchedulerCore {
 
   /** on_idle: returns early while the inflight queue is non-empty, so a pinned request freezes the gauges. */
   private onIdle(): void {
-    if (!this.isBusy()) this.publishLoads()
+    // SGLang publishes the /v1/loads snapshot on every idle iteration ("Prefill and idle always publish immediately",
+    // --load-snapshot-publish-interval in server_args.py), held requests or not: the live queue count pdchaos reads.
+    this.publishLoads()
     if (this.inflightQ.length > 0) return
     if (nowMs() - this.lastGaugeWrite >= this.cfg.timing.idleGaugeRefreshS * 1000) this.writeGauges()
   }

@@ -5,6 +5,7 @@ import {Metrics} from './metrics.js'
 import {TruthLog} from './truth.js'
 import {nowMs} from './clock.js'
 import {stringifyRoomJson} from './json-room.js'
+import {drawLag} from './lag.js'
 import type {Logger} from './log.js'
 import type {EnvSettings} from './settings.js'
 import type {RankGroup} from './rank-group.js'
@@ -34,6 +35,9 @@ export abstract class SchedulerCore {
   stopped = false
   /** Set by anything that moved this iteration (a new op, a state change, a queue move). */
   protected activity = false
+  /** `--entry-lag-ms`: requests and aborts the HTTP server handed over, in order, until the next receive. */
+  private inbox: Array<{req: Req} | {abort: string; abortAll: boolean}> = []
+  private receiveTimer: NodeJS.Timeout | undefined
 
   constructor(
     readonly role: Role, readonly cfg: SimConfig, readonly env: EnvSettings, readonly ranks: RankGroup,
@@ -50,9 +54,46 @@ export abstract class SchedulerCore {
   abstract isBusy(): boolean
   abstract queueSizes(): Record<string, number>
 
+  /**
+   * A request from the HTTP server. SGLang's scheduler takes new requests (recv_requests) once per loop iteration, so
+   * a long forward pass delays their entry into the queues: with `--entry-lag-ms` they wait for the next receive.
+   */
+  receive(req: Req): void {
+    if (!this.cfg.lags?.entry) return this.add(req)
+    this.inbox.push({req})
+  }
+
+  /** An /abort_request (or a client gone): through the same channel as requests, so it keeps their order. */
+  receiveAbort(rid: string, abortAll: boolean): void {
+    if (!this.cfg.lags?.entry) return this.abortNow(rid, abortAll)
+    this.inbox.push({abort: rid, abortAll})
+  }
+
+  private abortNow(rid: string, abortAll: boolean): void {
+    const n = this.abort(rid, abortAll)
+    if (n > 0) this.metrics.inc('sglang:num_aborted_requests_total', n)
+  }
+
+  /** `--entry-lag-ms`: the receives, every N ms (± jitter), whatever the loop does meanwhile. */
+  private scheduleReceive(): void {
+    const lag = this.cfg.lags?.entry
+    if (!lag || this.stopped) return
+    this.receiveTimer = setTimeout(() => {
+      const items = this.inbox
+      this.inbox = []
+      for (const it of items) {
+        if ('req' in it) this.add(it.req)
+        else this.abortNow(it.abort, it.abortAll)
+      }
+      if (items.length > 0) this.kick()
+      this.scheduleReceive()
+    }, drawLag(lag))
+  }
+
   /** The scheduler loop. A wedged all-reduce blocks it (and with it evictions, gauges and /health). */
   async run(): Promise<void> {
     this.running = true
+    this.scheduleReceive()
     let busyWait = BUSY_YIELD_MS
     while (!this.stopped) {
       this.activity = false
@@ -134,7 +175,10 @@ export abstract class SchedulerCore {
     req.queue = 'done'
     clearTimeout(req.disconnectTimer)
     this.truth.record(req.rid, req.room, event, {detail, state: req.state === undefined ? undefined : pollName(req.state)})
-    writeAnswer(req.res, req.stream, status, body, req.headersSent === true)
+    // `--answer-lag-ms`: released now (the truth above), answered later, as through a slow detokenizer and HTTP path.
+    const lag = this.cfg.lags?.answer
+    if (!lag) return writeAnswer(req.res, req.stream, status, body, req.headersSent === true)
+    setTimeout(() => writeAnswer(req.res, req.stream, status, body, req.headersSent === true), drawLag(lag))
   }
 
   fail(req: Req, message: string, event: string, detail?: Record<string, unknown> | string): void {
@@ -154,8 +198,11 @@ export abstract class SchedulerCore {
 
   close(): void {
     this.stopped = true
+    clearTimeout(this.receiveTimer)
     this.kick()
-    for (const r of this.queued()) {
+    const unreceived = this.inbox.flatMap((it) => ('req' in it ? [it.req] : []))
+    this.inbox = []
+    for (const r of [...this.queued(), ...unreceived]) {
       if (r.queue !== 'done') writeAnswer(r.res, r.stream, 503, {error: {message: 'server shutting down', code: 503}}, r.headersSent === true)
     }
     this.truth.close()
