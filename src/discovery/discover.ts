@@ -6,8 +6,9 @@ import {PD_COUNTERS, PD_QUEUE_GAUGES, QUEUE_REQS, RUNNING_REQS, TOKEN_USAGE} fro
 import {oneLine} from '../errors.js'
 import type {Host} from '../hosts/host.js'
 import {listHostState, type HostState} from './host-state.js'
-import {gpuIndexByPid, parseComputeApps, parseGpuList} from './gpus.js'
-import {parseEnviron, parseProcStat, parsePs, parseRankTitle, parseSsListeners, type ProcessRow} from './proc.js'
+import {gpuFromLayout, gpuIndexByPid, parseComputeApps, parseGpuList, type GpuLayout, type GpuRow, type PidGpu} from './gpus.js'
+import {isServerLaunch, mergeLaunchArgs, parseConfigYaml, parseLaunchCommand, type LaunchArgs} from './launch-args.js'
+import {parseDockerProxy, parseEnviron, parseProcStat, parsePs, parseRankTitle, parseSsListeners, type Listener, type ProcessRow} from './proc.js'
 import {isRouterCommand, type RouterSettings, routerSettingsFromArgv} from './router-settings.js'
 import {parseNvidiaTopo, type Topology} from './topo.js'
 import {healthCheckFromEnv, KEPT_ENV, type HealthCheckSettings} from './transport-env.js'
@@ -41,6 +42,17 @@ export interface ServiceStatus {
   routerSettings?: RouterSettings
   /** How /health judges this server: SGLANG_HEALTH_CHECK_TIMEOUT and whether it generates, from its environment. */
   healthCheck?: HealthCheckSettings
+  /** The parallel layout server_info states (SGLang's server_args). */
+  dpSize?: number
+  ppSize?: number
+  attnCpSize?: number
+  enableDpAttention?: boolean
+  baseGpuId?: number
+  gpuIdStep?: number
+  /** The server's launch arguments: its command line, merged over its `--config` YAML file when it has one. */
+  launch?: {pid: number; source: string; args: LaunchArgs}
+  /** The listener on the service's port is docker-proxy: the server behind it is another process. */
+  dockerProxy?: {pid: number; containerPort?: number}
 }
 
 /** One rail NIC as the twin states it in server_info's pdchaos_twin section. */
@@ -56,6 +68,9 @@ export interface RankInfo {
   tpRank: number
   dpRank?: number
   ppRank?: number
+  attnCpRank?: number
+  moeDpRank?: number
+  epRank?: number
   pid: number
   /** /proc/<pid>/stat start time (clock ticks since boot): with the pid, the rank's identity. */
   startTicks?: number
@@ -63,11 +78,23 @@ export interface RankInfo {
   state: string
   title: string
   gpu?: number
+  /** How the GPU was found: nvidia-smi's compute context using the most memory, or the launch layout. */
+  gpuSource?: string
+  /** The bootstrap route key of a prefill rank: {dp, cp, tp (attention TP), pp}. */
+  routeKey?: RouteKey
   /** The rank's ZMQ PULL port from the bootstrap route (prefill only). */
   zmqPort?: number
   zmqHost?: string
   /** The rank's UCX_*, MC_*, NIXL_* and SGLANG_* variables (/proc/<pid>/environ; needs privilege for others' ranks). */
   env?: Record<string, string>
+}
+
+/** The key a prefill scheduler registers under (common/conn.py CommonKVBootstrapServer._handle_route_put). */
+export interface RouteKey {
+  dp: number
+  cp: number
+  tp: number
+  pp: number
 }
 
 export interface StatusReport {
@@ -149,13 +176,19 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
   }
 
   const ranks: RankInfo[] = procs?.ranks ?? []
-  if (procs?.gpuWarning) warnings.push(procs.gpuWarning)
   for (const name of ['prefill', 'decode'] as const) {
     services[name].pid = procs?.servicePids[name]
-    const tp = services[name].tpSize
+    if (procs?.launch[name]) services[name].launch = procs.launch[name]
+    if (procs?.dockerProxy[name]) services[name].dockerProxy = procs.dockerProxy[name]
+    const layout = layoutOf(services[name])
     const found = ranks.filter((r) => r.service === name).length
-    if (procs && tp !== undefined && found !== tp) warnings.push(`${name}: server_info says tp_size ${tp} but ${found} scheduler processes were found`)
+    if (procs && layout) {
+      // DP attention splits the TP group; plain DP runs dp_size whole TP groups (one scheduler per GPU either way).
+      const expected = layout.tpSize * layout.ppSize * (layout.enableDpAttention ? 1 : layout.dpSize)
+      if (found !== expected) warnings.push(`${name}: its layout (tp ${layout.tpSize}, dp ${layout.dpSize}${layout.enableDpAttention ? ' with DP attention' : ''}, pp ${layout.ppSize}) means ${expected} scheduler processes but ${found} were found`)
+    }
   }
+  if (procs) assignGpus(ranks, services, procs, warnings)
   for (const name of ['prefill', 'decode'] as const) {
     // The HTTP server process reads SGLANG_HEALTH_CHECK_TIMEOUT; its schedulers inherit the same environment.
     const env = procs?.serviceEnv[name] ?? ranks.find((r) => r.service === name && r.env)?.env
@@ -165,17 +198,19 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
       ? {...hc, timeoutSeconds: twin, source: `the twin's server_info (pdchaos_twin.health_check_timeout_s = ${twin})`}
       : hc
   }
-  for (const r of ranks) if (r.state === 'T') warnings.push(`${r.service} rank TP${r.tpRank} (pid ${r.pid}) is stopped (state T): the instance is wedged`)
+  for (const r of ranks) if (r.state === 'T') warnings.push(`${r.service} rank ${rankName(r)} (pid ${r.pid}) is stopped (state T): the instance is wedged`)
 
-  // Each prefill rank's ZMQ PULL port, from the bootstrap route (it changes on every restart).
+  // Each prefill rank's ZMQ PULL port, from the bootstrap route under the rank's own key (it changes on every restart).
   const bootstrapUrl = bootstrapUrlOf(deployment)
   const prefillRanks = ranks.filter((r) => r.service === 'prefill')
-  const tpCount = services.prefill.tpSize ?? prefillRanks.length
-  await Promise.all(Array.from({length: tpCount}, async (_, k) => {
-    const route = await soft(`bootstrap route for prefill TP${k}`, prefill.bootstrapRoute(bootstrapUrl, {prefill_dp_rank: 0, prefill_cp_rank: 0, target_tp_rank: k, target_pp_rank: 0}))
+  const attnTp = await attnTpSizeOf(services.prefill, prefillRanks, () => soft('bootstrap route (prefill server info)', prefill.bootstrapRoute(bootstrapUrl, {prefill_dp_rank: -1, prefill_cp_rank: -1, target_tp_rank: -1, target_pp_rank: -1})))
+  await Promise.all(prefillRanks.map(async (rank) => {
+    const key = routeKeyOf(rank, attnTp)
+    rank.routeKey = key
+    const route = await soft(`bootstrap route for prefill ${rankName(rank)} (dp ${key.dp} cp ${key.cp} tp ${key.tp} pp ${key.pp})`,
+      prefill.bootstrapRoute(bootstrapUrl, {prefill_dp_rank: key.dp, prefill_cp_rank: key.cp, target_tp_rank: key.tp, target_pp_rank: key.pp}))
     const r = route as {rank_ip?: string; rank_port?: number} | undefined
-    const rank = prefillRanks.find((x) => x.tpRank === k)
-    if (rank && r?.rank_port !== undefined) {
+    if (r?.rank_port !== undefined) {
       rank.zmqPort = Number(r.rank_port)
       rank.zmqHost = r.rank_ip
     }
@@ -235,6 +270,12 @@ function infoSummary(info: Record<string, unknown> | undefined): Partial<Service
   return {
     version: str(info.version),
     tpSize: n(info.tp_size),
+    dpSize: n(info.dp_size),
+    ppSize: n(info.pp_size),
+    attnCpSize: n(info.attn_cp_size),
+    ...(typeof info.enable_dp_attention === 'boolean' ? {enableDpAttention: info.enable_dp_attention} : {}),
+    baseGpuId: n(info.base_gpu_id),
+    gpuIdStep: n(info.gpu_id_step),
     backend: str(info.disaggregation_transfer_backend),
     twinFailpointPath: str(twin?.failpoint_path),
     kvDataPath: str(twin?.kv_data_path),
@@ -276,9 +317,76 @@ interface ProcessView {
   prefillEnv?: Record<string, string>
   /** The kept variables of each server's HTTP process. */
   serviceEnv: Partial<Record<'prefill' | 'decode', Record<string, string>>>
+  launch: Partial<Record<'prefill' | 'decode', {pid: number; source: string; args: LaunchArgs}>>
+  dockerProxy: Partial<Record<'prefill' | 'decode', {pid: number; containerPort?: number}>>
+  /** nvidia-smi's answer: each pid's busiest compute context, and the GPU list (undefined when nvidia-smi failed). */
+  gpuByPid?: Map<number, PidGpu>
+  gpuList: GpuRow[]
   gpuWarning?: string
   topology?: Topology
   topologyError?: string
+}
+
+/** A rank's name as its title spells it: DP1 PP0 TP3. */
+export function rankName(r: Pick<RankInfo, 'tpRank' | 'dpRank' | 'ppRank' | 'attnCpRank'>): string {
+  return [r.dpRank === undefined ? '' : `DP${r.dpRank}`, r.ppRank === undefined ? '' : `PP${r.ppRank}`,
+    r.attnCpRank === undefined ? '' : `ATTN_CP${r.attnCpRank}`, `TP${r.tpRank}`].filter(Boolean).join(' ')
+}
+
+/** A server's layout for GPU placement: its launch arguments first (what it was started with), then server_info. */
+export function layoutOf(s: ServiceStatus): Omit<GpuLayout, 'cudaVisibleDevices'> | undefined {
+  const a = s.launch?.args ?? {}
+  const tpSize = a.tpSize ?? s.tpSize
+  if (tpSize === undefined) return undefined
+  return {
+    tpSize, dpSize: a.dpSize ?? s.dpSize ?? 1, ppSize: a.ppSize ?? s.ppSize ?? 1,
+    enableDpAttention: a.enableDpAttention ?? s.enableDpAttention ?? false,
+    baseGpuId: a.baseGpuId ?? s.baseGpuId ?? 0, gpuIdStep: a.gpuIdStep ?? s.gpuIdStep ?? 1,
+  }
+}
+
+/**
+ * Each rank's GPU: the compute context nvidia-smi shows it using the most memory; when nvidia-smi lists none for it (a
+ * container's nvidia-smi sees no host pids), the GPU its server's layout, --base-gpu-id and CUDA_VISIBLE_DEVICES give.
+ */
+function assignGpus(ranks: RankInfo[], services: Record<ServiceName, ServiceStatus>, procs: ProcessView, warnings: string[]): void {
+  for (const r of ranks) {
+    const seen = procs.gpuByPid?.get(r.pid)
+    const layout = layoutOf(services[r.service])
+    const cvd = r.env?.CUDA_VISIBLE_DEVICES ?? procs.serviceEnv[r.service]?.CUDA_VISIBLE_DEVICES
+    const computed = layout ? gpuFromLayout({...layout, ...(cvd === undefined ? {} : {cudaVisibleDevices: cvd})}, r, procs.gpuList) : undefined
+    const how = computed && layout
+      ? `gpu_id ${computed.local} (base-gpu-id ${layout.baseGpuId} + ${rankName(r)})${cvd === undefined ? '' : ` of CUDA_VISIBLE_DEVICES=${cvd}`}`
+      : undefined
+    if (seen) {
+      r.gpu = seen.index
+      r.gpuSource = `nvidia-smi: the context using the most memory${seen.usedMiB === undefined ? '' : ` (${seen.usedMiB} MiB)`}, of ${seen.contexts}`
+      if (computed && computed.index !== seen.index) warnings.push(`${r.service} ${rankName(r)} (pid ${r.pid}) computes on GPU ${seen.index} (nvidia-smi) but its launch layout gives GPU ${computed.index} (${how})`)
+    } else if (computed) {
+      r.gpu = computed.index
+      r.gpuSource = how
+    }
+  }
+  const missing = ranks.filter((r) => r.gpu === undefined)
+  if (missing.length > 0 && procs.gpuWarning) warnings.push(procs.gpuWarning)
+  else if (missing.length > 0) warnings.push(`the GPU of ${missing.map((r) => `${r.service} ${rankName(r)}`).join(', ')} is unknown: nvidia-smi lists no context for it and its server's layout is unknown, so --gpu cannot be resolved`)
+}
+
+/** Attention TP size: tp / dp with DP attention (tp / attn_cp too), else tp; else the bootstrap server's own statement. */
+async function attnTpSizeOf(info: ServiceStatus, ranks: RankInfo[], route: () => Promise<Record<string, unknown> | undefined>): Promise<number> {
+  const layout = layoutOf(info)
+  if (layout) return Math.max(1, Math.floor(layout.tpSize / (layout.enableDpAttention ? layout.dpSize : 1) / (info.attnCpSize ?? 1)))
+  if (ranks.length === 0) return 1
+  const stated = Number((await route())?.attn_tp_size)
+  return Number.isInteger(stated) && stated > 0 ? stated : Math.max(...ranks.map((r) => r.tpRank)) + 1
+}
+
+/**
+ * The key a prefill scheduler registers under: dp_group (the attention DP rank, or the system DP rank with plain DP),
+ * attn_cp_rank, attn_tp_rank (the title's TP rank within its attention group), pp_rank.
+ */
+export function routeKeyOf(r: Pick<RankInfo, 'tpRank' | 'dpRank' | 'ppRank' | 'attnCpRank'>, attnTpSize: number): RouteKey {
+  return {dp: r.dpRank ?? 0, cp: r.attnCpRank ?? 0, tp: r.tpRank % attnTpSize, pp: r.ppRank ?? 0}
 }
 
 /**
@@ -288,7 +396,7 @@ interface ProcessView {
 export const ENVIRON_SCRIPT = [
   'for p in "$@"; do',
   '  printf \'\\036%s\\n\' "$p"',
-  '  [ -r "/proc/$p/environ" ] && tr \'\\000\' \'\\n\' < "/proc/$p/environ" | grep -E \'^(UCX_|MC_|NIXL_|SGLANG_)\' || true',
+  '  [ -r "/proc/$p/environ" ] && tr \'\\000\' \'\\n\' < "/proc/$p/environ" | grep -E \'^(UCX_|MC_|NIXL_|SGLANG_|CUDA_VISIBLE_DEVICES=)\' || true',
   'done',
 ].join('\n')
 
@@ -309,6 +417,49 @@ export function parseEnvironBlocks(stdout: string): Map<number, Record<string, s
 }
 
 /**
+ * A config file per server that names one, read in one call: pairs of pid and path as arguments, each block RS, the
+ * pid, then the file (a relative path is the process's own, under /proc/<pid>/cwd), or US and the reason it failed.
+ */
+export const CONFIG_SCRIPT = [
+  'while [ "$#" -gt 1 ]; do',
+  '  p=$1; f=$2; shift 2',
+  '  printf \'\\036%s\\n\' "$p"',
+  '  case "$f" in /*) ;; *) f="/proc/$p/cwd/$f" ;; esac',
+  '  cat -- "$f" 2>/dev/null || printf \'\\037cannot read %s\\n\' "$f"',
+  'done',
+].join('\n')
+
+export function parseConfigBlocks(stdout: string): Map<number, {text?: string; error?: string}> {
+  const out = new Map<number, {text?: string; error?: string}>()
+  for (const block of stdout.split('\u001E')) {
+    const nl = block.indexOf('\n')
+    const pid = Number(block.slice(0, nl < 0 ? undefined : nl).trim())
+    if (!Number.isInteger(pid) || pid <= 0) continue
+    const body = nl < 0 ? '' : block.slice(nl + 1)
+    const us = body.indexOf('\u001F')
+    out.set(pid, us >= 0 ? {error: body.slice(us + 1).trim()} : {text: body})
+  }
+  return out
+}
+
+/**
+ * The process behind a service port. docker-proxy owns a published port on the host: the server is the process on
+ * the proxy's container port (when this network namespace shows it), never the proxy.
+ */
+export function serviceOwner(port: number, listeners: Listener[], byPid: Map<number, ProcessRow>): {pid?: number; proxy?: {pid: number; containerPort?: number}} {
+  const isProxy = (pid: number) => parseDockerProxy(byPid.get(pid)?.args ?? '') !== undefined
+  const owner = listeners.find((l) => l.port === port && l.pids.length > 0)?.pids[0]
+  // Without pids (no privilege), ps still shows the proxy that publishes this port.
+  const proxyRow = owner !== undefined ? (isProxy(owner) ? byPid.get(owner) : undefined)
+    : [...byPid.values()].find((r) => parseDockerProxy(r.args)?.hostPort === port)
+  if (owner !== undefined && !proxyRow) return {pid: owner}
+  if (!proxyRow) return {}
+  const containerPort = parseDockerProxy(proxyRow.args)?.containerPort
+  const inner = containerPort === undefined ? undefined : listeners.find((l) => l.port === containerPort && l.pids.some((p) => !isProxy(p)))?.pids.find((p) => !isProxy(p))
+  return {...(inner === undefined ? {} : {pid: inner}), proxy: {pid: proxyRow.pid, ...(containerPort === undefined ? {} : {containerPort})}}
+}
+
+/**
  * Ranks by process title, assigned to prefill or decode by their parent: the process listening on the service's
  * HTTP port (SGLang's HTTP server runs in the launch process whose children are the schedulers).
  */
@@ -319,44 +470,62 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
   const ss = await host.run(['ss', '-Hltnp'], {timeoutMs, sudo: true})
   const listeners = ss.code === 0 ? parseSsListeners(ss.stdout) : []
   const portOf = (url: string) => Number(new URL(url).port || (url.startsWith('https') ? 443 : 80))
+  const byPid = new Map(rows.map((r) => [r.pid, r]))
   const servicePids: ProcessView['servicePids'] = {}
+  const dockerProxy: ProcessView['dockerProxy'] = {}
+  /** The ports a role's server may be launched with: the deployment's, or the container port behind docker-proxy. */
+  const launchPorts: Record<'prefill' | 'decode', number[]> = {prefill: [], decode: []}
   for (const name of ['prefill', 'decode'] as const) {
     const port = portOf(deployment.services[name].url)
-    const owner = listeners.find((l) => l.port === port && l.pids.length > 0)
-    if (owner) servicePids[name] = owner.pids[0]
+    const o = serviceOwner(port, listeners, byPid)
+    if (o.pid !== undefined) servicePids[name] = o.pid
+    if (o.proxy) dockerProxy[name] = o.proxy
+    launchPorts[name] = [port, ...(o.proxy?.containerPort === undefined ? [] : [o.proxy.containerPort])]
   }
-  const byPid = new Map(rows.map((r) => [r.pid, r]))
   const routerPid = listeners.find((l) => l.port === portOf(deployment.services.router.url) && l.pids.length > 0)?.pids[0]
   const routerRow = routerPid === undefined ? rows.find((r) => isRouterCommand([r.args]) && new RegExp(`--port[ =]${portOf(deployment.services.router.url)}\\b`).test(r.args)) : byPid.get(routerPid)
   const router = routerRow ? {pid: routerRow.pid, args: routerRow.args} : undefined
+
+  const rankRows = rows.map((r) => ({row: r, title: parseRankTitle(r.args)})).filter((x) => x.title !== undefined)
+  // The launch arguments of every server a scheduler may belong to: its ancestors, and the processes on the ports.
+  const candidates = new Set<number>(Object.values(servicePids))
+  for (const {row} of rankRows) {
+    let cur = byPid.get(row.ppid)
+    for (let i = 0; i < 4 && cur; i++, cur = byPid.get(cur.ppid)) if (isServerLaunch(cur.args)) candidates.add(cur.pid)
+  }
+  const launchOf = await readLaunchArgs(host, [...candidates].map((pid) => byPid.get(pid)).filter((r): r is ProcessRow => r !== undefined), timeoutMs)
   const serviceOf = (row: ProcessRow): 'prefill' | 'decode' | undefined => {
     // Walk up a few parents: with DP, schedulers may sit under a data-parallel controller.
     let cur: ProcessRow | undefined = row
     for (let i = 0; i < 4 && cur; i++) {
       if (cur.ppid === servicePids.prefill) return 'prefill'
       if (cur.ppid === servicePids.decode) return 'decode'
-      // Without privilege ss shows no pids: read the launch command instead, mode AND port, since one host can run
-      // several deployments (SGLang's --port defaults to 30000).
-      const args = byPid.get(cur.ppid)?.args ?? ''
-      const mode = /--disaggregation-mode[ =](prefill|decode)\b/.exec(args)
+      // Without privilege ss shows no pids: read the launch arguments instead (command line and config file), mode
+      // AND port, since one host can run several deployments (SGLang's --port defaults to 30000).
+      const a = launchOf.get(cur.ppid)?.args
       // Only when ss named no owner for that role: with an owner known, any other server is another deployment.
-      if (mode && servicePids[mode[1] as 'prefill' | 'decode'] === undefined) {
-        const role = mode[1] as 'prefill' | 'decode'
-        const port = Number(/--port[ =](\d+)/.exec(args)?.[1] ?? 30_000)
-        if (port === portOf(deployment.services[role].url)) return role
-      }
+      if (a?.mode && servicePids[a.mode] === undefined && launchPorts[a.mode].includes(a.port ?? 30_000)) return a.mode
       cur = byPid.get(cur.ppid)
     }
     return undefined
   }
-  const rankRows = rows.map((r) => ({row: r, title: parseRankTitle(r.args)})).filter((x) => x.title !== undefined)
   const ranks: RankInfo[] = []
+  const serverOf = new Map<number, number>()
   for (const {row, title} of rankRows) {
     const service = serviceOf(row)
     if (!service) continue
     ranks.push({service, ...title!, pid: row.pid, state: row.stat.charAt(0), title: row.args})
+    let cur = byPid.get(row.ppid)
+    for (let i = 0; i < 4 && cur && !launchOf.has(cur.pid); i++) cur = byPid.get(cur.ppid)
+    if (cur) serverOf.set(row.pid, cur.pid)
   }
-  if (ranks.length === 0) return {ranks, servicePids, ...(router ? {router} : {}), serviceEnv: {}}
+  const launch: ProcessView['launch'] = {}
+  for (const name of ['prefill', 'decode'] as const) {
+    const pid = servicePids[name] ?? serverOf.get(ranks.find((r) => r.service === name)?.pid ?? -1)
+    const l = pid === undefined ? undefined : launchOf.get(pid)
+    if (l && pid !== undefined) launch[name] = {pid, source: l.source, args: l.args}
+  }
+  if (ranks.length === 0) return {ranks, servicePids, ...(router ? {router} : {}), serviceEnv: {}, launch, dockerProxy, gpuList: []}
 
   const stat = await host.run(['cat', ...ranks.map((r) => `/proc/${r.pid}/stat`)], {timeoutMs})
   for (const line of stat.stdout.split('\n')) {
@@ -369,7 +538,7 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
   }
 
   const [apps, gpus, topo] = await Promise.all([
-    host.run([deployment.tools.nvidiaSmi, '--query-compute-apps=pid,gpu_uuid', '--format=csv,noheader'], {timeoutMs}).catch(() => undefined),
+    host.run([deployment.tools.nvidiaSmi, '--query-compute-apps=pid,gpu_uuid,used_memory', '--format=csv,noheader,nounits'], {timeoutMs}).catch(() => undefined),
     host.run([deployment.tools.nvidiaSmi, '--query-gpu=index,uuid,name', '--format=csv,noheader'], {timeoutMs}).catch(() => undefined),
     host.run([deployment.tools.nvidiaSmi, 'topo', '-m'], {timeoutMs}).catch((error: unknown) => ({code: null, stdout: '', stderr: oneLine(error), durationMs: 0})),
   ])
@@ -382,21 +551,22 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
     topologyError = `\`${deployment.tools.nvidiaSmi} topo -m\` failed: ${oneLine(topo.stderr) || `exit ${topo.code}`}`
   }
   let gpuWarning: string | undefined
+  let gpuByPid: Map<number, PidGpu> | undefined
+  const gpuList = gpus?.code === 0 ? parseGpuList(gpus.stdout) : []
   if (apps?.code === 0 && gpus?.code === 0) {
-    const map = gpuIndexByPid(parseComputeApps(apps.stdout), parseGpuList(gpus.stdout))
-    for (const r of ranks) r.gpu = map.get(r.pid)?.[0]
+    gpuByPid = gpuIndexByPid(parseComputeApps(apps.stdout), gpuList)
   } else {
-    gpuWarning = `${deployment.tools.nvidiaSmi} did not answer on ${host.describe()} (${oneLine(apps?.stderr ?? 'not run') || `exit ${apps?.code}`}): the GPU of each rank is unknown, so --gpu cannot be resolved`
+    gpuWarning = `${deployment.tools.nvidiaSmi} did not answer on ${host.describe()} (${oneLine(apps?.stderr ?? 'not run') || `exit ${apps?.code}`}), and the launch layout does not give every rank's GPU: --gpu cannot be resolved for those ranks`
   }
 
-  ranks.sort((a, b) => (a.service === b.service ? a.tpRank - b.tpRank : a.service === 'prefill' ? -1 : 1))
+  ranks.sort((a, b) => (a.service === b.service ? (a.dpRank ?? 0) - (b.dpRank ?? 0) || (a.ppRank ?? 0) - (b.ppRank ?? 0) || a.tpRank - b.tpRank : a.service === 'prefill' ? -1 : 1))
   const prefill0 = ranks.find((r) => r.service === 'prefill')
   let prefillEnv: Record<string, string> | undefined
   if (prefill0) {
     const env = await host.run(['cat', `/proc/${prefill0.pid}/environ`], {timeoutMs, sudo: true})
     if (env.code === 0) prefillEnv = parseEnviron(env.stdout)
   }
-  // Every rank's and server's kept variables (UCX RC limits, health-check timeout), in one read.
+  // Every rank's and server's kept variables (UCX RC limits, health-check timeout, CUDA_VISIBLE_DEVICES), in one read.
   const serviceEnv: ProcessView['serviceEnv'] = {}
   const pids = [...new Set([...ranks.map((r) => r.pid), ...Object.values(servicePids).filter((p): p is number => p !== undefined)])]
   const envs = await host.run(['sh', '-c', ENVIRON_SCRIPT, 'sh', ...pids.map(String)], {timeoutMs, sudo: true}).catch(() => undefined)
@@ -408,5 +578,35 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
       if (pid !== undefined && byPid.has(pid)) serviceEnv[name] = byPid.get(pid)
     }
   }
-  return {ranks, servicePids, ...(router ? {router} : {}), prefillEnv, serviceEnv, gpuWarning, ...(topology ? {topology} : {}), ...(topologyError ? {topologyError} : {})}
+  return {ranks, servicePids, ...(router ? {router} : {}), prefillEnv, serviceEnv, launch, dockerProxy, ...(gpuByPid ? {gpuByPid} : {}), gpuList,
+    ...(gpuWarning ? {gpuWarning} : {}), ...(topology ? {topology} : {}), ...(topologyError ? {topologyError} : {})}
+}
+
+/** Each server's launch arguments: its command line, over its `--config` YAML file (read in one call) when it names one. */
+async function readLaunchArgs(host: Host, servers: ProcessRow[], timeoutMs: number): Promise<Map<number, {source: string; args: LaunchArgs}>> {
+  const out = new Map<number, {source: string; args: LaunchArgs}>()
+  const cli = new Map(servers.map((r) => [r.pid, parseLaunchCommand(r.args)]))
+  const withFile = servers.filter((r) => cli.get(r.pid)!.configFile !== undefined)
+  type FileRead = {text?: string; error?: string}
+  const files: Map<number, FileRead> = withFile.length === 0 ? new Map<number, FileRead>()
+    : await host.run(['sh', '-c', CONFIG_SCRIPT, 'sh', ...withFile.flatMap((r) => [String(r.pid), cli.get(r.pid)!.configFile!])], {timeoutMs, sudo: true})
+      .then((res) => parseConfigBlocks(res.stdout), (error: unknown) => new Map<number, FileRead>(withFile.map((r) => [r.pid, {error: oneLine(error)}])))
+  for (const r of servers) {
+    const c = cli.get(r.pid)!
+    if (c.configFile === undefined) {
+      out.set(r.pid, {source: `command line (pid ${r.pid})`, args: c})
+      continue
+    }
+    const f = files.get(r.pid)
+    let fromFile: LaunchArgs = {}
+    let note = ''
+    try {
+      if (f?.text === undefined) throw new Error(f?.error ?? 'not read')
+      fromFile = parseConfigYaml(f.text)
+    } catch (error) {
+      note = `; the file could not be used: ${oneLine(error)}`
+    }
+    out.set(r.pid, {source: `config file ${c.configFile} under the command line (pid ${r.pid})${note}`, args: mergeLaunchArgs(fromFile, c)})
+  }
+  return out
 }

@@ -21,23 +21,77 @@ export function parseGpuList(text: string): GpuRow[] {
     .map((c) => ({index: Number(c[0]), uuid: c[1] ?? '', name: c.slice(2).join(', ')}))
 }
 
-/** `nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv[,noheader]`: pid -> GPU uuids it holds. */
-export function parseComputeApps(text: string): Map<number, string[]> {
-  const byPid = new Map<number, string[]>()
+/** One compute context of a process, as `nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory` lists it. */
+export interface ComputeContext {
+  uuid: string
+  /** MiB; undefined when the column is absent or `[N/A]`. */
+  usedMiB?: number
+}
+
+/** `nvidia-smi --query-compute-apps=pid,gpu_uuid[,used_memory] --format=csv[,noheader][,nounits]`: pid -> its contexts, in listed order. */
+export function parseComputeApps(text: string): Map<number, ComputeContext[]> {
+  const byPid = new Map<number, ComputeContext[]>()
   for (const c of csvRows(text)) {
     if (!/^\d+$/.test(c[0] ?? '') || !c[1]) continue
     const pid = Number(c[0])
-    byPid.set(pid, [...(byPid.get(pid) ?? []), c[1]])
+    const mem = /^(\d+)(\s*MiB)?$/.exec(c[2] ?? '')
+    byPid.set(pid, [...(byPid.get(pid) ?? []), {uuid: c[1], ...(mem ? {usedMiB: Number(mem[1])} : {})}])
   }
   return byPid
 }
 
-/** The GPU indices each pid holds, joining the two answers by uuid. */
-export function gpuIndexByPid(apps: Map<number, string[]>, gpus: GpuRow[]): Map<number, number[]> {
+export interface PidGpu {
+  index: number
+  usedMiB?: number
+  /** How many contexts the pid holds: more than one means a stray context (often on GPU 0) besides its own. */
+  contexts: number
+}
+
+/**
+ * The GPU each pid computes on: of its contexts, the one using the most memory. A process often holds a small stray
+ * context too (a library touching cuda:0 before set_device), and nvidia-smi lists contexts by GPU, so the first listed
+ * is usually that stray one. A pid with several contexts and no memory figures is left out (ambiguous).
+ */
+export function gpuIndexByPid(apps: Map<number, ComputeContext[]>, gpus: GpuRow[]): Map<number, PidGpu> {
   const indexOf = new Map(gpus.map((g) => [g.uuid, g.index]))
-  const out = new Map<number, number[]>()
-  for (const [pid, uuids] of apps) {
-    out.set(pid, uuids.map((u) => indexOf.get(u)).filter((i): i is number => i !== undefined))
+  const out = new Map<number, PidGpu>()
+  for (const [pid, contexts] of apps) {
+    const known = contexts.filter((c) => indexOf.has(c.uuid))
+    if (known.length === 0) continue
+    if (known.length > 1 && known.some((c) => c.usedMiB === undefined)) continue
+    const best = known.reduce((a, b) => ((b.usedMiB ?? 0) > (a.usedMiB ?? 0) ? b : a))
+    out.set(pid, {index: indexOf.get(best.uuid)!, ...(best.usedMiB === undefined ? {} : {usedMiB: best.usedMiB}), contexts: contexts.length})
   }
   return out
+}
+
+/** What fixes a scheduler's GPU without nvidia-smi: its server's layout and base GPU id, and CUDA_VISIBLE_DEVICES. */
+export interface GpuLayout {
+  tpSize: number
+  ppSize: number
+  dpSize: number
+  enableDpAttention: boolean
+  baseGpuId: number
+  gpuIdStep: number
+  /** The scheduler's CUDA_VISIBLE_DEVICES, as set (indices or GPU uuids); undefined: all GPUs, in order. */
+  cudaVisibleDevices?: string
+}
+
+/**
+ * The physical GPU of a scheduler, as SGLang picks it: gpu_id = base_gpu_id + (plain DP: dp_rank × tp × pp × step)
+ * + pp_rank × tp + tp_rank × step (`managers/data_parallel_controller.py` `launch_dp_schedulers` and
+ * `launch_tensor_parallel_group`; one node), then CUDA_VISIBLE_DEVICES[gpu_id] when that is set. With DP attention the
+ * title's TP rank already counts across DP groups, so no DP offset. Undefined when the list is too short or names a
+ * device this host does not list.
+ */
+export function gpuFromLayout(l: GpuLayout, rank: {tpRank: number; dpRank?: number; ppRank?: number}, gpus: GpuRow[]): {index: number; local: number} | undefined {
+  const dpOffset = !l.enableDpAttention && l.dpSize > 1 ? (rank.dpRank ?? 0) * l.tpSize * l.ppSize * l.gpuIdStep : 0
+  const local = l.baseGpuId + dpOffset + (rank.ppRank ?? 0) * l.tpSize + rank.tpRank * l.gpuIdStep
+  const cvd = l.cudaVisibleDevices?.trim()
+  if (cvd === undefined || cvd === '') return {index: local, local}
+  const entry = cvd.split(',').map((x) => x.trim())[local]
+  if (entry === undefined) return undefined
+  if (/^\d+$/.test(entry)) return {index: Number(entry), local}
+  const byUuid = gpus.find((g) => g.uuid === entry || g.uuid === `GPU-${entry}` || g.uuid.startsWith(entry))
+  return byUuid ? {index: byUuid.index, local} : undefined
 }

@@ -25,13 +25,52 @@ export interface RankTitle {
   tpRank: number
   dpRank?: number
   ppRank?: number
+  attnCpRank?: number
+  moeDpRank?: number
+  epRank?: number
 }
 
-/** SGLang titles its scheduler processes sglang::scheduler_TP<k>, or with _DP<d> / _PP<p> before the TP part. */
+const TITLE_SEGMENTS = {DP: 'dpRank', PP: 'ppRank', ATTN_CP: 'attnCpRank', MOE_DP: 'moeDpRank', TP: 'tpRank', EP: 'epRank'} as const
+
+/**
+ * SGLang's scheduler title (managers/scheduler.py, configure_scheduler_process): `sglang::scheduler`, then `_DP<d>`
+ * when a DP rank is set, `_PP<p>` (pp > 1), `_ATTN_CP<c>` (attn cp > 1), `_MOE_DP<m>` (moe dp > 1), `_TP<t>` only when
+ * tp > 1, `_EP<e>` (ep > 1), in that order. A TP-1 scheduler is plain `sglang::scheduler`: its TP rank is 0.
+ */
 export function parseRankTitle(args: string): RankTitle | undefined {
-  const m = /^sglang::scheduler(?:_DP(\d+))?(?:_PP(\d+))?_TP(\d+)(?:\b|_)/.exec(args)
+  const m = /^sglang::scheduler((?:_(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)(?=\s|$)/.exec(args)
   if (!m) return undefined
-  return {tpRank: Number(m[3]), ...(m[1] === undefined ? {} : {dpRank: Number(m[1])}), ...(m[2] === undefined ? {} : {ppRank: Number(m[2])})}
+  const out: RankTitle = {tpRank: 0}
+  let last = -1
+  for (const seg of m[1]!.matchAll(/_(ATTN_CP|MOE_DP|DP|PP|TP|EP)(\d+)/g)) {
+    const order = Object.keys(TITLE_SEGMENTS).indexOf(seg[1]!)
+    // Out of SGLang's order (or repeated): not a title SGLang writes.
+    if (order <= last) return undefined
+    last = order
+    out[TITLE_SEGMENTS[seg[1] as keyof typeof TITLE_SEGMENTS]] = Number(seg[2])
+  }
+  return out
+}
+
+/** docker-proxy's command line (`docker-proxy -proto tcp -host-ip H -host-port P -container-ip C -container-port Q`). */
+export interface DockerProxy {
+  hostPort?: number
+  containerIp?: string
+  containerPort?: number
+}
+
+export function parseDockerProxy(args: string): DockerProxy | undefined {
+  const argv = args.trim().split(/\s+/)
+  if (!/(^|\/)docker-proxy$/.test(argv[0] ?? '')) return undefined
+  const val = (flag: string) => {
+    const i = argv.findIndex((a) => a === `-${flag}` || a === `--${flag}`)
+    return i >= 0 ? argv[i + 1] : argv.find((a) => a.startsWith(`-${flag}=`) || a.startsWith(`--${flag}=`))?.split('=')[1]
+  }
+  const num = (v: string | undefined) => (v !== undefined && /^\d+$/.test(v) ? Number(v) : undefined)
+  const hostPort = num(val('host-port'))
+  const containerPort = num(val('container-port'))
+  const containerIp = val('container-ip')
+  return {...(hostPort === undefined ? {} : {hostPort}), ...(containerIp ? {containerIp} : {}), ...(containerPort === undefined ? {} : {containerPort})}
 }
 
 export interface ProcStat {

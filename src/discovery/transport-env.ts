@@ -159,5 +159,8 @@ export function healthCheckFromEnv(env: Record<string, string> | undefined): Hea
     : {timeoutSeconds: HEALTH_CHECK_TIMEOUT_DEFAULT_S, source: `SGLang's default (${HEALTH_CHECK_TIMEOUT_DEFAULT_S} s; SGLANG_HEALTH_CHECK_TIMEOUT unset)`, generates}
 }
 
-/** The environment variables discovery keeps from each rank and server (the rest never leaves the host). */
-export const KEPT_ENV = /^(UCX_|MC_|NIXL_|SGLANG_)/
+/**
+ * The environment variables discovery keeps from each rank and server (the rest never leaves the host).
+ * CUDA_VISIBLE_DEVICES: with --base-gpu-id and the rank, it names the rank's GPU when nvidia-smi lists no processes.
+ */
+export const KEPT_ENV = /^(UCX_|MC_|NIXL_|SGLANG_|CUDA_VISIBLE_DEVICES=)/

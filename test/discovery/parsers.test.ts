@@ -9,6 +9,9 @@ describe('process parsers', () => {
     expect(parseRankTitle('sglang::scheduler_TP3')).toEqual({tpRank: 3})
     expect(parseRankTitle('sglang::scheduler_DP1_TP2')).toEqual({tpRank: 2, dpRank: 1})
     expect(parseRankTitle('sglang::scheduler_DP0_PP1_TP7')).toEqual({tpRank: 7, dpRank: 0, ppRank: 1})
+    // TP 1: no TP segment at all, as upstream titles it.
+    expect(parseRankTitle('sglang::scheduler')).toEqual({tpRank: 0})
+    expect(parseRankTitle('sglang::scheduler_PP1')).toEqual({tpRank: 0, ppRank: 1})
     expect(parseRankTitle('sglang::detokenizer')).toBeUndefined()
     expect(parseRankTitle('python -m sglang.launch_server --tp 4')).toBeUndefined()
   })
@@ -50,7 +53,7 @@ describe('nvidia-smi parsers', () => {
     const gpus = parseGpuList('index, uuid, name\n0, GPU-aaa, NVIDIA H100 80GB HBM3\n1, GPU-bbb, NVIDIA H100 80GB HBM3\n')
     expect(gpus).toEqual([{index: 0, uuid: 'GPU-aaa', name: 'NVIDIA H100 80GB HBM3'}, {index: 1, uuid: 'GPU-bbb', name: 'NVIDIA H100 80GB HBM3'}])
     const apps = parseComputeApps('pid, gpu_uuid\n500, GPU-bbb\n501, GPU-aaa\n')
-    expect(gpuIndexByPid(apps, gpus)).toEqual(new Map([[500, [1]], [501, [0]]]))
+    expect(gpuIndexByPid(apps, gpus)).toEqual(new Map([[500, {index: 1, contexts: 1}], [501, {index: 0, contexts: 1}]]))
   })
 })
 
