@@ -54,3 +54,24 @@ export function describeArgv(argv: readonly string[], max = 120): string {
   const line = displayArgv(argv)
   return line.length > max ? line.slice(0, max - 1) + '…' : line
 }
+
+// Bytes that mean nothing special inside single quotes (sh, bash, tcsh, fish), inside sh double quotes and in a
+// printf format: they travel as they are; every other byte travels as a \ooo escape.
+const PLAIN_BYTE = /^[A-Za-z0-9 _.,:/=+@;|&<>(){}[\]*?#~^-]$/
+
+/**
+ * A POSIX command line made safe for ANY login shell: sshd hands the command to the user's login shell, which may be
+ * tcsh (no newline inside quotes, ! history) or fish (backslashes inside single quotes, no $$). The line is sent as
+ * `exec sh -c 'eval "$(printf "…")"'` where the printf format holds only plain characters and octal escapes, so
+ * every one of those shells passes it unchanged to sh, which decodes it and runs the original line (issue 12, S6).
+ */
+export function anyShellCommand(posixLine: string): string {
+  if (posixLine.includes('\0')) throw badInput('a command line contains a NUL byte', 'remove the NUL: no shell or exec can carry it')
+  let format = ''
+  for (const byte of Buffer.from(posixLine, 'utf8')) {
+    const c = String.fromCharCode(byte)
+    // A leading - would read as a printf option.
+    format += byte < 0x80 && PLAIN_BYTE.test(c) && !(format === '' && c === '-') ? c : '\\' + byte.toString(8).padStart(3, '0')
+  }
+  return `exec sh -c 'eval "$(printf "${format}")"'`
+}

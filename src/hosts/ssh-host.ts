@@ -15,7 +15,7 @@ import {
 import type {SshHostConfig} from './host-spec.js'
 import {appendKnownHost, checkKnownHosts, fingerprintOf, knownHostsToken, readKnownHosts} from './known-hosts.js'
 import {parsePid} from './local-host.js'
-import {describeArgv, shellCommand} from './quote.js'
+import {anyShellCommand, describeArgv, shellCommand} from './quote.js'
 import {expandTilde, parseJumpSpec, readSshConfigFile, resolveSshConfig} from './ssh-config.js'
 
 // ssh2 is CommonJS: only a default import works at runtime under ESM (its named exports are not seen by Node's ESM loader).
@@ -175,8 +175,9 @@ export class SshHost implements Host {
     checkTimeout(opts.timeoutMs)
     const full = buildArgv(argv, opts, this.sudoPolicy, this.isRoot)
     // The shell prints its pid (= its process group: sshd makes each session a new session) before exec'ing
-    // the command, so a timeout can kill the whole group on the host, not just close the channel.
-    const line = `printf '%s\\n' "$$" && exec ${shellCommand(full)}`
+    // the command, so a timeout can kill the whole group on the host, not just close the channel. sshd runs this
+    // through the user's login shell, which may be tcsh or fish: anyShellCommand hands it to sh unchanged.
+    const line = anyShellCommand(`printf '%s\\n' "$$" && exec ${shellCommand(full)}`)
     const where = this.describe()
     const started = performance.now()
     return new Promise<RunResult>((resolve, reject) => {

@@ -33,6 +33,12 @@ export interface SshdOptions {
    * (bash sources ~/.bashrc for every ssh command) neither slow nor change what tests run. null keeps root's home.
    */
   home?: string | null
+  /**
+   * The login shell sshd runs every command through (root's), e.g. /usr/bin/tcsh or /usr/bin/fish: sshd then runs
+   * in a private mount namespace where a copy of /etc/passwd with that shell is bind-mounted over the real one, so
+   * nothing on the machine changes and the namespace goes with sshd.
+   */
+  loginShell?: string
   /** Extra sshd_config lines, placed first so they override the harness's (e.g. 'LogLevel DEBUG1', 'MaxSessions 4'). */
   extraConfig?: string[]
   /** Reuse an existing host key file (private; .pub next to it) instead of generating one. */
@@ -127,6 +133,13 @@ function waitListening(child: ChildProcess, logPath: string, deadlineMs: number)
   })
 }
 
+/** argv prefix: a private mount namespace whose /etc/passwd gives root the login shell `shell`. */
+function loginShellPrefix(dir: string, shell: string): string[] {
+  const passwd = join(dir, 'passwd')
+  writeFileSync(passwd, readFileSync('/etc/passwd', 'utf8').replace(/^(root:[^\n]*:)[^:\n]*$/m, `$1${shell}`))
+  return ['unshare', '--mount', '--propagation', 'private', 'sh', '-c', 'mount --bind "$1" /etc/passwd && shift && exec "$@"', 'sh', passwd]
+}
+
 export async function startSshd(opts: SshdOptions = {}): Promise<Sshd> {
   requireSystemLevel('startSshd')
   ensureSshd()
@@ -134,7 +147,7 @@ export async function startSshd(opts: SshdOptions = {}): Promise<Sshd> {
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'pdchaos-sshd-'))
   mkdirSync(dir, {recursive: true})
   const host = opts.host ?? '127.0.0.1'
-  const prefix = opts.prefix ?? (opts.netns ? ['ip', 'netns', 'exec', opts.netns] : [])
+  const prefix = [...opts.prefix ?? (opts.netns ? ['ip', 'netns', 'exec', opts.netns] : []), ...(opts.loginShell ? loginShellPrefix(dir, opts.loginShell) : [])]
   const hostKeyPath = opts.hostKeyPath ?? join(dir, 'host_ed25519')
   if (!opts.hostKeyPath) keygen(hostKeyPath)
   const clientKeyPath = opts.clientKeyPath ?? join(dir, 'client_ed25519')

@@ -4,7 +4,8 @@ import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
 import {PdError} from '../../src/errors.js'
 import {SshHost, resolveSshEndpoint} from '../../src/hosts/ssh-host.js'
-import {describeArgv, shellCommand, shellQuote} from '../../src/hosts/quote.js'
+import {anyShellCommand, describeArgv, shellCommand, shellQuote} from '../../src/hosts/quote.js'
+import {missingTool, skipWithout} from '../harness/level.js'
 import {startSshd, type Sshd} from '../harness/sshd.js'
 
 /** Deterministic PRNG (mulberry32) so a failing case can be reproduced from the printed seed. */
@@ -75,6 +76,17 @@ describe('shellQuote', () => {
     expect(describeArgv(['x'.repeat(300)]).length).toBeLessThanOrEqual(120)
   })
 
+  it(`${COUNT} random strings arrive verbatim through anyShellCommand and sh (seed ${SEED})`, async () => {
+    for (const batch of batches(30)) {
+      const line = anyShellCommand(shellCommand(['printf', '%s\\0', ...batch]))
+      // Outside its fixed frame only plain characters and octal escapes: nothing tcsh, fish or printf would read.
+      const format = /^exec sh -c 'eval "\$\(printf "(.*)"\)"'$/s.exec(line)?.[1]
+      expect(format?.replace(/\\[0-7]{3}/g, '')).toMatch(/^[^\\!%\n\r'"$`]*$/)
+      const res = await execa('sh', ['-c', line], {encoding: 'buffer', timeout: 10_000})
+      expect(Buffer.compare(Buffer.from(res.stdout), expectedBytes(batch)), JSON.stringify(batch)).toBe(0)
+    }
+  })
+
   it(`${COUNT} random strings arrive verbatim through a real sh -c (seed ${SEED})`, async () => {
     for (const batch of batches(30)) {
       const res = await execa('sh', ['-c', shellCommand(['printf', '%s\\0', ...batch])], {encoding: 'buffer', timeout: 10_000})
@@ -83,11 +95,21 @@ describe('shellQuote', () => {
   })
 })
 
-describe('shellQuote through a real sshd', () => {
+// The login shell sshd runs commands through: the machine's (bash for root), then the non-POSIX ones Debian
+// offers (issue 12, S6). scripts/install-test-deps.sh installs tcsh and fish.
+const LOGIN_SHELLS: Array<{name: string; shell?: string; missing?: string}> = [
+  {name: 'the default login shell'},
+  {name: 'tcsh as the login shell', shell: '/usr/bin/tcsh', missing: missingTool('/usr/bin/tcsh', 'tcsh')},
+  {name: 'fish as the login shell', shell: '/usr/bin/fish', missing: missingTool('/usr/bin/fish', 'fish')},
+]
+
+describe.each(LOGIN_SHELLS)('shellQuote through a real sshd, $name', ({name, shell, missing}) => {
+  const skip = skipWithout(`the quoting test with ${name}`, missing)
   let sshd: Sshd
   let host: SshHost
   beforeAll(async () => {
-    sshd = await startSshd()
+    if (skip) return
+    sshd = await startSshd(shell ? {loginShell: shell} : {})
     writeFileSync(`${sshd.dir}/known_hosts`, sshd.knownHostsLine)
     host = new SshHost(await resolveSshEndpoint({
       kind: 'ssh', hostname: sshd.host, port: sshd.port, user: 'root', identityFile: sshd.clientKeyPath,
@@ -99,7 +121,14 @@ describe('shellQuote through a real sshd', () => {
     await sshd?.stop()
   })
 
-  it(`${COUNT} random strings arrive byte for byte via the login shell (seed ${SEED})`, async () => {
+  it.skipIf(skip || !shell)('sshd really runs commands through that shell', async () => {
+    // OpenSSH's own client, so the command reaches the login shell as typed; `; true` keeps the shell alive as ps's parent.
+    const res = await execa('ssh', ['-i', sshd.clientKeyPath, '-p', String(sshd.port), '-o', 'BatchMode=yes', '-o', 'StrictHostKeyChecking=no',
+      '-o', 'UserKnownHostsFile=/dev/null', '-o', 'LogLevel=ERROR', `root@${sshd.host}`, "sh -c 'ps -o comm= -p $PPID'; true"], {timeout: 20_000, reject: false})
+    expect(res.stdout.trim(), res.stderr).toBe(shell!.slice(shell!.lastIndexOf('/') + 1))
+  })
+
+  it.skipIf(skip)(`${COUNT} random strings arrive byte for byte via the login shell (seed ${SEED})`, async () => {
     for (const batch of batches(30)) {
       // printf's bytes are shown as hex on the host, so no decoding on the way back can hide a difference.
       const res = await host.run(['sh', '-c', 'printf "%s\\0" "$@" | od -An -v -tx1', 'sh', ...batch], {timeoutMs: 10_000})
@@ -108,5 +137,13 @@ describe('shellQuote through a real sshd', () => {
       const direct = await host.run(['printf', '%s\\0', ...batch], {timeoutMs: 10_000})
       expect(direct.stdout).toBe(expectedBytes(batch).toString('utf8'))
     }
+  })
+
+  it.skipIf(skip)('a timed-out command is killed on the host, whatever the login shell', async () => {
+    const marker = `pdchaos-quote-sleep-${process.pid}-${Math.random().toString(36).slice(2)}`
+    const err = await host.run(['sh', '-c', 'exec sleep 30', marker], {timeoutMs: 1000}).catch((e: unknown) => e)
+    expect(err).toBeInstanceOf(PdError)
+    const left = await execa('pgrep', ['-f', marker], {reject: false})
+    expect(left.stdout.trim()).toBe('')
   })
 })
