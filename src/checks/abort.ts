@@ -1,63 +1,119 @@
+import {coverageOf, matchedPackets, notInWindow, releasedFromOf, windowFor} from './abort-coverage.js'
 import {epsilonFor} from './epsilon.js'
 import {round, secs} from './eviction.js'
 import {releaseCauseOf} from './release-cause.js'
+import type {AbortCoverage, AbortRecord} from '../model/run.js'
 import {answerOf, type Observation, type Timeline} from '../model/timeline.js'
-import {fail, pass, type Verdict} from '../model/verdict.js'
+import {fail, pass, unverified, type Verdict} from '../model/verdict.js'
 
 /**
  * Aborts fired inside the transfer window: an honoured abort releases the request within one poll (+ ε) of the
  * abort, and passes. A lost abort (the race) fails the abort check however the request ends: when the watchdog then
  * evicts it inside its window, that is the watchdog's pass (an eviction verdict of its own), not the abort's.
+ * A pass needs coverage: the trial's abort demonstrably landed in the transfer window, and enough of the scenario's
+ * trials did (abort-coverage.ts). Otherwise what would have passed is unverified, with why and how to verify.
  */
-export function checkAborts(tl: Timeline): Verdict[] {
-  const verdicts: Verdict[] = []
+export function checkAborts(tl: Timeline): {verdicts: Verdict[]; trials: AbortRecord[]; coverage?: AbortCoverage} {
   const aborts = tl.observations.filter((o): o is Extract<Observation, {kind: 'abort-sent'}> => o.kind === 'abort-sent')
   const byRid = new Map<string, number>()
   for (const a of aborts) byRid.set(a.rid, Math.min(byRid.get(a.rid) ?? Number.POSITIVE_INFINITY, a.t))
-  const pollMs = tl.contract.pollSeconds * 1000
-  const deadlineMs = tl.contract.deadlineSeconds * 1000
   const end = Math.max(...tl.observations.map((o) => o.t))
 
+  const judged: Array<Judged> = []
   for (const [rid, abortAt] of byRid) {
-    const sent = tl.observations.find((o) => o.kind === 'request-sent' && o.rid === rid)
-    if (!sent) continue
-    const answer = answerOf(tl, rid)
-    const eps = epsilonFor(tl, 'inflight', {sentAt: sent.t, answeredAt: answer?.t})
-    const honourBy = abortAt + pollMs + eps.highMs
-    const windowHigh = sent.t + eps.entryOffsetMs + deadlineMs + pollMs + eps.highMs
-    const evidence = {
-      clock: 'the request\'s own answer', abortOffsetMs: round(abortAt - sent.t), epsilonMs: round(eps.highMs), epsilonWhy: eps.why,
-      status: answer?.status, detail: answer?.detail,
-    }
-    if (answer && answer.status >= 200 && answer.status < 300) {
-      const before = answer.t <= abortAt
-      verdicts.push(pass('abort', rid, before
-        ? `completed before the abort (${secs(answer.t - sent.t)}): the abort missed the transfer window`
-        : `completed with ${answer.status} ${secs(answer.t - abortAt)} after the abort: the transfer won the race`, evidence))
-      continue
-    }
-    if (answer && answer.t <= honourBy) {
-      verdicts.push(pass('abort', rid, `abort honoured: released ${secs(answer.t - abortAt)} after the abort (bound one poll + ε = ${secs(pollMs + eps.highMs)})`, {...evidence, outcome: 'honoured'}))
-      continue
-    }
-    if (answer && answer.t <= windowHigh) {
-      const low = sent.t + eps.entryOffsetMs + deadlineMs - eps.lowMs
-      if (answer.t >= low) {
-        const released = releaseCauseOf(answer.detail)
-        const by = released.cause === 'watchdog' ? 'the watchdog' : 'something other than the abort'
-        verdicts.push(fail('abort', rid, `abort lost; released by ${by} after ${secs(answer.t - sent.t)} (${secs(answer.t - abortAt)} after the abort, past one poll + ε = ${secs(pollMs + eps.highMs)})`, {
-          ...evidence, outcome: 'lost-then-evicted', releasedBy: released.cause, releaseEvidence: released.evidence,
-        }))
-        verdicts.push(pass('eviction', rid, `evicted after ${secs(answer.t - sent.t)}, inside [${secs(low - sent.t)}, ${secs(windowHigh - sent.t)}], after its abort was lost`, {...evidence, releasedBy: released.cause}))
-      } else {
-        verdicts.push(fail('abort', rid, `released ${secs(answer.t - abortAt)} after the abort: later than one poll, earlier than the watchdog deadline — neither an honoured abort nor an eviction`, {...evidence, outcome: 'unexplained'}))
-      }
-      continue
-    }
-    const heldFor = (answer?.t ?? end) - sent.t
-    verdicts.push(fail('abort', rid, answer
-      ? `abort lost and the pin was released only after ${secs(heldFor)}, past deadline + poll + ε (${secs(windowHigh - sent.t)})`
-      : `abort lost and the pin is still held after ${secs(heldFor)}: nothing released it`, {...evidence, outcome: answer ? 'late' : 'pinned', heldSeconds: round(heldFor / 1000, 3)}))
+    const sent = tl.observations.find((o): o is Extract<Observation, {kind: 'request-sent'}> => o.kind === 'request-sent' && o.rid === rid)
+    if (sent) judged.push(judgeTrial(tl, sent, abortAt, end))
   }
-  return verdicts
+  if (judged.length === 0) return {verdicts: [], trials: []}
+
+  // One scenario's trials share one window and one lease (its view holds no other scenario's trials).
+  const w = windowFor(tl, judged[0]!.record.rid)
+  const packets = w ? matchedPackets(tl, w.leaseId) : undefined
+  for (const j of judged) {
+    const why = notInWindow(tl, w, packets, {offsetMs: j.record.offsetMs, abortAt: j.record.abortedAt, releasedFrom: j.record.releasedFrom,
+      ...(j.record.releasedAt === null ? {} : {answeredAt: j.record.releasedAt}), ...(j.record.releaseStatus === null ? {} : {status: j.record.releaseStatus})})
+    j.record.inWindow = why === undefined
+    if (why !== undefined) j.record.notInWindow = why
+    j.record.plannedOffsetMs = w?.trials.find((x) => x.rid === j.record.rid)?.offsetMs ?? null
+  }
+  const coverage = coverageOf(tl, w, packets, judged.map((j) => ({rid: j.record.rid, offsetMs: j.record.offsetMs, ...(j.record.notInWindow ? {notInWindow: j.record.notInWindow} : {})})))
+
+  const verdicts: Verdict[] = []
+  for (const j of judged) {
+    let v = j.verdicts[0]!
+    if (v.verdict === 'pass') {
+      // A pass that coverage does not back proves nothing: a trial outside the window, or too few trials inside it.
+      const why = j.record.notInWindow ?? (coverage.verified ? undefined : coverage.why)
+      if (why !== undefined) {
+        v = unverified('abort', v.subject, `${v.summary} — not counted: the abort did not demonstrably land in the transfer window`, {
+          ...v.evidence, inWindow: j.record.inWindow, coverage: coverage.summary, why,
+          toVerify: coverage.toVerify ?? 'a trial whose abort lands in the held window (the other trials of this run did)',
+        })
+      }
+    }
+    j.record.verdict = v.verdict
+    j.record.evidence = {...v.evidence, summary: v.summary}
+    verdicts.push(v, ...j.verdicts.slice(1))
+  }
+  return {verdicts, trials: judged.map((j) => j.record), coverage}
+}
+
+interface Judged {
+  verdicts: Verdict[]
+  record: AbortRecord
+}
+
+/** One trial judged on timing alone (honoured, lost, late, pinned), with its record; coverage comes after. */
+function judgeTrial(tl: Timeline, sent: Extract<Observation, {kind: 'request-sent'}>, abortAt: number, end: number): Judged {
+  const rid = sent.rid
+  const pollMs = tl.contract.pollSeconds * 1000
+  const deadlineMs = tl.contract.deadlineSeconds * 1000
+  const answer = answerOf(tl, rid)
+  const eps = epsilonFor(tl, 'inflight', {sentAt: sent.t, answeredAt: answer?.t})
+  const honourBy = abortAt + pollMs + eps.highMs
+  const windowLow = sent.t + eps.entryOffsetMs + deadlineMs - eps.lowMs
+  const windowHigh = sent.t + eps.entryOffsetMs + deadlineMs + pollMs + eps.highMs
+  const releasedFrom = releasedFromOf(answer?.detail)
+  const evidence = {
+    clock: 'the request\'s own answer', abortOffsetMs: round(abortAt - sent.t), epsilonMs: round(eps.highMs), epsilonWhy: eps.why,
+    status: answer?.status, detail: answer?.detail, releasedFrom,
+  }
+  const record: AbortRecord = {
+    rid, ...(sent.fault === undefined ? {} : {fault: sent.fault}), sentAt: sent.t, abortedAt: abortAt, offsetMs: round(abortAt - sent.t),
+    plannedOffsetMs: null, releasedAt: answer?.t ?? null, releaseStatus: answer?.status ?? null,
+    targeted: sent.expectedState ?? {queue: 'inflight', kvPoll: 'Transferring'}, releasedFrom,
+    bounds: {honourBySeconds: round((pollMs + eps.highMs) / 1000, 3), watchdog: [round((windowLow - sent.t) / 1000, 3), round((windowHigh - sent.t) / 1000, 3)]},
+    inWindow: false, verdict: 'unverified', outcome: '', evidence: {},
+  }
+  const out = (outcome: string, ...verdicts: Verdict[]): Judged => {
+    record.outcome = outcome
+    return {verdicts, record}
+  }
+
+  if (answer && answer.status >= 200 && answer.status < 300) {
+    const before = answer.t <= abortAt
+    return out('completed', pass('abort', rid, before
+      ? `completed before the abort (${secs(answer.t - sent.t)}): the abort missed the transfer window`
+      : `completed with ${answer.status} ${secs(answer.t - abortAt)} after the abort: the transfer won the race`, evidence))
+  }
+  if (answer && answer.t <= honourBy) {
+    return out('honoured', pass('abort', rid, `abort honoured: released ${secs(answer.t - abortAt)} after the abort (bound one poll + ε = ${secs(pollMs + eps.highMs)})`, {...evidence, outcome: 'honoured'}))
+  }
+  if (answer && answer.t <= windowHigh) {
+    if (answer.t >= windowLow) {
+      const released = releaseCauseOf(answer.detail)
+      const by = released.cause === 'watchdog' ? 'the watchdog' : 'something other than the abort'
+      return out('lost-then-evicted',
+        fail('abort', rid, `abort lost; released by ${by} after ${secs(answer.t - sent.t)} (${secs(answer.t - abortAt)} after the abort, past one poll + ε = ${secs(pollMs + eps.highMs)})`, {
+          ...evidence, outcome: 'lost-then-evicted', releasedBy: released.cause, releaseEvidence: released.evidence,
+        }),
+        pass('eviction', rid, `evicted after ${secs(answer.t - sent.t)}, inside [${secs(windowLow - sent.t)}, ${secs(windowHigh - sent.t)}], after its abort was lost`, {...evidence, releasedBy: released.cause}))
+    }
+    return out('unexplained', fail('abort', rid, `released ${secs(answer.t - abortAt)} after the abort: later than one poll, earlier than the watchdog deadline — neither an honoured abort nor an eviction`, {...evidence, outcome: 'unexplained'}))
+  }
+  const heldFor = (answer?.t ?? end) - sent.t
+  const outcome = answer ? 'late' : 'pinned'
+  return out(outcome, fail('abort', rid, answer
+    ? `abort lost and the pin was released only after ${secs(heldFor)}, past deadline + poll + ε (${secs(windowHigh - sent.t)})`
+    : `abort lost and the pin is still held after ${secs(heldFor)}: nothing released it`, {...evidence, outcome, heldSeconds: round(heldFor / 1000, 3)}))
 }

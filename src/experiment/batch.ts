@@ -225,6 +225,10 @@ async function sendPins(session: RunSession, active: Entry[], rec: Recorder, pin
       }
       return
     }
+    // The window these trials aim at, on the timeline: the abort check judges each abort's landing by it.
+    if (plan.transferWindow) {
+      rec.add({kind: 'transfer-window', t: now(), scenario: e.s.name, leaseId: plan.leaseId, ...plan.transferWindow, trials: plan.trials.map((x) => ({rid: x.rid, offsetMs: x.offsetMs}))})
+    }
     await Promise.all(plan.trials.map(async (trial) => {
       const sent = send({...base, rid: trial.rid})
       pins.push({e, sent})

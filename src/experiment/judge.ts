@@ -80,7 +80,12 @@ export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
     run.verdicts.push(...faultEffect(lease, e.plan!.fault))
     if (lease.verifiedInjected && !b.stoppedEarly) {
       const observe = getFault(e.plan!.fault).observe
-      if (observe === 'trials') run.verdicts.push(...checkAborts(run.timeline))
+      if (observe === 'trials') {
+        const ab = checkAborts(run.timeline)
+        run.verdicts.push(...ab.verdicts)
+        run.aborts = ab.trials
+        if (ab.coverage) run.abortCoverage = ab.coverage
+      }
       else if (observe === 'health') run.verdicts.push(...checkWedge(run.timeline, e.plan!.expected?.kind === 'wedge' ? e.plan!.expected : undefined))
       else {
         const ev = checkEvictions(run.timeline, {expected: e.plan!.expected})

@@ -40,6 +40,11 @@ export async function revertAndVerify(guard: LeaseGuard, plan: FaultPlan, rec: R
   if (record.verifiedInjected && plan.verifyInjected.length > 0) {
     const held = await runProbes(guard.host, plan.verifyInjected, probeMs)
     record.evidence.injected.push(...held.results.map((x) => `at revert: ${x.evidence}`))
+    // A packet filter's match count, as a number on the timeline (abort trials need it to show the widening held).
+    const counted = held.results.filter((x) => x.ok && x.matchedPackets !== undefined)
+    if (counted.length > 0) {
+      rec.add({kind: 'filter-matched', t: now(), leaseId: record.id, packets: counted.reduce((n, x) => n + x.matchedPackets!, 0), evidence: counted.map((x) => x.evidence).join('; ')})
+    }
   }
   say(`reverting lease ${record.id}`)
   const r = await guard.revert(record.id)

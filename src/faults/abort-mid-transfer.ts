@@ -3,7 +3,7 @@ import {z} from 'zod'
 import type {RankInfo} from '../discovery/discover.js'
 import {badInput, oneLine} from '../errors.js'
 import type {Host} from '../hosts/host.js'
-import {type AbortTrial, checkLeaseId, describeRank, type Fault, type FaultContext, type FaultDiscovery, type FaultPlan, type HostFacts} from './fault.js'
+import {type AbortTrial, checkLeaseId, describeRank, type Fault, type FaultContext, type FaultDiscovery, type FaultPlan, type HostFacts, type TransferWindow} from './fault.js'
 import {classifyDataPath, dataConnectionsOf, parseSsConnections, rankOnGpu, SS_ARGV} from './mechanisms/data-path.js'
 import {buildFilter, detectFilterTool, noFilterTool} from './mechanisms/packet-filter.js'
 import {buildTwinFailpoint} from './mechanisms/twin-failpoint.js'
@@ -62,9 +62,12 @@ export function transferWindow(ctx: Pick<FaultContext<AbortMidTransferParams>, '
   const p = ctx.calibration?.prefillMs ?? 50
   if (!widened) return {startMs: Math.round(Math.max(0, p * 0.6)), endMs: Math.round(Math.max(p, 3)), why: 'around the calibrated prefill time'}
   // Held (or slowed): every request sits in Transferring once its forward is done, for as long as the watchdog
-  // leaves it alone, so the window runs from the prefill time for a share of the deadline (at most 1 s).
+  // leaves it alone, so the window runs from the prefill time for a share of the deadline (at most 1 s). It opens
+  // one spread past the median prefill time: at the median itself, half the requests are still being prefilled,
+  // and an abort there meets the waiting queue, not a transfer.
   const deadlineMs = (ctx.contract?.deadlineSeconds ?? 2.5) * 1000
-  return {startMs: Math.round(p * 10) / 10, endMs: Math.round((p + Math.min(1000, deadlineMs * 0.4)) * 10) / 10, why: 'held open by the widening'}
+  const start = p + (ctx.calibration?.prefillSpreadMs ?? 0)
+  return {startMs: Math.round(start * 10) / 10, endMs: Math.round((start + Math.min(1000, deadlineMs * 0.4)) * 10) / 10, why: 'held open by the widening'}
 }
 
 export const abortMidTransfer: Fault<AbortMidTransferParams> = {
@@ -115,10 +118,11 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
       leaseId: ctx.leaseId,
       trials,
     }
+    const swept = (widening: TransferWindow['widening']): TransferWindow => ({startMs: window.startMs, endMs: window.endMs, why: window.why, widening})
     const sweep = `${p.trials} trial(s), aborts on prefill and decode at ${window.startMs}..${window.endMs} ms after each request is sent (${window.why})`
     if (widen === undefined) {
       return {
-        ...base, targets: [], inject: [], revert: [], sudo: false, verifyInjected: [], verifyClean: [], readOnlyProbes: [],
+        ...base, transferWindow: swept('none'), targets: [], inject: [], revert: [], sudo: false, verifyInjected: [], verifyClean: [], readOnlyProbes: [],
         description: `${sweep}; no change on the host`,
       }
     }
@@ -130,7 +134,7 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
       // stall-kv failure point on that rank, and say so.
       const fp = buildTwinFailpoint(ctx.discovery.twinFailpointUrl, 'stall-kv', [rank.tpRank])
       return {
-        ...base, targets: [{service: 'prefill', tpRank: rank.tpRank, pid: rank.pid, ...(rank.gpu === undefined ? {} : {gpu: rank.gpu})}],
+        ...base, transferWindow: swept('twin-failpoint'), targets: [{service: 'prefill', tpRank: rank.tpRank, pid: rank.pid, ...(rank.gpu === undefined ? {} : {gpu: rank.gpu})}],
         inject: fp.inject, revert: fp.revert, sudo: false, verifyInjected: [fp.verifyInjected], verifyClean: [fp.verifyClean], readOnlyProbes: fp.readOnlyProbes,
         description: `${sweep}; window held open by ${fp.summary} (the twin's failure point, not a host mechanism)`,
         refusals: [`packet filter not usable here (${ctx.facts.filterEvidence ?? 'not probed'}): using the twin's own failure point instead`],
@@ -146,6 +150,7 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
     })
     return {
       ...base,
+      transferWindow: swept('packet-filter'),
       targets: [{
         service: rank.service, tpRank: rank.tpRank, pid: rank.pid, ...(rank.startTicks === undefined ? {} : {startTicks: rank.startTicks}),
         ...(rank.gpu === undefined ? {} : {gpu: rank.gpu}), connections: conns.map((c) => ({local: c.local, peer: c.peer})),

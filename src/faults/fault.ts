@@ -36,6 +36,8 @@ export type Observe = 'pins' | 'trials' | 'health'
 export interface Judgement {
   ok: boolean
   evidence: string
+  /** A packet filter's rules: packets they matched so far (the abort check reads it: did the widening hold anything?). */
+  matchedPackets?: number
 }
 
 /**
@@ -208,6 +210,14 @@ export interface AbortTrial {
   aborts: Array<{service: 'prefill' | 'decode'; method: 'POST'; path: '/abort_request'; body: {rid: string}}>
 }
 
+/** The transfer window abort trials aim at, and how it was widened (the abort check judges coverage by it). */
+export interface TransferWindow {
+  startMs: number
+  endMs: number
+  why: string
+  widening: 'packet-filter' | 'twin-failpoint' | 'none'
+}
+
 export interface FaultPlan {
   fault: FaultName
   mechanism: MechanismName
@@ -231,6 +241,8 @@ export interface FaultPlan {
   notes?: string[]
   /** abort-mid-transfer only. */
   trials?: AbortTrial[]
+  /** abort-mid-transfer only: the window the trials sweep (ms after send) and what holds it open. */
+  transferWindow?: TransferWindow
   /**
    * What the deployment is expected to do, for the checks (machine-readable; the notes say it in words): a stall that
    * the transport turns into an error before the watchdog deadline, or a wedged instance's health bounds.

@@ -1,4 +1,4 @@
-import type {Calibration, Observation, Timeline} from './timeline.js'
+import type {Calibration, Observation, PinState, Timeline} from './timeline.js'
 import {type CheckName, type Outcome, UNVERIFIED_BLOCKS_BY_DEFAULT, type Verdict} from './verdict.js'
 
 /**
@@ -17,6 +17,64 @@ export interface PinRecord {
   bounds: [number, number]
   verdict: Outcome
   evidence: Record<string, unknown>
+  /** Its measured time is within ε of a bound (checks/epsilon.ts edgeOf): judged as it is, but the risk is shown. */
+  atEdge?: {bound: 'low' | 'high'; marginMs: number}
+}
+
+/** Where an abort met its request, as the request's own answer tells it (its error text names the queue). */
+export type ReleasedFrom = 'inflight' | 'bootstrap' | 'waiting' | 'unknown'
+
+/** One abort trial as the abort check judged it (the journal's per-trial record, beside the pins). Times are epoch ms. */
+export interface AbortRecord {
+  rid: string
+  fault?: string
+  sentAt: number
+  /** When the trial's first abort was fired. */
+  abortedAt: number
+  /** abortedAt - sentAt, ms: where in the window the abort was fired. */
+  offsetMs: number
+  /** The offset the plan asked for, ms (a busy host fires timers late); null when the plan's sweep was not recorded. */
+  plannedOffsetMs: number | null
+  /** When the request's answer arrived; null if it never did. */
+  releasedAt: number | null
+  releaseStatus: number | null
+  /** Where the abort was aimed: the queue and KVPoll state inside the transfer window. */
+  targeted: PinState
+  /** Where the request's answer says it was released from (its error text), when it says. */
+  releasedFrom: ReleasedFrom
+  /**
+   * honourBySeconds: after the abort, by when an honoured abort releases the request (one poll + ε); watchdog: the
+   * eviction window [low, high] in seconds after the send, for an abort that was lost.
+   */
+  bounds: {honourBySeconds: number; watchdog: [number, number]}
+  /** The abort demonstrably landed inside the transfer window; when not, why not. */
+  inWindow: boolean
+  notInWindow?: string
+  verdict: Outcome
+  /** honoured, lost-then-evicted, pinned, late, completed, unexplained. */
+  outcome: string
+  evidence: Record<string, unknown>
+}
+
+/** Whether a scenario's abort trials covered the transfer window: without coverage no abort passes. */
+export interface AbortCoverage {
+  trials: number
+  /** Trials whose abort demonstrably landed in the window. */
+  inWindow: number
+  /** Trials that must land there before any abort can pass. */
+  required: number
+  /** The window swept, ms after each send, and what held it open; null when the run did not record it. */
+  window: {startMs: number; endMs: number; why: string; widening: 'packet-filter' | 'twin-failpoint' | 'none'} | null
+  /** Packets the widening filter matched while in place; null without a filter or when its count was not read. */
+  filterMatchedPackets: number | null
+  /** Offsets planned, and offsets the aborts were really fired at (ms after send, in trial order). */
+  offsets: {plannedMs: number[]; firedMs: number[]}
+  verified: boolean
+  /** One line: "aborts in window: 5/6, filter matched 312 packets". */
+  summary: string
+  /** When unverified: why, and what would make it verifiable. */
+  why?: string
+  toVerify?: string
 }
 
 /** A fault's lease as the run saw it: injected, verified in place, reverted, verified clean. */
@@ -58,6 +116,9 @@ export interface ScenarioRun {
   finishedAt: number
   verdicts: Verdict[]
   pins: PinRecord[]
+  /** abort-mid-transfer: each trial as judged, and whether the trials covered the transfer window. */
+  aborts?: AbortRecord[]
+  abortCoverage?: AbortCoverage
   leases: LeaseRecord[]
   timeline?: Timeline
   contract: Contract

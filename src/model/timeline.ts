@@ -34,6 +34,14 @@ export type Observation =
    * calibration): it completed at t and took ms, so it spanned [t - ms, t].
    */
   | {kind: 'hop'; t: number; ms: number}
+  /**
+   * Abort trials of one scenario are about to be sent: the window they sweep (ms after each send), the offsets
+   * planned, and what holds the window open (the abort check judges whether each abort landed in it).
+   */
+  | {kind: 'transfer-window'; t: number; scenario: string; leaseId: string; startMs: number; endMs: number; why: string;
+    widening: 'packet-filter' | 'twin-failpoint' | 'none'; trials: Array<{rid: string; offsetMs: number}>}
+  /** A lease's packet-filter rules, read once more just before the revert: how many packets they matched while in place. */
+  | {kind: 'filter-matched'; t: number; leaseId: string; packets: number; evidence: string}
 
 export interface Timeline {
   /** The watchdog contract the run is judged by. */

@@ -7,27 +7,114 @@ import {LOADS_PREFILL_INFLIGHT_QUEUE} from '../../src/deployment/sglang-metrics.
 import {TimelineBuilder} from './synthetic.js'
 
 const inflight = {queue: 'inflight' as const, kvPoll: 'Transferring' as const}
+/** SGLang prefill's answer for a request aborted in its inflight queue (prefill.py handle_inflight_transfer_failure). */
+const abortedInTransfer = (rid: string) => `{"error":{"message":"Prefill transfer failed for request rank=0 req.rid='${rid}' req.bootstrap_room=7 with exception KVTransferError(bootstrap_room=7): Aborted by AbortReq."}}`
+/** The default builder's contract and calibration, widened: the sweep runs from 46 ms (prefill 40 + spread 6) for 800 ms. */
+const HELD = {startMs: 46, endMs: 846}
+
+/**
+ * n trials sent 100 ms apart, each aborted at its planned offset across the held window and answered `answer(i)` ms
+ * after its abort (undefined: never), with the window recorded and the filter's count read before the revert.
+ */
+function trials(n: number, o: {packets?: number; answerAfterMs: (i: number) => number | undefined; detail?: (rid: string) => string; lateMs?: (i: number) => number; widening?: 'packet-filter' | 'twin-failpoint' | 'none'}) {
+  const offsets = Array.from({length: n}, (_, i) => HELD.startMs + ((HELD.endMs - HELD.startMs) * i) / Math.max(1, n - 1))
+  const rids = offsets.map((_, i) => `pdchaos-abort:L1:${String(i).padStart(3, '0')}`)
+  const b = new TimelineBuilder().transferWindow(0, rids.map((rid, i) => ({rid, offsetMs: offsets[i]!})), {...HELD, widening: o.widening ?? 'packet-filter'})
+  rids.forEach((rid, i) => {
+    const sentMs = 10 + i * 100
+    const abortMs = sentMs + offsets[i]! + (o.lateMs?.(i) ?? 0)
+    const after = o.answerAfterMs(i)
+    b.pin(rid, sentMs, after === undefined ? undefined : {ms: abortMs + after, status: 500, detail: (o.detail ?? abortedInTransfer)(rid)}, inflight).abort(rid, abortMs)
+  })
+  if (o.packets !== undefined) b.filterMatched(3000, o.packets)
+  return b.end(4000).build()
+}
 
 describe('abort check', () => {
-  it('passes an honoured abort released within one poll', () => {
-    const v = checkAborts(new TimelineBuilder().pin('a1', 0, {ms: 60, status: 500}, inflight).abort('a1', 50).build())
+  it('passes an honoured abort released within one poll, and records the trial: times, targeted state, bounds, landing', () => {
+    const tl = new TimelineBuilder().transferWindow(0, [{rid: 'a1', offsetMs: 50}], HELD).pin('a1', 0, {ms: 60, status: 500, detail: abortedInTransfer('a1')}, inflight)
+      .abort('a1', 50).filterMatched(3000, 312).build()
+    const {verdicts: v, trials: [t], coverage} = checkAborts(tl)
     expect(v[0]).toMatchObject({verdict: 'pass'})
-    expect(v[0].summary).toMatch(/abort honoured/)
+    expect(v[0]!.summary).toMatch(/abort honoured/)
+    const t0 = new TimelineBuilder().t0
+    expect(t).toMatchObject({
+      rid: 'a1', sentAt: t0, abortedAt: t0 + 50, offsetMs: 50, plannedOffsetMs: 50, releasedAt: t0 + 60, releaseStatus: 500,
+      targeted: inflight, releasedFrom: 'inflight', inWindow: true, verdict: 'pass', outcome: 'honoured',
+    })
+    // One poll (0.5 s) + ε to honour it; the watchdog's window [deadline - ε, deadline + poll + ε] for a lost one.
+    expect(t!.bounds.honourBySeconds).toBeGreaterThan(0.5)
+    expect(t!.bounds.watchdog[0]).toBeLessThan(2)
+    expect(t!.bounds.watchdog[1]).toBeGreaterThan(2.5)
+    expect(coverage).toMatchObject({trials: 1, inWindow: 1, required: 1, verified: true, filterMatchedPackets: 312, offsets: {plannedMs: [50], firedMs: [50]}})
+    expect(coverage!.summary).toMatch(/^aborts in window: 1\/1, filter matched 312 packets/)
   })
 
   it('fails a lost abort even when the watchdog then evicts in its window (the abort race), and passes the watchdog on its own', () => {
     const evicted = '{"error":{"message":"Request a1 evicted by the disaggregation watchdog after 2.201s in the inflight queue (KVPoll.Transferring)"}}'
-    const v = checkAborts(new TimelineBuilder().pin('a1', 0, {ms: 2300, status: 500, detail: evicted}, inflight).abort('a1', 50).build())
+    const {verdicts: v, trials: [t]} = checkAborts(new TimelineBuilder().pin('a1', 0, {ms: 2300, status: 500, detail: evicted}, inflight).abort('a1', 50).build())
     expect(v.map((x) => [x.check, x.verdict])).toEqual([['abort', 'fail'], ['eviction', 'pass']])
-    expect(v[0].summary).toMatch(/^abort lost; released by the watchdog after 2\.300s \(2\.250s after the abort/)
-    expect(v[0].evidence).toMatchObject({outcome: 'lost-then-evicted', releasedBy: 'watchdog'})
-    expect(v[1].summary).toMatch(/after its abort was lost/)
+    expect(v[0]!.summary).toMatch(/^abort lost; released by the watchdog after 2\.300s \(2\.250s after the abort/)
+    expect(v[0]!.evidence).toMatchObject({outcome: 'lost-then-evicted', releasedBy: 'watchdog'})
+    expect(v[1]!.summary).toMatch(/after its abort was lost/)
+    expect(t).toMatchObject({verdict: 'fail', outcome: 'lost-then-evicted', releasedFrom: 'inflight'})
   })
 
   it('fails a lost abort with nothing to release the pin (abort-race with the watchdog off)', () => {
-    const v = checkAborts(new TimelineBuilder({scope: 'off', deadlineSeconds: 2, pollSeconds: 0.5}).pin('a1', 0, undefined, inflight).abort('a1', 50).end(8000).build())
+    const {verdicts: v, trials: [t]} = checkAborts(new TimelineBuilder({scope: 'off', deadlineSeconds: 2, pollSeconds: 0.5}).pin('a1', 0, undefined, inflight).abort('a1', 50).end(8000).build())
     expect(v[0]).toMatchObject({verdict: 'fail'})
-    expect(v[0].summary).toMatch(/still held after 8\.000s/)
+    expect(v[0]!.summary).toMatch(/still held after 8\.000s/)
+    expect(t).toMatchObject({releasedAt: null, releaseStatus: null, outcome: 'pinned'})
+  })
+
+  // Seen against an independent target that ignores an abort of a Transferring request: the widening filter held
+  // nothing (0 packets matched), so no abort ever met a request in Transferring, and six fast releases read as six
+  // honoured aborts.
+  it('six "honoured" aborts while the widening filter matched 0 packets: unverified with why and how to verify, never a pass', () => {
+    const {verdicts, trials: ts, coverage} = checkAborts(trials(6, {packets: 0, answerAfterMs: () => 12, detail: (rid) => `{"error":{"message":"Abort request ${rid}"}}`}))
+    const aborts = verdicts.filter((v) => v.check === 'abort')
+    expect(aborts).toHaveLength(6)
+    expect(aborts.map((v) => v.verdict)).toEqual(Array(6).fill('unverified'))
+    expect(aborts[0]!.summary).toMatch(/^abort honoured: released 0\.012s after the abort .* not counted: the abort did not demonstrably land in the transfer window$/)
+    expect(aborts[0]!.evidence).toMatchObject({why: expect.stringMatching(/filter matched 0 packets/), toVerify: expect.stringMatching(/ss -tnp/)})
+    expect(coverage).toMatchObject({trials: 6, inWindow: 0, required: 3, verified: false, filterMatchedPackets: 0, why: expect.stringMatching(/matched 0 packets while in place/)})
+    expect(coverage!.summary).toMatch(/^aborts in window: 0\/6, filter matched 0 packets; aborts fired 46\.\.846 ms after send \(window 46\.\.846 ms, held open by the widening\)$/)
+    expect(ts.every((t) => !t.inWindow && t.verdict === 'unverified' && /0 packets/.test(t.notInWindow ?? ''))).toBe(true)
+  })
+
+  it('the same six with the filter holding the transfer pass, and the coverage says so', () => {
+    const {verdicts, coverage} = checkAborts(trials(6, {packets: 312, answerAfterMs: () => 12}))
+    expect(verdicts.map((v) => v.verdict)).toEqual(Array(6).fill('pass'))
+    expect(coverage!.summary).toMatch(/^aborts in window: 6\/6, filter matched 312 packets/)
+  })
+
+  it('a trial outside the window (answered first, or released from the bootstrap queue) is unverified alone while enough others landed', () => {
+    const bootstrapFailed = (rid: string) => `{"error":{"message":"Prefill bootstrap failed for request rid=${rid} bootstrap_room=9 with exception KVTransferError(bootstrap_room=9): Aborted by AbortReq."}}`
+    const tl = trials(6, {packets: 312, answerAfterMs: (i) => (i === 0 ? -5 : 12), detail: (rid) => (rid.endsWith('1') ? bootstrapFailed(rid) : abortedInTransfer(rid))})
+    const {verdicts, trials: ts, coverage} = checkAborts(tl)
+    expect(verdicts.map((v) => v.verdict)).toEqual(['unverified', 'unverified', 'pass', 'pass', 'pass', 'pass'])
+    expect(ts[0]!.notInWindow).toBe('the request was answered before its abort was fired')
+    expect(ts[1]!.notInWindow).toBe('its answer says it was released from the bootstrap queue, not from Transferring')
+    expect(coverage).toMatchObject({inWindow: 4, required: 3, verified: true})
+    expect(coverage!.summary).toMatch(/^aborts in window: 4\/6, filter matched 312 packets/)
+  })
+
+  it('aborts a busy host fired past the window: too few landed, so no abort passes', () => {
+    // Four of six timers fired 2.1 s late: past the deadline, where the watchdog, not the abort, owns the request.
+    const {verdicts, coverage} = checkAborts(trials(6, {packets: 312, answerAfterMs: () => 12, lateMs: (i) => (i < 4 ? 2100 : 0)}))
+    expect(verdicts.filter((v) => v.verdict === 'pass')).toEqual([])
+    expect(coverage).toMatchObject({inWindow: 2, required: 3, verified: false, why: expect.stringMatching(/^only 2 of 6 aborts landed in the transfer window \(at least 3 needed\): 4× fired N ms after the send, after the window closes/)})
+  })
+
+  it('a lost abort fails even without coverage: the failure is evidence, coverage only guards passes', () => {
+    const {verdicts} = checkAborts(trials(2, {packets: 0, answerAfterMs: () => undefined}))
+    expect(verdicts.map((v) => v.verdict)).toEqual(['fail', 'fail'])
+  })
+
+  it('without the recorded window nothing can be shown to have landed', () => {
+    const {verdicts, coverage} = checkAborts(new TimelineBuilder().pin('a1', 0, {ms: 60, status: 500, detail: abortedInTransfer('a1')}, inflight).abort('a1', 50).build())
+    expect(verdicts[0]).toMatchObject({verdict: 'unverified', evidence: {why: 'the run recorded no transfer window for this trial'}})
+    expect(coverage).toMatchObject({window: null, verified: false})
   })
 })
 

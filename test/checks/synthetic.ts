@@ -43,6 +43,19 @@ export class TimelineBuilder {
     return this
   }
 
+  /** The window abort trials sweep, as the runner records it before sending them (offsets: ms after each send). */
+  transferWindow(atMs: number, trials: Array<{rid: string; offsetMs: number}>, w: {startMs: number; endMs: number; widening?: 'packet-filter' | 'twin-failpoint' | 'none'; leaseId?: string} ): this {
+    this.observations.push({kind: 'transfer-window', t: this.at(atMs), scenario: 'abort', leaseId: w.leaseId ?? 'L1', startMs: w.startMs, endMs: w.endMs,
+      why: w.widening === 'none' ? 'around the calibrated prefill time' : 'held open by the widening', widening: w.widening ?? 'packet-filter', trials})
+    return this
+  }
+
+  /** The widening filter's match count, read just before the revert. */
+  filterMatched(atMs: number, packets: number, leaseId = 'L1'): this {
+    this.observations.push({kind: 'filter-matched', t: this.at(atMs), leaseId, packets, evidence: `nft table inet pdchaos_${leaseId}: 2 rule(s), ${packets} packet(s) matched so far`})
+    return this
+  }
+
   metric(service: 'prefill' | 'decode', name: string, ms: number, value: number): this {
     this.observations.push({kind: 'metric', t: this.at(ms), service, name, value})
     return this

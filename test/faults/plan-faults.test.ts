@@ -252,8 +252,9 @@ describe('abort-mid-transfer plan', () => {
     const plan = abortMidTransfer.plan({discovery: tcpDiscovery(), params, leaseId: 'h1', facts: facts(), calibration: calibration(20), contract: {scope: 'all', deadlineSeconds: 2, pollSeconds: 0.5}})
     expect(plan.targets[0]).toMatchObject({service: 'prefill', gpu: 0})
     expect(plan.inject[0]![1]).toContain('counter drop')
-    // Held: from the prefill time for 0.4 × the deadline (at most 1 s).
-    expect(plan.trials!.map((t) => t.offsetMs)).toEqual([20, 420, 820])
+    // Held: from the prefill time plus its spread (every request past its forward) for 0.4 × the deadline (at most 1 s).
+    expect(plan.trials!.map((t) => t.offsetMs)).toEqual([22, 422, 822])
+    expect(plan.transferWindow).toEqual({startMs: 22, endMs: 822, why: 'held open by the widening', widening: 'packet-filter'})
   })
 
   it('no rid is a prefix of another (SGLang aborts by prefix), across trials and leases', () => {

@@ -218,7 +218,7 @@ export function judgeNftInjected(table: string, keys: readonly ExpectedRule[], s
     }
   }
   if (missing.length > 0) return {ok: false, evidence: `nft table inet ${table} lacks ${missing.join(', ')}`}
-  return {ok: true, evidence: `nft table inet ${table}: ${keys.length} rule(s) on their input/output hooks, ${packets} packet(s) matched so far`}
+  return {ok: true, evidence: `nft table inet ${table}: ${keys.length} rule(s) on their input/output hooks, ${packets} packet(s) matched so far`, matchedPackets: packets}
 }
 
 export function judgeNftClean(table: string, stdout: string, code: number | null): Judgement {
@@ -310,7 +310,7 @@ export function judgeIptablesInjected(chain: string, keys: string[], stdout: str
     else packets += rule.counter
   }
   if (missing.length > 0) return {ok: false, evidence: `iptables lacks ${missing.join(', ')} of ${chain}`}
-  return {ok: true, evidence: `iptables chain ${chain}: ${keys.length} DROP rule(s), jumped from INPUT and OUTPUT, ${packets} packet(s) matched so far`}
+  return {ok: true, evidence: `iptables chain ${chain}: ${keys.length} DROP rule(s), jumped from INPUT and OUTPUT, ${packets} packet(s) matched so far`, matchedPackets: packets}
 }
 
 export function judgeIptablesClean(chain: string, stdout: string, code: number | null): Judgement {
