@@ -1,7 +1,7 @@
 import {DECODE_PREALLOC_QUEUE, DECODE_TRANSFER_QUEUE, PREFILL_BOOTSTRAP_QUEUE, PREFILL_INFLIGHT_QUEUE} from '../deployment/sglang-metrics.js'
-import {epsilonFor} from './epsilon.js'
+import {edgeOf, epsilonFor, type Edge} from './epsilon.js'
 import type {FaultExpectation, StallExpectation} from './expectation.js'
-import {releaseCauseOf} from './release-cause.js'
+import {attributeRelease, type Attribution, CAUSE_NAMES, type ReleaseCause, releaseCauseOf} from './release-cause.js'
 import {abandonedOf, answerOf, metricAt, requestsOf, type Observation, type PinState, type Timeline} from '../model/timeline.js'
 import type {PinRecord} from '../model/run.js'
 import {fail, pass, unverified, type Verdict} from '../model/verdict.js'
@@ -38,6 +38,39 @@ function transportRelease(after: number, released: ReturnType<typeof releaseCaus
   }
 }
 
+/** Causes the evidence names that are not the watchdog (transport errors and unexplained transfer failures aside). */
+const OTHER_CAUSES: ReleaseCause[] = ['bootstrap-timeout', 'waiting-timeout', 'heartbeat', 'abort', 'decode-abort', 'revert', 'timeout']
+
+function toVerifyOther(cause: ReleaseCause, deadlineSeconds: number, pollSeconds: number): string {
+  const above = `above the watchdog's deadline + poll (${deadlineSeconds + pollSeconds} s)`
+  switch (cause) {
+    case 'waiting-timeout': case 'decode-abort': return `raise SGLANG_DISAGGREGATION_WAITING_TIMEOUT in decode's environment ${above}, so that decode does not let go first`
+    case 'bootstrap-timeout': return `raise SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT in prefill's environment ${above}`
+    case 'heartbeat': return "keep prefill's bootstrap server answering decode's heartbeat during the fault (SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL × HEARTBEAT_MAX_FAILURE on decode)"
+    case 'abort': return 'find who aborted it (the gateway, a client that left, an operator); if the watchdog evicts through an abort, set watchdog.logPattern so that its own log line names the eviction'
+    default: return 'remove what released the pin before the watchdog could, then run again'
+  }
+}
+
+/**
+ * The watchdog's own clock: the seconds it held the pin, from its log line (watchdog.logPattern), judged against
+ * [deadline, deadline + poll] with a slack of one scheduler-loop iteration's worth (the watchdog runs inside the loop).
+ * Not used when it cannot be right: held longer than the request existed.
+ */
+function serverClock(released: Attribution, o: {after: number; entryOffsetMs: number; deadlineMs: number; pollMs: number; epsHighMs: number}) {
+  if (released.watchdogHeldSeconds === undefined) return undefined
+  const heldMs = released.watchdogHeldSeconds * 1000
+  const clock = {clock: "the watchdog's own log line (held time, the server's clock)", watchdogHeldSeconds: released.watchdogHeldSeconds}
+  // Printed to the ms: allow its rounding, never the observation delay (the server measured it, not pdchaos).
+  if (heldMs > o.after + 5) return undefined
+  const slackMs = Math.max(SERVER_SLACK_MIN_MS, Math.min(o.epsHighMs, o.pollMs / 4))
+  const verdict = heldMs < o.deadlineMs - 1 ? 'early' : heldMs > o.deadlineMs + o.pollMs + slackMs ? 'late' : 'inside'
+  return {verdict, heldMs, slackMs, evidence: {...clock, serverSlackMs: Math.round(slackMs), answerClockSeconds: round(o.after / 1000, 3)}} as const
+}
+
+/** The least slack given to the watchdog's own clock: a loop iteration on a busy host. */
+const SERVER_SLACK_MIN_MS = 100
+
 export function checkEvictions(tl: Timeline, opts: EvictionOptions = {}): {verdicts: Verdict[]; pins: PinRecord[]} {
   const stallExpected = opts.expected?.kind === 'stall' ? opts.expected : undefined
   const verdicts: Verdict[] = []
@@ -63,12 +96,17 @@ export function checkEvictions(tl: Timeline, opts: EvictionOptions = {}): {verdi
       entry: eps.entryOffsetMs === 0 ? 'send time' : `send + ${round(eps.entryOffsetMs)} ms (calibrated)`,
       expectedState: state,
     }
-    const record = (verdict: Verdict, evictedAt: number | null) => {
+    const record = (verdict: Verdict, evictedAt: number | null, edge?: Edge) => {
+      // At the edge: judged as it is, but said, in the summary and the evidence, so the risk is visible.
+      if (edge) {
+        verdict = {...verdict, summary: `${verdict.summary} (at the edge)`, evidence: {...verdict.evidence, atEdge: edge}}
+      }
       verdicts.push(verdict)
       pins.push({
         rid: sent.rid, fault: sent.fault, sentAt: sent.t, evictedAt,
         evictionSeconds: evictedAt === null ? null : round((evictedAt - sent.t) / 1000, 3),
         bounds: [round(bounds[0], 3), round(bounds[1], 3)], verdict: verdict.verdict, evidence: verdict.evidence,
+        ...(edge ? {atEdge: {bound: edge.bound, marginMs: edge.marginMs}} : {}),
       })
     }
 
@@ -80,30 +118,54 @@ export function checkEvictions(tl: Timeline, opts: EvictionOptions = {}): {verdi
     }
     if (answer) {
       const after = answer.t - sent.t
-      const released = releaseCauseOf(answer.detail)
+      const released = attributeRelease(tl, sent.rid, answer)
+      const text = releaseCauseOf(answer.detail)
       const evidence = {
         ...base, status: answer.status, detail: answer.detail, evictedAfterSeconds: round(after / 1000, 3),
-        ...(released.cause === 'unknown' ? {} : {releasedBy: released.cause, releaseEvidence: released.evidence}),
+        ...(released.cause === 'unknown' ? {} : {releasedBy: released.cause, releaseEvidence: released.evidence.join(' | ')}),
+        ...(released.logsUnread.length > 0 ? {logsUnread: released.logsUnread} : {}),
       }
-      // A transport error released it (before or inside the window), or a transfer failure whose reason the text does
-      // not show released it before the window: either way not the watchdog. (Inside the window such an unexplained
-      // transfer failure may be the watchdog's own, reported through the same path: judged as before.)
+      const byText = {cause: released.cause, evidence: released.evidence.join(' | ') || text.evidence}
+      // A transport error released it (before or inside the window), or a transfer failure whose reason nothing shows
+      // released it before the window: either way not the watchdog. (Inside the window such an unexplained transfer
+      // failure may be the watchdog's own, reported through the same path: judged as before.)
       if ((released.cause === 'transport-error' && answer.t <= high) || (released.cause === 'transfer-failed' && answer.t < low)) {
-        const r = transportRelease(after, released, answer.t < low ? 'before' : 'inside', stallExpected)
+        const r = transportRelease(after, byText, answer.t < low ? 'before' : 'inside', stallExpected)
         record(unverified('eviction', sent.rid, r.summary, {...evidence, ...r.evidence}), answer.t)
+        continue
+      }
+      // Released by something named that is not the watchdog (a timeout, decode letting go, a heartbeat failure, an
+      // abort pdchaos did not send) before the window closed: what it was, never a watchdog pass.
+      // (An abort before the window stays a false timeout below: a watchdog may evict through an abort.)
+      if (OTHER_CAUSES.includes(released.cause) && answer.t <= high && (answer.t >= low || released.cause !== 'abort')) {
+        const where = answer.t < low ? 'before the deadline window' : 'inside the deadline window'
+        record(unverified('eviction', sent.rid, `released by ${CAUSE_NAMES[released.cause]} after ${secs(after)}, ${where}: not a watchdog eviction; the watchdog was not exercised`, {
+          ...evidence,
+          why: `the evidence names ${CAUSE_NAMES[released.cause]}, not the watchdog: ${released.evidence.join(' | ')}`,
+          toVerify: toVerifyOther(released.cause, deadlineSeconds, pollSeconds),
+        }), answer.t)
+        continue
+      }
+      const clocked = serverClock(released, {after, entryOffsetMs: eps.entryOffsetMs, deadlineMs, pollMs, epsHighMs: eps.highMs})
+      if (clocked) {
+        const e = {...evidence, ...clocked.evidence}
+        if (clocked.verdict === 'early') record(fail('eviction', sent.rid, `evicted early: the watchdog held it ${secs(clocked.heldMs)} by its own clock, before the deadline (${deadlineSeconds}s) — a false timeout`, e), answer.t)
+        else if (clocked.verdict === 'late') record(fail('eviction', sent.rid, `evicted late: the watchdog held it ${secs(clocked.heldMs)} by its own clock, past deadline + poll (${secs(deadlineMs + pollMs)}) + ${Math.round(clocked.slackMs)} ms`, e), answer.t)
+        else record(pass('eviction', sent.rid, `evicted after ${secs(clocked.heldMs)} by the watchdog's own clock, inside [${secs(deadlineMs)}, ${secs(deadlineMs + pollMs)}] (+${Math.round(clocked.slackMs)} ms); answered ${secs(after)} after send`, e), answer.t)
         continue
       }
       if (answer.t < low) {
         record(fail('eviction', sent.rid, `evicted early: after ${secs(after)}, before the deadline window [${bounds[0].toFixed(3)}s, ${bounds[1].toFixed(3)}s] — a false timeout`, evidence), answer.t)
       } else if (answer.t > high) {
-        record(fail('eviction', sent.rid, `evicted late: after ${secs(after)}, past deadline + poll + ε (${bounds[1].toFixed(3)}s)`, evidence), answer.t)
+        const by = OTHER_CAUSES.includes(released.cause) ? `; released by ${CAUSE_NAMES[released.cause]}, not the watchdog` : ''
+        record(fail('eviction', sent.rid, `evicted late: after ${secs(after)}, past deadline + poll + ε (${bounds[1].toFixed(3)}s)${by}`, evidence), answer.t)
       } else if (eps.highMs >= pollMs) {
         // Answers reach pdchaos as late as a poll interval: a watchdog one poll late (or a little early) looks the
         // same as a punctual one answered late. Only clearly early or clearly late evictions can be judged.
         record(unverified('eviction', sent.rid, `evicted after ${secs(after)}, inside [${bounds[0].toFixed(3)}s, ${bounds[1].toFixed(3)}s] only because ε is a whole poll wide (${Math.round(eps.highMs)} ms)`, {
           ...evidence,
           why: `answers reached pdchaos up to ${Math.round(eps.highMs)} ms late (${eps.why}), as long as the poll interval (${pollMs} ms): an eviction one poll late cannot be told from a punctual one answered late`,
-          toVerify: 'run again when the host (and the machine pdchaos runs on) is less loaded, or from a machine nearer the servers; the observation delay must stay well under the poll interval',
+          toVerify: 'run again when the host (and the machine pdchaos runs on) is less loaded, or from a machine nearer the servers; the observation delay must stay well under the poll interval; or set watchdog.logPattern so that the watchdog\'s own log line gives the held time',
         }), answer.t)
       } else {
         record(pass('eviction', sent.rid, `evicted after ${secs(after)}, inside [${bounds[0].toFixed(3)}s, ${bounds[1].toFixed(3)}s]`, evidence), answer.t)

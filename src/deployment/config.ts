@@ -38,7 +38,25 @@ export const WatchdogSchema = z.object({
   scope: z.enum(['all', 'inflight', 'off']).default('all').describe('all: every prefill PD queue; inflight: only the inflight queue.'),
   deadlineSeconds: z.number().positive().max(86_400),
   pollSeconds: z.number().positive().max(3_600),
+  logPattern: z.string().min(1).max(1000).superRefine((p, ctx) => {
+    const why = watchdogPatternError(p)
+    if (why) ctx.addIssue({code: 'custom', message: why})
+  }).optional().describe(
+    "A JavaScript regular expression matching the watchdog's own log line for one eviction, with the named groups rid and held (seconds held, as the watchdog measured them), e.g. \"evicted request rid='(?<rid>[^']+)'.* held=(?<held>[0-9.]+)s\". When it matches a pin's line in prefill's log, that held time is the pin's clock (the server's).",
+  ),
 }).strict()
+
+/** Why a watchdog log pattern cannot be used (undefined: it can): it must compile and name the groups rid and held. */
+export function watchdogPatternError(pattern: string): string | undefined {
+  let re: RegExp
+  try {
+    re = new RegExp(pattern)
+  } catch (error) {
+    return `watchdog.logPattern is not a valid regular expression: ${(error as Error).message}`
+  }
+  const missing = ['rid', 'held'].filter((g) => !new RegExp(`\\(\\?<${g}>`).test(re.source))
+  return missing.length > 0 ? `watchdog.logPattern must have the named group${missing.length > 1 ? 's' : ''} ${missing.map((g) => `(?<${g}>…)`).join(' and ')}` : undefined
+}
 
 export const DeploymentSchema = z.object({
   version: z.literal(1).default(1),

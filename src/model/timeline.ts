@@ -35,6 +35,15 @@ export type Observation =
    */
   | {kind: 'hop'; t: number; ms: number}
   /**
+   * A line of a service's own log that names a pin, read from the deployment file's `logs:` source for the run's
+   * time range (after the window). t = when it was read: the line's own stamp (SGLang prints no zone) stays in the
+   * text. watchdog: the line matched the deployment's watchdog.logPattern, with the rid and the seconds held as the
+   * server measured them (the server's clock).
+   */
+  | {kind: 'log-line'; t: number; service: LogService; source: string; line: string; rid?: string; watchdog?: {rid: string; heldSeconds: number}}
+  /** One read of a service's log: how much was read, or why it could not be (a check then says so, never guesses). */
+  | {kind: 'log-read'; t: number; service: LogService; source: string; ok: boolean; lines: number; truncated: boolean; detail: string}
+  /**
    * Abort trials of one scenario are about to be sent: the window they sweep (ms after each send), the offsets
    * planned, and what holds the window open (the abort check judges whether each abort landed in it).
    */
@@ -42,6 +51,9 @@ export type Observation =
     widening: 'packet-filter' | 'twin-failpoint' | 'none'; trials: Array<{rid: string; offsetMs: number}>}
   /** A lease's packet-filter rules, read once more just before the revert: how many packets they matched while in place. */
   | {kind: 'filter-matched'; t: number; leaseId: string; packets: number; evidence: string}
+
+/** The services whose logs name a pin's release: prefill's (the pin itself) and decode's (its half of the request). */
+export type LogService = 'prefill' | 'decode'
 
 export interface Timeline {
   /** The watchdog contract the run is judged by. */
@@ -124,4 +136,14 @@ export function metricAt(tl: Timeline, service: string, name: string, t: number)
     if (o.kind === 'metric' && o.service === service && o.name === name && o.t <= t) v = o.value
   }
   return v
+}
+
+/** The log lines that name a rid, in the order they were read (a service's lines keep their order in its log). */
+export function logLinesOf(tl: Timeline, rid: string) {
+  return tl.observations.filter((o): o is Extract<Observation, {kind: 'log-line'}> => o.kind === 'log-line' && (o.rid === rid || o.watchdog?.rid === rid))
+}
+
+/** The last read of a service's log (undefined: its log was never read, e.g. the deployment file names none). */
+export function logReadOf(tl: Timeline, service: LogService) {
+  return tl.observations.filter((o): o is Extract<Observation, {kind: 'log-read'}> => o.kind === 'log-read' && o.service === service).at(-1)
 }

@@ -79,7 +79,7 @@ describe('release cause from the error text', () => {
     expect(releaseCauseOf(twinWatchdog).cause).toBe('watchdog')
     expect(releaseCauseOf(sglang('Request 77 evicted by the watchdog after 60.1s')).cause).toBe('watchdog')
     expect(releaseCauseOf(sglang('Aborted by AbortReq.')).cause).toBe('abort')
-    expect(releaseCauseOf(sglang('Request 77 timed out after 300.0s in KVPoll.Bootstrapping')).cause).toBe('timeout')
+    expect(releaseCauseOf(sglang('Request 77 timed out after 300.0s in KVPoll.Bootstrapping')).cause).toBe('bootstrap-timeout')
     for (const reason of ['NIXL transfer encountered ERR room=77', 'Failed to send kv chunk of 77 to 10.0.0.2:17000', 'KVSender failed to post transfer', 'UCX ERROR Transport retry count exceeded on mlx5_3:1/RoCE', 'UCS_ERR_ENDPOINT_TIMEOUT']) {
       expect(releaseCauseOf(sglang(reason)).cause).toBe('transport-error')
     }
