@@ -62,7 +62,7 @@ export interface TrialFacts {
 export function notInWindow(tl: Timeline, w: TransferWindowObs | undefined, packets: number | undefined, t: TrialFacts): string | undefined {
   if (!w) return 'the run recorded no transfer window for this trial'
   if (w.widening === 'packet-filter' && packets === undefined) return 'the widening filter\'s match count was not read before the revert: nothing shows it held a transfer'
-  if (w.widening === 'packet-filter' && packets === 0) return 'the widening filter matched 0 packets: it held no KV transfer, so nothing shows the abort met a Transferring request'
+  if (w.widening === 'packet-filter' && packets === 0) return 'the widening filter matched 0 packets (it held no KV transfer)'
   const o = t.offsetMs.toFixed(1)
   if (t.offsetMs < w.startMs) return `fired ${o} ms after the send, before the window opens (${w.startMs} ms)`
   const high = windowHighMs(w, tl)

@@ -45,9 +45,12 @@ export function checkAborts(tl: Timeline): {verdicts: Verdict[]; trials: AbortRe
       // A pass that coverage does not back proves nothing: a trial outside the window, or too few trials inside it.
       const why = j.record.notInWindow ?? (coverage.verified ? undefined : coverage.why)
       if (why !== undefined) {
-        v = unverified('abort', v.subject, `${v.summary} — not counted: the abort did not demonstrably land in the transfer window`, {
-          ...v.evidence, inWindow: j.record.inWindow, coverage: coverage.summary, why,
-          toVerify: coverage.toVerify ?? 'a trial whose abort lands in the held window (the other trials of this run did)',
+        // The summary names this trial's reason (the gate and the failure lists print only summaries); why gives the coverage.
+        const short = j.record.notInWindow ?? `too few aborts landed in the transfer window (${coverage.inWindow}/${coverage.trials}, at least ${coverage.required} needed)`
+        v = unverified('abort', v.subject, `${v.summary} — not counted: ${short}`, {
+          ...v.evidence, inWindow: j.record.inWindow, coverage: coverage.summary,
+          why: coverage.why ?? `only an abort that lands in the transfer window counts (${coverage.summary})`,
+          toVerify: coverage.toVerify ?? 'nothing for this trial: the other trials of this run covered the window',
         })
       }
     }
@@ -95,6 +98,13 @@ function judgeTrial(tl: Timeline, sent: Extract<Observation, {kind: 'request-sen
     return out('completed', pass('abort', rid, before
       ? `completed before the abort (${secs(answer.t - sent.t)}): the abort missed the transfer window`
       : `completed with ${answer.status} ${secs(answer.t - abortAt)} after the abort: the transfer won the race`, evidence))
+  }
+  if (answer && answer.t <= abortAt) {
+    // Released (not completed) before any abort was fired: something else let it go, and the abort had nothing to act on.
+    return out('released-before-abort', unverified('abort', rid, `released with ${answer.status} ${secs(abortAt - answer.t)} before its abort was fired`, {
+      ...evidence, outcome: 'released-before-abort', why: 'the request was released before its abort was fired: the abort had nothing to act on',
+      toVerify: 'a trial whose request is still held when its abort fires (a held window: a TCP data path, --gpu N)',
+    }))
   }
   if (answer && answer.t <= honourBy) {
     return out('honoured', pass('abort', rid, `abort honoured: released ${secs(answer.t - abortAt)} after the abort (bound one poll + ε = ${secs(pollMs + eps.highMs)})`, {...evidence, outcome: 'honoured'}))

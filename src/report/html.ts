@@ -273,6 +273,7 @@ function scenarioSection(s: ScenarioRun, i: number, opts: Required<HtmlOptions>)
     `<h2><span class="badge ${status}">${status.toUpperCase()}</span> ${esc(s.name)}</h2>`,
     `<p class="facts">${esc(facts)}</p>`,
     s.error !== undefined ? `<p class="error">${esc(s.error)}</p>` : '',
+    s.abortCoverage ? `<p class="facts">${esc(s.abortCoverage.summary)}${s.abortCoverage.verified ? '' : ` — <b>unverified</b>: ${esc(s.abortCoverage.why ?? '')}; to verify: ${esc(s.abortCoverage.toVerify ?? '')}`}</p>` : '',
     s.timeline || s.pins.length > 0 || s.leases.length > 0 ? timelineSvg(s, opts) : '<p class="note">no timeline recorded</p>',
     verdictTable(s),
     '</section>',

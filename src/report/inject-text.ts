@@ -1,4 +1,5 @@
 import type {ScenarioRun} from '../model/run.js'
+import {abortTrialLines, coverageLines} from './abort-text.js'
 import {OUTCOME_MARK, renderVerdicts} from './verdicts-text.js'
 
 /** One fault scenario for people: the plan, then (dry run) the probes, (hold) the lease, or the pins and verdicts. */
@@ -17,6 +18,9 @@ export function renderInject(r: ScenarioRun): string {
       out.push(`  ${OUTCOME_MARK[p.verdict]} ${p.rid}  evicted ${p.evictionSeconds === null ? 'never' : `${p.evictionSeconds.toFixed(3)}s`}  window [${p.bounds[0].toFixed(3)}, ${p.bounds[1].toFixed(3)}]s`)
     }
   }
+  const aimed = r.aborts?.[0]?.targeted
+  if (r.aborts && aimed) out.push('', `abort trials (aimed at ${aimed.queue}/${aimed.kvPoll}; offsets after send):`, ...abortTrialLines(r.aborts))
+  if (r.abortCoverage) out.push('', ...coverageLines(r.abortCoverage))
   if (r.error) out.push('', `error: ${r.error}`)
   out.push('', renderVerdicts(r.verdicts))
   return out.join('\n')

@@ -30,5 +30,9 @@ export function injectFields(run: SuiteRun): Record<string, unknown> {
     verdicts: s.verdicts,
     summary: {passed: count('pass'), failed: count('fail'), ...(count('unverified') ? {unverified: count('unverified')} : {})},
     ...(s.error ? {error: s.error} : {}),
+    // abort-mid-transfer: each trial (rid, sentAt, abortedAt, releasedAt, targeted, bounds, verdict, evidence) and
+    // whether the trials covered the transfer window.
+    ...(s.aborts ? {aborts: s.aborts} : {}),
+    ...(s.abortCoverage ? {abortCoverage: s.abortCoverage} : {}),
   }
 }

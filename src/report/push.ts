@@ -5,7 +5,8 @@ import {faultsLeftBehind, runIdOf, runPassed, type SuiteRun} from '../model/run.
 
 /**
  * The run's numbers pushed to a Prometheus Pushgateway, for dashboards and alerts across nights: eviction seconds
- * (a histogram per scenario and fault), pass/fail per check and subject, faults left behind, run duration, run passed.
+ * (a histogram per scenario and fault), pass/fail per check and subject, abort trials in the transfer window, faults left
+ * behind, run duration, run passed.
  * One grouping per run (job + run_id), replaced as a whole (PUT), so a re-push never mixes two runs.
  */
 
@@ -53,6 +54,14 @@ export function runRegistry(run: SuiteRun): {registry: Registry; series: number}
     name: 'pdchaos_check_unverified', help: '1 when the check lacked its data for this subject (neither passed nor failed), else 0.',
     labelNames: ['scenario', 'check', 'subject'] as const, registers: [registry],
   })
+  // Abort coverage: how many trials landed in the transfer window (a dashboard tells a covered abort pass from an empty one).
+  const abortTrials = new Gauge({name: 'pdchaos_abort_trials', help: 'Abort trials judged in this scenario.', labelNames: ['scenario'] as const, registers: [registry]})
+  const abortInWindow = new Gauge({
+    name: 'pdchaos_abort_trials_in_window', help: 'Abort trials whose abort demonstrably landed in the transfer window.', labelNames: ['scenario'] as const, registers: [registry],
+  })
+  const filterMatched = new Gauge({
+    name: 'pdchaos_abort_filter_matched_packets', help: 'Packets the abort window\'s widening filter matched while in place (0: it held no transfer).', labelNames: ['scenario'] as const, registers: [registry],
+  })
   const left = new Gauge({name: 'pdchaos_faults_left_behind', help: 'Faults injected but not verified clean after the run: the host may still be faulted.', registers: [registry]})
   const duration = new Gauge({name: 'pdchaos_run_duration_seconds', help: 'Wall time of the suite run.', registers: [registry]})
   const passed = new Gauge({name: 'pdchaos_run_passed', help: '1 when the run passed (the gate\'s verdict when gated), else 0.', registers: [registry]})
@@ -64,6 +73,15 @@ export function runRegistry(run: SuiteRun): {registry: Registry; series: number}
       const fault = p.fault ?? s.fault ?? 'none'
       eviction.observe({scenario: s.name, fault}, p.evictionSeconds)
       histograms.add(`${s.name}\u0000${fault}`)
+    }
+    if (s.abortCoverage) {
+      abortTrials.set({scenario: s.name}, s.abortCoverage.trials)
+      abortInWindow.set({scenario: s.name}, s.abortCoverage.inWindow)
+      series += 2
+      if (s.abortCoverage.filterMatchedPackets !== null) {
+        filterMatched.set({scenario: s.name}, s.abortCoverage.filterMatchedPackets)
+        series++
+      }
     }
     for (const v of s.verdicts) {
       checkPassed.set({scenario: s.name, check: v.check, subject: v.subject}, v.verdict === 'pass' ? 1 : 0)

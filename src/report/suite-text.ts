@@ -1,4 +1,5 @@
 import {failedChecks, runCounts, runPassed, type SuiteRun, unverifiedChecks} from '../model/run.js'
+import {coverageShort} from './abort-text.js'
 
 /** The suite's human summary: per scenario, then exactly which checks failed with their evidence line, then the verdict. */
 export function renderSuite(run: SuiteRun, o: {wallMs: number; twin?: string}): string {
@@ -11,8 +12,9 @@ export function renderSuite(run: SuiteRun, o: {wallMs: number; twin?: string}): 
     const unverified = s.verdicts.filter((v) => v.verdict === 'unverified').length
     const mark = s.error !== undefined ? 'ERROR' : failed > 0 ? 'FAIL ' : unverified > 0 ? 'UNVR ' : 'PASS '
     const pins = s.pins.length > 0 ? `, ${s.pins.filter((p) => p.verdict === 'pass').length}/${s.pins.length} pins evicted in window` : ''
+    const aborts = s.abortCoverage ? `, ${coverageShort(s.abortCoverage)}` : ''
     const passed = s.verdicts.length - failed - unverified
-    lines.push(`  ${mark} ${s.name}: ${passed}/${s.verdicts.length} checks passed${unverified ? `, ${unverified} unverified` : ''}${pins}${s.error ? ` — ${s.error}` : ''}`)
+    lines.push(`  ${mark} ${s.name}: ${passed}/${s.verdicts.length} checks passed${unverified ? `, ${unverified} unverified` : ''}${pins}${aborts}${s.error ? ` — ${s.error}` : ''}`)
   }
   const failed = failedChecks(run)
   if (failed.length > 0) {

@@ -75,11 +75,14 @@ describe('abort check', () => {
     const aborts = verdicts.filter((v) => v.check === 'abort')
     expect(aborts).toHaveLength(6)
     expect(aborts.map((v) => v.verdict)).toEqual(Array(6).fill('unverified'))
-    expect(aborts[0]!.summary).toMatch(/^abort honoured: released 0\.012s after the abort .* not counted: the abort did not demonstrably land in the transfer window$/)
+    expect(aborts[0]!.summary).toMatch(/^abort honoured: released 0\.012s after the abort .* not counted: the widening filter matched 0 packets \(it held no KV transfer\)$/)
     expect(aborts[0]!.evidence).toMatchObject({why: expect.stringMatching(/filter matched 0 packets/), toVerify: expect.stringMatching(/ss -tnp/)})
     expect(coverage).toMatchObject({trials: 6, inWindow: 0, required: 3, verified: false, filterMatchedPackets: 0, why: expect.stringMatching(/matched 0 packets while in place/)})
     expect(coverage!.summary).toMatch(/^aborts in window: 0\/6, filter matched 0 packets; aborts fired 46\.\.846 ms after send \(window 46\.\.846 ms, held open by the widening\)$/)
     expect(ts.every((t) => !t.inWindow && t.verdict === 'unverified' && /0 packets/.test(t.notInWindow ?? ''))).toBe(true)
+    // A release before the abort was fired is no honoured abort either.
+    const early = checkAborts(trials(1, {packets: 312, answerAfterMs: () => -20})).verdicts[0]!
+    expect(early).toMatchObject({verdict: 'unverified', summary: 'released with 500 0.020s before its abort was fired'})
   })
 
   it('the same six with the filter holding the transfer pass, and the coverage says so', () => {
@@ -103,6 +106,8 @@ describe('abort check', () => {
     // Four of six timers fired 2.1 s late: past the deadline, where the watchdog, not the abort, owns the request.
     const {verdicts, coverage} = checkAborts(trials(6, {packets: 312, answerAfterMs: () => 12, lateMs: (i) => (i < 4 ? 2100 : 0)}))
     expect(verdicts.filter((v) => v.verdict === 'pass')).toEqual([])
+    // The two that landed say why they are not passes either.
+    expect(verdicts.find((v) => v.subject.endsWith(':005'))!.summary).toMatch(/not counted: too few aborts landed in the transfer window \(2\/6, at least 3 needed\)$/)
     expect(coverage).toMatchObject({inWindow: 2, required: 3, verified: false, why: expect.stringMatching(/^only 2 of 6 aborts landed in the transfer window \(at least 3 needed\): 4× fired N ms after the send, after the window closes/)})
   })
 
@@ -113,7 +118,7 @@ describe('abort check', () => {
 
   it('without the recorded window nothing can be shown to have landed', () => {
     const {verdicts, coverage} = checkAborts(new TimelineBuilder().pin('a1', 0, {ms: 60, status: 500, detail: abortedInTransfer('a1')}, inflight).abort('a1', 50).build())
-    expect(verdicts[0]).toMatchObject({verdict: 'unverified', evidence: {why: 'the run recorded no transfer window for this trial'}})
+    expect(verdicts[0]).toMatchObject({verdict: 'unverified', summary: expect.stringMatching(/not counted: the run recorded no transfer window for this trial$/), evidence: {why: 'the run recorded no transfer window'}})
     expect(coverage).toMatchObject({window: null, verified: false})
   })
 })
