@@ -154,11 +154,13 @@ export function checkEvictions(tl: Timeline, opts: EvictionOptions = {}): {verdi
         else record(pass('eviction', sent.rid, `evicted after ${secs(clocked.heldMs)} by the watchdog's own clock, inside [${secs(deadlineMs)}, ${secs(deadlineMs + pollMs)}] (+${Math.round(clocked.slackMs)} ms); answered ${secs(after)} after send`, e), answer.t)
         continue
       }
+      // The pin's own answer is the clock: within ε of a bound the verdict rests on ε (checks/epsilon.ts edgeOf).
+      const edge = edgeOf(answer.t, low, high, eps)
       if (answer.t < low) {
-        record(fail('eviction', sent.rid, `evicted early: after ${secs(after)}, before the deadline window [${bounds[0].toFixed(3)}s, ${bounds[1].toFixed(3)}s] — a false timeout`, evidence), answer.t)
+        record(fail('eviction', sent.rid, `evicted early: after ${secs(after)}, before the deadline window [${bounds[0].toFixed(3)}s, ${bounds[1].toFixed(3)}s] — a false timeout`, evidence), answer.t, edge)
       } else if (answer.t > high) {
         const by = OTHER_CAUSES.includes(released.cause) ? `; released by ${CAUSE_NAMES[released.cause]}, not the watchdog` : ''
-        record(fail('eviction', sent.rid, `evicted late: after ${secs(after)}, past deadline + poll + ε (${bounds[1].toFixed(3)}s)${by}`, evidence), answer.t)
+        record(fail('eviction', sent.rid, `evicted late: after ${secs(after)}, past deadline + poll + ε (${bounds[1].toFixed(3)}s)${by}`, evidence), answer.t, edge)
       } else if (eps.highMs >= pollMs) {
         // Answers reach pdchaos as late as a poll interval: a watchdog one poll late (or a little early) looks the
         // same as a punctual one answered late. Only clearly early or clearly late evictions can be judged.
@@ -168,7 +170,7 @@ export function checkEvictions(tl: Timeline, opts: EvictionOptions = {}): {verdi
           toVerify: 'run again when the host (and the machine pdchaos runs on) is less loaded, or from a machine nearer the servers; the observation delay must stay well under the poll interval; or set watchdog.logPattern so that the watchdog\'s own log line gives the held time',
         }), answer.t)
       } else {
-        record(pass('eviction', sent.rid, `evicted after ${secs(after)}, inside [${bounds[0].toFixed(3)}s, ${bounds[1].toFixed(3)}s]`, evidence), answer.t)
+        record(pass('eviction', sent.rid, `evicted after ${secs(after)}, inside [${bounds[0].toFixed(3)}s, ${bounds[1].toFixed(3)}s]`, evidence), answer.t, edge)
       }
       continue
     }

@@ -83,7 +83,9 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
   const contract = deployment.watchdog
   const windowMs = (contract.deadlineSeconds + contract.pollSeconds) * 1000
   const marginMs = Math.max(2000, windowMs * 0.2)
-  const calibration = settings.mode === 'dry-run' ? undefined : await session.calibration({promptTokens: settings.promptTokens, say, ...(settings.mode === 'hold' ? {requests: 1} : {})})
+  // The lag probes hold as many requests at once as this batch's pins, paced as they will be (none in hold mode).
+  const lagProbes = {count: settings.mode === 'hold' ? 0 : batch.reduce((n, s) => n + s.pins, 0), ...settings.pinPacing}
+  const calibration = settings.mode === 'dry-run' ? undefined : await session.calibration({promptTokens: settings.promptTokens, say, lagProbes, ...(settings.mode === 'hold' ? {requests: 1} : {})})
   if (settings.mode === 'dry-run') await warmUp(session)
   const discovery = await session.discovery(say)
 

@@ -3,6 +3,7 @@ import type {Deployment} from '../deployment/config.js'
 import type {RouterClient} from '../deployment/router-client.js'
 import {newRid, newRoom, type SglangClient} from '../deployment/sglang-client.js'
 import {PdError} from '../errors.js'
+import {measureLags} from './lag-probes.js'
 import {ExitCode} from '../exit-codes.js'
 
 /**
@@ -63,7 +64,13 @@ export async function warmUp(deployment: Deployment, c: Pick<CalibrateClients, '
 
 const answerText = (body: unknown): string => (typeof body === 'string' ? body : JSON.stringify(body) ?? '').slice(0, 300)
 
-export async function calibrate(deployment: Deployment, c: CalibrateClients, opts: {requests?: number; promptTokens?: number; routerToo?: boolean} = {}): Promise<Calibration & {routerMs: number}> {
+/** Held requests measured at once at most: enough for the pins' concurrency to show, few enough to stay short. */
+export const LAG_PROBES_MAX = 32
+
+/** The pins' concurrency, for the lag probes: how many, sent `burst` at a time `gapMs` apart (0: no lag probes). */
+export interface LagProbeShape {count: number; burst: number; gapMs: number}
+
+export async function calibrate(deployment: Deployment, c: CalibrateClients, opts: {requests?: number; promptTokens?: number; routerToo?: boolean; lagProbes?: LagProbeShape} = {}): Promise<Calibration & {routerMs: number}> {
   const n = opts.requests ?? 8
   const prefillMs: number[] = []
   const routerMs: number[] = []
@@ -95,7 +102,17 @@ export async function calibrate(deployment: Deployment, c: CalibrateClients, opt
     const b = await c.prefill.health('/v1/loads')
     hops.push(a.ms + b.ms)
   }
+  // Entry and answer lag, under the pins' concurrency: aborted long before the watchdog could evict one.
+  const shape = opts.lagProbes ?? {count: 8, burst: 1, gapMs: 20}
+  const {deadlineSeconds, pollSeconds} = deployment.watchdog
+  const lags = shape.count <= 0 ? undefined : await measureLags(c.prefill, {
+    count: Math.min(shape.count, LAG_PROBES_MAX), burst: shape.burst, gapMs: shape.gapMs, text,
+    holdLimitMs: Math.min(deadlineSeconds * 500, 10_000),
+    answerWaitMs: Math.min((deadlineSeconds + pollSeconds) * 1000 + 5000, 60_000),
+    bootstrap: {host: new URL(deployment.services.prefill.url).hostname, port: deployment.services.prefill.bootstrapPort},
+  })
   return {
+    ...(lags && lags.samples > 0 ? {lags} : {}),
     prefillMs: quantile(prefillMs, 0.5),
     prefillSpreadMs: quantile(prefillMs, 0.99) - quantile(prefillMs, 0.01),
     observeMs: quantile(hops, 0.99),

@@ -6,9 +6,10 @@ import type {SglangClient} from '../deployment/sglang-client.js'
 import {discover} from '../discovery/discover.js'
 import {faultDiscovery, type FaultDiscovery} from '../faults/fault.js'
 import type {Host} from '../hosts/host.js'
+import {describeLags} from '../model/lags.js'
 import type {Calibration} from '../model/timeline.js'
 import {sleep} from '../util/time.js'
-import {calibrate} from './calibrate.js'
+import {calibrate, type LagProbeShape} from './calibrate.js'
 
 /** Deadline of every probe the runner makes (discovery, host probes, fault commands, aborts). */
 export const PROBE_TIMEOUT_MS = DEFAULT_PROBE_TIMEOUT_MS
@@ -37,12 +38,14 @@ export class RunSession {
 
   /** Unfaulted requests, measured once per run (and again after a restart): they calibrate ε and open what a fresh
    * deployment opens lazily (decode's route cache, the KV data connections stall-kv must find). */
-  async calibration(opts: {promptTokens: number; requests?: number; say?: (l: string) => void}): Promise<Calibrated> {
+  async calibration(opts: {promptTokens: number; requests?: number; lagProbes?: LagProbeShape; say?: (l: string) => void}): Promise<Calibrated> {
     if (!this.calibrated) {
       // A breaker an earlier fault opened refuses healthy requests for a while: wait for it (bounded), not fail.
       await untilBreakersClose(this.router, {onOpen: () => opts.say?.("the router's circuit breaker is open: waiting for it to close before calibrating")})
       opts.say?.('calibrating on unfaulted requests')
-      this.calibrated = await calibrate(this.deployment, this, {promptTokens: opts.promptTokens, ...(opts.requests ? {requests: opts.requests} : {})})
+      this.calibrated = await calibrate(this.deployment, this, {promptTokens: opts.promptTokens, ...(opts.requests ? {requests: opts.requests} : {}), ...(opts.lagProbes ? {lagProbes: opts.lagProbes} : {})})
+      const lags = this.calibrated.lags
+      if (lags) opts.say?.(`measured lags: ${describeLags(lags)}${lags.notes.length ? ` (${lags.notes.join('; ')})` : ''}`)
     }
     return this.calibrated
   }

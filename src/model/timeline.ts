@@ -1,3 +1,5 @@
+import type {MeasuredLags} from './lags.js'
+
 /**
  * The Timeline: everything pdchaos observed during one experiment, each with its time (epoch ms, fractional).
  * Faults and workloads append to it; checks read it and nothing else, so every verdict is reproducible from
@@ -77,6 +79,8 @@ export interface Calibration {
   samples: number
   /** p99 of the same delay measured again while the pins were out (a busier host answers later), ms. */
   loadedObserveMs?: number
+  /** Entry and answer lag measured on held requests (model/lags.ts); absent: not measured (older journals, hold mode). */
+  lags?: MeasuredLags
 }
 
 /** How far around a pin's send and answer the probes that speak for its delays are looked for, ms. */

@@ -15,7 +15,7 @@ export function renderInject(r: ScenarioRun): string {
   if (r.pins.length > 0) {
     out.push('', 'pins:')
     for (const p of r.pins) {
-      out.push(`  ${OUTCOME_MARK[p.verdict]} ${p.rid}  evicted ${p.evictionSeconds === null ? 'never' : `${p.evictionSeconds.toFixed(3)}s`}  window [${p.bounds[0].toFixed(3)}, ${p.bounds[1].toFixed(3)}]s`)
+      out.push(`  ${OUTCOME_MARK[p.verdict]} ${p.rid}  evicted ${p.evictionSeconds === null ? 'never' : `${p.evictionSeconds.toFixed(3)}s`}  window [${p.bounds[0].toFixed(3)}, ${p.bounds[1].toFixed(3)}]s${p.atEdge ? `  at the edge (${p.atEdge.bound === 'high' ? 'close' : 'opening'}, ${p.atEdge.marginMs} ms)` : ''}`)
     }
   }
   const aimed = r.aborts?.[0]?.targeted

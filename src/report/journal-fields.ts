@@ -26,7 +26,7 @@ export function injectFields(run: SuiteRun): Record<string, unknown> {
     ...(s.refusals ? {refusals: s.refusals} : {}),
     calibration: s.calibration,
     leases: s.leases,
-    pins: s.pins.map((p) => ({rid: p.rid, fault: p.fault, sentAt: p.sentAt, evictedAt: p.evictedAt, evictionSeconds: p.evictionSeconds, bounds: p.bounds, verdict: p.verdict, evidence: p.evidence})),
+    pins: s.pins.map((p) => ({rid: p.rid, fault: p.fault, sentAt: p.sentAt, evictedAt: p.evictedAt, evictionSeconds: p.evictionSeconds, bounds: p.bounds, verdict: p.verdict, evidence: p.evidence, ...(p.atEdge ? {atEdge: p.atEdge} : {})})),
     verdicts: s.verdicts,
     summary: {passed: count('pass'), failed: count('fail'), ...(count('unverified') ? {unverified: count('unverified')} : {})},
     ...(s.error ? {error: s.error} : {}),
