@@ -35,6 +35,7 @@ export const SYSTEM_TESTS = [
   'test/sim/server-basic.test.ts',
   'test/sim/server-faults.test.ts',
   'test/sim/server-watchdog.test.ts',
+  'test/sim/server-lags.test.ts',
   // Debian tools: chromium, xmllint, prometheus-pushgateway
   'test/report/html.test.ts',
   'test/report/junit.test.ts',

@@ -24,6 +24,8 @@ export interface PairOptions {
   /** Run the servers through this wrapper argv prefix (e.g. ['ip', 'netns', 'exec', NAME]). */
   wrap?: string[]
   stateDir?: string
+  /** The twin's lag options (sim up --entry-lag-ms / --answer-lag-ms). */
+  lags?: SimConfig['lags']
 }
 
 export interface ServiceFile {
@@ -80,6 +82,7 @@ export async function launchPair(opts: PairOptions = {}): Promise<Pair> {
     timeouts: {bootstrapS: 3600, waitingS: 3600, heartbeatIntervalS: 5, heartbeatMaxFailure: 2, ...opts.timeouts},
     timing: {forwardMsPerKToken: 5, kvBytesPerToken: 4096, healthTimeoutS: 2, idleGaugeRefreshS: 30, decodeMsPerToken: 1, requestStateWaitS: 4, ...opts.timing},
     kvPoolTokens: opts.kvPoolTokens ?? 1_000_000,
+    ...(opts.lags ? {lags: opts.lags} : {}),
   }
   const paths = simPaths(stateDir)
   mkdirSync(paths.logs, {recursive: true})
