@@ -13,6 +13,7 @@ import type {LeaseRecord, ScenarioRun} from '../model/run.js'
 import {now, Recorder} from '../workload/recorder.js'
 import {sampleOnce, startSampler} from '../workload/sampler.js'
 import {sendDirect, sendRequest, type SendOptions, type Sent} from '../workload/send.js'
+import {type LogMark, markLogs, readLogs} from '../workload/service-log.js'
 import {SteadyLoad} from '../workload/steady-load.js'
 import {sleep, within} from '../util/time.js'
 import {type Entry, judgeBatch, scenarioShell} from './judge.js'
@@ -133,6 +134,8 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
         // Let the load show the deployment healthy before the fault, and take the counters' baseline.
         if (settings.loadIntervalMs > 0 && settings.mode !== 'hold') await sleep(Math.min(500, settings.loadIntervalMs * 2), signal)
         await sampleOnce(rec, session)
+        // Where the services' logs stand before the fault: afterwards only what they gained is read.
+        const logMarks = settings.mode === 'run' ? await markLogs(host, deployment, {timeoutMs: PROBE_TIMEOUT_MS}) : []
         const wedgePlan = planned.map((e) => e.plan!.expected).find((x): x is WedgeExpectation => x?.kind === 'wedge')
         if (wedgePlan && settings.mode === 'run') health = await startHealthWatch(session, rec, wedgePlan)
         await injectAll(guard, planned, rec, ttlMs, signal, say)
@@ -179,6 +182,7 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
           await health.resumed(signal)
         }
         await releaseHeld(session, rec, [...pins.map((p) => p.sent), ...load.sent], Math.max(0, ...planned.map((e) => e.lease?.revertedAt ?? 0)))
+        if (pins.length > 0) await readPinLogs(session, rec, logMarks, pins.map((p) => p.sent.rid), say)
         if (!signal.aborted) await recover(session, rec, load, settings, signal, say)
         // A stop after the window (during the revert or the recovery) leaves recovery unproven, not failed.
         recoveryStopped = signal.aborted
@@ -273,6 +277,14 @@ function watchHops(session: RunSession, rec: Recorder): {stop: () => Promise<num
       return sorted[Math.min(sorted.length - 1, Math.ceil(0.99 * sorted.length) - 1)]!
     },
   }
+}
+
+/** The services' log lines naming the pins (what released each, in the servers' words), once the window is over. */
+async function readPinLogs(session: RunSession, rec: Recorder, marks: LogMark[], rids: string[], say: (l: string) => void): Promise<void> {
+  const read = await readLogs(session.host, session.deployment, marks, rids, {timeoutMs: PROBE_TIMEOUT_MS, watchdogPattern: session.deployment.watchdog.logPattern})
+  for (const o of read) rec.add(o)
+  const unread = read.flatMap((o) => (o.kind === 'log-read' && !o.ok ? [`${o.service}: ${o.detail}`] : []))
+  if (unread.length > 0) say(`service log not read (release causes then rest on the answers and counters): ${unread.join('; ')}`)
 }
 
 /** Nothing left behind: every request the faults held and nothing released is aborted on both servers. */
