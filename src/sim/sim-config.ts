@@ -1,6 +1,7 @@
 import {join} from 'node:path'
 
 import type {Lag} from './server/lag.js'
+import type {ServerLayout} from './server/layout.js'
 import type {RailsConfig} from './server/rail-plan.js'
 
 /**
@@ -52,6 +53,17 @@ export interface SimConfig {
   ucx?: {rcTimeout?: string; rcRetryCount?: number}
   /** The PD router's settings (sgl-model-gateway flags); defaults as the real router when absent. */
   router?: RouterSettings
+  /**
+   * `sim up --prefill-dp …` (docs/twin.md, "Layouts"): a server's SGLang layout. prefillTp / decodeTp then count its
+   * scheduler processes, not its --tp-size. Absent: TP only, prefill on GPUs 0.., decode after.
+   */
+  layout?: Partial<Record<Role, ServerLayout>>
+  /** `sim up --docker-proxy`: the servers listen on these container ports, docker-proxy on the service ports. */
+  dockerProxy?: Record<Role, number>
+  /** `sim up --server-config-file`: the servers are launched with `--config DIR/config/<role>.yaml`. */
+  serverConfigFile?: boolean
+  /** What the nvidia-smi stand-in shows: no processes (as in a container), or a stray context per rank on its first visible GPU. */
+  gpuView?: {hideProcesses?: boolean; strayContext?: boolean}
   /** Not SGLang (docs/twin.md): `--entry-lag-ms`, the scheduler receives new requests (and aborts) only every N ms, as
    * behind a long forward pass; `--answer-lag-ms`, a released request's HTTP answer is held that long. */
   lags?: {entry?: Lag; answer?: Lag}
@@ -99,6 +111,8 @@ export const simPaths = (stateDir: string) => ({
   gpu: (index: number) => join(stateDir, 'gpus', `${index}.json`),
   gpus: join(stateDir, 'gpus'),
   bin: join(stateDir, 'bin'),
+  /** `--server-config-file`: each server's SGLang YAML config. */
+  serverConfig: (role: Role) => join(stateDir, 'config', `${role}.yaml`),
 })
 
 /** Environment names the server processes read (and discovery finds in /proc/<pid>/environ). */

@@ -2,9 +2,17 @@ import {Flags} from '@oclif/core'
 
 import {BaseCommand} from '../../cli/base-command.js'
 import {lagFlags, lagUpOptions, railFlags, railUpOptions, routerFlags, routerUpOptions, seconds, stateDirFlag} from '../../cli/sim-flags.js'
+import {layoutFlags, layoutUpOptions} from '../../cli/layout-flags.js'
 import {simUp} from '../../cli/twin.js'
 import type {SimUpResult} from '../../sim/lifecycle/index.js'
 import {BUG_NAMES} from '../../sim/sim-config.js'
+
+/** "TP 4", or with a layout "TP 2 DP 2 (attention) PP 1, 4 schedulers". */
+function layoutText(c: SimUpResult['config'], role: 'prefill' | 'decode'): string {
+  const l = c.layout?.[role]
+  const n = role === 'prefill' ? c.prefillTp : c.decodeTp
+  return l ? `TP ${l.tp} DP ${l.dp}${l.dpAttention ? ' (attention)' : ''} PP ${l.pp}${l.ep > 1 ? ` EP ${l.ep}` : ''}, ${n} schedulers` : `TP ${n}`
+}
 
 export default class SimUp extends BaseCommand<typeof SimUp> {
   static override summary = 'Start the twin: an SGLang-like PD deployment (prefill, decode, router) on this machine.'
@@ -36,6 +44,7 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
     wait: Flags.string({summary: 'Deadline in seconds for the twin to become healthy.', default: '30'}),
     ...railFlags,
     ...lagFlags,
+    ...layoutFlags,
     ...routerFlags,
   }
 
@@ -63,6 +72,7 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
         routerHealthIntervalS: seconds('--router-health-interval', f['router-health-interval']),
         waitS: seconds('--wait', f.wait),
         ...railUpOptions(f),
+        ...layoutUpOptions(f),
         ...lagUpOptions(f),
         router: routerUpOptions(f),
       })
@@ -77,7 +87,7 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
       ['decode', out.endpoints.decode],
       ['router metrics', out.endpoints.routerMetrics],
     ]
-    this.log(`Twin healthy in ${(out.healthyMs / 1000).toFixed(1)} s (prefill TP ${config.prefillTp}, decode TP ${config.decodeTp}, ${config.backend}, watchdog ${config.watchdog.scope} ${config.watchdog.deadlineS}s/${config.watchdog.pollS}s${config.bugs.length ? `, bugs: ${config.bugs.join(', ')}` : ''})`)
+    this.log(`Twin healthy in ${(out.healthyMs / 1000).toFixed(1)} s (prefill ${layoutText(config, 'prefill')}, decode ${layoutText(config, 'decode')}, ${config.backend}, watchdog ${config.watchdog.scope} ${config.watchdog.deadlineS}s/${config.watchdog.pollS}s${config.bugs.length ? `, bugs: ${config.bugs.join(', ')}` : ''})`)
     for (const [name, url] of rows) this.log(`  ${name.padEnd(15)} ${url}`)
     this.log(`  deployment file ${out.deploymentFile}`)
     this.log(`Stop it with: pdchaos sim down --state-dir ${out.stateDir}`)

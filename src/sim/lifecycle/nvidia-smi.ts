@@ -18,8 +18,11 @@ export function gpuUuid(stateDir: string, index: number): string {
   return `GPU-${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20, 32)}`
 }
 
-/** Write DIR/bin/nvidia-smi (atomically) for a twin with `gpus` GPUs and NICs `nics` (NIC i's name); returns its path. */
-export function writeNvidiaSmi(stateDir: string, gpus: number, nics: string[] = []): string {
+/**
+ * Write DIR/bin/nvidia-smi (atomically) for a twin with `gpus` GPUs and NICs `nics` (NIC i's name); returns its path.
+ * hideProcesses: it lists no compute processes, as nvidia-smi inside a container does (the host's pids are not its own).
+ */
+export function writeNvidiaSmi(stateDir: string, gpus: number, nics: string[] = [], view: {hideProcesses: boolean} = {hideProcesses: false}): string {
   const bin = join(stateDir, 'bin')
   mkdirSync(bin, {recursive: true})
   const uuids = Array.from({length: gpus}, (_, i) => gpuUuid(stateDir, i))
@@ -27,7 +30,7 @@ export function writeNvidiaSmi(stateDir: string, gpus: number, nics: string[] = 
   writeFileSync(join(bin, 'package.json'), '{"type": "commonjs"}\n')
   const file = join(bin, 'nvidia-smi')
   const tmp = `${file}.${process.pid}.tmp`
-  writeFileSync(tmp, SCRIPT.replace('__UUIDS__', JSON.stringify(uuids)).replace('__NAME__', JSON.stringify(GPU_NAME)).replace('__NICS__', JSON.stringify(nics)))
+  writeFileSync(tmp, SCRIPT.replace('__UUIDS__', JSON.stringify(uuids)).replace('__NAME__', JSON.stringify(GPU_NAME)).replace('__NICS__', JSON.stringify(nics)).replace('__HIDE__', JSON.stringify(view.hideProcesses)))
   chmodSync(tmp, 0o755)
   renameSync(tmp, file)
   return file
@@ -70,7 +73,9 @@ function processName(pid) {
   return '[Not Found]'
 }
 
-function apps() {
+// Each rank's own context (72000 MiB), and its stray one (STRAY_MIB) when it holds one, listed by GPU as nvidia-smi
+// does: a stray context on GPU 0 comes before the rank's own.
+function contexts() {
   const out = []
   for (let i = 0; i < UUIDS.length; i++) {
     let held
@@ -80,12 +85,16 @@ function apps() {
       continue
     }
     if (!held || !Number.isInteger(held.pid) || !alive(held.pid)) continue
-    out.push({index: i, pid: held.pid, role: held.role, tpRank: held.tpRank})
+    out.push({index: i, pid: held.pid, role: held.role, tpRank: held.tpRank, mib: USED_MIB})
+    if (Number.isInteger(held.strayGpu) && held.strayGpu >= 0 && held.strayGpu < UUIDS.length) out.push({index: held.strayGpu, pid: held.pid, role: held.role, tpRank: held.tpRank, mib: STRAY_MIB})
   }
-  return out
+  return out.sort((a, b) => a.index - b.index || a.mib - b.mib)
 }
+const apps = () => (HIDE ? [] : contexts())
 
 const USED_MIB = 72000
+const STRAY_MIB = 500
+const HIDE = __HIDE__
 const GPU_FIELDS = {
   index: {unit: '', get: (g) => String(g.index)},
   uuid: {unit: '', get: (g) => g.uuid},
@@ -106,8 +115,8 @@ const APP_FIELDS = {
   gpu_name: {unit: '', get: () => NAME},
   process_name: {unit: '', get: (a) => processName(a.pid)},
   name: {unit: '', get: (a) => processName(a.pid)},
-  used_memory: {unit: 'MiB', get: () => String(USED_MIB)},
-  used_gpu_memory: {unit: 'MiB', get: () => String(USED_MIB)},
+  used_memory: {unit: 'MiB', get: (a) => String(a.mib)},
+  used_gpu_memory: {unit: 'MiB', get: (a) => String(a.mib)},
   gpu_bus_id: {unit: '', get: (a) => GPU_FIELDS['pci.bus_id'].get({index: a.index})},
 }
 
@@ -129,7 +138,7 @@ function csv(fieldsSpec, table, rows, format) {
 }
 
 function gpus() {
-  const busy = new Set(apps().map((a) => a.index))
+  const busy = new Set(contexts().filter((a) => a.mib === USED_MIB).map((a) => a.index))
   return UUIDS.map((uuid, index) => ({index, uuid, busy: busy.has(index)}))
 }
 
@@ -153,7 +162,7 @@ function table() {
   const as = apps()
   if (as.length === 0) l.push('|  No running processes found                                                             |')
   for (const a of as) {
-    l.push('|  ' + String(a.index).padStart(3) + '   N/A  N/A  ' + String(a.pid).padStart(12) + '      C   ' + processName(a.pid).slice(0, 34).padEnd(34) + '  ' + (USED_MIB + 'MiB').padStart(10) + ' |')
+    l.push('|  ' + String(a.index).padStart(3) + '   N/A  N/A  ' + String(a.pid).padStart(12) + '      C   ' + processName(a.pid).slice(0, 34).padEnd(34) + '  ' + (a.mib + 'MiB').padStart(10) + ' |')
   }
   l.push('+-----------------------------------------------------------------------------------------+')
   process.stdout.write(l.join('\n') + '\n')

@@ -2,6 +2,8 @@ import {isIP} from 'node:net'
 import {resolve} from 'node:path'
 
 import {badInput} from './sim-error.js'
+import {buildLayouts, type LayoutUpOptions} from './layout-options.js'
+import {rankCount} from '../server/layout.js'
 import {parseUcxTime, railPlan} from '../server/rail-plan.js'
 import {type Lag, parseLag} from '../server/lag.js'
 import {CB_DEFAULTS} from '../router/circuit-breaker.js'
@@ -46,6 +48,17 @@ export interface SimUpOptions {
   entryLagMs?: string
   /** Not SGLang (docs/twin.md): "N[:JITTER]" ms, a released request's HTTP answer is held that long. */
   answerLagMs?: string
+  /** Each server's SGLang layout (docs/twin.md, "Layouts"): DP, DP attention, PP, EP, base GPU id, CUDA_VISIBLE_DEVICES. */
+  prefillLayout?: LayoutUpOptions
+  decodeLayout?: LayoutUpOptions
+  /** docker-proxy owns the servers' HTTP ports; the servers listen on container ports (router +150, +250). */
+  dockerProxy?: boolean
+  /** Launch the servers with `--config FILE` (SGLang's YAML) instead of flags. */
+  serverConfigFile?: boolean
+  /** nvidia-smi lists no compute processes, as inside a container. */
+  hideGpuProcesses?: boolean
+  /** Each scheduler also holds a small context on its first visible GPU, listed before its own. */
+  strayCudaContext?: boolean
 }
 
 /** sgl-model-gateway's --retry-* / --cb-* / --disable-* flags as `sim up` takes them (one field per flag; the router's
@@ -82,6 +95,7 @@ export function portsFor(base: number): SimConfig['ports'] {
 }
 
 const MAX_OFFSET = 900
+// --docker-proxy's container ports (+150, +250) stay under MAX_OFFSET.
 
 function positive(name: string, v: number | undefined, fallback: number, max = 86_400): number {
   const x = v ?? fallback
@@ -159,6 +173,9 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
   const routerHealthIntervalS = positive('--router-health-interval', o.routerHealthIntervalS, UP_DEFAULTS.routerHealthIntervalS, 3600)
   const resilience = routerResilience(o.router ?? {})
   const lags = lagOptions(o)
+  const layout = buildLayouts(o, prefillTp, decodeTp, gpus)
+  // Rails follow the plain placement (GPU g's NIC serves prefill rank g / decode rank g - prefillTp).
+  if (layout && o.railNics) throw badInput('--rail-nics cannot be combined with the layout flags', 'drop --rail-nics or the --prefill-*/--decode-* layout flags')
 
   return {
     stateDir: resolve(o.stateDir),
@@ -166,9 +183,14 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
     model: o.model ?? UP_DEFAULTS.model,
     version: o.version ?? UP_DEFAULTS.version,
     gpus,
-    prefillTp,
-    decodeTp,
+    // With a layout these count scheduler processes (the twin's flat ranks); the layout keeps SGLang's --tp-size.
+    prefillTp: layout?.prefill ? rankCount(layout.prefill) : prefillTp,
+    decodeTp: layout?.decode ? rankCount(layout.decode) : decodeTp,
     backend,
+    ...(layout ? {layout} : {}),
+    ...(o.dockerProxy ? {dockerProxy: {prefill: basePort + 150, decode: basePort + 250}} : {}),
+    ...(o.serverConfigFile ? {serverConfigFile: true} : {}),
+    ...(o.hideGpuProcesses || o.strayCudaContext ? {gpuView: {...(o.hideGpuProcesses ? {hideProcesses: true} : {}), ...(o.strayCudaContext ? {strayContext: true} : {})}} : {}),
     ...(o.railNics ? {rails: railPlan(gpus)} : {}),
     ...(ucx ? {ucx} : {}),
     ...(lags ? {lags} : {}),

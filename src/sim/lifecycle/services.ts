@@ -1,10 +1,13 @@
+import {mkdirSync, writeFileSync} from 'node:fs'
 import http from 'node:http'
+import {dirname} from 'node:path'
 import {fileURLToPath} from 'node:url'
 
 import {unavailable} from './sim-error.js'
 import {entryArgv} from '../entry.js'
 import {gatewayArgsFor, gatewayArgv} from '../router/gateway-args.js'
-import {SIM_ENV, type SimConfig, simPaths} from '../sim-config.js'
+import {type Role, SIM_ENV, type SimConfig, simPaths} from '../sim-config.js'
+import {launchArgv, launchFlags, launchYaml} from '../server/layout.js'
 import {endpoints, causeFromLog, readServiceFile, type ServiceFile} from './files.js'
 import type {Service} from './lock.js'
 import {isSameProcess, type ProcRef, spawnDetached} from './procs.js'
@@ -53,9 +56,9 @@ export function serviceArgv(config: SimConfig, service: Service): {command: stri
     // The gateway's launch flags after the twin's own, in sgl-model-gateway's names: what `ps` shows, what it runs with.
     ? entryArgv(routerModule, '--state-dir', config.stateDir, ...gatewayArgv(gatewayArgsFor(config)))
     // The SGLang launch flags after the twin's own: what an operator (and discovery, without root) reads in `ps`.
-    : entryArgv(serverModule, '--role', service, '--state-dir', config.stateDir, '--disaggregation-mode', service,
-      '--host', config.host, '--port', String(config.ports[service]), '--tp-size', String(service === 'prefill' ? config.prefillTp : config.decodeTp),
-      '--disaggregation-bootstrap-port', String(config.ports.bootstrap), '--disaggregation-transfer-backend', config.backend)
+    // With --server-config-file they are in DIR/config/<role>.yaml and the command line names the file.
+    : entryArgv(serverModule, '--role', service, '--state-dir', config.stateDir,
+      ...(config.serverConfigFile ? ['--config', simPaths(config.stateDir).serverConfig(service)] : launchArgv(launchFlags(config, service))))
   // Absolute, so the service does not depend on its cwd to find tsx.
   const i = argv.args.indexOf('--import')
   if (i >= 0 && argv.args[i + 1] === 'tsx') argv.args[i + 1] = import.meta.resolve('tsx')
@@ -64,7 +67,19 @@ export function serviceArgv(config: SimConfig, service: Service): {command: stri
 
 export function startService(config: SimConfig, service: Service): ProcRef {
   const {command, args} = serviceArgv(config, service)
-  return spawnDetached(command, args, {env: serviceEnv(config), logFile: simPaths(config.stateDir).log(service), cwd: packageRoot})
+  if (config.serverConfigFile && service !== 'router') writeServerConfig(config, service)
+  // A server's CUDA_VISIBLE_DEVICES (layout flags): its schedulers inherit it, as SGLang's do.
+  const cvd = service === 'router' ? undefined : config.layout?.[service]?.cudaVisibleDevices
+  const env = {...serviceEnv(config), ...(cvd ? {CUDA_VISIBLE_DEVICES: cvd.join(',')} : {})}
+  return spawnDetached(command, args, {env, logFile: simPaths(config.stateDir).log(service), cwd: packageRoot})
+}
+
+/** SGLang's YAML config file for a server launched with `--config FILE`: the launch flags as `key: value`. */
+export function writeServerConfig(config: SimConfig, role: Role): string {
+  const file = simPaths(config.stateDir).serverConfig(role)
+  mkdirSync(dirname(file), {recursive: true})
+  writeFileSync(file, launchYaml(launchFlags(config, role)))
+  return file
 }
 
 function get(url: string, timeoutMs: number): Promise<number> {

@@ -54,13 +54,14 @@ export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
     await assertPortsFree(config.host, {
       router: config.ports.router, prefill: config.ports.prefill, decode: config.ports.decode,
       bootstrap: config.ports.bootstrap, 'router metrics': config.ports.routerMetrics,
+      ...(config.dockerProxy ? {'prefill container': config.dockerProxy.prefill, 'decode container': config.dockerProxy.decode} : {}),
     }, `pass another --base-port (now ${config.ports.router}), or stop what holds the port`)
 
     // A fresh twin: old service/gpu files, truth and logs belong to a previous run.
     for (const dir of [paths.services, paths.gpus, paths.truthDir, paths.logs]) rmSync(dir, {recursive: true, force: true})
     for (const dir of [paths.services, paths.gpus, paths.truthDir, paths.logs]) mkdirSync(dir, {recursive: true})
     writeJsonAtomic(paths.config, config)
-    writeNvidiaSmi(stateDir, config.gpus, config.rails?.nics.map((n) => n.name) ?? [])
+    writeNvidiaSmi(stateDir, config.gpus, config.rails?.nics.map((n) => n.name) ?? [], {hideProcesses: config.gpuView?.hideProcesses ?? false})
     if (config.rails) {
       await createRails(config.rails, stateDir)
       railsMade = true

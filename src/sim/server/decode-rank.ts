@@ -2,6 +2,7 @@ import * as net from 'node:net'
 import {KVPoll, nextStatus, pollName} from './kvpoll.js'
 import {FrameReader, FrameType} from './data-frames.js'
 import {gpuIndex} from './protocol.js'
+import {rankCount, routeKeyOf, serverLayout} from './layout.js'
 import {railOfGpu, ROCE_V2_PORT} from './rail-plan.js'
 import {NIXL_GUARD, PushLink} from './zmq-link.js'
 import type {DecodeOp} from './protocol.js'
@@ -159,9 +160,12 @@ export class DecodeRank {
         const info = await get('prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1')
         const tp = Number(info.attn_tp_size)
         const ranks = new Map<number, {ip: string; port: number}>()
-        for (let j = 0; j < tp; j++) {
+        // The twin's prefill ranks j = 0..N-1 under their bootstrap keys (plain TP: dp 0, tp j, pp 0).
+        const prefillLayout = serverLayout(this.cfg, 'prefill')
+        for (let j = 0; j < rankCount(prefillLayout); j++) {
           if (j % this.cfg.decodeTp !== this.tpRank) continue
-          const r = await get(`prefill_dp_rank=0&prefill_cp_rank=0&target_tp_rank=${j}&target_pp_rank=0`)
+          const key = routeKeyOf(prefillLayout, j)
+          const r = await get(`prefill_dp_rank=${key.dp}&prefill_cp_rank=${key.cp}&target_tp_rank=${key.tp}&target_pp_rank=${key.pp}`)
           ranks.set(j, {ip: String(r.rank_ip), port: Number(r.rank_port)})
         }
         return {attnTpSize: tp, instanceId: String(info.bootstrap_instance_id ?? ''), ranks}

@@ -8,6 +8,7 @@ import {normalizeRoom, parseRoomJson} from './json-room.js'
 import {countTokens, type Req} from './request.js'
 import {nowMs} from './clock.js'
 import {rcGiveUpS, ROCE_V2_PORT, ucxRcSettings} from './rail-plan.js'
+import {serverLayout} from './layout.js'
 
 export interface ApiDeps {
   cfg: SimConfig
@@ -186,6 +187,12 @@ function kvDataPath(cfg: SimConfig): Record<string, unknown> {
   }
 }
 
+function layoutInfo(cfg: SimConfig, role: 'prefill' | 'decode'): Record<string, unknown> {
+  const l = serverLayout(cfg, role)
+  return {port: cfg.dockerProxy ? cfg.dockerProxy[role] : cfg.ports[role], tp_size: l.tp, dp_size: l.dp, pp_size: l.pp, ep_size: l.ep,
+    enable_dp_attention: l.dpAttention, attn_cp_size: 1, base_gpu_id: l.baseGpuId, gpu_id_step: 1}
+}
+
 function serverInfo(deps: ApiDeps, sched: SchedulerCore | undefined): Record<string, unknown> {
   const {cfg, env, role} = deps
   const wd = env.watchdog
@@ -194,10 +201,8 @@ function serverInfo(deps: ApiDeps, sched: SchedulerCore | undefined): Record<str
     model_path: cfg.model,
     served_model_name: cfg.model,
     host: cfg.host,
-    port: cfg.ports[role],
-    tp_size: role === 'prefill' ? cfg.prefillTp : cfg.decodeTp,
-    dp_size: 1, pp_size: 1,
-    base_gpu_id: role === 'prefill' ? 0 : cfg.prefillTp,
+    // The layout as SGLang's server_args state it (sim up's layout flags; docs/twin.md "Layouts").
+    ...layoutInfo(cfg, role),
     disaggregation_mode: role,
     disaggregation_transfer_backend: env.backend,
     disaggregation_bootstrap_port: cfg.ports.bootstrap,

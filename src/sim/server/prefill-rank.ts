@@ -6,6 +6,7 @@ import {AUX_BYTES, kvFrames} from './data-frames.js'
 import {NIXL_GUARD} from './zmq-link.js'
 import type {PrefillOp} from './protocol.js'
 import type {Logger} from './log.js'
+import {registrationKey, serverLayout} from './layout.js'
 import type {SimConfig} from '../sim-config.js'
 import type {EnvSettings} from './settings.js'
 import {nowMs, sleep} from './clock.js'
@@ -57,8 +58,7 @@ export class PrefillRank {
   /** PUT /route on the in-process bootstrap server, 5 tries with backoff, as register_to_bootstrap does. */
   async register(zmqPort: number): Promise<void> {
     const body = JSON.stringify({
-      role: 'Prefill', attn_tp_size: this.cfg.prefillTp, attn_tp_rank: this.tpRank, attn_cp_size: 1, attn_cp_rank: 0,
-      attn_dp_size: 1, attn_dp_rank: 0, pp_size: 1, pp_rank: 0, system_dp_size: 1, system_dp_rank: 0,
+      role: 'Prefill', ...registrationKey(serverLayout(this.cfg, 'prefill'), this.tpRank),
       rank_ip: this.cfg.host, rank_port: zmqPort, page_size: 1, kv_cache_dtype: 'auto', prefill_http_port: this.cfg.ports.prefill,
     })
     const url = `http://${this.cfg.host}:${this.cfg.ports.bootstrap}/route`

@@ -6,6 +6,7 @@ import {gpuIndex, type FromRank, type PolledMsg, type RankOp, type RdmaWriteMsg,
 import {KVPoll} from './kvpoll.js'
 import {makeLogger, type Logger} from './log.js'
 import {RailNicEngine} from './rail-nic.js'
+import {physicalGpu, serverLayout} from './layout.js'
 import {railOfGpu, rcGiveUpS, ucxRcSettings} from './rail-plan.js'
 
 /** gloo's default collective timeout is 30 min: a stopped rank wedges the instance for that long. */
@@ -149,6 +150,6 @@ export class RankGroup {
     const timer = setTimeout(() => { for (const r of alive) { r.child.kill('SIGCONT'); r.child.kill('SIGKILL') } }, graceMs)
     await Promise.all(exits)
     clearTimeout(timer)
-    for (let k = 0; k < this.size; k++) rmSync(simPaths(this.stateDir).gpu(gpuIndex(this.role, k, this.cfg.prefillTp)), {force: true})
+    for (let k = 0; k < this.size; k++) rmSync(simPaths(this.stateDir).gpu(physicalGpu(serverLayout(this.cfg, this.role), k)), {force: true})
   }
 }

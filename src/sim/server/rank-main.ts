@@ -6,11 +6,12 @@ import {makeLogger} from './log.js'
 import {bindPull} from './zmq-link.js'
 import {PrefillRank, type RdmaPoster} from './prefill-rank.js'
 import {DecodeRank} from './decode-rank.js'
-import {gpuIndex, type FromRank, type ToRank, type PrefillOp, type DecodeOp} from './protocol.js'
+import {type FromRank, type ToRank, type PrefillOp, type DecodeOp} from './protocol.js'
+import {physicalGpu, serverLayout, titleOf} from './layout.js'
 import {KVPoll} from './kvpoll.js'
 
 /**
- * One TP rank process (`sglang::scheduler_TP<k>`), child of a server process over IPC. It holds the KV
+ * One scheduler process (`sglang::scheduler_TP<k>`, or its DP/PP/EP title), child of a server process over IPC. It holds the KV
  * sender/receiver state of its rank and answers one `step` per scheduler iteration. It exits as soon as
  * its parent's IPC channel goes away, so it is never orphaned.
  */
@@ -21,12 +22,16 @@ if ((role !== 'prefill' && role !== 'decode') || !Number.isInteger(tpRank) || !s
   process.stderr.write('usage: rank-main --role prefill|decode --tp-rank K --state-dir DIR (with an IPC channel)\n')
   process.exit(2)
 }
-process.title = `sglang::scheduler_TP${tpRank}`
-
 const cfg = JSON.parse(readFileSync(simPaths(stateDir).config, 'utf8')) as SimConfig
+const layout = serverLayout(cfg, role)
+// SGLang's title rule: a TP-1 scheduler is plain sglang::scheduler, DP/PP/EP segments as the layout has them.
+process.title = titleOf(layout, tpRank)
 const env = readEnvSettings()
 const log = makeLogger(`TP${tpRank}`)
-const gpuFile = simPaths(stateDir).gpu(gpuIndex(role, tpRank, cfg.prefillTp))
+const gpu = physicalGpu(layout, tpRank)
+const gpuFile = simPaths(stateDir).gpu(gpu)
+// A stray context on the first visible GPU, as a library touching cuda:0 before set_device leaves one.
+const strayGpu = cfg.gpuView?.strayContext ? (layout.cudaVisibleDevices?.[0] ?? 0) : undefined
 const send = (m: FromRank) => { try { process.send!(m) } catch { /* parent gone */ } }
 /** [index, why] of the polled rooms this rank reports Failed and knows why. */
 function reasonsOf(rooms: string[], states: number[], why: (room: string) => string | undefined): Array<[number, string]> | undefined {
@@ -56,7 +61,7 @@ process.on('SIGINT', () => shutdown(0))
 try {
   mkdirSync(simPaths(stateDir).gpus, {recursive: true})
   const tmp = `${gpuFile}.${process.pid}.tmp`
-  writeFileSync(tmp, JSON.stringify({pid: process.pid, role, tpRank, startedAt: Date.now()}))
+  writeFileSync(tmp, JSON.stringify({pid: process.pid, role, tpRank, startedAt: Date.now(), ...(strayGpu !== undefined && strayGpu !== gpu ? {strayGpu} : {})}))
   renameSync(tmp, gpuFile)
 
   const {sock: pull, port: zmqPort} = await bindPull(cfg.host)

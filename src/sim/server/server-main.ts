@@ -12,6 +12,8 @@ import {Heartbeat} from './heartbeat.js'
 import {createHttpApi} from './http-api.js'
 import type {SchedulerCore} from './scheduler-core.js'
 import {nowMs} from './clock.js'
+import {launchArgv, launchFlags} from './layout.js'
+import {startDockerProxy} from './docker-proxy.js'
 
 /**
  * One SGLang server of the twin: `server-main --role prefill|decode --state-dir DIR`. HTTP API, the
@@ -28,7 +30,10 @@ if ((role !== 'prefill' && role !== 'decode') || !stateDir) {
 const paths = simPaths(stateDir)
 const cfg = JSON.parse(readFileSync(paths.config, 'utf8')) as SimConfig
 // SGLang's launch flags stay visible in `ps`, as a real server's command line is: discovery without root reads them.
-process.title = `sglang::${role}_server --disaggregation-mode ${role} --host ${cfg.host} --port ${cfg.ports[role]}`
+// With --server-config-file the flags are in the YAML and the command line names only the file, as such launches do.
+process.title = `sglang::${role}_server ${cfg.serverConfigFile ? `--config ${paths.serverConfig(role)}` : launchArgv(launchFlags(cfg, role)).join(' ')}`
+/** Behind docker-proxy the server listens on its container port; the proxy owns the service port. */
+const ownPort = cfg.dockerProxy ? cfg.dockerProxy[role] : cfg.ports[role]
 const env = readEnvSettings()
 const log = makeLogger()
 /** Scheduler-side lines carry SGLang's `TP0` prefix (the scheduler of attn-TP rank 0 logs them). */
@@ -41,6 +46,7 @@ let bootstrap: BootstrapServer | undefined
 let heartbeat: Heartbeat | undefined
 const ranks = new RankGroup(cfg, role, stateDir, log)
 let exiting = false
+let stopProxy: () => void = () => undefined
 
 async function shutdown(code: number, why: string): Promise<never> {
   if (!exiting) {
@@ -54,6 +60,7 @@ async function shutdown(code: number, why: string): Promise<never> {
     http?.closeAllConnections()
     http?.close()
     bootstrap?.close()
+    stopProxy()
     await ranks.stop().catch(() => undefined)
     rmSync(paths.service(role!), {force: true})
   }
@@ -73,7 +80,8 @@ try {
   log.info(`server_args=ServerArgs(model_path='${cfg.model}', host='${cfg.host}', port=${cfg.ports[role]}, tp_size=${role === 'prefill' ? cfg.prefillTp : cfg.decodeTp}, disaggregation_mode='${role}', disaggregation_transfer_backend='${env.backend}', disaggregation_bootstrap_port=${cfg.ports.bootstrap})`)
   if (role === 'prefill') log.info(`Disaggregation watchdog: scope=${env.watchdog.scope} timeout=${env.watchdog.deadlineS}s poll_interval=${env.watchdog.pollS}s`)
   http = createHttpApi({cfg, env, role, startedAt, sched: () => (sched?.running ? sched : undefined), onNewAddr: (a) => heartbeat?.watch(a)})
-  await listen(http, cfg.ports[role])
+  await listen(http, ownPort)
+  if (cfg.dockerProxy) stopProxy = await startDockerProxy(cfg.host, cfg.ports[role], ownPort, RANKS_READY_MS)
   if (role === 'prefill') {
     bootstrap = new BootstrapServer(cfg, log)
     await bootstrap.listen()
