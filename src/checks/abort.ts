@@ -1,7 +1,7 @@
 import {coverageOf, matchedPackets, notInWindow, releasedFromOf, windowFor} from './abort-coverage.js'
 import {epsilonFor} from './epsilon.js'
 import {round, secs} from './eviction.js'
-import {releaseCauseOf} from './release-cause.js'
+import {attributeRelease} from './release-cause.js'
 import type {AbortCoverage, AbortRecord} from '../model/run.js'
 import {answerOf, type Observation, type Timeline} from '../model/timeline.js'
 import {fail, pass, unverified, type Verdict} from '../model/verdict.js'
@@ -106,20 +106,43 @@ function judgeTrial(tl: Timeline, sent: Extract<Observation, {kind: 'request-sen
       toVerify: 'a trial whose request is still held when its abort fires (a held window: a TCP data path, --gpu N)',
     }))
   }
-  if (answer && answer.t <= honourBy) {
+  // What released it (logs naming the rid, the answer's text, counters): timing alone cannot tell an honoured abort
+  // from a watchdog eviction when one poll after the abort reaches into the watchdog's window.
+  const released = answer ? attributeRelease(tl, rid, answer) : undefined
+  if (answer && released && answer.t <= honourBy && released.cause !== 'watchdog') {
+    if (answer.t >= windowLow && released.cause !== 'abort') {
+      return out('ambiguous', unverified('abort', rid, `released ${secs(answer.t - abortAt)} after the abort, inside both one poll of it and the watchdog's window; nothing names the abort`, {
+        ...evidence, outcome: 'ambiguous', releasedBy: released.cause, releaseEvidence: released.evidence,
+        why: 'the release falls inside both the abort\'s bound (one poll + ε) and the watchdog\'s window, and neither the answer nor a log line says the abort released it',
+        toVerify: 'abort earlier than the deadline minus one poll (a longer deadline or a shorter poll), or give the deployment file the services\' logs (logs:) so the release is named',
+      }))
+    }
     return out('honoured', pass('abort', rid, `abort honoured: released ${secs(answer.t - abortAt)} after the abort (bound one poll + ε = ${secs(pollMs + eps.highMs)})`, {...evidence, outcome: 'honoured'}))
   }
-  if (answer && answer.t <= windowHigh) {
+  if (answer && released && answer.t <= windowHigh) {
     if (answer.t >= windowLow) {
-      const released = releaseCauseOf(answer.detail)
       const by = released.cause === 'watchdog' ? 'the watchdog' : 'something other than the abort'
+      const eviction = pass('eviction', rid, `evicted after ${secs(answer.t - sent.t)}, inside [${secs(windowLow - sent.t)}, ${secs(windowHigh - sent.t)}], after its abort was fired`, {...evidence, releasedBy: released.cause})
+      if (released.cause === 'watchdog' && answer.t - abortAt <= eps.highMs) {
+        // The watchdog's release was seen within one observation delay of the abort: the abort may have reached the
+        // server only after the watchdog had acted, so it was not shown lost.
+        return out('raced', unverified('abort', rid, `released by the watchdog ${secs(answer.t - abortAt)} after the abort was fired, within the observation delay (ε ${secs(eps.highMs)}): the abort may have arrived after the eviction`, {
+          ...evidence, outcome: 'raced', releasedBy: released.cause, releaseEvidence: released.evidence,
+          why: 'the watchdog released the request within one observation delay of the abort, so whether the abort reached the server first is unknown',
+          toVerify: 'abort earlier in the window (well before the watchdog deadline), on a less loaded host (a smaller ε)',
+        }), eviction)
+      }
+      const past = answer.t > honourBy ? `, past one poll + ε = ${secs(pollMs + eps.highMs)}` : ''
       return out('lost-then-evicted',
-        fail('abort', rid, `abort lost; released by ${by} after ${secs(answer.t - sent.t)} (${secs(answer.t - abortAt)} after the abort, past one poll + ε = ${secs(pollMs + eps.highMs)})`, {
+        fail('abort', rid, `abort lost; released by ${by} after ${secs(answer.t - sent.t)} (${secs(answer.t - abortAt)} after the abort${past})`, {
           ...evidence, outcome: 'lost-then-evicted', releasedBy: released.cause, releaseEvidence: released.evidence,
         }),
-        pass('eviction', rid, `evicted after ${secs(answer.t - sent.t)}, inside [${secs(windowLow - sent.t)}, ${secs(windowHigh - sent.t)}], after its abort was lost`, {...evidence, releasedBy: released.cause}))
+        {...eviction, summary: eviction.summary.replace(/was fired$/, 'was lost')})
     }
-    return out('unexplained', fail('abort', rid, `released ${secs(answer.t - abortAt)} after the abort: later than one poll, earlier than the watchdog deadline — neither an honoured abort nor an eviction`, {...evidence, outcome: 'unexplained'}))
+    return out('unexplained', fail('abort', rid, released.cause === 'watchdog'
+      ? `abort lost; released by the watchdog ${secs(answer.t - sent.t)} after the send, before its window opens (${secs(windowLow - sent.t)})`
+      : `released ${secs(answer.t - abortAt)} after the abort: later than one poll, earlier than the watchdog deadline — neither an honoured abort nor an eviction`,
+    {...evidence, outcome: 'unexplained', releasedBy: released.cause, releaseEvidence: released.evidence}))
   }
   const heldFor = (answer?.t ?? end) - sent.t
   const outcome = answer ? 'late' : 'pinned'

@@ -51,7 +51,7 @@ export interface AbortRecord {
   inWindow: boolean
   notInWindow?: string
   verdict: Outcome
-  /** honoured, lost-then-evicted, pinned, late, completed, unexplained. */
+  /** honoured, lost-then-evicted, pinned, late, completed, unexplained, ambiguous, raced, released-before-abort. */
   outcome: string
   evidence: Record<string, unknown>
 }

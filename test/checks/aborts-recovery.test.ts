@@ -111,6 +111,25 @@ describe('abort check', () => {
     expect(coverage).toMatchObject({inWindow: 2, required: 3, verified: false, why: expect.stringMatching(/^only 2 of 6 aborts landed in the transfer window \(at least 3 needed\): 4× fired N ms after the send, after the window closes/)})
   })
 
+  it('a release inside both one poll of the abort and the watchdog\'s window: the watchdog\'s words make it a lost abort; no words, unverified', () => {
+    // Deadline 2 s, poll 0.5 s: an abort at 1.8 s is honoured by 2.3 s, and the watchdog may evict from 2.0 s.
+    const late = (detail: string) => new TimelineBuilder().transferWindow(0, [{rid: 'a1', offsetMs: 1800}], HELD).filterMatched(3000, 40)
+      .pin('a1', 0, {ms: 2100, status: 500, detail}, inflight).abort('a1', 1800).end(4000).build()
+    const evicted = checkAborts(late('{"error":{"message":"Request a1 evicted by the disaggregation watchdog after 2.095s in the inflight queue (KVPoll.Transferring)"}}')).verdicts
+    expect(evicted.map((v) => `${v.check} ${v.verdict}`)).toEqual(['abort fail', 'eviction pass'])
+    expect(evicted[0]!.summary).toMatch(/^abort lost; released by the watchdog/)
+    const silent = checkAborts(late('{"error":{"message":"Request aborted"}}')).verdicts
+    expect(silent).toMatchObject([{check: 'abort', verdict: 'unverified', summary: expect.stringMatching(/inside both one poll of it and the watchdog's window; nothing names the abort$/)}])
+    // The watchdog's words within ε of the abort (fired at 2.095 s, seen at 2.100 s): the abort may have arrived after it.
+    const raced = checkAborts(new TimelineBuilder().transferWindow(0, [{rid: 'a1', offsetMs: 1800}], HELD).filterMatched(3000, 40)
+      .pin('a1', 0, {ms: 2100, status: 500, detail: '{"error":{"message":"Request a1 evicted by the disaggregation watchdog after 2.095s in the inflight queue (KVPoll.Transferring)"}}'}, inflight)
+      .abort('a1', 2095).end(4000).build())
+    expect(raced.verdicts.map((v) => `${v.check} ${v.verdict}`)).toEqual(['abort unverified', 'eviction pass'])
+    expect(raced.trials[0]).toMatchObject({outcome: 'raced', evidence: {why: expect.stringMatching(/whether the abort reached the server first is unknown/)}})
+    // SGLang's own words for an abort in the inflight queue settle it.
+    expect(checkAborts(late(abortedInTransfer('a1'))).verdicts).toMatchObject([{verdict: 'pass', summary: expect.stringMatching(/^abort honoured/)}])
+  })
+
   it('a lost abort fails even without coverage: the failure is evidence, coverage only guards passes', () => {
     const {verdicts} = checkAborts(trials(2, {packets: 0, answerAfterMs: () => undefined}))
     expect(verdicts.map((v) => v.verdict)).toEqual(['fail', 'fail'])

@@ -34,6 +34,8 @@ export interface FakeOptions {
   failpointIgnoresPosts?: boolean
   /** Status of prefill's /generate (calibration): 503 makes it an unhealthy deployment. */
   prefillGenerateStatus?: number
+  /** Prefill answers /abort_request 200 but lets a held request go on (a target that ignores an abort mid-transfer). */
+  prefillIgnoresAborts?: boolean
 }
 
 interface Held {
@@ -168,12 +170,14 @@ export class FakePd {
         this.decodeHeld.delete(rid)
         sendJson(d, 500, {error: {message: `aborted ${rid}`, code: 500}})
       }
-      const h = role === 'prefill' || !d ? this.held.get(rid) : undefined
+      const ignored = role === 'prefill' && this.opts.prefillIgnoresAborts
+      const h = !ignored && (role === 'prefill' || !d) ? this.held.get(rid) : undefined
       if (h) {
         clearTimeout(h.timer)
         this.held.delete(rid)
         this.aborted.push(rid)
-        sendJson(h.res, 500, {error: {message: `aborted ${rid}`, code: 500}})
+        // SGLang prefill's words for a request aborted in its inflight queue (prefill.py handle_inflight_transfer_failure).
+        sendJson(h.res, 500, {error: {message: `Prefill transfer failed for request rank=0 req.rid='${rid}' req.bootstrap_room=0 with exception KVTransferError(bootstrap_room=0): Aborted by AbortReq.`, code: 500}})
       }
       return sendJson(res, 200, {})
     }
