@@ -30,6 +30,8 @@ export const SYSTEM_TESTS = [
   // leases: real processes SIGKILLed at random moments, reverters waited for past their TTL
   'test/faults/lease-kill.test.ts',
   'test/faults/lease-local.test.ts',
+  // root and an unprivileged user (nobody) planting lease files
+  'test/faults/lease-unsafe.test.ts',
   // the twin's processes
   'test/sim/lifecycle-twin.test.ts',
   'test/sim/server-basic.test.ts',

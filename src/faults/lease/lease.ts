@@ -5,7 +5,9 @@ import {hostname, userInfo} from 'node:os'
 import {PdError, badInput, oneLine} from '../../errors.js'
 import {ExitCode} from '../../exit-codes.js'
 import type {Host} from '../../hosts/host.js'
+import {stateDirProblem} from '../../state-dir.js'
 import {sleep} from '../../util/time.js'
+import {findUnsafe, throwIfUnsafe, unsafeError, type UnsafeFinding} from './host-safety.js'
 import {DISCARD_SH, LIST_SH, PREPARE_SH, REVERTER_SH, WRITE_SH, revertScript} from './reverter-script.js'
 
 /**
@@ -47,11 +49,19 @@ export interface DoneLease extends Lease {
 /** armed: its reverter waits; reverting: claimed by a party now running it; no-script: a lease file without its script. */
 export type ActiveState = 'armed' | 'reverting' | 'no-script'
 
-export type ActiveLease = Partial<Lease> & {id: string; state: ActiveState; file?: string}
+export type ActiveLease = Partial<Lease> & {
+  id: string
+  state: ActiveState
+  file?: string
+  /** A file of this lease another user owns or can write: it is never read or run (issue 12, S1). */
+  unsafe?: UnsafeFinding
+}
 
 export interface LeaseListing {
   active: ActiveLease[]
   done: DoneLease[]
+  /** Every lease file refused as unsafe (active ones also carry it as `unsafe`), named with its owner. */
+  unsafe: UnsafeFinding[]
   /** The host clock when listed (epoch ms). */
   hostNow: number
 }
@@ -92,7 +102,6 @@ const LEASE_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/
 const FAULT_NAME = /^[a-z0-9][a-z0-9-]{0,31}$/
 const OP_TIMEOUT_MS = 15_000
 
-export const reverterPath = (stateDir: string): string => `${stateDir}/bin/pdchaos-reverter`
 export const leaseDir = (stateDir: string): string => `${stateDir}/leases`
 
 /**
@@ -126,8 +135,14 @@ export function newLeaseId(fault: string): string {
   return `${fault}-${t}-${randomBytes(3).toString('hex')}`
 }
 
+/** Bad input (exit 2) unless the deployment's stateDir is a path pdchaos may use (state-dir.ts). */
+export function checkStateDir(stateDir: string): void {
+  const why = stateDirProblem(stateDir)
+  if (why) throw badInput(`state dir ${JSON.stringify(stateDir)} ${why}`, 'give stateDir in the deployment file as an absolute, normalised path of a directory only pdchaos uses, e.g. /run/pdchaos')
+}
+
 function checkSpec(stateDir: string, spec: LeaseSpec): string {
-  if (!stateDir.startsWith('/')) throw badInput(`state dir ${JSON.stringify(stateDir)} is not absolute`, 'give an absolute stateDir in the deployment file')
+  checkStateDir(stateDir)
   if (!FAULT_NAME.test(spec.fault)) throw badInput(`invalid fault name ${JSON.stringify(spec.fault)}`, 'use lowercase letters, digits and -')
   checkTtl(spec.ttlMs)
   if (!Array.isArray(spec.revert) || spec.revert.length === 0 || spec.revert.some((a) => !Array.isArray(a) || a.length === 0 || a.some((s) => typeof s !== 'string'))) {
@@ -162,7 +177,8 @@ export async function createLease(host: Host, stateDir: string, spec: LeaseSpec)
   const id = checkSpec(stateDir, spec)
   const script = revertScript(id, spec.fault, spec.revert)
   const where = `${stateDir} on ${host.describe()}`
-  const prep = await host.run(['sh', '-c', PREPARE_SH, 'sh', stateDir, id, REVERTER_SH], {timeoutMs: OP_TIMEOUT_MS, sudo: true})
+  const prep = await host.run(['sh', '-c', PREPARE_SH, 'sh', stateDir, id], {timeoutMs: OP_TIMEOUT_MS, sudo: true})
+  throwIfUnsafe(prep, host.describe())
   if (prep.code === 3) throw badInput(`a lease ${id} already exists in ${where}`, 'pick another lease id')
   const hostNow = Number(prep.stdout.trim())
   if (prep.code !== 0 || !Number.isInteger(hostNow)) {
@@ -171,7 +187,8 @@ export async function createLease(host: Host, stateDir: string, spec: LeaseSpec)
     })
   }
   const expiresAt = hostNow + spec.ttlMs
-  const {pid} = await host.startDetached(['sh', reverterPath(stateDir), 'watch', stateDir, id, String(expiresAt)], {
+  // The reverter runs from its text, never from a file on the host that could be swapped before it starts.
+  const {pid} = await host.startDetached(['sh', '-c', REVERTER_SH, 'pdchaos-reverter', 'watch', stateDir, id, String(expiresAt)], {
     logFile: `${leaseDir(stateDir)}/${id}.log`, sudo: true, timeoutMs: OP_TIMEOUT_MS,
   })
   const base: Omit<Lease, 'reverter'> = {
@@ -180,6 +197,10 @@ export async function createLease(host: Host, stateDir: string, spec: LeaseSpec)
   }
   const write = await host.run(['sh', '-c', WRITE_SH, 'sh', stateDir, id, script, JSON.stringify(base), String(pid)], {timeoutMs: OP_TIMEOUT_MS, sudo: true})
   const ticks = Number(write.stdout.trim())
+  if (write.code === 13 && findUnsafe(write.stderr)) {
+    await host.run(['sh', '-c', DISCARD_SH, 'sh', stateDir, id], {timeoutMs: OP_TIMEOUT_MS, sudo: true}).catch(() => undefined)
+    throwIfUnsafe(write, host.describe())
+  }
   if (write.code !== 0 || write.stdout.trim() === '' || !Number.isInteger(ticks)) {
     // No reverter, no lease: a fault must never be injected without its dead-man switch.
     await host.run(['sh', '-c', DISCARD_SH, 'sh', stateDir, id], {timeoutMs: OP_TIMEOUT_MS, sudo: true}).catch(() => undefined)
@@ -192,7 +213,7 @@ export async function createLease(host: Host, stateDir: string, spec: LeaseSpec)
 }
 
 interface ProcResult {
-  status: 'reverted' | 'already' | 'busy' | 'missing'
+  status: 'reverted' | 'already' | 'busy' | 'missing' | 'unsafe'
   by: RevertedBy | null
   exitStatus: number | null
   at: number | null
@@ -202,7 +223,7 @@ interface ProcResult {
 function parseResult(stdout: string, code: number | null, stderr: string, id: string, where: string): ProcResult {
   const lines = stdout.replace(/\n$/, '').split('\n')
   const last = lines.pop() ?? ''
-  const m = /^PDCHAOS-RESULT (reverted|already|busy|missing)(?: (\S*))?(?: (\S*))?(?: (\S*))?$/.exec(last)
+  const m = /^PDCHAOS-RESULT (reverted|already|busy|missing|unsafe)(?: (\S*))?(?: (\S*))?(?: (\S*))?$/.exec(last)
   if (!m) {
     throw new PdError(`reverting lease ${id} on ${where} gave no result: ${oneLine(stderr) || `exit ${code}`}`, {
       exit: ExitCode.cleanupUnverified, suggestion: 'run `pdchaos recover` again, and look at the lease log on the host',
@@ -221,6 +242,7 @@ function parseResult(stdout: string, code: number | null, stderr: string, id: st
 export async function revertLease(host: Host, stateDir: string, id: string, by: Exclude<RevertedBy, 'reverter'> = 'pdchaos',
   opts: {waitMs?: number; timeoutMs?: number} = {}): Promise<RevertResult> {
   if (!LEASE_ID.test(id)) throw badInput(`invalid lease id ${JSON.stringify(id)}`)
+  checkStateDir(stateDir)
   const started = performance.now()
   const until = Date.now() + (opts.waitMs ?? 30_000)
   const firstBusy = {at: 0}
@@ -231,6 +253,8 @@ export async function revertLease(host: Host, stateDir: string, id: string, by: 
       timeoutMs: opts.timeoutMs ?? 90_000, sudo: true,
     })
     const r = parseResult(res.stdout, res.code, res.stderr, id, host.describe())
+    // Refused before anything ran: the state dir or a file of this lease is another user's (host-safety.ts).
+    if (r.status === 'unsafe') throw unsafeError(findUnsafe(res.stderr) ?? {path: `${leaseDir(stateDir)}/${id}.*`, owner: '?', uid: '?', why: 'failed the ownership checks'}, host.describe())
     const ms = performance.now() - started
     if (r.status === 'reverted') return {id, reverted: true, status: 'reverted', byWhom: r.by, exitCode: r.exitStatus, output: r.output, revertedAt: r.at, ms}
     if (r.status === 'already') return {id, reverted: false, status: 'already-reverted', byWhom: r.by, exitCode: r.exitStatus, output: '', revertedAt: r.at, ms}
@@ -243,7 +267,9 @@ export async function revertLease(host: Host, stateDir: string, id: string, by: 
 
 /** Every lease in the state dir: active ones (and leftover scripts without a lease file) and done ones. */
 export async function listLeases(host: Host, stateDir: string, opts: {timeoutMs?: number} = {}): Promise<LeaseListing> {
+  checkStateDir(stateDir)
   const res = await host.run(['sh', '-c', LIST_SH, 'sh', stateDir], {timeoutMs: opts.timeoutMs ?? OP_TIMEOUT_MS, sudo: true})
+  throwIfUnsafe(res, host.describe())
   const nowLine = /(?:^|\n)NOW (\d+)\n?$/.exec(res.stdout)
   if (res.code !== 0 || !nowLine) {
     throw new PdError(`cannot list the leases in ${stateDir} on ${host.describe()}: ${oneLine(res.stderr) || `exit ${res.code}`}`, {
@@ -253,10 +279,24 @@ export async function listLeases(host: Host, stateDir: string, opts: {timeoutMs?
   const dir = leaseDir(stateDir)
   const active = new Map<string, ActiveLease>()
   const done: DoneLease[] = []
+  const unsafe: UnsafeFinding[] = []
   // The NOW match starts at the newline that ends the last record's separator: keep that newline with the records.
   const records = res.stdout.slice(0, res.stdout[nowLine.index] === '\n' ? nowLine.index + 1 : nowLine.index)
   for (const chunk of records.split('\n\u001e\n')) {
-    const m = /^F (.*)\n?([\s\S]*)$/.exec(chunk.replace(/^\n+/, ''))
+    const text = chunk.replace(/^\n+/, '')
+    const u = /^U ([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)/.exec(text)
+    if (u) {
+      const finding = {path: u[1]!, owner: u[2]!, uid: u[3]!, why: u[4]!}
+      unsafe.push(finding)
+      const base = finding.path.slice(finding.path.lastIndexOf('/') + 1)
+      if (finding.path.startsWith(`${dir}/done/`)) continue
+      const id = base.replace(/\.(json|revert\.sh|reverting\.sh)$/, '')
+      const entry = active.get(id) ?? {id, state: 'no-script' as ActiveState}
+      entry.unsafe ??= finding
+      active.set(id, entry)
+      continue
+    }
+    const m = /^F (.*)\n?([\s\S]*)$/.exec(text)
     if (!m) continue
     const file = m[1]!
     const base = file.slice(file.lastIndexOf('/') + 1)
@@ -280,7 +320,7 @@ export async function listLeases(host: Host, stateDir: string, opts: {timeoutMs?
     else entry.state = kind
     active.set(id, entry)
   }
-  return {active: [...active.values()], done, hostNow: Number(nowLine[1])}
+  return {active: [...active.values()], done, unsafe, hostNow: Number(nowLine[1])}
 }
 
 /** "at 2026-11-30T16:01:02.000Z (in 12 s)": when the host reverts a lease by itself. */

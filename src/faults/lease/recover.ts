@@ -1,7 +1,8 @@
 import {hostname} from 'node:os'
 
-import {oneLine} from '../../errors.js'
+import {PdError, oneLine} from '../../errors.js'
 import type {Host} from '../../hosts/host.js'
+import {describeUnsafe, type UnsafeFinding} from './host-safety.js'
 import {listLeases, localStartTicks, revertLease, type ActiveLease, type ActiveState, type RevertedBy} from './lease.js'
 
 /**
@@ -9,7 +10,8 @@ import {listLeases, localStartTicks, revertLease, type ActiveLease, type ActiveS
  * list the state dir again to verify that none is left. Idempotent: a second run finds nothing to recover.
  */
 
-export type RecoverAction = 'reverted' | 'already-reverted' | 'gone' | 'skipped' | 'in-progress' | 'failed'
+/** refused: a file of the lease is another user's, or others can write it: its script is never run (issue 12, S1). */
+export type RecoverAction = 'reverted' | 'already-reverted' | 'gone' | 'skipped' | 'in-progress' | 'failed' | 'refused'
 
 export interface RecoverOutcome {
   id: string
@@ -37,6 +39,8 @@ export interface RecoverReport {
   clean: boolean
   /** Ids of leases still active after recover (skipped ones included). */
   remaining: string[]
+  /** Lease files refused because another user owns or can write them, each with its owner; none was read or run. */
+  refused: UnsafeFinding[]
 }
 
 export interface RecoverOptions {
@@ -72,14 +76,16 @@ export async function recoverAll(host: Host, stateDir: string, opts: RecoverOpti
       o.why = 'its lease file is still on the host after the revert'
     }
   }
-  const skipped = new Set(recovered.filter((o) => o.action === 'skipped').map((o) => o.id))
+  // A refused lease is not ours to revert: it is reported (and makes the exit 2), not counted as left unclean.
+  const setAside = new Set(recovered.filter((o) => o.action === 'skipped' || o.action === 'refused').map((o) => o.id))
   return {
     host: host.describe(),
     stateDir,
     recovered,
-    alreadyClean: before.active.length === 0,
-    clean: recovered.every((o) => o.clean || o.action === 'skipped') && remaining.every((id) => skipped.has(id)),
+    alreadyClean: before.active.length === 0 && before.unsafe.length === 0,
+    clean: recovered.every((o) => o.clean || setAside.has(o.id)) && remaining.every((id) => setAside.has(id)),
     remaining,
+    refused: before.unsafe,
   }
 }
 
@@ -88,6 +94,7 @@ async function recoverOne(host: Host, stateDir: string, lease: ActiveLease, opts
     id: lease.id, fault: lease.fault ?? null, stateBefore: lease.state, expiresAt: lease.expiresAt ?? null,
     revertedBy: null, exitCode: null, output: '', ms: 0,
   }
+  if (lease.unsafe) return {...base, action: 'refused', clean: false, why: `refusing ${describeUnsafe(lease.unsafe)}; its revert script is not run`}
   if (!opts.all && ownerIsLiveHere(lease)) {
     return {...base, action: 'skipped', clean: false, why: `held by a pdchaos still running here (pid ${lease.owner!.pid}); use --all to revert it anyway`}
   }
@@ -104,6 +111,8 @@ async function recoverOne(host: Host, stateDir: string, lease: ActiveLease, opts
         return {...common, action: 'in-progress', clean: false, why: 'another process is still reverting it'}
     }
   } catch (error) {
+    // The host-side checks refused it (a file turned unsafe after the listing): refused, not failed.
+    if (error instanceof PdError && error.code === 'E_UNSAFE_STATE_DIR') return {...base, action: 'refused', clean: false, why: oneLine(error)}
     return {...base, action: 'failed', clean: false, why: oneLine(error)}
   }
 }
