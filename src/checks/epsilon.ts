@@ -53,18 +53,18 @@ export function epsilonFor(tl: Timeline, queue: 'bootstrap' | 'waiting' | 'infli
 
 /**
  * What the late side allows beyond the floor. Without measured lags: the observation delay twice (arrival, answer).
- * With them: the slowest entry lag plus the slowest answer lag measured at calibration, plus twice what the
- * observation delay around this pin exceeded its idle value by (a moment busier than calibration), never less than
- * the observation delay twice.
+ * With them: the slowest entry lag plus the slowest answer lag measured at calibration, plus what the observation
+ * delay around this pin exceeded its idle value by (a moment busier than calibration: a probe is two round trips, so
+ * its excess already covers the request's way in and the answer's way out), never less than the observation delay twice.
  */
 function lateAllowance(tl: Timeline, observe: number, measured: string): {ms: number; why: string} {
   const c = tl.calibration
   if (!c.lags) return {ms: 2 * observe, why: `${measured}, counted twice`}
   const busier = Math.max(0, observe - Math.max(c.observeMs, 1))
-  const lagged = lagAllowanceMs(c.lags) + 2 * busier
+  const lagged = lagAllowanceMs(c.lags) + busier
   const twice = 2 * observe
   return lagged >= twice
-    ? {ms: lagged, why: `late side widened by the measured lags, ${lagAllowanceMs(c.lags).toFixed(1)} ms (${describeLags(c.lags)})${busier > 0 ? `, plus twice the ${busier.toFixed(1)} ms by which the observation delay around this pin exceeded idle (${measured})` : ''}`}
+    ? {ms: lagged, why: `late side widened by the measured lags, ${lagAllowanceMs(c.lags).toFixed(1)} ms (${describeLags(c.lags)})${busier > 0 ? `, plus the ${busier.toFixed(1)} ms by which the observation delay around this pin exceeded idle (${measured})` : ''}`}
     : {ms: twice, why: `${measured}, counted twice (more than the measured lags, ${lagAllowanceMs(c.lags).toFixed(1)} ms: ${describeLags(c.lags)})`}
 }
 

@@ -34,11 +34,12 @@ describe('ε widened by the measured lags', () => {
     expect(e.why).toMatch(/counted twice \(more than the measured lags, 3\.0 ms/)
   })
 
-  it('a moment busier than calibration (probes near the pin) adds its excess twice', () => {
+  it('a moment busier than calibration (probes near the pin) adds its excess (a probe is two round trips)', () => {
     const b = new TimelineBuilder(CONTRACT, calibration(LAGS)).pin('p1', 0)
     b.observations.push({kind: 'hop', t: b.at(40), ms: 23})
     const e = epsilonFor(b.build(), 'bootstrap', {sentAt: b.at(0)})
-    expect(e.highMs).toBe(EPSILON_FLOOR_MS + 350 + 2 * 20)
+    expect(e.highMs).toBe(EPSILON_FLOOR_MS + 350 + 20)
+    expect(e.why).toMatch(/plus the 20\.0 ms by which the observation delay around this pin exceeded idle/)
   })
 
   it('scope inflight: the early side allows the median lags the calibrated prefill time carries', () => {
