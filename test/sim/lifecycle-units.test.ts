@@ -14,7 +14,8 @@ import {gpuUuid, writeNvidiaSmi} from '../../src/sim/lifecycle/nvidia-smi.js'
 import {buildSimConfig, portsFor} from '../../src/sim/lifecycle/options.js'
 import {assertPortsFree} from '../../src/sim/lifecycle/ports.js'
 import {isSameProcess, refOf, spawnDetached, stopGroup} from '../../src/sim/lifecycle/procs.js'
-import {twinDeployment, writeDeploymentFile} from '../../src/sim/lifecycle/deployment-file.js'
+import {twinDeployment, WATCHDOG_LOG_PATTERN, writeDeploymentFile} from '../../src/sim/lifecycle/deployment-file.js'
+import {watchdogLogLine} from '../../src/sim/server/prefill-scheduler.js'
 import {simDown} from '../../src/sim/lifecycle/down.js'
 import {SimError} from '../../src/sim/lifecycle/sim-error.js'
 
@@ -121,7 +122,10 @@ describe('deployment file', () => {
     expect(parsed.host).toEqual({kind: 'local'})
     expect(parsed.labels).toEqual({environment: 'twin'})
     expect(parsed.backend).toBe('mooncake')
-    expect(parsed.watchdog).toEqual({scope: 'all', deadlineSeconds: 12, pollSeconds: 0.5})
+    expect(parsed.watchdog).toEqual({scope: 'all', deadlineSeconds: 12, pollSeconds: 0.5, logPattern: WATCHDOG_LOG_PATTERN})
+    // The pattern reads the rid and the held seconds from the twin watchdog's own line.
+    const line = `[2026-12-01 18:00:02] ${watchdogLogLine({rid: 'pdchaos-pin-a1', room: '77', queue: 'inflight', state: 'KVPoll.Transferring', heldS: 12.3456, deadlineS: 12, scope: 'all'})}`
+    expect(new RegExp(parsed.watchdog.logPattern!).exec(line)?.groups).toEqual({rid: 'pdchaos-pin-a1', held: '12.346'})
     expect(parsed.services.prefill).toMatchObject({url: 'http://127.0.0.1:41100', bootstrapPort: 41_500, logs: {file: join(dir, 'logs', 'prefill.log')}})
     expect(parsed.services.router.metricsUrl).toBe('http://127.0.0.1:41900/metrics')
     const restart = parsed.services.decode.restart!

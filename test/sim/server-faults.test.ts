@@ -71,7 +71,7 @@ describe('one-sided KV WRITE (TCP data path)', () => {
     expect(d.status).toBe(500)
     const held = Number(/timed out after (\d+\.\d)s in KVPoll\.WaitingForInput/.exec(d.body)?.[1])
     expect(held).toBeGreaterThanOrEqual(2)
-    expect(pair.log('decode')).toMatch(new RegExp(`Request ${rid} timed out after \\d+\\.\\ds in KVPoll\\.WaitingForInput`))
+    expect(pair.log('decode')).toMatch(new RegExp(`Decode transfer failed for request rank=\\d+ decode_req\\.req\\.rid='${rid}' decode_req\\.req\\.bootstrap_room=(\\d+) with exception KVTransferError\\(bootstrap_room=\\1\\): Request \\1 timed out after \\d+\\.\\ds in KVPoll\\.WaitingForInput`))
     expect(Number(firstEvent(pair, 'prefill', rid, 'completed')!.t)).toBeLessThan(resumedAt)
     expect(firstEvent(pair, 'prefill', rid, 'transfer_failed')).toBeUndefined() // decode's late ABORT finds the room gone
   })
@@ -106,9 +106,11 @@ describe('decode waiting timeout and ABORT', () => {
     const sent = Number(firstEvent(pair, 'decode', rid, 'enter', 'transfer')!.t)
     const failed = Number(firstEvent(pair, 'decode', rid, 'transfer_failed')!.t)
     expect(failed - sent).toBeGreaterThanOrEqual(1500)
-    expect(pair.log('decode')).toMatch(new RegExp(`Request ${rid} timed out after 1\\.\\ds in KVPoll\\.WaitingForInput`))
+    // SGLang's words on both sides (decode.py pop_transferred; nixl/conn.py's ABORT handler): the rid in both lines.
+    expect(pair.log('decode')).toMatch(new RegExp(`Decode transfer failed for request rank=\\d+ decode_req\\.req\\.rid='${rid}' decode_req\\.req\\.bootstrap_room=(\\d+) with exception KVTransferError\\(bootstrap_room=\\1\\): Request \\1 timed out after 1\\.\\ds in KVPoll\\.WaitingForInput`))
     expect(p.status).toBe(500)
-    expect(pair.log('prefill')).toMatch(/KVSender room=\d+: Aborted by decode ABORT\./)
+    expect(pair.log('prefill')).toMatch(new RegExp(`Prefill transfer failed for request rank=\\d+ req\\.rid='${rid}' req\\.bootstrap_room=(\\d+) with exception KVTransferError\\(bootstrap_room=\\1\\): Request \\1 was aborted by decode\\.`))
+    expect(p.body).toMatch(/was aborted by decode\./)
     expect(firstEvent(pair, 'prefill', rid, 'transfer_failed')).toBeDefined()
   })
 

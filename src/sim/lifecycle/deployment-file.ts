@@ -20,6 +20,12 @@ export function restartArgv(stateDir: string, service: Service): string[] {
   return [process.execPath, cliEntry(), 'sim', 'restart', service, '--state-dir', stateDir]
 }
 
+/**
+ * Matches the twin watchdog's line for one eviction (server/prefill-scheduler.ts, the line docs/twin.md recommends a
+ * watchdog log): its rid and the seconds it held the request, by its own clock.
+ */
+export const WATCHDOG_LOG_PATTERN = String.raw`Disaggregation watchdog evicted request rid='(?<rid>[^']+)'.* held=(?<held>[0-9.]+)s`
+
 interface TwinService {
   url: string
   healthPath: string
@@ -46,7 +52,7 @@ export interface TwinDeployment {
   }
   backend: Backend
   tools: {nvidiaSmi: string}
-  watchdog: {scope: WatchdogScope; deadlineSeconds: number; pollSeconds: number}
+  watchdog: {scope: WatchdogScope; deadlineSeconds: number; pollSeconds: number; logPattern: string}
   sglangVersion: string
 }
 
@@ -69,7 +75,7 @@ export function twinDeployment(config: SimConfig): TwinDeployment {
     backend: config.backend,
     // A real host has nvidia-smi on its PATH; the twin's stand-in lives in its state dir.
     tools: {nvidiaSmi: join(p.bin, 'nvidia-smi')},
-    watchdog: {scope: config.watchdog.scope, deadlineSeconds: config.watchdog.deadlineS, pollSeconds: config.watchdog.pollS},
+    watchdog: {scope: config.watchdog.scope, deadlineSeconds: config.watchdog.deadlineS, pollSeconds: config.watchdog.pollS, logPattern: WATCHDOG_LOG_PATTERN},
     sglangVersion: config.version,
   }
 }

@@ -45,6 +45,7 @@ export class DecodeRank {
   /** Notifications that arrived (an AUX frame, or a rail WRITE's), not yet drained by poll(). */
   private readonly notifs: Array<{room: string; prefillRank: number}> = []
   private readonly reasons = new Map<string, string>()
+  private warnedWaitingTimeout = false
   dataPort = 0
   zmqPort = 0
 
@@ -127,7 +128,12 @@ export class DecodeRank {
     if (r.metadataSentAt !== undefined && r.status !== KVPoll.Success && r.status !== KVPoll.Failed) {
       const elapsed = (nowMs() - r.metadataSentAt) / 1000
       if (elapsed >= this.env.waitingTimeoutS) {
-        this.log.warn(`Request ${r.rid} timed out after ${elapsed.toFixed(1)}s in ${pollName(KVPoll.WaitingForInput)}`)
+        // CommonKVReceiver._check_waiting_timeout (common/conn.py) warns once per process; the request's own line is
+        // the scheduler's "Decode transfer failed …" with this reason.
+        if (!this.warnedWaitingTimeout) {
+          this.warnedWaitingTimeout = true
+          this.log.warn("Some requests fail to receive KV Cache transfer done signal after bootstrapping. If a greater mean TTFT is acceptable, you can 'export SGLANG_DISAGGREGATION_WAITING_TIMEOUT=600' (10 minutes) to relax the timeout condition. ")
+        }
         this.reasons.set(room, `KVTransferError(bootstrap_room=${room}): Request ${room} timed out after ${elapsed.toFixed(1)}s in ${pollName(KVPoll.WaitingForInput)}`)
         r.status = KVPoll.Failed
         this.sendAbort(room, r)

@@ -105,8 +105,10 @@ export class DecodeScheduler extends SchedulerCore {
         this.metrics.inc('sglang:num_transfer_failed_reqs_total')
         this.pushOp({op: 'clear', room: req.room})
         const exc = req.failure?.text ?? `KVTransferError(bootstrap_room=${req.room})`
-        this.log.warn(`Decode transfer failed for request rank=${req.failure?.tpRank ?? 0} req.rid='${req.rid}' req.bootstrap_room=${req.room} with exception ${exc}`)
-        this.fail(req, `Decode transfer failed for request rid=${req.rid} bootstrap_room=${req.room} with exception ${exc}`, 'transfer_failed')
+        // pop_transferred (disaggregation/decode.py): logger.error, and the same text is the 500's (prepare_abort).
+        const message = `Decode transfer failed for request rank=${req.failure?.tpRank ?? 0} decode_req.req.rid='${req.rid}' decode_req.req.bootstrap_room=${req.room} with exception ${exc}`
+        this.log.error(message)
+        this.fail(req, message, 'transfer_failed')
       } else if (req.state === KVPoll.Success) {
         moved = true
         this.exit(req, 'transfer')

@@ -85,7 +85,8 @@ export class PrefillRank {
     if (this.dropFrames) return
     if (text[0] === 'ABORT') {
       const room = text[1]!
-      this.abort(room, 'Aborted by decode ABORT.')
+      // NIXL's bootstrap thread on decode's ABORT (nixl/conn.py since #30352): the room fails with this reason.
+      this.abort(room, `Request ${room} was aborted by decode.`)
       return
     }
     if (text[0] !== NIXL_GUARD) throw new Error(`unexpected frame ${JSON.stringify(text[0])}`)

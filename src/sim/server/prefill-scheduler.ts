@@ -5,6 +5,14 @@ import {evictionThresholdS, shouldEvict, heldMs, type WatchdogPolicy} from './wa
 import type {Req} from './request.js'
 
 /**
+ * The watchdog's line for one eviction, as docs/twin.md recommends a watchdog log it: the rid, the room, where it was
+ * held and for how long by the watchdog's own clock (to the ms), and the contract it applied.
+ */
+export function watchdogLogLine(e: {rid: string; room: string; queue: string; state: string; heldS: number; deadlineS: number; scope: string}): string {
+  return `Disaggregation watchdog evicted request rid='${e.rid}' bootstrap_room=${e.room} queue=${e.queue} state=${e.state} held=${e.heldS.toFixed(3)}s (deadline ${e.deadlineS}s, scope ${e.scope})`
+}
+
+/**
  * The prefill scheduler (disaggregation/prefill.py): bootstrap queue -> waiting queue -> forward ->
  * inflight queue, one all-reduced poll per iteration, and the watchdog under test ticking inside the loop.
  */
@@ -157,7 +165,7 @@ export class PrefillScheduler extends SchedulerCore {
       this.pushOp({op: 'clear', room: req.room})
       this.metrics.inc('sglang:num_watchdog_evicted_reqs_total')
       const state = pollName(req.state ?? KVPoll.Bootstrapping)
-      this.log.warn(`Disaggregation watchdog evicted request rid='${req.rid}' bootstrap_room=${req.room} queue=${queue} state=${state} held=${heldS.toFixed(3)}s (deadline ${this.policy.deadlineS}s, scope ${this.policy.scope})`)
+      this.log.warn(watchdogLogLine({rid: req.rid, room: req.room, queue, state, heldS, deadlineS: this.policy.deadlineS, scope: this.policy.scope}))
       this.truth.record(req.rid, req.room, 'evicted', {queue, state, detail: {heldS, thresholdS: threshold, scope: this.policy.scope}})
       this.fail(req, `Request ${req.rid} evicted by the disaggregation watchdog after ${heldS.toFixed(3)}s in the ${queue} queue (${state})`, 'watchdog_evicted', {heldS})
     }
