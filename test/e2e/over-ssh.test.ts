@@ -103,6 +103,10 @@ describe('pdchaos over SSH into the namespace host', () => {
     const trials = j.verdicts.filter((v: any) => v.check === 'abort')
     expect(trials).toHaveLength(6)
     expect(trials.every((v: any) => v.verdict === 'pass'), JSON.stringify(trials)).toBe(true)
+    // Coverage: the widening filter held the KV transfer, and every abort landed in the window (per-trial records).
+    expect(j.abortCoverage, JSON.stringify(j.abortCoverage)).toMatchObject({trials: 6, inWindow: 6, verified: true, window: {widening: 'packet-filter'}})
+    expect(j.abortCoverage.filterMatchedPackets).toBeGreaterThan(0)
+    expect(j.aborts.map((t: any) => t.rid).sort()).toEqual(trials.map((v: any) => v.subject).sort())
     expect(r.code).toBe(0)
     await assertHostClean()
   })
