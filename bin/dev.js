@@ -5,7 +5,7 @@
 import {dirname} from 'node:path'
 import {fileURLToPath} from 'node:url'
 
-import {Config, execute, handle, Plugin, settings} from '@oclif/core'
+import {Config, Plugin, settings} from '@oclif/core'
 
 const root = dirname(dirname(fileURLToPath(import.meta.url)))
 
@@ -22,8 +22,7 @@ async function sourceConfig() {
   return config
 }
 
-try {
-  await execute({development: true, loadOptions: await sourceConfig()})
-} catch (error) {
-  await handle(error)
-}
+const config = await sourceConfig()
+// pdchaos's own entry (src/cli/main.ts), loaded once oclif has registered tsx for the sources.
+const {main} = await import('../src/cli/main.ts')
+await main(config)

@@ -16,11 +16,12 @@ export class PdError extends Error {
     this.name = 'PdError'
     this.exitCode = opts.exit
     this.suggestion = opts.suggestion === undefined ? undefined : redactText(opts.suggestion)
-    this.code = opts.code ?? codeFor(opts.exit)
+    this.code = opts.code ?? codeForExit(opts.exit)
   }
 }
 
-function codeFor(exit: ExitCodeValue): string {
+/** The error code of an exit code, for --json error documents. */
+export function codeForExit(exit: number): string {
   switch (exit) {
     case ExitCode.badInput: return 'E_INPUT'
     case ExitCode.unreachable: return 'E_UNREACHABLE'

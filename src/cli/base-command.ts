@@ -1,8 +1,7 @@
 import {Command, Flags, Interfaces} from '@oclif/core'
 import ora, {type Ora} from 'ora'
 
-import {PdError, oneLine} from '../errors.js'
-import {ExitCode} from '../exit-codes.js'
+import {errorDocument, isExitRequest, writeError} from './error-output.js'
 
 export type BaseFlags<T extends typeof Command> = Interfaces.InferredFlags<(typeof BaseCommand)['baseFlags'] & T['flags']>
 export type BaseArgs<T extends typeof Command> = Interfaces.InferredArgs<T['args']>
@@ -46,45 +45,17 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
   }
 
   protected override async catch(err: Error & {exitCode?: number; oclif?: {exit?: number}; code?: string}): Promise<unknown> {
-    if (err instanceof PdError) {
-      process.exitCode = err.exitCode
-      if (this.jsonEnabled()) {
-        this.logJson(this.toErrorJson(err))
-      } else {
-        process.stderr.write(`Error: ${oneLine(err)}\n`)
-        if (err.suggestion) process.stderr.write(`Try this: ${err.suggestion}\n`)
-        if (this.flags?.verbose && err.stack) process.stderr.write(err.stack + '\n')
-      }
-      return
-    }
-    // oclif's own errors (parse errors, this.error) carry their exit in err.oclif.exit.
-    if (err.exitCode === undefined && err.oclif?.exit !== undefined) err.exitCode = err.oclif.exit
-    const known = err.oclif?.exit !== undefined
-    if (!known) {
-      // An unexpected failure is infrastructure, not a verdict: exit 5, one line, stack only with --verbose.
-      process.exitCode = ExitCode.unreachable
-      if (this.jsonEnabled()) {
-        this.logJson({error: {code: 'E_INTERNAL', exitCode: ExitCode.unreachable, message: oneLine(err), name: err.name}})
-      } else {
-        process.stderr.write(`Error: ${oneLine(err)}\n`)
-        if (this.flags?.verbose && err.stack) process.stderr.write(err.stack + '\n')
-        else process.stderr.write('Try this: re-run with --verbose for details.\n')
-      }
-      return
-    }
-    return super.catch(err)
+    // this.exit(n) is a request, not an error: oclif turns it into the exit code.
+    if (isExitRequest(err)) return super.catch(err)
+    // Every other error, PdError or oclif's own (a parse error) or unexpected (exit 5), the same way: one line, a
+    // suggestion, --json's document with a code, the stack only with --verbose.
+    writeError(errorDocument(err, this.id?.replaceAll(':', ' ')), {json: this.jsonEnabled(), verbose: Boolean(this.flags?.verbose), stack: err.stack})
+    // A parse error was reported above: oclif must not also warn that the command never parsed its arguments.
+    this.parsed = true
+    return undefined
   }
 
   protected override toErrorJson(err: unknown): unknown {
-    const e = err as {code?: string; exitCode?: number; message?: string; name?: string; suggestion?: string; oclif?: {exit?: number}; suggestions?: string[]}
-    return {
-      error: {
-        code: e.code,
-        exitCode: e.exitCode ?? e.oclif?.exit ?? 1,
-        message: oneLine(e.message ?? String(err)),
-        name: e.name,
-        suggestions: e.suggestion ? [e.suggestion] : e.suggestions,
-      },
-    }
+    return errorDocument(err, this.id?.replaceAll(':', ' '))
   }
 }

@@ -1,5 +1,6 @@
 import {Flags, type Interfaces} from '@oclif/core'
 
+import {badInput} from '../errors.js'
 import {paramsOf, type ParamInfo} from '../faults/params.js'
 import {FAULT_NAMES, getFault} from '../faults/registry.js'
 
@@ -65,12 +66,19 @@ export function faultFlags(): Record<string, Interfaces.OptionFlag<string | unde
   return out
 }
 
-/** The fault params the user gave, keyed by param name (what parseFaultParams and the suite file use). */
-export function faultParamsFromFlags(flags: Record<string, unknown>): Record<string, unknown> {
+/**
+ * The fault params the user gave, keyed by param name (what parseFaultParams and the suite file use). A flag of
+ * another fault is refused here, by the name the user typed (a param key can differ from its flag: widen-kbytes).
+ */
+export function faultParamsFromFlags(flags: Record<string, unknown>, fault: string): Record<string, unknown> {
   const raw: Record<string, unknown> = {}
   for (const [flag, s] of sources()) {
     // A switch not given may read as false: only a given one is a param (other faults take no such flag).
     if (flags[flag] === undefined || (s.info.kind.type === 'boolean' && flags[flag] === false)) continue
+    if (!s.faults.includes(fault)) {
+      const takes = paramsOf(getFault(fault)).map((i) => `--${i.flag}`)
+      throw badInput(`${fault} takes no --${flag}`, `${fault} takes ${takes.length ? takes.join(', ') : 'no fault flags'}`)
+    }
     raw[s.info.key] = flags[flag]
   }
   return raw

@@ -1,3 +1,6 @@
+import {statSync} from 'node:fs'
+import {resolve} from 'node:path'
+
 import {Flags} from '@oclif/core'
 
 import {badInput} from '../errors.js'
@@ -10,6 +13,22 @@ export const stateDirFlag = Flags.string({
   env: 'PDCHAOS_SIM_DIR',
   default: async () => defaultSimDir(),
 })
+
+/**
+ * The twin's state dir as given (--state-dir or $PDCHAOS_SIM_DIR), resolved: a path that exists and is not a directory
+ * is bad input (exit 2), not "no twin is running".
+ */
+export function simStateDir(raw: string): string {
+  const dir = resolve(raw)
+  let isDir = true
+  try {
+    isDir = statSync(dir).isDirectory()
+  } catch {
+    // Absent: `sim up` creates it, the others find no twin there.
+  }
+  if (!isDir) throw badInput(`--state-dir ${raw} is not a directory`, "give the twin's state dir (`pdchaos sim up --state-dir DIR` creates one)")
+  return dir
+}
 
 /** A number of seconds given on the command line; a non-number is bad input naming the flag. */
 export function seconds(flag: string, raw: string | undefined): number | undefined {

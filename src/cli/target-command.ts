@@ -1,9 +1,10 @@
-import {mkdirSync, writeFileSync} from 'node:fs'
-import {dirname, resolve} from 'node:path'
+import {writeFileSync} from 'node:fs'
 
 import {type Command, Flags} from '@oclif/core'
 
+import type {Deployment} from '../deployment/config.js'
 import {assertMayDisturb} from '../deployment/protection.js'
+import {oneLine} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import {acquireHostLock} from '../faults/lease/host-lock.js'
 import {blockingUnverified, runCounts, runIdOf, type SuiteRun} from '../model/run.js'
@@ -12,9 +13,20 @@ import {writeJournal} from '../report/journal.js'
 import {runJournal} from '../report/journal-fields.js'
 import {renderJUnit} from '../report/junit.js'
 import {pushRun} from '../report/push.js'
+import {redactText} from '../util/redact.js'
 import {BaseCommand} from './base-command.js'
 import {targetFlags} from './flags.js'
+import {checkOutputFile, checkPushUrl, makeParents} from './outputs.js'
+import {preflight} from './preflight.js'
 import {resolveTarget, type Target} from './target.js'
+
+/** Where a run's results go: files, and a Pushgateway URL. */
+export interface RunOutputs {
+  journal?: string
+  junit?: string
+  html?: string
+  push?: string
+}
 
 /**
  * A command that acts on a deployment: it owns the target flags, resolving and closing the target, the production
@@ -44,13 +56,19 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
     /** The run lock: its command line and TTL (`runLockTtlMs`); held until expiry for --hold. */
     lock?: (target: Target) => {command: string; ttlMs: number; untilExpiry?: boolean}
     say?: (line: string) => void
+    /** Checks of the flags against the deployment file (a TTL against its watchdog), before the host is reached. */
+    check?: (deployment: Deployment) => void
+    /** Every service must answer its health path within the deployment's probeTimeoutSeconds first (exit 5 naming it). */
+    preflight?: boolean
   }, fn: (target: Target) => Promise<R>): Promise<R> {
     const flags = this.flags as Record<string, unknown>
     const target = await resolveTarget(flags as never, {
       ...(opts.startTwin === undefined ? {} : {startTwin: opts.startTwin}), ...(opts.twin ? {twin: opts.twin} : {}), onProgress: opts.say ?? ((l) => this.progress(l)),
+      ...(opts.check ? {check: opts.check} : {}),
     })
     try {
       if (opts.disturb) assertMayDisturb(target.deployment, Boolean(flags['allow-production']), opts.disturb)
+      if (opts.preflight) await preflight(target.deployment)
       if (!opts.lock) return await fn(target)
       const spec = opts.lock(target)
       const lock = await acquireHostLock(target.host, target.deployment.stateDir, spec)
@@ -64,19 +82,46 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
     }
   }
 
-  /** The journal, JUnit, HTML and Pushgateway outputs of a run, each only when asked for. */
-  protected async writeRunOutputs(run: SuiteRun, command: string, files: {journal?: string; junit?: string; html?: string; push?: string}, extra: Record<string, unknown> = {}): Promise<unknown> {
+  /** The run's output files and Pushgateway URL, checked before the run (exit 2 naming the flag). */
+  protected checkRunOutputs(files: RunOutputs): void {
+    for (const key of ['journal', 'junit', 'html'] as const) {
+      const file = files[key]
+      if (file !== undefined) checkOutputFile(`--${key}`, file)
+    }
+    if (files.push !== undefined) checkPushUrl('--push', files.push)
+  }
+
+  /**
+   * The journal, JUnit, HTML and Pushgateway outputs of a run, each only when asked for; called after the summary is
+   * printed and the exit code decided, so a failed write never loses the verdict: each failure is reported on stderr
+   * (and returned, for --json) and the others are still written.
+   */
+  protected async writeRunOutputs(run: SuiteRun, command: string, files: RunOutputs, extra: Record<string, unknown> = {}): Promise<{pushed?: unknown; outputErrors?: string[]}> {
+    const errors: string[] = []
+    const attempt = async (what: string, write: () => unknown): Promise<unknown> => {
+      try {
+        return await write()
+      } catch (error) {
+        const line = `could not write ${what}: ${oneLine(error)}`
+        errors.push(line)
+        process.stderr.write(`Error: ${line} (the verdict above stands)\n`)
+        return undefined
+      }
+    }
     const write = (file: string, text: string) => {
-      mkdirSync(dirname(resolve(file)), {recursive: true})
+      makeParents(file)
       writeFileSync(file, text)
     }
-    if (files.journal) writeJournal(files.journal, runJournal(run, command, extra))
-    if (files.junit) write(files.junit, renderJUnit(run))
-    if (files.html) write(files.html, renderHtml(run))
-    if (!files.push) return undefined
-    const r = await pushRun(files.push, run)
-    this.progress(`pushed ${r.series} series to ${r.url}`)
-    return r
+    const {journal, junit, html, push} = files
+    if (journal) await attempt(`the journal to ${journal}`, () => writeJournal(journal, runJournal(run, command, extra)))
+    if (junit) await attempt(`JUnit to ${junit}`, () => write(junit, renderJUnit(run)))
+    if (html) await attempt(`the HTML report to ${html}`, () => write(html, renderHtml(run)))
+    let pushed: Awaited<ReturnType<typeof pushRun>> | undefined
+    if (push) {
+      pushed = await attempt(`metrics to the Pushgateway at ${redactText(push)}`, () => pushRun(push, run)) as typeof pushed
+      if (pushed) this.progress(`pushed ${pushed.series} series to ${pushed.url}`)
+    }
+    return {...(pushed ? {pushed} : {}), ...(errors.length ? {outputErrors: errors} : {})}
   }
 
   /** The README's exit codes for a run: stopped 3; a gate decides 0 or 1; a fault left behind 4; a failed check, a
@@ -86,6 +131,8 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
     if (run.stopped) process.exitCode = ExitCode.stopped
     else if (run.gate) process.exitCode = run.gate.passed ? ExitCode.ok : ExitCode.checkFailed
     else if (c.faultsLeftBehind > 0) process.exitCode = ExitCode.cleanupUnverified
+    // Nothing was judged at all, every scenario ended in an error: the target or the host failed, not a check.
+    else if (c.verdicts === 0 && c.scenarios > 0 && c.errored === c.scenarios) process.exitCode = ExitCode.unreachable
     else if (c.failed > 0 || c.errored > 0 || blockingUnverified(run).length > 0) process.exitCode = ExitCode.checkFailed
   }
 

@@ -8,6 +8,8 @@ import {openHost} from '../hosts/open-host.js'
 import {readLock, liveHolders} from '../sim/lifecycle/lock.js'
 import {simPaths} from '../sim/sim-config.js'
 import {defaultSimDir} from '../state-dir.js'
+import {badInput} from '../errors.js'
+import {simStateDir} from './sim-flags.js'
 import {simUp} from './twin.js'
 
 /**
@@ -30,11 +32,21 @@ export interface Target {
   startedTwin?: string
 }
 
-export async function resolveTarget(flags: TargetFlags, opts: {startTwin?: boolean; twin?: {deadlineS: number; pollS: number}; onProgress?: (line: string) => void} = {}): Promise<Target> {
+export async function resolveTarget(flags: TargetFlags, opts: {
+  startTwin?: boolean
+  twin?: {deadlineS: number; pollS: number}
+  onProgress?: (line: string) => void
+  /** Checks that need the deployment file (a TTL against its watchdog): run before the host is reached. */
+  check?: (deployment: Deployment) => void
+} = {}): Promise<Target> {
   let file = resolve(flags.config)
   let startedTwin: string | undefined
+  // --state-dir names the twin's directory: without --sim it would be silently ignored, and -c used instead.
+  if (flags['state-dir'] !== undefined && !flags.sim) {
+    throw badInput('--state-dir applies only with --sim (it names the twin\'s state dir)', 'add --sim to target the twin, or drop --state-dir and pass the deployment file with -c FILE')
+  }
   if (flags.sim) {
-    const stateDir = resolve(flags['state-dir'] ?? defaultSimDir())
+    const stateDir = simStateDir(flags['state-dir'] ?? defaultSimDir())
     file = simPaths(stateDir).deploymentFile
     const lock = readLock(stateDir)
     const running = lock !== undefined && liveHolders(lock).length > 0 && existsSync(file)
@@ -46,6 +58,7 @@ export async function resolveTarget(flags: TargetFlags, opts: {startTwin?: boole
     }
   }
   const deployment = await loadDeployment(file)
+  opts.check?.(deployment)
   const host = await openHost(deployment.host, {sudo: deployment.sudo, acceptNewHostKey: flags['accept-new-host-key']})
   return {deployment, file, host, startedTwin}
 }

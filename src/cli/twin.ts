@@ -1,8 +1,9 @@
-import type {DeploymentInput} from '../deployment/config.js'
-import {PdError} from '../errors.js'
+import {type DeploymentInput, MAX_DEADLINE_SECONDS} from '../deployment/config.js'
+import {PdError, badInput} from '../errors.js'
 import {ExitCode, type ExitCodeValue} from '../exit-codes.js'
 import * as lifecycle from '../sim/lifecycle/index.js'
 import {type EXIT_INTERRUPTED, SimError, type SimErrorKind, type SimUpOptions, type TwinDeployment} from '../sim/lifecycle/index.js'
+import {simStateDir} from './sim-flags.js'
 
 /**
  * The CLI's door to the twin's lifecycle (`pdchaos sim …` and `--sim`): the same calls, with the twin's errors
@@ -32,11 +33,25 @@ async function translated<T>(call: () => Promise<T>): Promise<T> {
   }
 }
 
-export const simUp = (options: SimUpOptions): Promise<lifecycle.SimUpResult> => translated(() => lifecycle.simUp(options))
-export const simDown = (stateDir: string): Promise<lifecycle.SimDownResult> => translated(() => lifecycle.simDown(stateDir))
-export const simStatus = (stateDir: string): Promise<lifecycle.SimStatusResult> => translated(() => lifecycle.simStatus(stateDir))
-export const simRestart = (stateDir: string, service: string, waitS?: number): Promise<lifecycle.SimRestartResult> =>
-  translated(() => lifecycle.simRestart(stateDir, service, waitS))
+export const simUp = async (options: SimUpOptions): Promise<lifecycle.SimUpResult> => {
+  checkTwinWatchdog(options.deadlineS, options.pollS)
+  return translated(() => lifecycle.simUp({...options, stateDir: simStateDir(options.stateDir)}))
+}
+
+/** The twin writes a deployment file for pdchaos: its watchdog must be one that file may hold (the twin checks the rest). */
+function checkTwinWatchdog(deadlineS: number | undefined, pollS: number | undefined): void {
+  if (deadlineS !== undefined && deadlineS > MAX_DEADLINE_SECONDS) {
+    throw badInput(`--deadline must be at most ${MAX_DEADLINE_SECONDS} seconds (the longest watchdog a run can judge under its lease), got ${deadlineS}`, `pass --deadline ${MAX_DEADLINE_SECONDS} or less`)
+  }
+  if (deadlineS !== undefined && pollS !== undefined && pollS > deadlineS) {
+    throw badInput(`--poll (${pollS} s) is longer than --deadline (${deadlineS} s)`, 'give a poll interval at most the deadline')
+  }
+}
+// The state dir is checked first: a file there is bad input, not "no twin is running".
+export const simDown = async (stateDir: string): Promise<lifecycle.SimDownResult> => translated(() => lifecycle.simDown(simStateDir(stateDir)))
+export const simStatus = async (stateDir: string): Promise<lifecycle.SimStatusResult> => translated(() => lifecycle.simStatus(simStateDir(stateDir)))
+export const simRestart = async (stateDir: string, service: string, waitS?: number): Promise<lifecycle.SimRestartResult> =>
+  translated(() => lifecycle.simRestart(simStateDir(stateDir), service, waitS))
 
 // Checked when compiling: an interrupted `sim up` exits with the README's "stopped", and the file the twin writes is
 // one the deployment schema reads (test/sim checks that it reads back to the very same document).

@@ -2,6 +2,7 @@ import {Args, Flags} from '@oclif/core'
 
 import {faultFlags, faultParamsFromFlags} from '../cli/fault-flags.js'
 import {TargetCommand} from '../cli/target-command.js'
+import {checkRunTtl} from '../cli/ttl.js'
 import {runLockTtlMs} from '../faults/lease/lease.js'
 import {parseFaultParams} from '../faults/params.js'
 import {FAULT_NAMES, getFault} from '../faults/registry.js'
@@ -37,11 +38,11 @@ export default class Inject extends TargetCommand<typeof Inject> {
     'pin-path': Flags.option({options: ['direct', 'router'] as const, default: 'direct' as const,
       summary: 'direct: each pin is one prefill request, sent to prefill and decode once (the verdict is about the watchdog). router: as a client sends it; a retrying gateway re-sends an evicted pin, so the verdicts then describe the router, not the watchdog.'})(),
     'pin-interval': Flags.integer({summary: 'Milliseconds between pin sends; spacing keeps each pin\'s queue entry close to its send time (0: all at once).', default: 20, min: 0, max: 10_000}),
-    hold: Flags.boolean({summary: 'Inject, verify, and leave the fault in place until its lease expires (explore by hand).'}),
+    hold: Flags.boolean({summary: 'Inject, verify, and leave the fault in place until its lease expires (explore by hand).', exclusive: ['dry-run']}),
     'dry-run': Flags.boolean({summary: 'Show the plan and run only its read-only probes; change nothing.'}),
-    ttl: Flags.integer({summary: 'Lease TTL in seconds (default: deadline + poll + hold + margin; at most 3600).', min: 1, max: 3600}),
+    ttl: Flags.integer({summary: 'Lease TTL in seconds (default: deadline + poll + hold + margin; at most 3600). A run refuses one shorter than the watchdog deadline + poll + margin.', min: 1, max: 3600}),
     'prompt-tokens': Flags.integer({summary: 'Prompt length of every request, in tokens.', default: 128, min: 1, max: 131_072}),
-    'load-interval': Flags.integer({summary: 'Milliseconds between steady-load requests (0: no load).', default: 500, min: 0}),
+    'load-interval': Flags.integer({summary: 'Milliseconds between steady-load requests (0: no load).', default: 500, min: 0, max: 60_000}),
     canaries: Flags.integer({summary: 'Requests after the revert that must succeed.', default: 3, min: 1, max: 100}),
     journal: Flags.string({summary: 'Write the run journal (JSON) to this file.'}),
   }
@@ -49,12 +50,15 @@ export default class Inject extends TargetCommand<typeof Inject> {
   async run(): Promise<Record<string, unknown>> {
     const f = this.flags
     // Validated before anything is reached: a flag that does not apply to this fault is bad input.
-    const params = parseFaultParams(getFault(this.args.fault), faultParamsFromFlags(f), 'flags')
+    const params = parseFaultParams(getFault(this.args.fault), faultParamsFromFlags(f, this.args.fault), 'flags')
     const mode = f['dry-run'] ? 'dry-run' : f.hold ? 'hold' : 'run'
+    this.checkRunOutputs({journal: f.journal})
     const suite = oneScenarioSuite({fault: this.args.fault, params, pins: f.pins, load: {intervalMs: f['load-interval'], promptTokens: f['prompt-tokens'], canaries: f.canaries}})
     const holdMs = (f.ttl ?? 60) * 1000
     const run = await this.withTarget({
       disturb: 'inject a fault into',
+      check: (d) => checkRunTtl(f.ttl, d.watchdog, mode),
+      preflight: true,
       lock: mode === 'dry-run' ? undefined : ({deployment: d}) => ({
         command: `inject ${this.args.fault}${f.hold ? ' --hold' : ''}`, untilExpiry: f.hold,
         ttlMs: runLockTtlMs({...d.watchdog, scenarios: 1, ...(f.hold ? {holdMs} : {})}),
@@ -64,10 +68,11 @@ export default class Inject extends TargetCommand<typeof Inject> {
       batch: {mode, pinPacing: {burst: 1, gapMs: f['pin-interval']}, pinPath: f['pin-path'], paramsSource: 'flags', planErrors: 'throw', ...(f.ttl === undefined ? {} : {ttlMs: f.ttl * 1000})},
     }))
     const fields = injectFields(run)
-    await this.writeRunOutputs(run, 'inject', {journal: f.journal}, fields)
+    // The verdict first (printed, exit code decided), then the journal: a failed write cannot lose it.
     if (!this.jsonEnabled()) this.log(renderInject(run.scenarios[0]!))
     this.setRunExitCode(run)
+    const {outputErrors} = await this.writeRunOutputs(run, 'inject', {journal: f.journal}, fields)
     const {scenarios: _s, ...rest} = runJournal(run, 'inject', fields) as {scenarios: unknown}
-    return {...rest, scenarios: run.scenarios.map(({timeline: _t, ...s}) => s)}
+    return {...rest, scenarios: run.scenarios.map(({timeline: _t, ...s}) => s), ...(outputErrors ? {outputErrors} : {})}
   }
 }

@@ -1,6 +1,8 @@
 import {Flags} from '@oclif/core'
 
+import {checkOutputFile} from '../cli/outputs.js'
 import {TargetCommand} from '../cli/target-command.js'
+import {oneLine} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import {renderRestart} from '../report/restart-text.js'
 import {coRestart, type RestartResult, type ServiceName} from '../restart/co-restart.js'
@@ -14,8 +16,8 @@ export default class Restart extends TargetCommand<typeof Restart> {
     ...TargetCommand.targetFlags,
     ...TargetCommand.disturbFlags,
     service: Flags.option({options: ['prefill', 'decode', 'router'] as const, multiple: true, summary: 'Restart only these services, in the order given (repeatable). Default: prefill, decode, router.'})(),
-    'health-timeout': Flags.integer({summary: 'Seconds each service has to become healthy after its restart.', default: 300, min: 1}),
-    'command-timeout': Flags.integer({summary: 'Deadline of each restart command, in seconds.', default: 600, min: 1}),
+    'health-timeout': Flags.integer({summary: 'Seconds each service has to become healthy after its restart.', default: 300, min: 1, max: 3600}),
+    'command-timeout': Flags.integer({summary: 'Deadline of each restart command, in seconds.', default: 600, min: 1, max: 3600}),
     canaries: Flags.integer({summary: 'Canary requests end to end after the restart.', default: 3, min: 0, max: 100}),
     watch: Flags.integer({summary: 'Seconds of pin watch after the canaries.', default: 60, min: 0, max: 86_400}),
     settle: Flags.integer({summary: 'Seconds to wait after the last health gate before the canaries (one decode heartbeat interval).', default: 5, min: 0, max: 600}),
@@ -26,6 +28,7 @@ export default class Restart extends TargetCommand<typeof Restart> {
   async run(): Promise<RestartResult> {
     const f = this.flags
     const order = (f.service ?? ['prefill', 'decode', 'router']) as ServiceName[]
+    if (f.journal !== undefined) checkOutputFile('--journal', f.journal)
     let deployment = ''
     const result = await this.withTarget({
       disturb: 'restart',
@@ -37,9 +40,17 @@ export default class Restart extends TargetCommand<typeof Restart> {
         canaries: f.canaries, watchS: f.watch, sampleS: f.sample, settleS: f.settle, onProgress: (l) => this.progress(l),
       })
     })
-    if (f.journal) writeJournal(f.journal, {command: 'restart', deployment, result})
     if (!this.jsonEnabled()) this.log(renderRestart(result))
     if (result.verdicts.some((v) => v.verdict === 'fail')) process.exitCode = ExitCode.checkFailed
+    // After the verdict: a journal that cannot be written is reported, the verdict and its exit code kept.
+    if (f.journal) {
+      try {
+        writeJournal(f.journal, {command: 'restart', deployment, result})
+      } catch (error) {
+        process.stderr.write(`Error: could not write the journal to ${f.journal}: ${oneLine(error)} (the verdict above stands)\n`)
+        return {...result, outputErrors: [`could not write the journal to ${f.journal}: ${oneLine(error)}`]} as RestartResult
+      }
+    }
     return result
   }
 }

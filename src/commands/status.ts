@@ -13,12 +13,12 @@ export default class Status extends TargetCommand<typeof Status> {
   static override examples = ['<%= config.bin %> status --sim', '<%= config.bin %> status -c pdchaos.yaml --json']
   static override flags = {
     ...TargetCommand.targetFlags,
-    timeout: Flags.integer({summary: 'Deadline of each probe, in seconds.', default: DEFAULT_PROBE_TIMEOUT_MS / 1000, min: 1, max: 120}),
+    timeout: Flags.integer({summary: `Deadline of each probe, in seconds (default: the deployment file's probeTimeoutSeconds, else ${DEFAULT_PROBE_TIMEOUT_MS / 1000}).`, min: 1, max: 120}),
   }
 
   async run(): Promise<StatusReport> {
     // The service URLs are shown as the deployment file gives them, minus any password (issue 12, S4).
-    const report = redactDeep(await this.withTarget({}, (t) => discover(t.deployment, t.host, {timeoutMs: this.flags.timeout * 1000})))
+    const report = redactDeep(await this.withTarget({}, (t) => discover(t.deployment, t.host, {timeoutMs: (this.flags.timeout ?? t.deployment.probeTimeoutSeconds ?? DEFAULT_PROBE_TIMEOUT_MS / 1000) * 1000})))
     if (!this.jsonEnabled()) this.log(renderStatus(report))
     // The report is printed either way; an unhealthy service makes the exit code say so (5), for scripts.
     if (Object.values(report.services).some((s) => !s.health.ok)) process.exitCode = ExitCode.unreachable

@@ -3,7 +3,10 @@ import {resolve} from 'node:path'
 import {Args, Flags} from '@oclif/core'
 
 import {Progress} from '../cli/progress.js'
+import {seconds} from '../cli/sim-flags.js'
 import {TargetCommand} from '../cli/target-command.js'
+import {MAX_DEADLINE_SECONDS} from '../deployment/config.js'
+import {badInput} from '../errors.js'
 import {runLockTtlMs} from '../faults/lease/lease.js'
 import {failedChecks, runCounts, type SuiteRun} from '../model/run.js'
 import {renderSuite} from '../report/suite-text.js'
@@ -37,24 +40,27 @@ export default class Suite extends TargetCommand<typeof Suite> {
     push: Flags.string({summary: 'Push the run\'s metrics to this Prometheus Pushgateway URL.'}),
     'one-at-a-time': Flags.boolean({summary: 'Run every scenario in a batch of its own (no concurrency), e.g. to measure what batching saves.'}),
     'run-id': Flags.string({summary: 'Name of this run (Pushgateway grouping, reports). Default: derived from the start time.'}),
-    'sim-deadline': Flags.string({summary: 'With --sim, when the suite starts the twin itself: its watchdog deadline in seconds.', default: '3'}),
-    'sim-poll': Flags.string({summary: 'With --sim, when the suite starts the twin itself: its watchdog poll interval in seconds.', default: '0.5'}),
+    'sim-deadline': Flags.string({summary: 'With --sim, when the suite starts the twin itself: its watchdog deadline in seconds (default 3).'}),
+    'sim-poll': Flags.string({summary: 'With --sim, when the suite starts the twin itself: its watchdog poll interval in seconds (default 0.5).'}),
   }
 
   async run(): Promise<Record<string, unknown>> {
     const f = this.flags
     const suite = this.args.file ? await loadSuite(resolve(this.args.file)) : defaultSuite()
+    const twin = twinWatchdog(f)
+    // Every output checked before the run: a long run must not end in a write that was bound to fail.
+    this.checkRunOutputs(f)
     const progress = new Progress({json: this.jsonEnabled()})
     const stop = new AbortController()
     const onSigint = () => stop.abort('interrupted (SIGINT)')
     process.on('SIGINT', onSigint)
     try {
-      // A twin the suite starts itself gets a short watchdog, so the built-in suite takes well under a minute.
-      const twin = {deadlineS: Number(f['sim-deadline']), pollS: Number(f['sim-poll'])}
       let started: string | undefined
       const t0 = Date.now()
       const run = await this.withTarget({
         twin, say: progress.say, disturb: 'run a suite against',
+        // A co-restart may bring back a dead service; a fault scenario needs all three answering first.
+        preflight: suite.scenarios.some((s) => s.fault !== undefined),
         lock: ({deployment: d}) => ({command: `suite ${suite.name}`, ttlMs: runLockTtlMs({...d.watchdog, scenarios: suite.scenarios.length})}),
       }, (t) => {
         started = t.startedTwin
@@ -68,17 +74,31 @@ export default class Suite extends TargetCommand<typeof Suite> {
       const twinNote = started && `started the twin in ${started} with a short watchdog (deadline ${twin.deadlineS}s, poll ${twin.pollS}s) so the suite is quick; ` +
         `it keeps running: \`pdchaos sim down${f['state-dir'] ? ` --state-dir ${started}` : ''}\` stops it`
       if (twinNote) run.notes = [...(run.notes ?? []), twinNote]
-      const pushed = await this.writeRunOutputs(run, 'suite', f, {wallMs})
       progress.stop()
+      // The summary and the exit code first, then the outputs: a failed write or push is reported, the verdict kept.
       if (!this.jsonEnabled()) this.log(renderSuite(run, {wallMs, twin: twinNote || undefined}))
       this.setRunExitCode(run)
+      const {pushed, outputErrors} = await this.writeRunOutputs(run, 'suite', f, {wallMs})
       return {...summaryOf(run, this.runId(run)), plan: run.plan, batches: run.batches, floorMs: run.floorMs, wallMs, notes: run.notes, ...(pushed ? {pushed} : {}),
-        scenarios: run.scenarios.map(({timeline: _t, ...s}) => s)}
+        ...(outputErrors ? {outputErrors} : {}), scenarios: run.scenarios.map(({timeline: _t, ...s}) => s)}
     } finally {
       progress.stop()
       process.removeListener('SIGINT', onSigint)
     }
   }
+}
+
+/** The watchdog of a twin the suite starts itself: short, so the built-in suite takes well under a minute. */
+function twinWatchdog(f: {sim: boolean; 'sim-deadline'?: string; 'sim-poll'?: string}): {deadlineS: number; pollS: number} {
+  for (const flag of ['sim-deadline', 'sim-poll'] as const) {
+    if (f[flag] !== undefined && !f.sim) throw badInput(`--${flag} applies only with --sim`, `add --sim, or drop --${flag}`)
+  }
+  const deadlineS = seconds('--sim-deadline', f['sim-deadline']) ?? 3
+  const pollS = seconds('--sim-poll', f['sim-poll']) ?? 0.5
+  if (!(deadlineS > 0 && pollS > 0)) throw badInput('--sim-deadline and --sim-poll must be above 0 seconds', 'e.g. --sim-deadline 3 --sim-poll 0.5')
+  if (deadlineS > MAX_DEADLINE_SECONDS) throw badInput(`--sim-deadline must be at most ${MAX_DEADLINE_SECONDS} seconds, got ${deadlineS}`, `pass --sim-deadline ${MAX_DEADLINE_SECONDS} or less`)
+  if (pollS > deadlineS) throw badInput(`--sim-poll (${pollS} s) is longer than --sim-deadline (${deadlineS} s)`, 'give a poll interval at most the deadline')
+  return {deadlineS, pollS}
 }
 
 function summaryOf(run: SuiteRun, runId: string) {

@@ -18,8 +18,19 @@ export const LogSourceSchema = z.union([
   z.object({journald: z.string().min(1).describe('systemd unit whose journal holds the service log.')}).strict(),
 ], {error: 'expected {file: PATH} or {journald: UNIT}'})
 
+/** The most a probe may wait (probeTimeoutSeconds). */
+export const MAX_PROBE_TIMEOUT_SECONDS = 120
+/** The longest watchdog deadline and poll a run can judge: the default lease of a batch (about 2.2 × (deadline + poll)
+ * + 80 s, experiment/batch.ts) must stay under the lease cap (an hour, faults/lease/lease.ts); test/deployment holds it. */
+export const MAX_DEADLINE_SECONDS = 1200
+export const MAX_POLL_SECONDS = 300
+
+/** A service URL pdchaos can probe: http or https with a host and a port from 1 to 65535 (refused before any probe). */
+const serviceUrl = (what: string) => z.url({protocol: /^https?$/, error: `${what} must be an http:// or https:// URL`})
+  .refine((u) => new URL(u).port !== '0', {message: `${what} must have a port from 1 to 65535`})
+
 export const ServiceSchema = z.object({
-  url: z.url().describe('Base URL of the service HTTP API, e.g. http://10.0.0.5:30000'),
+  url: serviceUrl('url').describe('Base URL of the service HTTP API, e.g. http://10.0.0.5:30000'),
   healthPath: z.string().startsWith('/').default('/health'),
   restart: argv.optional().describe('The operator restart command for this service, run on the host.'),
   logs: LogSourceSchema.optional(),
@@ -31,13 +42,13 @@ export const PrefillServiceSchema = ServiceSchema.extend({
 
 export const RouterServiceSchema = ServiceSchema.extend({
   readinessPath: z.string().startsWith('/').default('/readiness'),
-  metricsUrl: z.url().optional().describe('The router Prometheus endpoint (--prometheus-port).'),
+  metricsUrl: serviceUrl('metricsUrl').optional().describe('The router Prometheus endpoint (--prometheus-port).'),
 }).strict()
 
 export const WatchdogSchema = z.object({
   scope: z.enum(['all', 'inflight', 'off']).default('all').describe('all: every prefill PD queue; inflight: only the inflight queue.'),
-  deadlineSeconds: z.number().positive().max(86_400),
-  pollSeconds: z.number().positive().max(3_600),
+  deadlineSeconds: z.number().positive().max(MAX_DEADLINE_SECONDS),
+  pollSeconds: z.number().positive().max(MAX_POLL_SECONDS).describe('At most deadlineSeconds.'),
   logPattern: z.string().min(1).max(1000).superRefine((p, ctx) => {
     const why = watchdogPatternError(p)
     if (why) ctx.addIssue({code: 'custom', message: why})
@@ -76,6 +87,8 @@ export const DeploymentSchema = z.object({
   }).strict().default({nvidiaSmi: 'nvidia-smi'}),
   watchdog: WatchdogSchema,
   sglangVersion: z.string().min(1).optional().describe('The SGLang version expected; status warns when the server reports another.'),
+  probeTimeoutSeconds: z.number().positive().max(MAX_PROBE_TIMEOUT_SECONDS).optional()
+    .describe("How long each service has to answer pdchaos's probes (default 5): the check before inject and suite, and status (its --timeout overrides it)."),
 }).strict()
 
 export type Deployment = z.infer<typeof DeploymentSchema>

@@ -1,5 +1,6 @@
 import {z} from 'zod'
 
+import {badInput} from '../errors.js'
 import {type Deployment, DeploymentSchema} from './config.js'
 import {loadYamlFile, parseYamlText, type YamlFileKind} from './yaml-file.js'
 
@@ -22,12 +23,26 @@ const DEPLOYMENT_FILE: YamlFileKind = {
 }
 
 export async function loadDeployment(file: string): Promise<Deployment> {
-  return loadYamlFile(file, DeploymentSchema, DEPLOYMENT_FILE)
+  return checkContract(await loadYamlFile(file, DeploymentSchema, DEPLOYMENT_FILE), file)
 }
 
 /** Validate deployment YAML text; `file` is only used to name it in errors. */
 export function parseDeployment(text: string, file: string): Deployment {
-  return parseYamlText(text, file, DeploymentSchema, DEPLOYMENT_FILE)
+  return checkContract(parseYamlText(text, file, DeploymentSchema, DEPLOYMENT_FILE), file)
+}
+
+/**
+ * What one field's bounds cannot say: a watchdog that polls less often than its deadline gives an eviction window
+ * wider than the deadline itself, which no check can judge as a deadline. Checked where a file is read (the
+ * runner's own tests build contracts outside these bounds on purpose, to stress timing).
+ */
+function checkContract(d: Deployment, file: string): Deployment {
+  const w = d.watchdog
+  if (w.pollSeconds > w.deadlineSeconds) {
+    throw badInput(`${file}: watchdog.pollSeconds (${w.pollSeconds}) is longer than watchdog.deadlineSeconds (${w.deadlineSeconds})`,
+      "give the watchdog's real poll interval, at most its deadline")
+  }
+  return d
 }
 
 /** The JSON Schema of pdchaos.yaml, as a user writes it (defaults are optional). */

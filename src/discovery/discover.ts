@@ -3,7 +3,8 @@ import {DEFAULT_PROBE_TIMEOUT_MS, serviceClients} from '../deployment/clients.js
 import type {HealthResult} from '../deployment/sglang-client.js'
 import {sampleValue, sumOf, type ParsedMetrics} from '../deployment/prom-text.js'
 import {PD_COUNTERS, PD_QUEUE_GAUGES, QUEUE_REQS, RUNNING_REQS, TOKEN_USAGE} from '../deployment/sglang-metrics.js'
-import {oneLine} from '../errors.js'
+import {oneLine, PdError, unreachable} from '../errors.js'
+import {ExitCode} from '../exit-codes.js'
 import type {Host} from '../hosts/host.js'
 import {listHostState, type HostState} from './host-state.js'
 import {gpuFromLayout, gpuIndexByPid, parseComputeApps, parseGpuList, type GpuLayout, type GpuRow, type PidGpu} from './gpus.js'
@@ -128,10 +129,11 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
   const warnings: string[] = []
   const svc = deployment.services
   const {prefill, decode, router} = serviceClients(deployment, {timeoutMs})
-  const soft = async <T>(what: string, p: Promise<T>): Promise<T | undefined> => {
+  const soft = async <T>(what: string, p: Promise<T>, o: {fatal?: (error: unknown) => boolean} = {}): Promise<T | undefined> => {
     try {
       return await p
     } catch (error) {
+      if (o.fatal?.(error)) throw error
       warnings.push(`${what}: ${oneLine(error)}`)
       return undefined
     }
@@ -150,7 +152,15 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
     soft('decode server_info', decode.serverInfo()),
     soft('prefill metrics', prefill.metrics()),
     soft('decode metrics', decode.metrics()),
-    soft(`process table on ${host.describe()}`, readProcesses(host, deployment, timeoutMs)),
+    // A host too slow to list its processes in time is exit 5 naming it: a report without ranks would read as "no
+    // prefill rank processes" (bad input) to every fault. Other failures of the read stay warnings.
+    soft(`process table on ${host.describe()}`, readProcesses(host, deployment, timeoutMs).catch((error: unknown) => {
+      if (error instanceof PdError && error.exitCode === ExitCode.unreachable) {
+        throw unreachable(`discovery: the process table on ${host.describe()} did not answer: ${oneLine(error)}`,
+          'check the host (its load, its SSH connection); a slow one may need a longer probeTimeoutSeconds in the deployment file', error)
+      }
+      throw error
+    }), {fatal: (error) => error instanceof PdError && error.exitCode === ExitCode.unreachable}),
     listHostState(host, deployment.stateDir, timeoutMs).catch((error: unknown) => {
       warnings.push(`pdchaos state on ${host.describe()}: ${oneLine(error)}`)
       return {leases: [], lock: null} satisfies HostState

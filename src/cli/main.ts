@@ -1,0 +1,32 @@
+import {flush, run, type Interfaces} from '@oclif/core'
+
+import {badInput} from '../errors.js'
+import {argvWantsJson, errorDocument, isExitRequest, writeError} from './error-output.js'
+
+/**
+ * pdchaos's entry (bin/run.js, bin/dev.js): oclif's run, with the errors raised before any command runs (an unknown
+ * command, a flag given before the command) rendered as every command renders its own: one line, a suggestion, and
+ * under --json one document with a code on stdout (oclif alone prints a styled line on stderr and nothing on stdout).
+ */
+export async function main(load: Interfaces.LoadOptions, argv: string[] = process.argv.slice(2)): Promise<void> {
+  try {
+    await run(argv, load)
+    await flush()
+  } catch (error) {
+    if (isExitRequest(error)) {
+      process.exitCode = (error as {oclif?: {exit?: number}}).oclif?.exit ?? 0
+      return
+    }
+    const json = argvWantsJson(argv)
+    const verbose = argv.includes('--verbose')
+    writeError(errorDocument(beforeCommand(argv) ?? error), {json, verbose, stack: (error as Error).stack})
+  }
+}
+
+/** A flag where the command belongs (`pdchaos --json status`): oclif calls it an unknown command named "--json". */
+function beforeCommand(argv: string[]): Error | undefined {
+  const first = argv[0]
+  if (first === undefined || !first.startsWith('-')) return undefined
+  return badInput(`${first} comes before the command: pdchaos takes its flags after the command`,
+    `write the command first, e.g. \`pdchaos status ${first}\`; \`pdchaos --help\` lists the commands`)
+}

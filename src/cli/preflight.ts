@@ -1,0 +1,28 @@
+import {DEFAULT_PROBE_TIMEOUT_MS} from '../deployment/clients.js'
+import type {Deployment} from '../deployment/config.js'
+import {httpRequest, joinUrl} from '../deployment/http.js'
+import {PdError, unreachable} from '../errors.js'
+
+/**
+ * Before a run reaches for anything else: each service must answer its health path (any HTTP status) within the
+ * deployment's probeTimeoutSeconds. A service that refuses, or accepts and never answers, is exit 5 naming it, in
+ * seconds, instead of a calibration request that waits 30 s or a discovery that finds no ranks and blames the input.
+ */
+export async function preflight(deployment: Deployment, timeoutMs = (deployment.probeTimeoutSeconds ?? DEFAULT_PROBE_TIMEOUT_MS / 1000) * 1000): Promise<void> {
+  const s = deployment.services
+  const probes = ([['prefill', s.prefill], ['decode', s.decode], ['router', s.router]] as const).map(async ([service, svc]) => {
+    try {
+      await httpRequest({service, url: joinUrl(svc.url, svc.healthPath), timeoutMs})
+      return undefined
+    } catch (error) {
+      if (!(error instanceof PdError)) throw error
+      return error
+    }
+  })
+  const failed = (await Promise.all(probes)).filter((e): e is PdError => e !== undefined)
+  if (failed.length === 0) return
+  const first = failed[0]!
+  const others = failed.length > 1 ? ` (and ${failed.length - 1} more: ${failed.slice(1).map((e) => e.message).join('; ')})` : ''
+  throw unreachable(`${first.message}${others}`,
+    `is it up? \`pdchaos status\` shows every service; a slow one may need a longer probeTimeoutSeconds in the deployment file (now ${timeoutMs / 1000} s)`, first)
+}
