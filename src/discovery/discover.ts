@@ -13,7 +13,7 @@ import {parseDockerProxy, parseEnviron, parseProcStat, parsePs, parseRankTitle, 
 import {isRouterCommand, type RouterSettings, routerSettingsFromArgv} from './router-settings.js'
 import {parseNvidiaTopo, type Topology} from './topo.js'
 import {healthCheckFromEnv, KEPT_ENV, type HealthCheckSettings} from './transport-env.js'
-import {timeoutsFromEnv, watchdogFromEnv, watchdogWarnings, type EnvTimeouts, type EnvWatchdog} from './watchdog-env.js'
+import {timeoutsFromServices, watchdogFromEnv, watchdogWarnings, type EnvTimeouts, type EnvWatchdog} from './watchdog-env.js'
 
 /**
  * Discovery: what a PD deployment is right now, read the way an operator would read it — the services' HTTP APIs,
@@ -231,7 +231,8 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
   let timeouts: EnvTimeouts | undefined
   if (procs?.prefillEnv) {
     prefillEnv = watchdogFromEnv(procs.prefillEnv)
-    timeouts = timeoutsFromEnv(procs.prefillEnv)
+    // Each from its owner: bootstrap from prefill, waiting and heartbeat from decode (its server, else its first rank).
+    timeouts = timeoutsFromServices({prefill: procs.prefillEnv, decode: procs.serviceEnv.decode ?? procs.ranks.find((r) => r.service === 'decode')?.env})
     warnings.push(...watchdogWarnings(prefillEnv, contract, timeouts, 'prefill'))
   }
 

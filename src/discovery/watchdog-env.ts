@@ -53,6 +53,31 @@ export function timeoutsFromEnv(env: Record<string, string>): EnvTimeouts {
   }
 }
 
+/**
+ * Each SGLang timeout from the process that owns it (SGLang reads each in one role only, common/conn.py
+ * CommonKVManager.__init__): the bootstrap timeout from prefill's environment (the sender's), the waiting timeout and
+ * the heartbeat from decode's (the receiver's). A role whose environment could not be read gives SGLang's defaults,
+ * and `sources` says so.
+ */
+export function timeoutsFromServices(env: {prefill?: Record<string, string>; decode?: Record<string, string>}): EnvTimeouts & {sources: Record<keyof EnvTimeouts, string>} {
+  const from = (role: 'prefill' | 'decode', key: keyof EnvTimeouts) => {
+    const e = env[role]
+    const v = e === undefined ? undefined : num(e[TIMEOUT_ENV[key]])
+    const source = e === undefined
+      ? `SGLang's default (${role}'s environment not read)`
+      : v === undefined ? `SGLang's default (unset in ${role}'s environment)` : `${role}'s environment (${TIMEOUT_ENV[key]})`
+    return {value: v ?? TIMEOUT_DEFAULTS[key], source}
+  }
+  const b = from('prefill', 'bootstrapTimeout')
+  const w = from('decode', 'waitingTimeout')
+  const i = from('decode', 'heartbeatInterval')
+  const f = from('decode', 'heartbeatMaxFailure')
+  return {
+    bootstrapTimeout: b.value, waitingTimeout: w.value, heartbeatInterval: i.value, heartbeatMaxFailure: f.value,
+    sources: {bootstrapTimeout: b.source, waitingTimeout: w.source, heartbeatInterval: i.source, heartbeatMaxFailure: f.source},
+  }
+}
+
 /** Human warnings where the process environment and the deployment file's watchdog contract disagree. */
 export function watchdogWarnings(fromEnv: EnvWatchdog, contract: Watchdog, timeouts: EnvTimeouts, where: string): string[] {
   const w: string[] = []
@@ -68,10 +93,15 @@ export function watchdogWarnings(fromEnv: EnvWatchdog, contract: Watchdog, timeo
   if (fromEnv.scope === undefined && fromEnv.deadlineSeconds === undefined && contract.scope !== 'off') {
     w.push(`${where}: no watchdog settings in the scheduler environment; judging by the deployment file alone`)
   }
-  // SGLang's own timeouts release pins too; a watchdog deadline above them is never the thing that evicts.
+  // SGLang's own timeouts release pins too; a watchdog deadline above them is never the thing that evicts. Each is
+  // named with the service whose environment sets it.
   const releaseBy = Math.min(timeouts.waitingTimeout, timeouts.bootstrapTimeout)
-  if (contract.scope !== 'off' && contract.deadlineSeconds >= releaseBy) {
-    w.push(`${where}: watchdog deadline ${contract.deadlineSeconds}s is not below SGLang's own timeouts (${releaseBy}s): an eviction cannot be told from a timeout; raise SGLANG_DISAGGREGATION_{WAITING,BOOTSTRAP}_TIMEOUT`)
+  if (contract.scope !== 'off' && contract.deadlineSeconds + contract.pollSeconds >= releaseBy) {
+    const which = [
+      ...(timeouts.waitingTimeout <= contract.deadlineSeconds + contract.pollSeconds ? [`decode's SGLANG_DISAGGREGATION_WAITING_TIMEOUT ${timeouts.waitingTimeout}s`] : []),
+      ...(timeouts.bootstrapTimeout <= contract.deadlineSeconds + contract.pollSeconds ? [`prefill's SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT ${timeouts.bootstrapTimeout}s`] : []),
+    ]
+    w.push(`${where}: watchdog deadline + poll ${contract.deadlineSeconds + contract.pollSeconds}s is not below SGLang's own timeouts (${which.join(', ')}): a pin may be released by a timeout inside the window (reported as such, not as an eviction); raise them above it`)
   }
   return w
 }

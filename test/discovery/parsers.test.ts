@@ -2,7 +2,7 @@ import {describe, expect, it} from 'vitest'
 
 import {gpuIndexByPid, parseComputeApps, parseGpuList} from '../../src/discovery/gpus.js'
 import {parseEnviron, parseProcStat, parsePs, parseRankTitle, parseSsListeners} from '../../src/discovery/proc.js'
-import {timeoutsFromEnv, watchdogFromEnv, watchdogWarnings} from '../../src/discovery/watchdog-env.js'
+import {timeoutsFromEnv, timeoutsFromServices, watchdogFromEnv, watchdogWarnings} from '../../src/discovery/watchdog-env.js'
 
 describe('process parsers', () => {
   it('reads SGLang rank titles, including the DP and PP variants, and ignores other processes', () => {
@@ -70,7 +70,22 @@ describe('watchdog settings from the environment', () => {
     const w = watchdogWarnings(watchdogFromEnv(env), contract, timeoutsFromEnv(env), 'prefill')
     expect(w.join('\n')).toMatch(/scope is inflight .* says all/)
     expect(w.join('\n')).toMatch(/deadline is 45s .* says 30s/)
-    expect(w.join('\n')).toMatch(/not below SGLang's own timeouts \(20s\)/)
+    expect(w.join('\n')).toMatch(/deadline \+ poll 31s is not below SGLang's own timeouts \(decode's SGLANG_DISAGGREGATION_WAITING_TIMEOUT 20s\)/)
+  })
+
+  it('reads each timeout from the service that owns it: bootstrap from prefill, waiting and heartbeat from decode', () => {
+    const prefill = {SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT: '900', SGLANG_DISAGGREGATION_WAITING_TIMEOUT: '5'}
+    const decode = {SGLANG_DISAGGREGATION_WAITING_TIMEOUT: '1.75', SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL: '2', SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT: '7'}
+    const t = timeoutsFromServices({prefill, decode})
+    expect(t).toMatchObject({bootstrapTimeout: 900, waitingTimeout: 1.75, heartbeatInterval: 2, heartbeatMaxFailure: 2})
+    expect(t.sources).toEqual({
+      bootstrapTimeout: "prefill's environment (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT)",
+      waitingTimeout: "decode's environment (SGLANG_DISAGGREGATION_WAITING_TIMEOUT)",
+      heartbeatInterval: "decode's environment (SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL)",
+      heartbeatMaxFailure: "SGLang's default (unset in decode's environment)",
+    })
+    expect(timeoutsFromServices({prefill}).sources.waitingTimeout).toBe("SGLang's default (decode's environment not read)")
+    expect(watchdogWarnings({}, {scope: 'all', deadlineSeconds: 1.5, pollSeconds: 0.5}, t, 'prefill').join('\n')).toMatch(/decode's SGLANG_DISAGGREGATION_WAITING_TIMEOUT 1\.75s/)
   })
 
   it('falls back to SGLang defaults for unset timeouts', () => {
