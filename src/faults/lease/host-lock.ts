@@ -41,23 +41,27 @@ const NOW = 'n=$(date +%s%3N 2>/dev/null); case $n in \'\'|*[!0-9]*) n=$(( $(dat
 // $1 dir, $2 body without its times, $3 TTL ms. The state dir is made private (0700) or checked (host-safety.ts);
 // the times are the host's. Prints "ok", the host clock and the body written; or "held", the host clock, the
 // latest expiry of the armed leases (0 when none) and the current body.
-const ACQUIRE = SAFE_SH + `pd_make "$1" || exit $?
-pd_check_if "$1/lock.json" f || exit 13
+const ACQUIRE = SAFE_SH + `D=$1
+pd_make "$D" || exit $?
+pd_check_if f "$D/lock.json" || exit 13
 ${NOW}
 b="\${2%\\}},\\"acquiredAt\\":$n,\\"expiresAt\\":$((n + $3))}"
-if ( set -C; printf '%s' "$b" > "$1/lock.json" ) 2>/dev/null; then echo ok; echo "$n"; printf '%s' "$b"; exit 0; fi
-pd_check "$1/lock.json" f || exit 13
+if ( set -C; printf '%s' "$b" > "$D/lock.json" ) 2>/dev/null; then echo ok; echo "$n"; printf '%s' "$b"; exit 0; fi
+pd_check_if f "$D/lock.json" || exit 13
 m=0
-for f in "$1"/leases/*.json; do
-  pd_check "$f" f 2>/dev/null || continue
+set --
+for f in "$D"/leases/*.json; do [ -e "$f" ] || [ -L "$f" ] && set -- "$@" "$f"; done
+bad=$(pd_scan all f "$@" 2>&1 >/dev/null)
+for f do
+  case $bad in *"PDCHAOS-UNSAFE $f$pd_tab"*) continue;; esac
   e=$(sed -n 's/.*"expiresAt":\\([0-9][0-9]*\\).*/\\1/p' "$f" | head -n 1)
   case $e in ''|*[!0-9]*) ;; *) [ "$e" -le "$m" ] || m=$e;; esac
 done
-echo held; echo "$n"; echo "$m"; cat "$1/lock.json"`
+echo held; echo "$n"; echo "$m"; cat "$D/lock.json"`
 // $1 dir, $2 the exact stale body: remove only if the file still holds it (nobody took it over meanwhile).
-const BREAK = SAFE_SH + 'pd_safe_tree "$1" && pd_check_if "$1/lock.json" f || exit 13; [ "$(cat "$1/lock.json" 2>/dev/null)" = "$2" ] && rm -f "$1/lock.json"; true'
+const BREAK = SAFE_SH + 'pd_safe_tree "$1" && pd_check_if f "$1/lock.json" || exit 13; [ "$(cat "$1/lock.json" 2>/dev/null)" = "$2" ] && rm -f "$1/lock.json"; true'
 // $1 dir, $2 token: remove only our own lock.
-const RELEASE = SAFE_SH + 'pd_safe_tree "$1" && pd_check_if "$1/lock.json" f || exit 13; grep -q -- "$2" "$1/lock.json" 2>/dev/null && rm -f "$1/lock.json"; true'
+const RELEASE = SAFE_SH + 'pd_safe_tree "$1" && pd_check_if f "$1/lock.json" || exit 13; grep -q -- "$2" "$1/lock.json" 2>/dev/null && rm -f "$1/lock.json"; true'
 
 export async function acquireHostLock(host: Host, stateDir: string, opts: {command: string; ttlMs: number; timeoutMs?: number; untilExpiry?: boolean}): Promise<HeldLock> {
   checkStateDir(stateDir)

@@ -17,71 +17,103 @@ import {ExitCode} from '../../exit-codes.js'
  */
 export const UNSAFE_EXIT = 13
 
-export const SAFE_SH = String.raw`pd_me=$(id -u)
-pd_who=root; [ "$pd_me" = 0 ] || pd_who="uid $pd_me or root"
-pd_refuse() {
+// Few processes: one ls per group of paths (a fork costs tens of ms on a loaded host), the rest shell builtins.
+export const SAFE_SH = "pd_tab='\t'\n" + String.raw`pd_refuse() {
   pd_on=? pd_ou=?
   read -r _ _ pd_on _ <<PDEOF
-$(ls -ld -- "$1" 2>/dev/null)
+$(LC_ALL=C ls -ld -- "$1" 2>/dev/null)
 PDEOF
   read -r _ _ pd_ou _ <<PDEOF
-$(ls -ldn -- "$1" 2>/dev/null)
+$(LC_ALL=C ls -ldn -- "$1" 2>/dev/null)
 PDEOF
   printf 'PDCHAOS-UNSAFE %s\t%s\t%s\t%s\n' "$1" "$pd_on" "$pd_ou" "$2" >&2
   return 13
 }
-# $1 path, $2 kind: d (a dir of ours), f (a file of ours), a (a dir above the state dir).
-pd_check() {
-  if [ -L "$1" ]; then pd_refuse "$1" "is a symbolic link"; return; fi
-  pd_m= pd_u=
-  read -r pd_m _ pd_u _ <<PDEOF
-$(ls -ldn -- "$1" 2>/dev/null)
+pd_who() { pd_me=$(id -u); if [ "$pd_me" = 0 ]; then echo root; else echo "uid $pd_me or root"; fi; }
+# $1 first (stop at the first refusal) or all (report every one), $2 kind: d (a dir of ours), f (a file of ours),
+# a (a dir above the state dir), t (d for $pd_sd and what is under it, a for the rest); then paths that exist.
+# One ls for all of them.
+pd_scan() {
+  pd_mode=$1 pd_k=$2; shift 2
+  [ $# -gt 0 ] || return 0
+  pd_ls=$(LC_ALL=C ls -ldn -- "$@" 2>/dev/null)
+  pd_seen=0 pd_bad=0
+  while read -r pd_m _ pd_u _ _ _ _ _ pd_n; do
+    [ -n "$pd_m" ] || continue
+    pd_seen=$((pd_seen + 1)) pd_why=
+    pd_n=${'${pd_n%% -> *}'}
+    pd_kind=$pd_k
+    if [ "$pd_k" = t ]; then case $pd_n in "$pd_sd"|"$pd_sd"/*) pd_kind=d;; *) pd_kind=a;; esac; fi
+    case $pd_kind:$pd_m in
+      ?:l*) pd_why="is a symbolic link";;
+      d:d*|a:d*|f:-*) ;;
+      f:*) pd_why="is not a regular file";;
+      *) pd_why="is not a directory";;
+    esac
+    if [ -z "$pd_why" ] && [ "$pd_u" != 0 ] && [ ! -O "$pd_n" ]; then pd_why="is owned by another user, not by $(pd_who)"; fi
+    if [ -z "$pd_why" ]; then
+      case $pd_kind:$pd_m in
+        a:?????????[tT]*) ;;
+        *:?????w*|*:????????w*) pd_why="can be written by group or others (mode $pd_m)";;
+        a:*) ;;
+        *:??????????+*) pd_why="has an access control list (mode $pd_m)";;
+      esac
+    fi
+    if [ -n "$pd_why" ]; then
+      pd_refuse "$pd_n" "$pd_why"
+      pd_bad=13
+      [ "$pd_mode" = all ] || return 13
+    fi
+  done <<PDEOF
+$pd_ls
 PDEOF
-  case $2:$pd_m in
-    ?:) pd_refuse "$1" "cannot be read"; return;;
-    d:d*|a:d*|f:-*) ;;
-    f:*) pd_refuse "$1" "is not a regular file"; return;;
-    *) pd_refuse "$1" "is not a directory"; return;;
-  esac
-  if [ "$pd_u" != "$pd_me" ] && [ "$pd_u" != 0 ]; then pd_refuse "$1" "is owned by another user, not by $pd_who"; return; fi
-  case $2:$pd_m in
-    a:?????????[tT]*) ;;
-    *:?????w*|*:????????w*) pd_refuse "$1" "can be written by group or others (mode $pd_m)"; return;;
-  esac
-  case $2:$pd_m in
-    a:*) ;;
-    *:??????????+*) pd_refuse "$1" "has an access control list (mode $pd_m)"; return;;
-  esac
-  return 0
+  [ "$pd_seen" -ge $# ] || { pd_refuse "$1" "cannot be read"; return 13; }
+  return $pd_bad
 }
-# $1 path: check it when it exists (a dangling symlink exists for this purpose).
-pd_check_if() { if [ -e "$1" ] || [ -L "$1" ]; then pd_check "$1" "$2"; fi; }
+# $1 kind, then paths: check those that exist (a dangling symlink exists for this purpose).
+pd_check_if() {
+  pd_kk=$1; shift
+  pd_list=
+  for pd_x do if [ -e "$pd_x" ] || [ -L "$pd_x" ]; then pd_list="$pd_list$pd_x$pd_tab"; fi; done
+  [ -n "$pd_list" ] || return 0
+  pd_old=$IFS pd_opts=$-; IFS=$pd_tab; set -f
+  set -- $pd_list
+  IFS=$pd_old; case $pd_opts in *f*) ;; *) set +f;; esac
+  pd_scan first "$pd_kk" "$@"
+}
 # $1 state dir: it, every dir above it (as resolved, symlinks followed) and its own subdirs. Nothing yet: fine.
 pd_safe_tree() {
   case $1 in /*) ;; *) pd_refuse "$1" "is not an absolute path"; return;; esac
   if [ ! -e "$1" ] && [ ! -L "$1" ]; then return 0; fi
-  pd_check "$1" d || return
-  pd_p=$(cd -P -- "$1" 2>/dev/null && pwd -P) || { pd_refuse "$1" "cannot be entered"; return; }
+  [ ! -L "$1" ] || { pd_refuse "$1" "is a symbolic link"; return; }
+  pd_here=$PWD
+  cd -P -- "$1" 2>/dev/null || { pd_refuse "$1" "cannot be entered"; return; }
+  pd_p=$PWD
+  cd -- "$pd_here" 2>/dev/null || cd /
   [ "$pd_p" != / ] || { pd_refuse "$1" "is the root directory"; return; }
-  while pd_p=${'${pd_p%/*}'}; [ -n "$pd_p" ]; do pd_check "$pd_p" a || return; done
-  pd_check / a || return
-  for pd_d in "$1/leases" "$1/leases/done" "$1/bin"; do pd_check_if "$pd_d" d || return; done
+  pd_sd=$1 pd_up=
+  while pd_p=${'${pd_p%/*}'}; [ -n "$pd_p" ]; do pd_up="$pd_up$pd_p$pd_tab"; done
+  for pd_x in "$1/leases" "$1/leases/done" "$1/bin"; do if [ -e "$pd_x" ] || [ -L "$pd_x" ]; then pd_up="$pd_up$pd_x$pd_tab"; fi; done
+  pd_old=$IFS pd_opts=$-; IFS=$pd_tab; set -f
+  set -- "$1" $pd_up /
+  IFS=$pd_old; case $pd_opts in *f*) ;; *) set +f;; esac
+  pd_scan first t "$@"
 }
 # $1 state dir: create it and its lease dirs private (0700) when missing, then check the tree.
 pd_make() {
   umask 077
-  if [ ! -e "$1" ] && [ ! -L "$1" ]; then mkdir -p -- "$1" || return 1; fi
-  pd_safe_tree "$1" || return
-  for pd_d in "$1/leases" "$1/leases/done"; do
-    if [ ! -e "$pd_d" ] && [ ! -L "$pd_d" ]; then mkdir -- "$pd_d" || return 1; fi
-  done
-  pd_safe_tree "$1"
+  if [ -e "$1" ] || [ -L "$1" ]; then
+    pd_safe_tree "$1" || return
+    [ -d "$1/leases/done" ] || mkdir -p -- "$1/leases/done" || return 1
+    pd_check_if d "$1/leases" "$1/leases/done"
+  else
+    mkdir -p -- "$1/leases/done" || return 1
+    pd_safe_tree "$1"
+  fi
 }
 # $1 leases dir, $2 id: every file of that lease that exists.
 pd_safe_lease() {
-  for pd_f in "$1/$2.json" "$1/$2.revert.sh" "$1/$2.reverting.sh" "$1/$2.claim" "$1/$2.log" "$1/done/$2.json" "$1/done/$2.revert.sh"; do
-    pd_check_if "$pd_f" f || return
-  done
+  pd_check_if f "$1/$2.json" "$1/$2.revert.sh" "$1/$2.reverting.sh" "$1/$2.claim" "$1/$2.log" "$1/done/$2.json" "$1/done/$2.revert.sh"
 }
 `
 

@@ -126,7 +126,7 @@ revert_now() {
     echo "PDCHAOS-RESULT missing"; exit 12
   fi
   # Checked again as claimed: only a file of ours, in a dir only we can write, is run.
-  pd_check "$L/$id.reverting.sh" f 2>/dev/null || safe_or_refuse
+  pd_check_if f "$L/$id.reverting.sh" 2>/dev/null || safe_or_refuse
   out=$(sh "$L/$id.reverting.sh" 2>&1)
   rc=$?
   [ -z "$out" ] || printf '%s\n' "$out" >> "$L/$id.log"
@@ -142,7 +142,6 @@ watch() {
   exp=$1 busy=0
   case $exp in ''|*[!0-9]*) echo "pdchaos-reverter: bad expiry" >&2; exit 2;; esac
   trap '' HUP
-  safe_or_refuse
   while :; do
     if [ -f "$L/done/$id.json" ] && [ ! -f "$L/$id.revert.sh" ] && [ ! -f "$L/$id.reverting.sh" ]; then exit 0; fi
     left=$(( exp - $(now_ms) ))
@@ -209,10 +208,10 @@ echo "$n"`
  * Prints the reverter's start time, or nothing when it is not running. HUP is ignored: a connection that drops
  * mid-write must not leave half a lease.
  */
-export const WRITE_SH = SAFE_SH + String.raw`trap '' HUP
+export const WRITE_SH = String.raw`trap '' HUP
 umask 077
 L="$1/leases"
-pd_safe_tree "$1" && pd_safe_lease "$L" "$2" || exit 13
+# No checks needed here: PREPARE_SH found the tree safe (ours alone to write) and this lease's files absent.
 s=$(cat "/proc/$5/stat" 2>/dev/null) && { s=${'${s##*") "}'}; set -f; set -- "$1" "$2" "$3" "$4" "$5" $s; t=${'${25}'}; } || t=
 # Written under a temporary name in our private dir, then renamed: never a half-written or foreign script.
 rm -f "$L/$2.revert.sh.tmp" "$L/$2.json.tmp"
@@ -227,11 +226,22 @@ echo "$t"`
  */
 export const LIST_SH = SAFE_SH + String.raw`L="$1/leases"
 pd_safe_tree "$1" || exit 13
+set --
 for f in "$L"/*.json "$L"/*.revert.sh "$L"/*.reverting.sh "$L"/done/*.json; do
   [ -e "$f" ] || [ -L "$f" ] || continue
-  why=$(pd_check "$f" f 2>&1 >/dev/null)
-  if [ -n "$why" ]; then
-    printf 'U %s\n' "${'${why#PDCHAOS-UNSAFE }'}"
+  set -- "$@" "$f"
+done
+# One ls for every file; the refused ones are listed by path, owner and why, and never read.
+bad=$(pd_scan all f "$@" 2>&1 >/dev/null)
+for f do
+  u=
+  while IFS= read -r line; do
+    case $line in "PDCHAOS-UNSAFE $f$pd_tab"*) u=${'${line#PDCHAOS-UNSAFE }'}; break;; esac
+  done <<PDEOF
+$bad
+PDEOF
+  if [ -n "$u" ]; then
+    printf 'U %s\n' "$u"
   else
     printf 'F %s\n' "$f"
     case $f in *.json) cat "$f";; esac
