@@ -66,7 +66,7 @@ interface Judged {
   record: AbortRecord
 }
 
-/** One trial judged on timing alone (honoured, lost, late, pinned), with its record; coverage comes after. */
+/** One trial judged by its timing and what released it (honoured, lost, late, pinned, …), with its record; coverage comes after. */
 function judgeTrial(tl: Timeline, sent: Extract<Observation, {kind: 'request-sent'}>, abortAt: number, end: number): Judged {
   const rid = sent.rid
   const pollMs = tl.contract.pollSeconds * 1000
