@@ -34,6 +34,7 @@ export const SYSTEM_TESTS = [
   'test/faults/lease-unsafe.test.ts',
   // the twin's processes
   'test/sim/lifecycle-twin.test.ts',
+  'test/sim/state-dir-guard.test.ts',
   'test/sim/server-basic.test.ts',
   'test/sim/server-faults.test.ts',
   'test/sim/server-watchdog.test.ts',

@@ -6,6 +6,7 @@ import {stringify} from 'yaml'
 import {type Backend, type SimConfig, simPaths, type WatchdogScope} from '../sim-config.js'
 import {endpoints} from './files.js'
 import type {Service} from './lock.js'
+import {assertOwnDeploymentFile} from './state-marker.js'
 
 /**
  * The CLI entry an operator's restart command runs: bin/run.js when pdchaos runs compiled, bin/dev.js
@@ -82,6 +83,7 @@ export function twinDeployment(config: SimConfig): TwinDeployment {
 
 export function writeDeploymentFile(config: SimConfig): string {
   const file = simPaths(config.stateDir).deploymentFile
+  assertOwnDeploymentFile(file) // never over a deployment file pdchaos did not write (issue 12, S2)
   const header = `# Written by \`pdchaos sim up\` for the twin in ${config.stateDir}. Rewritten on every up.\n`
   writeFileSync(file, header + stringify(twinDeployment(config)))
   return file

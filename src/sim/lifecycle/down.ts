@@ -1,11 +1,12 @@
-import {readFileSync, rmSync} from 'node:fs'
+import {rmSync} from 'node:fs'
 
 import {type SimConfig, simPaths} from '../sim-config.js'
-import {readJson, readServiceFile} from './files.js'
+import {readJson} from './files.js'
 import {destroyRails} from './rails.js'
 import {readLock, removeLock, type Service, SERVICES} from './lock.js'
-import {type ProcRef, procStart, refOf, stopGroup} from './procs.js'
-import {SimError} from './sim-error.js'
+import {type ProcRef, procStart, stopGroup} from './procs.js'
+import {badInput, SimError} from './sim-error.js'
+import {isTwinStateDir, untrustedBecause} from './state-marker.js'
 
 export interface SimDownResult {
   stateDir: string
@@ -14,44 +15,26 @@ export interface SimDownResult {
   wasRunning: boolean
 }
 
-/** Clock ticks per second for /proc starttime (USER_HZ, 100 on Linux). */
-const HZ = 100
-function bootTimeMs(): number | undefined {
-  try {
-    const m = /^btime (\d+)$/m.exec(readFileSync('/proc/stat', 'utf8'))
-    return m ? Number(m[1]) * 1000 : undefined
-  } catch {
-    return undefined
-  }
-}
-
 /**
- * A service pid known only from its service file: ours when the process started shortly before the
- * file's startedAt (the file is written by the process itself once it serves).
+ * Stop this state dir's twin; idempotent. Only processes it can prove are its own: those its lock names with the
+ * start time (/proc/PID/stat field 22) `up` recorded when it started them, and only from a lock no other user could
+ * have written (issue 12, S2). A dir pdchaos did not make for a twin is left untouched.
  */
-function refFromServiceFile(pid: number, startedAt: number): ProcRef | undefined {
-  const ref = refOf(pid)
-  if (!ref) return undefined
-  const boot = bootTimeMs()
-  if (boot === undefined) return undefined
-  const startMs = boot + (Number(ref.start) / HZ) * 1000
-  return startMs <= startedAt + 2000 && startedAt - startMs < 120_000 ? ref : undefined
-}
-
-/** Stop this state dir's twin (only processes it started, verified by start time); idempotent. */
 export async function simDown(stateDir: string, termMs = 5000): Promise<SimDownResult> {
   const paths = simPaths(stateDir)
+  if (!isTwinStateDir(stateDir)) return {stateDir, stopped: [], wasRunning: false}
+  const untrusted = untrustedBecause(stateDir) ?? untrustedBecause(paths.lock)
+  if (untrusted) {
+    throw badInput(`refusing to stop the processes named in ${paths.lock}: ${untrusted}`,
+      'stop them by hand after checking who they are; a twin state dir must be writable only by the user who runs it')
+  }
   const lock = readLock(stateDir)
   const targets = new Map<Service, ProcRef>()
   for (const service of SERVICES) {
     const ref = lock?.services[service]
     if (ref && procStart(ref.pid) === ref.start) targets.set(service, ref)
-    else if (ref && procStart(ref.pid) === undefined) targets.set(service, ref) // its group may outlive the leader
-    const file = readServiceFile(stateDir, service)
-    if (!targets.has(service) && file) {
-      const fromFile = refFromServiceFile(file.pid, file.startedAt)
-      if (fromFile) targets.set(service, fromFile)
-    }
+    // The leader is gone but its group may live on: a pid is never reused while a process group carries it.
+    else if (ref && procStart(ref.pid) === undefined) targets.set(service, ref)
   }
   const stopped: SimDownResult['stopped'] = []
   // Router first, so nothing new is dispatched while the workers stop.

@@ -11,6 +11,7 @@ import {buildSimConfig, type SimUpOptions, UP_DEFAULTS} from './options.js'
 import {assertPortsFree} from './ports.js'
 import {isSameProcess, type ProcRef, stopGroup} from './procs.js'
 import {startService, waitHealthy} from './services.js'
+import {assertOwnDeploymentFile, claimStateDir} from './state-marker.js'
 import {EXIT_INTERRUPTED, SimError, unavailable} from './sim-error.js'
 
 export interface SimUpResult {
@@ -33,7 +34,10 @@ export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
   const config = buildSimConfig(options)
   const {stateDir} = config
   const paths = simPaths(stateDir)
-  mkdirSync(stateDir, {recursive: true})
+  // Only a new or empty dir, or one pdchaos made for a twin, is cleared below; a deployment file pdchaos did not
+  // write is never overwritten (issue 12, S2). Both are checked before anything in the dir changes.
+  claimStateDir(stateDir)
+  assertOwnDeploymentFile(paths.deploymentFile)
   const lock: LockFile = acquireLock(stateDir)
   const started: Array<[Service, ProcRef]> = []
   let railsMade = false
