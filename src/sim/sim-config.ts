@@ -33,7 +33,9 @@ export interface SimConfig {
   bugs: BugName[]
   ports: {router: number; routerMetrics: number; prefill: number; decode: number; bootstrap: number}
   /** SGLang's timeouts (SGLANG_DISAGGREGATION_*): the env of the server processes carries them. */
-  timeouts: {bootstrapS: number; waitingS: number; heartbeatIntervalS: number; heartbeatMaxFailure: number}
+  timeouts: {bootstrapS: number; waitingS: number; heartbeatIntervalS: number; heartbeatMaxFailure: number
+    /** Decode's own SGLANG_DISAGGREGATION_WAITING_TIMEOUT (`sim up --decode-waiting-timeout`); absent: waitingS. */
+    decodeWaitingS?: number}
   /** Simulated cost model. */
   timing: {
     forwardMsPerKToken: number

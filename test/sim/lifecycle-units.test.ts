@@ -16,6 +16,7 @@ import {assertPortsFree} from '../../src/sim/lifecycle/ports.js'
 import {isSameProcess, refOf, spawnDetached, stopGroup} from '../../src/sim/lifecycle/procs.js'
 import {twinDeployment, WATCHDOG_LOG_PATTERN, writeDeploymentFile} from '../../src/sim/lifecycle/deployment-file.js'
 import {watchdogLogLine} from '../../src/sim/server/prefill-scheduler.js'
+import {serviceEnvFor} from '../../src/sim/lifecycle/services.js'
 import {simDown} from '../../src/sim/lifecycle/down.js'
 import {SimError} from '../../src/sim/lifecycle/sim-error.js'
 
@@ -131,6 +132,16 @@ describe('deployment file', () => {
     const restart = parsed.services.decode.restart!
     expect(restart.slice(2)).toEqual(['sim', 'restart', 'decode', '--state-dir', dir])
     expect(existsSync(restart[1])).toBe(true)
+  })
+})
+
+describe("decode's own waiting timeout", () => {
+  it('--decode-waiting-timeout sets SGLANG_DISAGGREGATION_WAITING_TIMEOUT in decode\'s environment only', () => {
+    const c = buildSimConfig({stateDir: tmp(), waitingTimeoutS: 600, decodeWaitingTimeoutS: 1.75})
+    expect(serviceEnvFor(c, 'decode', {}).SGLANG_DISAGGREGATION_WAITING_TIMEOUT).toBe('1.75')
+    expect(serviceEnvFor(c, 'prefill', {}).SGLANG_DISAGGREGATION_WAITING_TIMEOUT).toBe('600')
+    expect(serviceEnvFor(buildSimConfig({stateDir: tmp(), waitingTimeoutS: 30}), 'decode', {}).SGLANG_DISAGGREGATION_WAITING_TIMEOUT).toBe('30')
+    expect(() => buildSimConfig({stateDir: tmp(), decodeWaitingTimeoutS: 0})).toThrow(/--decode-waiting-timeout must be a number of seconds greater than 0/)
   })
 })
 

@@ -24,6 +24,8 @@ export interface SimUpOptions {
   bugs?: string[]
   basePort?: number
   waitingTimeoutS?: number
+  /** SGLANG_DISAGGREGATION_WAITING_TIMEOUT in decode's environment only (the process that reads it); default waitingTimeoutS. */
+  decodeWaitingTimeoutS?: number
   bootstrapTimeoutS?: number
   heartbeatIntervalS?: number
   heartbeatMaxFailure?: number
@@ -168,6 +170,7 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
   const heartbeatMaxFailure = integer('--heartbeat-max-failure', o.heartbeatMaxFailure, UP_DEFAULTS.heartbeatMaxFailure, 1, 1000)
   const ucx = ucxOptions(o)
   const waitingS = positive('--waiting-timeout', o.waitingTimeoutS, UP_DEFAULTS.waitingTimeoutS)
+  const decodeWaitingS = o.decodeWaitingTimeoutS === undefined ? undefined : positive('--decode-waiting-timeout', o.decodeWaitingTimeoutS, waitingS)
   const bootstrapS = positive('--bootstrap-timeout', o.bootstrapTimeoutS, UP_DEFAULTS.bootstrapTimeoutS)
   positive('--wait', o.waitS, UP_DEFAULTS.waitS, 3600)
   const routerHealthIntervalS = positive('--router-health-interval', o.routerHealthIntervalS, UP_DEFAULTS.routerHealthIntervalS, 3600)
@@ -197,7 +200,7 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
     watchdog: {scope, deadlineS, pollS},
     bugs,
     ports: portsFor(basePort),
-    timeouts: {bootstrapS, waitingS, heartbeatIntervalS, heartbeatMaxFailure},
+    timeouts: {bootstrapS, waitingS, heartbeatIntervalS, heartbeatMaxFailure, ...(decodeWaitingS === undefined ? {} : {decodeWaitingS})},
     timing: {...UP_DEFAULTS.timing, ...o.timing},
     kvPoolTokens: o.kvPoolTokens ?? UP_DEFAULTS.kvPoolTokens,
     router: {healthIntervalS: routerHealthIntervalS, healthTimeoutS: 5, healthFailureThreshold: 3, healthSuccessThreshold: 2, requestTimeoutS: 1800, ...resilience},

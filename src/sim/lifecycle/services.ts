@@ -65,12 +65,19 @@ export function serviceArgv(config: SimConfig, service: Service): {command: stri
   return argv
 }
 
+/** One service's environment: decode's own waiting timeout (`--decode-waiting-timeout`) overrides the shared one. */
+export function serviceEnvFor(config: SimConfig, service: Service, base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+  const env = serviceEnv(config, base)
+  if (service === 'decode' && config.timeouts.decodeWaitingS !== undefined) env[SIM_ENV.waitingTimeout] = String(config.timeouts.decodeWaitingS)
+  return env
+}
+
 export function startService(config: SimConfig, service: Service): ProcRef {
   const {command, args} = serviceArgv(config, service)
   if (config.serverConfigFile && service !== 'router') writeServerConfig(config, service)
   // A server's CUDA_VISIBLE_DEVICES (layout flags): its schedulers inherit it, as SGLang's do.
   const cvd = service === 'router' ? undefined : config.layout?.[service]?.cudaVisibleDevices
-  const env = {...serviceEnv(config), ...(cvd ? {CUDA_VISIBLE_DEVICES: cvd.join(',')} : {})}
+  const env = {...serviceEnvFor(config, service), ...(cvd ? {CUDA_VISIBLE_DEVICES: cvd.join(',')} : {})}
   return spawnDetached(command, args, {env, logFile: simPaths(config.stateDir).log(service), cwd: packageRoot})
 }
 
