@@ -82,10 +82,10 @@ describe('mutation matrix: every twin defect turns the verdict to fail', () => {
   }, 600_000)
 
   it("release by decode's waiting timeout inside the window: reported as such, not a watchdog pass", async () => {
-    // A late watchdog (deadline + 2 polls) behind a decode whose waiting timeout (1.75 s) falls inside the window
+    // A late watchdog (deadline + 2 polls) behind a decode whose own waiting timeout (1.75 s, decode's environment only) falls inside the window
     // [1.5 s, 2 s]: decode lets go first, its ABORT fails the prefill request, and the answer lands where a punctual
     // eviction would. Decode's own log line names the timeout.
-    const h = await twin({bugs: ['late-evict'], args: [...TWIN_ARGS, '--waiting-timeout', '1.75']})
+    const h = await twin({bugs: ['late-evict'], args: [...TWIN_ARGS, '--decode-waiting-timeout', '1.75']})
     const stall = await inject(h, ['stall-kv', '--gpu', '1'])
     expect(stall.verdicts.filter((v) => /^eviction pass/.test(v)), stall.verdicts.join(' | ')).toEqual([])
     const byDecode = stall.unverified.filter((v) => /^eviction: released by decode's waiting timeout .* inside the deadline window: not a watchdog eviction/.test(v))
