@@ -54,7 +54,8 @@ function toVerifyOther(cause: ReleaseCause, deadlineSeconds: number, pollSeconds
 
 /**
  * The watchdog's own clock: the seconds it held the pin, from its log line (watchdog.logPattern), judged against
- * [deadline, deadline + poll] with a slack of one scheduler-loop iteration's worth (the watchdog runs inside the loop).
+ * [deadline, deadline + poll] with a slack for the scheduler loop's lateness (the watchdog runs inside the loop): the
+ * answer's ε, at least 100 ms and at most half a poll.
  * Not used when it cannot be right: held longer than the request existed.
  */
 function serverClock(released: Attribution, o: {after: number; entryOffsetMs: number; deadlineMs: number; pollMs: number; epsHighMs: number}) {
@@ -63,7 +64,8 @@ function serverClock(released: Attribution, o: {after: number; entryOffsetMs: nu
   const clock = {clock: "the watchdog's own log line (held time, the server's clock)", watchdogHeldSeconds: released.watchdogHeldSeconds}
   // Printed to the ms: allow its rounding, never the observation delay (the server measured it, not pdchaos).
   if (heldMs > o.after + 5) return undefined
-  const slackMs = Math.max(SERVER_SLACK_MIN_MS, Math.min(o.epsHighMs, o.pollMs / 4))
+  // Up to half a poll: a loaded host's loop can run that late, and a watchdog two polls late still shows.
+  const slackMs = Math.max(SERVER_SLACK_MIN_MS, Math.min(o.epsHighMs, o.pollMs / 2))
   const verdict = heldMs < o.deadlineMs - 1 ? 'early' : heldMs > o.deadlineMs + o.pollMs + slackMs ? 'late' : 'inside'
   return {verdict, heldMs, slackMs, evidence: {...clock, serverSlackMs: Math.round(slackMs), answerClockSeconds: round(o.after / 1000, 3)}} as const
 }
