@@ -19,6 +19,7 @@ export const SYSTEM_TESTS = [
   'test/harness/**/*.test.ts',
   'test/suite/suite-over-ssh.test.ts',
   'test/suite/cli-input.test.ts',
+  'test/cli/bad-input.test.ts',
   'test/deployment/load.test.ts',
   // a real sshd
   'test/hosts/ssh-host.test.ts',

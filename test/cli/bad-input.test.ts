@@ -1,0 +1,377 @@
+import {mkdirSync, mkdtempSync, rmSync, writeFileSync} from 'node:fs'
+import {createServer, type Server, type Socket} from 'node:net'
+import {tmpdir} from 'node:os'
+import {join} from 'node:path'
+
+import {afterAll, beforeAll, describe, expect, it} from 'vitest'
+
+import {runCli} from '../e2e/cli.js'
+
+/**
+ * Issue 12's probe as a table: bad inputs a skeptical SRE tries, and the good ones that must keep working. Each runs
+ * the built CLI as a user does (a subprocess), with --json and without. A bad input must exit with the README's code,
+ * say its cause in one line (and at most one suggestion line), print no stack trace, and under --json print exactly
+ * one JSON document with an error code. Targets are loopback ports nothing listens on, and a loopback server that
+ * accepts connections and never answers (bounded by probeTimeoutSeconds in its deployment file).
+ */
+
+interface Case {
+  name: string
+  /** argv after `pdchaos`; {dir} is replaced by this file's temp dir. */
+  args: string[]
+  exit: number
+  /** The cause the one-line message must name (bad inputs only). */
+  cause?: RegExp
+  /** Only with --json, or only without (default: both). */
+  modes?: Array<'json' | 'text'>
+  /** The most this case may take, ms (the hang cases are bounded by their probe timeout; generous: a loaded 2-core
+   * machine takes seconds just to start the CLI). */
+  withinMs?: number
+}
+
+const dir = mkdtempSync(join(tmpdir(), 'pdchaos-bad-input-'))
+const at = (name: string): string => join(dir, name)
+const servers: Server[] = []
+const sockets = new Set<Socket>()
+let deadPorts: number[] = []
+let hangPort = 0
+
+async function freePort(): Promise<number> {
+  const s = createServer()
+  await new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve))
+  const port = (s.address() as {port: number}).port
+  await new Promise<void>((resolve) => s.close(() => resolve()))
+  return port
+}
+
+function deployment(o: {ports?: number[]; watchdog?: string; extra?: string; prefillUrl?: string; metricsUrl?: string} = {}): string {
+  const [p, d, r] = o.ports ?? deadPorts
+  return [
+    'host: {kind: local}',
+    `stateDir: ${at('host-state')}`,
+    'services:',
+    `  prefill: {url: "${o.prefillUrl ?? `http://127.0.0.1:${p}`}"}`,
+    `  decode: {url: "http://127.0.0.1:${d}"}`,
+    `  router: {url: "http://127.0.0.1:${r}"${o.metricsUrl ? `, metricsUrl: "${o.metricsUrl}"` : ''}}`,
+    `watchdog: ${o.watchdog ?? '{deadlineSeconds: 2, pollSeconds: 0.5}'}`,
+    'probeTimeoutSeconds: 0.5',
+    o.extra ?? '',
+  ].join('\n')
+}
+
+/** Deployment files with one thing wrong each (or nothing: good.yaml, hang.yaml), written once the ports are known. */
+function writeFixtures(): void {
+  const files: Record<string, string> = {
+    'good.yaml': deployment(),
+    'hang.yaml': deployment({ports: [hangPort, hangPort, hangPort]}),
+    'poll-over-deadline.yaml': deployment({watchdog: '{deadlineSeconds: 2, pollSeconds: 5}'}),
+    'deadline-huge.yaml': deployment({watchdog: '{deadlineSeconds: 86400, pollSeconds: 1}'}),
+    'deadline-zero.yaml': deployment({watchdog: '{deadlineSeconds: 0, pollSeconds: 0.5}'}),
+    'poll-negative.yaml': deployment({watchdog: '{deadlineSeconds: 2, pollSeconds: -1}'}),
+    'poll-huge.yaml': deployment({watchdog: '{deadlineSeconds: 1000, pollSeconds: 900}'}),
+    'scope-bogus.yaml': deployment({watchdog: '{scope: sometimes, deadlineSeconds: 2, pollSeconds: 0.5}'}),
+    'url-ftp.yaml': deployment({prefillUrl: 'ftp://127.0.0.1:21'}),
+    'url-file.yaml': deployment({prefillUrl: 'file:///etc/passwd'}),
+    'url-javascript.yaml': deployment({prefillUrl: 'javascript:alert(1)'}),
+    'url-port0.yaml': deployment({prefillUrl: 'http://127.0.0.1:0'}),
+    'url-port-huge.yaml': deployment({prefillUrl: 'http://127.0.0.1:70000'}),
+    'url-not-a-url.yaml': deployment({prefillUrl: 'not a url'}),
+    'metrics-ftp.yaml': deployment({metricsUrl: 'ftp://127.0.0.1:9'}),
+    'probe-timeout-zero.yaml': deployment({extra: 'probeTimeoutSeconds: 0'}).replace('probeTimeoutSeconds: 0.5\n', ''),
+    'probe-timeout-huge.yaml': deployment({extra: 'probeTimeoutSeconds: 100000'}).replace('probeTimeoutSeconds: 0.5\n', ''),
+    'unknown-key.yaml': deployment({extra: 'colour: blue'}),
+    'version-2.yaml': deployment({extra: 'version: 2'}),
+    'sudo-bogus.yaml': deployment({extra: 'sudo: always'}),
+    'backend-bogus.yaml': deployment({extra: 'backend: rdma'}),
+    'statedir-relative.yaml': deployment().replace(/^stateDir: .*$/m, 'stateDir: relative/dir'),
+    'host-kind.yaml': deployment().replace('host: {kind: local}', 'host: {kind: telnet}'),
+    'ssh-no-host.yaml': deployment().replace('host: {kind: local}', 'host: {kind: ssh}'),
+    'ssh-port0.yaml': deployment().replace('host: {kind: local}', 'host: {kind: ssh, hostname: 127.0.0.1, port: 0}'),
+    'ssh-fingerprint.yaml': deployment().replace('host: {kind: local}', 'host: {kind: ssh, hostname: 127.0.0.1, fingerprint: MD5:aa}'),
+    'bootstrap-port0.yaml': deployment().replace(/prefill: \{url: "([^"]+)"\}/, 'prefill: {url: "$1", bootstrapPort: 0}'),
+    'health-path.yaml': deployment().replace(/decode: \{url: "([^"]+)"\}/, 'decode: {url: "$1", healthPath: health}'),
+    'restart-string.yaml': deployment().replace(/decode: \{url: "([^"]+)"\}/, 'decode: {url: "$1", restart: "systemctl restart x"}'),
+    'no-services.yaml': 'host: {kind: local}\nwatchdog: {deadlineSeconds: 2, pollSeconds: 0.5}\n',
+    'no-watchdog.yaml': deployment().replace(/^watchdog: .*$/m, ''),
+    'syntax.yaml': 'host: {kind: local\nservices: [\n',
+    'duplicate-key.yaml': deployment() + '\nhost: {kind: local}\n',
+    'empty.yaml': '# nothing here\n',
+    'alias-dangling.yaml': 'host: *nowhere\n',
+    'alias-bomb.yaml': aliasBomb(),
+    'labels-20k.yaml': deployment({extra: 'labels:\n' + Array.from({length: 20_000}, (_, i) => `  k${i}: v`).join('\n')}),
+    'a-file': 'not a directory\n',
+    // Suite files.
+    'suite-good.yaml': 'scenarios:\n  - {name: one, fault: drop-dest-info, params: {rank: 0}}\n',
+    'suite-param-other-fault.yaml': 'scenarios:\n  - {name: one, fault: stall-kv, params: {gpu: 1, rank: 2}}\n',
+    'suite-param-unknown.yaml': 'scenarios:\n  - {name: one, fault: drop-dest-info, params: {colour: blue}}\n',
+    'suite-param-bounds.yaml': 'scenarios:\n  - {name: one, fault: stall-kv, params: {gpu: 99999999}}\n',
+    'suite-widen.yaml': 'scenarios:\n  - {name: one, fault: drop-dest-info, params: {widenKBytesPerSecond: 5}}\n',
+    'suite-unknown-fault.yaml': 'scenarios:\n  - {name: one, fault: melt-gpu}\n',
+    'suite-both.yaml': 'scenarios:\n  - {name: one, fault: drop-dest-info, restart: {}}\n',
+    'suite-neither.yaml': 'scenarios:\n  - {name: one}\n',
+    'suite-dup-names.yaml': 'scenarios:\n  - {name: one, fault: drop-dest-info}\n  - {name: one, fault: drop-dest-info}\n',
+    'suite-pins0.yaml': 'scenarios:\n  - {name: one, fault: drop-dest-info, pins: 0}\n',
+    'suite-empty-list.yaml': 'scenarios: []\n',
+    'suite-load-interval.yaml': 'scenarios:\n  - {name: one, fault: drop-dest-info}\nload: {intervalMs: 999999999999}\n',
+    'suite-gate-check.yaml': 'scenarios:\n  - {name: one, fault: drop-dest-info}\ngate: {requiredChecks: [vibes]}\n',
+    'suite-name-chars.yaml': 'scenarios:\n  - {name: "a;rm -rf /", fault: drop-dest-info}\n',
+  }
+  for (const [name, text] of Object.entries(files)) writeFileSync(at(name), text)
+  // 8 MB and 400k keys: refused at the 1 MiB cap before any parsing.
+  writeFileSync(at('huge-8mb.yaml'), 'labels:\n' + Array.from({length: 400_000}, (_, i) => `  key${i}: value${i}`).join('\n') + '\n')
+  mkdirSync(at('a-dir'), {recursive: true})
+  mkdirSync(at('empty-state'), {recursive: true})
+}
+
+/** Nine levels of nine aliases each: 9^9 nodes if expanded. */
+function aliasBomb(): string {
+  const lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+  for (let i = 1; i <= 9; i++) lines.push(`a${i}: &a${i} [${Array.from({length: 9}, () => `*a${i - 1}`).join(',')}]`)
+  return lines.join('\n') + '\n'
+}
+
+const c = (f: string): string[] => ['-c', `{dir}/${f}`]
+const DEAD = /127\.0\.0\.1:\d+\/health refused the connection/
+
+const CASES: Case[] = [
+  // The deployment file: read, parse, validate (exit 2 naming the file and the path), before anything is reached.
+  {name: '8 MB deployment file with 400k keys', args: ['status', ...c('huge-8mb.yaml')], exit: 2, cause: /huge-8mb\.yaml is larger than 1 MiB/, withinMs: 30_000},
+  {name: '20k label keys (linear duplicate-key check)', args: ['inject', 'drop-dest-info', '--dry-run', ...c('labels-20k.yaml')], exit: 5, cause: DEAD},
+  {name: 'YAML alias bomb', args: ['status', ...c('alias-bomb.yaml')], exit: 2, cause: /alias-bomb\.yaml: YAML cannot be resolved/},
+  {name: 'dangling alias', args: ['status', ...c('alias-dangling.yaml')], exit: 2, cause: /alias-dangling\.yaml/},
+  {name: 'YAML syntax error', args: ['status', ...c('syntax.yaml')], exit: 2, cause: /syntax\.yaml:\d+:\d+: YAML syntax error/},
+  {name: 'duplicate key', args: ['status', ...c('duplicate-key.yaml')], exit: 2, cause: /duplicate-key\.yaml:\d+:\d+: YAML syntax error: .*unique/i},
+  {name: 'empty deployment file', args: ['status', ...c('empty.yaml')], exit: 2, cause: /empty\.yaml is empty/},
+  {name: 'missing deployment file', args: ['status', ...c('nope.yaml')], exit: 2, cause: /no deployment file at .*nope\.yaml/},
+  {name: 'a directory as the deployment file', args: ['status', ...c('a-dir')], exit: 2, cause: /a-dir is a directory/},
+  {name: '/dev/zero as the deployment file', args: ['status', '-c', '/dev/zero'], exit: 2, cause: /\/dev\/zero is larger than 1 MiB/},
+  {name: 'poll longer than the deadline', args: ['status', ...c('poll-over-deadline.yaml')], exit: 2, cause: /pollSeconds \(5\) is longer than watchdog\.deadlineSeconds \(2\)/},
+  {name: 'deadline beyond what a lease covers', args: ['status', ...c('deadline-huge.yaml')], exit: 2, cause: /watchdog\.deadlineSeconds/},
+  {name: 'deadline 0', args: ['status', ...c('deadline-zero.yaml')], exit: 2, cause: /watchdog\.deadlineSeconds/},
+  {name: 'negative poll', args: ['status', ...c('poll-negative.yaml')], exit: 2, cause: /watchdog\.pollSeconds/},
+  {name: 'poll above its maximum', args: ['status', ...c('poll-huge.yaml')], exit: 2, cause: /watchdog\.pollSeconds/},
+  {name: 'unknown watchdog scope', args: ['status', ...c('scope-bogus.yaml')], exit: 2, cause: /watchdog\.scope/},
+  {name: 'service URL ftp://', args: ['status', ...c('url-ftp.yaml')], exit: 2, cause: /services\.prefill\.url: url must be an http:\/\/ or https:\/\/ URL/},
+  {name: 'service URL file:///etc/passwd', args: ['status', ...c('url-file.yaml')], exit: 2, cause: /services\.prefill\.url: url must be an http/},
+  {name: 'service URL javascript:', args: ['status', ...c('url-javascript.yaml')], exit: 2, cause: /services\.prefill\.url: url must be an http/},
+  {name: 'service URL with port 0', args: ['status', ...c('url-port0.yaml')], exit: 2, cause: /services\.prefill\.url: url must have a port from 1 to 65535/},
+  {name: 'service URL with port 70000', args: ['status', ...c('url-port-huge.yaml')], exit: 2, cause: /services\.prefill\.url/},
+  {name: 'service URL that is not a URL', args: ['status', ...c('url-not-a-url.yaml')], exit: 2, cause: /services\.prefill\.url/},
+  {name: 'router metricsUrl ftp://', args: ['status', ...c('metrics-ftp.yaml')], exit: 2, cause: /services\.router\.metricsUrl: metricsUrl must be an http/},
+  {name: 'probeTimeoutSeconds 0', args: ['status', ...c('probe-timeout-zero.yaml')], exit: 2, cause: /probeTimeoutSeconds/},
+  {name: 'probeTimeoutSeconds unbounded', args: ['status', ...c('probe-timeout-huge.yaml')], exit: 2, cause: /probeTimeoutSeconds/},
+  {name: 'unknown top-level key', args: ['status', ...c('unknown-key.yaml')], exit: 2, cause: /colour/},
+  {name: 'version 2', args: ['status', ...c('version-2.yaml')], exit: 2, cause: /version/},
+  {name: 'unknown sudo policy', args: ['status', ...c('sudo-bogus.yaml')], exit: 2, cause: /sudo/},
+  {name: 'unknown backend', args: ['status', ...c('backend-bogus.yaml')], exit: 2, cause: /backend/},
+  {name: 'relative stateDir', args: ['status', ...c('statedir-relative.yaml')], exit: 2, cause: /stateDir/},
+  {name: 'unknown host kind', args: ['status', ...c('host-kind.yaml')], exit: 2, cause: /host/},
+  {name: 'ssh host without a hostname', args: ['status', ...c('ssh-no-host.yaml')], exit: 2, cause: /an ssh host needs alias or hostname/},
+  {name: 'ssh port 0', args: ['status', ...c('ssh-port0.yaml')], exit: 2, cause: /host\.port/},
+  {name: 'malformed fingerprint', args: ['status', ...c('ssh-fingerprint.yaml')], exit: 2, cause: /host\.fingerprint/},
+  {name: 'bootstrapPort 0', args: ['status', ...c('bootstrap-port0.yaml')], exit: 2, cause: /services\.prefill\.bootstrapPort/},
+  {name: 'healthPath without a slash', args: ['status', ...c('health-path.yaml')], exit: 2, cause: /services\.decode\.healthPath/},
+  {name: 'restart command as a string', args: ['status', ...c('restart-string.yaml')], exit: 2, cause: /services\.decode\.restart/},
+  {name: 'no services', args: ['status', ...c('no-services.yaml')], exit: 2, cause: /services/},
+  {name: 'no watchdog', args: ['status', ...c('no-watchdog.yaml')], exit: 2, cause: /watchdog/},
+
+  // Dead and hung targets: exit 5 naming what did not answer, within the deployment's probe timeout.
+  {name: 'inject --dry-run against a dead target', args: ['inject', 'drop-dest-info', '--dry-run', ...c('good.yaml')], exit: 5, cause: DEAD},
+  {name: 'inject against a dead target', args: ['inject', 'drop-dest-info', ...c('good.yaml')], exit: 5, cause: DEAD},
+  {name: 'inject stall-kv against a dead target', args: ['inject', 'stall-kv', '--gpu', '1', ...c('good.yaml')], exit: 5, cause: DEAD},
+  {name: 'inject --hold against a dead target', args: ['inject', 'drop-dest-info', '--hold', ...c('good.yaml')], exit: 5, cause: DEAD},
+  {name: 'inject when HTTP accepts but never answers', args: ['inject', 'drop-dest-info', ...c('hang.yaml')], exit: 5, cause: /prefill at http:\/\/127\.0\.0\.1:\d+\/health did not answer within 0\.5 s/, withinMs: 30_000},
+  {name: 'inject --dry-run when HTTP never answers', args: ['inject', 'drop-dest-info', '--dry-run', ...c('hang.yaml')], exit: 5, cause: /did not answer within 0\.5 s/, withinMs: 30_000},
+  {name: 'suite against a dead target', args: ['suite', ...c('good.yaml')], exit: 5, cause: DEAD},
+  {name: 'suite file against a dead target', args: ['suite', '{dir}/suite-good.yaml', ...c('good.yaml')], exit: 5, cause: DEAD},
+  {name: 'suite --gate against a dead target', args: ['suite', '--gate', ...c('good.yaml')], exit: 5, cause: DEAD},
+  {name: 'suite when HTTP never answers', args: ['suite', ...c('hang.yaml')], exit: 5, cause: /did not answer within 0\.5 s/, withinMs: 30_000},
+
+  // inject's flags.
+  {name: 'inject without a fault', args: ['inject', ...c('good.yaml')], exit: 2, cause: /Missing 1 required arg/},
+  {name: 'inject an unknown fault', args: ['inject', 'melt-gpu', ...c('good.yaml')], exit: 2, cause: /Expected melt-gpu to be one of/},
+  {name: 'stall-kv without --gpu', args: ['inject', 'stall-kv', ...c('good.yaml')], exit: 2, cause: /stall-kv.*gpu/},
+  {name: 'stall-kv --gpu 99999999', args: ['inject', 'stall-kv', '--gpu', '99999999', ...c('good.yaml')], exit: 2, cause: /stall-kv: --gpu must be an integer from 0 to 1023/},
+  {name: 'stall-kv --gpu -1', args: ['inject', 'stall-kv', '--gpu=-1', ...c('good.yaml')], exit: 2, cause: /--gpu must be an integer from 0 to 1023/},
+  {name: 'stall-kv --gpu abc', args: ['inject', 'stall-kv', '--gpu', 'abc', ...c('good.yaml')], exit: 2, cause: /--gpu must be an integer/},
+  {name: 'stall-kv --gpu 1.5', args: ['inject', 'stall-kv', '--gpu', '1.5', ...c('good.yaml')], exit: 2, cause: /--gpu must be an integer/},
+  {name: 'stall-kv --rank', args: ['inject', 'stall-kv', '--gpu', '1', '--rank', '2', ...c('good.yaml')], exit: 2, cause: /stall-kv takes no --rank/},
+  {name: 'stall-kv --side (no sigstop any more)', args: ['inject', 'stall-kv', '--gpu', '1', '--side', 'decode', ...c('good.yaml')], exit: 2, cause: /stall-kv takes no --side/},
+  {name: 'stall-kv --trials', args: ['inject', 'stall-kv', '--gpu', '1', '--trials', '3', ...c('good.yaml')], exit: 2, cause: /stall-kv takes no --trials/},
+  {name: 'drop-dest-info --trials', args: ['inject', 'drop-dest-info', '--trials', '3', ...c('good.yaml')], exit: 2, cause: /drop-dest-info takes no --trials/},
+  {name: 'drop-dest-info --widen-kbytes', args: ['inject', 'drop-dest-info', '--widen-kbytes', '3', ...c('good.yaml')], exit: 2, cause: /drop-dest-info takes no --widen-kbytes/},
+  {name: 'drop-dest-info --gpu', args: ['inject', 'drop-dest-info', '--gpu', '1', ...c('good.yaml')], exit: 2, cause: /drop-dest-info takes no --gpu/},
+  {name: 'drop-dest-info --allow-link-down', args: ['inject', 'drop-dest-info', '--allow-link-down', ...c('good.yaml')], exit: 2, cause: /drop-dest-info takes no --allow-link-down/},
+  {name: 'drop-dest-info --rank 5000', args: ['inject', 'drop-dest-info', '--rank', '5000', ...c('good.yaml')], exit: 2, cause: /--rank must be an integer from 0 to 1023/},
+  {name: 'abort-mid-transfer --trials 0', args: ['inject', 'abort-mid-transfer', '--trials', '0', ...c('good.yaml')], exit: 2, cause: /--trials must be an integer from 1 to 200/},
+  {name: 'abort-mid-transfer --trials 100000', args: ['inject', 'abort-mid-transfer', '--trials', '100000', ...c('good.yaml')], exit: 2, cause: /--trials must be an integer from 1 to 200/},
+  {name: 'abort-mid-transfer --widen-kbytes unbounded', args: ['inject', 'abort-mid-transfer', '--widen-kbytes', '999999999999', ...c('good.yaml')], exit: 2, cause: /--widen-kbytes must be an integer from 0 to 10000000/},
+  {name: 'abort-mid-transfer --rank', args: ['inject', 'abort-mid-transfer', '--rank', '0', ...c('good.yaml')], exit: 2, cause: /abort-mid-transfer takes no --rank/},
+  {name: 'unknown --mechanism', args: ['inject', 'drop-dest-info', '--mechanism', 'voodoo', ...c('good.yaml')], exit: 2, cause: /--mechanism/},
+  {name: 'a mechanism of another fault', args: ['inject', 'drop-dest-info', '--mechanism', 'sigstop', ...c('good.yaml')], exit: 2, cause: /drop-dest-info: --mechanism must be one of/},
+  {name: '--hold --dry-run', args: ['inject', 'drop-dest-info', '--hold', '--dry-run', ...c('good.yaml')], exit: 2, cause: /--dry-run=true cannot also be provided when using --hold|--hold=true cannot also be provided when using --dry-run/},
+  {name: '--ttl 1 with deadline 2 s', args: ['inject', 'drop-dest-info', '--ttl', '1', ...c('good.yaml')], exit: 2, cause: /--ttl 1 is shorter than the run needs: 20 s \(watchdog deadline 2 s \+ poll 0\.5 s/},
+  {name: '--ttl 0', args: ['inject', 'drop-dest-info', '--ttl', '0', ...c('good.yaml')], exit: 2, cause: /--ttl/},
+  {name: '--ttl beyond the lease cap', args: ['inject', 'drop-dest-info', '--ttl', '99999', ...c('good.yaml')], exit: 2, cause: /--ttl Expected an integer less than or equal to 3600/},
+  {name: '--load-interval 999999999999', args: ['inject', 'drop-dest-info', '--load-interval', '999999999999', ...c('good.yaml')], exit: 2, cause: /--load-interval Expected an integer less than or equal to 60000/},
+  {name: '--load-interval -1', args: ['inject', 'drop-dest-info', '--load-interval=-1', ...c('good.yaml')], exit: 2, cause: /--load-interval/},
+  {name: '--pins 0', args: ['inject', 'drop-dest-info', '--pins', '0', ...c('good.yaml')], exit: 2, cause: /--pins/},
+  {name: '--pins 100000', args: ['inject', 'drop-dest-info', '--pins', '100000', ...c('good.yaml')], exit: 2, cause: /--pins/},
+  {name: '--pin-interval 99999999', args: ['inject', 'drop-dest-info', '--pin-interval', '99999999', ...c('good.yaml')], exit: 2, cause: /--pin-interval/},
+  {name: '--prompt-tokens 0', args: ['inject', 'drop-dest-info', '--prompt-tokens', '0', ...c('good.yaml')], exit: 2, cause: /--prompt-tokens/},
+  {name: '--canaries 1000', args: ['inject', 'drop-dest-info', '--canaries', '1000', ...c('good.yaml')], exit: 2, cause: /--canaries/},
+  {name: '--pin-path bogus', args: ['inject', 'drop-dest-info', '--pin-path', 'bogus', ...c('good.yaml')], exit: 2, cause: /--pin-path/},
+  {name: 'inject --journal under a regular file', args: ['inject', 'drop-dest-info', '--journal', '{dir}/a-file/j.json', ...c('good.yaml')], exit: 2, cause: /--journal .*a-file\/j\.json cannot be written: a part of its path is a file/},
+  {name: 'inject --journal /proc/nope/x', args: ['inject', 'drop-dest-info', '--journal', '/proc/nope/x', ...c('good.yaml')], exit: 2, cause: /--journal \/proc\/nope\/x cannot be written/, withinMs: 30_000},
+  {name: 'inject --journal a directory', args: ['inject', 'drop-dest-info', '--journal', '{dir}/a-dir', ...c('good.yaml')], exit: 2, cause: /--journal .*a-dir is a directory/},
+  {name: 'inject an unknown flag', args: ['inject', 'drop-dest-info', '--bogus', ...c('good.yaml')], exit: 2, cause: /Nonexistent flag: --bogus/},
+  {name: 'inject --state-dir without --sim', args: ['inject', 'drop-dest-info', '--state-dir', '{dir}/empty-state', ...c('good.yaml')], exit: 2, cause: /--state-dir applies only with --sim/},
+
+  // suite's file and outputs: checked before the run.
+  {name: 'missing suite file', args: ['suite', '{dir}/nope-suite.yaml', ...c('good.yaml')], exit: 2, cause: /no suite file at/},
+  {name: 'suite params of another fault', args: ['suite', '{dir}/suite-param-other-fault.yaml', ...c('good.yaml')], exit: 2, cause: /scenarios\[0\]\.params\.rank: stall-kv takes no params\.rank/},
+  {name: 'suite params that no fault takes', args: ['suite', '{dir}/suite-param-unknown.yaml', ...c('good.yaml')], exit: 2, cause: /drop-dest-info takes no params\.colour/},
+  {name: 'suite params out of bounds', args: ['suite', '{dir}/suite-param-bounds.yaml', ...c('good.yaml')], exit: 2, cause: /params\.gpu must be an integer from 0 to 1023/},
+  {name: 'suite widen param on drop-dest-info', args: ['suite', '{dir}/suite-widen.yaml', ...c('good.yaml')], exit: 2, cause: /drop-dest-info takes no params\.widenKBytesPerSecond/},
+  {name: 'suite unknown fault', args: ['suite', '{dir}/suite-unknown-fault.yaml', ...c('good.yaml')], exit: 2, cause: /scenarios\[0\]\.fault/},
+  {name: 'suite scenario with fault and restart', args: ['suite', '{dir}/suite-both.yaml', ...c('good.yaml')], exit: 2, cause: /exactly one of fault or restart/},
+  {name: 'suite scenario with neither', args: ['suite', '{dir}/suite-neither.yaml', ...c('good.yaml')], exit: 2, cause: /exactly one of fault or restart/},
+  {name: 'suite duplicate scenario names', args: ['suite', '{dir}/suite-dup-names.yaml', ...c('good.yaml')], exit: 2, cause: /duplicate scenario name "one"/},
+  {name: 'suite pins 0', args: ['suite', '{dir}/suite-pins0.yaml', ...c('good.yaml')], exit: 2, cause: /scenarios\[0\]\.pins/},
+  {name: 'suite with no scenarios', args: ['suite', '{dir}/suite-empty-list.yaml', ...c('good.yaml')], exit: 2, cause: /scenarios/},
+  {name: 'suite load interval unbounded', args: ['suite', '{dir}/suite-load-interval.yaml', ...c('good.yaml')], exit: 2, cause: /load\.intervalMs/},
+  {name: 'suite gate with an unknown check', args: ['suite', '{dir}/suite-gate-check.yaml', ...c('good.yaml')], exit: 2, cause: /gate\.requiredChecks/},
+  {name: 'suite scenario name with shell characters', args: ['suite', '{dir}/suite-name-chars.yaml', ...c('good.yaml')], exit: 2, cause: /scenarios\[0\]\.name/},
+  {name: 'suite 8 MB file', args: ['suite', '{dir}/huge-8mb.yaml', ...c('good.yaml')], exit: 2, cause: /huge-8mb\.yaml is larger than 1 MiB/},
+  {name: 'suite file alias bomb', args: ['suite', '{dir}/alias-bomb.yaml', ...c('good.yaml')], exit: 2, cause: /alias-bomb\.yaml: YAML cannot be resolved/},
+  {name: 'suite --junit under a regular file', args: ['suite', '--junit', '{dir}/a-file/junit.xml', ...c('good.yaml')], exit: 2, cause: /--junit .*a-file\/junit\.xml cannot be written: a part of its path is a file/},
+  {name: 'suite --junit /proc/nope/x', args: ['suite', '--junit', '/proc/nope/x', ...c('good.yaml')], exit: 2, cause: /--junit \/proc\/nope\/x cannot be written/, withinMs: 30_000},
+  {name: 'suite --html a directory', args: ['suite', '--html', '{dir}/a-dir', ...c('good.yaml')], exit: 2, cause: /--html .*a-dir is a directory/},
+  {name: 'suite --journal under a regular file', args: ['suite', '--journal', '{dir}/a-file/run.json', ...c('good.yaml')], exit: 2, cause: /--journal .*cannot be written/},
+  {name: "suite --push 'not a url'", args: ['suite', '--push', 'not a url', ...c('good.yaml')], exit: 2, cause: /--push "not a url" is not a URL/},
+  {name: 'suite --push ftp://', args: ['suite', '--push', 'ftp://127.0.0.1:9091', ...c('good.yaml')], exit: 2, cause: /--push must be an http:\/\/ or https:\/\/ URL/},
+  {name: 'suite --push with a password is not echoed', args: ['suite', '--push', 'gopher://admin:S3cretToken@127.0.0.1:9091', ...c('good.yaml')], exit: 2, cause: /--push must be an http/},
+  {name: '--sim-deadline without --sim', args: ['suite', '--sim-deadline', '5', ...c('good.yaml')], exit: 2, cause: /--sim-deadline applies only with --sim/},
+  {name: '--sim-poll not a number', args: ['suite', '--sim', '--state-dir', '{dir}/empty-state', '--sim-poll', 'abc'], exit: 2, cause: /--sim-poll must be a number of seconds/},
+  {name: '--sim-poll longer than --sim-deadline', args: ['suite', '--sim', '--state-dir', '{dir}/empty-state', '--sim-deadline', '1', '--sim-poll', '5'], exit: 2, cause: /--sim-poll \(5 s\) is longer than --sim-deadline \(1 s\)/},
+  {name: 'suite --state-dir without --sim', args: ['suite', '--state-dir', '{dir}/empty-state', ...c('good.yaml')], exit: 2, cause: /--state-dir applies only with --sim/},
+
+  // status, restart, recover, schema.
+  {name: 'status --state-dir without --sim', args: ['status', '--state-dir', '{dir}/empty-state', ...c('good.yaml')], exit: 2, cause: /--state-dir applies only with --sim/},
+  {name: 'status --timeout 0', args: ['status', '--timeout', '0', ...c('good.yaml')], exit: 2, cause: /--timeout/},
+  {name: 'status --timeout abc', args: ['status', '--timeout', 'abc', ...c('good.yaml')], exit: 2, cause: /Parsing --timeout Expected an integer but received: abc/},
+  {name: 'status --timeout 100000', args: ['status', '--timeout', '100000', ...c('good.yaml')], exit: 2, cause: /--timeout/},
+  {name: 'status with an extra argument', args: ['status', 'extra', ...c('good.yaml')], exit: 2, cause: /Unexpected argument: extra/},
+  {name: 'restart --service bogus', args: ['restart', '--service', 'bogus', ...c('good.yaml')], exit: 2, cause: /--service/},
+  {name: 'restart --health-timeout 0', args: ['restart', '--health-timeout', '0', ...c('good.yaml')], exit: 2, cause: /--health-timeout/},
+  {name: 'restart --health-timeout unbounded', args: ['restart', '--health-timeout', '99999999', ...c('good.yaml')], exit: 2, cause: /--health-timeout/},
+  {name: 'restart --command-timeout unbounded', args: ['restart', '--command-timeout', '99999999', ...c('good.yaml')], exit: 2, cause: /--command-timeout/},
+  {name: 'restart --journal under a regular file', args: ['restart', '--journal', '{dir}/a-file/r.json', ...c('good.yaml')], exit: 2, cause: /--journal .*cannot be written/},
+  {name: 'recover --state-dir without --sim', args: ['recover', '--state-dir', '{dir}/empty-state', ...c('good.yaml')], exit: 2, cause: /--state-dir applies only with --sim/},
+  {name: 'recover with a bad deployment file', args: ['recover', ...c('url-ftp.yaml')], exit: 2, cause: /services\.prefill\.url/},
+  {name: 'schema of an unknown kind', args: ['schema', 'bogus'], exit: 2, cause: /Expected bogus to be one of: deployment, suite/},
+
+  // Before any command: unknown commands, flags before the command.
+  {name: 'bogus-command', args: ['bogus-command'], exit: 2, cause: /command bogus-command not found/},
+  {name: '--json status', args: ['--json', 'status'], exit: 2, cause: /--json comes before the command/, modes: ['json']},
+  {name: '--verbose status', args: ['--verbose', 'status'], exit: 2, cause: /--verbose comes before the command/, modes: ['text']},
+  {name: '-c FILE status', args: ['-c', '{dir}/good.yaml', 'status'], exit: 2, cause: /-c comes before the command/},
+  {name: 'sim with an unknown subcommand', args: ['sim', 'explode'], exit: 2, cause: /command sim:explode not found|command sim explode not found/},
+
+  // The twin's commands: the state dir and the watchdog it would write.
+  {name: 'sim status --state-dir FILE', args: ['sim', 'status', '--state-dir', '{dir}/a-file'], exit: 2, cause: /--state-dir .*a-file is not a directory/},
+  {name: 'sim down --state-dir FILE', args: ['sim', 'down', '--state-dir', '{dir}/a-file'], exit: 2, cause: /--state-dir .*a-file is not a directory/},
+  {name: 'sim restart --state-dir FILE', args: ['sim', 'restart', 'prefill', '--state-dir', '{dir}/a-file'], exit: 2, cause: /--state-dir .*a-file is not a directory/},
+  {name: 'sim restart an unknown service', args: ['sim', 'restart', 'gpu', '--state-dir', '{dir}/empty-state'], exit: 2, cause: /Expected gpu to be one of/},
+  {name: 'sim up --state-dir FILE', args: ['sim', 'up', '--state-dir', '{dir}/a-file'], exit: 2, cause: /--state-dir .*a-file is not a directory/},
+  {name: 'sim up --deadline beyond a lease', args: ['sim', 'up', '--state-dir', '{dir}/twin-a', '--deadline', '99999'], exit: 2, cause: /--deadline must be at most 1200 seconds/},
+  {name: 'sim up --poll over --deadline', args: ['sim', 'up', '--state-dir', '{dir}/twin-b', '--deadline', '2', '--poll', '5'], exit: 2, cause: /--poll \(5 s\) is longer than --deadline \(2 s\)/},
+  {name: 'sim up --deadline abc', args: ['sim', 'up', '--state-dir', '{dir}/twin-c', '--deadline', 'abc'], exit: 2, cause: /--deadline must be a number of seconds/},
+  {name: 'sim up --gpus 0', args: ['sim', 'up', '--state-dir', '{dir}/twin-d', '--gpus', '0'], exit: 2, cause: /--gpus must be an integer from 2 to 64/},
+  {name: 'sim up TP sizes beyond the GPUs', args: ['sim', 'up', '--state-dir', '{dir}/twin-e', '--prefill-tp', '8', '--decode-tp', '8'], exit: 2, cause: /needs 16 GPUs but --gpus is 8/},
+  {name: 'sim up --bug unknown', args: ['sim', 'up', '--state-dir', '{dir}/twin-f', '--bug', 'gremlins'], exit: 2, cause: /--bug/},
+  {name: 'sim up --host not an address', args: ['sim', 'up', '--state-dir', '{dir}/twin-g', '--host', 'example.com'], exit: 2, cause: /--host must be an IP address/},
+  {name: 'sim up --heartbeat-interval 1', args: ['sim', 'up', '--state-dir', '{dir}/twin-h', '--heartbeat-interval', '1'], exit: 2, cause: /--heartbeat-interval must be at least 2 seconds/},
+  {name: 'sim up --base-port 70000', args: ['sim', 'up', '--state-dir', '{dir}/twin-i', '--base-port', '70000'], exit: 2, cause: /--base-port must be an integer/},
+
+  // Good cases from the probe: valid input that must keep working.
+  {name: 'good: --help', args: ['--help'], exit: 0, modes: ['text']},
+  {name: 'good: --version', args: ['--version'], exit: 0, modes: ['text']},
+  {name: 'good: inject --help', args: ['inject', '--help'], exit: 0, modes: ['text']},
+  {name: 'good: suite --help', args: ['suite', '--help'], exit: 0, modes: ['text']},
+  {name: 'good: schema', args: ['schema'], exit: 0},
+  {name: 'good: schema deployment', args: ['schema', 'deployment'], exit: 0},
+  {name: 'good: schema suite', args: ['schema', 'suite'], exit: 0},
+  {name: 'good: sim status of an empty state dir', args: ['sim', 'status', '--state-dir', '{dir}/empty-state'], exit: 0},
+  {name: 'good: sim down when nothing runs', args: ['sim', 'down', '--state-dir', '{dir}/empty-state'], exit: 0},
+  {name: 'good: recover a clean state dir', args: ['recover', ...c('good.yaml')], exit: 0},
+]
+
+function expand(args: string[]): string[] {
+  return args.map((a) => a.replaceAll('{dir}', dir))
+}
+
+/** A line of a stack trace, as node prints them. */
+const STACK = /^\s+at .+[:(]\d+:\d+\)?$/m
+
+describe('bad input (issue 12): exit code, one line naming the cause, no stack trace, --json error documents', () => {
+  beforeAll(async () => {
+    deadPorts = [await freePort(), await freePort(), await freePort()]
+    // Accepts every connection and never answers: the hung server the probe timeout must bound.
+    const hang = createServer((s) => {
+      sockets.add(s)
+      s.on('error', () => {})
+      s.on('close', () => sockets.delete(s))
+    })
+    await new Promise<void>((resolve) => hang.listen(0, '127.0.0.1', resolve))
+    hangPort = (hang.address() as {port: number}).port
+    servers.push(hang)
+    writeFixtures()
+  })
+
+  afterAll(async () => {
+    for (const s of sockets) s.destroy()
+    await Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve()))))
+    rmSync(dir, {recursive: true, force: true})
+  })
+
+  it('holds at least 100 inputs, each named once', () => {
+    expect(CASES.length).toBeGreaterThanOrEqual(100)
+    expect(new Set(CASES.map((x) => x.name)).size).toBe(CASES.length)
+  })
+
+  for (const k of CASES) {
+    for (const mode of k.modes ?? ['json', 'text'] as const) {
+      it.concurrent(`${k.name} (${mode})`, async () => {
+        const args = expand(k.args)
+        if (mode === 'json' && !args.includes('--json')) args.push('--json')
+        const r = await runCli(args, {timeoutMs: 55_000, env: {PDCHAOS_SIM_DIR: join(dir, 'default-sim'), NO_COLOR: '1'}})
+        const shown = `exit ${r.code} after ${Math.round(r.ms)} ms\nstdout: ${r.stdout.slice(0, 600)}\nstderr: ${r.stderr.slice(0, 600)}`
+        expect(r.code, shown).toBe(k.exit)
+        if (k.withinMs !== undefined) expect(r.ms, shown).toBeLessThan(k.withinMs)
+        expect(r.stdout + r.stderr, shown).not.toMatch(STACK)
+        expect(r.stdout + r.stderr, 'a password given on the command line is never echoed').not.toContain('S3cretToken')
+        if (k.exit === 0) {
+          expect(r.stderr, shown).not.toMatch(/^Error/m)
+          if (mode === 'json') JSON.parse(r.stdout)
+          return
+        }
+        if (mode === 'json') {
+          // One document, and nothing else, on stdout.
+          const doc = JSON.parse(r.stdout) as {error?: {code?: string; exitCode?: number; message?: string}}
+          expect(doc.error?.code, shown).toMatch(/^E_[A-Z]+$/)
+          expect(doc.error?.exitCode, shown).toBe(k.exit)
+          expect(doc.error?.message, shown).toMatch(k.cause!)
+          expect(doc.error?.message, shown).not.toContain('\n')
+        } else {
+          expect(r.stdout, shown).toBe('')
+          const lines = r.stderr.split('\n').filter((l) => l.trim() !== '')
+          expect(lines[0], shown).toMatch(/^Error: /)
+          expect(lines[0], shown).toMatch(k.cause!)
+          expect(lines.length, shown).toBeLessThanOrEqual(2)
+          if (lines[1] !== undefined) expect(lines[1], shown).toMatch(/^Try this: /)
+        }
+      })
+    }
+  }
+})
