@@ -10,8 +10,10 @@ import {acquireHostLock} from '../../src/faults/lease/host-lock.js'
 import {createLease, listLeases, revertLease} from '../../src/faults/lease/lease.js'
 import {recoverAll} from '../../src/faults/lease/recover.js'
 import {LocalHost} from '../../src/hosts/local-host.js'
+import {SshHost, resolveSshEndpoint} from '../../src/hosts/ssh-host.js'
 import {runCli} from '../e2e/cli.js'
 import {missingRoot, missingTool, requireSystemLevel, skipWithout} from '../harness/level.js'
+import {startSshd} from '../harness/sshd.js'
 import {eventually} from '../hosts/proc.js'
 import {reverters, revertersUnder} from './lease-helpers.js'
 
@@ -188,5 +190,31 @@ describe.skipIf(skip)('planted leases and unsafe state dirs are refused (issue 1
     }
     expect(await eventually(() => reverters(dir).length === 0, 5000)).toBe(true)
     expect(readFileSync(join(dir, 'leases', 'done', `${lease.id}.json`), 'utf8')).toContain('"exitStatus":0')
+  })
+
+  it.skipIf(missingTool('/usr/bin/tcsh', 'tcsh') !== undefined)('over ssh, with tcsh as the login shell: the host-side checks refuse the planted lease the same way', async () => {
+    const {dir, pwned} = freshCase('over-ssh')
+    mkdirSync(dir, {mode: 0o777})
+    chmodSync(dir, 0o777)
+    asNobody(PLANT, dir, pwned)
+    chmodSync(dir, 0o700)
+    chownSync(join(dir, 'leases'), 0, 0)
+    chmodSync(join(dir, 'leases'), 0o700)
+    const sshd = await startSshd({loginShell: '/usr/bin/tcsh'})
+    writeFileSync(`${sshd.dir}/known_hosts`, sshd.knownHostsLine)
+    const ssh = new SshHost(await resolveSshEndpoint({
+      kind: 'ssh', hostname: sshd.host, port: sshd.port, user: 'root', identityFile: sshd.clientKeyPath,
+      knownHosts: `${sshd.dir}/known_hosts`, connectTimeoutSeconds: 10,
+    }, {sshConfigPath: '/nonexistent'}))
+    try {
+      const report = await recoverAll(ssh, dir)
+      const o = report.recovered.find((x) => x.id === 'evil-1')!
+      expect(o.action).toBe('refused')
+      expect(o.why).toContain('(owner nobody, uid 65534) is owned by another user, not by root')
+      expect(existsSync(pwned)).toBe(false)
+    } finally {
+      await ssh.close()
+      await sshd.stop()
+    }
   })
 })
