@@ -119,6 +119,8 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
     let pushed: Awaited<ReturnType<typeof pushRun>> | undefined
     if (push) {
       pushed = await attempt(`metrics to the Pushgateway at ${redactText(push)}`, () => pushRun(push, run)) as typeof pushed
+      // The gateway URL may carry basic-auth credentials: never printed, never in the JSON result (issue 12, S4).
+      if (pushed) pushed = {...pushed, url: redactText(pushed.url)}
       if (pushed) this.progress(`pushed ${pushed.series} series to ${pushed.url}`)
     }
     return {...(pushed ? {pushed} : {}), ...(errors.length ? {outputErrors: errors} : {})}
