@@ -7,8 +7,12 @@ export interface HostState {
   lock: (Record<string, unknown> & {file: string}) | null
 }
 
-// A constant script: the state dir arrives as $1, so nothing user-supplied is parsed by the shell.
-const LIST_SCRIPT = 'for f in "$1"/leases/*.json "$1"/lock.json; do [ -f "$f" ] || continue; printf "%s\\n" "$f"; cat "$f"; printf "\\n\\036\\n"; done'
+// A constant script: the state dir arrives as $1, so nothing user-supplied is parsed by the shell. A symlink, or a
+// file not owned by the user it runs as (or root), is never read: status must not print what another user pointed
+// it at (issue 12, S1; recover names such files, faults/lease/host-safety.ts).
+const LIST_SCRIPT = 'for f in "$1"/leases/*.json "$1"/lock.json; do [ -f "$f" ] && [ ! -L "$f" ] || continue; ' +
+  '[ -O "$f" ] || [ "$(ls -ldn -- "$f" | { read -r _ _ u _; echo "$u"; })" = 0 ] || continue; ' +
+  'printf "%s\\n" "$f"; cat "$f"; printf "\\n\\036\\n"; done'
 
 export async function listHostState(host: Host, stateDir: string, timeoutMs: number): Promise<HostState> {
   const res = await host.run(['sh', '-c', LIST_SCRIPT, 'sh', stateDir], {timeoutMs, sudo: true})
