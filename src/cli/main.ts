@@ -28,5 +28,5 @@ function beforeCommand(argv: string[]): Error | undefined {
   const first = argv[0]
   if (first === undefined || !first.startsWith('-')) return undefined
   return badInput(`${first} comes before the command: pdchaos takes its flags after the command`,
-    `write the command first, e.g. \`pdchaos status ${first}\`; \`pdchaos --help\` lists the commands`)
+    `write the command first, then its flags: \`pdchaos <command> ${first} …\` (\`pdchaos --help\` lists the commands)`)
 }
