@@ -67,7 +67,12 @@ pd_scan() {
   done <<PDEOF
 $pd_ls
 PDEOF
-  [ "$pd_seen" -ge $# ] || { pd_refuse "$1" "cannot be read"; return 13; }
+  # A path another party removed meanwhile (a revert finishing) is not unsafe; one still there but not listed is.
+  if [ "$pd_seen" -lt $# ]; then
+    pd_want=0
+    for pd_x do if [ -e "$pd_x" ] || [ -L "$pd_x" ]; then pd_want=$((pd_want + 1)); fi; done
+    [ "$pd_seen" -ge "$pd_want" ] || { pd_refuse "$1" "cannot be listed"; return 13; }
+  fi
   return $pd_bad
 }
 # $1 kind, then paths: check those that exist (a dangling symlink exists for this purpose).
