@@ -28,7 +28,9 @@ export function errorDocument(err: unknown, helpCommand?: string): ErrorDocument
     return {error: {code: err.code, exitCode: err.exitCode, message: oneLine(err), name: err.name, ...(err.suggestion ? {suggestions: [err.suggestion]} : {})}}
   }
   const oclifExit = e.oclif?.exit
-  if (oclifExit !== undefined) {
+  // oclif's exit 2 is bad input (a parse error, an unknown command or flag); its other errors (a command module that
+  // fails to load) are infrastructure, below.
+  if (oclifExit === ExitCode.badInput) {
     // oclif's own: a parse error, an unknown command or flag (exit 2 by oclif's convention, as the README's).
     const exitCode = oclifExit
     const help = helpCommand ? `\`pdchaos ${helpCommand} --help\` lists what it takes` : '`pdchaos --help` lists the commands'

@@ -27,7 +27,16 @@ export const MAX_POLL_SECONDS = 300
 
 /** A service URL pdchaos can probe: http or https with a host and a port from 1 to 65535 (refused before any probe). */
 const serviceUrl = (what: string) => z.url({protocol: /^https?$/, error: `${what} must be an http:// or https:// URL`})
-  .refine((u) => new URL(u).port !== '0', {message: `${what} must have a port from 1 to 65535`})
+  .refine((u) => portOf(u) !== '0', {message: `${what} must have a port from 1 to 65535`})
+
+/** The URL's port, or undefined when it does not parse (the url check above reports that; refinements run anyway). */
+function portOf(url: string): string | undefined {
+  try {
+    return new URL(url).port
+  } catch {
+    return undefined
+  }
+}
 
 export const ServiceSchema = z.object({
   url: serviceUrl('url').describe('Base URL of the service HTTP API, e.g. http://10.0.0.5:30000'),

@@ -8,6 +8,7 @@ import {errorDocument} from '../../src/cli/error-output.js'
 import {checkOutputFile, checkPushUrl, makeParents} from '../../src/cli/outputs.js'
 import {checkRunTtl, minRunTtlSeconds} from '../../src/cli/ttl.js'
 import {MAX_DEADLINE_SECONDS, MAX_POLL_SECONDS} from '../../src/deployment/config.js'
+import {parseDeployment} from '../../src/deployment/load.js'
 import {PdError, badInput} from '../../src/errors.js'
 import {DRAIN_WAIT_MS} from '../../src/experiment/batch.js'
 import {LEASE_TTL_MAX_MS, leaseTtlMs} from '../../src/faults/lease/lease.js'
@@ -66,5 +67,30 @@ describe('error documents', () => {
     const odd = errorDocument(new TypeError('x is not a function'))
     expect(odd.error).toMatchObject({code: 'E_INTERNAL', exitCode: 5, message: 'x is not a function'})
     expect(errorDocument(new PdError('gone', {exit: 5})).error.code).toBe('E_UNREACHABLE')
+  })
+})
+
+describe('the deployment file: service URLs and the watchdog contract (exit 2 naming the path)', () => {
+  const file = (url: string, watchdog = '{deadlineSeconds: 2, pollSeconds: 0.5}'): string =>
+    `host: {kind: local}\nservices:\n  prefill: {url: "${url}"}\n  decode: {url: "http://127.0.0.1:2"}\n  router: {url: "http://127.0.0.1:3"}\nwatchdog: ${watchdog}\n`
+  const refusal = (text: string): string => {
+    try {
+      parseDeployment(text, 'd.yaml')
+    } catch (error) {
+      expect(error).toBeInstanceOf(PdError)
+      expect((error as PdError).exitCode).toBe(2)
+      return (error as PdError).message
+    }
+    throw new Error('accepted')
+  }
+
+  it.each(['ftp://127.0.0.1:21', 'file:///etc/passwd', 'javascript:alert(1)', 'http://127.0.0.1:0', 'http://127.0.0.1:70000', 'not a url'])('refuses %s', (url) => {
+    expect(refusal(file(url))).toMatch(/^d\.yaml: services\.prefill\.url: url must (be an http:\/\/ or https:\/\/ URL|have a port from 1 to 65535)/)
+  })
+
+  it('accepts http and https URLs, and refuses a poll longer than the deadline', () => {
+    expect(parseDeployment(file('https://10.0.0.5:30000'), 'd.yaml').services.prefill.url).toBe('https://10.0.0.5:30000')
+    expect(refusal(file('http://127.0.0.1:1', '{deadlineSeconds: 2, pollSeconds: 5}'))).toMatch(/watchdog\.pollSeconds \(5\) is longer than watchdog\.deadlineSeconds \(2\)/)
+    expect(refusal(file('http://127.0.0.1:1', `{deadlineSeconds: ${MAX_DEADLINE_SECONDS + 1}, pollSeconds: 1}`))).toMatch(/watchdog\.deadlineSeconds/)
   })
 })
