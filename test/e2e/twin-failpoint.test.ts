@@ -1,4 +1,4 @@
-import {chmodSync, mkdirSync, mkdtempSync, rmSync} from 'node:fs'
+import {chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync} from 'node:fs'
 import {tmpdir} from 'node:os'
 import {join} from 'node:path'
 
@@ -16,9 +16,10 @@ beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'pdchaos-test-fp-'))
   chmodSync(dir, 0o755)
   await upOnFreePorts({stateDir: dir, deadlineS: 1.5, pollS: 0.5, waitS: 60})
-  // The twin's deployment file keeps leases under host-state: writable by the unprivileged user here.
-  mkdirSync(join(dir, 'host-state'), {recursive: true})
-  chmodSync(join(dir, 'host-state'), 0o777)
+  // The twin's deployment file keeps leases under host-state: the unprivileged user's own, private dir here (one
+  // that others could write is refused: issue 12, S1).
+  mkdirSync(join(dir, 'host-state'), {recursive: true, mode: 0o700})
+  chownSync(join(dir, 'host-state'), 65_534, 65_534)
 }, 120_000)
 
 afterAll(async () => {
