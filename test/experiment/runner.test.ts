@@ -172,7 +172,8 @@ describe.concurrent('the runner (runBatch, runSuite) against a scripted deployme
   })
 
   it('a late watchdog, and one that never evicts: eviction fails naming late, and never evicted in the bootstrap queue', async (ctx) => {
-    // The first pin the router holds is evicted late, the second never.
+    // The first pin the router holds is evicted late, the second never. (On a loaded machine ε, measured, can
+    // reach the late pin: still a fail, marked at the edge.)
     const {fake, session, settings} = await env(ctx, {evictAfterMs: (i) => (i === 0 ? LATE_MS : null)})
     const {scenarios: [s]} = await runBatch(session, [dropDestInfo('dd late', {}, 2)], settings())
     expect(s!.error).toBeUndefined()
@@ -182,7 +183,7 @@ describe.concurrent('the runner (runBatch, runSuite) against a scripted deployme
     const pin = (rid: string) => s!.pins.find((p) => p.rid === rid)!
     expect(checks(s!, 'eviction')).toHaveLength(2)
 
-    expect(verdict(lateRid)).toMatchObject({verdict: 'fail', summary: expect.stringMatching(/^evicted late: after \d+\.\d{3}s, past deadline \+ poll \+ ε \(\d+\.\d{3}s\)$/)})
+    expect(verdict(lateRid)).toMatchObject({verdict: 'fail', summary: expect.stringMatching(/^evicted late: after \d+\.\d{3}s, past deadline \+ poll \+ ε \(\d+\.\d{3}s\)( \(at the edge\))?$/)})
     expect(pin(lateRid).verdict).toBe('fail')
     expect(pin(lateRid).evictionSeconds!).toBeGreaterThan(pin(lateRid).bounds[1])
     expect(fake.evicted).toEqual([lateRid])
