@@ -274,7 +274,7 @@ const CASES: Case[] = [
   // Before any command: unknown commands, flags before the command.
   {name: 'bogus-command', args: ['bogus-command'], exit: 2, cause: /command bogus-command not found/},
   {name: '--json status', args: ['--json', 'status'], exit: 2, cause: /--json comes before the command/, modes: ['json']},
-  {name: '--verbose status', args: ['--verbose', 'status'], exit: 2, cause: /--verbose comes before the command/, modes: ['text']},
+  {name: '--sim status', args: ['--sim', 'status'], exit: 2, cause: /--sim comes before the command/, modes: ['text']},
   {name: '-c FILE status', args: ['-c', '{dir}/good.yaml', 'status'], exit: 2, cause: /-c comes before the command/},
   {name: 'sim with an unknown subcommand', args: ['sim', 'explode'], exit: 2, cause: /command sim:explode not found|command sim explode not found/},
 
