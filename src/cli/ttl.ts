@@ -1,8 +1,11 @@
 import type {Watchdog} from '../deployment/config.js'
 import {badInput} from '../errors.js'
 
-/** Time a run needs after the lease starts and before the pins' window opens: inject, verify, send the pins. */
-const SETUP_SECONDS = 15
+/**
+ * Time a run needs after the lease starts and before the pins' window opens: inject, verify, send the pins. Measured
+ * under 0.3 s over SSH (BENCHMARKS.md, Faults); 3 s leaves a slow host ten times that.
+ */
+const SETUP_SECONDS = 3
 
 /**
  * The shortest lease TTL a judged run can use: the fault must stay in place while the pins' window (deadline + poll)

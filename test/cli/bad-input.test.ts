@@ -210,7 +210,7 @@ const CASES: Case[] = [
   {name: 'unknown --mechanism', args: ['inject', 'drop-dest-info', '--mechanism', 'voodoo', ...c('good.yaml')], exit: 2, cause: /--mechanism/},
   {name: 'a mechanism of another fault', args: ['inject', 'drop-dest-info', '--mechanism', 'sigstop', ...c('good.yaml')], exit: 2, cause: /drop-dest-info: --mechanism must be one of/},
   {name: '--hold --dry-run', args: ['inject', 'drop-dest-info', '--hold', '--dry-run', ...c('good.yaml')], exit: 2, cause: /--dry-run=true cannot also be provided when using --hold|--hold=true cannot also be provided when using --dry-run/},
-  {name: '--ttl 1 with deadline 2 s', args: ['inject', 'drop-dest-info', '--ttl', '1', ...c('good.yaml')], exit: 2, cause: /--ttl 1 is shorter than the run needs: 20 s \(watchdog deadline 2 s \+ poll 0\.5 s/},
+  {name: '--ttl 1 with deadline 2 s', args: ['inject', 'drop-dest-info', '--ttl', '1', ...c('good.yaml')], exit: 2, cause: /--ttl 1 is shorter than the run needs: 8 s \(watchdog deadline 2 s \+ poll 0\.5 s/},
   {name: '--ttl 0', args: ['inject', 'drop-dest-info', '--ttl', '0', ...c('good.yaml')], exit: 2, cause: /--ttl/},
   {name: '--ttl beyond the lease cap', args: ['inject', 'drop-dest-info', '--ttl', '99999', ...c('good.yaml')], exit: 2, cause: /--ttl Expected an integer less than or equal to 3600/},
   {name: '--load-interval 999999999999', args: ['inject', 'drop-dest-info', '--load-interval', '999999999999', ...c('good.yaml')], exit: 2, cause: /--load-interval Expected an integer less than or equal to 60000/},

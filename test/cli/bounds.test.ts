@@ -27,9 +27,9 @@ describe('the lease cap covers the largest watchdog the deployment file accepts'
   })
 
   it('--ttl must cover deadline + poll + margin, and the shortest such TTL is under the cap', () => {
-    expect(minRunTtlSeconds({deadlineSeconds: 2, pollSeconds: 0.5})).toBe(20)
+    expect(minRunTtlSeconds({deadlineSeconds: 2, pollSeconds: 0.5})).toBe(8)
     expect(minRunTtlSeconds({deadlineSeconds: MAX_DEADLINE_SECONDS, pollSeconds: MAX_POLL_SECONDS}) * 1000).toBeLessThan(LEASE_TTL_MAX_MS)
-    expect(() => checkRunTtl(1, {deadlineSeconds: 2, pollSeconds: 0.5}, 'run')).toThrow(/--ttl 1 is shorter than the run needs: 20 s/)
+    expect(() => checkRunTtl(1, {deadlineSeconds: 2, pollSeconds: 0.5}, 'run')).toThrow(/--ttl 1 is shorter than the run needs: 8 s/)
     expect(() => checkRunTtl(20, {deadlineSeconds: 2, pollSeconds: 0.5}, 'run')).not.toThrow()
     // A held fault is not judged: any TTL holds it that long.
     expect(() => checkRunTtl(1, {deadlineSeconds: 2, pollSeconds: 0.5}, 'hold')).not.toThrow()
