@@ -58,15 +58,18 @@ export interface TrialFacts {
   releasedFrom: ReleasedFrom
 }
 
+/** Node's timers keep whole milliseconds: an abort planned at the window's edge may fire a fraction of one early. */
+const TIMER_SLACK_MS = 1
+
 /** Why a trial's abort did not demonstrably land in the window (undefined: it did). */
 export function notInWindow(tl: Timeline, w: TransferWindowObs | undefined, packets: number | undefined, t: TrialFacts): string | undefined {
   if (!w) return 'the run recorded no transfer window for this trial'
   if (w.widening === 'packet-filter' && packets === undefined) return 'the widening filter\'s match count was not read before the revert: nothing shows it held a transfer'
   if (w.widening === 'packet-filter' && packets === 0) return 'the widening filter matched 0 packets (it held no KV transfer)'
   const o = t.offsetMs.toFixed(1)
-  if (t.offsetMs < w.startMs) return `fired ${o} ms after the send, before the window opens (${w.startMs} ms)`
+  if (t.offsetMs < w.startMs - TIMER_SLACK_MS) return `fired ${o} ms after the send, before the window opens (${w.startMs} ms)`
   const high = windowHighMs(w, tl)
-  if (t.offsetMs > high) return `fired ${o} ms after the send, after the window closes (${high.toFixed(1)} ms)`
+  if (t.offsetMs > high + TIMER_SLACK_MS) return `fired ${o} ms after the send, after the window closes (${high.toFixed(1)} ms)`
   if (t.answeredAt !== undefined && t.answeredAt <= t.abortAt) return 'the request was answered before its abort was fired'
   if (t.status !== undefined && t.status >= 200 && t.status < 300) return 'the request completed (2xx): nothing shows the abort met it in Transferring'
   if (t.releasedFrom === 'bootstrap' || t.releasedFrom === 'waiting') return `its answer says it was released from the ${t.releasedFrom} queue, not from Transferring`

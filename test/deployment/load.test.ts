@@ -105,7 +105,7 @@ describe('loadDeployment', () => {
     const lines = e.message.split('\n')
     expect(lines).toHaveLength(3)
     expect(lines[0].startsWith(`${file('schema.yaml')}: `)).toBe(true)
-    expect(e.message).toMatch(/services\.decode\.url: Invalid URL/)
+    expect(e.message).toMatch(/services\.decode\.url: url must be an http:\/\/ or https:\/\/ URL/)
     expect(e.message).toMatch(/watchdog\.deadlineSeconds: Invalid input: expected number, received string/)
     expect(e.message).toMatch(/Unrecognized key: "extraKey"/)
     expect(e.suggestion).toMatch(/pdchaos schema/)
