@@ -22,12 +22,8 @@ import {join} from 'node:path'
 
 import {createTestHost, type TestHost} from '../test/harness/test-host.js'
 import {truth} from '../test/e2e/cli.js'
-import {compiledCli, runNode, stats, verdict, writeSection, type Stats} from './bench-common.js'
+import {arg, compiledCli, runNode, stats, verdict, writeSection, type Stats} from './bench-common.js'
 
-const arg = (name: string, d: number): number => {
-  const i = process.argv.indexOf(`--${name}`)
-  return i > 0 ? Number(process.argv[i + 1]) : d
-}
 const BURSTS = arg('bursts', 1)
 const BURST_PINS = arg('burst-pins', 50)
 const BATCHES = arg('batches', 4)

@@ -101,3 +101,9 @@ export function writeSection(name: string, body: string): string {
   writeFileSync(file, next.trimEnd() + '\n')
   return section
 }
+
+/** A numeric `--name N` flag of a bench script, or its default. */
+export const arg = (name: string, d: number): number => {
+  const i = process.argv.indexOf(`--${name}`)
+  return i > 0 ? Number(process.argv[i + 1]) : d
+}

@@ -19,12 +19,8 @@ import {join} from 'node:path'
 
 import {parse, stringify} from 'yaml'
 
-import {compiledCli, runNode, stats, verdict, writeSection} from './bench-common.js'
+import {arg, compiledCli, runNode, stats, verdict, writeSection} from './bench-common.js'
 
-const arg = (name: string, d: number): number => {
-  const i = process.argv.indexOf(`--${name}`)
-  return i > 0 ? Number(process.argv[i + 1]) : d
-}
 const RUNS = arg('runs', 2)
 const PINS = arg('pins', 25)
 // Poll 2 s: on this shared 2-core machine (load average above 20 while others test) the observation delay alone
