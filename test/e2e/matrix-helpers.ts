@@ -7,8 +7,8 @@ import {createTestHost, type SimUpOptions, type TestHost} from '../harness/test-
 import {runCli} from './cli.js'
 
 /**
- * The mutation matrix's twin and experiments (mutation-matrix.test.ts: no defect; mutation-defects.test.ts: one
- * defect per row). Two files so that the system level can run them side by side.
+ * The mutation matrix's twin and experiments (mutation-matrix.test.ts: no defect; mutation-defects.test.ts and
+ * mutation-defects-recovery.test.ts: one defect per row). Three files so that the system level's two lanes share them.
  */
 
 export const DEADLINE = 1.5

@@ -5,7 +5,7 @@ import {inject, matrixTwins, restart, type Outcome, TWIN_ARGS} from './matrix-he
 
 /**
  * Proof by mutation, the defect-free half: the three faults and a co-restart against a correct twin pass, and pass
- * again; no stall mechanism judges a correct watchdog failing. The defects, one per row: mutation-defects.test.ts.
+ * again; no stall mechanism judges a correct watchdog failing. The defects, one per row: mutation-defects.test.ts and mutation-defects-recovery.test.ts.
  */
 
 const {twin, forget} = matrixTwins()

@@ -180,7 +180,10 @@ describe('twin lifecycle (8 ranks)', () => {
     expect(JSON.parse(down.text).error).toMatchObject({code: 'server_selection_failed'})
     const attempts = readLines(simPaths(dir).truth('router')).filter((l) => l.rid === 'twin-noprefill' && l.event === 'attempt')
     expect(attempts).toHaveLength(5)
-    expect(attempts.slice(1).every((a) => a.status === 503)).toBe(true)
+    // Every attempt failed, and the last found no prefill worker at all. How many before it still reached the dead
+    // prefill depends on how soon the router's probes took it out of rotation (later on a loaded machine).
+    expect(attempts.every((a) => Number(a.status) >= 500), JSON.stringify(attempts)).toBe(true)
+    expect(attempts.at(-1)!.status, JSON.stringify(attempts)).toBe(503)
     // The router's own probes (interval 1 s here, failure threshold 3) take it out of readiness; liveness stays.
     const notReadyBy = Date.now() + 10_000
     let readiness = 200
