@@ -1,4 +1,10 @@
-import ora, {type Ora} from 'ora'
+import type oraModule from 'ora'
+import type {Ora} from 'ora'
+
+import {lazyRequire} from '../util/lazy-require.js'
+
+// ora only on a TTY (src/util/lazy-require.ts).
+const ora = lazyRequire<{default: typeof oraModule}>('ora')
 
 /**
  * Progress on stderr (stdout belongs to results): on a TTY a spinner with the phase, a countdown to its deadline
@@ -12,8 +18,8 @@ export class Progress {
   private last = ''
 
   constructor(private readonly opts: {json: boolean}) {
-    if (Boolean(process.stderr.isTTY) && !opts.json) {
-      this.spin = ora({text: this.phase, stream: process.stderr}).start()
+    if (spinnable() && !opts.json) {
+      this.spin = ora().default({text: this.phase, stream: process.stderr}).start()
       this.ticker = setInterval(() => this.paint(), 200)
     }
   }
@@ -49,4 +55,12 @@ export class Progress {
     const left = this.deadlineAt === undefined ? '' : ` (${Math.max(0, (this.deadlineAt - Date.now()) / 1000).toFixed(1)}s left)`
     this.spin.text = `${this.phase}${left}${this.last ? ` — ${this.last}` : ''}`
   }
+}
+
+/**
+ * A spinner only on a terminal that has a width: a pseudo-terminal of 0 columns (`script`, some CI runners' ptys) made
+ * ora's line count infinite, and it spun a core clearing lines forever.
+ */
+export function spinnable(): boolean {
+  return Boolean(process.stderr.isTTY) && (process.stderr.columns ?? 0) > 0
 }

@@ -1,15 +1,20 @@
 import {openSync, closeSync} from 'node:fs'
 import {spawn} from 'node:child_process'
-import {execa, type ResultPromise} from 'execa'
+import type {ResultPromise} from 'execa'
+import type * as execaModule from 'execa'
 
 import {PdError} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
+import {lazyRequire} from '../util/lazy-require.js'
 import {within} from '../util/time.js'
 import {
   DETACH_SCRIPT, UPLOAD_SCRIPT, buildArgv, checkTimeout, envPrefix, modeString, sudoPrefix,
   type DetachedOptions, type Host, type RunOptions, type RunResult, type SudoPolicy, type UploadOptions,
 } from './host.js'
 import {describeArgv} from './quote.js'
+
+// execa on the first command (src/util/lazy-require.ts).
+const execa = lazyRequire<typeof execaModule>('execa')
 
 /** After a kill, how long to wait for the pipes to close before giving up on the process's output. */
 const REAP_MS = 2000
@@ -29,7 +34,7 @@ export class LocalHost implements Host {
     const full = buildArgv(argv, opts, this.sudoPolicy, this.isRoot)
     const started = performance.now()
     // detached: the child leads its own process group, so a timeout kills everything it started.
-    const sub: ResultPromise = execa(full[0]!, full.slice(1), {
+    const sub: ResultPromise = execa().execa(full[0]!, full.slice(1), {
       detached: true, reject: false, stripFinalNewline: false, encoding: 'utf8',
       input: opts.stdin ?? '', maxBuffer: 64 * 1024 * 1024,
     })

@@ -2,11 +2,12 @@ import {readFile} from 'node:fs/promises'
 import {homedir, userInfo} from 'node:os'
 import {join} from 'node:path'
 import type {Duplex} from 'node:stream'
-import ssh2 from 'ssh2'
+import type ssh2Module from 'ssh2'
 import type {AuthMethod, Client as ClientType, ClientChannel, ConnectConfig} from 'ssh2'
 
 import {PdError, badInput, oneLine} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
+import {lazyRequire} from '../util/lazy-require.js'
 import {within} from '../util/time.js'
 import {
   DETACH_SCRIPT, UPLOAD_SCRIPT, buildArgv, checkTimeout, envPrefix, modeString, sudoPrefix,
@@ -18,8 +19,8 @@ import {parsePid} from './local-host.js'
 import {anyShellCommand, describeArgv, shellCommand} from './quote.js'
 import {expandTilde, parseJumpSpec, readSshConfigFile, resolveSshConfig} from './ssh-config.js'
 
-// ssh2 is CommonJS: only a default import works at runtime under ESM (its named exports are not seen by Node's ESM loader).
-const {Client, utils} = ssh2
+// ssh2 on first connection (src/util/lazy-require.ts).
+const ssh2 = lazyRequire<typeof ssh2Module>('ssh2')
 
 /** Attempts at opening a channel that sshd refused for want of a free session. */
 const OPEN_RETRIES = 5
@@ -383,7 +384,7 @@ async function loadIdentities(e: SshEndpoint): Promise<{methods: AuthMethod[]; t
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue
       throw badInput(`cannot read identity file ${file}: ${oneLine(err)}`, 'check the file permissions')
     }
-    const parsed = utils.parseKey(data)
+    const parsed = ssh2().utils.parseKey(data)
     if (parsed instanceof Error) {
       throw badInput(`cannot use identity file ${file}: ${oneLine(parsed)}`, 'an encrypted key must be loaded into ssh-agent (ssh-add) and used with agent: true')
     }
@@ -415,7 +416,7 @@ async function connectClient(e: SshEndpoint, opts: SshHostOptions, sock?: Duplex
       verify(false)
     })
   }
-  const client = new Client()
+  const client = new (ssh2().Client)()
   const config: ConnectConfig = {
     host: e.host, port: e.port, username: e.user,
     authHandler: methods,

@@ -1,7 +1,12 @@
-import {Gauge, Histogram, Pushgateway, Registry} from 'prom-client'
+import type promClient from 'prom-client'
+import type {Registry} from 'prom-client'
 import {oneLine, PdError} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
+import {lazyRequire} from '../util/lazy-require.js'
 import {faultsLeftBehind, runIdOf, runPassed, type SuiteRun} from '../model/run.js'
+
+// prom-client only when metrics are pushed (src/util/lazy-require.ts).
+const prom = lazyRequire<typeof promClient>('prom-client')
 
 /**
  * The run's numbers pushed to a Prometheus Pushgateway, for dashboards and alerts across nights: eviction seconds
@@ -40,6 +45,7 @@ export function evictionBuckets(run: SuiteRun): number[] {
 
 /** The run as a registry of metrics (exported for tests and for a `--metrics-file` one day). */
 export function runRegistry(run: SuiteRun): {registry: Registry; series: number} {
+  const {Gauge, Histogram, Registry} = prom()
   const registry = new Registry()
   let series = 0
   const eviction = new Histogram({
@@ -129,7 +135,7 @@ export async function pushRun(url: string, run: SuiteRun, opts: PushOptions = {}
   const groupings = opts.groupings ?? {run_id: runIdOf(run)}
   const timeoutMs = opts.timeoutMs ?? 5000
   const {registry, series} = runRegistry(run)
-  const gateway = new Pushgateway(url, {timeout: timeoutMs}, registry)
+  const gateway = new (prom().Pushgateway)(url, {timeout: timeoutMs}, registry)
   try {
     await withDeadline(gateway.push({jobName, groupings}), timeoutMs + 500)
   } catch (error) {
@@ -142,7 +148,7 @@ export async function pushRun(url: string, run: SuiteRun, opts: PushOptions = {}
 export async function deleteRun(url: string, opts: {jobName?: string; groupings: Record<string, string>; timeoutMs?: number}): Promise<void> {
   checkUrl(url)
   const timeoutMs = opts.timeoutMs ?? 5000
-  const gateway = new Pushgateway(url, {timeout: timeoutMs}, new Registry())
+  const gateway = new (prom().Pushgateway)(url, {timeout: timeoutMs}, new (prom().Registry)())
   try {
     await withDeadline(gateway.delete({jobName: opts.jobName ?? 'pdchaos', groupings: opts.groupings}), timeoutMs + 500)
   } catch (error) {
