@@ -1,13 +1,8 @@
 import {Command, Flags, Interfaces} from '@oclif/core'
-import type oraModule from 'ora'
-import type {Ora} from 'ora'
+import ora, {type Ora} from 'ora'
 
-import {lazyRequire} from '../util/lazy-require.js'
 import {errorDocument, isExitRequest, writeError} from './error-output.js'
 import {spinnable} from './progress.js'
-
-// ora only for the commands that spin (src/util/lazy-require.ts).
-const ora = lazyRequire<{default: typeof oraModule}>('ora')
 
 export type BaseFlags<T extends typeof Command> = Interfaces.InferredFlags<(typeof BaseCommand)['baseFlags'] & T['flags']>
 export type BaseArgs<T extends typeof Command> = Interfaces.InferredArgs<T['args']>
@@ -42,7 +37,7 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
   /** A spinner on stderr when it is a TTY and not --json; silent otherwise. */
   protected spinner(text: string): Ora {
     const live = spinnable() && !this.jsonEnabled()
-    return ora().default({text, stream: process.stderr, isSilent: !live, isEnabled: live}).start()
+    return ora({text, stream: process.stderr, isSilent: !live, isEnabled: live}).start()
   }
 
   /** A progress line on stderr (never stdout, which belongs to results). Quiet under --json. */

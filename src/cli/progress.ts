@@ -1,10 +1,4 @@
-import type oraModule from 'ora'
-import type {Ora} from 'ora'
-
-import {lazyRequire} from '../util/lazy-require.js'
-
-// ora only on a TTY (src/util/lazy-require.ts).
-const ora = lazyRequire<{default: typeof oraModule}>('ora')
+import ora, {type Ora} from 'ora'
 
 /**
  * Progress on stderr (stdout belongs to results): on a TTY a spinner with the phase, a countdown to its deadline
@@ -19,7 +13,7 @@ export class Progress {
 
   constructor(private readonly opts: {json: boolean}) {
     if (spinnable() && !opts.json) {
-      this.spin = ora().default({text: this.phase, stream: process.stderr}).start()
+      this.spin = ora({text: this.phase, stream: process.stderr}).start()
       this.ticker = setInterval(() => this.paint(), 200)
     }
   }

@@ -1,11 +1,9 @@
 import {openSync, closeSync} from 'node:fs'
 import {spawn} from 'node:child_process'
 import type {ResultPromise} from 'execa'
-import type * as execaModule from 'execa'
 
 import {PdError} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
-import {lazyRequire} from '../util/lazy-require.js'
 import {within} from '../util/time.js'
 import {
   DETACH_SCRIPT, UPLOAD_SCRIPT, buildArgv, checkTimeout, envPrefix, modeString, sudoPrefix,
@@ -13,8 +11,10 @@ import {
 } from './host.js'
 import {describeArgv} from './quote.js'
 
-// execa on the first command (src/util/lazy-require.ts).
-const execa = lazyRequire<typeof execaModule>('execa')
+// execa on the first command, not at start-up (see src/util/lazy-require.ts). An ES module: imported, not required
+// (under tsx, require() of it fails on a dependency that exports only for import).
+let execaModule: Promise<typeof import('execa')> | undefined
+const loadExeca = (): Promise<typeof import('execa')> => (execaModule ??= import('execa'))
 
 /** After a kill, how long to wait for the pipes to close before giving up on the process's output. */
 const REAP_MS = 2000
@@ -34,7 +34,8 @@ export class LocalHost implements Host {
     const full = buildArgv(argv, opts, this.sudoPolicy, this.isRoot)
     const started = performance.now()
     // detached: the child leads its own process group, so a timeout kills everything it started.
-    const sub: ResultPromise = execa().execa(full[0]!, full.slice(1), {
+    const {execa} = await loadExeca()
+    const sub: ResultPromise = execa(full[0]!, full.slice(1), {
       detached: true, reject: false, stripFinalNewline: false, encoding: 'utf8',
       input: opts.stdin ?? '', maxBuffer: 64 * 1024 * 1024,
     })
