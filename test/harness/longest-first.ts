@@ -3,9 +3,9 @@ import {relative} from 'node:path'
 import {BaseSequencer, type TestSpecification} from 'vitest/node'
 
 /**
- * The system level runs two files at a time. On a fresh clone vitest knows no durations and starts the largest files
- * first, which put the longest runs (small files that run for minutes) at the end, one lane working alone. These
- * start first, longest first (seconds per file at 2 workers, measured: BENCHMARKS.md), so the two lanes end together.
+ * When the system level runs files side by side (see vitest.config.ts: one at a time for now), the longest must start
+ * first: on a fresh clone vitest knows no durations and starts the largest files, which put the longest runs (small
+ * files that run for minutes) at the end, one lane working alone. Seconds per file at 2 workers: BENCHMARKS.md.
  */
 export const LONGEST_FIRST = [
   'test/cli/bad-input.test.ts', // ~285 s

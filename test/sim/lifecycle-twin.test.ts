@@ -274,13 +274,15 @@ describe('twin lifecycle failures', () => {
   it('an up interrupted while starting exits 3 and leaves nothing running', async () => {
     // A state dir of its own: leftovers of the test above must not look like this up's progress.
     const own = join(dir, 'interrupted')
-    const child = spawn(process.execPath, [join(repo, 'bin', 'dev.js'), 'sim', 'up', '--state-dir', own, '--base-port', String(20_000 + Math.floor(Math.random() * 400) * 100), '--gpus', '2', '--prefill-tp', '1', '--decode-tp', '1'], {stdio: 'ignore'})
+    const child = spawn(process.execPath, [join(repo, 'bin', 'dev.js'), 'sim', 'up', '--state-dir', own, '--base-port', String(20_000 + Math.floor(Math.random() * 400) * 100), '--gpus', '2', '--prefill-tp', '1', '--decode-tp', '1'], {stdio: ['ignore', 'ignore', 'pipe']})
+    let stderr = ''
+    child.stderr!.on('data', (d: Buffer) => { stderr += d.toString() })
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)))
     const until = Date.now() + 20_000
-    while (!existsSync(simPaths(own).log('prefill')) && Date.now() < until) await sleep(20)
+    while (!existsSync(simPaths(own).log('prefill')) && child.exitCode === null && Date.now() < until) await sleep(20)
     child.kill('SIGINT')
     try {
-      expect(await exited).toBe(3)
+      expect(await exited, stderr).toBe(3)
       expect(pidsMentioning(own)).toEqual([])
       expect(existsSync(simPaths(own).lock)).toBe(false)
     } finally {
