@@ -1,7 +1,5 @@
 import {configDefaults, defineConfig} from 'vitest/config'
 
-import LongestFirst from './test/harness/longest-first.js'
-
 /**
  * Two levels of tests.
  *
@@ -51,8 +49,6 @@ export const SYSTEM_TESTS = [
 export default defineConfig({
   test: {
     disableConsoleIntercept: true,
-    // The system level's longest files first (test/harness/longest-first.ts).
-    sequence: {sequencer: LongestFirst},
     pool: 'forks',
     projects: [
       {

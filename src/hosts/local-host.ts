@@ -32,9 +32,9 @@ export class LocalHost implements Host {
   async run(argv: string[], opts: RunOptions): Promise<RunResult> {
     checkTimeout(opts.timeoutMs)
     const full = buildArgv(argv, opts, this.sudoPolicy, this.isRoot)
+    const {execa} = await loadExeca()
     const started = performance.now()
     // detached: the child leads its own process group, so a timeout kills everything it started.
-    const {execa} = await loadExeca()
     const sub: ResultPromise = execa(full[0]!, full.slice(1), {
       detached: true, reject: false, stripFinalNewline: false, encoding: 'utf8',
       input: opts.stdin ?? '', maxBuffer: 64 * 1024 * 1024,

@@ -148,7 +148,8 @@ export async function pushRun(url: string, run: SuiteRun, opts: PushOptions = {}
 export async function deleteRun(url: string, opts: {jobName?: string; groupings: Record<string, string>; timeoutMs?: number}): Promise<void> {
   checkUrl(url)
   const timeoutMs = opts.timeoutMs ?? 5000
-  const gateway = new (prom().Pushgateway)(url, {timeout: timeoutMs}, new (prom().Registry)())
+  const {Pushgateway, Registry} = prom()
+  const gateway = new Pushgateway(url, {timeout: timeoutMs}, new Registry())
   try {
     await withDeadline(gateway.delete({jobName: opts.jobName ?? 'pdchaos', groupings: opts.groupings}), timeoutMs + 500)
   } catch (error) {
