@@ -71,7 +71,8 @@ export default defineConfig({
         test: {
           name: 'system',
           include: SYSTEM_TESTS,
-          env: {PDCHAOS_TEST_LEVEL: 'system'},
+          // The twin's processes run from dist/ (test-all builds first; system-setup warns when dist/ is older than src/).
+          env: {PDCHAOS_TEST_LEVEL: 'system', PDCHAOS_TWIN_FROM_DIST: '1'},
           globalSetup: ['test/harness/system-setup.ts'],
           testTimeout: 60_000,
           hookTimeout: 120_000,

@@ -72,22 +72,33 @@ export const BREAKER_WAIT_MS = 90_000
 
 /**
  * Wait, at most BREAKER_WAIT_MS, until the gateway reports no open breaker (half-open counts as closing). Returns the
- * workers found open at first (empty: nothing to wait for) and whether they closed in time.
+ * workers found open at first (empty: nothing to wait for) and whether they closed in time. Only a read of the
+ * gateway's metrics can say a breaker closed: a scrape that fails (a loaded gateway answers late) proves nothing, so
+ * the wait goes on; canaries sent at an open breaker get the gateway's 503 and would fail a healthy deployment.
  */
 export async function untilBreakersClose(router: RouterClient, o: {signal?: AbortSignal; onOpen?: (open: string[]) => void} = {}): Promise<{open: string[]; closed: boolean}> {
-  const open = await openBreakers(router)
-  if (open.length === 0) return {open, closed: true}
+  let open = await openBreakers(router)
+  // A failed first scrape is read again (twice, a second apart) before the gateway counts as one without metrics.
+  for (let tries = 1; open === undefined && tries < 3 && !o.signal?.aborted; tries++) {
+    await sleep(1000, o.signal)
+    open = await openBreakers(router)
+  }
+  if (open === undefined || open.length === 0) return {open: [], closed: true}
   o.onOpen?.(open)
   const by = Date.now() + BREAKER_WAIT_MS
   while (Date.now() < by && !o.signal?.aborted) {
     await sleep(1000, o.signal)
-    if ((await openBreakers(router)).length === 0) return {open, closed: true}
+    if ((await openBreakers(router))?.length === 0) return {open, closed: true}
   }
   return {open, closed: false}
 }
 
-/** Workers whose circuit breaker the gateway reports open (smg_worker_cb_state 1); empty where it exports none. */
-export async function openBreakers(router: RouterClient): Promise<string[]> {
+/**
+ * Workers whose circuit breaker the gateway reports open (smg_worker_cb_state 1); empty where it exports none;
+ * undefined when its metrics could not be read (nothing known: a gateway without metrics is not waited for).
+ */
+export async function openBreakers(router: RouterClient): Promise<string[] | undefined> {
   const m = await router.metrics().catch(() => undefined)
-  return (m?.samples ?? []).filter((s) => s.name === ROUTER_CB_STATE && s.value === 1).map((s) => s.labels.worker ?? 'a worker')
+  if (m === undefined) return undefined
+  return m.samples.filter((s) => s.name === ROUTER_CB_STATE && s.value === 1).map((s) => s.labels.worker ?? 'a worker')
 }

@@ -1,4 +1,4 @@
-import {existsSync} from 'node:fs'
+import {existsSync, readdirSync, statSync} from 'node:fs'
 import {delimiter, join} from 'node:path'
 
 import {IN_CI, missingRoot} from './level.js'
@@ -29,7 +29,30 @@ export function systemLacks(): string[] {
   return lacks
 }
 
+/** src/ files newer than their compiled dist/ files (the twin's processes run dist/ in system tests). */
+export function staleBuild(root = process.cwd()): string[] {
+  const out: string[] = []
+  const walk = (dir: string): void => {
+    for (const e of readdirSync(join(root, dir), {withFileTypes: true})) {
+      const rel = join(dir, e.name)
+      if (e.isDirectory()) walk(rel)
+      else if (rel.endsWith('.ts') && !rel.endsWith('.d.ts')) {
+        const js = join(root, 'dist', rel.slice('src/'.length, -3) + '.js')
+        if (!existsSync(js) || statSync(js).mtimeMs < statSync(join(root, rel)).mtimeMs) out.push(rel)
+      }
+    }
+  }
+  walk('src')
+  return out
+}
+
 export default function setup(): void {
+  const stale = staleBuild()
+  if (stale.length > 0) {
+    const text = `dist/ is older than ${stale.length} source file(s) (${stale.slice(0, 3).join(', ')}${stale.length > 3 ? ', …' : ''}): run npm run build (the system tests run the built CLI and twin)`
+    if (IN_CI) throw new Error(text)
+    process.stderr.write(`WARNING: ${text}.\n`)
+  }
   const lacks = systemLacks()
   if (lacks.length === 0) return
   const text = `the system tests need ${lacks.join(', ')}; scripts/install-test-deps.sh installs the packages (as root)`

@@ -10,6 +10,7 @@ import type {Logger} from './log.js'
 import type {SimConfig} from '../sim-config.js'
 import type {EnvSettings} from './settings.js'
 import {nowMs, sleep} from './clock.js'
+import {httpCall, isOk} from './http-call.js'
 
 interface PrefillInfo {attnTpSize: number; instanceId: string; ranks: Map<number, {ip: string; port: number}>}
 
@@ -156,9 +157,9 @@ export class DecodeRank {
 
   private async fetchInfo(addr: string): Promise<PrefillInfo> {
     const get = async (q: string) => {
-      const res = await fetch(`http://${addr}/route?${q}`, {signal: AbortSignal.timeout(2000)})
-      if (!res.ok) throw new Error(`GET /route ${res.status}`)
-      return res.json() as Promise<Record<string, unknown>>
+      const res = await httpCall(`http://${addr}/route?${q}`, {timeoutMs: 2000})
+      if (!isOk(res.status)) throw new Error(`GET /route ${res.status}`)
+      return JSON.parse(res.text) as Record<string, unknown>
     }
     let last: unknown
     for (let attempt = 0; attempt < ROUTE_TRIES; attempt++) {

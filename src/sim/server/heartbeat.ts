@@ -1,6 +1,7 @@
 import type {DecodeScheduler} from './decode-scheduler.js'
 import type {EnvSettings} from './settings.js'
 import type {Logger} from './log.js'
+import {httpCall, isOk} from './http-call.js'
 
 interface Peer {misses: number; instanceId?: string; timer: NodeJS.Timeout; busy: boolean}
 
@@ -24,9 +25,9 @@ export class Heartbeat {
 
   private async instance(addr: string): Promise<string | undefined> {
     try {
-      const res = await fetch(`http://${addr}/route?prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1`, {signal: AbortSignal.timeout(667)})
-      if (!res.ok) return undefined
-      const info = await res.json() as {bootstrap_instance_id?: string}
+      const res = await httpCall(`http://${addr}/route?prefill_dp_rank=-1&prefill_cp_rank=-1&target_tp_rank=-1&target_pp_rank=-1`, {timeoutMs: 667})
+      if (!isOk(res.status)) return undefined
+      const info = JSON.parse(res.text) as {bootstrap_instance_id?: string}
       return info.bootstrap_instance_id
     } catch { return undefined }
   }
@@ -37,9 +38,7 @@ export class Heartbeat {
     try {
       let ok = false
       try {
-        const res = await fetch(`http://${addr}/health`, {signal: AbortSignal.timeout(667)})
-        ok = res.ok
-        await res.arrayBuffer()
+        ok = isOk((await httpCall(`http://${addr}/health`, {timeoutMs: 667})).status)
       } catch { ok = false }
       if (!ok) {
         peer.misses++

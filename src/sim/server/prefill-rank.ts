@@ -11,6 +11,7 @@ import type {SimConfig} from '../sim-config.js'
 import type {EnvSettings} from './settings.js'
 import {nowMs, sleep} from './clock.js'
 import {txQueue} from './tcp-acked.js'
+import {httpCall, isOk} from './http-call.js'
 
 /** What decode's KV-args registration says about a decode rank: its TCP data endpoint and, with rails, its NIC. */
 interface DecodeAgent {dataHost: string; dataPort: number; rail?: {addr: string; port: number}}
@@ -65,8 +66,8 @@ export class PrefillRank {
     let last: unknown
     for (let attempt = 0; attempt < 5; attempt++) {
       try {
-        const res = await fetch(url, {method: 'PUT', body, headers: {'content-type': 'application/json'}, signal: AbortSignal.timeout(5000)})
-        if (res.ok) return
+        const res = await httpCall(url, {method: 'PUT', body, timeoutMs: 5000})
+        if (isOk(res.status)) return
         last = new Error(`HTTP ${res.status}`)
       } catch (err) { last = err }
       await sleep(200 * 2 ** attempt)

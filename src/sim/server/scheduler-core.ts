@@ -13,7 +13,7 @@ import type {RankOp} from './protocol.js'
 import type {QueueName, Req} from './request.js'
 
 const BUSY_YIELD_MS = 1
-const BUSY_MAX_YIELD_MS = 4
+const BUSY_MAX_YIELD_MS = 20
 const IDLE_SLEEP_MS = 100
 
 /**
