@@ -20,10 +20,12 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
 
   protected flags!: BaseFlags<T>
   protected args!: BaseArgs<T>
+  /** Every positional argument, in order (a command with `strict = false` takes any number, `report JOURNAL...`). */
+  protected positionals: string[] = []
 
   public override async init(): Promise<void> {
     await super.init()
-    const {args, flags} = await this.parse({
+    const {args, argv, flags} = await this.parse({
       args: this.ctor.args,
       baseFlags: (super.ctor as typeof BaseCommand).baseFlags,
       enableJsonFlag: this.ctor.enableJsonFlag,
@@ -32,6 +34,7 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
     })
     this.flags = flags as BaseFlags<T>
     this.args = args as BaseArgs<T>
+    this.positionals = argv as string[]
   }
 
   /** A spinner on stderr when it is a TTY and not --json; silent otherwise. */

@@ -7,14 +7,15 @@ import {assertMayDisturb} from '../deployment/protection.js'
 import {oneLine} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import {acquireHostLock} from '../faults/lease/host-lock.js'
-import {blockingUnverified, runCounts, runIdOf, type SuiteRun} from '../model/run.js'
+import {runExitCode, runIdOf, type SuiteRun} from '../model/run.js'
 import {renderHtml} from '../report/html.js'
 import {writeJournal} from '../report/journal.js'
-import {runJournal} from '../report/journal-fields.js'
+import {failureJournal, runJournal} from '../report/journal-fields.js'
 import {renderJUnit} from '../report/junit.js'
 import {pushRun} from '../report/push.js'
 import {redactText} from '../util/redact.js'
 import {BaseCommand} from './base-command.js'
+import {errorDocument} from './error-output.js'
 import {targetFlags} from './flags.js'
 import {checkOutputFile, checkPushUrl, makeParents} from './outputs.js'
 import {preflight} from './preflight.js'
@@ -126,16 +127,21 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
     return {...(pushed ? {pushed} : {}), ...(errors.length ? {outputErrors: errors} : {})}
   }
 
-  /** The README's exit codes for a run: stopped 3; a gate decides 0 or 1; a fault left behind 4; a failed check, a
-   * blocking unverified one (the watchdog's eviction check by default) or a scenario without a verdict 1; else 0. */
+  /**
+   * A run that reached no verdict (its target unreachable, its lock held, cleanup unverified) still leaves a journal
+   * when one was asked for: the error it ended with, so a combined report (`pdchaos report`) names this deployment and
+   * why instead of missing it. Never throws: the error itself is what the user must see.
+   */
+  protected writeFailureJournal(file: string | undefined, command: string, fields: {name?: string; runId?: string; label?: string; config?: string; deployment?: string; startedAt: number}, error: unknown): void {
+    if (file === undefined) return
+    try {
+      writeJournal(file, failureJournal(command, {...fields, finishedAt: Date.now()}, errorDocument(error, command).error))
+    } catch { /* reported by the error itself */ }
+  }
+
+  /** The README's exit codes for a run (model/run.ts runExitCode). */
   protected setRunExitCode(run: SuiteRun): void {
-    const c = runCounts(run)
-    if (run.stopped) process.exitCode = ExitCode.stopped
-    else if (run.gate) process.exitCode = run.gate.passed ? ExitCode.ok : ExitCode.checkFailed
-    else if (c.faultsLeftBehind > 0) process.exitCode = ExitCode.cleanupUnverified
-    // Nothing was judged at all, every scenario ended in an error: the target or the host failed, not a check.
-    else if (c.verdicts === 0 && c.scenarios > 0 && c.errored === c.scenarios) process.exitCode = ExitCode.unreachable
-    else if (c.failed > 0 || c.errored > 0 || blockingUnverified(run).length > 0) process.exitCode = ExitCode.checkFailed
+    process.exitCode = runExitCode(run)
   }
 
   protected runId(run: SuiteRun): string {

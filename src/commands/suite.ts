@@ -2,14 +2,18 @@ import {resolve} from 'node:path'
 
 import {Args, Flags} from '@oclif/core'
 
+import {checkFleetOutputs, finishFleet} from '../cli/fleet-outputs.js'
+import {checkFleet, runFleetHere} from '../cli/fleet-run.js'
 import {Progress} from '../cli/progress.js'
 import {seconds} from '../cli/sim-flags.js'
 import {TargetCommand} from '../cli/target-command.js'
 import {MAX_DEADLINE_SECONDS} from '../deployment/config.js'
 import {badInput} from '../errors.js'
 import {runLockTtlMs} from '../faults/lease/lease.js'
+import {fleetRunId} from '../model/fleet.js'
 import {failedChecks, runCounts, type SuiteRun} from '../model/run.js'
 import {renderSuite} from '../report/suite-text.js'
+import {loadFleet} from '../suite/fleet-file.js'
 import {runSuite} from '../suite/runner.js'
 import {defaultSuite, GateSchema, loadSuite} from '../suite/suite-file.js'
 
@@ -26,6 +30,7 @@ export default class Suite extends TargetCommand<typeof Suite> {
     '<%= config.bin %> suite --sim',
     '<%= config.bin %> suite nightly.yaml -c pdchaos.yaml --journal run.json --junit junit.xml --html report.html',
     '<%= config.bin %> suite release.yaml -c pdchaos.yaml --gate --push http://127.0.0.1:9091',
+    '<%= config.bin %> suite --fleet fleet.yaml --max-parallel 4 --journal-dir /var/lib/pdchaos/nightly --junit junit.xml --html fleet.html',
   ]
   static override args = {
     file: Args.string({description: 'Suite file (YAML); `pdchaos schema suite` prints its shape. Default: the built-in suite.'}),
@@ -42,10 +47,16 @@ export default class Suite extends TargetCommand<typeof Suite> {
     'run-id': Flags.string({summary: 'Name of this run (Pushgateway grouping, reports). Default: derived from the start time.'}),
     'sim-deadline': Flags.string({summary: 'With --sim, when the suite starts the twin itself: its watchdog deadline in seconds (default 3).'}),
     'sim-poll': Flags.string({summary: 'With --sim, when the suite starts the twin itself: its watchdog poll interval in seconds (default 0.5).'}),
+    label: Flags.string({summary: 'Name this deployment in a combined report (`pdchaos report`); default: the deployment file\'s name.'}),
+    fleet: Flags.string({helpGroup: 'FLEET', summary: 'Run every deployment of this fleet file (`pdchaos schema fleet`), each as its own run with its own lock and journal; one combined summary, JUnit, HTML, push and exit code.',
+      exclusive: ['config', 'sim', 'state-dir', 'journal', 'label', 'sim-deadline', 'sim-poll']}),
+    'max-parallel': Flags.integer({helpGroup: 'FLEET', min: 1, max: 64, dependsOn: ['fleet'], summary: 'Deployments run at once at most (default: the fleet file\'s maxParallel, 4 unless it says).'}),
+    'journal-dir': Flags.string({helpGroup: 'FLEET', dependsOn: ['fleet'], summary: 'Keep each deployment\'s journal as DIR/NAME.json (`pdchaos report DIR/*.json` rebuilds the combined report).'}),
   }
 
   async run(): Promise<Record<string, unknown>> {
     const f = this.flags
+    if (f.fleet !== undefined) return this.runFleet(f.fleet)
     const suite = this.args.file ? await loadSuite(resolve(this.args.file)) : defaultSuite()
     const twin = twinWatchdog(f)
     // Every output checked before the run: a long run must not end in a write that was bound to fail.
@@ -54,16 +65,19 @@ export default class Suite extends TargetCommand<typeof Suite> {
     const stop = new AbortController()
     const onSigint = () => stop.abort('interrupted (SIGINT)')
     process.on('SIGINT', onSigint)
+    let deployment: string | undefined
+    let config = f.sim ? undefined : resolve(f.config)
+    let started: string | undefined
+    const t0 = Date.now()
     try {
-      let started: string | undefined
-      const t0 = Date.now()
       const run = await this.withTarget({
-        twin, say: progress.say, disturb: 'run a suite against',
+        twin, say: progress.say, disturb: 'run a suite against', check: (d) => { deployment = d.name },
         // A co-restart may bring back a dead service; a fault scenario needs all three answering first.
         preflight: suite.scenarios.some((s) => s.fault !== undefined),
         lock: ({deployment: d}) => ({command: `suite ${suite.name}`, ttlMs: runLockTtlMs({...d.watchdog, scenarios: suite.scenarios.length})}),
       }, (t) => {
         started = t.startedTwin
+        config = t.file
         return runSuite(t.deployment, t.host, suite, {
           gate: suite.gate ?? (f.gate ? GateSchema.parse({}) : undefined), say: progress.say, signal: stop.signal, runId: f['run-id'], oneAtATime: f['one-at-a-time'],
           onPlan: (lines) => progress.print(['plan (checked: no two scenarios in a batch interfere):', ...lines.map((x) => `  ${x}`)]),
@@ -78,12 +92,34 @@ export default class Suite extends TargetCommand<typeof Suite> {
       // The summary and the exit code first, then the outputs: a failed write or push is reported, the verdict kept.
       if (!this.jsonEnabled()) this.log(renderSuite(run, {wallMs, twin: twinNote || undefined}))
       this.setRunExitCode(run)
-      const {pushed, outputErrors} = await this.writeRunOutputs(run, 'suite', f, {wallMs})
+      const {pushed, outputErrors} = await this.writeRunOutputs(run, 'suite', f, {wallMs, ...(f.label ? {label: f.label} : {}), config})
       return {...summaryOf(run, this.runId(run)), plan: run.plan, batches: run.batches, floorMs: run.floorMs, wallMs, notes: run.notes, ...(pushed ? {pushed} : {}),
         ...(outputErrors ? {outputErrors} : {}), scenarios: run.scenarios.map(({timeline: _t, ...s}) => s)}
+    } catch (error) {
+      this.writeFailureJournal(f.journal, 'suite', {name: suite.name, runId: f['run-id'], label: f.label, config, deployment, startedAt: t0}, error)
+      throw error
     } finally {
       progress.stop()
       process.removeListener('SIGINT', onSigint)
+    }
+  }
+
+  /** --fleet: each deployment its own run (cli/fleet-run.ts), one combined report and exit code. */
+  private async runFleet(file: string): Promise<Record<string, unknown>> {
+    const f = this.flags
+    if (this.args.file !== undefined) throw badInput(`with --fleet the suite of each deployment comes from the fleet file, not ${this.args.file}`, 'name it as `suite:` in the fleet file (for one deployment, or for all)')
+    const plan = await loadFleet(resolve(file))
+    checkFleet(plan, {allowProduction: f['allow-production'], journalDir: f['journal-dir']})
+    checkFleetOutputs(f)
+    const progress = new Progress({json: this.jsonEnabled()})
+    const runId = f['run-id'] ?? fleetRunId(Date.now())
+    try {
+      const fleet = await runFleetHere(plan, {maxParallel: f['max-parallel'], journalDir: f['journal-dir'], runId, progress,
+        pass: {gate: f.gate, oneAtATime: f['one-at-a-time'], allowProduction: f['allow-production'], acceptNewHostKey: f['accept-new-host-key']}})
+      progress.stop()
+      return await finishFleet(fleet, {json: this.jsonEnabled(), log: (t) => this.log(t), files: f, runId})
+    } finally {
+      progress.stop()
     }
   }
 }

@@ -1,3 +1,4 @@
+import {ExitCode, type ExitCodeValue} from '../exit-codes.js'
 import type {Calibration, Observation, PinState, Timeline} from './timeline.js'
 import {type CheckName, type Outcome, UNVERIFIED_BLOCKS_BY_DEFAULT, type Verdict} from './verdict.js'
 
@@ -147,6 +148,8 @@ export interface SuiteRun {
   finishedAt: number
   /** The deployment's name. */
   deployment: string
+  /** The host as pdchaos reached it (`ssh user@host:22`, `local`): a combined report names where each run went. */
+  target?: string
   /** The release gate's verdict, when the run was a gate. */
   gate?: {passed: boolean; reasons: string[]}
   stopped?: {reason: string}
@@ -222,4 +225,17 @@ export function runIdOf(run: SuiteRun): string {
 /** Every failing verdict with the scenario it belongs to, in run order. */
 export function failedChecks(run: SuiteRun): Array<{scenario: string; verdict: Verdict}> {
   return run.scenarios.flatMap((s) => s.verdicts.filter((v) => v.verdict === 'fail').map((verdict) => ({scenario: s.name, verdict})))
+}
+
+/** The README's exit codes for a run: stopped 3; a gate decides 0 or 1; a fault left behind 4; nothing judged and every
+ * scenario errored 5 (the target or the host failed, not a check); a failed check, a blocking unverified one (the
+ * watchdog's eviction check by default) or a scenario without a verdict 1; else 0. */
+export function runExitCode(run: SuiteRun): ExitCodeValue {
+  const c = runCounts(run)
+  if (run.stopped) return ExitCode.stopped
+  if (run.gate) return run.gate.passed ? ExitCode.ok : ExitCode.checkFailed
+  if (c.faultsLeftBehind > 0) return ExitCode.cleanupUnverified
+  if (c.verdicts === 0 && c.scenarios > 0 && c.errored === c.scenarios) return ExitCode.unreachable
+  if (c.failed > 0 || c.errored > 0 || blockingUnverified(run).length > 0) return ExitCode.checkFailed
+  return ExitCode.ok
 }

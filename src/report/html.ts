@@ -258,7 +258,7 @@ function verdictTable(s: ScenarioRun): string {
   return `<table class="verdicts"><thead><tr><th>check</th><th>subject</th><th>verdict</th><th>summary and evidence</th></tr></thead><tbody>\n${rows.join('\n')}\n</tbody></table>`
 }
 
-function scenarioSection(s: ScenarioRun, i: number, opts: Required<HtmlOptions>): string {
+function scenarioSection(s: ScenarioRun, id: string, opts: Required<HtmlOptions>): string {
   const failed = s.verdicts.filter((v) => v.verdict === 'fail').length
   const unverified = s.verdicts.filter((v) => v.verdict === 'unverified').length
   const status = s.error !== undefined ? 'error' : failed > 0 ? 'fail' : unverified > 0 ? 'unverified' : 'pass'
@@ -269,7 +269,7 @@ function scenarioSection(s: ScenarioRun, i: number, opts: Required<HtmlOptions>)
     `${s.verdicts.length - failed - unverified}/${s.verdicts.length} checks passed${unverified ? `, ${unverified} unverified` : ''}`,
   ].filter(Boolean).join(' · ')
   return [
-    `<section class="scenario ${status}" id="scenario-${i}">`,
+    `<section class="scenario ${status}" id="${attr(id)}">`,
     `<h2><span class="badge ${status}">${status.toUpperCase()}</span> ${esc(s.name)}</h2>`,
     `<p class="facts">${esc(facts)}</p>`,
     s.error !== undefined ? `<p class="error">${esc(s.error)}</p>` : '',
@@ -280,7 +280,7 @@ function scenarioSection(s: ScenarioRun, i: number, opts: Required<HtmlOptions>)
   ].join('\n')
 }
 
-const CSS = `
+export const HTML_CSS = `
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:24px;color:#222;background:#fff}
 h1{font-size:22px;margin:0 0 6px} h2{font-size:17px;margin:28px 0 4px}
 .badge{display:inline-block;padding:1px 8px;border-radius:4px;color:#fff;font-size:13px;font-weight:600;vertical-align:1px}
@@ -298,27 +298,39 @@ svg .legend{font-size:11px;fill:#333} svg .marker{font-size:10px;fill:#777} svg 
 svg .series-name{font-size:11px;fill:#333} svg .note{font-size:11px;fill:#777}
 `
 
-export function renderHtml(run: SuiteRun, options: HtmlOptions = {}): string {
+/** A run's verdict: pass, fail, or stopped. */
+export function runStatus(run: SuiteRun): 'pass' | 'fail' | 'stopped' {
+  return run.stopped ? 'stopped' : runPassed(run) ? 'pass' : 'fail'
+}
+
+/** The body of a run's report after its title: facts, counts, stop, gate, failed checks and a section per scenario.
+ * idPrefix keeps the scenarios' anchors apart when several runs share a page (a fleet's report). */
+export function runBody(run: SuiteRun, options: HtmlOptions = {}, idPrefix = ''): string[] {
   const opts: Required<HtmlOptions> = {maxPinRows: options.maxPinRows ?? 120, maxSeries: options.maxSeries ?? 6}
   const c = runCounts(run)
-  const passed = runPassed(run)
-  const status = run.stopped ? 'stopped' : passed ? 'pass' : 'fail'
   const failures = failedChecks(run)
   const failedList = failures.length === 0 ? '<p class="note">no check failed</p>' : `<h2>Failed checks (${failures.length})</h2><ul class="failed">${failures.map(({scenario, verdict: v}) =>
     `<li><b>${esc(scenario)}</b> · ${esc(v.check)} · <span class="subject">${esc(v.subject)}</span> — ${esc(v.summary)}</li>`).join('')}</ul>`
   return [
-    '<!DOCTYPE html>',
-    '<html lang="en"><head><meta charset="utf-8">',
-    `<title>${esc(`pdchaos ${run.name}: ${status.toUpperCase()}`)}</title>`,
-    `<style>${CSS}</style></head><body>`,
-    `<h1><span class="badge ${status}">${status.toUpperCase()}</span> pdchaos ${esc(run.name)}</h1>`,
     `<p class="facts">${esc(`deployment ${run.deployment} · started ${iso(run.startedAt)} · ${fmt((run.finishedAt - run.startedAt) / 1000, 1)} s`)}</p>`,
     `<p class="counts"><span><b>${c.passed}</b> passed</span><span><b>${c.failed}</b> failed</span><span><b>${c.unverified}</b> unverified</span><span><b>${c.scenarios}</b> scenarios</span>` +
       `<span><b>${c.errored}</b> errored</span><span><b>${c.faultsLeftBehind}</b> faults left behind</span></p>`,
     run.stopped ? `<p class="error">Stopped: ${esc(run.stopped.reason)}</p>` : '',
     run.gate ? `<p class="facts">Release gate: ${run.gate.passed ? 'passed' : 'failed'}${run.gate.reasons.length > 0 ? ` — ${esc(run.gate.reasons.join('; '))}` : ''}</p>` : '',
     failedList,
-    ...run.scenarios.map((s, i) => scenarioSection(s, i, opts)),
+    ...run.scenarios.map((s, i) => scenarioSection(s, `${idPrefix}scenario-${i}`, opts)),
+  ]
+}
+
+export function renderHtml(run: SuiteRun, options: HtmlOptions = {}): string {
+  const status = runStatus(run)
+  return [
+    '<!DOCTYPE html>',
+    '<html lang="en"><head><meta charset="utf-8">',
+    `<title>${esc(`pdchaos ${run.name}: ${status.toUpperCase()}`)}</title>`,
+    `<style>${HTML_CSS}</style></head><body>`,
+    `<h1><span class="badge ${status}">${status.toUpperCase()}</span> pdchaos ${esc(run.name)}</h1>`,
+    ...runBody(run, options),
     '</body></html>',
     '',
   ].join('\n')

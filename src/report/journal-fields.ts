@@ -36,3 +36,13 @@ export function injectFields(run: SuiteRun): Record<string, unknown> {
     ...(s.abortCoverage ? {abortCoverage: s.abortCoverage} : {}),
   }
 }
+
+/**
+ * The journal of a run that reached no verdict (its target unreachable, its lock held, cleanup that could not be
+ * verified): what it was and the error it ended with, so a combined report (`pdchaos report`) names the deployment
+ * and why instead of missing it.
+ */
+export function failureJournal(command: string, fields: {name?: string; runId?: string; label?: string; config?: string; deployment?: string; startedAt: number; finishedAt: number},
+  error: {code: string; exitCode: number; message: string; suggestions?: string[]}): Record<string, unknown> {
+  return {command, ...fields, error}
+}

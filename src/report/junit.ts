@@ -21,7 +21,7 @@ export function escapeAttr(text: string): string {
   return escapeXml(text).replace(/"/g, '&quot;').replace(/'/g, '&apos;').replace(/\n/g, '&#10;').replace(/\r/g, '&#13;').replace(/\t/g, '&#9;')
 }
 
-const secs = (ms: number): string => Math.max(0, ms / 1000).toFixed(3)
+export const secs = (ms: number): string => Math.max(0, ms / 1000).toFixed(3)
 
 /** ISO 8601 in UTC, to the second, without a zone designator (the Ant schema's timestamp pattern). */
 export function junitTimestamp(ms: number): string {
@@ -29,7 +29,7 @@ export function junitTimestamp(ms: number): string {
 }
 
 /** Scenario names go into dotted class names; dots in them would split the class path CI servers show. */
-const classPart = (s: string): string => s.replace(/[.\s]+/g, '_')
+export const classPart = (s: string): string => s.replace(/[.\s]+/g, '_')
 
 function testcaseTime(s: ScenarioRun, v: Verdict): number {
   const pin = s.pins.find((p) => p.rid === v.subject)
@@ -51,7 +51,7 @@ function properties(run: SuiteRun, s: ScenarioRun): Array<[string, string]> {
   return props
 }
 
-function systemOut(s: ScenarioRun): string {
+export function systemOut(s: ScenarioRun): string {
   const iso = (ms: number | null) => (ms === null ? 'never' : new Date(ms).toISOString())
   const lines = s.leases.map((l) => `lease ${l.id} ${l.fault} (${l.mechanism}): injected ${iso(l.injectedAt)}, reverted ${iso(l.revertedAt)}, verified clean: ${l.verifiedClean}`)
   for (const p of s.pins) {
@@ -60,13 +60,22 @@ function systemOut(s: ScenarioRun): string {
   return lines.join('\n')
 }
 
-function renderSuite(run: SuiteRun, s: ScenarioRun, out: string[]): {tests: number; failures: number; errors: number; skipped: number} {
+export interface CaseCounts {
+  tests: number
+  failures: number
+  errors: number
+  skipped: number
+}
+
+/** A scenario's testcases: one per verdict, and one for the scenario itself when it errored or was never run.
+ * classPrefix heads every classname (`pdchaos`, or `pdchaos.<deployment>` in a fleet's report). */
+export function scenarioCases(run: SuiteRun, s: ScenarioRun, classPrefix = 'pdchaos'): CaseCounts & {cases: string[]} {
   const cases: string[] = []
   let failures = 0
   let errors = 0
   let skipped = 0
   for (const v of s.verdicts) {
-    const head = `    <testcase name="${escapeAttr(`${v.check} ${v.subject}`)}" classname="${escapeAttr(`pdchaos.${classPart(s.name)}.${v.check}`)}" time="${testcaseTime(s, v).toFixed(3)}"`
+    const head = `    <testcase name="${escapeAttr(`${v.check} ${v.subject}`)}" classname="${escapeAttr(`${classPrefix}.${classPart(s.name)}.${v.check}`)}" time="${testcaseTime(s, v).toFixed(3)}"`
     if (v.verdict === 'pass') {
       cases.push(`${head}/>`)
       continue
@@ -82,7 +91,7 @@ function renderSuite(run: SuiteRun, s: ScenarioRun, out: string[]): {tests: numb
       `      <failure message="${escapeAttr(v.summary)}" type="${escapeAttr(v.check)}">${escapeXml(JSON.stringify(v.evidence, null, 2))}</failure>`,
       '    </testcase>')
   }
-  const runCase = `    <testcase name="${escapeAttr(`scenario ${s.name}`)}" classname="${escapeAttr(`pdchaos.${classPart(s.name)}.run`)}" time="${secs(s.finishedAt - s.startedAt)}">`
+  const runCase = `    <testcase name="${escapeAttr(`scenario ${s.name}`)}" classname="${escapeAttr(`${classPrefix}.${classPart(s.name)}.run`)}" time="${secs(s.finishedAt - s.startedAt)}">`
   if (s.error !== undefined) {
     errors++
     cases.push(runCase, `      <error message="${escapeAttr(s.error)}" type="infrastructure">${escapeXml(s.error)}</error>`, '    </testcase>')
@@ -90,8 +99,12 @@ function renderSuite(run: SuiteRun, s: ScenarioRun, out: string[]): {tests: numb
     skipped++
     cases.push(runCase, `      <skipped message="${escapeAttr(`run stopped: ${run.stopped.reason}`)}"/>`, '    </testcase>')
   }
-  const tests = s.verdicts.length + errors + skipped
-  out.push(`  <testsuite name="${escapeAttr(s.name)}" tests="${tests}" failures="${failures}" errors="${errors}" skipped="${skipped}" time="${secs(s.finishedAt - s.startedAt)}" timestamp="${junitTimestamp(s.startedAt)}">`,
+  return {cases, tests: s.verdicts.length + errors + skipped, failures, errors, skipped}
+}
+
+function renderSuite(run: SuiteRun, s: ScenarioRun, out: string[]): CaseCounts {
+  const {cases, ...counts} = scenarioCases(run, s)
+  out.push(`  <testsuite name="${escapeAttr(s.name)}" tests="${counts.tests}" failures="${counts.failures}" errors="${counts.errors}" skipped="${counts.skipped}" time="${secs(s.finishedAt - s.startedAt)}" timestamp="${junitTimestamp(s.startedAt)}">`,
     '    <properties>',
     ...properties(run, s).map(([k, v]) => `      <property name="${escapeAttr(k)}" value="${escapeAttr(v)}"/>`),
     '    </properties>',
@@ -99,7 +112,7 @@ function renderSuite(run: SuiteRun, s: ScenarioRun, out: string[]): {tests: numb
     `    <system-out>${escapeXml(systemOut(s))}</system-out>`,
     '    <system-err></system-err>',
     '  </testsuite>')
-  return {tests, failures, errors, skipped}
+  return counts
 }
 
 export function renderJUnit(run: SuiteRun): string {

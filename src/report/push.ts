@@ -3,6 +3,7 @@ import type {Registry} from 'prom-client'
 import {oneLine, PdError} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import {lazyRequire} from '../util/lazy-require.js'
+import type {FleetRun} from '../model/fleet.js'
 import {faultsLeftBehind, runIdOf, runPassed, type SuiteRun} from '../model/run.js'
 
 // prom-client only when metrics are pushed (src/util/lazy-require.ts).
@@ -45,60 +46,98 @@ export function evictionBuckets(run: SuiteRun): number[] {
 
 /** The run as a registry of metrics (exported for tests and for a `--metrics-file` one day). */
 export function runRegistry(run: SuiteRun): {registry: Registry; series: number} {
+  const {registry, series, add} = metricsFor([], evictionBuckets(run))
+  return {registry, series: series + add(run, {})}
+}
+
+/**
+ * A fleet as one registry: every run's metrics with a `deployment` label, and per deployment its exit code and whether
+ * it was reached (an unreachable one has no run: its run_passed is 0), and the fleet's exit code.
+ */
+export function fleetRegistry(fleet: FleetRun): {registry: Registry; series: number} {
+  const buckets = [...new Set(fleet.members.flatMap((m) => (m.run ? evictionBuckets(m.run) : EVICTION_BUCKETS)))].sort((a, b) => a - b)
+  const {registry, series: base, add, passed} = metricsFor(['deployment'], buckets)
+  const {Gauge} = prom()
+  const exit = new Gauge({name: 'pdchaos_deployment_exit_code', help: 'The exit code the deployment\'s own run ended with (README: 0 passed ... 5 unreachable).', labelNames: ['deployment'] as const, registers: [registry]})
+  const reached = new Gauge({name: 'pdchaos_deployment_reachable', help: '1 when the deployment\'s run reached it, 0 when it was unreachable or never ran.', labelNames: ['deployment'] as const, registers: [registry]})
+  const fleetExit = new Gauge({name: 'pdchaos_fleet_exit_code', help: 'The fleet\'s combined exit code.', registers: [registry]})
+  let series = base + 1
+  for (const m of fleet.members) {
+    const labels = {deployment: m.name}
+    if (m.run) series += add(m.run, labels)
+    else {
+      passed.set(labels, 0)
+      series++
+    }
+    exit.set(labels, m.exitCode)
+    reached.set(labels, m.run ? 1 : 0)
+    series += 2
+  }
+  fleetExit.set(fleet.exitCode)
+  return {registry, series}
+}
+
+/** The metrics of runs, each labelled with `extra` label names (none for a single run, as dashboards have it). */
+function metricsFor(extra: string[], buckets: number[]) {
   const {Gauge, Histogram, Registry} = prom()
   const registry = new Registry()
-  let series = 0
+  const names = (...own: string[]) => [...extra, ...own]
   const eviction = new Histogram({
     name: 'pdchaos_eviction_seconds', help: 'Seconds from a pin\'s send to its eviction by the watchdog.',
-    labelNames: ['scenario', 'fault'] as const, buckets: evictionBuckets(run), registers: [registry],
+    labelNames: names('scenario', 'fault'), buckets, registers: [registry],
   })
   const checkPassed = new Gauge({
     name: 'pdchaos_check_passed', help: '1 when the check passed for this subject, 0 when it failed or is unverified.',
-    labelNames: ['scenario', 'check', 'subject'] as const, registers: [registry],
+    labelNames: names('scenario', 'check', 'subject'), registers: [registry],
   })
   const checkUnverified = new Gauge({
     name: 'pdchaos_check_unverified', help: '1 when the check lacked its data for this subject (neither passed nor failed), else 0.',
-    labelNames: ['scenario', 'check', 'subject'] as const, registers: [registry],
+    labelNames: names('scenario', 'check', 'subject'), registers: [registry],
   })
   // Abort coverage: how many trials landed in the transfer window (a dashboard tells a covered abort pass from an empty one).
-  const abortTrials = new Gauge({name: 'pdchaos_abort_trials', help: 'Abort trials judged in this scenario.', labelNames: ['scenario'] as const, registers: [registry]})
+  const abortTrials = new Gauge({name: 'pdchaos_abort_trials', help: 'Abort trials judged in this scenario.', labelNames: names('scenario'), registers: [registry]})
   const abortInWindow = new Gauge({
-    name: 'pdchaos_abort_trials_in_window', help: 'Abort trials whose abort demonstrably landed in the transfer window.', labelNames: ['scenario'] as const, registers: [registry],
+    name: 'pdchaos_abort_trials_in_window', help: 'Abort trials whose abort demonstrably landed in the transfer window.', labelNames: names('scenario'), registers: [registry],
   })
   const filterMatched = new Gauge({
-    name: 'pdchaos_abort_filter_matched_packets', help: 'Packets the abort window\'s widening filter matched while in place (0: it held no transfer).', labelNames: ['scenario'] as const, registers: [registry],
+    name: 'pdchaos_abort_filter_matched_packets', help: 'Packets the abort window\'s widening filter matched while in place (0: it held no transfer).', labelNames: names('scenario'), registers: [registry],
   })
-  const left = new Gauge({name: 'pdchaos_faults_left_behind', help: 'Faults injected but not verified clean after the run: the host may still be faulted.', registers: [registry]})
-  const duration = new Gauge({name: 'pdchaos_run_duration_seconds', help: 'Wall time of the suite run.', registers: [registry]})
-  const passed = new Gauge({name: 'pdchaos_run_passed', help: '1 when the run passed (the gate\'s verdict when gated), else 0.', registers: [registry]})
+  const left = new Gauge({name: 'pdchaos_faults_left_behind', help: 'Faults injected but not verified clean after the run: the host may still be faulted.', labelNames: names(), registers: [registry]})
+  const duration = new Gauge({name: 'pdchaos_run_duration_seconds', help: 'Wall time of the suite run.', labelNames: names(), registers: [registry]})
+  const passed = new Gauge({name: 'pdchaos_run_passed', help: '1 when the run passed (the gate\'s verdict when gated), else 0.', labelNames: names(), registers: [registry]})
 
-  const histograms = new Set<string>()
-  for (const s of run.scenarios) {
-    for (const p of s.pins) {
-      if (p.evictionSeconds === null) continue
-      const fault = p.fault ?? s.fault ?? 'none'
-      eviction.observe({scenario: s.name, fault}, p.evictionSeconds)
-      histograms.add(`${s.name}\u0000${fault}`)
-    }
-    if (s.abortCoverage) {
-      abortTrials.set({scenario: s.name}, s.abortCoverage.trials)
-      abortInWindow.set({scenario: s.name}, s.abortCoverage.inWindow)
-      series += 2
-      if (s.abortCoverage.filterMatchedPackets !== null) {
-        filterMatched.set({scenario: s.name}, s.abortCoverage.filterMatchedPackets)
-        series++
+  /** Add one run's metrics under these labels; returns the series it added. */
+  const add = (run: SuiteRun, labels: Record<string, string>): number => {
+    let series = 0
+    const histograms = new Set<string>()
+    for (const s of run.scenarios) {
+      for (const p of s.pins) {
+        if (p.evictionSeconds === null) continue
+        const fault = p.fault ?? s.fault ?? 'none'
+        eviction.observe({...labels, scenario: s.name, fault}, p.evictionSeconds)
+        histograms.add(`${s.name}\u0000${fault}`)
+      }
+      if (s.abortCoverage) {
+        abortTrials.set({...labels, scenario: s.name}, s.abortCoverage.trials)
+        abortInWindow.set({...labels, scenario: s.name}, s.abortCoverage.inWindow)
+        series += 2
+        if (s.abortCoverage.filterMatchedPackets !== null) {
+          filterMatched.set({...labels, scenario: s.name}, s.abortCoverage.filterMatchedPackets)
+          series++
+        }
+      }
+      for (const v of s.verdicts) {
+        checkPassed.set({...labels, scenario: s.name, check: v.check, subject: v.subject}, v.verdict === 'pass' ? 1 : 0)
+        checkUnverified.set({...labels, scenario: s.name, check: v.check, subject: v.subject}, v.verdict === 'unverified' ? 1 : 0)
+        series += 2
       }
     }
-    for (const v of s.verdicts) {
-      checkPassed.set({scenario: s.name, check: v.check, subject: v.subject}, v.verdict === 'pass' ? 1 : 0)
-      checkUnverified.set({scenario: s.name, check: v.check, subject: v.subject}, v.verdict === 'unverified' ? 1 : 0)
-      series += 2
-    }
+    left.set(labels, faultsLeftBehind(run))
+    duration.set(labels, Math.max(0, (run.finishedAt - run.startedAt) / 1000))
+    passed.set(labels, runPassed(run) ? 1 : 0)
+    return series + histograms.size + 3
   }
-  left.set(faultsLeftBehind(run))
-  duration.set(Math.max(0, (run.finishedAt - run.startedAt) / 1000))
-  passed.set(runPassed(run) ? 1 : 0)
-  return {registry, series: series + histograms.size + 3}
+  return {registry, series: 0, add, passed}
 }
 
 function gatewayError(url: string, what: string, error: unknown): PdError {
@@ -130,18 +169,26 @@ function checkUrl(url: string): void {
 
 /** Push the run's metrics, replacing whatever the grouping held. Throws PdError exit 5 naming the gateway on any failure. */
 export async function pushRun(url: string, run: SuiteRun, opts: PushOptions = {}): Promise<PushResult> {
+  return pushRegistry(url, runRegistry(run), runIdOf(run), opts)
+}
+
+/** Push a fleet's metrics as one grouping (job + the fleet's run_id), each series labelled with its deployment. */
+export async function pushFleet(url: string, fleet: FleetRun, runId: string, opts: PushOptions = {}): Promise<PushResult> {
+  return pushRegistry(url, fleetRegistry(fleet), runId, opts)
+}
+
+async function pushRegistry(url: string, metrics: {registry: Registry; series: number}, runId: string, opts: PushOptions): Promise<PushResult> {
   checkUrl(url)
   const jobName = opts.jobName ?? 'pdchaos'
-  const groupings = opts.groupings ?? {run_id: runIdOf(run)}
+  const groupings = opts.groupings ?? {run_id: runId}
   const timeoutMs = opts.timeoutMs ?? 5000
-  const {registry, series} = runRegistry(run)
-  const gateway = new (prom().Pushgateway)(url, {timeout: timeoutMs}, registry)
+  const gateway = new (prom().Pushgateway)(url, {timeout: timeoutMs}, metrics.registry)
   try {
     await withDeadline(gateway.push({jobName, groupings}), timeoutMs + 500)
   } catch (error) {
     throw gatewayError(url, 'push to', error)
   }
-  return {url, jobName, groupings, series}
+  return {url, jobName, groupings, series: metrics.series}
 }
 
 /** Delete a run's grouping from the gateway (tests, and cleaning up after a mistaken push). */

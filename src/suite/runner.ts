@@ -91,7 +91,7 @@ export async function runSuite(deployment: Deployment, host: Host, suite: SuiteF
     await watch.close()
   }
   const run: SuiteRun = {
-    name: suite.name, runId: opts.runId, startedAt, finishedAt: Date.now(), deployment: deployment.name, scenarios: runs,
+    name: suite.name, runId: opts.runId, startedAt, finishedAt: Date.now(), deployment: deployment.name, target: host.describe(), scenarios: runs,
     plan, batches: batchStats, floorMs, notes: watch.notes,
   }
   const reason = watch.reason()

@@ -1,0 +1,78 @@
+import {mkdtempSync, rmSync} from 'node:fs'
+import {tmpdir} from 'node:os'
+import {join} from 'node:path'
+
+import {assertMayDisturb} from '../deployment/protection.js'
+import type {FleetRun} from '../model/fleet.js'
+import type {FleetPlan} from '../suite/fleet-file.js'
+import {runFleet} from '../suite/fleet.js'
+import {type ChildOptions, journalPath, runMemberChild} from './fleet-member.js'
+import {checkOutputFile} from './outputs.js'
+import type {Progress} from './progress.js'
+
+/**
+ * `suite --fleet` on this machine: every deployment as its own pdchaos process (cli/fleet-member.ts says why), at most
+ * maxParallel at once, their progress lines prefixed with the deployment's name. SIGINT or SIGTERM stops the fleet:
+ * each running deployment gets one SIGINT (it reverts its faults, writes its journal and exits 3), none starts after.
+ */
+
+export interface FleetHereOptions {
+  maxParallel?: number
+  /** Keep each deployment's journal here as NAME.json; without it they go to a temporary directory. */
+  journalDir?: string
+  runId: string
+  pass: ChildOptions['pass']
+  progress: Progress
+  /** How to start pdchaos (default: this process's node, its flags and its entry script). */
+  cli?: string[]
+  /** Tests: shorter deadlines, another environment. */
+  child?: Partial<Pick<ChildOptions, 'deadlineMs' | 'killGraceMs' | 'env'>>
+}
+
+/** Checks before anything runs (exit 2): production deployments need --allow-production; every journal can be written. */
+export function checkFleet(plan: FleetPlan, o: {allowProduction: boolean; journalDir?: string}): void {
+  for (const e of plan.entries) {
+    assertMayDisturb(e.deployment, o.allowProduction, `run fleet ${plan.name} (deployment ${e.name}) against`)
+    if (o.journalDir !== undefined) checkOutputFile('--journal-dir', journalPath(o.journalDir, e.name))
+  }
+}
+
+export async function runFleetHere(plan: FleetPlan, o: FleetHereOptions): Promise<FleetRun> {
+  const dir = o.journalDir ?? mkdtempSync(join(tmpdir(), 'pdchaos-fleet-'))
+  const {progress} = o
+  const stop = new AbortController()
+  const running = new Set<string>()
+  let done = 0
+  const phase = () => progress.setPhase(`fleet ${plan.name}: ${running.size} running (${[...running].join(', ')}), ${done}/${plan.entries.length} done`)
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (stop.signal.aborted) return progress.say(`${signal} again: waiting for ${running.size} deployment(s) to revert their faults and stop`)
+    progress.say(`${signal}: stopping the fleet; each running deployment reverts its faults and stops, no other starts`)
+    stop.abort(`interrupted (${signal})`)
+  }
+  process.on('SIGINT', onSignal)
+  process.on('SIGTERM', onSignal)
+  try {
+    return await runFleet(plan, {
+      ...(o.maxParallel ? {maxParallel: o.maxParallel} : {}), runId: o.runId, signal: stop.signal,
+      runMember: (e, ctx) => runMemberChild(e, {
+        cli: o.cli ?? [process.execPath, ...process.execArgv, process.argv[1]!], journalDir: dir, keepJournal: o.journalDir !== undefined,
+        runId: o.runId, pass: o.pass, say: (line) => progress.say(`[${e.name}] ${line}`), ...o.child,
+      }, ctx),
+      onStart: (e) => {
+        running.add(e.name)
+        progress.say(`[${e.name}] starting: deployment ${e.deployment.name}, suite ${e.suite.name}`)
+        phase()
+      },
+      onEnd: (m) => {
+        running.delete(m.name)
+        done++
+        progress.print([`[${m.name}] ${m.status.toUpperCase()} (exit ${m.exitCode})${m.reason ? `: ${m.reason}` : ''}`])
+        phase()
+      },
+    })
+  } finally {
+    process.removeListener('SIGINT', onSignal)
+    process.removeListener('SIGTERM', onSignal)
+    if (o.journalDir === undefined) rmSync(dir, {recursive: true, force: true})
+  }
+}

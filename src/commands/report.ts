@@ -1,0 +1,43 @@
+import {resolve} from 'node:path'
+
+import {Args, Flags} from '@oclif/core'
+
+import {BaseCommand} from '../cli/base-command.js'
+import {checkFleetOutputs, finishFleet} from '../cli/fleet-outputs.js'
+import {badInput} from '../errors.js'
+import {fleetRunId} from '../model/fleet.js'
+import {fleetFromJournals} from '../suite/fleet-journals.js'
+
+export default class Report extends BaseCommand<typeof Report> {
+  static override summary = 'Combine the journals of separate runs (one per deployment) into one report: summary, JUnit, HTML, Pushgateway push and exit code.'
+  static override description = [
+    'Each JOURNAL is a file written by `pdchaos suite --journal FILE` (or inject, or `suite --fleet --journal-dir DIR`), e.g. by a CronJob or a CI job per deployment.',
+    'A run that reached no verdict (an unreachable deployment) writes its error as its journal and is reported with its reason.',
+    'Each deployment is named by its --label, else by its deployment file\'s name; two journals of one name are refused.',
+    'Exit code: the worst across deployments, 4 cleanup unverified > 3 stopped > 1 a check failed > 5 unreachable > 2 refused > 0 all passed.',
+  ].join(' ')
+  static override examples = [
+    '<%= config.bin %> report /var/lib/pdchaos/nightly/*.json',
+    '<%= config.bin %> report eu1.json us2.json --junit junit.xml --html fleet.html --push http://127.0.0.1:9091',
+  ]
+  static override strict = false
+  static override args = {
+    journals: Args.string({description: 'Journal files (JSON), one per deployment (any number).'}),
+  }
+  static override flags = {
+    name: Flags.string({summary: 'Name of the combined report.', default: 'fleet'}),
+    junit: Flags.string({summary: 'Write JUnit XML (one testsuite per deployment) to this file.'}),
+    html: Flags.string({summary: 'Write the single-file HTML report (an index, then each deployment\'s report) to this file.'}),
+    push: Flags.string({summary: 'Push every deployment\'s metrics, labelled deployment=NAME, to this Pushgateway URL.'}),
+    'run-id': Flags.string({summary: 'The Pushgateway grouping of the push. Default: derived from the earliest run\'s start.'}),
+  }
+
+  async run(): Promise<Record<string, unknown>> {
+    const journals = this.positionals
+    if (journals.length === 0) throw badInput('no journal given', 'pass the journal files, e.g. `pdchaos report /var/lib/pdchaos/nightly/*.json`')
+    checkFleetOutputs(this.flags)
+    const fleet = await fleetFromJournals(journals.map((j) => resolve(j)), {name: this.flags.name})
+    const runId = this.flags['run-id'] ?? fleetRunId(fleet.startedAt)
+    return finishFleet(fleet, {json: this.jsonEnabled(), log: (t) => this.log(t), files: this.flags, runId})
+  }
+}

@@ -1,0 +1,32 @@
+// A stand-in for `pdchaos suite ... --journal FILE --label NAME` in the fleet's unit tests (a real run needs a
+// deployment). What it does is scripted per label in $FAKE_PDCHAOS_PLAN (JSON): how long it runs, what it prints on
+// stderr, the journal it writes (a copy of a prepared file), its exit code, and what it does on SIGINT. Each start and
+// end is appended to $FAKE_PDCHAOS_LOG, so a test sees how many ran at once from the children's side.
+import {appendFileSync, copyFileSync, writeFileSync} from 'node:fs'
+
+const argv = process.argv.slice(2)
+const opt = (name) => {
+  const i = argv.indexOf(name)
+  return i === -1 ? undefined : argv[i + 1]
+}
+const label = opt('--label')
+const journal = opt('--journal')
+const plan = JSON.parse(process.env.FAKE_PDCHAOS_PLAN ?? '{}')[label] ?? {}
+const log = (what) => process.env.FAKE_PDCHAOS_LOG && appendFileSync(process.env.FAKE_PDCHAOS_LOG, `${what} ${label} ${Date.now()}\n`)
+const end = (code) => {
+  log('end')
+  process.exit(code)
+}
+log('start')
+if (plan.argvTo) writeFileSync(plan.argvTo, JSON.stringify(argv))
+for (const line of plan.stderr ?? []) process.stderr.write(line + '\n')
+process.on('SIGINT', () => {
+  log('sigint')
+  if (plan.onSigint === 'ignore') return
+  if (plan.stoppedJournal) copyFileSync(plan.stoppedJournal, journal)
+  end(3)
+})
+setTimeout(() => {
+  if (plan.journal) copyFileSync(plan.journal, journal)
+  end(plan.exit ?? 0)
+}, plan.sleepMs ?? 0)
