@@ -129,6 +129,8 @@ function withoutJournal(tail: string[], code: number | undefined, signal: string
       suggestion: 'run `pdchaos recover` against it'}
   }
   const exitCode = code !== undefined && FLEET_EXIT_PRECEDENCE.includes(code) ? code : ExitCode.unreachable
-  const reason = error ? error.slice('Error: '.length) : `pdchaos exited ${code} without a journal`
+  // Without an error line, the lease guard's last word says what became of the faults ("stopped; 2 lease(s) reverted").
+  const guard = [...tail].reverse().find((l) => l.startsWith('pdchaos: '))
+  const reason = error ? error.slice('Error: '.length) : guard ? `exited ${code} without a journal: ${guard.slice('pdchaos: '.length)}` : `pdchaos exited ${code} without a journal`
   return {exitCode, reason: reason + why, ...(hint ? {suggestion: hint.slice('Try this: '.length)} : {})}
 }

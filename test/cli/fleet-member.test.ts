@@ -151,6 +151,16 @@ describe.concurrent('a fleet deployment as its own pdchaos process', () => {
     expect(readFileSync(s.log, 'utf8').match(/^sigint /gm)).toHaveLength(1)
   })
 
+  it('a run that exits without its journal (its lease guard ended the process): the guard\'s last word is the reason', async () => {
+    const s = setup()
+    mkdirSync(s.dir, {recursive: true})
+    const plan = {a: {exit: 4, stderr: ['pdchaos: SIGINT: reverting 1 lease(s) before exit', 'pdchaos: cleanup unverified, the host may still be faulted: lease drop-dest-info-x (its revert script exited 1; the host reverts it by itself in 40 s)']}}
+    const m = await runMemberChild(entry('a'), {cli: FAKE, journalDir: s.dir, keepJournal: false, pass: {}, env: {...process.env, FAKE_PDCHAOS_PLAN: JSON.stringify(plan)}},
+      {signal: new AbortController().signal})
+    expect(m).toMatchObject({status: 'cleanup-unverified', exitCode: 4})
+    expect(m.reason).toBe('exited 4 without a journal: cleanup unverified, the host may still be faulted: lease drop-dest-info-x (its revert script exited 1; the host reverts it by itself in 40 s)')
+  })
+
   it('a child that does not finish by its deadline gets SIGINT, then SIGKILL: cleanup unverified, exit 4', async () => {
     const s = setup()
     mkdirSync(s.dir, {recursive: true})
