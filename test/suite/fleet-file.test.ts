@@ -4,6 +4,7 @@ import {join} from 'node:path'
 
 import {afterAll, describe, expect, it} from 'vitest'
 
+import {checkFleet} from '../../src/cli/fleet-run.js'
 import {PdError} from '../../src/errors.js'
 import {fleetJsonSchema, loadFleet, parseFleet} from '../../src/suite/fleet-file.js'
 import {deploymentYaml, SUITE_YAML, writeTree} from './fleet-fixtures.js'
@@ -90,6 +91,19 @@ describe('the fleet file', () => {
       'a.yaml': deploymentYaml('a', {stateDir: '/run/pdchaos'}), 'b.yaml': deploymentYaml('b', {stateDir: '/run/pdchaos', port: 31_000}),
     })
     expect((await refusal(loadFleet(join(sameHost, 'fleet.yaml')))).message).toMatch(/deployments a and b use the same host and stateDir \/run\/pdchaos/)
+  })
+
+  it('before anything runs: a production deployment needs --allow-production, and every journal must be writable', async () => {
+    const dir = fleetDir({
+      'fleet.yaml': 'deployments:\n  - {name: a, deployment: a.yaml}\n  - {name: prod, deployment: p.yaml}\n',
+      'a.yaml': deploymentYaml('a'), 'p.yaml': deploymentYaml('pd-prod', {port: 31_000, labels: {environment: 'production'}}), 'file': 'x',
+    })
+    const plan = await loadFleet(join(dir, 'fleet.yaml'))
+    const e = await refusal(() => checkFleet(plan, {allowProduction: false}))
+    expect(e).toMatchObject({exitCode: 2, code: 'E_PRODUCTION', message: 'refusing to run fleet fleet (deployment prod) against deployment pd-prod: it is labelled environment: production'})
+    expect(() => checkFleet(plan, {allowProduction: true, journalDir: join(dir, 'journals')})).not.toThrow()
+    const j = await refusal(() => checkFleet(plan, {allowProduction: true, journalDir: join(dir, 'file')}))
+    expect(j.message).toMatch(/^--journal-dir .*\/file\/a\.json cannot be written: a part of its path is a file, not a directory/)
   })
 
   it('has a JSON Schema (`pdchaos schema fleet`)', () => {
