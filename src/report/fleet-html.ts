@@ -1,6 +1,7 @@
 import type {FleetMember, FleetRun} from '../model/fleet.js'
 import {failedChecks, runCounts} from '../model/run.js'
 import {HTML_CSS, type HtmlOptions, runBody} from './html.js'
+import {fleetTitle} from './fleet-text.js'
 import {escapeAttr as attr, escapeXml as esc} from './junit.js'
 
 /**
@@ -49,9 +50,9 @@ export function renderFleetHtml(fleet: FleetRun, options: HtmlOptions = {}): str
   return [
     '<!DOCTYPE html>',
     '<html lang="en"><head><meta charset="utf-8">',
-    `<title>${esc(`pdchaos fleet ${fleet.name}: ${status.toUpperCase()} (exit ${fleet.exitCode})`)}</title>`,
+    `<title>${esc(`pdchaos ${fleetTitle(fleet)}: ${status.toUpperCase()} (exit ${fleet.exitCode})`)}</title>`,
     `<style>${HTML_CSS}${FLEET_CSS}</style></head><body>`,
-    `<h1><span class="badge ${status}">${status.toUpperCase()}</span> pdchaos fleet ${esc(fleet.name)}</h1>`,
+    `<h1><span class="badge ${status}">${status.toUpperCase()}</span> pdchaos ${esc(fleetTitle(fleet))}</h1>`,
     `<p class="facts">${esc(`${fleet.members.length} deployment(s) · exit ${fleet.exitCode} · started ${new Date(fleet.startedAt).toISOString()} · ${((fleet.finishedAt - fleet.startedAt) / 1000).toFixed(1)} s${fleet.maxParallel ? ` · at most ${fleet.maxParallel} at a time` : ''}`)}</p>`,
     '<table class="fleet"><thead><tr><th>deployment</th><th>verdict</th><th>exit</th><th>checks</th><th>where</th><th>reason</th></tr></thead><tbody>',
     ...fleet.members.map(row),

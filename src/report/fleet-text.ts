@@ -24,7 +24,7 @@ function memberLine(m: FleetMember, width: number): string {
 export function renderFleet(fleet: FleetRun, o: {wallMs?: number} = {}): string {
   const lines: string[] = []
   const wall = ((o.wallMs ?? fleet.finishedAt - fleet.startedAt) / 1000).toFixed(1)
-  lines.push(`fleet ${fleet.name}: ${fleet.members.length} deployment(s)${fleet.maxParallel ? `, at most ${fleet.maxParallel} at a time` : ''}, ${wall}s`)
+  lines.push(`${fleetTitle(fleet)}: ${fleet.members.length} deployment(s)${fleet.maxParallel ? `, at most ${fleet.maxParallel} at a time` : ''}, ${wall}s`)
   const width = Math.max(...fleet.members.map((m) => m.status.length))
   for (const m of fleet.members) lines.push(memberLine(m, width))
   const failed = fleet.members.flatMap((m) => (m.run ? failedChecks(m.run).map((f) => ({m, ...f})) : []))
@@ -40,6 +40,11 @@ export function renderFleet(fleet: FleetRun, o: {wallMs?: number} = {}): string 
   const counts = STATUSES.map((s) => [s, fleet.members.filter((m) => m.status === s).length] as const).filter(([, n]) => n > 0).map(([s, n]) => `${n} ${s}`)
   lines.push(`fleet: exit ${fleet.exitCode} (${MEANING[fleet.exitCode] ?? 'unknown'}); ${counts.join(', ')}`)
   return lines.join('\n')
+}
+
+/** "fleet nightly", or just "fleet" for the default name. */
+export function fleetTitle(fleet: FleetRun): string {
+  return fleet.name === 'fleet' ? 'fleet' : `fleet ${fleet.name}`
 }
 
 /** The --json document of a fleet (`suite --fleet`, `report`): the scenarios' details stay in each journal. */
