@@ -1,5 +1,7 @@
 import {configDefaults, defineConfig} from 'vitest/config'
 
+import LongestFirst from './test/harness/longest-first.js'
+
 /**
  * Two levels of tests.
  *
@@ -49,6 +51,8 @@ export const SYSTEM_TESTS = [
 export default defineConfig({
   test: {
     disableConsoleIntercept: true,
+    // The system level's longest files first (test/harness/longest-first.ts).
+    sequence: {sequencer: LongestFirst},
     pool: 'forks',
     projects: [
       {
@@ -76,13 +80,9 @@ export default defineConfig({
           globalSetup: ['test/harness/system-setup.ts'],
           testTimeout: 60_000,
           hookTimeout: 120_000,
-          // One file at a time. Files keep to their own namespaces, state dirs and ports and kill only what they
-          // started, so they can run side by side, and two at a time took 58 % of the serial wall (999-1073 s against
-          // about 1,700). But the level is CPU-bound on 2 cores (about 1,760 CPU-seconds, mostly the twins' ranks and
-          // the CLI processes), and at 88 % busy a correct twin was judged failing once in three runs: its gateway
-          // answered 503 to the canaries after a revert (mutation-matrix, ci10 in BENCHMARKS.md). A false alarm is
-          // worse than a slow run, so the files run one at a time until the twin costs less CPU.
-          fileParallelism: false,
+          // Two files at a time (the level is CPU-bound on 2 cores; a third lane only adds load). Files keep to their
+          // own namespaces, state dirs and ports and kill only what they started, so they can run side by side.
+          maxWorkers: 2,
           sequence: {groupOrder: 1},
         },
       },

@@ -139,16 +139,22 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
     const plus = ['requests that failed', ...(uncertain ? ['those pdchaos let go of'] : []), ...(refused ? ['those the gateway refused with no worker to send to'] : [])].join(', plus ')
     uncertain += refused
     const expected = uncertain === 0 ? `${certain}` : `${certain} to ${certain + uncertain}`
-    // Requests sent through the router (load, canaries) while a fault was in place: a retrying gateway sends a failed
-    // one again with a new room, and each failed attempt moves the counters once more, unseen by pdchaos.
+    // Requests sent through the router (load, canaries) while a fault was in place, or that took at least the deadline
+    // (a path still stalled after the revert, as an RDMA queue pair in its retransmission backoff is, can hold a
+    // canary that long): a retrying gateway sends a failed attempt again with a new room, and each one moves the
+    // counters once more, unseen by pdchaos.
     const windows = faultWindows(tl)
-    const routedInReach = tl.observations.filter((o) => o.kind === 'request-sent' && o.path !== 'direct' &&
-      windows.some((w) => o.t <= (w.to ?? end) && (answerOf(tl, o.rid)?.t ?? end) >= w.from)).length
+    const deadlineMs = tl.contract.deadlineSeconds * 1000
+    const routedInReach = tl.observations.filter((o) => {
+      if (o.kind !== 'request-sent' || o.path === 'direct') return false
+      const answeredAt = answerOf(tl, o.rid)?.t ?? end
+      return windows.some((w) => o.t <= (w.to ?? end) && answeredAt >= w.from) || answeredAt - o.t >= deadlineMs
+    }).length
     if (moved < certain) out.push(fail('recovery', 'counters', `failure counters moved by ${moved}, expected ${expected} (${plus})`, evidence))
     else if (moved > certain + uncertain && routedInReach > 0) {
       out.push(unverified('recovery', 'counters', `failure counters moved by ${moved}, ${moved - certain - uncertain} more than the ${expected} pdchaos can attribute`, {
         ...evidence, routedInReach,
-        why: `${routedInReach} request(s) went through the router while a fault was in place, and a retrying gateway sends a failed one again (each failed attempt moves the counters once more, out of pdchaos's sight)`,
+        why: `${routedInReach} request(s) went through the router while a fault was in place or took at least the deadline, and a retrying gateway sends a failed one again (each failed attempt moves the counters once more, out of pdchaos's sight)`,
         toVerify: 'run the steady load with --load-interval 0, or against a gateway started with --disable-retries',
       }))
     } else if (moved > certain + uncertain) out.push(fail('recovery', 'counters', `failure counters moved by ${moved}, expected ${expected} (${plus})`, evidence))

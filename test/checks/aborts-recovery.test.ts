@@ -180,6 +180,24 @@ describe('recovery check', () => {
     expect(counters.evidence).toMatchObject({failedRequests: 2, releasedByPdchaos: 0, refusedByGateway: 10})
   })
 
+  it('a canary held past the deadline after the revert (a path still in its retransmission backoff) may have been evicted and retried by the gateway', () => {
+    const after = (canaryMs: number, evicted: number) => {
+      const tl = new TimelineBuilder().fault(100, 3000)
+        .metric('prefill', 'sglang:num_watchdog_evicted_reqs_total', 50, 4)
+        .pin('p1', 200, {ms: 2400, status: 500}).pin('p2', 210, {ms: 2410, status: 500})
+        .request('c1', 'canary', 3100, {ms: 3100 + canaryMs, status: 200})
+        .metric('prefill', 'sglang:num_watchdog_evicted_reqs_total', 9000, 4 + evicted).build()
+      // Pins go to the servers directly, as pdchaos sends them by default (no gateway retries them).
+      for (const o of tl.observations) if (o.kind === 'request-sent' && o.role === 'pin') o.path = 'direct'
+      return checkRecovery(tl).find((x) => x.subject === 'counters')!
+    }
+    // Held 2.5 s (past the 2 s deadline) and answered 200: one more eviction than pdchaos saw fail is not a watchdog fault.
+    expect(after(2500, 3)).toMatchObject({verdict: 'unverified', summary: expect.stringMatching(/moved by 3, 1 more than the 2 pdchaos can attribute/)})
+    expect(after(2500, 3).evidence).toMatchObject({routedInReach: 1, why: expect.stringMatching(/took at least the deadline/)})
+    // Answered in 50 ms: it never held an attempt long enough to be evicted, so the extra move is a failure.
+    expect(after(50, 3)).toMatchObject({verdict: 'fail', summary: expect.stringMatching(/moved by 3, expected 2/)})
+  })
+
   it('fails undrained queues (by the fresh /v1/loads snapshot) and failing canaries', () => {
     const tl = new TimelineBuilder().fault(100, 3000).request('c1', 'canary', 3100, {ms: 3150, status: 502})
       .metric('prefill', LOADS_PREFILL_INFLIGHT_QUEUE, 3200, 3).build()

@@ -46,7 +46,11 @@ describe('stall-kv on the rail-NIC path', () => {
     const h = await railTwin(['--ucx-rc-timeout', '2s'])
     const {code, j} = await stall(h)
     expect(j.description).toMatch(/rail1/)
-    const notPassed = j.verdicts.filter((v) => v.verdict !== 'pass').map((v) => `${v.check} ${v.verdict}: ${v.summary}`)
+    // After the revert the queue pair resumes at its next retransmission (up to 2 s later, past the 1.5 s deadline), so
+    // a canary sent at once can be held, evicted and retried by the gateway: one more eviction than pdchaos saw fail.
+    // The counter balance then says it cannot attribute it (unverified, with that reason); everything else passes.
+    const retried = (v: Injected['j']['verdicts'][number]) => v.check === 'recovery' && v.verdict === 'unverified' && /took at least the deadline/.test(String(v.evidence.why))
+    const notPassed = j.verdicts.filter((v) => v.verdict !== 'pass' && !retried(v)).map((v) => `${v.check} ${v.verdict}: ${v.summary}`)
     expect(notPassed, notPassed.join('\n')).toEqual([])
     expect(j.pins.map((p) => p.verdict)).toEqual(['pass', 'pass'])
     // By the twin's ground truth the watchdog released each pin from the inflight queue.

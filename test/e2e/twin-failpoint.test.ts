@@ -15,7 +15,8 @@ let dir: string
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'pdchaos-test-fp-'))
   chmodSync(dir, 0o755)
-  await upOnFreePorts({stateDir: dir, deadlineS: 1.5, pollS: 0.5, waitS: 60})
+  // The drop's held load opens the gateway's breaker; it half-opens after 10 s here instead of 60 (still waited for).
+  await upOnFreePorts({stateDir: dir, deadlineS: 1.5, pollS: 0.5, waitS: 60, router: {cbTimeoutDurationS: 10}})
   // The twin's deployment file keeps leases under host-state: the unprivileged user's own, private dir here (one
   // that others could write is refused: issue 12, S1).
   mkdirSync(join(dir, 'host-state'), {recursive: true, mode: 0o700})

@@ -1,0 +1,40 @@
+import {relative} from 'node:path'
+
+import {BaseSequencer, type TestSpecification} from 'vitest/node'
+
+/**
+ * When the system level runs files side by side (vitest.config.ts: two at a time), the longest must start
+ * first: on a fresh clone vitest knows no durations and starts the largest files, which put the longest runs (small
+ * files that run for minutes) at the end, one lane working alone. Seconds per file at 2 workers: BENCHMARKS.md.
+ */
+export const LONGEST_FIRST = [
+  'test/cli/bad-input.test.ts', // ~285 s
+  'test/e2e/mutation-defects.test.ts', // ~250 s
+  'test/e2e/mutation-matrix.test.ts', // ~200 s
+  'test/e2e/mutation-defects-recovery.test.ts', // ~200 s
+  'test/e2e/lease-survival.test.ts', // ~165 s
+  'test/e2e/twin-failpoint.test.ts',
+  'test/suite/suite-over-ssh.test.ts',
+  'test/sim/server-faults.test.ts',
+  'test/e2e/rail-path.test.ts',
+  'test/sim/lifecycle-twin.test.ts',
+  'test/sim/server-watchdog.test.ts',
+  'test/faults/lease-kill.test.ts',
+  'test/e2e/over-ssh.test.ts',
+]
+
+export default class LongestFirst extends BaseSequencer {
+  override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
+    const sorted = await super.sort(files)
+    // Projects keep vitest's order (group order, then name); within one, the known-long files lead.
+    const projectAt = new Map<string, number>()
+    sorted.forEach((f, i) => { if (!projectAt.has(f.project.name)) projectAt.set(f.project.name, i) })
+    const rank = (f: TestSpecification): number => {
+      const i = LONGEST_FIRST.indexOf(relative(f.project.config.root, f.moduleId))
+      return i < 0 ? LONGEST_FIRST.length : i
+    }
+    return sorted.map((f, i) => ({f, i}))
+      .sort((a, b) => projectAt.get(a.f.project.name)! - projectAt.get(b.f.project.name)! || rank(a.f) - rank(b.f) || a.i - b.i)
+      .map(({f}) => f)
+  }
+}
