@@ -99,14 +99,14 @@ export async function runMemberChild(e: FleetEntry, o: ChildOptions, ctx: Member
   ctx.signal.removeEventListener('abort', onAbort)
 
   const more: Partial<FleetMember> = {...describeEntry(e), ...(o.keepJournal ? {journal} : {}), startedAt, finishedAt: Date.now()}
-  if (ended.error) return memberOfFailure(e.name, {exitCode: ExitCode.unreachable, reason: `could not start pdchaos for it: ${oneLine(ended.error)}`}, more)
+  if (ended.error) return memberOfFailure(e.name, {exitCode: ExitCode.unreachable, code: 'E_INTERNAL', reason: `could not start pdchaos for it: ${oneLine(ended.error)}`}, more)
   const code = ended.code ?? undefined
   if (existsSync(journal)) {
     let member: FleetMember
     try {
       member = await readJournal(journal, e.name)
     } catch (error) {
-      return memberOfFailure(e.name, {exitCode: ExitCode.unreachable, reason: `its run exited ${code ?? ended.signal} and its journal cannot be read: ${oneLine(error)}`}, more)
+      return memberOfFailure(e.name, {exitCode: ExitCode.unreachable, code: 'E_INTERNAL', reason: `its run exited ${code ?? ended.signal} and its journal cannot be read: ${oneLine(error)}`}, more)
     }
     // A temporary journal is gone once the report is written: not named.
     if (!o.keepJournal) delete member.journal

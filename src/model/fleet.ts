@@ -83,9 +83,11 @@ export function memberOfRun(name: string, run: SuiteRun, more: Partial<FleetMemb
     status: statusOf(exitCode, true), exitCode, run}
 }
 
-/** A deployment that reached no verdict: the error it ended with decides its status. */
-export function memberOfFailure(name: string, failure: {exitCode: number; reason: string; suggestion?: string}, more: Partial<FleetMember> = {}): FleetMember {
-  return {name, ...more, status: statusOf(failure.exitCode, false), exitCode: failure.exitCode, reason: failure.reason, ...(failure.suggestion ? {suggestion: failure.suggestion} : {})}
+/** A deployment that reached no verdict: the error it ended with decides its status (exit 5 is unreachable unless the
+ * error was pdchaos's own, E_INTERNAL: an error, not the deployment's fault). */
+export function memberOfFailure(name: string, failure: {exitCode: number; reason: string; suggestion?: string; code?: string}, more: Partial<FleetMember> = {}): FleetMember {
+  const status = failure.code === 'E_INTERNAL' ? 'error' : statusOf(failure.exitCode, false)
+  return {name, ...more, status, exitCode: failure.exitCode, reason: failure.reason, ...(failure.suggestion ? {suggestion: failure.suggestion} : {})}
 }
 
 /** The member with the worse of its own exit code and another (its process's, when the two disagree). */

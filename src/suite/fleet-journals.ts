@@ -56,7 +56,8 @@ export async function readJournal(file: string, name?: string): Promise<FleetMem
     const f = j as z.infer<typeof FailureJournal>
     const e = f.error
     const times = f.startedAt !== undefined && f.finishedAt !== undefined ? {startedAt: f.startedAt, finishedAt: f.finishedAt} : {}
-    return memberOfFailure(label, {exitCode: e.exitCode, reason: e.message, ...(e.suggestions?.[0] ? {suggestion: e.suggestions[0]} : {})}, {...more, ...times, ...(f.name ? {suite: f.name} : {})})
+    return memberOfFailure(label, {exitCode: e.exitCode, reason: e.message, ...(e.code ? {code: e.code} : {}), ...(e.suggestions?.[0] ? {suggestion: e.suggestions[0]} : {})},
+      {...more, ...times, ...(f.name ? {suite: f.name} : {})})
   }
   return memberOfRun(label, j as unknown as SuiteRun, more)
 }

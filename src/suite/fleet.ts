@@ -41,7 +41,7 @@ export async function runFleet(plan: FleetPlan, o: FleetOptions): Promise<FleetR
       running++
       o.onStart?.(entry, running)
       const member = await o.runMember(entry, {signal}).catch((error: unknown) => memberOfFailure(entry.name, {
-        exitCode: error instanceof PdError ? error.exitCode : ExitCode.unreachable, reason: oneLine(error),
+        exitCode: error instanceof PdError ? error.exitCode : ExitCode.unreachable, reason: oneLine(error), ...(error instanceof PdError ? {} : {code: 'E_INTERNAL'}),
         ...(error instanceof PdError && error.suggestion ? {suggestion: error.suggestion} : {}),
       }, describeEntry(entry)))
       running--

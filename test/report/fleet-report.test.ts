@@ -4,7 +4,10 @@ import {join} from 'node:path'
 
 import {afterAll, describe, expect, it} from 'vitest'
 
+import {type Config} from '@oclif/core'
+
 import {errorDocument} from '../../src/cli/error-output.js'
+import {TargetCommand} from '../../src/cli/target-command.js'
 import {PdError, unreachable} from '../../src/errors.js'
 import type {FleetRun} from '../../src/model/fleet.js'
 import type {SuiteRun} from '../../src/model/run.js'
@@ -37,7 +40,15 @@ function journal(name: string, run: SuiteRun, extra: Record<string, unknown> = {
   return file
 }
 
-/** The journal of a run that reached no verdict, as `suite --journal` writes it on its way out. */
+/** The journal `suite --journal` writes on its way out of a run that reached no verdict (TargetCommand's own method). */
+class Probe extends TargetCommand<typeof Probe> {
+  async run(): Promise<void> {}
+  failed(file: string, fields: Parameters<TargetCommand<typeof Probe>['writeFailureJournal']>[2], error: unknown): void {
+    this.writeFailureJournal(file, 'suite', fields, error)
+  }
+}
+
+/** The same journal with fixed times, for the reports' tests. */
 function failed(name: string, error: PdError, deployment?: string): string {
   const file = join(dir, `${name}.json`)
   writeJournal(file, failureJournal('suite', {name: 'nightly', config: `/etc/pdchaos/${name}.yaml`, deployment, startedAt: T0, finishedAt: T0 + 5000}, errorDocument(error, 'suite').error))
@@ -64,6 +75,21 @@ describe('pdchaos report: journals of separate runs, one combined report', () =>
     expect(fleet.members[2]).toMatchObject({reason: 'prefill at http://10.9.0.3:30000 did not answer within 5 s', suggestion: 'is it up? `pdchaos status` shows every service', suite: 'nightly'})
     // From the first run's start to the last one's end.
     expect([fleet.startedAt, fleet.finishedAt]).toEqual([T0, T0 + 30_000 + 16_200])
+  })
+
+  it('a run that reached no verdict leaves its error as its journal (as `suite --journal` writes it), even an error not pdchaos\'s own', async () => {
+    const probe = new Probe([], {scopedEnvVar: () => undefined} as unknown as Config)
+    const t0 = Date.now()
+    const file = join(dir, 'locked.json')
+    probe.failed(file, {name: 'nightly', runId: 'fleet-1.eu1', label: 'eu1', config: '/etc/pdchaos/eu1.yaml', deployment: 'pd-eu1', startedAt: t0},
+      new PdError('another chaos run holds the lock on ssh root@gpu7:22: root@ci pid 7 (suite nightly)', {exit: 2, code: 'E_LOCKED', suggestion: 'wait for it'}))
+    expect(await readJournal(file)).toMatchObject({name: 'eu1', status: 'error', exitCode: 2, deployment: 'pd-eu1', config: '/etc/pdchaos/eu1.yaml', suite: 'nightly',
+      reason: 'another chaos run holds the lock on ssh root@gpu7:22: root@ci pid 7 (suite nightly)', suggestion: 'wait for it', startedAt: t0})
+    const crash = join(dir, 'crash.json')
+    probe.failed(crash, {startedAt: t0}, new TypeError("Cannot read properties of undefined (reading 'pid')"))
+    expect(await readJournal(crash)).toMatchObject({name: 'crash', status: 'error', exitCode: 5, reason: "Cannot read properties of undefined (reading 'pid')"})
+    // No journal asked for: nothing written, nothing thrown.
+    expect(() => probe.failed(undefined as unknown as string, {startedAt: t0}, new Error('x'))).not.toThrow()
   })
 
   it('names a deployment by its --label first; two journals of one name are refused, exit 2', async () => {

@@ -92,7 +92,8 @@ describe('runFleet: every deployment on its own, at most maxParallel at once', (
         return memberOfRun(e.name, syntheticRun({failing: false}))
       },
     })
-    expect(onlyUnreachable.members[1]).toMatchObject({status: 'unreachable', exitCode: 5, reason: 'ssh: handshake failed'})
+    // An error that is not pdchaos's own is an error of the run, still infrastructure (exit 5).
+    expect(onlyUnreachable.members[1]).toMatchObject({status: 'error', exitCode: 5, reason: 'ssh: handshake failed'})
     expect(onlyUnreachable.exitCode).toBe(5)
   })
 
