@@ -64,6 +64,7 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
   }, fn: (target: Target) => Promise<R>): Promise<R> {
     const flags = this.flags as Record<string, unknown>
     const target = await resolveTarget(flags as never, {
+      command: this.id ?? 'pdchaos',
       ...(opts.startTwin === undefined ? {} : {startTwin: opts.startTwin}), ...(opts.twin ? {twin: opts.twin} : {}), onProgress: opts.say ?? ((l) => this.progress(l)),
       ...(opts.check ? {check: opts.check} : {}),
     })

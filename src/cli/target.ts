@@ -2,7 +2,9 @@ import {existsSync} from 'node:fs'
 import {resolve} from 'node:path'
 
 import type {Deployment} from '../deployment/config.js'
-import {loadDeployment} from '../deployment/load.js'
+import {loadDeploymentModel} from '../deployment/load.js'
+import type {DeploymentModel} from '../deployment/model.js'
+import {singleHostView} from '../deployment/single-host.js'
 import type {Host} from '../hosts/host.js'
 import {openHost} from '../hosts/open-host.js'
 import {readLock, liveHolders} from '../sim/lifecycle/lock.js'
@@ -25,7 +27,10 @@ export interface TargetFlags {
 }
 
 export interface Target {
+  /** The single-host view every command acts on today. */
   deployment: Deployment
+  /** The file's hosts and instances, whatever its form. */
+  model: DeploymentModel
   file: string
   host: Host
   /** Set when the twin was started for this command (so it may say so). */
@@ -33,6 +38,8 @@ export interface Target {
 }
 
 export async function resolveTarget(flags: TargetFlags, opts: {
+  /** The command acting on the target, named when a file spans more than it can act on yet (exit 2). */
+  command?: string
   startTwin?: boolean
   twin?: {deadlineS: number; pollS: number}
   onProgress?: (line: string) => void
@@ -57,8 +64,10 @@ export async function resolveTarget(flags: TargetFlags, opts: {
       startedTwin = stateDir
     }
   }
-  const deployment = await loadDeployment(file)
+  const model = await loadDeploymentModel(file)
+  // Before any host is reached: a command never acts on one host of a deployment that spans several.
+  const deployment = singleHostView(model, {command: opts.command ?? 'pdchaos', file})
   opts.check?.(deployment)
   const host = await openHost(deployment.host, {sudo: deployment.sudo, acceptNewHostKey: flags['accept-new-host-key']})
-  return {deployment, file, host, startedTwin}
+  return {deployment, model, file, host, startedTwin}
 }

@@ -78,18 +78,16 @@ export function watchdogPatternError(pattern: string): string | undefined {
   return missing.length > 0 ? `watchdog.logPattern must have the named group${missing.length > 1 ? 's' : ''} ${missing.map((g) => `(?<${g}>…)`).join(' and ')}` : undefined
 }
 
-export const DeploymentSchema = z.object({
+/**
+ * The settings every deployment file has, whatever its layout (one host or several, one instance per role or more):
+ * shared by the single-host schema below and the file's own schema (file-schema.ts), so the two cannot drift.
+ */
+export const DeploymentFields = {
   version: z.literal(1).default(1),
   name: z.string().min(1).default('deployment'),
   labels: z.record(z.string(), z.string()).default({}).describe('Free-form labels; environment: production is refused unless --allow-production.'),
-  host: HostSchema,
   sudo: SudoPolicySchema.default('never').describe('How privileged host commands run: as the login user, or via sudo -n.'),
-  stateDir: z.string().startsWith('/').default('/run/pdchaos').describe('Directory on the host for leases and locks.'),
-  services: z.object({
-    prefill: PrefillServiceSchema,
-    decode: ServiceSchema,
-    router: RouterServiceSchema,
-  }).strict(),
+  stateDir: z.string().startsWith('/').default('/run/pdchaos').describe('Directory for leases and locks on the host (on every host of the deployment).'),
   backend: z.enum(['nixl', 'mooncake', 'auto']).default('auto'),
   tools: z.object({
     nvidiaSmi: z.string().min(1).default('nvidia-smi').describe('nvidia-smi on the host: a name on its PATH or an absolute path.'),
@@ -98,8 +96,37 @@ export const DeploymentSchema = z.object({
   sglangVersion: z.string().min(1).optional().describe('The SGLang version expected; status warns when the server reports another.'),
   probeTimeoutSeconds: z.number().positive().max(MAX_PROBE_TIMEOUT_SECONDS).optional()
     .describe("How long each service has to answer pdchaos's probes (default 5): the check before inject and suite, and status (its --timeout overrides it)."),
+}
+
+const F = DeploymentFields
+
+/**
+ * The single-host view: one host, one prefill, one decode, one router. It is what every command acts on today
+ * (the loader derives it from the file's model, single-host.ts) and what the twin's generated file is. The file
+ * itself may say more (file-schema.ts); keys stay in this order, the order a generated file lists them.
+ */
+export const DeploymentSchema = z.object({
+  version: F.version,
+  name: F.name,
+  labels: F.labels,
+  host: HostSchema,
+  sudo: F.sudo,
+  stateDir: F.stateDir,
+  services: z.object({
+    prefill: PrefillServiceSchema,
+    decode: ServiceSchema,
+    router: RouterServiceSchema,
+  }).strict(),
+  backend: F.backend,
+  tools: F.tools,
+  watchdog: F.watchdog,
+  sglangVersion: F.sglangVersion,
+  probeTimeoutSeconds: F.probeTimeoutSeconds,
 }).strict()
 
 export type Deployment = z.infer<typeof DeploymentSchema>
 export type DeploymentInput = z.input<typeof DeploymentSchema>
 export type Watchdog = z.infer<typeof WatchdogSchema>
+export type Service = z.infer<typeof ServiceSchema>
+export type PrefillService = z.infer<typeof PrefillServiceSchema>
+export type RouterService = z.infer<typeof RouterServiceSchema>

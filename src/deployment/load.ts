@@ -1,7 +1,10 @@
 import {z} from 'zod'
 
 import {badInput} from '../errors.js'
-import {type Deployment, DeploymentSchema} from './config.js'
+import type {Deployment} from './config.js'
+import {DeploymentFileSchema} from './file-schema.js'
+import {type DeploymentModel, toModel} from './model.js'
+import {singleHostView} from './single-host.js'
 import {loadYamlFile, parseYamlText, type YamlFileKind} from './yaml-file.js'
 
 export {foldIssues} from './yaml-file.js'
@@ -9,6 +12,7 @@ export {foldIssues} from './yaml-file.js'
 /**
  * Reading pdchaos.yaml. Every failure is exit 2 with the file named: missing, unreadable, too large, not YAML
  * (file:line:col), not resolvable, or not a deployment (one line per schema issue, the path inside the file first).
+ * The file's model (model.ts) holds every form; commands take its single-host view (single-host.ts).
  */
 
 const DEPLOYMENT_FILE: YamlFileKind = {
@@ -22,13 +26,26 @@ const DEPLOYMENT_FILE: YamlFileKind = {
   },
 }
 
-export async function loadDeployment(file: string): Promise<Deployment> {
-  return checkContract(await loadYamlFile(file, DeploymentSchema, DEPLOYMENT_FILE), file)
+/** Read and validate a deployment file in any of its forms: the model of its hosts and instances. */
+export async function loadDeploymentModel(file: string): Promise<DeploymentModel> {
+  return checkContract(toModel(await loadYamlFile(file, DeploymentFileSchema, DEPLOYMENT_FILE)), file)
 }
 
 /** Validate deployment YAML text; `file` is only used to name it in errors. */
-export function parseDeployment(text: string, file: string): Deployment {
-  return checkContract(parseYamlText(text, file, DeploymentSchema, DEPLOYMENT_FILE), file)
+export function parseDeploymentModel(text: string, file: string): DeploymentModel {
+  return checkContract(toModel(parseYamlText(text, file, DeploymentFileSchema, DEPLOYMENT_FILE)), file)
+}
+
+/**
+ * The single-host view of a deployment file, for `command` (it names the command in the refusal of a file that spans
+ * several hosts or instances: exit 2, single-host.ts).
+ */
+export async function loadDeployment(file: string, command = 'pdchaos'): Promise<Deployment> {
+  return singleHostView(await loadDeploymentModel(file), {command, file})
+}
+
+export function parseDeployment(text: string, file: string, command = 'pdchaos'): Deployment {
+  return singleHostView(parseDeploymentModel(text, file), {command, file})
 }
 
 /**
@@ -36,7 +53,7 @@ export function parseDeployment(text: string, file: string): Deployment {
  * wider than the deadline itself, which no check can judge as a deadline. Checked where a file is read (the
  * runner's own tests build contracts outside these bounds on purpose, to stress timing).
  */
-function checkContract(d: Deployment, file: string): Deployment {
+function checkContract(d: DeploymentModel, file: string): DeploymentModel {
   const w = d.watchdog
   if (w.pollSeconds > w.deadlineSeconds) {
     throw badInput(`${file}: watchdog.pollSeconds (${w.pollSeconds}) is longer than watchdog.deadlineSeconds (${w.deadlineSeconds})`,
@@ -45,9 +62,9 @@ function checkContract(d: Deployment, file: string): Deployment {
   return d
 }
 
-/** The JSON Schema of pdchaos.yaml, as a user writes it (defaults are optional). */
+/** The JSON Schema of pdchaos.yaml, as a user writes it (defaults are optional), in every form the loader accepts. */
 export function deploymentJsonSchema(): Record<string, unknown> {
-  const schema = z.toJSONSchema(DeploymentSchema, {io: 'input', unrepresentable: 'any'}) as Record<string, unknown>
+  const schema = z.toJSONSchema(DeploymentFileSchema, {io: 'input', unrepresentable: 'any'}) as Record<string, unknown>
   const {$schema, ...rest} = schema
   return {$schema, title: 'pdchaos deployment file (pdchaos.yaml)', ...rest}
 }

@@ -60,12 +60,26 @@ export function parseYamlText<S extends z.ZodType>(text: string, file: string, s
   if (data === null || data === undefined) throw badInput(`${file} is empty`, kind.hints.empty)
   const result = schema.safeParse(data)
   if (!result.success) {
-    const issues = foldIssues(z.prettifyError(result.error))
+    const issues = foldIssues(z.prettifyError({issues: pickUnionOptions(result.error.issues)}))
     const lines = issues.map((issue, i) => (i === 0 ? `${file}: ${issue}` : issue))
     // One line per issue, the first is the cause; ";" keeps the one-line rendering readable.
     throw badInput(lines.join(';\n'), `fix ${file} at ${issues.length === 1 ? 'that path' : 'those paths'}; \`${kind.schemaCommand}\` prints the expected shape`)
   }
   return result.data
+}
+
+/**
+ * A union whose value matches the type of exactly one option (a map where the options are a map or a list of them)
+ * reports that option's own issues, at their paths ("services.decode.restart: expected array"), not "Invalid input"
+ * for the whole union. A union that no option's type, or more than one, matches keeps its own message.
+ */
+export function pickUnionOptions(issues: readonly z.core.$ZodIssue[], prefix: PropertyKey[] = []): z.core.$ZodIssue[] {
+  return issues.flatMap((issue) => {
+    const path = [...prefix, ...issue.path]
+    if (issue.code !== 'invalid_union' || issue.errors.length === 0) return [{...issue, path}]
+    const typed = issue.errors.filter((option) => !option.some((i) => i.code === 'invalid_type' && i.path.length === 0))
+    return typed.length === 1 ? pickUnionOptions(typed[0], path) : [{...issue, path}]
+  })
 }
 
 /** z.prettifyError prints "✖ message" then "  → at a.b.c" per issue; fold each into "a.b.c: message". */

@@ -95,7 +95,7 @@ export async function planFleet(fleet: FleetFile, file: string): Promise<FleetPl
     const deploymentFile = at(d.deployment)
     const suiteFile = d.suite ?? fleet.suite
     const suitePath = suiteFile === undefined ? undefined : at(suiteFile)
-    entries.push({name: d.name, deploymentFile, ...(suitePath ? {suiteFile: suitePath} : {}), deployment: await loadDeployment(deploymentFile), suite: await suiteOf(suitePath)})
+    entries.push({name: d.name, deploymentFile, ...(suitePath ? {suiteFile: suitePath} : {}), deployment: await loadDeployment(deploymentFile, 'suite'), suite: await suiteOf(suitePath)})
   }
   checkDistinct(entries, file)
   return {file: resolve(file), name: fleet.name, maxParallel: fleet.maxParallel, entries}

@@ -214,8 +214,9 @@ describe('loadDeployment', () => {
   it('the JSON Schema describes the file as written (defaults optional) and accepts the good file', () => {
     const schema = deploymentJsonSchema() as {properties: Record<string, unknown>; required?: string[]; $schema: string}
     expect(schema.$schema).toMatch(/json-schema/)
-    expect(Object.keys(schema.properties)).toEqual(expect.arrayContaining(['host', 'services', 'watchdog', 'labels', 'sudo']))
-    expect(schema.required?.sort()).toEqual(['host', 'services', 'watchdog'])
+    expect(Object.keys(schema.properties)).toEqual(expect.arrayContaining(['host', 'hosts', 'services', 'watchdog', 'labels', 'sudo']))
+    // host: or hosts: (never both, checked by the loader): neither is required on its own.
+    expect(schema.required?.sort()).toEqual(['services', 'watchdog'])
     // The schema round-trips through zod's own JSON-Schema reader: the good file validates against it.
     const back = z.fromJSONSchema(schema as never)
     expect(back.safeParse(DeploymentSchema.parse(parseYaml(GOOD))).success).toBe(true)

@@ -1,0 +1,58 @@
+import {PdError} from '../errors.js'
+import {ExitCode} from '../exit-codes.js'
+import {type Deployment, DeploymentSchema} from './config.js'
+import {type DeploymentModel, hostsInUse} from './model.js'
+
+/**
+ * Today's single-host view of a deployment (one host, one prefill, one decode, one router), which every command
+ * acts on until issue 13's multi-host runs land. A file that really spans several hosts or instances is valid, but a
+ * command acting on one of its hosts only would leave the rest untested and unguarded: it is refused, naming what is
+ * not supported yet, never run on a part of it.
+ */
+
+/** What each command would need for a multi-host file, said in its refusal. */
+const COMING: Record<string, string> = {
+  inject: 'multi-host faults come with issue 13',
+  suite: 'multi-host faults come with issue 13',
+  restart: 'the co-restart across hosts comes with issue 13',
+  status: 'discovery across hosts comes with issue 13',
+  recover: 'recovery across hosts comes with issue 13',
+}
+
+export const E_MULTI_HOST = 'E_MULTI_HOST'
+
+/** Why `command` cannot act on this deployment yet (undefined: it can; the view is exact). */
+export function singleHostRefusal(m: DeploymentModel, command: string): string | undefined {
+  const coming = COMING[command] ?? 'multi-host runs come with issue 13'
+  const hosts = hostsInUse(m)
+  if (hosts.length > 1) return `this deployment spans ${hosts.length} hosts (${hosts.join(', ')}): ${command} acts on one host today; ${coming}`
+  const {prefill, decode} = m.services
+  if (prefill.length > 1 || decode.length > 1) {
+    const counts = [prefill, decode].filter((r) => r.length > 1).map((r) => `${r.length} ${r[0].role} instances (${r.map((s) => s.path).join(', ')})`)
+    return `this deployment has ${counts.join(' and ')}: ${command} acts on one prefill and one decode instance today; several instances come with issue 13`
+  }
+  const multiNode = [...prefill, ...decode].find((s) => s.nodes.length > 1)
+  if (multiNode) return `${multiNode.path} runs over ${multiNode.nodes.length} nodes (--nnodes ${multiNode.nodes.length}): ${command} acts on single-node instances today; multi-node instances come with issue 13`
+  return undefined
+}
+
+/**
+ * The single-host view for `command`, or exit 2 naming the file and what is not supported yet. The view is what the
+ * single-host schema makes of it, so a `host:` file gives exactly what pdchaos has always read from it.
+ */
+export function singleHostView(m: DeploymentModel, use: {command: string; file: string}): Deployment {
+  const why = singleHostRefusal(m, use.command)
+  if (why !== undefined) {
+    throw new PdError(`${use.file}: ${why}`, {
+      exit: ExitCode.badInput,
+      code: E_MULTI_HOST,
+      suggestion: 'the file is valid (`pdchaos schema deployment` describes it); to run now, point -c at a file with one host and one instance per role',
+    })
+  }
+  const {placement: _placement, hosts, services, ...settings} = m
+  return DeploymentSchema.parse({
+    ...settings,
+    host: hosts.find((h) => h.name === services.router.nodes[0])!.config,
+    services: {prefill: services.prefill[0].service, decode: services.decode[0].service, router: services.router.service},
+  })
+}

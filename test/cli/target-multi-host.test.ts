@@ -1,0 +1,69 @@
+import {mkdtempSync, rmSync, writeFileSync} from 'node:fs'
+import {tmpdir} from 'node:os'
+import {join} from 'node:path'
+import {afterAll, describe, expect, it} from 'vitest'
+
+import {resolveTarget} from '../../src/cli/target.js'
+import {loadDeploymentModel} from '../../src/deployment/load.js'
+import {PdError} from '../../src/errors.js'
+import {planFleet} from '../../src/suite/fleet-file.js'
+
+/**
+ * A deployment file that spans two hosts is valid, but no command acts on it yet (issue 13): each refuses it with
+ * exit 2 naming what is not supported, before it reaches any host, instead of acting on one host of the two.
+ */
+
+const dir = mkdtempSync(join(tmpdir(), 'pdchaos-multi-host-'))
+afterAll(() => rmSync(dir, {recursive: true, force: true}))
+
+// Hosts no test could reach: a command that tried would fail with exit 5, not refuse with exit 2.
+const TWO_HOSTS = `name: pd-two
+hosts:
+  gpu-a: {kind: ssh, hostname: gpu-a.invalid, connectTimeoutSeconds: 1}
+  gpu-b: {kind: ssh, hostname: gpu-b.invalid, connectTimeoutSeconds: 1}
+services:
+  prefill: {url: "http://10.0.3.7:30000", host: gpu-a}
+  decode: {url: "http://10.0.3.8:30001", host: gpu-b}
+  router: {url: "http://10.0.3.7:8000", host: gpu-a}
+watchdog: {deadlineSeconds: 60, pollSeconds: 1}
+`
+const file = join(dir, 'pdchaos.yaml')
+writeFileSync(file, TWO_HOSTS)
+
+const COMING: [string, string][] = [
+  ['inject', 'multi-host faults come with issue 13'],
+  ['suite', 'multi-host faults come with issue 13'],
+  ['restart', 'the co-restart across hosts comes with issue 13'],
+  ['status', 'discovery across hosts comes with issue 13'],
+  ['recover', 'recovery across hosts comes with issue 13'],
+]
+
+async function refusal(p: Promise<unknown>): Promise<PdError> {
+  const error = await p.then(() => undefined, (e: unknown) => e)
+  expect(error).toBeInstanceOf(PdError)
+  return error as PdError
+}
+
+describe('commands refuse a deployment that spans two hosts', () => {
+  it('the file itself is valid', async () => {
+    const m = await loadDeploymentModel(file)
+    expect(m.hosts.map((h) => h.name)).toEqual(['gpu-a', 'gpu-b'])
+  })
+
+  it.each(COMING)('%s: exit 2, one line naming the hosts and what is not supported yet; no host is reached', async (command, coming) => {
+    let checked = false
+    const e = await refusal(resolveTarget({config: file, sim: false}, {command, check: () => { checked = true }}))
+    expect(e.exitCode).toBe(2)
+    expect(e.code).toBe('E_MULTI_HOST')
+    expect(e.message).toBe(`${file}: this deployment spans 2 hosts (gpu-a, gpu-b): ${command} acts on one host today; ${coming}`)
+    expect(e.message).not.toContain('\n')
+    // Refused before the command's own checks and before any connection.
+    expect(checked).toBe(false)
+  })
+
+  it('suite --fleet refuses a fleet that lists it, before anything runs', async () => {
+    const e = await refusal(planFleet({version: 1, name: 'f', maxParallel: 2, deployments: [{name: 'two', deployment: 'pdchaos.yaml'}]}, join(dir, 'fleet.yaml')))
+    expect(e.exitCode).toBe(2)
+    expect(e.message).toMatch(/: this deployment spans 2 hosts \(gpu-a, gpu-b\): suite acts on one host today; multi-host faults come with issue 13$/)
+  })
+})
