@@ -20,7 +20,7 @@ export const MAX_NODES = 256
 
 const host = HostNameSchema.optional().describe('The host it runs on: a name from hosts:. Leave it out with top-level host: (every service runs there).')
 const nodes = z.array(HostNameSchema).min(1, 'list the host of each node rank, rank 0 first (at least one)').max(MAX_NODES).optional().describe(
-  'A multi-node instance (SGLang --nnodes N --node-rank K --dist-init-addr ADDR): the host of each node rank, names from hosts:, in --node-rank order (N is the list\'s length). Rank 0 serves url; the other ranks run schedulers only. Instead of host:.',
+  'A multi-node instance (SGLang --nnodes N --node-rank K --dist-init-addr ADDR): the host of each node rank, names from hosts:, in --node-rank order (N is the list\'s length). Rank 0 serves url; the other ranks run schedulers (SGLang gives them only a stand-in health endpoint). Instead of host:.',
 )
 
 const PrefillEntrySchema = PrefillServiceSchema.extend({host, nodes}).strict()
