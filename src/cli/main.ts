@@ -9,9 +9,11 @@ import {argvWantsJson, errorDocument, isExitRequest, writeError} from './error-o
  * under --json one document with a code on stdout (oclif alone prints a styled line on stderr and nothing on stdout).
  */
 export async function main(load: Interfaces.LoadOptions, argv: string[] = process.argv.slice(2)): Promise<void> {
+  const outputClosed = keepRunningWhenOutputCloses()
   try {
     await run(argv, load)
-    await flush()
+    // flush() waits for stdout to drain, which a closed pipe never does.
+    await Promise.race([flush(), outputClosed])
   } catch (error) {
     if (isExitRequest(error)) {
       process.exitCode = (error as {oclif?: {exit?: number}}).oclif?.exit ?? 0
@@ -29,4 +31,20 @@ function beforeCommand(argv: string[]): Error | undefined {
   if (first === undefined || !first.startsWith('-')) return undefined
   return badInput(`${first} comes before the command: pdchaos takes its flags after the command`,
     `write the command first, then its flags: \`pdchaos <command> ${first} …\` (\`pdchaos --help\` lists the commands)`)
+}
+
+/**
+ * A reader that goes away (`pdchaos status | head -1`, an SSH session cut while `sim up` prints) makes the next write
+ * fail with EPIPE, which node raises as an uncaught error: a stack trace, and a command killed halfway, before it
+ * reverts what it injected. The output is lost either way; the command finishes its work and keeps its exit code.
+ */
+function keepRunningWhenOutputCloses(): Promise<void> {
+  return new Promise((resolve) => {
+    for (const stream of [process.stdout, process.stderr]) {
+      stream.on('error', (error: NodeJS.ErrnoException) => {
+        if (error.code !== 'EPIPE' && error.code !== 'ERR_STREAM_DESTROYED') throw error
+        resolve()
+      })
+    }
+  })
 }

@@ -14,12 +14,11 @@ const {twin} = matrixTwins()
 
 describe('mutation matrix: every recovery defect turns the verdict to fail', () => {
   it('no-disagg-loads: an SGLang without the loads disagg section gets no false drain failure', async () => {
-    const h = await twin({bugs: ['no-disagg-loads']})
-    for (const args of [['stall-kv', '--gpu', '1'], ['drop-dest-info']]) {
-      const o = await inject(h, args)
-      expect(o.failed, `${args[0]}: ${o.failed.join(' | ')}`).toEqual([])
-      expect(o.verdicts.join('\n'), args[0]).toMatch(/recovery (pass|unverified): (every PD queue drained to 0 \(4 of them from \/metrics gauges|queues shown nonzero only by gauges that may be stale)/)
-    }
+    // The stall, whose Transferring pins hold KV and sit in the inflight queue: the drain is judged on the gauges
+    // alone, which SGLang leaves stale on an idle server (the drop's Bootstrapping pins add no other path to it).
+    const o = await inject(await twin({bugs: ['no-disagg-loads']}), ['stall-kv', '--gpu', '1'])
+    expect(o.failed, o.failed.join(' | ')).toEqual([])
+    expect(o.verdicts.join('\n')).toMatch(/recovery (pass|unverified): (every PD queue drained to 0 \(4 of them from \/metrics gauges|queues shown nonzero only by gauges that may be stale)/)
   }, 600_000)
 
   it('leak-on-evict: KV tokens do not return to their baseline', async () => {

@@ -134,7 +134,7 @@ describe.concurrent('the runner (runBatch, runSuite) against a scripted deployme
     expect(evictions).toHaveLength(3)
     expect(s.pins).toHaveLength(3)
     for (const p of s.pins) {
-      expect(p).toMatchObject({fault: 'drop-dest-info', verdict: 'pass'})
+      expect(p, JSON.stringify({pin: p, eviction: evictions.find((v) => v.subject === p.rid)})).toMatchObject({fault: 'drop-dest-info', verdict: 'pass'})
       // The bounds are the runner's own: [deadline - ε, deadline + poll + ε], ε measured on loopback (5 ms floor).
       expect(p.bounds[0]).toBeCloseTo(DEADLINE_S - 0.005, 3)
       expect(p.bounds[1]).toBeGreaterThanOrEqual(DEADLINE_S + POLL_S + 0.005)
@@ -183,9 +183,17 @@ describe.concurrent('the runner (runBatch, runSuite) against a scripted deployme
     const pin = (rid: string) => s!.pins.find((p) => p.rid === rid)!
     expect(checks(s!, 'eviction')).toHaveLength(2)
 
-    expect(verdict(lateRid)).toMatchObject({verdict: 'fail', summary: expect.stringMatching(/^evicted late: after \d+\.\d{3}s, past deadline \+ poll \+ ε \(\d+\.\d{3}s\)( \(at the edge\))?$/)})
-    expect(pin(lateRid).verdict).toBe('fail')
-    expect(pin(lateRid).evictionSeconds!).toBeGreaterThan(pin(lateRid).bounds[1])
+    // ε is measured: on a machine loaded enough that it swallows the 1.2 s of lateness (load 7-11 did), the pin sits
+    // inside its widened window, within ε of the bound, and the honest verdict is unverified. Never a pass.
+    const late = pin(lateRid)
+    if (late.evictionSeconds! > late.bounds[1]) {
+      expect(verdict(lateRid)).toMatchObject({verdict: 'fail', summary: expect.stringMatching(/^evicted late: after \d+\.\d{3}s, past deadline \+ poll \+ ε \(\d+\.\d{3}s\)( \(at the edge\))?$/)})
+      expect(late.verdict).toBe('fail')
+    } else {
+      expect(late.bounds[1] - (DEADLINE_S + POLL_S), 'only an ε of more than the lateness can hide it').toBeGreaterThan(1.2)
+      expect(verdict(lateRid)).toMatchObject({verdict: 'unverified'})
+      expect(late.verdict).not.toBe('pass')
+    }
     expect(fake.evicted).toEqual([lateRid])
 
     expect(verdict(lostRid)).toMatchObject({verdict: 'fail', summary: expect.stringMatching(/^never evicted: still held after \d+\.\d{3}s \(window ended at \d+\.\d{3}s\), in the bootstrap queue \(Bootstrapping\)$/)})
