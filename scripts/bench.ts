@@ -9,7 +9,7 @@
 import {type ChildProcess, spawn} from 'node:child_process'
 import {fileURLToPath} from 'node:url'
 
-const BENCHMARKS = ['ssh', 'sim', 'cli', 'faults', 'suite', 'accuracy'] as const
+const BENCHMARKS = ['ssh', 'sim', 'cli', 'faults', 'suite', 'accuracy', 'fleet'] as const
 
 const asked = process.argv.slice(2)
 const unknown = asked.filter((name) => !(BENCHMARKS as readonly string[]).includes(name))

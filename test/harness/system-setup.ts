@@ -29,7 +29,7 @@ export function systemLacks(): string[] {
   return lacks
 }
 
-/** src/ files newer than their compiled dist/ files (the twin's processes run dist/ in system tests). */
+/** src/ files newer than their compiled dist/ files, and a manifest older than a command (system tests run the build). */
 export function staleBuild(root = process.cwd()): string[] {
   const out: string[] = []
   const walk = (dir: string): void => {
@@ -43,6 +43,11 @@ export function staleBuild(root = process.cwd()): string[] {
     }
   }
   walk('src')
+  // oclif finds the commands through the manifest only: one older than a command's source hides a new command.
+  const manifest = join(root, 'oclif.manifest.json')
+  const commands = join(root, 'src', 'commands')
+  const newest = (dir: string): number => Math.max(0, ...readdirSync(dir, {withFileTypes: true}).map((e) => e.isDirectory() ? newest(join(dir, e.name)) : statSync(join(dir, e.name)).mtimeMs))
+  if (existsSync(commands) && (!existsSync(manifest) || statSync(manifest).mtimeMs < newest(commands))) out.push('oclif.manifest.json')
   return out
 }
 
