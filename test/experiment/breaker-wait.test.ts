@@ -1,6 +1,6 @@
 import {createServer, type Server} from 'node:http'
 
-import {afterEach, describe, expect, it} from 'vitest'
+import {afterAll, describe, expect, it} from 'vitest'
 
 import {RouterClient} from '../../src/deployment/router-client.js'
 import {untilBreakersClose} from '../../src/experiment/session.js'
@@ -9,23 +9,25 @@ import {untilBreakersClose} from '../../src/experiment/session.js'
  * The wait for the gateway's circuit breakers before the canaries. A scrape that fails says nothing about the
  * breaker: taking it for "closed" sent canaries at an open breaker, whose 503s failed a healthy twin (ci10).
  */
-let server: Server | undefined
-afterEach(async () => { await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve())) })
+const servers: Server[] = []
+afterAll(async () => { await Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve())))) })
 
 /** A gateway's /metrics answering, in turn, each of `script`: 'open', 'closed', or 'fail' (a 500). */
 async function gateway(script: Array<'open' | 'closed' | 'fail'>): Promise<{router: RouterClient; scrapes: () => number}> {
   let n = 0
-  server = createServer((req, res) => {
+  const server = createServer((req, res) => {
     const step = script[Math.min(n++, script.length - 1)]
     if (step === 'fail') { res.writeHead(500).end('busy'); return }
     res.writeHead(200, {'content-type': 'text/plain'}).end(`smg_worker_cb_state{worker="http://p:1"} ${step === 'open' ? 1 : 0}\n`)
   })
-  await new Promise<void>((resolve) => server!.listen(0, '127.0.0.1', resolve))
+  servers.push(server)
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   const {port} = server.address() as {port: number}
   return {router: new RouterClient(`http://127.0.0.1:${port}`, {timeoutMs: 1000}), scrapes: () => n}
 }
 
-describe('waiting for the gateway breakers to close', () => {
+// Side by side: each test waits out whole seconds of the gateway's pace.
+describe.concurrent('waiting for the gateway breakers to close', () => {
   it('a failed scrape while a breaker is open does not count as closed', async () => {
     const g = await gateway(['open', 'fail', 'fail', 'closed'])
     const r = await untilBreakersClose(g.router)
