@@ -1,13 +1,10 @@
-import {writeFileSync} from 'node:fs'
-
-import {oneLine} from '../errors.js'
 import type {FleetRun} from '../model/fleet.js'
 import {renderFleetHtml} from '../report/fleet-html.js'
 import {renderFleetJUnit} from '../report/fleet-junit.js'
 import {fleetJson, renderFleet} from '../report/fleet-text.js'
 import {pushFleet} from '../report/push.js'
 import {redactText} from '../util/redact.js'
-import {checkOutputFile, checkPushUrl, makeParents} from './outputs.js'
+import {checkOutputFile, checkPushUrl, outputWriter} from './outputs.js'
 
 /**
  * How a fleet's report ends, for `suite --fleet` and `pdchaos report` alike: the summary and the exit code first, then
@@ -30,21 +27,7 @@ export function checkFleetOutputs(o: FleetOutputs): void {
 export async function finishFleet(fleet: FleetRun, o: {json: boolean; log: (text: string) => void; files: FleetOutputs; runId: string; wallMs?: number}): Promise<Record<string, unknown>> {
   if (!o.json) o.log(renderFleet(fleet, o.wallMs === undefined ? {} : {wallMs: o.wallMs}))
   process.exitCode = fleet.exitCode
-  const errors: string[] = []
-  const attempt = async <T>(what: string, write: () => T | Promise<T>): Promise<T | undefined> => {
-    try {
-      return await write()
-    } catch (error) {
-      const line = `could not write ${what}: ${oneLine(error)}`
-      errors.push(line)
-      process.stderr.write(`Error: ${line} (the verdict above stands)\n`)
-      return undefined
-    }
-  }
-  const write = (file: string, text: string) => {
-    makeParents(file)
-    writeFileSync(file, text)
-  }
+  const {errors, attempt, write} = outputWriter()
   const {junit, html, push} = o.files
   if (junit) await attempt(`JUnit to ${junit}`, () => write(junit, renderFleetJUnit(fleet)))
   if (html) await attempt(`the HTML report to ${html}`, () => write(html, renderFleetHtml(fleet)))

@@ -1,4 +1,4 @@
-import {closeSync, existsSync, mkdirSync, openSync, statSync, unlinkSync} from 'node:fs'
+import {closeSync, existsSync, mkdirSync, openSync, statSync, unlinkSync, writeFileSync} from 'node:fs'
 import {dirname, resolve} from 'node:path'
 
 import {badInput, oneLine} from '../errors.js'
@@ -71,4 +71,29 @@ export function checkPushUrl(flag: string, raw: string): void {
   }
   if (u.protocol !== 'http:' && u.protocol !== 'https:') throw badInput(`${flag} must be an http:// or https:// URL, got ${u.protocol}`, 'e.g. http://127.0.0.1:9091')
   if (u.port === '0') throw badInput(`${flag} must have a port from 1 to 65535`, 'e.g. http://127.0.0.1:9091')
+}
+
+/**
+ * Writes a run's outputs (journal, JUnit, HTML, Pushgateway) after its verdict is printed and its exit code decided:
+ * a failed write never loses the verdict. Each failure is said on stderr and kept (for --json); the others still run.
+ */
+export function outputWriter(): {errors: string[]; attempt: <T>(what: string, write: () => T | Promise<T>) => Promise<T | undefined>; write: (file: string, text: string) => void} {
+  const errors: string[] = []
+  return {
+    errors,
+    async attempt(what, write) {
+      try {
+        return await write()
+      } catch (error) {
+        const line = `could not write ${what}: ${oneLine(error)}`
+        errors.push(line)
+        process.stderr.write(`Error: ${line} (the verdict above stands)\n`)
+        return undefined
+      }
+    },
+    write(file, text) {
+      makeParents(file)
+      writeFileSync(file, text)
+    },
+  }
 }

@@ -1,10 +1,7 @@
-import {writeFileSync} from 'node:fs'
-
 import {type Command, Flags} from '@oclif/core'
 
 import type {Deployment} from '../deployment/config.js'
 import {assertMayDisturb} from '../deployment/protection.js'
-import {oneLine} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import {acquireHostLock} from '../faults/lease/host-lock.js'
 import {runExitCode, runIdOf, type SuiteRun} from '../model/run.js'
@@ -17,7 +14,7 @@ import {redactText} from '../util/redact.js'
 import {BaseCommand} from './base-command.js'
 import {errorDocument} from './error-output.js'
 import {targetFlags} from './flags.js'
-import {checkOutputFile, checkPushUrl, makeParents} from './outputs.js'
+import {checkOutputFile, checkPushUrl, outputWriter} from './outputs.js'
 import {preflight} from './preflight.js'
 import {resolveTarget, type Target} from './target.js'
 
@@ -99,21 +96,7 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
    * (and returned, for --json) and the others are still written.
    */
   protected async writeRunOutputs(run: SuiteRun, command: string, files: RunOutputs, extra: Record<string, unknown> = {}): Promise<{pushed?: unknown; outputErrors?: string[]}> {
-    const errors: string[] = []
-    const attempt = async (what: string, write: () => unknown): Promise<unknown> => {
-      try {
-        return await write()
-      } catch (error) {
-        const line = `could not write ${what}: ${oneLine(error)}`
-        errors.push(line)
-        process.stderr.write(`Error: ${line} (the verdict above stands)\n`)
-        return undefined
-      }
-    }
-    const write = (file: string, text: string) => {
-      makeParents(file)
-      writeFileSync(file, text)
-    }
+    const {errors, attempt, write} = outputWriter()
     const {journal, junit, html, push} = files
     if (journal) await attempt(`the journal to ${journal}`, () => writeJournal(journal, runJournal(run, command, extra)))
     if (junit) await attempt(`JUnit to ${junit}`, () => write(junit, renderJUnit(run)))

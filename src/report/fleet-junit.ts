@@ -1,5 +1,5 @@
 import type {FleetMember, FleetRun} from '../model/fleet.js'
-import {type CaseCounts, classPart, escapeAttr, escapeXml, junitTimestamp, scenarioCases, secs, systemOut} from './junit.js'
+import {type CaseCounts, classPart, escapeAttr, escapeXml, junitTimestamp, scenarioCases, secs, systemOut, testsuitesDocument} from './junit.js'
 
 /**
  * JUnit XML of a fleet: one <testsuite> per deployment, its testcases those of every scenario of its run (classnames
@@ -59,19 +59,5 @@ function memberSuite(m: FleetMember, fleetStart: number, out: string[]): CaseCou
 
 export function renderFleetJUnit(fleet: FleetRun): string {
   const body: string[] = []
-  const total: CaseCounts = {tests: 0, failures: 0, errors: 0, skipped: 0}
-  for (const m of fleet.members) {
-    const c = memberSuite(m, fleet.startedAt, body)
-    total.tests += c.tests
-    total.failures += c.failures
-    total.errors += c.errors
-    total.skipped += c.skipped
-  }
-  return [
-    '<?xml version="1.0" encoding="UTF-8"?>',
-    `<testsuites name="${escapeAttr(fleet.name)}" tests="${total.tests}" failures="${total.failures}" errors="${total.errors}" skipped="${total.skipped}" time="${secs(fleet.finishedAt - fleet.startedAt)}" timestamp="${junitTimestamp(fleet.startedAt)}">`,
-    ...body,
-    '</testsuites>',
-    '',
-  ].join('\n')
+  return testsuitesDocument(fleet, fleet.members.map((m) => memberSuite(m, fleet.startedAt, body)), body)
 }

@@ -117,9 +117,13 @@ function renderSuite(run: SuiteRun, s: ScenarioRun, out: string[]): CaseCounts {
 
 export function renderJUnit(run: SuiteRun): string {
   const body: string[] = []
-  const total = {tests: 0, failures: 0, errors: 0, skipped: 0}
-  for (const s of run.scenarios) {
-    const c = renderSuite(run, s, body)
+  return testsuitesDocument(run, run.scenarios.map((s) => renderSuite(run, s, body)), body)
+}
+
+/** The <testsuites> document around testsuites already rendered into `body`, with their summed counts. */
+export function testsuitesDocument(o: {name: string; startedAt: number; finishedAt: number}, counts: CaseCounts[], body: string[]): string {
+  const total: CaseCounts = {tests: 0, failures: 0, errors: 0, skipped: 0}
+  for (const c of counts) {
     total.tests += c.tests
     total.failures += c.failures
     total.errors += c.errors
@@ -127,7 +131,7 @@ export function renderJUnit(run: SuiteRun): string {
   }
   return [
     '<?xml version="1.0" encoding="UTF-8"?>',
-    `<testsuites name="${escapeAttr(run.name)}" tests="${total.tests}" failures="${total.failures}" errors="${total.errors}" skipped="${total.skipped}" time="${secs(run.finishedAt - run.startedAt)}" timestamp="${junitTimestamp(run.startedAt)}">`,
+    `<testsuites name="${escapeAttr(o.name)}" tests="${total.tests}" failures="${total.failures}" errors="${total.errors}" skipped="${total.skipped}" time="${secs(o.finishedAt - o.startedAt)}" timestamp="${junitTimestamp(o.startedAt)}">`,
     ...body,
     '</testsuites>',
     '',

@@ -11,6 +11,7 @@ import {parseYamlText} from '../../src/deployment/yaml-file.js'
 import {PdError} from '../../src/errors.js'
 import {buildSimConfig} from '../../src/sim/lifecycle/options.js'
 import {twinDeployment} from '../../src/sim/lifecycle/deployment-file.js'
+import {GOOD} from './fixtures.js'
 
 /**
  * The deployment file's forms (issue 13, item 1): every file that loaded before loads to the very same single-host
@@ -20,30 +21,6 @@ import {twinDeployment} from '../../src/sim/lifecycle/deployment-file.js'
 
 const root = join(import.meta.dirname, '..', '..')
 
-/** The file as test/deployment/load.test.ts writes it. */
-const GOOD = `# a deployment on one GPU host
-name: h100-pd
-labels: {environment: staging}
-host:
-  kind: ssh
-  alias: gpu-1
-sudo: passwordless
-services:
-  prefill:
-    url: http://10.0.0.5:30000
-    bootstrapPort: 8998
-    restart: [systemctl, restart, sglang-prefill]
-    logs: {journald: sglang-prefill}
-  decode:
-    url: http://10.0.0.5:30001
-    logs: {file: /var/log/sglang/decode.log}
-  router:
-    url: http://10.0.0.5:8000
-    metricsUrl: http://10.0.0.5:29000
-backend: nixl
-watchdog: {scope: inflight, deadlineSeconds: 30, pollSeconds: 5}
-sglangVersion: 0.5.10
-`
 
 /** The README's yaml blocks: the single-host example and the two-host one. */
 function readmeExamples(): {single: string; twoHost: string} {
