@@ -1,5 +1,4 @@
 import {mkdtempSync, readFileSync, rmSync, writeFileSync} from 'node:fs'
-import {createServer} from 'node:net'
 import {tmpdir} from 'node:os'
 import {join} from 'node:path'
 
@@ -7,6 +6,7 @@ import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 import {parse as parseYaml, stringify} from 'yaml'
 
 import {createTestHost, type TestHost} from '../harness/test-host.js'
+import {freePort} from '../sim/launch-pair.js'
 import {runCli} from './cli.js'
 import {TWIN_ARGS} from './matrix-helpers.js'
 
@@ -18,21 +18,13 @@ import {TWIN_ARGS} from './matrix-helpers.js'
 let dir: string
 const hosts: TestHost[] = []
 
-async function closedPort(): Promise<number> {
-  const s = createServer()
-  await new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve))
-  const port = (s.address() as {port: number}).port
-  await new Promise<void>((resolve) => s.close(() => resolve()))
-  return port
-}
-
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'pdchaos-fleet-'))
   hosts.push(...await Promise.all([0, 1].map(() => createTestHost({twin: {deadlineSeconds: 1.5, pollSeconds: 0.5, args: TWIN_ARGS}}))))
   // The third: the first twin's file, its SSH host moved to a loopback port nothing listens on.
   const gone = parseYaml(readFileSync(hosts[0]!.deploymentFile, 'utf8')) as {name: string; host: Record<string, unknown>}
   gone.name = 'gone'
-  gone.host = {...gone.host, hostname: '127.0.0.1', port: await closedPort(), connectTimeoutSeconds: 2}
+  gone.host = {...gone.host, hostname: '127.0.0.1', port: await freePort(), connectTimeoutSeconds: 2}
   writeFileSync(join(dir, 'gone.yaml'), stringify(gone))
   // One small scenario per deployment: the fleet is under test here, not the suite.
   writeFileSync(join(dir, 'suite.yaml'), stringify({name: 'fleet-smoke', scenarios: [{name: 'drop', fault: 'drop-dest-info', pins: 1}], stop: {kernelXid: false}}))
