@@ -33,11 +33,22 @@ export function checkCollateral(tl: Timeline): Verdict {
   return pass('collateral', 'steady load', `${ok} of ${ok} requests outside the fault's reach succeeded (${inReach.length} in reach, not judged)`, evidence)
 }
 
-/** From each fault's revert until the gateway's breaker closed again (or the end), when it was found open. */
+/**
+ * While the gateway's breaker was found open: the first window from the fault's revert (the breaker opened during the
+ * fault) until it closed, each later one (it opened after the wait, marked when the canaries met it) from the last
+ * request that saw it closed; each until it closed again (or the end).
+ */
 export function breakerWindows(tl: Timeline, end: number): Array<{from: number; to: number}> {
-  const opened = tl.observations.find((o) => o.kind === 'marker' && o.name === 'router-breaker-open')
-  if (!opened) return []
-  const closed = tl.observations.find((o) => o.kind === 'marker' && o.name === 'router-breaker-closed')
+  const markers = tl.observations.filter((o) => o.kind === 'marker' && (o.name === 'router-breaker-open' || o.name === 'router-breaker-closed'))
   const reverted = faultWindows(tl).map((w) => w.to).filter((t): t is number => t !== undefined)
-  return [{from: Math.min(opened.t, ...reverted), to: closed?.t ?? end}]
+  const out: Array<{from: number; to: number}> = []
+  let prevClose: number | undefined
+  markers.forEach((o, i) => {
+    if (o.kind !== 'marker' || o.name !== 'router-breaker-open') return
+    const next = markers[i + 1]
+    const to = next && next.kind === 'marker' && next.name === 'router-breaker-closed' ? next.t : end
+    out.push({from: Math.min(o.t, ...(prevClose === undefined ? reverted : [prevClose])), to})
+    prevClose = to
+  })
+  return out
 }

@@ -26,15 +26,21 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
   const revertedAt = Math.max(...windows.map((w) => w.to ?? Number.POSITIVE_INFINITY))
   const end = Math.max(...tl.observations.map((o) => o.t))
 
-  // 1. The next requests succeed.
-  const canaries = requestsOf(tl, 'canary').filter((c) => c.t >= revertedAt)
+  // 1. The next requests succeed: the last round of canaries (a round the gateway's breaker refused was sent again
+  // once it closed, marker canaries-again; the refused round is in the evidence).
+  const again = tl.observations.filter((o) => o.kind === 'marker' && o.name === 'canaries-again').map((o) => o.t)
+  const from = Math.max(revertedAt, ...again)
+  const refusedRound = again.length > 0 ? requestsOf(tl, 'canary').filter((c) => c.t >= revertedAt && c.t < from).map((c) => ({rid: c.rid, status: answerOf(tl, c.rid)?.status ?? null})) : []
+  const canaries = requestsOf(tl, 'canary').filter((c) => c.t >= from)
   const bad = canaries.filter((c) => {
     const a = answerOf(tl, c.rid)
     return !a || a.status < 200 || a.status > 299
   })
-  if (canaries.length === 0) out.push(fail('recovery', 'requests', 'no request was sent after the revert: recovery unproven', {revertedAt}))
-  else if (bad.length > 0) out.push(fail('recovery', 'requests', `${bad.length} of ${canaries.length} requests after the revert failed: ${bad.slice(0, 5).map((b) => `${b.rid} (${answerOf(tl, b.rid)?.status ?? 'no answer'})`).join(', ')}`, {canaries: canaries.length, failed: bad.map((b) => b.rid)}))
-  else out.push(pass('recovery', 'requests', `${canaries.length} of ${canaries.length} requests after the revert succeeded`, {canaries: canaries.length}))
+  const firstRound = refusedRound.length > 0 ? {refusedByOpenBreaker: refusedRound} : {}
+  const sentAgain = refusedRound.length > 0 ? ', sent again once the circuit breaker that refused the first ones had closed' : ''
+  if (canaries.length === 0) out.push(fail('recovery', 'requests', 'no request was sent after the revert: recovery unproven', {revertedAt, ...firstRound}))
+  else if (bad.length > 0) out.push(fail('recovery', 'requests', `${bad.length} of ${canaries.length} requests after the revert failed${sentAgain}: ${bad.slice(0, 5).map((b) => `${b.rid} (${answerOf(tl, b.rid)?.status ?? 'no answer'})`).join(', ')}`, {canaries: canaries.length, failed: bad.map((b) => b.rid), ...firstRound}))
+  else out.push(pass('recovery', 'requests', `${canaries.length} of ${canaries.length} requests after the revert succeeded${sentAgain}`, {canaries: canaries.length, ...firstRound}))
 
   // 2. The queues drain (judged at the last sample, taken after the canaries so the gauges were refreshed by a batch).
   // Each PD queue: the /v1/loads snapshot (fresh once idle) first, the /metrics gauge as fallback. SGLang writes those
@@ -163,14 +169,18 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
   return out
 }
 
-/** The gateway's circuit breaker, when a fault opened it: reported, and it must have closed again. */
+/** The gateway's circuit breaker, each time it was found open after a fault: reported, and it must have closed again. */
 function checkBreaker(tl: Timeline): Verdict[] {
-  const marker = (name: string) => tl.observations.find((o): o is Extract<Observation, {kind: 'marker'}> => o.kind === 'marker' && o.name === name)
-  const opened = marker('router-breaker-open')
-  if (!opened) return []
-  const closed = marker('router-breaker-closed')
-  const evidence = {workers: opened.detail, foundOpenAt: opened.t, closedAt: closed?.t ?? null, metric: 'smg_worker_cb_state'}
-  return closed
-    ? [pass('recovery', 'router circuit breaker', `the fault opened the router's circuit breaker (${opened.detail}); it closed again ${((closed.t - opened.t) / 1000).toFixed(1)}s later, before the canaries`, evidence)]
-    : [fail('recovery', 'router circuit breaker', `the fault opened the router's circuit breaker (${opened.detail}) and it was still open ${((Math.max(...tl.observations.map((o) => o.t)) - opened.t) / 1000).toFixed(1)}s later: healthy requests get 503`, evidence)]
+  const markers = tl.observations.filter((o): o is Extract<Observation, {kind: 'marker'}> => o.kind === 'marker' && (o.name === 'router-breaker-open' || o.name === 'router-breaker-closed'))
+  const end = Math.max(...tl.observations.map((o) => o.t))
+  const out: Verdict[] = []
+  markers.forEach((opened, i) => {
+    if (opened.name !== 'router-breaker-open') return
+    const closed = markers[i + 1]?.name === 'router-breaker-closed' ? markers[i + 1] : undefined
+    const evidence = {workers: opened.detail, foundOpenAt: opened.t, closedAt: closed?.t ?? null, metric: 'smg_worker_cb_state'}
+    out.push(closed
+      ? pass('recovery', 'router circuit breaker', `the fault opened the router's circuit breaker (${opened.detail}); it closed again ${((closed.t - opened.t) / 1000).toFixed(1)}s later, before the canaries`, evidence)
+      : fail('recovery', 'router circuit breaker', `the fault opened the router's circuit breaker (${opened.detail}) and it was still open ${((end - opened.t) / 1000).toFixed(1)}s later: healthy requests get 503`, evidence))
+  })
+  return out
 }

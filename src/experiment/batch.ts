@@ -18,7 +18,7 @@ import {SteadyLoad} from '../workload/steady-load.js'
 import {sleep, within} from '../util/time.js'
 import {type Entry, judgeBatch, scenarioShell} from './judge.js'
 import {injectUnderLease, revertAndVerify} from './lease-steps.js'
-import {type Calibrated, PROBE_TIMEOUT_MS, type RunSession, untilBreakersClose} from './session.js'
+import {type Calibrated, openBreakers, PROBE_TIMEOUT_MS, type RunSession, untilBreakersClose} from './session.js'
 
 /**
  * The one runner: a batch of fault scenarios sharing one window. Pins and abort trials go to prefill and decode
@@ -183,7 +183,8 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
         }
         await releaseHeld(session, rec, [...pins.map((p) => p.sent), ...load.sent], Math.max(0, ...planned.map((e) => e.lease?.revertedAt ?? 0)))
         if (pins.length > 0) await readPinLogs(session, rec, logMarks, pins.map((p) => p.sent.rid), say)
-        if (!signal.aborted) await recover(session, rec, load, settings, signal, say)
+        const revertedAt = Math.max(0, ...planned.map((e) => e.lease?.revertedAt ?? 0))
+        if (!signal.aborted) await recover(session, rec, load, settings, revertedAt, signal, say)
         // A stop after the window (during the revert or the recovery) leaves recovery unproven, not failed.
         recoveryStopped = signal.aborted
       } finally {
@@ -298,9 +299,20 @@ async function releaseHeld(session: RunSession, rec: Recorder, sent: Sent[], rev
 }
 
 /** Recovery: the next requests must succeed, then the queues must drain (with a deadline). */
-async function recover(session: RunSession, rec: Recorder, load: SteadyLoad, settings: BatchSettings, signal: AbortSignal, say: (l: string) => void): Promise<void> {
+async function recover(session: RunSession, rec: Recorder, load: SteadyLoad, settings: BatchSettings, revertedAt: number, signal: AbortSignal, say: (l: string) => void): Promise<void> {
+  await heldRequestsEnd(rec, load.sent.filter((s) => s.sentAt <= revertedAt), signal, say)
   await waitForBreakers(session, rec, signal, say)
-  await Promise.all(Array.from({length: settings.canaries}, () => sendRequest(session.router, rec, {role: 'canary', timeoutMs: 30_000, promptTokens: settings.promptTokens}).done))
+  const canaries = (): Promise<Array<{status: number | null}>> =>
+    Promise.all(Array.from({length: settings.canaries}, () => sendRequest(session.router, rec, {role: 'canary', timeoutMs: 30_000, promptTokens: settings.promptTokens}).done))
+  const first = await canaries()
+  // A breaker that opened after the wait (a failure the gateway counted late, or traffic that is not pdchaos's) refuses
+  // the canaries without sending them to a worker: that is no proof the deployment failed to recover. Wait for it and
+  // send them again, once; the recovery check judges the last round.
+  if (!signal.aborted && first.some((a) => a.status === 503) && ((await openBreakers(session.router))?.length ?? 0) > 0) {
+    await waitForBreakers(session, rec, signal, say, 'after the canaries')
+    rec.marker('canaries-again', 'the first canaries met an open circuit breaker')
+    await canaries()
+  }
   say('waiting for the queues to drain')
   await load.stopSending()
   // within() clears its timer: a pending 20 s timer would keep the process alive after the run.
@@ -411,10 +423,29 @@ async function startHealthWatch(session: RunSession, rec: Recorder, x: WedgeExpe
  * closes, healthy requests get 503. Say so, mark it on the timeline (the checks report it, and requests refused
  * meanwhile are the fault's reach, not collateral), and wait for it before the canaries, with a deadline.
  */
-async function waitForBreakers(session: RunSession, rec: Recorder, signal: AbortSignal, say: (l: string) => void): Promise<void> {
+async function waitForBreakers(session: RunSession, rec: Recorder, signal: AbortSignal, say: (l: string) => void, when = 'during the fault'): Promise<void> {
   const {open, closed} = await untilBreakersClose(session.router, {signal, onOpen: (workers) => {
     rec.marker('router-breaker-open', workers.join(' '))
-    say(`the router's circuit breaker opened during the fault (${workers.join(', ')}): waiting for it to close before the canaries`)
+    say(`the router's circuit breaker opened ${when} (${workers.join(', ')}): waiting for it to close before the canaries`)
   }})
   if (open.length > 0 && closed) rec.marker('router-breaker-closed', open.join(' '))
+}
+
+/**
+ * The requests the fault held that went through the gateway: their failed attempts (evicted by the watchdog, or let
+ * go of by the cleanup) reach the gateway's breaker only as they end, and the gateway sends them again. Until they
+ * have ended the breaker's state is not final (one read of it would race them), and the path may still be stalled
+ * (an RDMA queue pair waits out its retransmission timeout before it sends again). Wait for them, bounded.
+ */
+async function heldRequestsEnd(rec: Recorder, held: Sent[], signal: AbortSignal, say: (l: string) => void): Promise<void> {
+  const answered = new Set(rec.observations.filter((o) => o.kind === 'request-answered').map((o) => (o as {rid: string}).rid))
+  const open = held.filter((s) => !answered.has(s.rid))
+  if (open.length === 0 || signal.aborted) return
+  say(`waiting for ${open.length} request(s) the fault held to end (the gateway may send them again)`)
+  let ended = false
+  void Promise.all(open.map((s) => s.done)).then(() => (ended = true))
+  // Polled, so that a stop (the signal) ends the wait at once and no timer outlives it.
+  const by = now() + DRAIN_WAIT_MS
+  while (!ended && now() < by && !signal.aborted) await sleep(Math.min(100, by - now()), signal)
+  rec.marker('held-requests-ended', ended ? `${open.length}` : `not all within ${DRAIN_WAIT_MS / 1000}s`)
 }

@@ -35,3 +35,35 @@ describe("the gateway's circuit breaker after a fault", () => {
     expect(checkRecovery(stuck).find((v) => v.subject === 'router circuit breaker')?.verdict).toBe('fail')
   })
 })
+
+describe('a breaker that opened after the wait, found by the canaries', () => {
+  // The wait saw the breaker closed; late failures opened it; the first canaries were refused, the batch waited for
+  // it and sent them again (marker canaries-again).
+  const late: Observation[] = [
+    {kind: 'request-sent', t: T + 12_500, rid: 'canary-1', role: 'canary'},
+    {kind: 'request-answered', t: T + 12_600, rid: 'canary-1', status: 503, detail: 'No available servers: No available prefill workers (all circuits open or unhealthy)'},
+    {kind: 'marker', t: T + 12_700, name: 'router-breaker-open', detail: 'http://p:30000'},
+    {kind: 'marker', t: T + 22_700, name: 'router-breaker-closed', detail: 'http://p:30000'},
+    {kind: 'marker', t: T + 22_800, name: 'canaries-again', detail: 'x'},
+    {kind: 'request-sent', t: T + 22_900, rid: 'canary-2', role: 'canary'},
+  ]
+
+  it('the refused round is evidence, the round sent again is judged; load refused meanwhile is in reach', () => {
+    const t = tl([...late, {kind: 'request-answered', t: T + 23_000, rid: 'canary-2', status: 200}])
+    const r = checkRecovery(t).find((v) => v.subject === 'requests')!
+    expect(r).toMatchObject({verdict: 'pass', summary: expect.stringMatching(/1 of 1 requests after the revert succeeded, sent again once the circuit breaker/)})
+    expect(r.evidence).toMatchObject({refusedByOpenBreaker: [{rid: 'canary-1', status: 503}]})
+    expect(checkCollateral(t).verdict).toBe('pass')
+  })
+
+  it('a round sent again that fails still fails recovery', () => {
+    const t = tl([...late, {kind: 'request-answered', t: T + 23_000, rid: 'canary-2', status: 500}])
+    expect(checkRecovery(t).find((v) => v.subject === 'requests')?.verdict).toBe('fail')
+  })
+
+  it('load refused after a window closed again is collateral', () => {
+    const t = tl([...late, {kind: 'request-answered', t: T + 23_000, rid: 'canary-2', status: 200},
+      {kind: 'request-sent', t: T + 24_000, rid: 'load-2', role: 'load'}, {kind: 'request-answered', t: T + 24_010, rid: 'load-2', status: 503}])
+    expect(checkCollateral(t)).toMatchObject({verdict: 'fail', summary: expect.stringMatching(/load-2 \(503\)/)})
+  })
+})

@@ -27,21 +27,31 @@ export const FAILPOINT_PATH = '/_pdchaos/twin/failpoint'
 export interface FakeOptions {
   /**
    * Milliseconds after which a held request is evicted (500); null: the watchdog never evicts it. A function decides
-   * per held request, by the order the router received them (0 for the first).
+   * per held request, by the order the router received them (0 for the first), and whether the router holds it.
    */
-  evictAfterMs: number | null | ((heldIndex: number) => number | null)
+  evictAfterMs: number | null | ((heldIndex: number, routed: boolean) => number | null)
   /** The failure-point endpoint accepts POST but its GET never shows a rank on (the fault does not take effect). */
   failpointIgnoresPosts?: boolean
   /** Status of prefill's /generate (calibration): 503 makes it an unhealthy deployment. */
   prefillGenerateStatus?: number
   /** Prefill answers /abort_request 200 but lets a held request go on (a target that ignores an abort mid-transfer). */
   prefillIgnoresAborts?: boolean
+  /**
+   * The gateway's circuit breaker. It counts the routed requests an abort released (the cleanup's: the failures that
+   * end last, after the revert), each one `lagMs` after the abort (a gateway counts an attempt when decode's half
+   * ends; the client is answered then too); at `threshold` it opens for `openMs`: /generate answers 503 and /metrics
+   * shows smg_worker_cb_state 1. With `opensAtRid` it also opens, once, as a request whose rid matches arrives
+   * (traffic pdchaos does not see tipping it).
+   */
+  breaker?: {threshold: number; lagMs: number; openMs: number; opensAtRid?: RegExp}
 }
 
 interface Held {
   rid: string
   res: ServerResponse
   timer?: NodeJS.Timeout
+  /** Held by the router (load, canaries), not by prefill (a pin sent directly). */
+  routed: boolean
 }
 
 type FailpointName = 'drop-dest-info' | 'stall-kv'
@@ -62,6 +72,10 @@ export class FakePd {
   readonly evicted: string[] = []
   /** rids released by POST /abort_request on prefill or decode (answered 500, counted as aborted). */
   readonly aborted: string[] = []
+  /** When the breaker opened and closed (performance.now()), each time. */
+  readonly breakerOpenings: Array<{from: number; to: number}> = []
+  private breakerFailures = 0
+  private breakerTripped = false
   private closed = false
 
   private constructor(readonly opts: FakeOptions, readonly prefill: TestServer, readonly decode: TestServer, readonly router: TestServer) {}
@@ -115,23 +129,52 @@ export class FakePd {
     const path = url.split('?')[0]
     if (method === 'POST' && path === '/generate') {
       const rid = ridOf(body)
+      const b = this.opts.breaker
+      if (b?.opensAtRid?.test(rid) && !this.breakerTripped) {
+        this.breakerTripped = true
+        this.openBreaker()
+      }
+      if (this.breakerOpen) return sendJson(res, 503, {error: {message: 'No available servers: No available prefill workers (all circuits open or unhealthy)', code: 503}})
       if (!this.faulted) {
         this.routed.push(rid)
         return sendJson(res, 200, answer(rid))
       }
-      this.hold(rid, res)
+      this.hold(rid, res, true)
       return
     }
     if (['/health', '/liveness', '/readiness'].includes(path)) return sendJson(res, 200, {})
-    if (path === '/metrics') return text(res, 200, '# TYPE sgl_router_requests counter\nsgl_router_requests_total 0\n')
+    if (path === '/metrics') {
+      const cb = this.opts.breaker ? `smg_worker_cb_state{worker="${this.prefill.url}"} ${this.breakerOpen ? 1 : 0}\n` : ''
+      return text(res, 200, `# TYPE sgl_router_requests counter\nsgl_router_requests_total 0\n${cb}`)
+    }
     sendJson(res, 404, {error: 'not found'})
   }
 
-  private hold(rid: string, res: ServerResponse): void {
-    const h: Held = {rid, res}
+  private get breakerOpen(): boolean {
+    const last = this.breakerOpenings.at(-1)
+    return last !== undefined && performance.now() < last.to
+  }
+
+  private openBreaker(): void {
+    if (!this.breakerOpen) this.breakerOpenings.push({from: performance.now(), to: performance.now() + this.opts.breaker!.openMs})
+  }
+
+  /** A routed request an abort released: counted by the breaker and answered lagMs later, as a gateway does. */
+  private abortRouted(h: Held, status: number, body: unknown): void {
+    const b = this.opts.breaker
+    if (!b) return sendJson(h.res, status, body)
+    setTimeout(() => {
+      if (this.closed) return
+      if (++this.breakerFailures >= b.threshold) this.openBreaker()
+      sendJson(h.res, status, body)
+    }, b.lagMs)
+  }
+
+  private hold(rid: string, res: ServerResponse, routed = false): void {
+    const h: Held = {rid, res, routed}
     this.held.set(rid, h)
     const index = this.heldRids.push(rid) - 1
-    const evictAfterMs = typeof this.opts.evictAfterMs === 'function' ? this.opts.evictAfterMs(index) : this.opts.evictAfterMs
+    const evictAfterMs = typeof this.opts.evictAfterMs === 'function' ? this.opts.evictAfterMs(index, routed) : this.opts.evictAfterMs
     // The client went away (pdchaos stopped watching): nobody is left to answer, so the fake forgets the request.
     res.on('close', () => {
       if (this.held.get(rid) === h) {
@@ -177,7 +220,9 @@ export class FakePd {
         this.held.delete(rid)
         this.aborted.push(rid)
         // SGLang prefill's words for a request aborted in its inflight queue (prefill.py handle_inflight_transfer_failure).
-        sendJson(h.res, 500, {error: {message: `Prefill transfer failed for request rank=0 req.rid='${rid}' req.bootstrap_room=0 with exception KVTransferError(bootstrap_room=0): Aborted by AbortReq.`, code: 500}})
+        const words = {error: {message: `Prefill transfer failed for request rank=0 req.rid='${rid}' req.bootstrap_room=0 with exception KVTransferError(bootstrap_room=0): Aborted by AbortReq.`, code: 500}}
+        if (h.routed) this.abortRouted(h, 500, words)
+        else sendJson(h.res, 500, words)
       }
       return sendJson(res, 200, {})
     }
