@@ -69,6 +69,22 @@ export interface SimConfig {
   /** Not SGLang (docs/twin.md): `--entry-lag-ms`, the scheduler receives new requests (and aborts) only every N ms, as
    * behind a long forward pass; `--answer-lag-ms`, a released request's HTTP answer is held that long. */
   lags?: {entry?: Lag; answer?: Lag}
+  /**
+   * `sim up --only …` (docs/twin.md, "Nodes"): this twin is one node of a deployment that spans several. It runs only
+   * `services`; the others run on other nodes at `peers` (their addresses: same ports), as an operator starts
+   * prefill on one node and decode on another. Absent: every service runs here.
+   */
+  node?: {services: Array<Role | 'router'>; peers: Partial<Record<Role | 'router', string>>}
+}
+
+/** The services a twin runs on this node. */
+export function servicesHere(config: Pick<SimConfig, 'node'>): Array<Role | 'router'> {
+  return config.node?.services ?? ['prefill', 'decode', 'router']
+}
+
+/** The address a service listens on: this node's for its own services, the peer's for the others. */
+export function serviceHost(config: Pick<SimConfig, 'host' | 'node'>, service: Role | 'router'): string {
+  return config.node?.peers[service] ?? config.host
 }
 
 /**

@@ -244,3 +244,19 @@ function makeNetns(p: {name: string; index: number; address: string; hostAddress
     destroy: () => (destroying ??= destroy()),
   }
 }
+
+/**
+ * A direct link between two namespaces, as between two nodes on one network: a veth pair pdc-x<A>-<B> (one end in
+ * each) and a host route on each side to the other's address, so node A reaches node B at B's own address with no
+ * forwarding through the root namespace. The link dies with either namespace.
+ */
+export async function linkNetns(a: Netns, b: Netns): Promise<void> {
+  const [ea, eb] = [`pdc-x${a.index}-${b.index}`, `pdc-y${a.index}-${b.index}`]
+  await runCommand([IP, 'link', 'add', ea, 'type', 'veth', 'peer', 'name', eb])
+  await runCommand([IP, 'link', 'set', ea, 'netns', a.name])
+  await runCommand([IP, 'link', 'set', eb, 'netns', b.name])
+  await runCommand([IP, '-n', a.name, 'link', 'set', ea, 'up'])
+  await runCommand([IP, '-n', b.name, 'link', 'set', eb, 'up'])
+  await runCommand([IP, '-n', a.name, 'route', 'add', `${b.address}/32`, 'dev', ea, 'src', a.address])
+  await runCommand([IP, '-n', b.name, 'route', 'add', `${a.address}/32`, 'dev', eb, 'src', b.address])
+}

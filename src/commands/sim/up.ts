@@ -27,6 +27,10 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
   static override flags = {
     'state-dir': stateDirFlag,
     host: Flags.string({summary: 'Address every twin socket binds to.', default: '127.0.0.1'}),
+    only: Flags.string({summary: 'Run only these services on this node (comma-separated: prefill, decode, router); the others run on other nodes at --prefill-host, --decode-host, --router-host.', delimiter: ',', multiple: true}),
+    'prefill-host': Flags.string({summary: 'With --only: the address of the node prefill runs on (same ports).'}),
+    'decode-host': Flags.string({summary: 'With --only: the address of the node decode runs on (same ports).'}),
+    'router-host': Flags.string({summary: 'With --only: the address of the node the router runs on (same ports).'}),
     gpus: Flags.integer({summary: 'GPUs of the simulated host.', default: 8}),
     'prefill-tp': Flags.integer({summary: 'Prefill TP size (ranks on GPUs 0..N-1).', default: 4}),
     'decode-tp': Flags.integer({summary: 'Decode TP size (ranks on the GPUs after prefill).', default: 4}),
@@ -57,6 +61,8 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
       result = await simUp({
         stateDir: f['state-dir'],
         host: f.host,
+        ...(f.only ? {only: f.only} : {}),
+        peers: {prefill: f['prefill-host'], decode: f['decode-host'], router: f['router-host']},
         gpus: f.gpus,
         prefillTp: f['prefill-tp'],
         decodeTp: f['decode-tp'],
@@ -89,7 +95,8 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
       ['decode', out.endpoints.decode],
       ['router metrics', out.endpoints.routerMetrics],
     ]
-    this.log(`Twin healthy in ${(out.healthyMs / 1000).toFixed(1)} s (prefill ${layoutText(config, 'prefill')}, decode ${layoutText(config, 'decode')}, ${config.backend}, watchdog ${config.watchdog.scope} ${config.watchdog.deadlineS}s/${config.watchdog.pollS}s${config.bugs.length ? `, bugs: ${config.bugs.join(', ')}` : ''})`)
+    const node = config.node ? `, this node runs ${config.node.services.join(', ')}; ${Object.entries(config.node.peers).map(([s, a]) => `${s} at ${a}`).join(', ')}` : ''
+    this.log(`Twin healthy in ${(out.healthyMs / 1000).toFixed(1)} s (prefill ${layoutText(config, 'prefill')}, decode ${layoutText(config, 'decode')}, ${config.backend}, watchdog ${config.watchdog.scope} ${config.watchdog.deadlineS}s/${config.watchdog.pollS}s${config.bugs.length ? `, bugs: ${config.bugs.join(', ')}` : ''}${node})`)
     for (const [name, url] of rows) this.log(`  ${name.padEnd(15)} ${url}`)
     this.log(`  deployment file ${out.deploymentFile}`)
     this.log(`Stop it with: pdchaos sim down --state-dir ${out.stateDir}`)

@@ -3,7 +3,7 @@ import {join} from 'node:path'
 import {fileURLToPath} from 'node:url'
 import {stringify} from 'yaml'
 
-import {type Backend, type SimConfig, simPaths, type WatchdogScope} from '../sim-config.js'
+import {type Backend, type SimConfig, servicesHere, simPaths, type WatchdogScope} from '../sim-config.js'
 import {endpoints} from './files.js'
 import type {Service} from './lock.js'
 import {assertOwnDeploymentFile} from './state-marker.js'
@@ -30,8 +30,9 @@ export const WATCHDOG_LOG_PATTERN = String.raw`Disaggregation watchdog evicted r
 interface TwinService {
   url: string
   healthPath: string
-  restart: string[]
-  logs: {file: string}
+  /** Absent for a service another node of the twin runs (its own node's file has them). */
+  restart?: string[]
+  logs?: {file: string}
 }
 
 /**
@@ -61,6 +62,9 @@ export interface TwinDeployment {
 export function twinDeployment(config: SimConfig): TwinDeployment {
   const e = endpoints(config)
   const p = simPaths(config.stateDir)
+  // A service of this node: how to restart it and where it logs (a service on another node: its URL only).
+  const own = (service: Service): {restart?: string[]; logs?: {file: string}} =>
+    (servicesHere(config).includes(service) ? {restart: restartArgv(config.stateDir, service), logs: {file: p.log(service)}} : {})
   return {
     version: 1,
     name: 'pdchaos-twin',
@@ -69,9 +73,9 @@ export function twinDeployment(config: SimConfig): TwinDeployment {
     sudo: 'never',
     stateDir: join(config.stateDir, 'host-state'),
     services: {
-      prefill: {url: e.prefill, healthPath: '/health', restart: restartArgv(config.stateDir, 'prefill'), logs: {file: p.log('prefill')}, bootstrapPort: config.ports.bootstrap},
-      decode: {url: e.decode, healthPath: '/health', restart: restartArgv(config.stateDir, 'decode'), logs: {file: p.log('decode')}},
-      router: {url: e.router, healthPath: '/health', restart: restartArgv(config.stateDir, 'router'), logs: {file: p.log('router')}, readinessPath: '/readiness', metricsUrl: e.routerMetrics},
+      prefill: {url: e.prefill, healthPath: '/health', ...own('prefill'), bootstrapPort: config.ports.bootstrap},
+      decode: {url: e.decode, healthPath: '/health', ...own('decode')},
+      router: {url: e.router, healthPath: '/health', ...own('router'), readinessPath: '/readiness', metricsUrl: e.routerMetrics},
     },
     backend: config.backend,
     // A real host has nvidia-smi on its PATH; the twin's stand-in lives in its state dir.

@@ -2,7 +2,7 @@ import {mkdirSync, readFileSync, renameSync, writeFileSync} from 'node:fs'
 import {dirname} from 'node:path'
 
 import {badInput} from './sim-error.js'
-import {type SimConfig, simPaths} from '../sim-config.js'
+import {type SimConfig, serviceHost, simPaths} from '../sim-config.js'
 import type {Service} from './lock.js'
 
 /** What a service writes into DIR/services/<service>.json once it serves (T1's contract for prefill/decode). */
@@ -45,14 +45,15 @@ export function readSimConfig(stateDir: string): SimConfig {
 
 export const urlOf = (host: string, port: number): string => `http://${host.includes(':') ? `[${host}]` : host}:${port}`
 
+/** Every service's URL: on a node of a multi-node twin, the others' at their node's address. */
 export function endpoints(config: SimConfig) {
-  const u = (p: number) => urlOf(config.host, p)
+  const at = (service: Service, p: number) => urlOf(serviceHost(config, service), p)
   return {
-    router: u(config.ports.router),
-    prefill: u(config.ports.prefill),
-    decode: u(config.ports.decode),
-    bootstrap: u(config.ports.bootstrap),
-    routerMetrics: u(config.ports.routerMetrics) + '/metrics',
+    router: at('router', config.ports.router),
+    prefill: at('prefill', config.ports.prefill),
+    decode: at('decode', config.ports.decode),
+    bootstrap: at('prefill', config.ports.bootstrap),
+    routerMetrics: at('router', config.ports.routerMetrics) + '/metrics',
   }
 }
 

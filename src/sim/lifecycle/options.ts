@@ -14,6 +14,10 @@ import {type Backend, BUG_NAMES, type BugName, type SimConfig, type WatchdogScop
 export interface SimUpOptions {
   stateDir: string
   host?: string
+  /** `--only`: the services this node runs (a twin spanning nodes); absent: all three. */
+  only?: string[]
+  /** `--prefill-host`, `--decode-host`, `--router-host`: where the services this node does not run listen. */
+  peers?: Partial<Record<'prefill' | 'decode' | 'router', string>>
   gpus?: number
   prefillTp?: number
   decodeTp?: number
@@ -180,9 +184,13 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
   // Rails follow the plain placement (GPU g's NIC serves prefill rank g / decode rank g - prefillTp).
   if (layout && o.railNics) throw badInput('--rail-nics cannot be combined with the layout flags', 'drop --rail-nics or the --prefill-*/--decode-* layout flags')
 
+  const node = nodeOptions(o, host)
+  if (node && o.railNics) throw badInput('--rail-nics cannot be combined with --only yet: the rails of a twin that spans nodes are not modelled', 'drop --rail-nics, or run every service on one node')
+
   return {
     stateDir: resolve(o.stateDir),
     host,
+    ...(node ? {node} : {}),
     model: o.model ?? UP_DEFAULTS.model,
     version: o.version ?? UP_DEFAULTS.version,
     gpus,
@@ -205,6 +213,31 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
     kvPoolTokens: o.kvPoolTokens ?? UP_DEFAULTS.kvPoolTokens,
     router: {healthIntervalS: routerHealthIntervalS, healthTimeoutS: 5, healthFailureThreshold: 3, healthSuccessThreshold: 2, requestTimeoutS: 1800, ...resilience},
   }
+}
+
+const ALL_SERVICES = ['prefill', 'decode', 'router'] as const
+
+/** `--only` and the peers' addresses: every service this node does not run needs its node's address, and only those. */
+function nodeOptions(o: SimUpOptions, host: string): SimConfig['node'] {
+  const peers = Object.entries(o.peers ?? {}).filter(([, v]) => v !== undefined) as Array<[(typeof ALL_SERVICES)[number], string]>
+  if (o.only === undefined || o.only.length === 0) {
+    if (peers.length > 0) throw badInput(`--${peers[0]![0]}-host says where ${peers[0]![0]} runs, but this twin runs every service (no --only)`, `pass --only with the services this node runs, or drop --${peers[0]![0]}-host`)
+    return undefined
+  }
+  const services: Array<(typeof ALL_SERVICES)[number]> = []
+  for (const s of o.only) {
+    if (!(ALL_SERVICES as readonly string[]).includes(s)) throw badInput(`--only "${s}" is not a service of the twin`, `use one or more of: ${ALL_SERVICES.join(', ')}`)
+    if (!services.includes(s as (typeof ALL_SERVICES)[number])) services.push(s as (typeof ALL_SERVICES)[number])
+  }
+  const out: NonNullable<SimConfig['node']>['peers'] = {}
+  for (const [service, addr] of peers) {
+    if (services.includes(service)) throw badInput(`--${service}-host: ${service} runs on this node (--only ${services.join(',')}), at --host ${host}`, `drop --${service}-host`)
+    if (isIP(addr) === 0) throw badInput(`--${service}-host must be the IP address of the node ${service} runs on, got "${addr}"`, `pass --${service}-host 10.0.0.2`)
+    out[service] = addr
+  }
+  const missing = ALL_SERVICES.filter((s) => !services.includes(s) && out[s] === undefined)
+  if (missing.length > 0) throw badInput(`this node runs ${services.join(', ')} only: say where ${missing.join(' and ')} run${missing.length === 1 ? 's' : ''}`, missing.map((m) => `--${m}-host ADDR`).join(' '))
+  return {services: ALL_SERVICES.filter((s) => services.includes(s)), peers: out}
 }
 
 /**

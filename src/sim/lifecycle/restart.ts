@@ -2,7 +2,7 @@ import {rmSync} from 'node:fs'
 import {performance} from 'node:perf_hooks'
 
 import {badInput, SimError, unavailable} from './sim-error.js'
-import {simPaths} from '../sim-config.js'
+import {serviceHost, servicesHere, simPaths} from '../sim-config.js'
 import {readSimConfig} from './files.js'
 import {readLock, type Service, SERVICES, writeLock} from './lock.js'
 import {probeBind} from './ports.js'
@@ -28,6 +28,9 @@ export async function simRestart(stateDir: string, service: string, waitS = 30):
   if (!(SERVICES as string[]).includes(service)) throw badInput(`unknown service "${service}"`, 'restart one of: prefill, decode, router')
   const svc = service as Service
   const config = readSimConfig(stateDir)
+  if (!servicesHere(config).includes(svc)) {
+    throw badInput(`${svc} does not run on this node of the twin (it runs ${servicesHere(config).join(', ')}; ${svc} is at ${serviceHost(config, svc)})`, `run sim restart ${svc} on the node that runs it`)
+  }
   const lock = readLock(stateDir)
   if (!lock) throw badInput(`no twin runs in ${stateDir} (no sim.lock)`, `pdchaos sim up --state-dir ${stateDir}`)
   const t0 = performance.now()

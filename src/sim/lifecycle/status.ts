@@ -1,7 +1,7 @@
 import {readdirSync} from 'node:fs'
 import {join} from 'node:path'
 
-import {simPaths} from '../sim-config.js'
+import {simPaths, servicesHere} from '../sim-config.js'
 import {endpoints, readJson, readServiceFile, readSimConfig} from './files.js'
 import {readLock, type Service, SERVICES} from './lock.js'
 import {gpuUuid} from './nvidia-smi.js'
@@ -46,7 +46,7 @@ export async function simStatus(stateDir: string): Promise<SimStatusResult> {
     }
   } catch {}
 
-  const services = await Promise.all(SERVICES.map(async (service): Promise<ServiceStatus> => {
+  const services = await Promise.all(servicesHere(config).map(async (service): Promise<ServiceStatus> => {
     const ref = lock?.services[service]
     const running = isSameProcess(ref)
     const file = running ? readServiceFile(stateDir, service) : undefined

@@ -1,7 +1,7 @@
 import {mkdirSync, rmSync} from 'node:fs'
 import {performance} from 'node:perf_hooks'
 
-import {type SimConfig, simPaths} from '../sim-config.js'
+import {type SimConfig, servicesHere, simPaths} from '../sim-config.js'
 import {writeDeploymentFile} from './deployment-file.js'
 import {endpoints, writeJsonAtomic} from './files.js'
 import {acquireLock, downHint, type LockFile, removeLock, type Service, writeLock} from './lock.js'
@@ -18,7 +18,8 @@ export interface SimUpResult {
   stateDir: string
   deploymentFile: string
   endpoints: ReturnType<typeof endpoints>
-  pids: Record<Service, number>
+  /** The services started here (all three, or this node's with --only). */
+  pids: Partial<Record<Service, number>>
   rankPids: {prefill: number[]; decode: number[]}
   healthyMs: number
   config: SimConfig
@@ -55,10 +56,12 @@ export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
   process.once('SIGINT', onSignal)
   process.once('SIGTERM', onSignal)
   try {
+    const here = servicesHere(config)
+    const on = (service: Service, ports: Record<string, number>): Record<string, number> => (here.includes(service) ? ports : {})
     await assertPortsFree(config.host, {
-      router: config.ports.router, prefill: config.ports.prefill, decode: config.ports.decode,
-      bootstrap: config.ports.bootstrap, 'router metrics': config.ports.routerMetrics,
-      ...(config.dockerProxy ? {'prefill container': config.dockerProxy.prefill, 'decode container': config.dockerProxy.decode} : {}),
+      ...on('router', {router: config.ports.router, 'router metrics': config.ports.routerMetrics}),
+      ...on('prefill', {prefill: config.ports.prefill, bootstrap: config.ports.bootstrap, ...(config.dockerProxy ? {'prefill container': config.dockerProxy.prefill} : {})}),
+      ...on('decode', {decode: config.ports.decode, ...(config.dockerProxy ? {'decode container': config.dockerProxy.decode} : {})}),
     }, `pass another --base-port (now ${config.ports.router}), or stop what holds the port`)
 
     // A fresh twin: old service/gpu files, truth and logs belong to a previous run.
@@ -82,11 +85,12 @@ export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
     // Launch order prefill -> decode -> router, as SGLang's fixture. The router process starts without waiting
     // (node start-up is the slow part here) but, like sgl-model-gateway, only turns ready once both workers
     // pass its health probes; decode connects to prefill lazily, so it need not wait for prefill either.
-    const prefill = start('prefill')
-    const decode = start('decode')
-    const router = start('router')
-    const [pf, df] = await Promise.all([waitHealthy(config, 'prefill', prefill, deadline), waitHealthy(config, 'decode', decode, deadline)])
-    await waitHealthy(config, 'router', router, deadline)
+    // On a node of a twin that spans nodes, only this node's services; a router waits for workers on other nodes
+    // as the gateway does (start the workers' nodes first, or give --wait the time they take).
+    const refs: Partial<Record<Service, ProcRef>> = {}
+    for (const service of ['prefill', 'decode', 'router'] as const) if (here.includes(service)) refs[service] = start(service)
+    const [pf, df] = await Promise.all((['prefill', 'decode'] as const).map((s) => (refs[s] ? waitHealthy(config, s, refs[s], deadline) : undefined)))
+    if (refs.router) await waitHealthy(config, 'router', refs.router, deadline)
 
     const deploymentFile = writeDeploymentFile(config)
     lock.owner = {pid: 0, start: ''} // from here on the services alone hold the state dir
@@ -95,8 +99,8 @@ export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
       stateDir,
       deploymentFile,
       endpoints: endpoints(config),
-      pids: {prefill: prefill.pid, decode: decode.pid, router: router.pid},
-      rankPids: {prefill: pf.rankPids ?? [], decode: df.rankPids ?? []},
+      pids: Object.fromEntries(Object.entries(refs).map(([s, r]) => [s, r.pid])) as Partial<Record<Service, number>>,
+      rankPids: {prefill: pf?.rankPids ?? [], decode: df?.rankPids ?? []},
       healthyMs: Math.round(performance.now() - t0),
       config,
     }

@@ -3,7 +3,7 @@
  * CliArgs; the Python launcher, bindings/python, takes the same names): what `sim up` passes to the router process,
  * what the process shows in `ps`, and what it reads back to configure itself. docs/twin.md, "Router".
  */
-import type {SimConfig} from '../sim-config.js'
+import {type SimConfig, serviceHost} from '../sim-config.js'
 import {CB_DEFAULTS, type CircuitBreakerSettings} from './circuit-breaker.js'
 import {type HealthCheckSettings, ROUTER_HEALTH_DEFAULTS} from './health.js'
 import {RETRY_DEFAULTS, type RetrySettings} from './retry.js'
@@ -29,12 +29,13 @@ const hostForUrl = (host: string): string => (host.includes(':') ? `[${host}]` :
 /** The gateway settings of a twin: sim.json's router section over upstream's defaults. */
 export function gatewayArgsFor(config: SimConfig): GatewayArgs {
   const r = config.router ?? {}
-  const url = (port: number): string => `http://${hostForUrl(config.host)}:${port}`
+  // Its workers where they run: on a multi-node twin, at their nodes' addresses.
+  const url = (service: 'prefill' | 'decode', port: number): string => `http://${hostForUrl(serviceHost(config, service))}:${port}`
   const pick = <T>(v: T | undefined, fallback: T): T => (v === undefined ? fallback : v)
   return {
-    prefillUrl: url(config.ports.prefill),
+    prefillUrl: url('prefill', config.ports.prefill),
     bootstrapPort: config.ports.bootstrap,
-    decodeUrl: url(config.ports.decode),
+    decodeUrl: url('decode', config.ports.decode),
     host: config.host,
     port: config.ports.router,
     prometheusHost: config.host,

@@ -1,0 +1,83 @@
+import {readFileSync, writeFileSync} from 'node:fs'
+import {join} from 'node:path'
+import {parse as parseYaml, stringify as toYaml} from 'yaml'
+
+import {DeploymentFileSchema} from '../../src/deployment/file-schema.js'
+import {linkNetns} from './netns.js'
+import {cliEntry, createTestHost, type TestHost, warmTwin} from './test-host.js'
+
+/**
+ * Two test hosts standing for two GPU nodes of one PD deployment: each a network namespace with its own sshd, linked
+ * directly (linkNetns) as nodes on one network are, the twin started on each over SSH as an operator starts SGLang on
+ * each node (`sim up --only …`): decode on the decode node, prefill and the router on the prefill node. KV crosses
+ * between the namespaces on the twin's TCP path. pdchaos reaches both the way it reaches real nodes: SSH, and a
+ * deployment file with a `hosts:` map.
+ */
+
+export interface TestCluster {
+  prefillNode: TestHost
+  decodeNode: TestHost
+  /** pdchaos.yaml on the root side: hosts prefill-node and decode-node (ssh), each service on its node. */
+  deploymentFile: string
+  endpoints: {router: string; prefill: string; decode: string; bootstrap: string}
+  destroy(): Promise<void>
+}
+
+export interface ClusterOptions {
+  deadlineSeconds?: number
+  pollSeconds?: number
+  /** More `sim up` flags for both nodes, verbatim. */
+  args?: string[]
+}
+
+export async function createTestCluster(o: ClusterOptions = {}): Promise<TestCluster> {
+  const made: TestHost[] = []
+  const destroy = async (): Promise<void> => {
+    // Each node's twin by its own `sim down`; destroy() sweeps whatever is left in the namespaces.
+    await Promise.all(made.map((h) => h.sshRun([process.execPath, cliEntry(), 'sim', 'down', '--state-dir', h.stateDir, '--json'], {timeoutMs: 20_000}).catch(() => undefined)))
+    await Promise.all(made.map((h) => h.destroy()))
+  }
+  try {
+    const [p, d] = await Promise.all([createTestHost(), createTestHost()])
+    made.push(p!, d!)
+    await linkNetns(p!.netns, d!.netns)
+    const common = ['--deadline', String(o.deadlineSeconds ?? 1.5), '--poll', String(o.pollSeconds ?? 0.5), '--heartbeat-interval', '2', ...(o.args ?? [])]
+    const up = async (h: TestHost, only: string, peers: string[]): Promise<{deploymentFile: string; endpoints: TestCluster['endpoints']}> => {
+      const r = await h.sshRun([process.execPath, cliEntry(), 'sim', 'up', '--host', h.netns.address, '--state-dir', h.stateDir, '--json', '--only', only, ...peers, ...common], {timeoutMs: 90_000})
+      if (r.code !== 0) throw new Error(`sim up --only ${only} over ssh exited ${r.code}: ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join(' | ')}`)
+      return JSON.parse(r.stdout) as {deploymentFile: string; endpoints: TestCluster['endpoints']}
+    }
+    // The workers' node first: the router on the prefill node turns ready once both workers answer its probes.
+    const decodeUp = await up(d!, 'decode', ['--prefill-host', p!.netns.address, '--router-host', p!.netns.address])
+    const prefillUp = await up(p!, 'prefill,router', ['--decode-host', d!.netns.address])
+    await warmTwin(prefillUp.endpoints)
+
+    // Each service as its own node's file states it (restart, logs), placed on that node. (The namespaces share this
+    // machine's filesystem, so the files are read directly.)
+    const nodeFile = (f: string) => parseYaml(readFileSync(f, 'utf8')) as {services: Record<string, Record<string, unknown>>; watchdog: unknown; backend: string; sglangVersion: string}
+    const pf = nodeFile(prefillUp.deploymentFile)
+    const df = nodeFile(decodeUp.deploymentFile)
+    const file = {
+      version: 1,
+      name: 'pdchaos-twin-2-nodes',
+      labels: {environment: 'test'},
+      hosts: {'prefill-node': p!.hostConfig, 'decode-node': d!.hostConfig},
+      stateDir: join(p!.dir, 'host-run'),
+      services: {
+        prefill: {...pf.services.prefill, host: 'prefill-node'},
+        decode: {...df.services.decode, host: 'decode-node'},
+        router: {...pf.services.router, host: 'prefill-node'},
+      },
+      backend: pf.backend,
+      watchdog: pf.watchdog,
+      sglangVersion: pf.sglangVersion,
+    }
+    DeploymentFileSchema.parse(file)
+    const deploymentFile = join(p!.dir, 'cluster.yaml')
+    writeFileSync(deploymentFile, toYaml(file))
+    return {prefillNode: p!, decodeNode: d!, deploymentFile, endpoints: prefillUp.endpoints, destroy}
+  } catch (error) {
+    await destroy()
+    throw error
+  }
+}
