@@ -16,7 +16,7 @@ import {errorDocument} from './error-output.js'
 import {targetFlags} from './flags.js'
 import {checkOutputFile, checkPushUrl, outputWriter} from './outputs.js'
 import {preflight} from './preflight.js'
-import {resolveTarget, type Target} from './target.js'
+import {closeTarget, resolveTarget, type Target} from './target.js'
 
 /** Where a run's results go: files, and a Pushgateway URL. */
 export interface RunOutputs {
@@ -77,7 +77,7 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
         if (!spec.untilExpiry) await lock.release().catch(() => {})
       }
     } finally {
-      await target.host.close()
+      await closeTarget(target)
     }
   }
 

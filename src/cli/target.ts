@@ -4,7 +4,7 @@ import {resolve} from 'node:path'
 import type {Deployment} from '../deployment/config.js'
 import {loadDeploymentModel} from '../deployment/load.js'
 import type {DeploymentModel} from '../deployment/model.js'
-import {singleHostView} from '../deployment/single-host.js'
+import {acrossHosts, hostView, singleHostView} from '../deployment/single-host.js'
 import type {Host} from '../hosts/host.js'
 import {openHost} from '../hosts/open-host.js'
 import {readLock, liveHolders} from '../sim/lifecycle/lock.js'
@@ -33,6 +33,11 @@ export interface Target {
   model: DeploymentModel
   file: string
   host: Host
+  /**
+   * A deployment over several hosts (a command that acts across hosts): every host in use, open, with the roles that
+   * run there; `host` is the router's among them. Absent for a deployment on one host.
+   */
+  across?: Array<{name: string; roles: Array<'prefill' | 'decode' | 'router'>; host: Host}>
   /** Set when the twin was started for this command (so it may say so). */
   startedTwin?: string
 }
@@ -68,6 +73,21 @@ export async function resolveTarget(flags: TargetFlags, opts: {
   // Before any host is reached: a command never acts on one host of a deployment that spans several.
   const deployment = singleHostView(model, {command: opts.command ?? 'pdchaos', file})
   opts.check?.(deployment)
-  const host = await openHost(deployment.host, {sudo: deployment.sudo, acceptNewHostKey: flags['accept-new-host-key']})
-  return {deployment, model, file, host, startedTwin}
+  const open = (config: Deployment['host']): Promise<Host> => openHost(config, {sudo: deployment.sudo, acceptNewHostKey: flags['accept-new-host-key']})
+  const placed = acrossHosts(model)
+  if (placed.length <= 1) return {deployment, model, file, host: await open(deployment.host), startedTwin}
+  // Every host, or none: one that cannot be reached closes those already open (exit 5 naming it).
+  const across: NonNullable<Target['across']> = []
+  try {
+    for (const p of placed) across.push({...p, host: await open(hostView(model, p.name).host)})
+  } catch (error) {
+    await Promise.all(across.map((a) => a.host.close().catch(() => {})))
+    throw error
+  }
+  return {deployment, model, file, host: across.find((a) => a.name === model.services.router.nodes[0])!.host, across, startedTwin}
+}
+
+/** Close every host a target opened. */
+export async function closeTarget(t: Target): Promise<void> {
+  await Promise.all((t.across?.map((a) => a.host) ?? [t.host]).map((h) => h.close().catch(() => {})))
 }

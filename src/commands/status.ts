@@ -4,6 +4,8 @@ import {TargetCommand} from '../cli/target-command.js'
 import {DEFAULT_PROBE_TIMEOUT_MS} from '../deployment/clients.js'
 import {ExitCode} from '../exit-codes.js'
 import {discover, type StatusReport} from '../discovery/discover.js'
+import {type DeploymentReport, discoverAcrossHosts} from '../discovery/discover-hosts.js'
+import {hostView} from '../deployment/single-host.js'
 import {renderStatus} from '../report/status-text.js'
 import {redactDeep} from '../util/redact.js'
 
@@ -16,9 +18,14 @@ export default class Status extends TargetCommand<typeof Status> {
     timeout: Flags.integer({summary: `Deadline of each probe, in seconds (default: the deployment file's probeTimeoutSeconds, else ${DEFAULT_PROBE_TIMEOUT_MS / 1000}).`, min: 1, max: 120}),
   }
 
-  async run(): Promise<StatusReport> {
+  async run(): Promise<StatusReport | DeploymentReport> {
     // The service URLs are shown as the deployment file gives them, minus any password (issue 12, S4).
-    const report = redactDeep(await this.withTarget({}, (t) => discover(t.deployment, t.host, {timeoutMs: (this.flags.timeout ?? t.deployment.probeTimeoutSeconds ?? DEFAULT_PROBE_TIMEOUT_MS / 1000) * 1000})))
+    const report = redactDeep(await this.withTarget({}, (t) => {
+      const timeoutMs = (this.flags.timeout ?? t.deployment.probeTimeoutSeconds ?? DEFAULT_PROBE_TIMEOUT_MS / 1000) * 1000
+      // Over several hosts: each host read for the services it runs.
+      if (t.across) return discoverAcrossHosts(t.across.map((a) => ({...a, view: hostView(t.model, a.name)})), {timeoutMs})
+      return discover(t.deployment, t.host, {timeoutMs})
+    }))
     if (!this.jsonEnabled()) this.log(renderStatus(report))
     // The report is printed either way; an unhealthy service makes the exit code say so (5), for scripts.
     if (Object.values(report.services).some((s) => !s.health.ok)) process.exitCode = ExitCode.unreachable

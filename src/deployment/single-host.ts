@@ -15,17 +15,24 @@ const COMING: Record<string, string> = {
   inject: 'multi-host faults come with issue 13',
   suite: 'multi-host faults come with issue 13',
   restart: 'the co-restart across hosts comes with issue 13',
-  status: 'discovery across hosts comes with issue 13',
   recover: 'recovery across hosts comes with issue 13',
 }
 
 export const E_MULTI_HOST = 'E_MULTI_HOST'
 
+/** Commands that act on a deployment over several hosts (one instance per role, each on one node). */
+const ACROSS_HOSTS = new Set(['status'])
+
 /** Why `command` cannot act on this deployment yet (undefined: it can; the view is exact). */
 export function singleHostRefusal(m: DeploymentModel, command: string): string | undefined {
   const coming = COMING[command] ?? 'multi-host runs come with issue 13'
   const hosts = hostsInUse(m)
-  if (hosts.length > 1) return `this deployment spans ${hosts.length} hosts (${hosts.join(', ')}): ${command} acts on one host today; ${coming}`
+  if (hosts.length > 1 && !ACROSS_HOSTS.has(command)) return `this deployment spans ${hosts.length} hosts (${hosts.join(', ')}): ${command} acts on one host today; ${coming}`
+  return instanceRefusal(m, command)
+}
+
+/** Several instances of a role, or an instance over several nodes: no command acts on those yet. */
+function instanceRefusal(m: DeploymentModel, command: string): string | undefined {
   const {prefill, decode} = m.services
   if (prefill.length > 1 || decode.length > 1) {
     const counts = [prefill, decode].filter((r) => r.length > 1).map((r) => `${r.length} ${r[0].role} instances (${r.map((s) => s.path).join(', ')})`)
@@ -37,10 +44,37 @@ export function singleHostRefusal(m: DeploymentModel, command: string): string |
 }
 
 /**
+ * The view of the deployment from one of its hosts, for discovery there: the host's entry, and every service (one
+ * instance per role) at its URL, wherever it runs. `acrossHosts` says which services run on which host.
+ */
+export function hostView(m: DeploymentModel, hostName: string): Deployment {
+  const {placement: _placement, hosts, services, ...settings} = m
+  return DeploymentSchema.parse({
+    ...settings,
+    host: hosts.find((h) => h.name === hostName)!.config,
+    services: {prefill: services.prefill[0].service, decode: services.decode[0].service, router: services.router.service},
+  })
+}
+
+/** Each host in use, with the roles that run there (node rank 0 of their instance), in the file's order. */
+export function acrossHosts(m: DeploymentModel): Array<{name: string; roles: Array<'prefill' | 'decode' | 'router'>}> {
+  return hostsInUse(m).map((name) => ({
+    name,
+    roles: (['prefill', 'decode', 'router'] as const).filter((role) => (role === 'router' ? [m.services.router] : m.services[role]).some((s) => s.nodes[0] === name)),
+  }))
+}
+
+/**
  * The single-host view for `command`, or exit 2 naming the file and what is not supported yet. The view is what the
  * single-host schema makes of it, so a `host:` file gives exactly what pdchaos has always read from it.
  */
 export function singleHostView(m: DeploymentModel, use: {command: string; file: string}): Deployment {
+  refuseUnsupported(m, use)
+  return hostView(m, m.services.router.nodes[0])
+}
+
+/** Exit 2 naming the file and what `command` does not support yet in it. */
+export function refuseUnsupported(m: DeploymentModel, use: {command: string; file: string}): void {
   const why = singleHostRefusal(m, use.command)
   if (why !== undefined) {
     throw new PdError(`${use.file}: ${why}`, {
@@ -49,10 +83,4 @@ export function singleHostView(m: DeploymentModel, use: {command: string; file: 
       suggestion: 'the file is valid (`pdchaos schema deployment` describes it); to run now, point -c at a file with one host and one instance per role',
     })
   }
-  const {placement: _placement, hosts, services, ...settings} = m
-  return DeploymentSchema.parse({
-    ...settings,
-    host: hosts.find((h) => h.name === services.router.nodes[0])!.config,
-    services: {prefill: services.prefill[0].service, decode: services.decode[0].service, router: services.router.service},
-  })
 }

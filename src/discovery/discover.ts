@@ -121,6 +121,27 @@ const GAUGES = [...PD_QUEUE_GAUGES, RUNNING_REQS, QUEUE_REQS, TOKEN_USAGE]
 
 export interface DiscoverOptions {
   timeoutMs?: number
+  /**
+   * The services whose processes run on this host (a deployment over several hosts, discovered host by host): the
+   * process table, ranks, launch arguments and environment are read for these only. Default: all three.
+   */
+  here?: ServiceName[]
+}
+
+/** The process view restricted to the services on this host: a process of another host's role here is not theirs. */
+function onlyHere(p: ProcessView, here: ReadonlySet<ServiceName>): ProcessView {
+  const pick = <T>(r: Partial<Record<'prefill' | 'decode', T>>): Partial<Record<'prefill' | 'decode', T>> =>
+    Object.fromEntries(Object.entries(r).filter(([k]) => here.has(k as ServiceName))) as Partial<Record<'prefill' | 'decode', T>>
+  return {
+    ...p,
+    ranks: p.ranks.filter((r) => here.has(r.service)),
+    servicePids: pick(p.servicePids),
+    serviceEnv: pick(p.serviceEnv),
+    launch: pick(p.launch),
+    dockerProxy: pick(p.dockerProxy),
+    ...(here.has('router') ? {} : {router: undefined}),
+    ...(here.has('prefill') ? {} : {prefillEnv: undefined}),
+  }
 }
 
 export async function discover(deployment: Deployment, host: Host, opts: DiscoverOptions = {}): Promise<StatusReport> {
@@ -143,7 +164,8 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
   // before any service probe can make a half-report look like an answer.
   await host.run(['true'], {timeoutMs})
 
-  const [pHealth, dHealth, rHealth, rReady, pInfo, dInfo, pMetrics, dMetrics, procs, hostState] = await Promise.all([
+  const here = new Set<ServiceName>(opts.here ?? ['prefill', 'decode', 'router'])
+  const [pHealth, dHealth, rHealth, rReady, pInfo, dInfo, pMetrics, dMetrics, allProcs, hostState] = await Promise.all([
     prefill.health(svc.prefill.healthPath),
     decode.health(svc.decode.healthPath),
     router.health(svc.router.healthPath),
@@ -169,6 +191,7 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
   for (const [name, h] of [['prefill', pHealth], ['decode', dHealth], ['router', rHealth]] as const) {
     if (!h.ok) warnings.push(`${name} is not healthy: ${h.error ?? h.status}`)
   }
+  const procs = allProcs && onlyHere(allProcs, here)
 
   const services: Record<ServiceName, ServiceStatus> = {
     prefill: {url: svc.prefill.url, health: pHealth, ...infoSummary(pInfo)},
@@ -186,7 +209,7 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
   }
 
   const ranks: RankInfo[] = procs?.ranks ?? []
-  for (const name of ['prefill', 'decode'] as const) {
+  for (const name of (['prefill', 'decode'] as const).filter((n) => here.has(n))) {
     services[name].pid = procs?.servicePids[name]
     if (procs?.launch[name]) services[name].launch = procs.launch[name]
     if (procs?.dockerProxy[name]) services[name].dockerProxy = procs.dockerProxy[name]
@@ -229,11 +252,12 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
   const contract = deployment.watchdog
   let prefillEnv: EnvWatchdog | undefined
   let timeouts: EnvTimeouts | undefined
+  // Each from its owner: bootstrap from prefill, waiting and heartbeat from decode (its server, else its first rank).
+  const decodeEnv = procs?.serviceEnv.decode ?? procs?.ranks.find((r) => r.service === 'decode')?.env
+  if (procs?.prefillEnv || decodeEnv) timeouts = timeoutsFromServices({prefill: procs?.prefillEnv, decode: decodeEnv})
   if (procs?.prefillEnv) {
     prefillEnv = watchdogFromEnv(procs.prefillEnv)
-    // Each from its owner: bootstrap from prefill, waiting and heartbeat from decode (its server, else its first rank).
-    timeouts = timeoutsFromServices({prefill: procs.prefillEnv, decode: procs.serviceEnv.decode ?? procs.ranks.find((r) => r.service === 'decode')?.env})
-    warnings.push(...watchdogWarnings(prefillEnv, contract, timeouts, 'prefill'))
+    warnings.push(...watchdogWarnings(prefillEnv, contract, timeouts!, 'prefill'))
   }
 
   const backendSeen = services.prefill.backend

@@ -1,16 +1,25 @@
 import type {StatusReport} from '../discovery/discover.js'
+import type {DeploymentReport} from '../discovery/discover-hosts.js'
 
 /** `pdchaos status` for a person: one screen, the problems last and loud. */
-export function renderStatus(r: StatusReport): string {
+export function renderStatus(r: StatusReport | DeploymentReport): string {
   const out: string[] = []
+  // Over several hosts: each service and rank says which host it runs on, and each host its leases and lock.
+  const across = 'hosts' in r ? r : undefined
+  const on = (x: object): string => (across && 'host' in x ? `${String(x.host).padEnd(hostWidth(across))} ` : '')
   out.push(`deployment ${r.deployment.name} on ${r.deployment.host}  (backend ${r.transport.backend}, from ${r.transport.source})`)
   out.push('')
+  if (across) {
+    out.push('hosts')
+    for (const h of across.hosts) out.push(`  ${h.name.padEnd(hostWidth(across))} ${h.host.padEnd(28)} runs ${h.roles.join(', ')}`)
+    out.push('')
+  }
   out.push('services')
   for (const [name, s] of Object.entries(r.services)) {
     const health = s.health.ok ? `healthy (${Math.round(s.health.ms)} ms)` : `UNHEALTHY: ${s.health.error ?? s.health.status}`
     const ready = s.readiness ? (s.readiness.ok ? ', ready' : ', NOT READY') : ''
     const extra = [s.version && `SGLang ${s.version}`, s.tpSize !== undefined && `tp ${s.tpSize}`, s.pid !== undefined && `pid ${s.pid}`].filter(Boolean).join(', ')
-    out.push(`  ${name.padEnd(8)} ${s.url.padEnd(28)} ${health}${ready}${extra ? `  [${extra}]` : ''}`)
+    out.push(`  ${name.padEnd(8)} ${on(s)}${s.url.padEnd(28)} ${health}${ready}${extra ? `  [${extra}]` : ''}`)
   }
   const rs = r.services.router.routerSettings
   if (rs) {
@@ -24,7 +33,7 @@ export function renderStatus(r: StatusReport): string {
   for (const k of r.ranks) {
     const gpu = k.gpu === undefined ? 'gpu ?' : `gpu ${k.gpu}`
     const zmq = k.zmqPort === undefined ? '' : `  zmq ${k.zmqHost ?? ''}:${k.zmqPort}`
-    out.push(`  ${k.service.padEnd(8)} TP${k.tpRank}  pid ${String(k.pid).padEnd(7)} ${gpu.padEnd(6)} state ${k.state}  ${k.title}${zmq}`)
+    out.push(`  ${k.service.padEnd(8)} ${on(k)}TP${k.tpRank}  pid ${String(k.pid).padEnd(7)} ${gpu.padEnd(6)} state ${k.state}  ${k.title}${zmq}`)
   }
   out.push('')
   const w = r.watchdog
@@ -39,13 +48,21 @@ export function renderStatus(r: StatusReport): string {
     out.push(`${''.padEnd(9)} gauges (may be stale): ${g || '-'}`)
   }
   out.push('')
-  const {leases, lock} = r.hostState
-  out.push(`leases    ${leases.length === 0 ? 'none' : leases.map((l) => `${String(l.id ?? l.file)} (${String(l.fault ?? '?')})`).join(', ')}`)
-  out.push(`lock      ${lock ? `held by ${String(lock.owner)} for ${String(lock.command)}` : 'free'}`)
+  for (const h of across?.hosts ?? [{name: '', hostState: r.hostState}]) {
+    const {leases, lock} = h.hostState
+    const where = h.name ? ` on ${h.name}` : ''
+    const w = 10 + (across ? 4 + hostWidth(across) : 0)
+    out.push(`${`leases${where}`.padEnd(w)}${leases.length === 0 ? 'none' : leases.map((l) => `${String(l.id ?? l.file)} (${String(l.fault ?? '?')})`).join(', ')}`)
+    out.push(`${`lock${where}`.padEnd(w)}${lock ? `held by ${String(lock.owner)} for ${String(lock.command)}` : 'free'}`)
+  }
   if (r.warnings.length > 0) {
     out.push('')
     out.push('warnings')
     for (const line of r.warnings) out.push(`  ! ${line}`)
   }
   return out.join('\n')
+}
+
+function hostWidth(r: DeploymentReport): number {
+  return Math.max(...r.hosts.map((h) => h.name.length))
 }

@@ -5,6 +5,7 @@ import {afterAll, describe, expect, it} from 'vitest'
 
 import {resolveTarget} from '../../src/cli/target.js'
 import {loadDeploymentModel} from '../../src/deployment/load.js'
+import {acrossHosts, hostView, singleHostRefusal} from '../../src/deployment/single-host.js'
 import {PdError} from '../../src/errors.js'
 import {planFleet} from '../../src/suite/fleet-file.js'
 
@@ -34,7 +35,6 @@ const COMING: [string, string][] = [
   ['inject', 'multi-host faults come with issue 13'],
   ['suite', 'multi-host faults come with issue 13'],
   ['restart', 'the co-restart across hosts comes with issue 13'],
-  ['status', 'discovery across hosts comes with issue 13'],
   ['recover', 'recovery across hosts comes with issue 13'],
 ]
 
@@ -59,6 +59,13 @@ describe('commands refuse a deployment that spans two hosts', () => {
     expect(e.message).not.toContain('\n')
     // Refused before the command's own checks and before any connection.
     expect(checked).toBe(false)
+  })
+
+  it('status is the command that acts across hosts: not refused (it reads each host for what runs there)', async () => {
+    const m = await loadDeploymentModel(file)
+    expect(singleHostRefusal(m, 'status')).toBeUndefined()
+    expect(acrossHosts(m)).toEqual([{name: 'gpu-a', roles: ['prefill', 'router']}, {name: 'gpu-b', roles: ['decode']}])
+    expect(hostView(m, 'gpu-b')).toMatchObject({host: {hostname: 'gpu-b.invalid'}, services: {decode: {url: 'http://10.0.3.8:30001'}, prefill: {url: 'http://10.0.3.7:30000'}}})
   })
 
   it('suite --fleet refuses a fleet that lists it, before anything runs', async () => {

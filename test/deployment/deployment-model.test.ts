@@ -261,7 +261,8 @@ describe('a command refuses a file it cannot act on yet (exit 2), naming what is
     expect(e.code).toBe('E_MULTI_HOST')
     expect(e.message).toBe('/etc/pdchaos/pd.yaml: this deployment spans 3 hosts (gpu-a, gpu-b, gpu-c): inject acts on one host today; multi-host faults come with issue 13')
     expect(singleHostRefusal(m, 'restart')).toMatch(/: restart acts on one host today; the co-restart across hosts comes with issue 13$/)
-    expect(singleHostRefusal(m, 'status')).toMatch(/: status acts on one host today; discovery across hosts comes with issue 13$/)
+    // status acts across hosts; these instances (two of prefill, decode over two nodes) it cannot read yet.
+    expect(singleHostRefusal(m, 'status')).toMatch(/^this deployment has 2 prefill instances .*: status acts on one prefill and one decode instance today; several instances come with issue 13$/)
     expect(singleHostRefusal(m, 'recover')).toMatch(/: recover acts on one host today; recovery across hosts comes with issue 13$/)
   })
 

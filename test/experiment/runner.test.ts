@@ -356,7 +356,7 @@ describe.concurrent('the runner (runBatch, runSuite) against a scripted deployme
     // collateral on a correct deployment.
     // The pin is evicted on time; the load the fault holds waits for the cleanup (its decode half never hears).
     const {fake, session, settings} = await env(ctx, {evictAfterMs: (_, routed) => (routed ? null : ON_TIME_MS), breaker: {threshold: 2, lagMs: 300, openMs: 1500}})
-    const {scenarios: [s]} = await runBatch(session, [dropDestInfo('dd', {}, 1)], settings({loadIntervalMs: 50}))
+    const {scenarios: [s]} = await runBatch(session, [dropDestInfo('dd', {}, 1)], settings({loadIntervalMs: 100}))
     expect(s!.error).toBeUndefined()
     expect(fake.breakerOpenings, 'the fake breaker never opened: the test proves nothing').toHaveLength(1)
     expect(failed(s!)).toEqual([])

@@ -1,0 +1,80 @@
+import type {Deployment} from '../deployment/config.js'
+import type {Host} from '../hosts/host.js'
+import {discover, type DiscoverOptions, type RankInfo, type ServiceName, type ServiceStatus, type StatusReport} from './discover.js'
+import type {HostState} from './host-state.js'
+import type {Topology} from './topo.js'
+
+/**
+ * Discovery of a deployment over several hosts: each host is read for the services that run on it (its process
+ * table, ranks, GPUs, environment, leases and lock), every service's HTTP API once, and the answers are put together
+ * per host and per instance. A host that cannot be reached stops it (exit 5 naming the host), as on one host.
+ */
+
+export interface HostPart {
+  /** The host's name in the deployment file. */
+  name: string
+  /** How pdchaos reaches it (ssh user@address:port, or local). */
+  host: string
+  /** The services whose processes run there. */
+  roles: ServiceName[]
+  hostState: HostState
+  topology?: Topology
+  topologyError?: string
+  ms: number
+}
+
+export type PlacedRank = RankInfo & {host: string}
+
+/** The single-host report's shape, each service and rank naming its host, and the hosts themselves. */
+export interface DeploymentReport extends Omit<StatusReport, 'services' | 'ranks'> {
+  services: Record<ServiceName, ServiceStatus & {host: string}>
+  ranks: PlacedRank[]
+  hosts: HostPart[]
+}
+
+export interface HostToRead {
+  name: string
+  roles: ServiceName[]
+  host: Host
+  /** The deployment as seen from this host (its host entry, every service's URL). */
+  view: Deployment
+}
+
+export async function discoverAcrossHosts(hosts: HostToRead[], opts: Omit<DiscoverOptions, 'here'> = {}): Promise<DeploymentReport> {
+  const started = performance.now()
+  const parts = await Promise.all(hosts.map(async (h) => ({...h, report: await discover(h.view, h.host, {...opts, here: h.roles})})))
+  const of = (role: ServiceName) => parts.find((p) => p.roles.includes(role)) ?? parts[0]!
+  const [p, d, r] = [of('prefill'), of('decode'), of('router')]
+  const services = Object.fromEntries((['prefill', 'decode', 'router'] as const).map((role) => [role, {...of(role).report.services[role], host: of(role).name}])) as DeploymentReport['services']
+
+  // Bootstrap timeout from prefill's environment, waiting and heartbeat from decode's: each read on its own host.
+  const pt = p.report.watchdog.timeouts as (StatusReport['watchdog']['timeouts'] & {sources?: Record<string, string>}) | undefined
+  const dt = d.report.watchdog.timeouts as typeof pt
+  const timeouts = pt && dt && p !== d
+    ? {...dt, bootstrapTimeout: pt.bootstrapTimeout, ...(dt.sources && pt.sources ? {sources: {...dt.sources, bootstrapTimeout: pt.sources.bootstrapTimeout}} : {})}
+    : pt ?? dt
+
+  // A warning every host gave (a service's HTTP answer) once; one only some hosts gave, with the host's name.
+  const all = parts.map((x) => x.report.warnings)
+  const everywhere = all[0]!.filter((w) => all.every((ws) => ws.includes(w)))
+  const warnings = [...everywhere, ...parts.flatMap((x) => x.report.warnings.filter((w) => !everywhere.includes(w)).map((w) => `${x.name}: ${w}`))]
+
+  return {
+    deployment: {...r.report.deployment, host: parts.map((x) => `${x.name} (${x.report.deployment.host})`).join(', ')},
+    services,
+    ranks: parts.flatMap((x) => x.report.ranks.map((k) => ({...k, host: x.name}))),
+    watchdog: {contract: p.report.watchdog.contract, ...(p.report.watchdog.prefillEnv ? {prefillEnv: p.report.watchdog.prefillEnv} : {}), ...(timeouts ? {timeouts} : {})},
+    transport: p.report.transport,
+    ...(p.report.topology ? {topology: p.report.topology} : {}),
+    ...(p.report.topologyError ? {topologyError: p.report.topologyError} : {}),
+    counters: {prefill: p.report.counters.prefill, decode: d.report.counters.decode},
+    gauges: {prefill: p.report.gauges.prefill, decode: d.report.gauges.decode},
+    hostState: {leases: parts.flatMap((x) => x.report.hostState.leases), lock: parts.map((x) => x.report.hostState.lock).find((l) => l !== null) ?? null},
+    hosts: parts.map((x) => ({
+      name: x.name, host: x.report.deployment.host, roles: x.roles, hostState: x.report.hostState,
+      ...(x.report.topology ? {topology: x.report.topology} : {}), ...(x.report.topologyError ? {topologyError: x.report.topologyError} : {}), ms: x.report.ms,
+    })),
+    warnings,
+    ms: Math.round(performance.now() - started),
+  }
+}
