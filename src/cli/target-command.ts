@@ -16,7 +16,7 @@ import {errorDocument} from './error-output.js'
 import {targetFlags} from './flags.js'
 import {checkOutputFile, checkPushUrl, outputWriter} from './outputs.js'
 import {preflight} from './preflight.js'
-import {closeTarget, resolveTarget, type Target} from './target.js'
+import {closeTarget, placementOf, resolveTarget, type Target} from './target.js'
 
 /** Where a run's results go: files, and a Pushgateway URL. */
 export interface RunOutputs {
@@ -70,11 +70,14 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
       if (opts.preflight) await preflight(target.deployment)
       if (!opts.lock) return await fn(target)
       const spec = opts.lock(target)
-      const lock = await acquireHostLock(target.host, target.deployment.stateDir, spec)
+      // One run lock for the deployment: on every host it spans (each in its own state dir), taken in the file's
+      // order; one that is held elsewhere releases those already taken (exit 3 naming the holder).
+      const locks: Array<Awaited<ReturnType<typeof acquireHostLock>>> = []
       try {
+        for (const h of placementOf(target).hosts) locks.push(await acquireHostLock(h.host, h.stateDir, spec))
         return await fn(target)
       } finally {
-        if (!spec.untilExpiry) await lock.release().catch(() => {})
+        if (!spec.untilExpiry || locks.length < placementOf(target).hosts.length) await Promise.all(locks.map((l) => l.release().catch(() => {})))
       }
     } finally {
       await closeTarget(target)

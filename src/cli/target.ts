@@ -7,6 +7,7 @@ import type {DeploymentModel} from '../deployment/model.js'
 import {acrossHosts, hostView, singleHostView} from '../deployment/single-host.js'
 import type {Host} from '../hosts/host.js'
 import {openHost} from '../hosts/open-host.js'
+import {Placement} from '../experiment/placement.js'
 import {readLock, liveHolders} from '../sim/lifecycle/lock.js'
 import {simPaths} from '../sim/sim-config.js'
 import {defaultSimDir} from '../state-dir.js'
@@ -90,4 +91,11 @@ export async function resolveTarget(flags: TargetFlags, opts: {
 /** Close every host a target opened. */
 export async function closeTarget(t: Target): Promise<void> {
   await Promise.all((t.across?.map((a) => a.host) ?? [t.host]).map((h) => h.close().catch(() => {})))
+}
+
+/** Where the target's services run, as the runner acts on them: its one host, or each host in use. */
+export function placementOf(t: Target): Placement {
+  return t.across
+    ? Placement.across(t.deployment, t.across.map((a) => ({...a, view: hostView(t.model, a.name)})))
+    : Placement.single(t.deployment, t.host)
 }

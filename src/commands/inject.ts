@@ -2,6 +2,7 @@ import {Args, Flags} from '@oclif/core'
 
 import {faultFlags, faultParamsFromFlags} from '../cli/fault-flags.js'
 import {TargetCommand} from '../cli/target-command.js'
+import {placementOf} from '../cli/target.js'
 import {checkRunTtl} from '../cli/ttl.js'
 import {runLockTtlMs} from '../faults/lease/lease.js'
 import {parseFaultParams} from '../faults/params.js'
@@ -63,7 +64,7 @@ export default class Inject extends TargetCommand<typeof Inject> {
         command: `inject ${this.args.fault}${f.hold ? ' --hold' : ''}`, untilExpiry: f.hold,
         ttlMs: runLockTtlMs({...d.watchdog, scenarios: 1, ...(f.hold ? {holdMs} : {})}),
       }),
-    }, (t) => runSuite(t.deployment, t.host, suite, {
+    }, (t) => runSuite(t.deployment, placementOf(t), suite, {
       say: (l) => this.progress(l),
       batch: {mode, pinPacing: {burst: 1, gapMs: f['pin-interval']}, pinPath: f['pin-path'], paramsSource: 'flags', planErrors: 'throw', ...(f.ttl === undefined ? {} : {ttlMs: f.ttl * 1000})},
     }))

@@ -1,6 +1,7 @@
 import {Flags} from '@oclif/core'
 
 import {TargetCommand} from '../cli/target-command.js'
+import {placementOf} from '../cli/target.js'
 import {ExitCode} from '../exit-codes.js'
 import {describeUnsafe} from '../faults/lease/host-safety.js'
 import {describeExpiry} from '../faults/lease/lease.js'
@@ -15,10 +16,14 @@ export default class Recover extends TargetCommand<typeof Recover> {
     all: Flags.boolean({summary: 'Also revert leases held by a pdchaos still running on this machine.'}),
   }
 
-  async run(): Promise<RecoverReport> {
+  async run(): Promise<RecoverReport & {hosts?: RecoverReport[]}> {
     // Never start the twin to recover it: a twin that is not running has nothing of ours to revert.
-    const report = await this.withTarget({startTwin: false}, (t) => recoverAll(t.host, t.deployment.stateDir, {all: this.flags.all}))
-    if (!this.jsonEnabled()) this.log(render(report))
+    const {report, parts} = await this.withTarget({startTwin: false}, async (t) => {
+      // Every host of the deployment, each from its own state dir, side by side.
+      const parts = await Promise.all(placementOf(t).hosts.map((h) => recoverAll(h.host, h.stateDir, {all: this.flags.all})))
+      return {report: parts.length === 1 ? parts[0]! : {...combined(parts), hosts: parts}, parts}
+    })
+    if (!this.jsonEnabled()) this.log(parts.map((p) => render(p)).join('\n'))
     if (!report.clean) process.exitCode = ExitCode.cleanupUnverified
     else if (report.refused.length > 0) {
       // Planted or tampered lease files: bad input on the host, named in one line with the owner.
@@ -29,6 +34,15 @@ export default class Recover extends TargetCommand<typeof Recover> {
       }
     }
     return report
+  }
+}
+
+/** Several hosts' recoveries as one: clean only when every host is. */
+function combined(parts: RecoverReport[]): RecoverReport {
+  return {
+    host: parts.map((p) => p.host).join(', '), stateDir: parts.map((p) => p.stateDir).join(', '),
+    recovered: parts.flatMap((p) => p.recovered), alreadyClean: parts.every((p) => p.alreadyClean), clean: parts.every((p) => p.clean),
+    remaining: parts.flatMap((p) => p.remaining), refused: parts.flatMap((p) => p.refused),
   }
 }
 

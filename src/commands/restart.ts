@@ -2,6 +2,7 @@ import {Flags} from '@oclif/core'
 
 import {checkOutputFile} from '../cli/outputs.js'
 import {TargetCommand} from '../cli/target-command.js'
+import {placementOf} from '../cli/target.js'
 import {oneLine} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import {renderRestart} from '../report/restart-text.js'
@@ -35,7 +36,7 @@ export default class Restart extends TargetCommand<typeof Restart> {
       lock: () => ({command: `restart ${order.join(' ')}`, ttlMs: (order.length * (f['health-timeout'] + f['command-timeout']) + f.watch + 120) * 1000}),
     }, (t) => {
       deployment = t.deployment.name
-      return coRestart(t.deployment, t.host, {
+      return coRestart(t.deployment, (service) => placementOf(t).of(service).host, {
         order, healthTimeoutS: f['health-timeout'], commandTimeoutS: f['command-timeout'],
         canaries: f.canaries, watchS: f.watch, sampleS: f.sample, settleS: f.settle, onProgress: (l) => this.progress(l),
       })

@@ -7,6 +7,7 @@ import {checkFleet, runFleetHere} from '../cli/fleet-run.js'
 import {Progress} from '../cli/progress.js'
 import {seconds} from '../cli/sim-flags.js'
 import {TargetCommand} from '../cli/target-command.js'
+import {placementOf} from '../cli/target.js'
 import {MAX_DEADLINE_SECONDS} from '../deployment/config.js'
 import {badInput} from '../errors.js'
 import {runLockTtlMs} from '../faults/lease/lease.js'
@@ -79,7 +80,7 @@ export default class Suite extends TargetCommand<typeof Suite> {
       }, (t) => {
         started = t.startedTwin
         config = t.file
-        return runSuite(t.deployment, t.host, suite, {
+        return runSuite(t.deployment, placementOf(t), suite, {
           gate: suite.gate ?? (f.gate ? GateSchema.parse({}) : undefined), say: progress.say, signal: stop.signal, runId: f['run-id'], oneAtATime: f['one-at-a-time'],
           onPlan: (lines) => progress.print(['plan (checked: no two scenarios in a batch interfere):', ...lines.map((x) => `  ${x}`)]),
           onPhase: progress.setPhase,

@@ -4,30 +4,21 @@ import {type Deployment, DeploymentSchema} from './config.js'
 import {type DeploymentModel, hostsInUse} from './model.js'
 
 /**
- * Today's single-host view of a deployment (one host, one prefill, one decode, one router), which every command
- * acts on until issue 13's multi-host runs land. A file that really spans several hosts or instances is valid, but a
- * command acting on one of its hosts only would leave the rest untested and unguarded: it is refused, naming what is
- * not supported yet, never run on a part of it.
+ * What the commands act on. A deployment over several hosts is acted on across them (cli/target.ts opens each host;
+ * the runner acts on the host that owns what each fault targets), one instance per role, each on one node. Several
+ * instances of a role, or an instance over several nodes, are valid in a file but not acted on yet: refused, naming
+ * what is not supported, never run on a part of the deployment.
  */
-
-/** What each command would need for a multi-host file, said in its refusal. */
-const COMING: Record<string, string> = {
-  inject: 'multi-host faults come with issue 13',
-  suite: 'multi-host faults come with issue 13',
-  restart: 'the co-restart across hosts comes with issue 13',
-  recover: 'recovery across hosts comes with issue 13',
-}
 
 export const E_MULTI_HOST = 'E_MULTI_HOST'
 
 /** Commands that act on a deployment over several hosts (one instance per role, each on one node). */
-const ACROSS_HOSTS = new Set(['status'])
+const ACROSS_HOSTS = new Set(['status', 'inject', 'suite', 'restart', 'recover'])
 
 /** Why `command` cannot act on this deployment yet (undefined: it can; the view is exact). */
 export function singleHostRefusal(m: DeploymentModel, command: string): string | undefined {
-  const coming = COMING[command] ?? 'multi-host runs come with issue 13'
   const hosts = hostsInUse(m)
-  if (hosts.length > 1 && !ACROSS_HOSTS.has(command)) return `this deployment spans ${hosts.length} hosts (${hosts.join(', ')}): ${command} acts on one host today; ${coming}`
+  if (hosts.length > 1 && !ACROSS_HOSTS.has(command)) return `this deployment spans ${hosts.length} hosts (${hosts.join(', ')}): ${command} acts on one host today; multi-host runs come with issue 13`
   return instanceRefusal(m, command)
 }
 

@@ -66,6 +66,8 @@ export interface TwinRail {
 
 export interface RankInfo {
   service: 'prefill' | 'decode'
+  /** The host it runs on, by its name in the deployment file (a deployment over several hosts only). */
+  host?: string
   tpRank: number
   dpRank?: number
   ppRank?: number

@@ -19,6 +19,7 @@ import {sleep, within} from '../util/time.js'
 import {type Entry, judgeBatch, scenarioShell} from './judge.js'
 import {injectUnderLease, revertAndVerify} from './lease-steps.js'
 import {type Calibrated, openBreakers, PROBE_TIMEOUT_MS, type RunSession, untilBreakersClose} from './session.js'
+import {hostForFault, onHost, type PlacedHost, withLeasesOn} from './placement.js'
 
 /**
  * The one runner: a batch of fault scenarios sharing one window. Pins and abort trials go to prefill and decode
@@ -79,7 +80,7 @@ export const DRAIN_WAIT_MS = 20_000
 const HOLD_DEFAULT_MS = 60_000
 
 export async function runBatch(session: RunSession, batch: BatchScenario[], settings: BatchSettings): Promise<BatchOutcome> {
-  const {deployment, host} = session
+  const {deployment, placement} = session
   const say = settings.say
   const contract = deployment.watchdog
   const windowMs = (contract.deadlineSeconds + contract.pollSeconds) * 1000
@@ -92,14 +93,20 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
 
   // Plan every scenario before anything is injected.
   const entries: Entry[] = []
+  // The host each scenario acts on (the one that owns what it targets), with its lease there.
+  const hostOf = new Map<Entry, PlacedHost>()
   for (const s of batch) {
     const e: Entry = {s, startedAt: now()}
     try {
       const fault = getFault(s.fault)
       const params = parseFaultParams(fault, s.params, settings.paramsSource)
       const leaseId = newLeaseId(s.fault)
-      const facts = await fault.gather(host, discovery, params, {timeoutMs: PROBE_TIMEOUT_MS})
-      e.plan = fault.plan({discovery, params, leaseId, facts, calibration, contract})
+      const on = hostForFault(placement, params as Record<string, unknown>, discovery.ranks)
+      const seen = onHost(discovery, on, placement)
+      const facts = await fault.gather(on.host, seen, params, {timeoutMs: PROBE_TIMEOUT_MS})
+      e.plan = fault.plan({discovery: seen, params, leaseId, facts, calibration, contract})
+      hostOf.set(e, on)
+      if (placement.spansHosts) say(`${s.name}: acts on ${on.name}`)
     } catch (error) {
       if (settings.planErrors === 'throw') throw error
       e.error = `could not plan: ${oneLine(error)}`
@@ -107,7 +114,7 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
     entries.push(e)
   }
   const planned = entries.filter((e) => e.plan)
-  if (settings.mode === 'dry-run') return {scenarios: await dryRun(session, entries, calibration), floorMs: 0}
+  if (settings.mode === 'dry-run') return {scenarios: await dryRun(entries, hostOf, calibration, contract), floorMs: 0}
 
   const ttlMs = settings.ttlMs ?? (settings.mode === 'hold' ? HOLD_DEFAULT_MS : leaseTtlMs({deadlineSeconds: contract.deadlineSeconds, pollSeconds: contract.pollSeconds, holdMs: windowMs + marginMs + DRAIN_WAIT_MS + 30_000}))
   const rec = new Recorder()
@@ -118,7 +125,11 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
   let loadedObserveMs: number | undefined
   let held = false
   try {
-    await withLeases(host, deployment.stateDir, async (guard) => {
+    // A lease guard (and reverter) on every host a scenario acts on, each on its own: losing one host's connection
+    // leaves that host's reverter to take its faults out by itself.
+    const used = [...new Set(planned.map((e) => hostOf.get(e)!))]
+    await withLeasesOn(used.length > 0 ? used : [placement.of('router')], async (guardOf) => {
+      const guard = (e: Entry): LeaseGuard => guardOf(hostOf.get(e)!.name)
       const sampler = startSampler(rec, session)
       const requestTimeoutMs = windowMs + marginMs + 5000
       const load = new SteadyLoad(session.router, rec, {
@@ -135,14 +146,14 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
         if (settings.loadIntervalMs > 0 && settings.mode !== 'hold') await sleep(Math.min(500, settings.loadIntervalMs * 2), signal)
         await sampleOnce(rec, session)
         // Where the services' logs stand before the fault: afterwards only what they gained is read.
-        const logMarks = settings.mode === 'run' ? await markLogs(host, deployment, {timeoutMs: PROBE_TIMEOUT_MS}) : []
+        const logMarks = settings.mode === 'run' ? await markLogs((role) => placement.of(role).host, deployment, {timeoutMs: PROBE_TIMEOUT_MS}) : []
         const wedgePlan = planned.map((e) => e.plan!.expected).find((x): x is WedgeExpectation => x?.kind === 'wedge')
         if (wedgePlan && settings.mode === 'run') health = await startHealthWatch(session, rec, wedgePlan)
-        await injectAll(guard, planned, rec, ttlMs, signal, say)
+        await injectAll(guard, (e) => (placement.spansHosts ? hostOf.get(e)!.name : undefined), planned, rec, ttlMs, signal, say)
         const active = planned.filter((e) => e.lease?.verifiedInjected && e.lease.revertedAt === null)
         if (settings.mode === 'hold') {
           // The leases stay armed: the host's reverters take the faults out at expiry.
-          for (const e of active) guard.release(e.lease!.id)
+          for (const e of active) guard(e).release(e.lease!.id)
           held = true
           return
         }
@@ -176,7 +187,7 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
         // Stop watching the pins: what is still held is abandoned by the client now (recorded as such).
         pinController.abort()
         await Promise.all(pins.map((p) => p.sent.done))
-        await Promise.all(active.map((e) => revertAndVerify(guard, e.plan!, rec, e.lease!, PROBE_TIMEOUT_MS, (l) => say(`${e.s.name}: ${l}`))))
+        await Promise.all(active.map((e) => revertAndVerify(guard(e), e.plan!, rec, e.lease!, PROBE_TIMEOUT_MS, (l) => say(`${e.s.name}: ${l}`))))
         if (health) {
           say('waiting for the wedged instance to answer healthy again')
           await health.resumed(signal)
@@ -203,13 +214,14 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
 
 /** Each scenario under its own lease, all at once (they touch different GPUs, ranks and ports: the planner saw to
  * it). A fault that did not take effect is reverted at once and never judged. */
-async function injectAll(guard: LeaseGuard, planned: Entry[], rec: Recorder, ttlMs: number, signal: AbortSignal, say: (l: string) => void): Promise<void> {
+async function injectAll(guard: (e: Entry) => LeaseGuard, hostName: (e: Entry) => string | undefined, planned: Entry[], rec: Recorder, ttlMs: number, signal: AbortSignal, say: (l: string) => void): Promise<void> {
   await Promise.all(planned.map(async (e) => {
     if (signal.aborted) return
     const tell = (l: string) => say(`${e.s.name}: ${l}`)
     e.startedAt = now()
-    e.lease = await injectUnderLease(guard, e.plan!, rec, ttlMs, PROBE_TIMEOUT_MS, tell)
-    if (!e.lease.verifiedInjected) await revertAndVerify(guard, e.plan!, rec, e.lease, PROBE_TIMEOUT_MS, tell)
+    e.lease = await injectUnderLease(guard(e), e.plan!, rec, ttlMs, PROBE_TIMEOUT_MS, tell)
+    if (hostName(e) !== undefined) e.lease.host = hostName(e)
+    if (!e.lease.verifiedInjected) await revertAndVerify(guard(e), e.plan!, rec, e.lease, PROBE_TIMEOUT_MS, tell)
   }))
 }
 
@@ -282,7 +294,7 @@ function watchHops(session: RunSession, rec: Recorder): {stop: () => Promise<num
 
 /** The services' log lines naming the pins (what released each, in the servers' words), once the window is over. */
 async function readPinLogs(session: RunSession, rec: Recorder, marks: LogMark[], rids: string[], say: (l: string) => void): Promise<void> {
-  const read = await readLogs(session.host, session.deployment, marks, rids, {timeoutMs: PROBE_TIMEOUT_MS, watchdogPattern: session.deployment.watchdog.logPattern})
+  const read = await readLogs((role) => session.placement.of(role).host, session.deployment, marks, rids, {timeoutMs: PROBE_TIMEOUT_MS, watchdogPattern: session.deployment.watchdog.logPattern})
   for (const o of read) rec.add(o)
   const unread = read.flatMap((o) => (o.kind === 'log-read' && !o.ok ? [`${o.service}: ${o.detail}`] : []))
   if (unread.length > 0) say(`service log not read (release causes then rest on the answers and counters): ${unread.join('; ')}`)
@@ -346,8 +358,7 @@ async function warmUp(session: RunSession): Promise<void> {
   await session.router.generate({rid: `pdchaos-warmup-${Date.now().toString(36)}`, text: 'warm up', max_new_tokens: 1}, {timeoutMs: 30_000}).catch(() => undefined)
 }
 
-async function dryRun(session: RunSession, entries: Entry[], calibration: Calibrated | undefined): Promise<ScenarioRun[]> {
-  const contract = session.deployment.watchdog
+async function dryRun(entries: Entry[], hostOf: Map<Entry, PlacedHost>, calibration: Calibrated | undefined, contract: ScenarioRun['contract']): Promise<ScenarioRun[]> {
   return Promise.all(entries.map(async (e) => {
     const run = scenarioShell(e, contract, calibration, now())
     if (!e.plan) return run
@@ -355,7 +366,7 @@ async function dryRun(session: RunSession, entries: Entry[], calibration: Calibr
     for (const argv of e.plan.readOnlyProbes) {
       const shown = renderPlan({...e.plan, readOnlyProbes: [argv]}).readOnlyProbes[0]!
       try {
-        const r = await session.host.run(argv, {timeoutMs: PROBE_TIMEOUT_MS, sudo: e.plan.sudo})
+        const r = await hostOf.get(e)!.host.run(argv, {timeoutMs: PROBE_TIMEOUT_MS, sudo: e.plan.sudo})
         probes.push({argv: shown, code: r.code, stdout: r.stdout.slice(0, 2000), stderr: r.stderr.slice(0, 500)})
       } catch (error) {
         probes.push({argv: shown, code: null, stdout: '', stderr: oneLine(error)})

@@ -4,12 +4,14 @@ import {ROUTER_CB_STATE} from '../deployment/sglang-metrics.js'
 import type {RouterClient} from '../deployment/router-client.js'
 import type {SglangClient} from '../deployment/sglang-client.js'
 import {discover} from '../discovery/discover.js'
+import {discoverAcrossHosts} from '../discovery/discover-hosts.js'
 import {faultDiscovery, type FaultDiscovery} from '../faults/fault.js'
 import type {Host} from '../hosts/host.js'
 import {describeLags} from '../model/lags.js'
 import type {Calibration} from '../model/timeline.js'
 import {sleep} from '../util/time.js'
 import {calibrate, type LagProbeShape} from './calibrate.js'
+import {Placement} from './placement.js'
 
 /** Deadline of every probe the runner makes (discovery, host probes, fault commands, aborts). */
 export const PROBE_TIMEOUT_MS = DEFAULT_PROBE_TIMEOUT_MS
@@ -24,11 +26,19 @@ export class RunSession {
   readonly prefill: SglangClient
   readonly decode: SglangClient
   readonly router: RouterClient
+  /** Where each service runs: one host, or several (each fault acts on the host that owns what it targets). */
+  readonly placement: Placement
   private calibrated?: Calibrated
   private discovered?: FaultDiscovery
 
-  constructor(readonly deployment: Deployment, readonly host: Host) {
+  constructor(readonly deployment: Deployment, on: Host | Placement) {
     ;({prefill: this.prefill, decode: this.decode, router: this.router} = serviceClients(deployment, {timeoutMs: PROBE_TIMEOUT_MS}))
+    this.placement = on instanceof Placement ? on : Placement.single(deployment, on)
+  }
+
+  /** The router's host (the only one, on a deployment on one host). */
+  get host(): Host {
+    return this.placement.of('router').host
   }
 
   /** Prefill's bootstrap server, as the gateway injects it into both /generate bodies. */
@@ -55,7 +65,10 @@ export class RunSession {
   async discovery(say?: (l: string) => void): Promise<FaultDiscovery> {
     if (!this.discovered) {
       say?.('discovering the deployment')
-      this.discovered = faultDiscovery(await discover(this.deployment, this.host, {timeoutMs: PROBE_TIMEOUT_MS}), this.deployment)
+      const report = this.placement.spansHosts
+        ? await discoverAcrossHosts(this.placement.hosts, {timeoutMs: PROBE_TIMEOUT_MS})
+        : await discover(this.deployment, this.host, {timeoutMs: PROBE_TIMEOUT_MS})
+      this.discovered = faultDiscovery(report, this.deployment)
     }
     return this.discovered
   }

@@ -83,6 +83,8 @@ export interface LeaseRecord {
   id: string
   fault: string
   mechanism: string
+  /** The host the lease (and the fault) is on, by its name in the deployment file: a deployment over several hosts. */
+  host?: string
   injectedAt: number | null
   revertedAt: number | null
   verifiedInjected: boolean

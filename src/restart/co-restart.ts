@@ -41,7 +41,10 @@ export interface RestartOptions {
   signal?: AbortSignal
 }
 
-export async function coRestart(deployment: Deployment, host: Host, opts: RestartOptions): Promise<RestartResult> {
+/** The host a service's restart command runs on: the one host, or each service's own (a deployment over several). */
+export type RestartHost = Host | ((service: ServiceName) => Host)
+
+export async function coRestart(deployment: Deployment, hosts: RestartHost, opts: RestartOptions): Promise<RestartResult> {
   const started = now()
   const rec = new Recorder()
   const say = opts.onProgress ?? (() => {})
@@ -68,6 +71,7 @@ export async function coRestart(deployment: Deployment, host: Host, opts: Restar
     let exitCode: number | null = null
     try {
       // Privileged only as the deployment's sudo: policy says (never: as the login user).
+      const host = typeof hosts === 'function' ? hosts(name) : hosts
       const res = await host.run(command, {timeoutMs: opts.commandTimeoutS * 1000, sudo: deployment.sudo === 'passwordless'})
       exitCode = res.code
       if (res.code !== 0) say(`${name} restart command exited ${res.code}: ${oneLine(res.stderr).slice(0, 200)}`)

@@ -2,6 +2,7 @@ import type {Deployment} from '../deployment/config.js'
 import {oneLine, PdError} from '../errors.js'
 import {type BatchSettings, runBatch} from '../experiment/batch.js'
 import {RunSession} from '../experiment/session.js'
+import type {Placement} from '../experiment/placement.js'
 import {classifyDataPath} from '../faults/mechanisms/data-path.js'
 import type {Host} from '../hosts/host.js'
 import type {ScenarioRun, SuiteRun} from '../model/run.js'
@@ -38,11 +39,13 @@ export interface RunOptions {
  * planned recorded as its error while the others run. */
 const SUITE_BATCH = {mode: 'run', pinPacing: {burst: 10, gapMs: 50}, paramsSource: 'file', planErrors: 'record'} as const
 
-export async function runSuite(deployment: Deployment, host: Host, suite: SuiteFile, opts: RunOptions): Promise<SuiteRun> {
+export async function runSuite(deployment: Deployment, on: Host | Placement, suite: SuiteFile, opts: RunOptions): Promise<SuiteRun> {
   const say = opts.say
   const startedAt = Date.now()
   const scenarios = expand(suite.scenarios)
-  const session = new RunSession(deployment, host)
+  const session = new RunSession(deployment, on)
+  // The stop conditions read the kernel log of the router's host (the only one, on a deployment on one host).
+  const host = session.host
   const planOpts = await planOptions(session, scenarios, {promptTokens: suite.load.promptTokens, say})
   const batches: Batch[] = opts.oneAtATime ? scenarios.map((s, i) => ({index: i + 1, scenarios: [s]})) : planBatches(scenarios, planOpts)
   const conflicts = planConflicts(batches, planOpts)
@@ -124,7 +127,7 @@ async function runRestart(session: RunSession, s: PlannedScenario, watch: StopWa
   const startedAt = Date.now()
   watch.setRestarting(true)
   try {
-    const res = await coRestart(session.deployment, session.host, {
+    const res = await coRestart(session.deployment, (service) => session.placement.of(service).host, {
       order: r.services as ServiceName[], healthTimeoutS: r.healthTimeoutSeconds, commandTimeoutS: r.commandTimeoutSeconds,
       canaries: r.canaries, watchS: r.watchSeconds, sampleS: 1, settleS: r.settleSeconds, onProgress: (l) => say(`${s.name}: ${l}`), signal: watch.signal,
     })

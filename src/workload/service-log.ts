@@ -48,10 +48,15 @@ const FILE_SCRIPT = 'size=$(wc -c < "$1") || exit 3; off="$2"; if [ "$size" -lt 
 const JOURNAL_SCRIPT = 'journalctl -u "$1" --since "@$2" --until "@$3" -o short-iso-precise --no-pager | grep -aF -e "$4" | head -c "$5"'
 
 /** Note where prefill's and decode's logs stand now (a file's size), before anything is injected. */
-export async function markLogs(host: Host, deployment: Deployment, o: {timeoutMs: number; now?: () => number}): Promise<LogMark[]> {
+/** The host a service's log is on: the one host, or each service's own (a deployment over several hosts). */
+export type LogHost = Host | ((service: 'prefill' | 'decode') => Host)
+const hostFor = (h: LogHost, service: 'prefill' | 'decode'): Host => (typeof h === 'function' ? h(service) : h)
+
+export async function markLogs(hosts: LogHost, deployment: Deployment, o: {timeoutMs: number; now?: () => number}): Promise<LogMark[]> {
   const now = o.now ?? Date.now
   return Promise.all((['prefill', 'decode'] as const).map(async (service): Promise<LogMark> => {
     const source = deployment.services[service].logs
+    const host = hostFor(hosts, service)
     const at = now()
     if (!source) return {service, at, error: `the deployment file names no logs: source for ${service} (services.${service}.logs: {file: PATH} or {journald: UNIT})`}
     if ('journald' in source) return {service, source, at}
@@ -67,12 +72,13 @@ export async function markLogs(host: Host, deployment: Deployment, o: {timeoutMs
 }
 
 /** Read what each marked log gained since its mark, keeping the lines that name one of the rids. */
-export async function readLogs(host: Host, deployment: Deployment, marks: LogMark[], rids: string[], o: LogReadOptions): Promise<Observation[]> {
+export async function readLogs(hosts: LogHost, deployment: Deployment, marks: LogMark[], rids: string[], o: LogReadOptions): Promise<Observation[]> {
   const now = o.now ?? Date.now
   const max = o.maxBytes ?? DEFAULT_MAX_BYTES
   const out: Observation[] = []
   await Promise.all(marks.map(async (m) => {
     const source = m.source ? describeSource(m.source) : 'none'
+    const host = hostFor(hosts, m.service)
     const read = (ok: boolean, lines: number, truncated: boolean, detail: string) =>
       out.push({kind: 'log-read', t: now(), service: m.service, source, ok, lines, truncated, detail})
     if (m.error || !m.source) return read(false, 0, false, m.error ?? 'no log source')

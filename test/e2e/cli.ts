@@ -1,3 +1,4 @@
+import {expect} from 'vitest'
 import {spawn, type ChildProcess} from 'node:child_process'
 import {readFileSync} from 'node:fs'
 import {join} from 'node:path'
@@ -49,6 +50,31 @@ export function truth(stateDir: string, service: 'prefill' | 'decode' | 'router'
   } catch {
     return []
   }
+}
+
+/** From a twin's ground truth: the states a rid held on prefill, and how long the watchdog held it before evicting it. */
+export function evictionOf(stateDir: string, rid: string): {states: string[]; queue?: string; heldS?: number} {
+  const events = truth(stateDir, 'prefill').filter((e) => e.rid === rid)
+  const entered = events.find((e) => e.event === 'enter' && e.queue === 'bootstrap')
+  const evicted = events.find((e) => e.event === 'evicted')
+  return {
+    states: events.filter((e) => e.event === 'state').map((e) => String(e.state)),
+    queue: evicted ? String(evicted.queue) : undefined,
+    heldS: entered && evicted ? ((evicted.t as number) - (entered.t as number)) / 1000 : undefined,
+  }
+}
+
+/**
+ * A drop-dest-info pin by the twin's truth: held in Bootstrapping, evicted from the bootstrap queue inside
+ * [deadline, deadline + poll], and pdchaos's own measurement within 0.25 s of it.
+ */
+export function expectDroppedPin(stateDir: string, pin: {rid: string; evictionSeconds: number}, deadline: number, poll: number): void {
+  const t = evictionOf(stateDir, pin.rid)
+  expect(t.states).toEqual(['KVPoll.Bootstrapping'])
+  expect(t.queue).toBe('bootstrap')
+  expect(t.heldS!).toBeGreaterThanOrEqual(deadline)
+  expect(t.heldS!).toBeLessThanOrEqual(deadline + poll + 0.05)
+  expect(Math.abs(pin.evictionSeconds - t.heldS!)).toBeLessThan(0.25)
 }
 
 /** pdchaos's progress lines (stderr), each with when it arrived (performance.now()), and a bounded wait for one. */

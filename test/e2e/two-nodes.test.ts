@@ -2,7 +2,10 @@ import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
 import {createTestCluster, type TestCluster} from '../harness/test-cluster.js'
 import {cliEntry} from '../harness/test-host.js'
-import {runCli} from './cli.js'
+import {existsSync, readdirSync} from 'node:fs'
+import {join} from 'node:path'
+
+import {evictionOf as evictionOfIn, expectDroppedPin, runCli, truth} from './cli.js'
 
 /**
  * A deployment over two nodes (issue 13): prefill and the router on one namespace host, decode on another, each with
@@ -54,9 +57,83 @@ describe('status over two hosts', () => {
     expect(text.stdout).toMatch(/decode {3}decode-node {2}TP0 {2}pid/)
   }, 60_000)
 
-  it('inject still refuses a deployment over two hosts (exit 2, naming what is missing), before reaching any host', async () => {
-    const r = await runCli(['inject', 'drop-dest-info', '-c', c.deploymentFile, '--json'], {timeoutMs: 60_000})
-    expect(r.code).toBe(2)
-    expect(JSON.parse(r.stdout).error.message).toMatch(/spans 2 hosts \(prefill-node, decode-node\): inject acts on one host today/)
-  }, 60_000)
+})
+
+const DEADLINE = 1.5
+const POLL = 0.5
+
+const evictionOf = (rid: string) => evictionOfIn(c.prefillNode.stateDir, rid)
+
+/** pdchaos's state dir of each host of the cluster (its file's stateDir, one directory per host). */
+const leaseDir = (host: 'prefill-node' | 'decode-node'): string => join(c.prefillNode.dir, 'host-run', host, 'leases')
+const leaseFiles = (host: 'prefill-node' | 'decode-node', sub = ''): string[] =>
+  (existsSync(join(leaseDir(host), sub)) ? readdirSync(join(leaseDir(host), sub)).filter((f) => f.endsWith('.json')) : [])
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+const json = (s: string): any => JSON.parse(s)
+
+describe('faults across two hosts, each acting on the host that owns what it targets', () => {
+  it('drop-dest-info acts on the prefill node: pins held in Bootstrapping, evicted in the window by the twin\'s truth; its lease lives and ends there', async () => {
+    const r = await runCli(['inject', 'drop-dest-info', '-c', c.deploymentFile, '--json', '--pins', '2', '--load-interval', '400'], {timeoutMs: 120_000})
+    const j = json(r.stdout)
+    expect(j.verdicts.filter((v: {verdict: string}) => v.verdict !== 'pass'), r.stderr.slice(-500)).toEqual([])
+    expect(r.code).toBe(0)
+    expect(j.leases.map((l: {host: string}) => l.host)).toEqual(['prefill-node'])
+    for (const pin of j.pins) expectDroppedPin(c.prefillNode.stateDir, pin, DEADLINE, POLL)
+    // The lease on the prefill node, reverted by pdchaos; nothing on the decode node.
+    expect(leaseFiles('prefill-node', 'done').length).toBeGreaterThan(0)
+    expect(leaseFiles('prefill-node')).toEqual([])
+    expect(leaseFiles('decode-node', 'done')).toEqual([])
+  }, 180_000)
+
+  it('stall-kv on a decode GPU acts on the decode node (its own host): the pins are held on prefill and evicted in the window by the twin\'s truth', async () => {
+    const r = await runCli(['inject', 'stall-kv', '--gpu', '5', '-c', c.deploymentFile, '--json', '--pins', '2', '--load-interval', '400'], {timeoutMs: 120_000})
+    const j = json(r.stdout)
+    expect(j.verdicts.filter((v: {verdict: string}) => v.verdict !== 'pass' && v.verdict !== 'unverified'), r.stderr.slice(-500)).toEqual([])
+    expect(r.code).toBe(0)
+    expect(j.leases.map((l: {host: string}) => l.host)).toEqual(['decode-node'])
+    expect(j.description).toMatch(/decode TP1 .*GPU 5/)
+    for (const pin of j.pins) {
+      // Decode TP1's connections carry both its half of the KV handshake and the KV itself: with both stalled, the
+      // twin's prefill holds the pin waiting (Bootstrapping) or transferring, and its watchdog evicts it in the window.
+      const t = evictionOf(pin.rid)
+      expect(['KVPoll.Bootstrapping', 'KVPoll.Transferring']).toContain(t.states.at(-1))
+      expect(t.heldS!).toBeGreaterThanOrEqual(DEADLINE)
+      expect(t.heldS!).toBeLessThanOrEqual(DEADLINE + POLL + 0.05)
+    }
+    expect(leaseFiles('decode-node', 'done').length).toBeGreaterThan(0)
+    expect(leaseFiles('decode-node')).toEqual([])
+  }, 180_000)
+
+  it('abort-mid-transfer: every trial gets its verdict; the twin saw each abort on prefill', async () => {
+    const r = await runCli(['inject', 'abort-mid-transfer', '--trials', '4', '-c', c.deploymentFile, '--json'], {timeoutMs: 120_000})
+    const j = json(r.stdout)
+    const trials = j.verdicts.filter((v: {check: string}) => v.check === 'abort')
+    expect(trials).toHaveLength(4)
+    expect(trials.every((v: {verdict: string; summary: string}) => v.verdict === 'pass' || (v.verdict === 'unverified' && /not counted/.test(v.summary))), JSON.stringify(trials)).toBe(true)
+    expect(j.verdicts.filter((v: {verdict: string}) => v.verdict === 'fail')).toEqual([])
+    const aborted = new Set(truth(c.prefillNode.stateDir, 'prefill').filter((e) => e.event === 'abort').map((e) => e.rid))
+    for (const t of trials) expect(aborted.has(t.subject)).toBe(true)
+  }, 180_000)
+
+  it('a co-restart across hosts: prefill on its node, then decode on its node, then the router; every step healthy, then recover finds both hosts clean', async () => {
+    const pidsOf = async (node: typeof c.prefillNode) => {
+      const t = json((await node.sshRun([process.execPath, cliEntry(), 'sim', 'status', '--state-dir', node.stateDir, '--json'])).stdout)
+      return Object.fromEntries(t.services.map((s: {service: string; pid: number}) => [s.service, s.pid]))
+    }
+    const before = {...await pidsOf(c.prefillNode), ...await pidsOf(c.decodeNode)}
+    const r = await runCli(['restart', '-c', c.deploymentFile, '--json', '--watch', '3', '--settle', '3', '--health-timeout', '60'], {timeoutMs: 180_000})
+    const j = json(r.stdout)
+    expect(j.verdicts.filter((v: {verdict: string}) => v.verdict !== 'pass')).toEqual([])
+    expect(r.code).toBe(0)
+    expect(j.steps.map((s: {service: string}) => s.service)).toEqual(['prefill', 'decode', 'router'])
+    const after = {...await pidsOf(c.prefillNode), ...await pidsOf(c.decodeNode)}
+    for (const s of ['prefill', 'decode', 'router']) expect(after[s], s).not.toBe(before[s])
+
+    const rec = await runCli(['recover', '-c', c.deploymentFile, '--json'], {timeoutMs: 60_000})
+    expect(rec.code).toBe(0)
+    const rj = json(rec.stdout)
+    expect(rj.clean).toBe(true)
+    expect(rj.hosts.map((h: {host: string}) => h.host)).toEqual([`ssh root@${c.prefillNode.netns.address}:22`, `ssh root@${c.decodeNode.netns.address}:22`])
+  }, 240_000)
 })

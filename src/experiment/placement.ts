@@ -1,0 +1,93 @@
+import {join} from 'node:path'
+
+import type {Deployment} from '../deployment/config.js'
+import {badInput} from '../errors.js'
+import type {Host} from '../hosts/host.js'
+import {type GuardOptions, type LeaseGuard, withLeases} from '../faults/lease/lease-guard.js'
+
+/**
+ * Where a deployment's services run, as the runner acts on them: one host for a deployment on one host, else every
+ * host in use with the roles that run there. Each host keeps pdchaos's state (leases, the run lock) in its own
+ * directory: the deployment's stateDir on one host; stateDir/<host name> on each of several (so that hosts sharing
+ * a filesystem, as test namespaces do, never share a lease or a lock).
+ */
+
+export type Role = 'prefill' | 'decode' | 'router'
+
+export interface PlacedHost {
+  /** The host's name in the deployment file ('host' for a `host:` file). */
+  name: string
+  roles: Role[]
+  host: Host
+  /** pdchaos's state dir on this host. */
+  stateDir: string
+  /** The deployment as seen from this host (its host entry, every service's URL): what discovery reads there. */
+  view: Deployment
+}
+
+export class Placement {
+  private constructor(readonly hosts: PlacedHost[]) {}
+
+  /** Every service on one host. */
+  static single(deployment: Deployment, host: Host): Placement {
+    return new Placement([{name: 'host', roles: ['prefill', 'decode', 'router'], host, stateDir: deployment.stateDir, view: deployment}])
+  }
+
+  /** Several hosts (from the file's hosts: map), each with its own state dir under the deployment's. */
+  static across(deployment: Deployment, hosts: Array<{name: string; roles: Role[]; host: Host; view: Deployment}>): Placement {
+    return new Placement(hosts.map((h) => ({...h, stateDir: join(deployment.stateDir, h.name)})))
+  }
+
+  get spansHosts(): boolean {
+    return this.hosts.length > 1
+  }
+
+  /** The host a role runs on (its instance's node rank 0). */
+  of(role: Role): PlacedHost {
+    return this.hosts.find((h) => h.roles.includes(role)) ?? this.hosts[0]!
+  }
+
+  named(name: string): PlacedHost {
+    const h = this.hosts.find((x) => x.name === name)
+    if (!h) throw new Error(`no host named ${name} in the placement`)
+    return h
+  }
+}
+
+/**
+ * The host a fault acts on: the one whose GPU it names (the rank on that GPU), else prefill's (drop-dest-info acts on
+ * prefill's input). A GPU index that ranks on two hosts share is ambiguous: refused (exit 2), never guessed.
+ */
+export function hostForFault(p: Placement, params: Record<string, unknown>, ranks: ReadonlyArray<{service: 'prefill' | 'decode'; gpu?: number; host?: string}>): PlacedHost {
+  if (!p.spansHosts) return p.hosts[0]!
+  const gpu = typeof params.gpu === 'number' ? params.gpu : undefined
+  if (gpu === undefined) return p.of('prefill')
+  const on = [...new Set(ranks.filter((r) => r.gpu === gpu).map((r) => r.host ?? p.of(r.service).name))]
+  if (on.length > 1) throw badInput(`GPU ${gpu} holds a rank on each of ${on.join(' and ')}: which host's GPU is meant is ambiguous`, 'pick a GPU index only one host has (`pdchaos status` lists the ranks per host); naming the host comes with issue 13')
+  return on.length === 1 ? p.named(on[0]!) : p.of('prefill')
+}
+
+/** What discovery saw, narrowed to one host's ranks: a fault plans from the processes and GPUs of the host it acts on. */
+export function onHost<D extends {ranks: ReadonlyArray<{host?: string}>}>(d: D, h: PlacedHost, p: Placement): D {
+  return p.spansHosts ? {...d, ranks: d.ranks.filter((r) => r.host === h.name)} : d
+}
+
+/**
+ * Run fn with a lease guard on each of `hosts` (each with its own reverter on its host, under its own state dir);
+ * guardOf(name) is the guard of the host of that name. The guards open in order and close in reverse, each closing
+ * as withLeases does (reverting what is still armed on its host).
+ */
+export async function withLeasesOn<T>(hosts: PlacedHost[], fn: (guardOf: (name: string) => LeaseGuard) => Promise<T>, opts: GuardOptions = {}): Promise<T> {
+  const guards = new Map<string, LeaseGuard>()
+  const open = (i: number): Promise<T> => (i === hosts.length
+    ? fn((name) => {
+      const g = guards.get(name)
+      if (!g) throw new Error(`no lease guard on ${name}`)
+      return g
+    })
+    : withLeases(hosts[i]!.host, hosts[i]!.stateDir, (g) => {
+      guards.set(hosts[i]!.name, g)
+      return open(i + 1)
+    }, opts))
+  return open(0)
+}

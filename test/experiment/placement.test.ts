@@ -1,0 +1,47 @@
+import {describe, expect, it} from 'vitest'
+
+import {DeploymentSchema} from '../../src/deployment/config.js'
+import {PdError} from '../../src/errors.js'
+import {hostForFault, onHost, Placement} from '../../src/experiment/placement.js'
+import type {Host} from '../../src/hosts/host.js'
+
+const deployment = DeploymentSchema.parse({
+  name: 'two', host: {kind: 'local'}, stateDir: '/var/lib/pdchaos',
+  services: {prefill: {url: 'http://a:30100', bootstrapPort: 30500}, decode: {url: 'http://b:30200'}, router: {url: 'http://a:30000'}},
+  watchdog: {deadlineSeconds: 2, pollSeconds: 1},
+})
+const host = (name: string): Host => ({describe: () => name}) as unknown as Host
+const two = Placement.across(deployment, [
+  {name: 'node-a', roles: ['prefill', 'router'], host: host('a'), view: deployment},
+  {name: 'node-b', roles: ['decode'], host: host('b'), view: deployment},
+])
+const ranks = [
+  {service: 'prefill' as const, gpu: 0, host: 'node-a'}, {service: 'prefill' as const, gpu: 1, host: 'node-a'},
+  {service: 'decode' as const, gpu: 4, host: 'node-b'}, {service: 'decode' as const, gpu: 1, host: 'node-b'},
+]
+
+describe('where a fault acts on a deployment over several hosts', () => {
+  it('each host keeps its leases and lock in its own directory under the deployment\'s state dir; one host keeps the state dir itself', () => {
+    expect(two.hosts.map((h) => h.stateDir)).toEqual(['/var/lib/pdchaos/node-a', '/var/lib/pdchaos/node-b'])
+    expect(Placement.single(deployment, host('a')).hosts.map((h) => h.stateDir)).toEqual(['/var/lib/pdchaos'])
+    expect(two.of('decode').name).toBe('node-b')
+    expect(two.of('router').name).toBe('node-a')
+  })
+
+  it('the host of the rank on the named GPU; prefill\'s without one; a GPU index two hosts share is exit 2, never guessed', () => {
+    expect(hostForFault(two, {gpu: 4}, ranks).name).toBe('node-b')
+    expect(hostForFault(two, {gpu: 0}, ranks).name).toBe('node-a')
+    expect(hostForFault(two, {}, ranks).name).toBe('node-a')
+    let e: unknown
+    try { hostForFault(two, {gpu: 1}, ranks) } catch (error) { e = error }
+    expect(e).toBeInstanceOf(PdError)
+    expect((e as PdError).exitCode).toBe(2)
+    expect((e as PdError).message).toBe('GPU 1 holds a rank on each of node-a and node-b: which host\'s GPU is meant is ambiguous')
+  })
+
+  it('a fault plans from the ranks of the host it acts on only', () => {
+    expect(onHost({ranks}, two.named('node-b'), two).ranks.map((r) => r.gpu)).toEqual([4, 1])
+    const one = Placement.single(deployment, host('a'))
+    expect(onHost({ranks}, one.hosts[0]!, one).ranks).toHaveLength(4)
+  })
+})
