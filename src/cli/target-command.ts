@@ -17,6 +17,7 @@ import {targetFlags} from './flags.js'
 import {checkOutputFile, checkPushUrl, outputWriter} from './outputs.js'
 import {preflight} from './preflight.js'
 import {closeTarget, placementOf, resolveTarget, type Target} from './target.js'
+import {onSignalExit} from '../faults/lease/lease-guard.js'
 
 /** Where a run's results go: files, and a Pushgateway URL. */
 export interface RunOutputs {
@@ -73,11 +74,15 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
       // One run lock for the deployment: on every host it spans (each in its own state dir), taken in the file's
       // order; one that is held elsewhere releases those already taken (exit 3 naming the holder).
       const locks: Array<Awaited<ReturnType<typeof acquireHostLock>>> = []
+      const release = (): Promise<unknown> => Promise.all(locks.map((l) => l.release().catch(() => {})))
+      // A signal ends the process from the lease guard, past this finally: release the locks there too.
+      const off = spec.untilExpiry ? () => {} : onSignalExit(release)
       try {
         for (const h of placementOf(target).hosts) locks.push(await acquireHostLock(h.host, h.stateDir, spec))
         return await fn(target)
       } finally {
-        if (!spec.untilExpiry || locks.length < placementOf(target).hosts.length) await Promise.all(locks.map((l) => l.release().catch(() => {})))
+        off()
+        if (!spec.untilExpiry || locks.length < placementOf(target).hosts.length) await release()
       }
     } finally {
       await closeTarget(target)

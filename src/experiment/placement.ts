@@ -3,7 +3,7 @@ import {join} from 'node:path'
 import type {Deployment} from '../deployment/config.js'
 import {badInput} from '../errors.js'
 import type {Host} from '../hosts/host.js'
-import {type GuardOptions, type LeaseGuard, withLeases} from '../faults/lease/lease-guard.js'
+import {exitAfterSignal, type GuardOptions, type LeaseGuard, withLeases} from '../faults/lease/lease-guard.js'
 
 /**
  * Where a deployment's services run, as the runner acts on them: one host for a deployment on one host, else every
@@ -79,6 +79,14 @@ export function onHost<D extends {ranks: ReadonlyArray<{host?: string}>}>(d: D, 
  */
 export async function withLeasesOn<T>(hosts: PlacedHost[], fn: (guardOf: (name: string) => LeaseGuard) => Promise<T>, opts: GuardOptions = {}): Promise<T> {
   const guards = new Map<string, LeaseGuard>()
+  // After a signal each guard reverts its own host's leases; the process ends once every guard is done, with the
+  // worst code (4, a host not known clean, over 3): the first guard done must not end it while another still reverts.
+  const codes: number[] = []
+  const exit = opts.exit
+  const each: GuardOptions = hosts.length < 2 ? opts : {...opts, exit: (code) => {
+    codes.push(code)
+    if (codes.length === hosts.length) (exit ?? exitAfterSignal)(Math.max(...codes))
+  }}
   const open = (i: number): Promise<T> => (i === hosts.length
     ? fn((name) => {
       const g = guards.get(name)
@@ -88,6 +96,6 @@ export async function withLeasesOn<T>(hosts: PlacedHost[], fn: (guardOf: (name: 
     : withLeases(hosts[i]!.host, hosts[i]!.stateDir, (g) => {
       guards.set(hosts[i]!.name, g)
       return open(i + 1)
-    }, opts))
+    }, each))
   return open(0)
 }

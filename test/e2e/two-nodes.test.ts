@@ -5,7 +5,7 @@ import {cliEntry} from '../harness/test-host.js'
 import {existsSync, readdirSync} from 'node:fs'
 import {join} from 'node:path'
 
-import {evictionOf as evictionOfIn, expectDroppedPin, runCli, truth} from './cli.js'
+import {evictionOf as evictionOfIn, expectDroppedPin, progressLines, runCli, startCli, truth} from './cli.js'
 
 /**
  * A deployment over two nodes (issue 13): prefill and the router on one namespace host, decode on another, each with
@@ -137,3 +137,45 @@ describe('faults across two hosts, each acting on the host that owns what it tar
     expect(rj.hosts.map((h: {host: string}) => h.host)).toEqual([`ssh root@${c.prefillNode.netns.address}:22`, `ssh root@${c.decodeNode.netns.address}:22`])
   }, 240_000)
 })
+
+// Last: it cuts every SSH connection to the decode node for good.
+describe('losing one host mid-fault', () => {
+  it('SSH to the decode node cut while its stall is in place: pdchaos exits 4 naming the lease and the host, the decode node reverts it by itself within the TTL, the prefill node is left clean', async () => {
+    const TTL_S = 15
+    const {child, done} = startCli(['inject', 'stall-kv', '--gpu', '5', '-c', c.deploymentFile, '--ttl', String(TTL_S), '--pins', '1', '--load-interval', '0'])
+    const progress = progressLines(child)
+    try {
+      await progress.waitFor(/stall-kv: in place/, 90_000)
+    } catch (error) {
+      child.kill('SIGKILL')
+      throw error
+    }
+    const cutAt = Date.now()
+    await c.decodeNode.sshd.killAll()
+    child.kill('SIGINT')
+    const r = await done
+    expect(r.code, r.stderr.slice(-800)).toBe(4)
+    const lease = /lease (stall-kv-\S+?)[ ,:;)]/.exec(r.stderr)?.[1]
+    expect(lease, r.stderr.slice(-800)).toBeDefined()
+    expect(r.stderr).toMatch(/cleanup unverified.*the host reverts it by itself at \d{4}-\d\d-\d\dT/)
+
+    // The decode node's own reverter takes the stall out by the lease's expiry: its packet filter and its lease file go.
+    const nftTables = async () => (await c.decodeNode.netns.run(['nft', 'list', 'tables'], {reject: false})).stdout
+    expect(await nftTables()).toMatch(/pdchaos_/)
+    expect(await eventually(async () => !/pdchaos_/.test(await nftTables()) && leaseFiles('decode-node').length === 0, cutAt + (TTL_S + 5) * 1000 - Date.now())).toBe(true)
+    expect(leaseFiles('decode-node', 'done').some((f) => f.startsWith(lease!))).toBe(true)
+    // The prefill node: nothing left armed, and the run lock released there.
+    expect(leaseFiles('prefill-node')).toEqual([])
+    expect(existsSync(join(c.prefillNode.dir, 'host-run', 'prefill-node', 'lock.json'))).toBe(false)
+  }, 180_000)
+})
+
+/** Poll `ok` every 250 ms until it holds or `ms` pass. */
+async function eventually(ok: () => Promise<boolean>, ms: number): Promise<boolean> {
+  const by = Date.now() + ms
+  for (;;) {
+    if (await ok()) return true
+    if (Date.now() > by) return false
+    await new Promise((r) => setTimeout(r, 250))
+  }
+}

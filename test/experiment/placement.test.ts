@@ -1,9 +1,14 @@
+import {mkdtempSync, rmSync} from 'node:fs'
+import {tmpdir} from 'node:os'
+import {join} from 'node:path'
+
 import {describe, expect, it} from 'vitest'
 
 import {DeploymentSchema} from '../../src/deployment/config.js'
 import {PdError} from '../../src/errors.js'
-import {hostForFault, onHost, Placement} from '../../src/experiment/placement.js'
+import {hostForFault, onHost, Placement, withLeasesOn} from '../../src/experiment/placement.js'
 import type {Host} from '../../src/hosts/host.js'
+import {LocalHost} from '../../src/hosts/local-host.js'
 
 const deployment = DeploymentSchema.parse({
   name: 'two', host: {kind: 'local'}, stateDir: '/var/lib/pdchaos',
@@ -43,5 +48,31 @@ describe('where a fault acts on a deployment over several hosts', () => {
     expect(onHost({ranks}, two.named('node-b'), two).ranks.map((r) => r.gpu)).toEqual([4, 1])
     const one = Placement.single(deployment, host('a'))
     expect(onHost({ranks}, one.hosts[0]!, one).ranks).toHaveLength(4)
+  })
+})
+
+describe('lease guards on several hosts', () => {
+  it('after a signal the process ends once, when every host\'s guard is done, with the worst code', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'pdchaos-guards-'))
+    const local = new LocalHost('never')
+    const hosts = Placement.across({...deployment, stateDir: dir}, [
+      {name: 'node-a', roles: ['prefill', 'router'], host: local, view: deployment},
+      {name: 'node-b', roles: ['decode'], host: local, view: deployment},
+    ]).hosts
+    const exits: number[] = []
+    let signalled!: () => void
+    const after = new Promise<void>((resolve) => { signalled = resolve })
+    try {
+      await withLeasesOn(hosts, async (guardOf) => {
+        // node-b's guard cannot revert its lease (the revert script fails), node-a has none: 3 and 4 make one exit, 4.
+        const b = guardOf('node-b')
+        ;(b as unknown as {revertAll: () => Promise<unknown>}).revertAll = async () => ({results: [], failures: [{lease: {id: 'L', expiresAt: Date.now() + 60_000}, why: 'connection lost'}]})
+        process.emit('SIGINT', 'SIGINT')
+        await after
+      }, {say: () => {}, exit: (code) => { exits.push(code); signalled() }})
+    } finally {
+      rmSync(dir, {recursive: true, force: true})
+    }
+    expect(exits).toEqual([4])
   })
 })

@@ -82,6 +82,8 @@ export interface TestHost {
   /** The twin's state dir (inside the namespace's view of the shared filesystem). */
   stateDir: string
   twin?: TwinInfo
+  /** The host's sshd (killAll() cuts every SSH connection to it, as a lost host does). */
+  sshd: Sshd
   /** Run argv on the host over SSH with the `ssh` client (BatchMode, strict host key). Resolves with any exit code. */
   sshRun(argv: readonly string[], opts?: {timeoutMs?: number; input?: string}): Promise<RunResult>
   /** `sim down` over SSH, stop sshd, destroy the namespace (killing whatever is left), remove the temp dir. Idempotent. */
@@ -209,7 +211,7 @@ export async function createTestHost(opts: TestHostOptions = {}): Promise<TestHo
     const deploymentFile = join(dir, 'pdchaos.yaml')
     writeFileSync(deploymentFile, toYaml(deployment))
 
-    return {token, dir, netns, ssh, hostConfig, deploymentFile, stateDir, twin, sshRun, destroy}
+    return {token, dir, netns, ssh, sshd, hostConfig, deploymentFile, stateDir, twin, sshRun, destroy}
   } catch (error) {
     await destroy()
     throw error

@@ -13,10 +13,29 @@ import {createLease, describeExpiry, revertLease, type Lease, type LeaseSpec, ty
 export interface GuardOptions {
   /** Progress and warnings (stderr by default; stdout belongs to results). */
   say?: (line: string) => void
-  /** How the process ends after a signal (process.exit by default). */
+  /** How the process ends after a signal (process.exit, after the onSignalExit work, by default). */
   exit?: (code: number) => void
   /** Deadline for each revert (default 30 s). */
   revertTimeoutMs?: number
+}
+
+/** Work that must run before a guard ends the process after a signal (the run lock's release on each host). */
+const beforeSignalExit = new Set<() => Promise<unknown>>()
+
+/**
+ * Register work to run (bounded: 5 s in all) before a guard ends the process after a signal, which skips every
+ * finally block: without it a Ctrl-C left the run lock held on the host until its TTL. Returns the unregister.
+ */
+export function onSignalExit(fn: () => Promise<unknown>): () => void {
+  beforeSignalExit.add(fn)
+  return () => beforeSignalExit.delete(fn)
+}
+
+/** End the process after a signal: the onSignalExit work first (bounded), then process.exit(code). */
+export function exitAfterSignal(code: number): void {
+  const all = Promise.all([...beforeSignalExit].map((fn) => fn().catch(() => undefined)))
+  const bound = new Promise((resolve) => setTimeout(resolve, 5000).unref())
+  void Promise.race([all, bound]).then(() => process.exit(code))
 }
 
 export interface RevertAllOutcome {
@@ -35,7 +54,7 @@ export class LeaseGuard {
 
   constructor(readonly host: Host, readonly stateDir: string, private readonly opts: GuardOptions = {}) {
     this.say = opts.say ?? ((line) => process.stderr.write(line + '\n'))
-    this.exit = opts.exit ?? ((code) => process.exit(code))
+    this.exit = opts.exit ?? exitAfterSignal
   }
 
   /** Leases created and not yet reverted. */
