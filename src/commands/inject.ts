@@ -56,6 +56,22 @@ export default class Inject extends TargetCommand<typeof Inject> {
     this.checkRunOutputs({journal: f.journal})
     const suite = oneScenarioSuite({fault: this.args.fault, params, pins: f.pins, load: {intervalMs: f['load-interval'], promptTokens: f['prompt-tokens'], canaries: f.canaries}})
     const holdMs = (f.ttl ?? 60) * 1000
+    // Ctrl-C (or SIGTERM) stops the run: its faults are reverted through the run's own flow and the verdicts so far,
+    // the journal included, are kept (exit 3); a second signal is the lease guard's (revert and exit at once).
+    const stop = new AbortController()
+    const onSignal = (signal: NodeJS.Signals) => stop.abort(`interrupted (${signal})`)
+    process.on('SIGINT', onSignal)
+    process.on('SIGTERM', onSignal)
+    try {
+      return await this.injectRun(mode, suite, holdMs, stop.signal)
+    } finally {
+      process.removeListener('SIGINT', onSignal)
+      process.removeListener('SIGTERM', onSignal)
+    }
+  }
+
+  private async injectRun(mode: 'run' | 'hold' | 'dry-run', suite: ReturnType<typeof oneScenarioSuite>, holdMs: number, signal: AbortSignal): Promise<Record<string, unknown>> {
+    const f = this.flags
     const run = await this.withTarget({
       disturb: 'inject a fault into',
       check: (d) => checkRunTtl(f.ttl, d.watchdog, mode),
@@ -65,7 +81,7 @@ export default class Inject extends TargetCommand<typeof Inject> {
         ttlMs: runLockTtlMs({...d.watchdog, scenarios: 1, ...(f.hold ? {holdMs} : {})}),
       }),
     }, (t) => runSuite(t.deployment, placementOf(t), suite, {
-      say: (l) => this.progress(l),
+      say: (l) => this.progress(l), signal,
       batch: {mode, pinPacing: {burst: 1, gapMs: f['pin-interval']}, pinPath: f['pin-path'], paramsSource: 'flags', planErrors: 'throw', ...(f.ttl === undefined ? {} : {ttlMs: f.ttl * 1000})},
     }))
     const fields = injectFields(run)

@@ -65,8 +65,10 @@ export default class Suite extends TargetCommand<typeof Suite> {
     this.checkRunOutputs(f)
     const progress = new Progress({json: this.jsonEnabled()})
     const stop = new AbortController()
-    const onSigint = () => stop.abort('interrupted (SIGINT)')
+    // SIGINT (Ctrl-C) or SIGTERM (a scheduler's deadline) stops the run; its journal is still written (exit 3).
+    const onSigint = (signal: NodeJS.Signals) => stop.abort(`interrupted (${signal})`)
     process.on('SIGINT', onSigint)
+    process.on('SIGTERM', onSigint)
     let deployment: string | undefined
     let config = f.sim ? undefined : resolve(f.config)
     let started: string | undefined
@@ -103,6 +105,7 @@ export default class Suite extends TargetCommand<typeof Suite> {
     } finally {
       progress.stop()
       process.removeListener('SIGINT', onSigint)
+      process.removeListener('SIGTERM', onSigint)
     }
   }
 

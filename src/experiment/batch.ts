@@ -57,6 +57,11 @@ export interface BatchSettings {
   paramsSource: ParamSource
   /** A scenario that cannot be planned: thrown (inject: exit 2 naming why) or recorded as its error (suite). */
   planErrors: 'throw' | 'record'
+  /**
+   * The caller stops the batch on SIGINT or SIGTERM itself (through `signal`): the lease guards then leave the first
+   * signal to it, so the batch reverts and the run is recorded; a second signal is theirs (revert and exit).
+   */
+  callerStopsOnSignal?: boolean
   /** Aborted when a stop condition fires: the batch stops waiting and reverts at once. */
   signal?: AbortSignal
   say: (line: string) => void
@@ -204,7 +209,7 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
         await load.abandon()
         await sampler.stop()
       }
-    }, {say})
+    }, {say, ...(settings.callerStopsOnSignal ? {actOn: 'second' as const} : {})})
   } finally {
     settings.onRecorder?.(undefined)
   }

@@ -76,6 +76,8 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
           : await runBatch(session, b.scenarios.map((s) => ({name: s.name, fault: s.spec.fault!, params: s.spec.params, pins: s.spec.pins})), {
             ...SUITE_BATCH, ...opts.batch,
             promptTokens: suite.load.promptTokens, loadIntervalMs: suite.load.intervalMs, canaries: suite.load.canaries, signal: watch.signal,
+            // A caller that passes a signal stops the run on SIGINT itself (and writes its journal).
+            callerStopsOnSignal: opts.signal !== undefined,
             say, onRecorder: (rec) => watch.setRecorder(rec), onDeadline: (what, at) => opts.onPhase?.(`${label}: ${what}`, at),
           })
         runs.push(...out.scenarios)

@@ -2,7 +2,7 @@ import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
 import {createTestCluster, type TestCluster} from '../harness/test-cluster.js'
 import {cliEntry} from '../harness/test-host.js'
-import {existsSync, readdirSync} from 'node:fs'
+import {existsSync, readdirSync, readFileSync} from 'node:fs'
 import {join} from 'node:path'
 
 import {evictionOf as evictionOfIn, expectDroppedPin, progressLines, runCli, startCli, truth} from './cli.js'
@@ -136,6 +136,32 @@ describe('faults across two hosts, each acting on the host that owns what it tar
     expect(rj.clean).toBe(true)
     expect(rj.hosts.map((h: {host: string}) => h.host)).toEqual([`ssh root@${c.prefillNode.netns.address}:22`, `ssh root@${c.decodeNode.netns.address}:22`])
   }, 240_000)
+})
+
+describe('Ctrl-C', () => {
+  it('inject stopped by SIGINT while its fault is in place: exit 3, the fault reverted by the run itself, the journal written, no lease or lock left on either host', async () => {
+    const journal = join(c.prefillNode.dir, 'interrupted.json')
+    const {child, done} = startCli(['inject', 'stall-kv', '--gpu', '5', '-c', c.deploymentFile, '--pins', '1', '--load-interval', '0', '--journal', journal])
+    const progress = progressLines(child)
+    try {
+      await progress.waitFor(/stall-kv: in place/, 90_000)
+    } catch (error) {
+      child.kill('SIGKILL')
+      throw error
+    }
+    child.kill('SIGINT')
+    const r = await done
+    expect(r.code, r.stderr.slice(-800)).toBe(3)
+    // Reverted by the run's own flow (verified clean), not by the lease guard's emergency exit.
+    expect(r.stderr).toMatch(/stall-kv: verified clean/)
+    const j = json(readFileSync(journal, 'utf8'))
+    expect(j.stopped.reason).toMatch(/interrupted \(SIGINT\)/)
+    expect(j.leases).toMatchObject([{host: 'decode-node', verifiedClean: true}])
+    for (const host of ['prefill-node', 'decode-node'] as const) {
+      expect(leaseFiles(host)).toEqual([])
+      expect(existsSync(join(c.prefillNode.dir, 'host-run', host, 'lock.json'))).toBe(false)
+    }
+  }, 180_000)
 })
 
 // Last: it cuts every SSH connection to the decode node for good.

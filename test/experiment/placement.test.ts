@@ -9,6 +9,7 @@ import {PdError} from '../../src/errors.js'
 import {hostForFault, onHost, Placement, withLeasesOn} from '../../src/experiment/placement.js'
 import type {Host} from '../../src/hosts/host.js'
 import {LocalHost} from '../../src/hosts/local-host.js'
+import {withLeases} from '../../src/faults/lease/lease-guard.js'
 
 const deployment = DeploymentSchema.parse({
   name: 'two', host: {kind: 'local'}, stateDir: '/var/lib/pdchaos',
@@ -74,5 +75,29 @@ describe('lease guards on several hosts', () => {
       rmSync(dir, {recursive: true, force: true})
     }
     expect(exits).toEqual([4])
+  })
+})
+
+describe('a guard whose command stops on the first signal itself', () => {
+  it('leaves the first signal to the command (no revert, no exit) and acts on a second', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'pdchaos-guards-'))
+    const exits: number[] = []
+    const said: string[] = []
+    let second!: () => void
+    const ended = new Promise<void>((resolve) => { second = resolve })
+    try {
+      await withLeases(new LocalHost('never'), dir, async () => {
+        process.emit('SIGINT', 'SIGINT')
+        await new Promise((r) => setTimeout(r, 50))
+        expect(exits).toEqual([])
+        process.emit('SIGINT', 'SIGINT')
+        await ended
+      }, {say: (l) => said.push(l), actOn: 'second', exit: (code) => { exits.push(code); second() }})
+    } finally {
+      rmSync(dir, {recursive: true, force: true})
+    }
+    // Nothing armed: the second signal reverts nothing and ends the run as stopped.
+    expect(exits).toEqual([3])
+    expect(said.join('\n')).toMatch(/SIGINT: reverting 0 lease\(s\) before exit/)
   })
 })

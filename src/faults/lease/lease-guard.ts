@@ -17,6 +17,11 @@ export interface GuardOptions {
   exit?: (code: number) => void
   /** Deadline for each revert (default 30 s). */
   revertTimeoutMs?: number
+  /**
+   * 'second': the command stops on the first SIGINT or SIGTERM itself (it reverts through its own flow, then writes its
+   * journal), so the guard only says so and acts on a second signal. Default 'first': the guard reverts and exits.
+   */
+  actOn?: 'first' | 'second'
 }
 
 /** Work that must run before a guard ends the process after a signal (the run lock's release on each host). */
@@ -126,7 +131,15 @@ export class LeaseGuard {
     return {results, failures}
   }
 
+  private deferred = false
+
   private onSignal(signal: NodeJS.Signals): void {
+    if (this.opts.actOn === 'second' && !this.deferred) {
+      // The command stops and reverts through its own flow (and keeps its journal); a second signal is the guard's.
+      this.deferred = true
+      if (this.active.size + this.pending.size > 0) this.say(`pdchaos: ${signal}: stopping; the run reverts its ${this.active.size + this.pending.size} lease(s) (${signal} again: revert and exit at once)`)
+      return
+    }
     if (this.stopping) {
       this.say(`pdchaos: ${signal} again: reverts are running for ${this.active.size} lease(s); pdchaos exits when they are done (each lease also reverts itself on the host at its expiry)`)
       return
