@@ -118,7 +118,9 @@ async function rejection(p: Promise<unknown>): Promise<PdError> {
 
 // Each test takes 1-3 s alone; the deadline leaves room for a machine loaded by other test runs.
 describe.concurrent('the runner (runBatch, runSuite) against a scripted deployment', {timeout: 30_000}, () => {
-  it('drop-dest-info (twin failure point), correct watchdog: pins evicted inside their bounds, lease reverted clean, every check passes', async (ctx) => {
+  // Alone (sequential in this concurrent suite): it asserts that a correct watchdog passes, which needs the observation
+  // delay well under the poll; the other tests' fakes share this event loop and pushed it to 500-750 ms under load.
+  it.sequential('drop-dest-info (twin failure point), correct watchdog: pins evicted inside their bounds, lease reverted clean, every check passes', async (ctx) => {
     const {fake, session, settings, leases} = await env(ctx, {evictAfterMs: ON_TIME_MS})
     // With a steady load: the runner lets it show the deployment healthy (and takes a metrics sample) before the fault.
     const out = await runBatch(session, [dropDestInfo('dd', {}, 3)], settings({loadIntervalMs: 150}))
@@ -350,36 +352,8 @@ describe.concurrent('the runner (runBatch, runSuite) against a scripted deployme
     expect(fake.faulted).toBe(false)
   })
 
-  it('a breaker that opens only as the held requests end (after the revert): waited for before the canaries; the load it refuses is the fault\'s reach, not collateral (ci14)', async (ctx) => {
-    // The cleanup aborts the load the fault still holds; the gateway counts those attempts only as they end, 300 ms
-    // later. One read of the breaker right after the aborts saw it closed, and the load it then refused was judged
-    // collateral on a correct deployment.
-    // The pin is evicted on time; the load the fault holds waits for the cleanup (its decode half never hears).
-    const {fake, session, settings} = await env(ctx, {evictAfterMs: (_, routed) => (routed ? null : ON_TIME_MS), breaker: {threshold: 2, lagMs: 300, openMs: 1500}})
-    const {scenarios: [s]} = await runBatch(session, [dropDestInfo('dd', {}, 1)], settings({loadIntervalMs: 100}))
-    expect(s!.error).toBeUndefined()
-    expect(fake.breakerOpenings, 'the fake breaker never opened: the test proves nothing').toHaveLength(1)
-    expect(failed(s!)).toEqual([])
-    expect(checks(s!, 'recovery').find((v) => v.subject === 'router circuit breaker')).toMatchObject({verdict: 'pass'})
-    // The canaries went out after the breaker closed.
-    const canary = s!.timeline!.observations.find((o) => o.kind === 'request-sent' && o.role === 'canary')!
-    const closedAt = s!.timeline!.observations.find((o) => o.kind === 'marker' && o.name === 'router-breaker-closed')!
-    expect(canary.t).toBeGreaterThanOrEqual(closedAt.t)
-  })
-
-  it('a breaker that opens as the canaries arrive (traffic pdchaos does not see): the refused canaries are sent again once it closed, and judged on that round', async (ctx) => {
-    const {fake, session, settings} = await env(ctx, {evictAfterMs: ON_TIME_MS, breaker: {threshold: 1000, lagMs: 0, openMs: 1200, opensAtRid: /^pdchaos-canary-/}})
-    const {scenarios: [s]} = await runBatch(session, [dropDestInfo('dd', {}, 1)], settings({canaries: 2}))
-    expect(s!.error).toBeUndefined()
-    expect(fake.breakerOpenings).toHaveLength(1)
-    expect(failed(s!)).toEqual([])
-    const requests = checks(s!, 'recovery').find((v) => v.subject === 'requests')!
-    expect(requests).toMatchObject({verdict: 'pass', summary: expect.stringMatching(/2 of 2 requests after the revert succeeded, sent again once the circuit breaker/)})
-    expect((requests.evidence as {refusedByOpenBreaker: unknown[]}).refusedByOpenBreaker).toHaveLength(2)
-    expect(sentAs(s!, 'canary')).toHaveLength(4)
-  })
-
-  it('runSuite, two drop-dest-info scenarios on ranks 0 and 1: one batch; each judged on its own pins, batch-wide verdicts once', async (ctx) => {
+  // Alone too: each scenario's evictions must pass (see the first test).
+  it.sequential('runSuite, two drop-dest-info scenarios on ranks 0 and 1: one batch; each judged on its own pins, batch-wide verdicts once', async (ctx) => {
     const {fake, host, stateDir, leases} = await env(ctx, {evictAfterMs: ON_TIME_MS})
     // runSuite makes its own RunSession: seed discovery on the class (SeededSession, used by the other tests, overrides it).
     const spy = vi.spyOn(RunSession.prototype, 'discovery').mockImplementation(async () => fake.discovery())
