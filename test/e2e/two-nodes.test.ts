@@ -167,7 +167,7 @@ describe('Ctrl-C', () => {
 // Last: it cuts every SSH connection to the decode node for good.
 describe('losing one host mid-fault', () => {
   it('SSH to the decode node cut while its stall is in place: pdchaos exits 4 naming the lease and the host, the decode node reverts it by itself within the TTL, the prefill node is left clean', async () => {
-    const TTL_S = 15
+    const TTL_S = 8
     const {child, done} = startCli(['inject', 'stall-kv', '--gpu', '5', '-c', c.deploymentFile, '--ttl', String(TTL_S), '--pins', '1', '--load-interval', '0'])
     const progress = progressLines(child)
     try {
@@ -193,6 +193,11 @@ describe('losing one host mid-fault', () => {
     // The prefill node: nothing left armed, and the run lock released there.
     expect(leaseFiles('prefill-node')).toEqual([])
     expect(existsSync(join(c.prefillNode.dir, 'host-run', 'prefill-node', 'lock.json'))).toBe(false)
+
+    // Every command reaches every host first: with the decode node gone, status is exit 5 naming it.
+    const st = await runCli(['status', '-c', c.deploymentFile], {timeoutMs: 60_000})
+    expect(st.code).toBe(5)
+    expect(st.stderr).toContain(c.decodeNode.netns.address)
   }, 180_000)
 })
 
