@@ -2,7 +2,7 @@ import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
 import {createTestCluster, type TestCluster} from '../harness/test-cluster.js'
 import {cliEntry} from '../harness/test-host.js'
-import {existsSync, readdirSync, readFileSync} from 'node:fs'
+import {existsSync, readdirSync, readFileSync, writeFileSync} from 'node:fs'
 import {join} from 'node:path'
 
 import {evictionOf as evictionOfIn, expectDroppedPin, progressLines, runCli, startCli, truth} from './cli.js'
@@ -115,6 +115,29 @@ describe('faults across two hosts, each acting on the host that owns what it tar
     const aborted = new Set(truth(c.prefillNode.stateDir, 'prefill').filter((e) => e.event === 'abort').map((e) => e.rid))
     for (const t of trials) expect(aborted.has(t.subject)).toBe(true)
   }, 180_000)
+
+  it('a suite batch with a fault on each host: one batch, a lease on each host (each its own guard and reverter), every check passes, both hosts clean', async () => {
+    const suiteFile = join(c.prefillNode.dir, 'two-hosts-suite.yaml')
+    writeFileSync(suiteFile, [
+      'name: two-hosts',
+      'scenarios:',
+      '  - {name: stall on prefill, fault: stall-kv, params: {gpu: 1}, pins: 2}',
+      '  - {name: stall on decode, fault: stall-kv, params: {gpu: 5}, pins: 2}',
+      'load: {intervalMs: 400}',
+      'stop: {kernelXid: false}',
+      '',
+    ].join('\n'))
+    const r = await runCli(['suite', suiteFile, '-c', c.deploymentFile, '--json'], {timeoutMs: 180_000})
+    const j = json(r.stdout)
+    expect(j.batches.map((b: {scenarios: string[]}) => b.scenarios)).toEqual([['stall on prefill', 'stall on decode']])
+    const leases = j.scenarios.flatMap((s: {leases: Array<{host: string; verifiedClean: boolean}>}) => s.leases)
+    expect(leases.map((l: {host: string}) => l.host).sort()).toEqual(['decode-node', 'prefill-node'])
+    expect(leases.every((l: {verifiedClean: boolean}) => l.verifiedClean)).toBe(true)
+    const bad = j.scenarios.flatMap((s: {verdicts: Array<{verdict: string; check: string; summary: string}>}) => s.verdicts.filter((v) => v.verdict === 'fail'))
+    expect(bad).toEqual([])
+    expect(r.code, JSON.stringify(j.failedChecks ?? j.summary)).toBe(0)
+    for (const host of ['prefill-node', 'decode-node'] as const) expect(leaseFiles(host)).toEqual([])
+  }, 240_000)
 
   it('a co-restart across hosts: prefill on its node, then decode on its node, then the router; every step healthy, then recover finds both hosts clean', async () => {
     const pidsOf = async (node: typeof c.prefillNode) => {
