@@ -44,8 +44,7 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
   const startedAt = Date.now()
   const scenarios = expand(suite.scenarios)
   const session = new RunSession(deployment, on)
-  // The stop conditions read the kernel log of the router's host (the only one, on a deployment on one host).
-  const host = session.host
+  const hosts = session.placement.hosts
   const planOpts = await planOptions(session, scenarios, {promptTokens: suite.load.promptTokens, say})
   const batches: Batch[] = opts.oneAtATime ? scenarios.map((s, i) => ({index: i + 1, scenarios: [s]})) : planBatches(scenarios, planOpts)
   const conflicts = planConflicts(batches, planOpts)
@@ -53,7 +52,7 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
   const plan = renderPlanText(batches, planOpts)
   opts.onPlan?.(plan)
 
-  const watch = await startStopWatch(deployment, host, suite.stop, {say})
+  const watch = await startStopWatch(deployment, hosts, suite.stop, {say})
   const onOuter = () => watch.stop(String(opts.signal?.reason ?? 'interrupted'))
   opts.signal?.addEventListener('abort', onOuter, {once: true})
   for (const n of watch.notes) say(n)
@@ -96,7 +95,7 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
     await watch.close()
   }
   const run: SuiteRun = {
-    name: suite.name, runId: opts.runId, startedAt, finishedAt: Date.now(), deployment: deployment.name, target: host.describe(), scenarios: runs,
+    name: suite.name, runId: opts.runId, startedAt, finishedAt: Date.now(), deployment: deployment.name, target: session.placement.spansHosts ? hosts.map((h) => `${h.name} (${h.host.describe()})`).join(', ') : session.host.describe(), scenarios: runs,
     plan, batches: batchStats, floorMs, notes: watch.notes,
   }
   const reason = watch.reason()

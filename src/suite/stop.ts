@@ -44,7 +44,11 @@ async function readKernelLog(host: Host): Promise<{text?: string; why?: string}>
   return {why: 'neither `dmesg` nor `journalctl -k` could be read on the host'}
 }
 
-export async function startStopWatch(deployment: Deployment, host: Host, spec: StopSpec, opts: {say: (l: string) => void; intervalMs?: number}): Promise<StopWatch> {
+/**
+ * `hosts`: every host of the deployment, each named (an Xid on any GPU host stops the run: on a deployment over several
+ * hosts the GPUs are on several kernels); a name is shown only when there are several.
+ */
+export async function startStopWatch(deployment: Deployment, hosts: Array<{name: string; host: Host}>, spec: StopSpec, opts: {say: (l: string) => void; intervalMs?: number}): Promise<StopWatch> {
   const controller = new AbortController()
   let why: string | undefined
   const notes: string[] = []
@@ -57,11 +61,15 @@ export async function startStopWatch(deployment: Deployment, host: Host, spec: S
     controller.abort(new Error(reason))
   }
   const {router} = serviceClients(deployment, {timeoutMs: 1000})
-  let baselineXid: Set<string> | undefined
+  // Each host's Xid lines before the run; a host whose kernel log cannot be read is not watched (and noted).
+  const baselineXid = new Map<string, Set<string>>()
+  const named = (name: string): string => (hosts.length > 1 ? ` on ${name}` : '')
   if (spec.kernelXid) {
-    const k = await readKernelLog(host)
-    if (k.text === undefined) notes.push(`the kernel-log Xid condition is not watched: ${k.why}`)
-    else baselineXid = new Set(xidLines(k.text))
+    await Promise.all(hosts.map(async ({name, host}) => {
+      const k = await readKernelLog(host)
+      if (k.text === undefined) notes.push(`the kernel-log Xid condition is not watched${named(name)}: ${k.why}`)
+      else baselineXid.set(name, new Set(xidLines(k.text)))
+    }))
   }
   const intervalMs = opts.intervalMs ?? 500
   let failingSince: number | undefined
@@ -89,11 +97,13 @@ export async function startStopWatch(deployment: Deployment, host: Host, spec: S
           const pct = e.judged > 0 ? (100 * e.lost.length) / e.judged : 0
           if (e.lost.length > 0 && pct > spec.collateralLossPercent) stop(`collateral loss ${pct.toFixed(1)}% above ${spec.collateralLossPercent}%: ${v.summary}`)
         }
-        if (baselineXid && now() - lastXidRead >= 2000) {
+        if (baselineXid.size > 0 && now() - lastXidRead >= 2000) {
           lastXidRead = now()
-          const k = await readKernelLog(host)
-          const fresh = k.text === undefined ? [] : xidLines(k.text).filter((l) => !baselineXid!.has(l))
-          if (fresh.length > 0) stop(`new Xid line in the host's kernel log: ${fresh[0].trim().slice(0, 200)}`)
+          await Promise.all(hosts.filter((h) => baselineXid.has(h.name)).map(async ({name, host}) => {
+            const k = await readKernelLog(host)
+            const fresh = k.text === undefined ? [] : xidLines(k.text).filter((l) => !baselineXid.get(name)!.has(l))
+            if (fresh.length > 0) stop(`new Xid line in the host's kernel log${named(name)}: ${fresh[0]!.trim().slice(0, 200)}`)
+          }))
         }
       } catch (error) {
         notes.push(`stop-condition check failed once: ${oneLine(error)}`)

@@ -2,7 +2,7 @@ import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
 import {createTestCluster, type TestCluster} from '../harness/test-cluster.js'
 import {cliEntry} from '../harness/test-host.js'
-import {existsSync, readdirSync, readFileSync, writeFileSync} from 'node:fs'
+import {appendFileSync, existsSync, readdirSync, readFileSync, writeFileSync} from 'node:fs'
 import {join} from 'node:path'
 
 import {evictionOf as evictionOfIn, expectDroppedPin, progressLines, runCli, startCli, truth} from './cli.js'
@@ -138,6 +138,30 @@ describe('faults across two hosts, each acting on the host that owns what it tar
     expect(r.code, JSON.stringify(j.failedChecks ?? j.summary)).toBe(0)
     for (const host of ['prefill-node', 'decode-node'] as const) expect(leaseFiles(host)).toEqual([])
   }, 240_000)
+
+  it('an Xid on the decode node\'s kernel log stops the suite (exit 3, naming the host): each GPU host\'s kernel log is watched', async () => {
+    // The decode node's dmesg is a stand-in first on its login PATH (the twin's bin dir): the namespaces share this
+    // machine's kernel, whose log a test must not write to.
+    const kmsg = join(c.decodeNode.stateDir, 'kmsg.txt')
+    writeFileSync(kmsg, '[    1.000000] pci 0000:3b:00.0: boot\n')
+    writeFileSync(join(c.decodeNode.stateDir, 'bin', 'dmesg'), `#!/bin/sh\ncat ${kmsg}\n`, {mode: 0o755})
+    const suiteFile = join(c.prefillNode.dir, 'xid-suite.yaml')
+    writeFileSync(suiteFile, 'name: xid\nscenarios:\n  - {name: stall on decode, fault: stall-kv, params: {gpu: 5}, pins: 2}\nload: {intervalMs: 400}\nstop: {kernelXid: true}\n')
+    const {child, done} = startCli(['suite', suiteFile, '-c', c.deploymentFile])
+    const progress = progressLines(child)
+    try {
+      await progress.waitFor(/stall on decode: in place/, 90_000)
+    } catch (error) {
+      child.kill('SIGKILL')
+      throw error
+    } finally {
+      appendFileSync(kmsg, '[  100.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n')
+    }
+    const r = await done
+    expect(r.code, r.stderr.slice(-800)).toBe(3)
+    expect(r.stderr).toMatch(/STOP: new Xid line in the host's kernel log on decode-node: .*NVRM: Xid \(PCI:0000:3b:00\): 79/)
+    for (const host of ['prefill-node', 'decode-node'] as const) expect(leaseFiles(host)).toEqual([])
+  }, 180_000)
 
   it('a co-restart across hosts: prefill on its node, then decode on its node, then the router; every step healthy, then recover finds both hosts clean', async () => {
     const pidsOf = async (node: typeof c.prefillNode) => {
