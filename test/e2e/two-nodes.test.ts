@@ -108,12 +108,14 @@ describe('faults across two hosts, each acting on the host that owns what it tar
   it('abort-mid-transfer: every trial gets its verdict; the twin saw each abort on prefill', async () => {
     const r = await runCli(['inject', 'abort-mid-transfer', '--trials', '4', '-c', c.deploymentFile, '--json'], {timeoutMs: 120_000})
     const j = json(r.stdout)
+    expect(j.verdicts, `exit ${r.code}: ${j.error?.message ?? r.stdout.slice(0, 300)} | ${r.stderr.replace(/\s+/g, ' ').slice(-600)}`).toBeDefined()
     const trials = j.verdicts.filter((v: {check: string}) => v.check === 'abort')
     expect(trials).toHaveLength(4)
     expect(trials.every((v: {verdict: string; summary: string}) => v.verdict === 'pass' || (v.verdict === 'unverified' && /not counted/.test(v.summary))), JSON.stringify(trials)).toBe(true)
     expect(j.verdicts.filter((v: {verdict: string}) => v.verdict === 'fail')).toEqual([])
     const aborted = new Set(truth(c.prefillNode.stateDir, 'prefill').filter((e) => e.event === 'abort').map((e) => e.rid))
-    for (const t of trials) expect(aborted.has(t.subject)).toBe(true)
+    // Each trial that passed was aborted while prefill held it (one not counted may have been released before).
+    for (const t of trials.filter((v: {verdict: string}) => v.verdict === 'pass')) expect(aborted.has(t.subject), t.subject).toBe(true)
   }, 180_000)
 
   it('a suite batch with a fault on each host: one batch, a lease on each host (each its own guard and reverter), every check passes, both hosts clean', async () => {

@@ -41,7 +41,9 @@ export async function createTestCluster(o: ClusterOptions = {}): Promise<TestClu
     const [p, d] = await Promise.all([createTestHost(), createTestHost()])
     made.push(p!, d!)
     await linkNetns(p!.netns, d!.netns)
-    const common = ['--deadline', String(o.deadlineSeconds ?? 1.5), '--poll', String(o.pollSeconds ?? 0.5), '--heartbeat-interval', '2', ...(o.args ?? [])]
+    // As the matrix twins: the gateway's breaker half-opens after 10 s, not 60 (a fault that fails the steady load
+    // opens it, and the next run waits for it to close).
+    const common = ['--deadline', String(o.deadlineSeconds ?? 1.5), '--poll', String(o.pollSeconds ?? 0.5), '--heartbeat-interval', '2', '--cb-timeout-duration-secs', '10', ...(o.args ?? [])]
     const up = async (h: TestHost, only: string, peers: string[]): Promise<{deploymentFile: string; endpoints: TestCluster['endpoints']}> => {
       const r = await h.sshRun([process.execPath, cliEntry(), 'sim', 'up', '--host', h.netns.address, '--state-dir', h.stateDir, '--json', '--only', only, ...peers, ...common], {timeoutMs: 90_000})
       if (r.code !== 0) throw new Error(`sim up --only ${only} over ssh exited ${r.code}: ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join(' | ')}`)
