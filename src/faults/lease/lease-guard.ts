@@ -5,9 +5,10 @@ import {createLease, describeExpiry, revertLease, type Lease, type LeaseSpec, ty
 
 /**
  * The in-process half of the leases a command holds: every lease it creates is tracked, and on SIGINT or SIGTERM
- * they are all reverted before the process exits (3). A second signal while reverting does not skip anything; it
- * says the reverts are running. A lease that cannot be reverted (connection lost, script failed) makes the exit 4,
- * naming each lease and when the host reverts it by itself.
+ * they are all reverted before the process exits (3); a command that stops on the first signal itself (actOn
+ * 'second': inject, suite) leaves that one to its own flow, and the guard acts on the next. A further signal while
+ * reverting does not skip anything; it says the reverts are running. A lease that cannot be reverted (connection
+ * lost, script failed) makes the exit 4, naming each lease and when the host reverts it by itself.
  */
 
 export interface GuardOptions {
