@@ -73,16 +73,17 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
       const spec = opts.lock(target)
       // One run lock for the deployment: on every host it spans (each in its own state dir), taken in the file's
       // order; one that is held elsewhere releases those already taken (exit 3 naming the holder).
+      const hosts = placementOf(target).hosts
       const locks: Array<Awaited<ReturnType<typeof acquireHostLock>>> = []
       const release = (): Promise<unknown> => Promise.all(locks.map((l) => l.release().catch(() => {})))
       // A signal ends the process from the lease guard, past this finally: release the locks there too.
       const off = spec.untilExpiry ? () => {} : onSignalExit(release)
       try {
-        for (const h of placementOf(target).hosts) locks.push(await acquireHostLock(h.host, h.stateDir, spec))
+        for (const h of hosts) locks.push(await acquireHostLock(h.host, h.stateDir, spec))
         return await fn(target)
       } finally {
         off()
-        if (!spec.untilExpiry || locks.length < placementOf(target).hosts.length) await release()
+        if (!spec.untilExpiry || locks.length < hosts.length) await release()
       }
     } finally {
       await closeTarget(target)

@@ -5,7 +5,7 @@ import {placementOf} from '../cli/target.js'
 import {ExitCode} from '../exit-codes.js'
 import {describeUnsafe} from '../faults/lease/host-safety.js'
 import {describeExpiry} from '../faults/lease/lease.js'
-import {recoverAll, type RecoverOutcome, type RecoverReport} from '../faults/lease/recover.js'
+import {combinedRecovery, recoverAll, type RecoverOutcome, type RecoverReport} from '../faults/lease/recover.js'
 
 export default class Recover extends TargetCommand<typeof Recover> {
   static override summary = 'Revert every fault pdchaos left on the host, from the lease files alone.'
@@ -21,7 +21,7 @@ export default class Recover extends TargetCommand<typeof Recover> {
     const {report, parts} = await this.withTarget({startTwin: false}, async (t) => {
       // Every host of the deployment, each from its own state dir, side by side.
       const parts = await Promise.all(placementOf(t).hosts.map((h) => recoverAll(h.host, h.stateDir, {all: this.flags.all})))
-      return {report: parts.length === 1 ? parts[0]! : {...combined(parts), hosts: parts}, parts}
+      return {report: parts.length === 1 ? parts[0]! : {...combinedRecovery(parts), hosts: parts}, parts}
     })
     if (!this.jsonEnabled()) this.log(parts.map((p) => render(p)).join('\n'))
     if (!report.clean) process.exitCode = ExitCode.cleanupUnverified
@@ -34,15 +34,6 @@ export default class Recover extends TargetCommand<typeof Recover> {
       }
     }
     return report
-  }
-}
-
-/** Several hosts' recoveries as one: clean only when every host is. */
-function combined(parts: RecoverReport[]): RecoverReport {
-  return {
-    host: parts.map((p) => p.host).join(', '), stateDir: parts.map((p) => p.stateDir).join(', '),
-    recovered: parts.flatMap((p) => p.recovered), alreadyClean: parts.every((p) => p.alreadyClean), clean: parts.every((p) => p.clean),
-    remaining: parts.flatMap((p) => p.remaining), refused: parts.flatMap((p) => p.refused),
   }
 }
 

@@ -17,15 +17,16 @@ const end = (code) => {
   log('end')
   process.exit(code)
 }
-log('start')
-if (plan.argvTo) writeFileSync(plan.argvTo, JSON.stringify(argv))
-for (const line of plan.stderr ?? []) process.stderr.write(line + '\n')
+// The handler before the start line: a test that signals once it reads "start" must never meet the default handler.
 process.on('SIGINT', () => {
   log('sigint')
   if (plan.onSigint === 'ignore') return
   if (plan.stoppedJournal) copyFileSync(plan.stoppedJournal, journal)
   end(3)
 })
+log('start')
+if (plan.argvTo) writeFileSync(plan.argvTo, JSON.stringify(argv))
+for (const line of plan.stderr ?? []) process.stderr.write(line + '\n')
 setTimeout(() => {
   if (plan.journal) copyFileSync(plan.journal, journal)
   end(plan.exit ?? 0)

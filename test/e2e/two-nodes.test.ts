@@ -149,16 +149,8 @@ describe('faults across two hosts, each acting on the host that owns what it tar
     writeFileSync(join(c.decodeNode.stateDir, 'bin', 'dmesg'), `#!/bin/sh\ncat ${kmsg}\n`, {mode: 0o755})
     const suiteFile = join(c.prefillNode.dir, 'xid-suite.yaml')
     writeFileSync(suiteFile, 'name: xid\nscenarios:\n  - {name: stall on decode, fault: stall-kv, params: {gpu: 5}, pins: 2}\nload: {intervalMs: 400}\nstop: {kernelXid: true}\n')
-    const {child, done} = startCli(['suite', suiteFile, '-c', c.deploymentFile])
-    const progress = progressLines(child)
-    try {
-      await progress.waitFor(/stall on decode: in place/, 90_000)
-    } catch (error) {
-      child.kill('SIGKILL')
-      throw error
-    } finally {
-      appendFileSync(kmsg, '[  100.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n')
-    }
+    const {done} = await startUntil(['suite', suiteFile, '-c', c.deploymentFile], /stall on decode: in place/)
+    appendFileSync(kmsg, '[  100.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n')
     const r = await done
     expect(r.code, r.stderr.slice(-800)).toBe(3)
     expect(r.stderr).toMatch(/STOP: new Xid line in the host's kernel log on decode-node: .*NVRM: Xid \(PCI:0000:3b:00\): 79/)
@@ -190,14 +182,7 @@ describe('faults across two hosts, each acting on the host that owns what it tar
 describe('Ctrl-C', () => {
   it('inject stopped by SIGINT while its fault is in place: exit 3, the fault reverted by the run itself, the journal written, no lease or lock left on either host', async () => {
     const journal = join(c.prefillNode.dir, 'interrupted.json')
-    const {child, done} = startCli(['inject', 'stall-kv', '--gpu', '5', '-c', c.deploymentFile, '--pins', '1', '--load-interval', '0', '--journal', journal])
-    const progress = progressLines(child)
-    try {
-      await progress.waitFor(/stall-kv: in place/, 90_000)
-    } catch (error) {
-      child.kill('SIGKILL')
-      throw error
-    }
+    const {child, done} = await startUntil(['inject', 'stall-kv', '--gpu', '5', '-c', c.deploymentFile, '--pins', '1', '--load-interval', '0', '--journal', journal], /stall-kv: in place/)
     child.kill('SIGINT')
     const r = await done
     expect(r.code, r.stderr.slice(-800)).toBe(3)
@@ -217,14 +202,7 @@ describe('Ctrl-C', () => {
 describe('losing one host mid-fault', () => {
   it('SSH to the decode node cut while its stall is in place: pdchaos exits 4 naming the lease and the host, the decode node reverts it by itself within the TTL, the prefill node is left clean', async () => {
     const TTL_S = 8
-    const {child, done} = startCli(['inject', 'stall-kv', '--gpu', '5', '-c', c.deploymentFile, '--ttl', String(TTL_S), '--pins', '1', '--load-interval', '0'])
-    const progress = progressLines(child)
-    try {
-      await progress.waitFor(/stall-kv: in place/, 90_000)
-    } catch (error) {
-      child.kill('SIGKILL')
-      throw error
-    }
+    const {child, done} = await startUntil(['inject', 'stall-kv', '--gpu', '5', '-c', c.deploymentFile, '--ttl', String(TTL_S), '--pins', '1', '--load-interval', '0'], /stall-kv: in place/)
     const cutAt = Date.now()
     await c.decodeNode.sshd.killAll()
     child.kill('SIGINT')
@@ -249,6 +227,18 @@ describe('losing one host mid-fault', () => {
     expect(st.stderr).toContain(c.decodeNode.netns.address)
   }, 180_000)
 })
+
+/** pdchaos started in the background, once it printed a line matching `re` (killed if it never does, within 90 s). */
+async function startUntil(args: string[], re: RegExp): Promise<ReturnType<typeof startCli>> {
+  const started = startCli(args)
+  try {
+    await progressLines(started.child).waitFor(re, 90_000)
+  } catch (error) {
+    started.child.kill('SIGKILL')
+    throw error
+  }
+  return started
+}
 
 /** Poll `ok` every 250 ms until it holds or `ms` pass. */
 async function eventually(ok: () => Promise<boolean>, ms: number): Promise<boolean> {

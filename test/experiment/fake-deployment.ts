@@ -1,10 +1,12 @@
 import {readFileSync, readdirSync} from 'node:fs'
+import {expect, type TestContext} from 'vitest'
 import type {ServerResponse} from 'node:http'
 
 import {DeploymentSchema, type Deployment} from '../../src/deployment/config.js'
 import type {RankInfo} from '../../src/discovery/discover.js'
 import {RunSession} from '../../src/experiment/session.js'
 import type {FaultDiscovery} from '../../src/faults/fault.js'
+import {listLeases, revertLease} from '../../src/faults/lease/lease.js'
 import {REVERTER_SH} from '../../src/faults/lease/reverter-script.js'
 import {twinFailpointArgv} from '../../src/faults/mechanisms/twin-failpoint.js'
 import type {DetachedOptions, Host, RunOptions, RunResult, UploadOptions} from '../../src/hosts/host.js'
@@ -398,3 +400,25 @@ export function pidsMatching(needle: string): number[] {
   return out
 }
 
+
+/**
+ * A fake deployment and a scripted host for one test, with its state dir. When the test ends: any lease it left armed
+ * is reverted (and fails the test), the fake is closed, and the state dir's reverters must be gone.
+ */
+export async function fakeTarget(ctx: TestContext, stateDir: string, opts: FakeOptions, hostOpts?: {nodeInProcess: boolean}): Promise<{fake: FakePd; host: ScriptedHost}> {
+  const host = new ScriptedHost(hostOpts)
+  const fake = await FakePd.start(opts)
+  ctx.onTestFinished(async () => {
+    host.script = undefined
+    let left: string[] = []
+    try {
+      left = (await listLeases(host, stateDir)).active.map((l) => l.id)
+      for (const id of left) await revertLease(host, stateDir, id, 'recover')
+    } finally {
+      await fake.close()
+    }
+    expect(left, 'leases left armed on the host').toEqual([])
+    expect(await eventually(() => pidsMatching(`pdchaos-reverter watch ${stateDir} `).length === 0, 5000), 'reverters left running').toBe(true)
+  })
+  return {fake, host}
+}

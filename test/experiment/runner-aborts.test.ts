@@ -5,12 +5,11 @@ import {afterAll, describe, expect, it, type TestContext} from 'vitest'
 
 import {type BatchSettings, runBatch} from '../../src/experiment/batch.js'
 import type {FaultDiscovery} from '../../src/faults/fault.js'
-import {listLeases, revertLease} from '../../src/faults/lease/lease.js'
 import type {ScenarioRun, SuiteRun} from '../../src/model/run.js'
 import type {Observation} from '../../src/model/timeline.js'
 import {renderInject} from '../../src/report/inject-text.js'
 import {injectFields, runJournal} from '../../src/report/journal-fields.js'
-import {eventually, FakePd, type FakeOptions, pidsMatching, ScriptedHost, SeededSession} from './fake-deployment.js'
+import {fakeTarget, type FakePd, type FakeOptions, pidsMatching, SeededSession} from './fake-deployment.js'
 
 /**
  * abort-mid-transfer through the one runner against the scripted deployment (fake-deployment.ts): the window the
@@ -39,19 +38,7 @@ const tcp = (d: FaultDiscovery): FaultDiscovery => ({...d, transport: {backend: 
 
 async function run(ctx: TestContext, opts: FakeOptions, widen: boolean): Promise<{s: ScenarioRun; fake: FakePd}> {
   const stateDir = join(root, `t${++n}`)
-  const host = new ScriptedHost()
-  const fake = await FakePd.start(opts)
-  ctx.onTestFinished(async () => {
-    let left: string[] = []
-    try {
-      left = (await listLeases(host, stateDir)).active.map((l) => l.id)
-      for (const id of left) await revertLease(host, stateDir, id, 'recover')
-    } finally {
-      await fake.close()
-    }
-    expect(left, 'leases left armed on the host').toEqual([])
-    expect(await eventually(() => pidsMatching(`pdchaos-reverter watch ${stateDir} `).length === 0, 5000), 'reverters left running').toBe(true)
-  })
+  const {fake, host} = await fakeTarget(ctx, stateDir, opts)
   const discovery = widen ? tcp(fake.discovery()) : fake.discovery()
   const session = new SeededSession(fake.deployment(stateDir, WATCHDOG), host, discovery)
   const settings: BatchSettings = {mode: 'run', promptTokens: 16, loadIntervalMs: 0, canaries: 1, pinPacing: {burst: 1, gapMs: 10}, paramsSource: 'flags', planErrors: 'throw', say: () => {}}

@@ -4,10 +4,9 @@ import {join} from 'node:path'
 import {afterAll, describe, expect, it, type TestContext} from 'vitest'
 
 import {type BatchSettings, runBatch} from '../../src/experiment/batch.js'
-import {listLeases, revertLease} from '../../src/faults/lease/lease.js'
 import type {ScenarioRun} from '../../src/model/run.js'
 import type {Observation} from '../../src/model/timeline.js'
-import {eventually, FakePd, type FakeOptions, pidsMatching, ScriptedHost, SeededSession} from './fake-deployment.js'
+import {fakeTarget, type FakePd, type FakeOptions, pidsMatching, SeededSession} from './fake-deployment.js'
 
 /**
  * The gateway's circuit breaker around the recovery, through the runner against a scripted deployment whose gateway
@@ -29,19 +28,7 @@ afterAll(() => {
 
 async function run(ctx: TestContext, opts: FakeOptions, over: Partial<BatchSettings>): Promise<{s: ScenarioRun; fake: FakePd}> {
   const stateDir = join(root, `t${++n}`)
-  const host = new ScriptedHost()
-  const fake = await FakePd.start(opts)
-  ctx.onTestFinished(async () => {
-    let left: string[] = []
-    try {
-      left = (await listLeases(host, stateDir)).active.map((l) => l.id)
-      for (const id of left) await revertLease(host, stateDir, id, 'recover')
-    } finally {
-      await fake.close()
-    }
-    expect(left, 'leases left armed on the host').toEqual([])
-    expect(await eventually(() => pidsMatching(`pdchaos-reverter watch ${stateDir} `).length === 0, 5000), 'reverters left running').toBe(true)
-  })
+  const {fake, host} = await fakeTarget(ctx, stateDir, opts)
   const session = new SeededSession(fake.deployment(stateDir, WATCHDOG), host, fake.discovery())
   const settings: BatchSettings = {mode: 'run', promptTokens: 16, loadIntervalMs: 0, canaries: 1, pinPacing: {burst: 1, gapMs: 10}, paramsSource: 'flags', planErrors: 'throw', say: () => {}, ...over}
   const {scenarios: [s]} = await runBatch(session, [{name: 'dd', fault: 'drop-dest-info', params: {mechanism: 'twin-failpoint'}, pins: 1}], settings)

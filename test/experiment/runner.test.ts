@@ -15,7 +15,7 @@ import type {Observation, Timeline} from '../../src/model/timeline.js'
 import type {Verdict} from '../../src/model/verdict.js'
 import {runSuite} from '../../src/suite/runner.js'
 import {SuiteSchema} from '../../src/suite/suite-file.js'
-import {eventually, FakePd, type FakeOptions, isInlineRevert, pidsMatching, ScriptedHost, SeededSession, seededDiscovery} from './fake-deployment.js'
+import {fakeTarget, type FakePd, type FakeOptions, isInlineRevert, pidsMatching, type ScriptedHost, SeededSession, seededDiscovery} from './fake-deployment.js'
 
 /**
  * The one runner (runBatch, and runSuite around it) against a scripted PD deployment in this process and the real
@@ -60,27 +60,11 @@ interface Env {
   leases(): Promise<{active: string[]; done: Array<Record<string, unknown>>}>
 }
 
-/**
- * A fresh fake deployment, host and state dir for one test. When the test ends: any lease it left armed is reverted
- * (and fails the test), the fake is closed, and the state dir's reverters must be gone.
- */
+/** A fresh fake deployment, host and state dir for one test (fakeTarget checks what it leaves behind). */
 async function env(ctx: TestContext, opts: FakeOptions, hostOpts?: {nodeInProcess: boolean}): Promise<Env> {
   const stateDir = join(root, `t${++n}`)
-  const host = new ScriptedHost(hostOpts)
-  const fake = await FakePd.start(opts)
+  const {fake, host} = await fakeTarget(ctx, stateDir, opts, hostOpts)
   const lines: string[] = []
-  ctx.onTestFinished(async () => {
-    host.script = undefined
-    let left: string[] = []
-    try {
-      left = (await listLeases(host, stateDir)).active.map((l) => l.id)
-      for (const id of left) await revertLease(host, stateDir, id, 'recover')
-    } finally {
-      await fake.close()
-    }
-    expect(left, 'leases left armed on the host').toEqual([])
-    expect(await eventually(() => pidsMatching(`pdchaos-reverter watch ${stateDir} `).length === 0, 5000), 'reverters left running').toBe(true)
-  })
   return {
     fake, host, stateDir, lines,
     session: new SeededSession(fake.deployment(stateDir, WATCHDOG), host, fake.discovery()),

@@ -116,3 +116,12 @@ async function recoverOne(host: Host, stateDir: string, lease: ActiveLease, opts
     return {...base, action: 'failed', clean: false, why: oneLine(error)}
   }
 }
+
+/** Several hosts' recoveries as one: clean only when every host is. */
+export function combinedRecovery(parts: RecoverReport[]): RecoverReport {
+  return {
+    host: parts.map((p) => p.host).join(', '), stateDir: parts.map((p) => p.stateDir).join(', '),
+    recovered: parts.flatMap((p) => p.recovered), alreadyClean: parts.every((p) => p.alreadyClean), clean: parts.every((p) => p.clean),
+    remaining: parts.flatMap((p) => p.remaining), refused: parts.flatMap((p) => p.refused),
+  }
+}
