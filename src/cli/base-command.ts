@@ -1,8 +1,7 @@
 import {Command, Flags, Interfaces} from '@oclif/core'
-import ora, {type Ora} from 'ora'
 
 import {errorDocument, isExitRequest, writeError} from './error-output.js'
-import {spinnable} from './progress.js'
+import {spinnable, startSpinner} from './spinner.js'
 
 export type BaseFlags<T extends typeof Command> = Interfaces.InferredFlags<(typeof BaseCommand)['baseFlags'] & T['flags']>
 export type BaseArgs<T extends typeof Command> = Interfaces.InferredArgs<T['args']>
@@ -37,10 +36,9 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
     this.positionals = argv as string[]
   }
 
-  /** A spinner on stderr when it is a TTY and not --json; silent otherwise. */
-  protected spinner(text: string): Ora {
-    const live = spinnable() && !this.jsonEnabled()
-    return ora({text, stream: process.stderr, isSilent: !live, isEnabled: live}).start()
+  /** A spinner on stderr when it is a TTY and not --json; undefined otherwise. */
+  protected spinner(text: string): {stop(): void} | undefined {
+    return spinnable() && !this.jsonEnabled() ? startSpinner(text) : undefined
   }
 
   /** A progress line on stderr (never stdout, which belongs to results). Quiet under --json. */

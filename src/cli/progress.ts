@@ -1,4 +1,6 @@
-import ora, {type Ora} from 'ora'
+import type {Ora} from 'ora'
+
+import {spinnable, startSpinner} from './spinner.js'
 
 /**
  * Progress on stderr (stdout belongs to results): on a TTY a spinner with the phase, a countdown to its deadline
@@ -12,10 +14,8 @@ export class Progress {
   private last = ''
 
   constructor(private readonly opts: {json: boolean}) {
-    if (spinnable() && !opts.json) {
-      this.spin = ora({text: this.phase, stream: process.stderr}).start()
-      this.ticker = setInterval(() => this.paint(), 200)
-    }
+    if (spinnable() && !opts.json) this.spin = startSpinner(this.phase)
+    if (this.spin) this.ticker = setInterval(() => this.paint(), 200)
   }
 
   /** A progress line: the spinner's tail on a TTY, a line of its own otherwise. */
@@ -51,10 +51,3 @@ export class Progress {
   }
 }
 
-/**
- * A spinner only on a terminal that has a width: a pseudo-terminal of 0 columns (`script`, some CI runners' ptys) made
- * ora's line count infinite, and it spun a core clearing lines forever.
- */
-export function spinnable(): boolean {
-  return Boolean(process.stderr.isTTY) && (process.stderr.columns ?? 0) > 0
-}

@@ -1,6 +1,7 @@
 import {afterEach, describe, expect, it} from 'vitest'
 
-import {Progress, spinnable} from '../../src/cli/progress.js'
+import {Progress} from '../../src/cli/progress.js'
+import {spinnable} from '../../src/cli/spinner.js'
 
 /** A spinner only where it can be drawn: a terminal with a width. */
 describe('spinners', () => {

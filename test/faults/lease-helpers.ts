@@ -31,7 +31,7 @@ export interface Child {
 }
 
 export function spawnChild(args: string[], env: Record<string, string> = {}, deadlineMs = 30_000): Child {
-  const {command, args: argv} = entryArgv(new URL('./lease-child.ts', import.meta.url).href, ...args)
+  const {command, args: argv} = entryArgv(new URL('./lease-child.mjs', import.meta.url).href, ...args)
   const proc = spawn(command, argv, {stdio: ['ignore', 'pipe', 'pipe'], env: {...process.env, ...env}})
   let out = ''
   let err = ''

@@ -23,7 +23,7 @@ export default class SimRestart extends BaseCommand<typeof SimRestart> {
     try {
       r = await simRestart(this.flags['state-dir'], this.args.service, seconds('--wait', this.flags.wait))
     } finally {
-      spinner.stop()
+      spinner?.stop()
     }
     this.log(`${r.service} restarted: pid ${r.previousPid ?? '-'} -> ${r.pid}, healthy in ${(r.healthyMs / 1000).toFixed(1)} s`)
     if (r.rankPorts.length > 0) this.log(`  rank ZMQ ports: ${r.rankPorts.map((p) => `TP${p.tpRank}=${p.zmqPort}`).join(' ')}`)

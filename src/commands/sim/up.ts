@@ -85,7 +85,7 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
         router: routerUpOptions(f),
       })
     } finally {
-      spinner.stop()
+      spinner?.stop()
     }
     const {config, ...out} = result
     const rows: Array<[string, string]> = [

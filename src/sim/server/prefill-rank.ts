@@ -10,7 +10,7 @@ import {registrationKey, serverLayout} from './layout.js'
 import type {SimConfig} from '../sim-config.js'
 import type {EnvSettings} from './settings.js'
 import {nowMs, sleep} from './clock.js'
-import {txQueue} from './tcp-acked.js'
+import {ProcTcpTables, txQueue} from './tcp-acked.js'
 import {httpCall, isOk} from './http-call.js'
 
 /** What decode's KV-args registration says about a decode rank: its TCP data endpoint and, with rails, its NIC. */
@@ -24,6 +24,8 @@ interface DataConn {socket: net.Socket; key: string; queued: number; sent: numbe
 export type RdmaPoster = (w: {dest: {addr: string; port: number}; room: string; bytes: number; notify: boolean}) => Promise<void>
 
 const PROC_TCP = existsSync('/proc/net/tcp')
+/** The longest wait between two reads of a stalled connection's tx_queue (checkAcks). */
+const ACK_POLL_MAX_MS = 64
 
 /**
  * One prefill TP rank's KV sender side: the per-room status table (NIXL's update_status rules), the
@@ -234,10 +236,12 @@ export class PrefillRank {
   /**
    * Which pending WRITEs the peer has acknowledged: bytes whose write callback fired, minus the socket's tx_queue
    * (handed to the kernel, not yet ACKed; /proc/net/tcp). Conservative: a byte counts only once both agree. Polled
-   * every 1 ms while it moves, backing off to 16 ms while it does not (a stalled path).
+   * every 1 ms while it moves, backing off to 64 ms while it does not (a stalled path: reading the table every 16 ms
+   * for a stall's seconds was a third of the ranks' CPU, and a transfer that resumes is seen at most 64 ms late).
    */
   private readonly checkAcks = (): void => {
     this.ackTimer = undefined
+    const tables = new ProcTcpTables()
     let pending = false
     let progress = false
     for (const conn of this.conns.values()) {
@@ -245,7 +249,7 @@ export class PrefillRank {
       let acked: number
       if (!PROC_TCP) acked = conn.sent // no procfs: the write callbacks are all there is
       else {
-        const txq = txQueue(conn.socket)
+        const txq = txQueue(conn.socket, tables)
         acked = txq === undefined ? -1 : conn.sent - txq
       }
       while (conn.pending.length > 0 && conn.pending[0]!.end <= acked) {
@@ -255,7 +259,7 @@ export class PrefillRank {
       if (conn.pending.length > 0) pending = true
     }
     if (!pending) return
-    this.ackDelayMs = progress ? 1 : Math.min(this.ackDelayMs * 2, 16)
+    this.ackDelayMs = progress ? 1 : Math.min(this.ackDelayMs * 2, ACK_POLL_MAX_MS)
     this.ackTimer = setTimeout(this.checkAcks, this.ackDelayMs)
   }
 

@@ -43,15 +43,14 @@ function expandIPv6(a: string): number[] | undefined {
 }
 
 /** The tx_queue of one connected socket, or undefined when /proc does not list it (closed, or no procfs). */
-export function txQueue(sock: Pick<net.Socket, 'localAddress' | 'localPort' | 'remoteAddress' | 'remotePort'>): number | undefined {
+export function txQueue(sock: Pick<net.Socket, 'localAddress' | 'localPort' | 'remoteAddress' | 'remotePort'>, tables: ProcTcpTables = new ProcTcpTables()): number | undefined {
   const {localAddress, localPort, remoteAddress, remotePort} = sock
   if (!localAddress || !localPort || !remoteAddress || !remotePort) return undefined
   const local = procTcpEndpoint(localAddress, localPort)
   const remote = procTcpEndpoint(remoteAddress, remotePort)
   if (!local || !remote) return undefined
-  const file = local.length > 13 ? '/proc/net/tcp6' : '/proc/net/tcp'
-  let text: string
-  try { text = readFileSync(file, 'latin1') } catch { return undefined }
+  const text = tables.read(local.length > 13 ? '/proc/net/tcp6' : '/proc/net/tcp')
+  if (text === undefined) return undefined
   const needle = ` ${local} ${remote} `
   const at = text.indexOf(needle)
   if (at < 0) return undefined
@@ -59,4 +58,21 @@ export function txQueue(sock: Pick<net.Socket, 'localAddress' | 'localPort' | 'r
   const rest = text.slice(at + needle.length, at + needle.length + 40).trim().split(/\s+/)
   const tx = rest[1]?.split(':')[0]
   return tx === undefined ? undefined : parseInt(tx, 16)
+}
+
+/**
+ * /proc/net/tcp[6], each read at most once per instance: one check of several connections reads the table once. The
+ * kernel writes the whole table on every read, and it grows with every socket of the namespace.
+ */
+export class ProcTcpTables {
+  private readonly texts = new Map<string, string | undefined>()
+
+  read(file: string): string | undefined {
+    if (!this.texts.has(file)) {
+      let text: string | undefined
+      try { text = readFileSync(file, 'latin1') } catch { text = undefined }
+      this.texts.set(file, text)
+    }
+    return this.texts.get(file)
+  }
 }
