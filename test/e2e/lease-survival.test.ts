@@ -87,9 +87,12 @@ describe('leases on the host', () => {
       // recover tidies it up cleanly (exit 0), and after that finds nothing at all.
       const rec = await runCli(['recover', '-c', host.deploymentFile, '--json'])
       expect(rec.code, rec.stderr).toBe(0)
-      const again = await runCli(['recover', '-c', host.deploymentFile, '--json'])
-      expect(again.code, again.stderr).toBe(0)
-      expect(JSON.parse(again.stdout).alreadyClean, `${say()} | first recover: ${rec.stdout.slice(0, 400)}`).toBe(true)
+      // A second recover when the first had something to tidy (when it found nothing, the second would read the same).
+      if (JSON.parse(rec.stdout).alreadyClean !== true) {
+        const again = await runCli(['recover', '-c', host.deploymentFile, '--json'])
+        expect(again.code, again.stderr).toBe(0)
+        expect(JSON.parse(again.stdout).alreadyClean, `${say()} | first recover: ${rec.stdout.slice(0, 400)}`).toBe(true)
+      }
     }
     const count = (f: (o: (typeof outcomes)[number]) => boolean): number => outcomes.filter(f).length
     console.log(`SIGKILL trials: ${count((o) => o.injected)}/${plan.length} killed with the fault in place, ${count((o) => o.leased)} with the lease armed; ` +
