@@ -12,19 +12,26 @@ function commandOf(pid: number): string {
 
 // The lease must take the fault out on the host whatever happens to pdchaos: SIGKILL at a random moment, or its
 // SSH connection cut. Checked from inside the namespace, never through pdchaos.
-let host: TestHost
+//
+// The kill trials run as three streams, each on its own namespace host (its own sshd, twin, leases and lock): a trial
+// mostly waits for its lease's TTL, and nine of them in a row made this the longest file of the run.
+const STREAMS = 3
+let hosts: TestHost[] = []
 
 beforeAll(async () => {
-  host = await createTestHost({twin: {deadlineSeconds: 2, pollSeconds: 0.5}})
+  const made = await Promise.allSettled(Array.from({length: STREAMS}, () => createTestHost({twin: {deadlineSeconds: 2, pollSeconds: 0.5}})))
+  hosts = made.flatMap((m) => (m.status === 'fulfilled' ? [m.value] : []))
+  const failed = made.find((m): m is PromiseRejectedResult => m.status === 'rejected')
+  if (failed) throw failed.reason
 }, 120_000)
 
 afterAll(async () => {
-  await host?.destroy()
+  await Promise.all(hosts.map((h) => h.destroy()))
 }, 60_000)
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
-async function faultsOnHost(): Promise<{tables: number; activeLeases: string[]}> {
+async function faultsOnHost(host: TestHost): Promise<{tables: number; activeLeases: string[]}> {
   const nft = await host.netns.run(['nft', 'list', 'tables'], {reject: false})
   const dir = join(host.stateDir, 'leases')
   const activeLeases = existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith('.json')) : []
@@ -32,12 +39,12 @@ async function faultsOnHost(): Promise<{tables: number; activeLeases: string[]}>
 }
 
 /** Poll until the host has no pdchaos rule and no active lease, or the deadline passes. */
-async function waitClean(deadlineMs: number): Promise<{tables: number; activeLeases: string[]; afterMs: number}> {
+async function waitClean(host: TestHost, deadlineMs: number): Promise<{tables: number; activeLeases: string[]; afterMs: number}> {
   const started = performance.now()
-  let s = await faultsOnHost()
+  let s = await faultsOnHost(host)
   while ((s.tables > 0 || s.activeLeases.length > 0) && performance.now() - started < deadlineMs) {
     await sleep(100)
-    s = await faultsOnHost()
+    s = await faultsOnHost(host)
   }
   return {...s, afterMs: performance.now() - started}
 }
@@ -53,12 +60,12 @@ describe('leases on the host', () => {
     //   in-place:  after "in place:" (fault injected and verified), a random moment inside the TTL
     //   injecting: after "injecting … under lease" (lease armed), before the fault is verified in place
     //   creating:  after "discovering the deployment", up to and just past the lease's creation
-    const plan = ['in-place', 'injecting', 'creating', 'in-place', 'injecting', 'creating', 'in-place', 'injecting', 'creating'] as const
+    const kinds = ['in-place', 'injecting', 'creating'] as const
     // Phase lengths measured by the trials so far (ms): discovering → injecting, injecting → in place.
     const toLease: number[] = [1500]
     const toInPlace: number[] = [500]
     const outcomes: Array<{kind: string; killAfterMs: number; leased: boolean; injected: boolean; cleanAfterMs: number}> = []
-    for (const [trial, kind] of plan.entries()) {
+    const trial = async (host: TestHost, trial: string, kind: (typeof kinds)[number]): Promise<void> => {
       const {child, done} = startCli(['inject', 'drop-dest-info', '-c', host.deploymentFile, '--ttl', String(TTL_S), '--pins', '1', '--load-interval', '0'])
       const progress = progressLines(child)
       const say = (): string => `trial ${trial} (${kind}): ${progress.lines.map((l) => l.text).join(' | ')}`
@@ -79,7 +86,7 @@ describe('leases on the host', () => {
       const inPlaceAt = progress.seen(/in place:/)
       if (discovering !== undefined && leasedAt !== undefined) toLease.push(leasedAt - discovering)
       if (leasedAt !== undefined && inPlaceAt !== undefined) toInPlace.push(inPlaceAt - leasedAt)
-      const clean = await waitClean((TTL_S + 5) * 1000)
+      const clean = await waitClean(host, (TTL_S + 5) * 1000)
       expect(clean, say()).toMatchObject({tables: 0, activeLeases: []})
       outcomes.push({kind, killAfterMs: Math.round(killAfterMs), leased: leasedAt !== undefined, injected: inPlaceAt !== undefined, cleanAfterMs: performance.now() - killedAt})
       // Everything clean also by pdchaos's own account.
@@ -94,6 +101,11 @@ describe('leases on the host', () => {
         expect(JSON.parse(again.stdout).alreadyClean, `${say()} | first recover: ${rec.stdout.slice(0, 400)}`).toBe(true)
       }
     }
+    // Each stream: one trial of each kind, in turn, on its own host; the streams at once.
+    await Promise.all(hosts.map(async (host, stream) => {
+      for (const [k, kind] of kinds.entries()) await trial(host, `${stream}.${k}`, kind)
+    }))
+    const plan = hosts.flatMap(() => kinds)
     const count = (f: (o: (typeof outcomes)[number]) => boolean): number => outcomes.filter(f).length
     console.log(`SIGKILL trials: ${count((o) => o.injected)}/${plan.length} killed with the fault in place, ${count((o) => o.leased)} with the lease armed; ` +
       `discovering → lease armed ${Math.max(...toLease.slice(1)).toFixed(0)} ms max, lease → in place ${Math.max(...toInPlace.slice(1)).toFixed(0)} ms max; ` +
@@ -106,9 +118,10 @@ describe('leases on the host', () => {
   }, 600_000)
 
   it('with the SSH connection cut mid-fault, pdchaos exits 4 and the lease reverts the host by itself', async () => {
+    const host = hosts[0]!
     const {child, done} = startCli(['inject', 'drop-dest-info', '-c', host.deploymentFile, '--ttl', '8', '--pins', '1', '--load-interval', '0'])
     await progressLines(child).waitFor(/in place:/, 90_000)
-    expect((await faultsOnHost()).tables).toBe(1)
+    expect((await faultsOnHost(host)).tables).toBe(1)
     // Cut the connection: kill every sshd in the namespace (the listener and the session). Only this namespace's:
     // pgrep inside `ip netns exec` would see every process on the machine, other tests' sshds among them.
     const pids = (await host.netns.pids()).filter((pid) => commandOf(pid).includes('sshd'))
@@ -120,7 +133,7 @@ describe('leases on the host', () => {
     expect(r.code).toBe(4)
     expect(r.stderr).toMatch(/cleanup unverified/)
     expect(r.stderr).toMatch(/reverts it by itself/)
-    const clean = await waitClean(15_000)
+    const clean = await waitClean(host, 15_000)
     expect(clean).toMatchObject({tables: 0, activeLeases: []})
   }, 120_000)
 })
