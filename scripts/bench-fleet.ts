@@ -2,7 +2,8 @@
  * Benchmark of `pdchaos suite --fleet` (not a test): `node --import tsx scripts/bench-fleet.ts`.
  * Three twins on loopback (the quick start's watchdog: deadline 3 s, poll 0.5 s), each with the same suite (the three
  * faults, one batch each). In the same run: each deployment's suite alone, one after the other (baseline: the slowest
- * of them), then the three as one fleet at --max-parallel 3. Reports the fleet's wall against the slowest single run
+ * of them), then the three as one fleet at --max-parallel 3; with 8-GPU twins, then with 2-GPU twins (which leave the
+ * cores to pdchaos, as separate GPU hosts would), each phase with the cores it kept busy. Reports the fleet's wall against the slowest single run
  * (goal: at most 1.2x) and pdchaos's memory with 3 deployments (the fleet process and its 3 children: the peak of their
  * summed RSS, polled from /proc every 50 ms). The CLI runs compiled, as an installed pdchaos does.
  * Writes the `## Fleet` section of BENCHMARKS.md (other sections are kept).
@@ -62,17 +63,28 @@ function cli(bin: string, args: string[], timeoutMs: number): Promise<Cli> {
 
 const s = (ms: number) => `${(ms / 1000).toFixed(1)} s`
 
-async function main(): Promise<void> {
-  const dir = mkdtempSync(join(tmpdir(), 'pdchaos-bench-fleet-'))
+/** Jiffies the whole machine spent busy and in all, from /proc/stat: how many cores a phase kept busy. */
+function cpuTicks(): {busy: number; all: number} {
+  const f = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number)
+  const idle = (f[3] ?? 0) + (f[4] ?? 0)
+  const all = f.slice(0, 8).reduce((a, b) => a + b, 0)
+  return {busy: all - idle, all}
+}
+const coresBusy = (a: {busy: number; all: number}, b: {busy: number; all: number}, cores: number): number => ((b.busy - a.busy) / Math.max(1, b.all - a.all)) * cores
+
+interface Measured {tp: number; alone: Cli[]; aloneCores: number[]; fleet: Cli; fleetCores: number; members: Array<{name: string; status: string; ms?: number; breakerWaits: number}>}
+
+/** Three twins of 2×tp GPUs, their suites alone one after the other, then as one fleet; the twins stopped after. */
+async function measure(bin: string, dir: string, tp: number): Promise<Measured> {
   const twins: string[] = []
+  const cores = Number(process.env.BENCH_CORES ?? 2)
   try {
-    const bin = compiledCli('pdchaos-bench-fleet')
     const files: string[] = []
     for (let i = 0; i < N; i++) {
-      const stateDir = join(dir, `twin${i}`)
+      const stateDir = join(dir, `tp${tp}-twin${i}`)
       for (let attempt = 0; ; attempt++) {
         try {
-          const up = await simUp({stateDir, deadlineS: DEADLINE, pollS: POLL, basePort: 41_000 + Math.floor(Math.random() * 800) * 10})
+          const up = await simUp({stateDir, deadlineS: DEADLINE, pollS: POLL, gpus: 2 * tp, prefillTp: tp, decodeTp: tp, basePort: 41_000 + Math.floor(Math.random() * 800) * 10})
           files.push(up.deploymentFile)
           twins.push(stateDir)
           break
@@ -81,8 +93,9 @@ async function main(): Promise<void> {
         }
       }
     }
-    const suite = join(dir, 'suite.yaml')
-    writeFileSync(suite, 'name: three-faults\nscenarios:\n  - {name: drop, fault: drop-dest-info, pins: 2}\n  - {name: stall, fault: stall-kv, params: {gpu: 1}, pins: 2}\n  - {name: abort, fault: abort-mid-transfer, params: {trials: 4}}\nstop: {kernelXid: false}\n')
+    const suite = join(dir, `suite-tp${tp}.yaml`)
+    // The stall on a prefill GPU: GPU 1 with TP 4 (as before), GPU 0 with TP 1.
+    writeFileSync(suite, `name: three-faults\nscenarios:\n  - {name: drop, fault: drop-dest-info, pins: 2}\n  - {name: stall, fault: stall-kv, params: {gpu: ${Math.min(1, tp - 1)}}, pins: 2}\n  - {name: abort, fault: abort-mid-transfer, params: {trials: 4}}\nstop: {kernelXid: false}\n`)
     // Warm every twin first (a fresh deployment opens its routes and KV connections on its first request, seconds on
     // 2 cores): otherwise the first single run pays it and inflates the baseline the fleet is compared with.
     for (const file of files) {
@@ -93,41 +106,72 @@ async function main(): Promise<void> {
       }
     }
     const alone: Cli[] = []
-    for (const file of files) alone.push(await cli(bin, ['suite', suite, '-c', file, '--json'], 600_000))
-    writeFileSync(join(dir, 'fleet.yaml'), `name: bench\nsuite: suite.yaml\nmaxParallel: ${N}\ndeployments:\n${files.map((f, i) => `  - {name: d${i}, deployment: ${JSON.stringify(f)}}`).join('\n')}\n`)
-    const fleet = await cli(bin, ['suite', '--fleet', join(dir, 'fleet.yaml'), '--json', '--journal-dir', join(dir, 'journals')], 900_000)
+    const aloneCores: number[] = []
+    for (const file of files) {
+      const before = cpuTicks()
+      alone.push(await cli(bin, ['suite', suite, '-c', file, '--json'], 600_000))
+      aloneCores.push(coresBusy(before, cpuTicks(), cores))
+    }
+    const fleetFile = join(dir, `fleet-tp${tp}.yaml`)
+    const journals = join(dir, `journals-tp${tp}`)
+    writeFileSync(fleetFile, `name: bench\nsuite: ${JSON.stringify(suite)}\nmaxParallel: ${N}\ndeployments:\n${files.map((f, i) => `  - {name: d${i}, deployment: ${JSON.stringify(f)}}`).join('\n')}\n`)
+    const before = cpuTicks()
+    const fleet = await cli(bin, ['suite', '--fleet', fleetFile, '--json', '--journal-dir', journals], 900_000)
+    const fleetCores = coresBusy(before, cpuTicks(), cores)
     const jf = JSON.parse(fleet.stdout) as {exitCode: number; deployments: Array<{name: string; status: string; startedAt?: number; finishedAt?: number}>}
     // What made a member slow: the gateway's circuit breaker opened by a fault's failed load, waited out before the canaries.
-    const breakerWaits = (name: string): number => (readFileSync(join(dir, 'journals', `${name}.json`), 'utf8').match(/router-breaker-open/g) ?? []).length
-    const slowest = Math.max(...alone.map((r) => r.ms))
-    const walls = jf.deployments.filter((d) => d.startedAt && d.finishedAt).map((d) => d.finishedAt! - d.startedAt!)
-    const inside = (): number => walls.reduce((a, b) => a + b, 0) / Math.max(1, walls.length)
-    const slowestInside = (): number => Math.max(1, ...walls)
-    const ratio = fleet.ms / slowest
+    const breakerWaits = (name: string): number => (readFileSync(join(journals, `${name}.json`), 'utf8').match(/router-breaker-open/g) ?? []).length
+    const members = jf.deployments.map((d) => ({name: d.name, status: d.status, ...(d.startedAt && d.finishedAt ? {ms: d.finishedAt - d.startedAt} : {}), breakerWaits: breakerWaits(d.name)}))
+    return {tp, alone, aloneCores, fleet, fleetCores, members}
+  } finally {
+    for (const t of twins) await simDown(t).catch(() => undefined)
+  }
+}
+
+function table(m: Measured): {rows: string[]; ratio: number; inside: number; overSlowestMember: number; peakMiB: number} {
+  const slowest = Math.max(...m.alone.map((r) => r.ms))
+  const walls = m.members.flatMap((d) => (d.ms === undefined ? [] : [d.ms]))
+  const aloneMean = m.alone.reduce((a, r) => a + r.ms, 0) / m.alone.length
+  const inside = walls.reduce((a, b) => a + b, 0) / Math.max(1, walls.length) / aloneMean
+  const rows = [
+    ...m.alone.map((r, i) => `| ${2 * m.tp} GPUs | d${i} alone | ${s(r.ms)} | ${m.aloneCores[i]!.toFixed(2)} | ${r.code} | ${(r.peakRssKb / 1024).toFixed(0)} MiB |`),
+    `| ${2 * m.tp} GPUs | fleet of ${N} (max-parallel ${N}) | ${s(m.fleet.ms)} | ${m.fleetCores.toFixed(2)} | ${m.fleet.code} (${m.members.map((d) => `${d.name} ${d.status}`).join(', ')}) | ${(m.fleet.peakRssKb / 1024).toFixed(0)} MiB |`,
+    ...m.members.map((d) => `| ${2 * m.tp} GPUs | - ${d.name} inside the fleet | ${d.ms === undefined ? '?' : s(d.ms)} | | breaker waits: ${d.breakerWaits} | |`),
+  ]
+  return {rows, ratio: m.fleet.ms / slowest, inside, overSlowestMember: m.fleet.ms / Math.max(1, ...walls), peakMiB: m.fleet.peakRssKb / 1024}
+}
+
+async function main(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'pdchaos-bench-fleet-'))
+  try {
+    const bin = compiledCli('pdchaos-bench-fleet')
+    // The issue's deployment (8 GPUs: 11 processes per twin), then small twins (2 GPUs: 5 processes) that leave the
+    // machine's cores to pdchaos, as a real fleet does (each deployment on its own GPU hosts).
+    const big = table(await measure(bin, dir, 4))
+    const small = table(await measure(bin, dir, 1))
     const body = [
-      '`node --import tsx scripts/bench-fleet.ts`: three twins on loopback (8 GPUs each, deadline ' + `${DEADLINE} s, poll ${POLL} s), each with the same suite`,
+      '`node --import tsx scripts/bench-fleet.ts`: three twins on loopback (deadline ' + `${DEADLINE} s, poll ${POLL} s), each with the same suite`,
       '(drop-dest-info, stall-kv, abort-mid-transfer: three batches). In the same run: each deployment\'s `pdchaos suite` alone, one after',
-      'the other (baseline: the slowest), then the three as one `suite --fleet` at `--max-parallel 3`. Memory: the peak of the summed RSS',
-      'of the fleet process and its children (one `pdchaos suite` per deployment), polled every 50 ms. The CLI runs compiled.',
-      `Measured ${new Date().toISOString().slice(0, 10)} on ${process.env.BENCH_CORES ?? '2'} cores; the twins (about 11 processes each) share them with pdchaos.`,
+      'the other (baseline: the slowest), then the three as one `suite --fleet` at `--max-parallel 3`; first with 8-GPU twins',
+      '(TP 4 + TP 4, 11 processes each), then with 2-GPU twins (TP 1 + TP 1, 5 processes each). Cores busy: the whole machine\'s',
+      'average over the run, from /proc/stat. Memory: the peak of the summed RSS of the fleet process and its children (one',
+      '`pdchaos suite` per deployment), polled every 50 ms. The CLI runs compiled. Each twin served three requests before any run',
+      `(warm), so no run pays a cold start the others do not. Measured ${new Date().toISOString().slice(0, 10)} on ${process.env.BENCH_CORES ?? '2'} cores; the twins share them with pdchaos.`,
       '',
-      '| run | wall | exit | peak RSS of pdchaos |',
-      '|---|---|---|---|',
-      ...alone.map((r, i) => `| d${i} alone | ${s(r.ms)} | ${r.code} | ${(r.peakRssKb / 1024).toFixed(0)} MiB |`),
-      `| fleet of ${N} (max-parallel ${N}) | ${s(fleet.ms)} | ${fleet.code} (${jf.deployments.map((d) => `${d.name} ${d.status}`).join(', ')}) | ${(fleet.peakRssKb / 1024).toFixed(0)} MiB |`,
-      ...jf.deployments.map((d) => `| - ${d.name} inside the fleet | ${d.startedAt && d.finishedAt ? s(d.finishedAt - d.startedAt) : '?'} | breaker waits: ${breakerWaits(d.name)} | |`),
+      '| twins | run | wall | cores busy | exit | peak RSS of pdchaos |',
+      '|---|---|---|---|---|---|',
+      ...big.rows,
+      ...small.rows,
       '',
-      `- Fleet wall / slowest single run: **${ratio.toFixed(2)}x** (goal at most 1.2x: ${verdict(ratio <= 1.2)}); / the three run one after the other: ${(fleet.ms / alone.reduce((a, r) => a + r.ms, 0)).toFixed(2)}x.`,
-      '- Each twin served three requests before any run (warm), so no run pays a cold start the others do not.',
-      `- Where the difference goes: the members' own wall inside the fleet against alone, ${(inside() / (alone.reduce((a, r) => a + r.ms, 0) / alone.length)).toFixed(2)}x on average (three twins of`,
-      '  11 processes each and three suites share these 2 cores; in a real fleet each deployment has its own GPU hosts and',
-      `  only pdchaos shares the machine), and the fleet over its slowest member, ${(fleet.ms / slowestInside()).toFixed(2)}x (pdchaos's own cost: its start,`,
-      '  reading every file first, starting the children, and the combined report).',
-      `- pdchaos's memory with ${N} deployments: ${(fleet.peakRssKb / 1024).toFixed(0)} MiB at peak (the fleet process and ${N} suite processes).`,
+      `- Fleet wall / slowest single run, 8-GPU twins: **${big.ratio.toFixed(2)}x** (goal at most 1.2x: ${verdict(big.ratio <= 1.2)}); 2-GPU twins: **${small.ratio.toFixed(2)}x** (${verdict(small.ratio <= 1.2)}).`,
+      `- Where it goes: the members' own wall inside the fleet against alone, ${big.inside.toFixed(2)}x (8 GPUs) and ${small.inside.toFixed(2)}x (2 GPUs) on average:`,
+      '  the three twins and three suites share these cores (see cores busy); in a real fleet each deployment has its own GPU',
+      `  hosts and only pdchaos shares the machine. The fleet over its slowest member: ${big.overSlowestMember.toFixed(2)}x and ${small.overSlowestMember.toFixed(2)}x (pdchaos's own`,
+      '  cost: its start, reading every file first, starting the children, and the combined report).',
+      `- pdchaos's memory with ${N} deployments: ${big.peakMiB.toFixed(0)} MiB at peak with the 8-GPU twins, ${small.peakMiB.toFixed(0)} MiB with the 2-GPU ones (the fleet process and ${N} suite processes).`,
     ].join('\n')
     process.stdout.write(writeSection('Fleet', body))
   } finally {
-    for (const t of twins) await simDown(t).catch(() => undefined)
     rmSync(dir, {recursive: true, force: true})
   }
 }

@@ -23,13 +23,23 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   })
 }
 
-/** p, or undefined once ms have passed; the timer is cleared either way. p itself is not cancelled. */
-export async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+/**
+ * p, or undefined once ms have passed (or at once when the signal is or becomes aborted); the timer and the listener
+ * are cleared either way, so a wait that p ended early leaves nothing that keeps the process alive. p itself is not
+ * cancelled.
+ */
+export async function within<T>(p: Promise<T>, ms: number, signal?: AbortSignal): Promise<T | undefined> {
   let cancel = (): void => {}
   try {
     return await Promise.race([p, new Promise<undefined>((resolve) => {
+      if (signal?.aborted) return resolve(undefined)
+      const onAbort = (): void => resolve(undefined)
       const timer = setTimeout(() => resolve(undefined), Math.max(0, ms))
-      cancel = () => clearTimeout(timer)
+      signal?.addEventListener('abort', onAbort, {once: true})
+      cancel = () => {
+        clearTimeout(timer)
+        signal?.removeEventListener('abort', onAbort)
+      }
     })])
   } finally {
     cancel()

@@ -46,4 +46,27 @@ describe('within', () => {
   it('passes a rejection through', async () => {
     await expect(within(Promise.reject(new Error('boom')), 1000)).rejects.toThrow('boom')
   })
+
+  it('leaves no timer and no listener behind when the value comes first: a finished run exits at once', async () => {
+    const timers = (): number => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length
+    const before = timers()
+    const controller = new AbortController()
+    expect(await within(Promise.resolve('done'), 60_000, controller.signal)).toBe('done')
+    expect(timers()).toBe(before)
+    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0)
+  })
+
+  it('ends at once, undefined, when its signal is aborted, or already was', async () => {
+    const controller = new AbortController()
+    const never = new Promise<number>(() => {})
+    const started = performance.now()
+    const waited = within(never, 60_000, controller.signal)
+    setTimeout(() => controller.abort(), 20)
+    expect(await waited).toBeUndefined()
+    expect(performance.now() - started).toBeLessThan(2000)
+    expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0)
+    const quick = performance.now()
+    expect(await within(never, 60_000, controller.signal)).toBeUndefined()
+    expect(performance.now() - quick).toBeLessThan(100)
+  })
 })
