@@ -8,12 +8,9 @@ import {acrossHosts, hostView, singleHostView} from '../deployment/single-host.j
 import type {Host} from '../hosts/host.js'
 import {openHost} from '../hosts/open-host.js'
 import {Placement} from '../experiment/placement.js'
-import {readLock, liveHolders} from '../sim/lifecycle/lock.js'
-import {simPaths} from '../sim/sim-config.js'
 import {defaultSimDir} from '../state-dir.js'
 import {badInput} from '../errors.js'
 import {simStateDir} from './sim-flags.js'
-import {simUp} from './twin.js'
 
 /**
  * Which deployment a command acts on, and the Host to reach it: the deployment file (-c), or with --sim the
@@ -59,6 +56,8 @@ export async function resolveTarget(flags: TargetFlags, opts: {
     throw badInput('--state-dir applies only with --sim (it names the twin\'s state dir)', 'add --sim to target the twin, or drop --state-dir and pass the deployment file with -c FILE')
   }
   if (flags.sim) {
+    // The twin's code only for --sim: a run against a deployment file does not load it (about 30 modules at start).
+    const [{readLock, liveHolders}, {simPaths}, {simUp}] = await Promise.all([import('../sim/lifecycle/lock.js'), import('../sim/sim-config.js'), import('./twin.js')])
     const stateDir = simStateDir(flags['state-dir'] ?? defaultSimDir())
     file = simPaths(stateDir).deploymentFile
     const lock = readLock(stateDir)
