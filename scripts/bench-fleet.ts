@@ -164,10 +164,10 @@ async function main(): Promise<void> {
       ...small.rows,
       '',
       `- Fleet wall / slowest single run, 8-GPU twins: **${big.ratio.toFixed(2)}x** (goal at most 1.2x: ${verdict(big.ratio <= 1.2)}); 2-GPU twins: **${small.ratio.toFixed(2)}x** (${verdict(small.ratio <= 1.2)}).`,
-      `- Where it goes: the members' own wall inside the fleet against alone, ${big.inside.toFixed(2)}x (8 GPUs) and ${small.inside.toFixed(2)}x (2 GPUs) on average:`,
+      `- Where it goes: each member's run inside the fleet (its journal's start to end, after its process started) against alone, ${big.inside.toFixed(2)}x (8 GPUs) and ${small.inside.toFixed(2)}x (2 GPUs) on average:`,
       '  the three twins and three suites share these cores (see cores busy); in a real fleet each deployment has its own GPU',
       `  hosts and only pdchaos shares the machine. The fleet over its slowest member: ${big.overSlowestMember.toFixed(2)}x and ${small.overSlowestMember.toFixed(2)}x (pdchaos's own`,
-      '  cost: its start, reading every file first, starting the children, and the combined report).',
+      '  cost: its start, reading every file first, starting the children (three Node starts at once), and the combined report).',
       `- pdchaos's memory with ${N} deployments: ${big.peakMiB.toFixed(0)} MiB at peak with the 8-GPU twins, ${small.peakMiB.toFixed(0)} MiB with the 2-GPU ones (the fleet process and ${N} suite processes).`,
     ].join('\n')
     process.stdout.write(writeSection('Fleet', body))

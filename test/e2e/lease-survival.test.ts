@@ -65,17 +65,17 @@ describe('leases on the host', () => {
     const toLease: number[] = [1500]
     const toInPlace: number[] = [500]
     const outcomes: Array<{kind: string; killAfterMs: number; leased: boolean; injected: boolean; cleanAfterMs: number}> = []
-    const trial = async (host: TestHost, trial: string, kind: (typeof kinds)[number]): Promise<void> => {
+    const trial = async (host: TestHost, name: string, kind: (typeof kinds)[number]): Promise<void> => {
       const {child, done} = startCli(['inject', 'drop-dest-info', '-c', host.deploymentFile, '--ttl', String(TTL_S), '--pins', '1', '--load-interval', '0'])
       const progress = progressLines(child)
-      const say = (): string => `trial ${trial} (${kind}): ${progress.lines.map((l) => l.text).join(' | ')}`
+      const say = (): string => `trial ${name} (${kind}): ${progress.lines.map((l) => l.text).join(' | ')}`
       const [mark, killAfterMs] = kind === 'in-place' ? [/in place:/, Math.random() * IN_PLACE_KILL_MS]
         : kind === 'injecting' ? [/ under lease /, Math.random() * Math.max(...toInPlace)]
         : [/discovering the deployment/, Math.random() * Math.max(...toLease) * 1.2]
       const from = await progress.waitFor(mark, 90_000).catch(async (error: unknown) => {
         child.kill('SIGKILL')
         await done
-        throw new Error(`trial ${trial} (${kind}): ${(error as Error).message}`)
+        throw new Error(`trial ${name} (${kind}): ${(error as Error).message}`)
       })
       await sleep(from + killAfterMs - performance.now())
       child.kill('SIGKILL')

@@ -1,5 +1,7 @@
-import {readFileSync, readdirSync} from 'node:fs'
-import {expect, type TestContext} from 'vitest'
+import {mkdtempSync, readFileSync, readdirSync, rmSync} from 'node:fs'
+import {tmpdir} from 'node:os'
+import {join} from 'node:path'
+import {afterAll, expect, type TestContext} from 'vitest'
 import type {ServerResponse} from 'node:http'
 
 import {DeploymentSchema, type Deployment} from '../../src/deployment/config.js'
@@ -400,6 +402,22 @@ export function pidsMatching(needle: string): number[] {
   return out
 }
 
+
+/**
+ * A fresh state dir per call, under one temp root for the test file. After the file: the root's reverters are killed
+ * (each test already waited for its own to end) and the root is removed.
+ */
+export function stateDirs(prefix: string): () => string {
+  const root = mkdtempSync(join(tmpdir(), prefix))
+  let n = 0
+  afterAll(() => {
+    for (const pid of pidsMatching(`pdchaos-reverter watch ${root}/`)) {
+      try { process.kill(pid, 'SIGKILL') } catch { /* gone */ }
+    }
+    rmSync(root, {recursive: true, force: true})
+  })
+  return () => join(root, `t${++n}`)
+}
 
 /**
  * A fake deployment and a scripted host for one test, with its state dir. When the test ends: any lease it left armed

@@ -1,7 +1,5 @@
-import {mkdtempSync, rmSync} from 'node:fs'
-import {tmpdir} from 'node:os'
 import {join} from 'node:path'
-import {afterAll, describe, expect, it, type TestContext} from 'vitest'
+import {describe, expect, it, type TestContext} from 'vitest'
 
 import {type BatchSettings, runBatch} from '../../src/experiment/batch.js'
 import type {FaultDiscovery} from '../../src/faults/fault.js'
@@ -9,7 +7,7 @@ import type {ScenarioRun, SuiteRun} from '../../src/model/run.js'
 import type {Observation} from '../../src/model/timeline.js'
 import {renderInject} from '../../src/report/inject-text.js'
 import {injectFields, runJournal} from '../../src/report/journal-fields.js'
-import {fakeTarget, type FakePd, type FakeOptions, pidsMatching, SeededSession} from './fake-deployment.js'
+import {fakeTarget, stateDirs, type FakePd, type FakeOptions, SeededSession} from './fake-deployment.js'
 
 /**
  * abort-mid-transfer through the one runner against the scripted deployment (fake-deployment.ts): the window the
@@ -23,21 +21,13 @@ import {fakeTarget, type FakePd, type FakeOptions, pidsMatching, SeededSession} 
 // even on a machine loaded by other test runs.
 const WATCHDOG = {deadlineSeconds: 3, pollSeconds: 1.0}
 const EVICT_MS = 3030
-const root = mkdtempSync(join(tmpdir(), 'pdchaos-runner-aborts-'))
-let n = 0
-
-afterAll(() => {
-  for (const pid of pidsMatching(`pdchaos-reverter watch ${root}/`)) {
-    try { process.kill(pid, 'SIGKILL') } catch { /* gone */ }
-  }
-  rmSync(root, {recursive: true, force: true})
-})
+const nextStateDir = stateDirs('pdchaos-runner-aborts-')
 
 /** A TCP data path (NIXL over UCX_TLS=tcp), so the plan widens the window; otherwise the fake's own (not TCP). */
 const tcp = (d: FaultDiscovery): FaultDiscovery => ({...d, transport: {backend: 'nixl', env: {UCX_TLS: 'tcp,self'}, source: 'fake deployment (test)'}})
 
 async function run(ctx: TestContext, opts: FakeOptions, widen: boolean): Promise<{s: ScenarioRun; fake: FakePd}> {
-  const stateDir = join(root, `t${++n}`)
+  const stateDir = nextStateDir()
   const {fake, host} = await fakeTarget(ctx, stateDir, opts)
   const discovery = widen ? tcp(fake.discovery()) : fake.discovery()
   const session = new SeededSession(fake.deployment(stateDir, WATCHDOG), host, discovery)

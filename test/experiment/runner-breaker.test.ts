@@ -1,12 +1,9 @@
-import {mkdtempSync, rmSync} from 'node:fs'
-import {tmpdir} from 'node:os'
-import {join} from 'node:path'
-import {afterAll, describe, expect, it, type TestContext} from 'vitest'
+import {describe, expect, it, type TestContext} from 'vitest'
 
 import {type BatchSettings, runBatch} from '../../src/experiment/batch.js'
 import type {ScenarioRun} from '../../src/model/run.js'
 import type {Observation} from '../../src/model/timeline.js'
-import {fakeTarget, type FakePd, type FakeOptions, pidsMatching, SeededSession} from './fake-deployment.js'
+import {fakeTarget, stateDirs, type FakePd, type FakeOptions, SeededSession} from './fake-deployment.js'
 
 /**
  * The gateway's circuit breaker around the recovery, through the runner against a scripted deployment whose gateway
@@ -16,18 +13,10 @@ import {fakeTarget, type FakePd, type FakeOptions, pidsMatching, SeededSession} 
 
 const WATCHDOG = {deadlineSeconds: 0.6, pollSeconds: 1.0}
 const ON_TIME_MS = 630
-const root = mkdtempSync(join(tmpdir(), 'pdchaos-runner-breaker-'))
-let n = 0
-
-afterAll(() => {
-  for (const pid of pidsMatching(`pdchaos-reverter watch ${root}/`)) {
-    try { process.kill(pid, 'SIGKILL') } catch { /* gone */ }
-  }
-  rmSync(root, {recursive: true, force: true})
-})
+const nextStateDir = stateDirs('pdchaos-runner-breaker-')
 
 async function run(ctx: TestContext, opts: FakeOptions, over: Partial<BatchSettings>): Promise<{s: ScenarioRun; fake: FakePd}> {
-  const stateDir = join(root, `t${++n}`)
+  const stateDir = nextStateDir()
   const {fake, host} = await fakeTarget(ctx, stateDir, opts)
   const session = new SeededSession(fake.deployment(stateDir, WATCHDOG), host, fake.discovery())
   const settings: BatchSettings = {mode: 'run', promptTokens: 16, loadIntervalMs: 0, canaries: 1, pinPacing: {burst: 1, gapMs: 10}, paramsSource: 'flags', planErrors: 'throw', say: () => {}, ...over}

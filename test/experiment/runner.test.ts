@@ -1,7 +1,6 @@
-import {existsSync, mkdtempSync, readdirSync, readFileSync, rmSync} from 'node:fs'
-import {tmpdir} from 'node:os'
+import {existsSync, readdirSync, readFileSync} from 'node:fs'
 import {join} from 'node:path'
-import {afterAll, describe, expect, it, type TestContext, vi} from 'vitest'
+import {describe, expect, it, type TestContext, vi} from 'vitest'
 
 import {PdError} from '../../src/errors.js'
 import {type BatchScenario, type BatchSettings, runBatch} from '../../src/experiment/batch.js'
@@ -15,7 +14,7 @@ import type {Observation, Timeline} from '../../src/model/timeline.js'
 import type {Verdict} from '../../src/model/verdict.js'
 import {runSuite} from '../../src/suite/runner.js'
 import {SuiteSchema} from '../../src/suite/suite-file.js'
-import {fakeTarget, type FakePd, type FakeOptions, isInlineRevert, pidsMatching, type ScriptedHost, SeededSession, seededDiscovery} from './fake-deployment.js'
+import {fakeTarget, stateDirs, type FakePd, type FakeOptions, isInlineRevert, type ScriptedHost, SeededSession, seededDiscovery} from './fake-deployment.js'
 
 /**
  * The one runner (runBatch, and runSuite around it) against a scripted PD deployment in this process and the real
@@ -38,16 +37,7 @@ const ON_TIME_MS = DEADLINE_S * 1000 + 30
  */
 const LATE_MS = (DEADLINE_S + POLL_S) * 1000 + 1200
 
-const root = mkdtempSync(join(tmpdir(), 'pdchaos-runner-'))
-let n = 0
-
-afterAll(() => {
-  // Only reverters of this file's state dirs (each test already waited for its own to end).
-  for (const pid of pidsMatching(`pdchaos-reverter watch ${root}/`)) {
-    try { process.kill(pid, 'SIGKILL') } catch { /* gone */ }
-  }
-  rmSync(root, {recursive: true, force: true})
-})
+const nextStateDir = stateDirs('pdchaos-runner-')
 
 interface Env {
   fake: FakePd
@@ -62,7 +52,7 @@ interface Env {
 
 /** A fresh fake deployment, host and state dir for one test (fakeTarget checks what it leaves behind). */
 async function env(ctx: TestContext, opts: FakeOptions, hostOpts?: {nodeInProcess: boolean}): Promise<Env> {
-  const stateDir = join(root, `t${++n}`)
+  const stateDir = nextStateDir()
   const {fake, host} = await fakeTarget(ctx, stateDir, opts, hostOpts)
   const lines: string[] = []
   return {
