@@ -39,7 +39,8 @@ function beforeCommand(argv: string[]): Error | undefined {
  * reverts what it injected. The output is lost either way; the command finishes its work and keeps its exit code.
  */
 function keepRunningWhenOutputCloses(): Promise<void> {
-  return new Promise((resolve) => {
+  // Once per process: a caller that runs main more than once (a test running the CLI in-process) adds no listeners.
+  outputClosed ??= new Promise((resolve) => {
     for (const stream of [process.stdout, process.stderr]) {
       stream.on('error', (error: NodeJS.ErrnoException) => {
         if (error.code !== 'EPIPE' && error.code !== 'ERR_STREAM_DESTROYED') throw error
@@ -47,4 +48,7 @@ function keepRunningWhenOutputCloses(): Promise<void> {
       })
     }
   })
+  return outputClosed
 }
+
+let outputClosed: Promise<void> | undefined

@@ -6,6 +6,7 @@ import {join} from 'node:path'
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
 import {runCli} from '../e2e/cli.js'
+import {runCliInProcess} from './in-process-cli.js'
 
 /**
  * Issue 12's probe as a table: bad inputs a skeptical SRE tries, and the good ones that must keep working. Each runs
@@ -317,12 +318,20 @@ function expand(args: string[]): string[] {
  * every error, so it runs on the first input of each command and exit code, and on every fourth row besides (a test
  * below holds the spread). Each run is a CLI process of about 0.9 CPU-s on a loaded 2-core machine: both modes for
  * every row cost the test run 100 more of them.
+ *
+ * The process boundary (bin/run.js, the exit code a shell sees, stdout flushed before exit) is one path for every
+ * input: every text run and the first input of each command and exit code run as subprocesses; the other --json runs
+ * call the built CLI's main in this process (test/cli/in-process-cli.ts), one at a time, which spares the test run
+ * about 130 CLI start-ups.
  */
 const commandOf = (k: Case): string => k.args.find((a) => !a.startsWith('-')) ?? k.args[0]!
+const firstOfItsKind = (k: Case, row: number): boolean => CASES.findIndex((x) => commandOf(x) === commandOf(k) && x.exit === k.exit) === row
 function modesOf(k: Case, row: number): Array<'json' | 'text'> {
   if (k.modes) return k.modes
-  const first = CASES.findIndex((x) => commandOf(x) === commandOf(k) && x.exit === k.exit) === row
-  return first || row % 4 === 0 ? ['json', 'text'] : ['json']
+  return firstOfItsKind(k, row) || row % 4 === 0 ? ['json', 'text'] : ['json']
+}
+function viaOf(k: Case, row: number, mode: 'json' | 'text'): 'subprocess' | 'in-process' {
+  return mode === 'text' || firstOfItsKind(k, row) || k.modes !== undefined ? 'subprocess' : 'in-process'
 }
 
 /** A line of a stack trace, as node prints them. */
@@ -362,14 +371,19 @@ describe('bad input (issue 12): exit code, one line naming the cause, no stack t
     expect(new Set(texted.map(key))).toEqual(new Set(CASES.filter((k) => k.modes?.includes('text') ?? true).map(key)))
     expect(json.length, 'every input runs with --json unless it is text-only by design').toBe(CASES.filter((k) => k.modes?.includes('json') ?? true).length)
     expect(texted.length).toBeLessThan(CASES.length * 0.6)
+    // Every command and exit code crosses the process boundary at least once under --json too.
+    const jsonInAProcess = CASES.filter((k, row) => modesOf(k, row).includes('json') && viaOf(k, row, 'json') === 'subprocess')
+    expect(new Set(jsonInAProcess.map(key))).toEqual(new Set(json.map(key)))
   })
 
   for (const [row, k] of CASES.entries()) {
     for (const mode of modesOf(k, row)) {
-      it.concurrent(`${k.name} (${mode})`, async () => {
+      const via = viaOf(k, row, mode)
+      it.concurrent(`${k.name} (${mode}${via === 'in-process' ? ', in-process' : ''})`, async () => {
         const args = expand(k.args)
         if (mode === 'json' && !args.includes('--json')) args.push('--json')
-        const r = await runCli(args, {timeoutMs: 55_000, env: {PDCHAOS_SIM_DIR: join(dir, 'default-sim'), NO_COLOR: '1'}})
+        const opts = {timeoutMs: 55_000, env: {PDCHAOS_SIM_DIR: join(dir, 'default-sim'), NO_COLOR: '1'}}
+        const r = via === 'subprocess' ? await runCli(args, opts) : await runCliInProcess(args, opts)
         const shown = `exit ${r.code} after ${Math.round(r.ms)} ms\nstdout: ${r.stdout.slice(0, 600)}\nstderr: ${r.stderr.slice(0, 600)}`
         expect(r.code, shown).toBe(k.exit)
         if (k.withinMs !== undefined) expect(r.ms, shown).toBeLessThan(k.withinMs)
