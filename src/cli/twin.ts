@@ -1,4 +1,5 @@
-import {type DeploymentInput, MAX_DEADLINE_SECONDS} from '../deployment/config.js'
+import type {DeploymentInput} from '../deployment/config.js'
+import {MAX_DEADLINE_SECONDS} from '../deployment/limits.js'
 import {PdError, badInput} from '../errors.js'
 import {ExitCode, type ExitCodeValue} from '../exit-codes.js'
 import * as lifecycle from '../sim/lifecycle/index.js'

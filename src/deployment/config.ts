@@ -1,6 +1,7 @@
 import {z} from 'zod'
 
 import {HostSchema, SudoPolicySchema} from '../hosts/host-spec.js'
+import {MAX_DEADLINE_SECONDS, MAX_POLL_SECONDS, MAX_PROBE_TIMEOUT_SECONDS} from './limits.js'
 
 /**
  * The deployment file (pdchaos.yaml): where the PD deployment lives, how to reach it, and the
@@ -18,12 +19,7 @@ export const LogSourceSchema = z.union([
   z.object({journald: z.string().min(1).describe('systemd unit whose journal holds the service log.')}).strict(),
 ], {error: 'expected {file: PATH} or {journald: UNIT}'})
 
-/** The most a probe may wait (probeTimeoutSeconds). */
-export const MAX_PROBE_TIMEOUT_SECONDS = 120
-/** The longest watchdog deadline and poll a run can judge: the default lease of a batch (about 2.2 × (deadline + poll)
- * + 80 s, experiment/batch.ts) must stay under the lease cap (an hour, faults/lease/lease.ts); test/deployment holds it. */
-export const MAX_DEADLINE_SECONDS = 1200
-export const MAX_POLL_SECONDS = 300
+export {MAX_DEADLINE_SECONDS, MAX_POLL_SECONDS, MAX_PROBE_TIMEOUT_SECONDS} from './limits.js'
 
 /** A service URL pdchaos can probe: http or https with a host and a port from 1 to 65535 (refused before any probe). */
 const serviceUrl = (what: string) => z.url({protocol: /^https?$/, error: `${what} must be an http:// or https:// URL`})

@@ -112,10 +112,10 @@ describe('ports', () => {
 })
 
 describe('deployment file', () => {
-  it('is valid under DeploymentSchema and carries the restart commands, logs and watchdog contract', () => {
+  it('is valid under DeploymentSchema and carries the restart commands, logs and watchdog contract', async () => {
     const dir = tmp()
     const c = buildSimConfig({stateDir: dir, deadlineS: 12, pollS: 0.5, basePort: 41_000, backend: 'mooncake'})
-    const file = writeDeploymentFile(c)
+    const file = await writeDeploymentFile(c)
     const text = readFileSync(file, 'utf8')
     const parsed = DeploymentSchema.parse(parse(text))
     expect(parsed).toEqual(twinDeployment(c))

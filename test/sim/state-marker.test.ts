@@ -79,14 +79,17 @@ describe('twin state dirs (issue 12, S2)', () => {
     expect(badInput(() => claimStateDir(file)).message).toContain('not a directory')
   })
 
-  it('never overwrites a deployment file pdchaos did not write, even in a twin dir', () => {
+  it('never overwrites a deployment file pdchaos did not write, even in a twin dir', async () => {
     const dir = join(root, 'twin-edited')
     claimStateDir(dir)
     const config = buildSimConfig({stateDir: dir, basePort: 47_100})
-    writeDeploymentFile(config) // its own: rewritten freely
-    writeDeploymentFile(config)
+    await writeDeploymentFile(config) // its own: rewritten freely
+    await writeDeploymentFile(config)
     writeFileSync(join(dir, 'pdchaos.yaml'), 'host: {kind: local}\n# edited by hand\n')
-    expect(badInput(() => writeDeploymentFile(config)).message).toContain(`refusing to overwrite ${join(dir, 'pdchaos.yaml')}: pdchaos did not write it`)
+    const refused = await writeDeploymentFile(config).then(() => undefined, (error: unknown) => error)
+    expect(refused).toBeInstanceOf(SimError)
+    expect((refused as SimError).kind).toBe('bad-input')
+    expect((refused as SimError).message).toContain(`refusing to overwrite ${join(dir, 'pdchaos.yaml')}: pdchaos did not write it`)
     expect(readFileSync(join(dir, 'pdchaos.yaml'), 'utf8')).toContain('edited by hand')
     expect(() => assertOwnDeploymentFile(join(dir, 'none.yaml'))).not.toThrow()
   })

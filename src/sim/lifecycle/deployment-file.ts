@@ -1,7 +1,6 @@
 import {writeFileSync} from 'node:fs'
 import {join} from 'node:path'
 import {fileURLToPath} from 'node:url'
-import {stringify} from 'yaml'
 
 import {type Backend, type SimConfig, servicesHere, simPaths, type WatchdogScope} from '../sim-config.js'
 import {endpoints} from './files.js'
@@ -85,9 +84,11 @@ export function twinDeployment(config: SimConfig): TwinDeployment {
   }
 }
 
-export function writeDeploymentFile(config: SimConfig): string {
+/** Async for its YAML writer, loaded only here: `sim status`, `down` and `restart` do without it. */
+export async function writeDeploymentFile(config: SimConfig): Promise<string> {
   const file = simPaths(config.stateDir).deploymentFile
   assertOwnDeploymentFile(file) // never over a deployment file pdchaos did not write (issue 12, S2)
+  const {stringify} = await import('yaml')
   const header = `# Written by \`pdchaos sim up\` for the twin in ${config.stateDir}. Rewritten on every up.\n`
   writeFileSync(file, header + stringify(twinDeployment(config)))
   return file

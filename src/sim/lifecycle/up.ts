@@ -92,7 +92,7 @@ export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
     const [pf, df] = await Promise.all((['prefill', 'decode'] as const).map((s) => (refs[s] ? waitHealthy(config, s, refs[s], deadline) : undefined)))
     if (refs.router) await waitHealthy(config, 'router', refs.router, deadline)
 
-    const deploymentFile = writeDeploymentFile(config)
+    const deploymentFile = await writeDeploymentFile(config)
     lock.owner = {pid: 0, start: ''} // from here on the services alone hold the state dir
     writeLock(stateDir, lock)
     return {
