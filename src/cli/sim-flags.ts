@@ -62,15 +62,17 @@ export const routerFlags = {
   'cb-timeout-duration-secs': Flags.integer({summary: 'Router: seconds a breaker stays open before half-open.', default: 60, helpGroup: 'ROUTER'}),
   'cb-window-duration-secs': Flags.integer({summary: 'Router: the breaker window, seconds (accepted and shown; unused upstream too).', default: 120, helpGroup: 'ROUTER'}),
   'disable-circuit-breaker': Flags.boolean({summary: 'Router: no circuit breaker.', default: false, helpGroup: 'ROUTER'}),
+  policy: Flags.string({summary: 'Router: how it picks among several instances of a role (--prefill-host/--decode-host lists).', options: ['cache_aware', 'round_robin', 'random'], default: 'cache_aware', helpGroup: 'ROUTER'}),
 }
 
 /** routerFlags' values as `sim up` options (SimUpOptions.router). */
 export function routerUpOptions(f: {
   'retry-max-retries': number; 'retry-initial-backoff-ms': number; 'retry-max-backoff-ms': number; 'retry-backoff-multiplier': string
   'retry-jitter-factor': string; 'disable-retries': boolean; 'cb-failure-threshold': number; 'cb-success-threshold': number
-  'cb-timeout-duration-secs': number; 'cb-window-duration-secs': number; 'disable-circuit-breaker': boolean
+  'cb-timeout-duration-secs': number; 'cb-window-duration-secs': number; 'disable-circuit-breaker': boolean; policy: string
 }): RouterUpOptions {
   return {
+    policy: f.policy as NonNullable<RouterUpOptions['policy']>,
     retryMaxRetries: f['retry-max-retries'],
     retryInitialBackoffMs: f['retry-initial-backoff-ms'],
     retryMaxBackoffMs: f['retry-max-backoff-ms'],

@@ -15,7 +15,7 @@ import {sampleOnce, startSampler} from '../workload/sampler.js'
 import {sendDirect, sendRequest, type SendOptions, type Sent} from '../workload/send.js'
 import {type LogMark, markLogs, readLogs} from '../workload/service-log.js'
 import {SteadyLoad} from '../workload/steady-load.js'
-import {sleep, within} from '../util/time.js'
+import {sleep, sleepUntil, within} from '../util/time.js'
 import {type Entry, judgeBatch, scenarioShell} from './judge.js'
 import {injectUnderLease, revertAndVerify} from './lease-steps.js'
 import {type Calibrated, openBreakers, PROBE_TIMEOUT_MS, type RunSession, untilBreakersClose} from './session.js'
@@ -258,7 +258,7 @@ async function sendPins(session: RunSession, active: Entry[], rec: Recorder, pin
     await Promise.all(plan.trials.map(async (trial) => {
       const sent = send({...base, rid: trial.rid})
       pins.push({e, sent})
-      await sleep(sent.sentAt + trial.offsetMs - now())
+      await sleepUntil(sent.sentAt + trial.offsetMs, now)
       await Promise.all(trial.aborts.map(async (a) => {
         const t = now()
         const r = await session[a.service].abort(a.body.rid).catch(() => undefined)

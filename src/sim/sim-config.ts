@@ -74,7 +74,7 @@ export interface SimConfig {
    * `services`; the others run on other nodes at `peers` (their addresses: same ports), as an operator starts
    * prefill on one node and decode on another. Absent: every service runs here.
    */
-  node?: {services: Array<Role | 'router'>; peers: Partial<Record<Role | 'router', string>>}
+  node?: {services: Array<Role | 'router'>; peers: Partial<Record<Role | 'router', string[]>>}
 }
 
 /** The services a twin runs on this node. */
@@ -82,9 +82,18 @@ export function servicesHere(config: Pick<SimConfig, 'node'>): Array<Role | 'rou
   return config.node?.services ?? ['prefill', 'decode', 'router']
 }
 
-/** The address a service listens on: this node's for its own services, the peer's for the others. */
+/** The address a service listens on: this node's for its own services, the (first) peer's for the others. */
 export function serviceHost(config: Pick<SimConfig, 'host' | 'node'>, service: Role | 'router'): string {
-  return config.node?.peers[service] ?? config.host
+  return serviceHosts(config, service)[0] ?? config.host
+}
+
+/**
+ * Every address an instance of the service listens on (same ports on each): this node's when it runs the service,
+ * then the peers'. Several are several instances behind the router (`--prefill-host A,B`).
+ */
+export function serviceHosts(config: Pick<SimConfig, 'host' | 'node'>, service: Role | 'router'): string[] {
+  const here = servicesHere(config).includes(service) ? [config.host] : []
+  return [...here, ...(config.node?.peers[service] ?? [])]
 }
 
 /**
@@ -94,6 +103,10 @@ export function serviceHost(config: Pick<SimConfig, 'host' | 'node'>, service: R
  * --cb-timeout-duration-secs, --cb-window-duration-secs, --disable-circuit-breaker). Absent: upstream's default.
  */
 export interface RouterSettings {
+  /** --policy, --prefill-policy, --decode-policy (cache_aware upstream): how the router picks among several instances. */
+  policy?: 'cache_aware' | 'round_robin' | 'random'
+  prefillPolicy?: 'cache_aware' | 'round_robin' | 'random'
+  decodePolicy?: 'cache_aware' | 'round_robin' | 'random'
   healthIntervalS?: number
   healthTimeoutS?: number
   healthFailureThreshold?: number

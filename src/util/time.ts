@@ -24,6 +24,15 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 }
 
 /**
+ * Resolve once clock() reads at least `at` (or at once on an aborted signal). Node's timers can fire a millisecond or
+ * more early against a sub-ms clock (the delay is truncated and counted from the event loop's cached time), so the
+ * rest is slept again: a planned moment is never met early.
+ */
+export async function sleepUntil(at: number, clock: () => number, signal?: AbortSignal): Promise<void> {
+  for (let left = at - clock(); left > 0 && !signal?.aborted; left = at - clock()) await sleep(Math.ceil(left), signal)
+}
+
+/**
  * p, or undefined once ms have passed (or at once when the signal is or becomes aborted); the timer and the listener
  * are cleared either way, so a wait that p ended early leaves nothing that keeps the process alive. p itself is not
  * cancelled.

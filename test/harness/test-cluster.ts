@@ -16,6 +16,8 @@ import {cliEntry, createTestHost, type TestHost, warmTwin} from './test-host.js'
 
 export interface TestCluster {
   prefillNode: TestHost
+  /** Every prefill node, prefillNode first (one prefill instance each; see ClusterOptions.prefillInstances). */
+  prefillNodes: TestHost[]
   decodeNode: TestHost
   /** pdchaos.yaml on the root side: hosts prefill-node and decode-node (ssh), each service on its node. */
   deploymentFile: string
@@ -26,8 +28,13 @@ export interface TestCluster {
 export interface ClusterOptions {
   deadlineSeconds?: number
   pollSeconds?: number
-  /** More `sim up` flags for both nodes, verbatim. */
+  /** More `sim up` flags for every node, verbatim. */
   args?: string[]
+  /**
+   * Prefill instances, one per node (default 1): the first node also runs the router, which routes to them all; the
+   * deployment file lists them as `prefill: [ … ]`.
+   */
+  prefillInstances?: number
 }
 
 export async function createTestCluster(o: ClusterOptions = {}): Promise<TestCluster> {
@@ -38,9 +45,13 @@ export async function createTestCluster(o: ClusterOptions = {}): Promise<TestClu
     await Promise.all(made.map((h) => h.destroy()))
   }
   try {
-    const [p, d] = await Promise.all([createTestHost(), createTestHost()])
-    made.push(p!, d!)
-    await linkNetns(p!.netns, d!.netns)
+    const n = o.prefillInstances ?? 1
+    const hosts = await Promise.all(Array.from({length: n + 1}, () => createTestHost()))
+    made.push(...hosts)
+    const [p, ...more] = hosts.slice(0, n)
+    const d = hosts[n]!
+    // Every pair linked: decode reaches each prefill's ranks, the router (on the first prefill node) each worker.
+    for (let i = 0; i < hosts.length; i++) for (let j = i + 1; j < hosts.length; j++) await linkNetns(hosts[i]!.netns, hosts[j]!.netns)
     // As the matrix twins: the gateway's breaker half-opens after 10 s, not 60 (a fault that fails the steady load
     // opens it, and the next run waits for it to close).
     const common = ['--deadline', String(o.deadlineSeconds ?? 1.5), '--poll', String(o.pollSeconds ?? 0.5), '--heartbeat-interval', '2', '--cb-timeout-duration-secs', '10', ...(o.args ?? [])]
@@ -49,9 +60,11 @@ export async function createTestCluster(o: ClusterOptions = {}): Promise<TestClu
       if (r.code !== 0) throw new Error(`sim up --only ${only} over ssh exited ${r.code}: ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join(' | ')}`)
       return JSON.parse(r.stdout) as {deploymentFile: string; endpoints: TestCluster['endpoints']}
     }
-    // The workers' node first: the router on the prefill node turns ready once both workers answer its probes.
-    const decodeUp = await up(d!, 'decode', ['--prefill-host', p!.netns.address, '--router-host', p!.netns.address])
-    const prefillUp = await up(p!, 'prefill,router', ['--decode-host', d!.netns.address])
+    // The workers' nodes first: the router on the first prefill node turns ready once its workers answer its probes.
+    const prefillAddrs = [p!, ...more].map((h) => h.netns.address).join(',')
+    const decodeUp = await up(d, 'decode', ['--prefill-host', prefillAddrs, '--router-host', p!.netns.address])
+    const moreUp = await Promise.all(more.map((h) => up(h, 'prefill', ['--decode-host', d.netns.address, '--router-host', p!.netns.address])))
+    const prefillUp = await up(p!, 'prefill,router', ['--decode-host', d.netns.address, ...(more.length > 0 ? ['--prefill-host', more.map((h) => h.netns.address).join(',')] : [])])
     await warmTwin(prefillUp.endpoints)
 
     // Each service as its own node's file states it (restart, logs), placed on that node. (The namespaces share this
@@ -59,14 +72,15 @@ export async function createTestCluster(o: ClusterOptions = {}): Promise<TestClu
     const nodeFile = (f: string) => parseYaml(readFileSync(f, 'utf8')) as {services: Record<string, Record<string, unknown>>; watchdog: unknown; backend: string; sglangVersion: string}
     const pf = nodeFile(prefillUp.deploymentFile)
     const df = nodeFile(decodeUp.deploymentFile)
+    const morePrefill = moreUp.map((u, i) => ({...nodeFile(u.deploymentFile).services.prefill, host: `prefill-node-${i + 2}`}))
     const file = {
       version: 1,
-      name: 'pdchaos-twin-2-nodes',
+      name: n === 1 ? 'pdchaos-twin-2-nodes' : `pdchaos-twin-${n + 1}-nodes`,
       labels: {environment: 'test'},
-      hosts: {'prefill-node': p!.hostConfig, 'decode-node': d!.hostConfig},
+      hosts: {'prefill-node': p!.hostConfig, ...Object.fromEntries(more.map((h, i) => [`prefill-node-${i + 2}`, h.hostConfig])), 'decode-node': d.hostConfig},
       stateDir: join(p!.dir, 'host-run'),
       services: {
-        prefill: {...pf.services.prefill, host: 'prefill-node'},
+        prefill: n === 1 ? {...pf.services.prefill, host: 'prefill-node'} : [{...pf.services.prefill, host: 'prefill-node'}, ...morePrefill],
         decode: {...df.services.decode, host: 'decode-node'},
         router: {...pf.services.router, host: 'prefill-node'},
       },
@@ -77,7 +91,7 @@ export async function createTestCluster(o: ClusterOptions = {}): Promise<TestClu
     DeploymentFileSchema.parse(file)
     const deploymentFile = join(p!.dir, 'cluster.yaml')
     writeFileSync(deploymentFile, toYaml(file))
-    return {prefillNode: p!, decodeNode: d!, deploymentFile, endpoints: prefillUp.endpoints, destroy}
+    return {prefillNode: p!, prefillNodes: [p!, ...more], decodeNode: d, deploymentFile, endpoints: prefillUp.endpoints, destroy}
   } catch (error) {
     await destroy()
     throw error

@@ -49,9 +49,14 @@ describe('router launch flags', () => {
 
   it('reads the optional bootstrap port after --prefill and refuses an unknown flag or a bad number', () => {
     const base = gatewayArgsFor(buildSimConfig({stateDir: '/tmp/pdc-args'}))
-    expect(parseGatewayArgv(['--prefill', 'http://p:1', 'none', '--decode', 'http://d:2'], base)).toMatchObject({prefillUrl: 'http://p:1', bootstrapPort: base.bootstrapPort, decodeUrl: 'http://d:2'})
-    expect(parseGatewayArgv(['--prefill', 'http://p:1', '--decode', 'http://d:2'], base).bootstrapPort).toBe(base.bootstrapPort)
-    expect(parseGatewayArgv(['--prefill', 'http://p:1', '9001'], base).bootstrapPort).toBe(9001)
+    const port = base.prefill[0]!.bootstrapPort
+    expect(parseGatewayArgv(['--prefill', 'http://p:1', 'none', '--decode', 'http://d:2'], base)).toMatchObject({prefill: [{url: 'http://p:1', bootstrapPort: port}], decode: ['http://d:2']})
+    expect(parseGatewayArgv(['--prefill', 'http://p:1', '--decode', 'http://d:2'], base).prefill).toEqual([{url: 'http://p:1', bootstrapPort: port}])
+    expect(parseGatewayArgv(['--prefill', 'http://p:1', '9001'], base).prefill).toEqual([{url: 'http://p:1', bootstrapPort: 9001}])
+    // Repeated: one instance each, in order; the base's list is replaced, not added to.
+    const two = parseGatewayArgv(['--prefill', 'http://p:1', '9001', '--prefill', 'http://q:1', '9002', '--decode', 'http://d:2', '--decode', 'http://e:2', '--policy', 'round_robin'], base)
+    expect(two).toMatchObject({prefill: [{url: 'http://p:1', bootstrapPort: 9001}, {url: 'http://q:1', bootstrapPort: 9002}], decode: ['http://d:2', 'http://e:2'], policy: 'round_robin'})
+    expect(() => parseGatewayArgv(['--policy', 'fastest'], base)).toThrow(/--policy must be one of cache_aware, round_robin, random/)
     expect(() => parseGatewayArgv(['--retry-max-retries', 'many'], base)).toThrow(/--retry-max-retries needs a number/)
     expect(() => parseGatewayArgv(['--no-such-flag'], base)).toThrow(/unknown flag --no-such-flag/)
   })

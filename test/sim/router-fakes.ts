@@ -93,7 +93,7 @@ export async function routerRig(extra: Partial<RouterOptions> = {}, prefillBehav
   const decode = await fakeWorker(decodeBehaviour)
   const truthFile = join(dir, 'truth', 'router.jsonl')
   const router = await startRouter({
-    host: '127.0.0.1', port: 0, metricsPort: 0, prefillUrl: prefill.url, decodeUrl: decode.url, bootstrapPort: 8998,
+    host: '127.0.0.1', port: 0, metricsPort: 0, prefill: [{url: prefill.url, bootstrapPort: 8998}], decode: [decode.url],
     health: {intervalS: 0.1, timeoutS: 0.5}, truthFile, ...extra,
   })
   await until(() => router.ready())

@@ -1,7 +1,7 @@
 import {getEventListeners} from 'node:events'
 import {describe, expect, it} from 'vitest'
 
-import {sleep, within} from '../../src/util/time.js'
+import {sleep, sleepUntil, within} from '../../src/util/time.js'
 
 describe('sleep', () => {
   it('waits the time it is given (a negative time is none)', async () => {
@@ -68,5 +68,25 @@ describe('within', () => {
     const quick = performance.now()
     expect(await within(never, 60_000, controller.signal)).toBeUndefined()
     expect(performance.now() - quick).toBeLessThan(100)
+  })
+})
+
+describe('sleepUntil', () => {
+  it('never returns before its clock reads the moment: a timer that fired early is slept again', async () => {
+    // A clock that reads 8 after the first sleep of 10, as when a timer fires early against a sub-ms clock.
+    const reads = [0, 8, 10]
+    let calls = 0
+    const clock = () => reads[Math.min(calls++, reads.length - 1)]!
+    await sleepUntil(10, clock)
+    expect(calls).toBe(3)
+  })
+
+  it('a moment already past, or an aborted signal, returns at once', async () => {
+    const started = performance.now()
+    await sleepUntil(5, () => 6)
+    const controller = new AbortController()
+    controller.abort()
+    await sleepUntil(10_000, () => 0, controller.signal)
+    expect(performance.now() - started).toBeLessThan(500)
   })
 })

@@ -28,8 +28,8 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
     'state-dir': stateDirFlag,
     host: Flags.string({summary: 'Address every twin socket binds to.', default: '127.0.0.1'}),
     only: Flags.string({summary: 'Run only these services on this node (comma-separated: prefill, decode, router); the others run on other nodes at --prefill-host, --decode-host, --router-host.', delimiter: ',', multiple: true}),
-    'prefill-host': Flags.string({summary: 'With --only: the address of the node prefill runs on (same ports).'}),
-    'decode-host': Flags.string({summary: 'With --only: the address of the node decode runs on (same ports).'}),
+    'prefill-host': Flags.string({summary: 'With --only: the address of the node prefill runs on (same ports); several, comma-separated, for one prefill instance per node. On the router\'s node, the other prefill instances it routes to.'}),
+    'decode-host': Flags.string({summary: 'With --only: the address of the node decode runs on (same ports); several, comma-separated, for one decode instance per node. On the router\'s node, the other decode instances it routes to.'}),
     'router-host': Flags.string({summary: 'With --only: the address of the node the router runs on (same ports).'}),
     gpus: Flags.integer({summary: 'GPUs of the simulated host.', default: 8}),
     'prefill-tp': Flags.integer({summary: 'Prefill TP size (ranks on GPUs 0..N-1).', default: 4}),
@@ -95,7 +95,7 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
       ['decode', out.endpoints.decode],
       ['router metrics', out.endpoints.routerMetrics],
     ]
-    const node = config.node ? `, this node runs ${config.node.services.join(', ')}; ${Object.entries(config.node.peers).map(([s, a]) => `${s} at ${a}`).join(', ')}` : ''
+    const node = config.node ? `, this node runs ${config.node.services.join(', ')}; ${Object.entries(config.node.peers).map(([s, a]) => `${s} at ${(a ?? []).join(' and ')}`).join(', ')}` : ''
     this.log(`Twin healthy in ${(out.healthyMs / 1000).toFixed(1)} s (prefill ${layoutText(config, 'prefill')}, decode ${layoutText(config, 'decode')}, ${config.backend}, watchdog ${config.watchdog.scope} ${config.watchdog.deadlineS}s/${config.watchdog.pollS}s${config.bugs.length ? `, bugs: ${config.bugs.join(', ')}` : ''}${node})`)
     for (const [name, url] of rows) this.log(`  ${name.padEnd(15)} ${url}`)
     this.log(`  deployment file ${out.deploymentFile}`)

@@ -8,6 +8,7 @@ import {parseUcxTime, railPlan} from '../server/rail-plan.js'
 import {type Lag, parseLag} from '../server/lag.js'
 import {CB_DEFAULTS} from '../router/circuit-breaker.js'
 import {RETRY_DEFAULTS} from '../router/retry.js'
+import {POLICY_NAMES} from '../router/policy.js'
 import {type Backend, BUG_NAMES, type BugName, type SimConfig, type WatchdogScope, type RouterSettings} from '../sim-config.js'
 
 /** What `pdchaos sim up` takes (flags map 1:1); every field optional, defaults below. */
@@ -16,7 +17,10 @@ export interface SimUpOptions {
   host?: string
   /** `--only`: the services this node runs (a twin spanning nodes); absent: all three. */
   only?: string[]
-  /** `--prefill-host`, `--decode-host`, `--router-host`: where the services this node does not run listen. */
+  /**
+   * `--prefill-host`, `--decode-host`, `--router-host`: where the services this node does not run listen (a
+   * comma-separated list: one instance per node). On the router's node, further instances of a role it also runs.
+   */
   peers?: Partial<Record<'prefill' | 'decode' | 'router', string>>
   gpus?: number
   prefillTp?: number
@@ -70,7 +74,7 @@ export interface SimUpOptions {
 /** sgl-model-gateway's --retry-* / --cb-* / --disable-* flags as `sim up` takes them (one field per flag; the router's
  * own settings, so the two cannot drift apart). retryMaxRetries: attempts per request in all (upstream runs max(N, 1)). */
 export type RouterUpOptions = Pick<RouterSettings, 'retryMaxRetries' | 'retryInitialBackoffMs' | 'retryMaxBackoffMs' | 'retryBackoffMultiplier' |
-  'retryJitterFactor' | 'disableRetries' | 'cbFailureThreshold' | 'cbSuccessThreshold' | 'cbTimeoutDurationS' | 'cbWindowDurationS' | 'disableCircuitBreaker'>
+  'retryJitterFactor' | 'disableRetries' | 'cbFailureThreshold' | 'cbSuccessThreshold' | 'cbTimeoutDurationS' | 'cbWindowDurationS' | 'disableCircuitBreaker' | 'policy'>
 
 export const UP_DEFAULTS = {
   host: '127.0.0.1',
@@ -230,14 +234,29 @@ function nodeOptions(o: SimUpOptions, host: string): SimConfig['node'] {
     if (!services.includes(s as (typeof ALL_SERVICES)[number])) services.push(s as (typeof ALL_SERVICES)[number])
   }
   const out: NonNullable<SimConfig['node']>['peers'] = {}
-  for (const [service, addr] of peers) {
-    if (services.includes(service)) throw badInput(`--${service}-host: ${service} runs on this node (--only ${services.join(',')}), at --host ${host}`, `drop --${service}-host`)
-    if (isIP(addr) === 0) throw badInput(`--${service}-host must be the IP address of the node ${service} runs on, got "${addr}"`, `pass --${service}-host 10.0.0.2`)
-    out[service] = addr
+  for (const [service, list] of peers) {
+    const addrs = list.split(',').map((a) => a.trim())
+    // A role this node runs takes further instances on other nodes only where the router runs: it routes to them all.
+    if (services.includes(service) && (service === 'router' || !services.includes('router'))) {
+      throw badInput(`--${service}-host: ${service} runs on this node (--only ${services.join(',')}), at --host ${host}`, `drop --${service}-host`)
+    }
+    if (service === 'router' && addrs.length > 1) throw badInput(`--router-host names one node (the router's), got ${addrs.length}`, 'pass --router-host ADDR')
+    for (const addr of addrs) {
+      if (isIP(addr) === 0) throw badInput(`--${service}-host must be the IP address of the node ${service} runs on (or a comma-separated list, one per instance), got "${addr}"`, `pass --${service}-host 10.0.0.2`)
+      if (addr === host && services.includes(service)) throw badInput(`--${service}-host ${addr} is this node, which already runs ${service}`, `list only the other nodes' addresses in --${service}-host`)
+    }
+    if (new Set(addrs).size !== addrs.length) throw badInput(`--${service}-host lists an address twice: ${list}`, 'list each instance\'s node once')
+    out[service] = addrs
   }
   const missing = ALL_SERVICES.filter((s) => !services.includes(s) && out[s] === undefined)
   if (missing.length > 0) throw badInput(`this node runs ${services.join(', ')} only: say where ${missing.join(' and ')} run${missing.length === 1 ? 's' : ''}`, missing.map((m) => `--${m}-host ADDR`).join(' '))
   return {services: ALL_SERVICES.filter((s) => services.includes(s)), peers: out}
+}
+
+function policyOf(p: string | undefined): NonNullable<RouterUpOptions['policy']> {
+  if (p === undefined) return 'cache_aware'
+  if (!(POLICY_NAMES as readonly string[]).includes(p)) throw badInput(`--policy must be one of ${POLICY_NAMES.join(', ')}, got "${p}"`, 'pass --policy cache_aware')
+  return p as NonNullable<RouterUpOptions['policy']>
 }
 
 /**
@@ -265,6 +284,7 @@ function routerResilience(r: RouterUpOptions): Required<RouterUpOptions> {
     cbTimeoutDurationS: number('--cb-timeout-duration-secs', r.cbTimeoutDurationS, CB_DEFAULTS.timeoutDurationS, 0, 86_400, true),
     cbWindowDurationS: number('--cb-window-duration-secs', r.cbWindowDurationS, CB_DEFAULTS.windowDurationS, 0, 86_400, true),
     disableCircuitBreaker: r.disableCircuitBreaker ?? CB_DEFAULTS.disabled,
+    policy: policyOf(r.policy),
   }
   return out
 }

@@ -3,16 +3,21 @@
  * CliArgs; the Python launcher, bindings/python, takes the same names): what `sim up` passes to the router process,
  * what the process shows in `ps`, and what it reads back to configure itself. docs/twin.md, "Router".
  */
-import {type SimConfig, serviceHost} from '../sim-config.js'
+import {type SimConfig, serviceHosts} from '../sim-config.js'
 import {CB_DEFAULTS, type CircuitBreakerSettings} from './circuit-breaker.js'
+import {POLICY_NAMES, type PolicyName} from './policy.js'
 import {type HealthCheckSettings, ROUTER_HEALTH_DEFAULTS} from './health.js'
 import {RETRY_DEFAULTS, type RetrySettings} from './retry.js'
 
 export interface GatewayArgs {
-  prefillUrl: string
-  /** The prefill's --disaggregation-bootstrap-port, given after its URL (`--prefill URL PORT`). */
-  bootstrapPort: number
-  decodeUrl: string
+  /** `--prefill URL PORT` per prefill instance: its URL and --disaggregation-bootstrap-port. */
+  prefill: Array<{url: string; bootstrapPort: number}>
+  /** `--decode URL` per decode instance. */
+  decode: string[]
+  /** --policy (cache_aware upstream), and --prefill-policy / --decode-policy when they differ from it. */
+  policy: PolicyName
+  prefillPolicy?: PolicyName
+  decodePolicy?: PolicyName
   host: string
   port: number
   prometheusHost: string
@@ -29,13 +34,15 @@ const hostForUrl = (host: string): string => (host.includes(':') ? `[${host}]` :
 /** The gateway settings of a twin: sim.json's router section over upstream's defaults. */
 export function gatewayArgsFor(config: SimConfig): GatewayArgs {
   const r = config.router ?? {}
-  // Its workers where they run: on a multi-node twin, at their nodes' addresses.
-  const url = (service: 'prefill' | 'decode', port: number): string => `http://${hostForUrl(serviceHost(config, service))}:${port}`
+  // Its workers where they run: on a multi-node twin, every instance of a role at its node's address (same ports).
+  const urls = (service: 'prefill' | 'decode', port: number): string[] => serviceHosts(config, service).map((h) => `http://${hostForUrl(h)}:${port}`)
   const pick = <T>(v: T | undefined, fallback: T): T => (v === undefined ? fallback : v)
   return {
-    prefillUrl: url('prefill', config.ports.prefill),
-    bootstrapPort: config.ports.bootstrap,
-    decodeUrl: url('decode', config.ports.decode),
+    prefill: urls('prefill', config.ports.prefill).map((url) => ({url, bootstrapPort: config.ports.bootstrap})),
+    decode: urls('decode', config.ports.decode),
+    policy: r.policy ?? 'cache_aware',
+    ...(r.prefillPolicy === undefined ? {} : {prefillPolicy: r.prefillPolicy}),
+    ...(r.decodePolicy === undefined ? {} : {decodePolicy: r.decodePolicy}),
     host: config.host,
     port: config.ports.router,
     prometheusHost: config.host,
@@ -69,8 +76,11 @@ export function gatewayArgsFor(config: SimConfig): GatewayArgs {
 export function gatewayArgv(a: GatewayArgs): string[] {
   return [
     '--pd-disaggregation',
-    '--prefill', a.prefillUrl, String(a.bootstrapPort),
-    '--decode', a.decodeUrl,
+    ...a.prefill.flatMap((p) => ['--prefill', p.url, String(p.bootstrapPort)]),
+    ...a.decode.flatMap((d) => ['--decode', d]),
+    '--policy', a.policy,
+    ...(a.prefillPolicy ? ['--prefill-policy', a.prefillPolicy] : []),
+    ...(a.decodePolicy ? ['--decode-policy', a.decodePolicy] : []),
     '--host', a.host,
     '--port', String(a.port),
     '--prometheus-host', a.prometheusHost,
@@ -99,7 +109,13 @@ export function gatewayArgv(a: GatewayArgs): string[] {
  * keep `base`; an unknown flag or a value that is not a number is an error naming the flag.
  */
 export function parseGatewayArgv(argv: string[], base: GatewayArgs): GatewayArgs {
-  const a: GatewayArgs = {...base, health: {...base.health}, retry: {...base.retry}, circuitBreaker: {...base.circuitBreaker}}
+  const a: GatewayArgs = {...base, prefill: [...base.prefill], decode: [...base.decode], health: {...base.health}, retry: {...base.retry}, circuitBreaker: {...base.circuitBreaker}}
+  // The first --prefill (--decode) replaces the base's list; each further one adds an instance.
+  const given = {prefill: false, decode: false}
+  const policy = (flag: string, raw: string | undefined): PolicyName => {
+    if (!(POLICY_NAMES as readonly string[]).includes(raw ?? '')) throw new Error(`${flag} must be one of ${POLICY_NAMES.join(', ')}, got ${raw === undefined ? 'nothing' : `"${raw}"`}`)
+    return raw as PolicyName
+  }
   const num = (flag: string, raw: string | undefined): number => {
     const v = Number(raw)
     if (raw === undefined || raw.trim() === '' || !Number.isFinite(v)) throw new Error(`${flag} needs a number, got ${raw === undefined ? 'nothing' : `"${raw}"`}`)
@@ -143,17 +159,32 @@ export function parseGatewayArgv(argv: string[], base: GatewayArgs): GatewayArgs
         a.circuitBreaker.disabled = true
         break
       case '--prefill': {
-        a.prefillUrl = str(flag, argv[++i])
-        // The bootstrap port after the URL is optional ("none" or absent), as in the launcher.
+        const url = str(flag, argv[++i])
+        // The bootstrap port after the URL is optional ("none" or absent), as in the launcher: the base's port then.
+        let bootstrapPort = base.prefill[0]?.bootstrapPort ?? 8998
         const next = argv[i + 1]
         if (next !== undefined && !next.startsWith('--')) {
           i++
-          if (next !== 'none') a.bootstrapPort = num('--prefill bootstrap port', next)
+          if (next !== 'none') bootstrapPort = num('--prefill bootstrap port', next)
         }
+        if (!given.prefill) a.prefill = []
+        given.prefill = true
+        a.prefill.push({url, bootstrapPort})
         break
       }
       case '--decode':
-        a.decodeUrl = str(flag, argv[++i])
+        if (!given.decode) a.decode = []
+        given.decode = true
+        a.decode.push(str(flag, argv[++i]))
+        break
+      case '--policy':
+        a.policy = policy(flag, argv[++i])
+        break
+      case '--prefill-policy':
+        a.prefillPolicy = policy(flag, argv[++i])
+        break
+      case '--decode-policy':
+        a.decodePolicy = policy(flag, argv[++i])
         break
       case '--host':
         a.host = str(flag, argv[++i])

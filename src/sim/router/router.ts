@@ -7,27 +7,34 @@ import {performance} from 'node:perf_hooks'
 import {parseRoomJson, stringifyRoomJson} from '../server/json-room.js'
 import {CB_DEFAULTS, CB_STATE_CODE, CircuitBreaker, type CircuitBreakerSettings} from './circuit-breaker.js'
 import {type HealthCheckSettings, ROUTER_HEALTH_DEFAULTS, WorkerHealth, probe} from './health.js'
+import {CACHE_AWARE_DEFAULTS, type CacheAwareSettings, makePolicy, type PolicyName} from './policy.js'
 import {PromRegistry} from './prom-text.js'
 import {attemptsAllowed, backoffDelayMs, isRetryableStatus, RETRY_DEFAULTS, type RetrySettings} from './retry.js'
 import {randomRoom} from './room.js'
 
 /**
  * The twin's PD router, modelled on sgl-model-gateway's PD mode (sgl-model-gateway/src/routers/http/pd_router.rs,
- * core/retry.rs, core/circuit_breaker.rs; docs/twin.md, "Router"). One prefill and one decode worker. Each request is
- * run by a retry loop: every attempt picks the pair (a worker that is unhealthy or whose breaker is open makes it a
- * 503), injects a fresh random 63-bit bootstrap room into the same body (same rid), sends it to both workers at once
+ * core/retry.rs, core/circuit_breaker.rs; docs/twin.md, "Router"). One or more prefill and decode workers. Each
+ * request is run by a retry loop: every attempt picks the pair (each role by its policy among its workers that are
+ * healthy and whose breaker lets requests through; none available is a 503), injects the chosen prefill's bootstrap
+ * address and a fresh random 63-bit bootstrap room into the same body (same rid), sends it to both workers at once
  * and waits for both to answer (tokio::join!), then decode's error wins, then prefill's, else decode's answer passes
- * through. Both breakers record the attempt's outcome; 408/429/500/502/503/504 are retried after a jittered backoff.
+ * through. The pair's two breakers record the attempt's outcome; 408/429/500/502/503/504 are retried after a jittered
+ * backoff, and the retry picks its pair again.
  */
 
 export interface RouterOptions {
   host: string
   port: number
   metricsPort: number
-  prefillUrl: string
-  decodeUrl: string
-  /** The prefill's --disaggregation-bootstrap-port, injected as bootstrap_port. */
-  bootstrapPort: number
+  /** `--prefill URL PORT`, once per prefill instance: its URL and --disaggregation-bootstrap-port (injected as bootstrap_port). */
+  prefill: ReadonlyArray<{url: string; bootstrapPort: number}>
+  /** `--decode URL`, once per decode instance. */
+  decode: readonly string[]
+  /** --prefill-policy and --decode-policy (each defaulting to --policy, cache_aware upstream). */
+  policy?: {prefill?: PolicyName; decode?: PolicyName}
+  /** cache_aware's thresholds; unset fields keep upstream's defaults. */
+  cacheAware?: Partial<CacheAwareSettings>
   health?: Partial<HealthCheckSettings>
   /** --request-timeout-secs (1800 in the real router). */
   requestTimeoutS?: number
@@ -54,6 +61,8 @@ const MAX_BODY = 64 * 1024 * 1024
 const now = (): number => performance.timeOrigin + performance.now()
 /** metrics_labels::ENDPOINT_GENERATE: the endpoint label of the retry counters. */
 const ENDPOINT = 'generate'
+/** The worker_type labels of the retry and error counters: PD mode counts each for both roles (dispatch.rs). */
+const ROLES = ['prefill', 'decode'] as const
 
 /** A request body with the bootstrap fields set; the room is written as a bare integer (it exceeds 2^53). */
 export function injectBootstrap(body: Record<string, unknown>, host: string, port: number, room: bigint): string {
@@ -144,7 +153,6 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
   const random = opts.random ?? Math.random
   const requestTimeoutMs = (opts.requestTimeoutS ?? 1800) * 1000
   const log = opts.log ?? (() => {})
-  const bootstrapHost = new URL(opts.prefillUrl).hostname
   const agent = new http.Agent({keepAlive: true, maxSockets: Infinity, maxFreeSockets: 256})
 
   const metrics = new PromRegistry()
@@ -173,7 +181,10 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
     if (truthFd !== undefined) writeSync(truthFd, JSON.stringify({t: now(), role: 'router', ...o}) + '\n')
   }
 
-  const workers = ([['prefill', opts.prefillUrl], ['decode', opts.decodeUrl]] as const).map(([role, url]) => {
+  if (opts.prefill.length === 0 || opts.decode.length === 0) throw new Error('the PD router needs at least one prefill and one decode worker')
+  const bootstrapOf = new Map(opts.prefill.map((p) => [p.url, p.bootstrapPort]))
+  const listed = [...opts.prefill.map((p) => ['prefill', p.url] as const), ...opts.decode.map((u) => ['decode', u] as const)]
+  const workers = listed.map(([role, url]) => {
     metrics.set('smg_worker_health', {worker: url}, 0)
     const h = new WorkerHealth(url, health, (ok) => {
       metrics.set('smg_worker_health', {worker: url}, ok ? 1 : 0)
@@ -193,10 +204,17 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
         metrics.set('smg_worker_cb_consecutive_successes', {worker: url}, successes)
       },
     })
-    return {role, url, h, cb}
+    return {role, url, h, cb, load: 0}
   })
-  const [prefillWorker, decodeWorker] = workers
-  const ready = (): boolean => workers.every((w) => w.h.healthy)
+  type Worker = (typeof workers)[number]
+  const ofRole = (role: 'prefill' | 'decode'): Worker[] => workers.filter((w) => w.role === role)
+  const cacheAware = {...CACHE_AWARE_DEFAULTS, ...defined(opts.cacheAware)}
+  const policies = {
+    prefill: makePolicy(opts.policy?.prefill ?? 'cache_aware', random, cacheAware),
+    decode: makePolicy(opts.policy?.decode ?? 'cache_aware', random, cacheAware),
+  }
+  // pd_router.rs readiness(): at least one healthy prefill and one healthy decode worker.
+  const ready = (): boolean => ofRole('prefill').some((w) => w.h.healthy) && ofRole('decode').some((w) => w.h.healthy)
 
   const upstream = (url: string, body: string, onRes: (res: http.IncomingMessage) => void, onErr: (e: Error) => void): http.ClientRequest => {
     const req = http.request(url + '/generate', {
@@ -219,12 +237,18 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
   const built = (status: number, code: string, message: string): Answer =>
     ({kind: 'built', status, contentType: 'application/json', body: JSON.stringify(gatewayError(status, code, message)), error: message})
 
-  /** select_pd_pair → pick_worker_by_policy_arc: only workers that are healthy and whose breaker lets requests through. */
-  const unavailable = (): string | undefined => {
-    for (const w of workers) {
-      if (!w.h.healthy || !w.cb.canExecute()) return `No available ${w.role} workers (all circuits open or unhealthy)`
+  /** select_pd_pair → pick_worker_by_policy_arc: each role among its workers that are healthy and whose breaker lets requests through. */
+  const selectPair = (text: string): {prefill: Worker; decode: Worker} | {error: string} => {
+    const pick = (role: 'prefill' | 'decode'): Worker | string => {
+      const available = ofRole(role).filter((w) => w.h.healthy && w.cb.canExecute())
+      if (available.length === 0) return `No available ${role} workers (all circuits open or unhealthy)`
+      return available[policies[role].select(available, text)]!
     }
-    return undefined
+    const prefill = pick('prefill')
+    if (typeof prefill === 'string') return {error: prefill}
+    const decode = pick('decode')
+    if (typeof decode === 'string') return {error: decode}
+    return {prefill, decode}
   }
 
   const generate = (res: http.ServerResponse, raw: string): void => {
@@ -242,6 +266,7 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
     }
     const request = body as Record<string, unknown>
     const rid = typeof request.rid === 'string' ? request.rid : null
+    const requestText = typeof request.text === 'string' ? request.text : ''
     const stream = request.stream === true
     const sentAt = now()
     const maxAttempts = attemptsAllowed(retry)
@@ -265,26 +290,32 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
     /** One attempt: execute_dual_dispatch's operation closure around execute_dual_dispatch_internal. */
     const attempt = (n: number): Promise<AttemptResult> => new Promise((resolve) => {
       const startedAt = now()
+      let chosen: Worker[] = []
+      const chosenOf = (): Worker[] => chosen
       let settled = false
       const settle = (r: AttemptResult): void => {
         if (settled) return
         settled = true
         cancelAttempt = undefined
+        for (const w of chosenOf()) w.load--
         record({
           event: 'attempt', rid, room: r.room?.toString() ?? null, attempt: n, status: r.answer.status, prefillStatus: r.prefillStatus,
           decodeStatus: r.decodeStatus, ms: now() - startedAt, ...(r.answer.kind === 'built' && r.answer.error ? {error: r.answer.error} : {}),
         })
         resolve(r)
       }
-      const gone = unavailable()
-      if (gone !== undefined) {
+      const pair = selectPair(requestText)
+      if ('error' in pair) {
         // handle_server_selection_error: a 503 before anything is sent, no breaker outcome recorded.
-        settle({answer: built(503, 'server_selection_failed', `No available servers: ${gone}`), room: null, prefillStatus: null, decodeStatus: null})
+        settle({answer: built(503, 'server_selection_failed', `No available servers: ${pair.error}`), room: null, prefillStatus: null, decodeStatus: null})
         return
       }
+      chosen = [pair.prefill, pair.decode]
+      // WorkerLoadGuard: the pair's load counts this attempt until it settles.
+      for (const w of chosen) w.load++
       const room = randomRoom()
-      const text = injectBootstrap(request, bootstrapHost, opts.bootstrapPort, room)
-      record({event: 'sent', rid, room: room.toString(), attempt: n})
+      const text = injectBootstrap(request, new URL(pair.prefill.url).hostname, bootstrapOf.get(pair.prefill.url)!, room)
+      record({event: 'sent', rid, room: room.toString(), attempt: n, prefill: pair.prefill.url, decode: pair.decode.url})
 
       type Leg = {res: http.IncomingMessage} | {error: string}
       let p: Leg | undefined
@@ -300,19 +331,20 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
         drop()
         if (!settled) {
           settled = true
+          for (const w of chosen) w.load--
           resolve({answer: built(499, 'client_disconnected', 'client disconnected'), room, prefillStatus: null, decodeStatus: null})
         }
       }
 
       const outcome = (answer: Answer, prefillStatus: number | null, decodeStatus: number | null): void => {
-        // Both breakers record the attempt's status: 2xx and 4xx are not a worker's fault.
+        // The pair's breakers record the attempt's status: 2xx and 4xx are not a worker's fault.
         const ok = (answer.status >= 200 && answer.status < 300) || (answer.status >= 400 && answer.status < 500)
-        for (const w of workers) {
+        for (const w of chosen) {
           w.cb.record(ok)
           metrics.inc('smg_worker_cb_outcomes_total', {worker: w.url, outcome: ok ? 'success' : 'failure'})
         }
         if (answer.status >= 500) {
-          for (const w of workers) metrics.inc('smg_worker_errors_total', {worker_type: w.role, connection_mode: 'http', error_type: errorTypeFromStatus(answer.status)})
+          for (const role of ROLES) metrics.inc('smg_worker_errors_total', {worker_type: role, connection_mode: 'http', error_type: errorTypeFromStatus(answer.status)})
         }
         settle({answer, room, prefillStatus, decodeStatus})
       }
@@ -396,8 +428,8 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
         else d = {error: e.message}
         void join()
       }
-      legs.push(upstream(opts.prefillUrl, text, onLeg('prefill', opts.prefillUrl), onErr('prefill', opts.prefillUrl)))
-      legs.push(upstream(opts.decodeUrl, text, onLeg('decode', opts.decodeUrl), onErr('decode', opts.decodeUrl)))
+      legs.push(upstream(pair.prefill.url, text, onLeg('prefill', pair.prefill.url), onErr('prefill', pair.prefill.url)))
+      legs.push(upstream(pair.decode.url, text, onLeg('decode', pair.decode.url), onErr('decode', pair.decode.url)))
     })
 
     const deliver = (r: AttemptResult): void => {
@@ -433,12 +465,12 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
         const status = last.answer.status
         if (!isRetryableStatus(status)) return deliver(last)
         if (n + 1 >= maxAttempts) {
-          for (const w of workers) metrics.inc('smg_worker_retries_exhausted_total', {worker_type: w.role, endpoint: ENDPOINT})
+          for (const role of ROLES) metrics.inc('smg_worker_retries_exhausted_total', {worker_type: role, endpoint: ENDPOINT})
           return deliver(last)
         }
         if (last.answer.kind === 'pass') last.answer.res.destroy()
         const delayMs = backoffDelayMs(retry, n, random)
-        for (const w of workers) metrics.inc('smg_worker_retries_total', {worker_type: w.role, endpoint: ENDPOINT})
+        for (const role of ROLES) metrics.inc('smg_worker_retries_total', {worker_type: role, endpoint: ENDPOINT})
         metrics.observe('smg_worker_retry_backoff_seconds', {attempt: String(n + 1)}, delayMs / 1000)
         record({event: 'retry', rid, attempt: n + 1, afterStatus: status, backoffMs: delayMs})
         await new Promise<void>((wake) => {
@@ -541,7 +573,8 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
   }
   for (const w of workers) w.h.start()
   const hostForUrl = opts.host.includes(':') ? `[${opts.host}]` : opts.host
-  log(`sgl-model-gateway (twin) PD router listening on ${hostForUrl}:${port}, prefill ${prefillWorker.url} bootstrap ${opts.bootstrapPort}, decode ${decodeWorker.url}, metrics on :${metricsPort}; `
+  const shown = (role: 'prefill' | 'decode') => ofRole(role).map((w) => (role === 'prefill' ? `${w.url} bootstrap ${bootstrapOf.get(w.url)}` : w.url)).join(', ')
+  log(`sgl-model-gateway (twin) PD router listening on ${hostForUrl}:${port}, prefill ${shown('prefill')} (${policies.prefill.name}), decode ${shown('decode')} (${policies.decode.name}), metrics on :${metricsPort}; `
     + `${attemptsAllowed(retry)} attempt(s) per request${retry.disabled ? ' (retries disabled)' : ''}, circuit breaker ${cbSettings.disabled ? 'disabled' : `opens after ${cbSettings.failureThreshold} consecutive failures`}`)
 
   return {

@@ -1,0 +1,48 @@
+import {afterAll, beforeAll, describe, expect, it} from 'vitest'
+
+import {createTestCluster, type TestCluster} from '../harness/test-cluster.js'
+import {runCli, truth} from './cli.js'
+
+/**
+ * Several prefill instances behind one gateway (issue 13): two prefill nodes and a decode node, each a namespace host
+ * with its own sshd, the router on the first prefill node routing to both prefill instances as sgl-model-gateway does
+ * with two `--prefill` flags (round_robin here, so both are used in a few requests).
+ */
+let c: TestCluster
+// Small twins (one GPU per server): this file is about routing between instances, not about ranks.
+beforeAll(async () => { c = await createTestCluster({prefillInstances: 2, args: ['--policy', 'round_robin', '--gpus', '2', '--prefill-tp', '1', '--decode-tp', '1']}) }, 240_000)
+afterAll(async () => { await c?.destroy() }, 60_000)
+
+describe('a twin with two prefill instances on two nodes and decode on a third', () => {
+  it('the router spreads requests over both prefill instances, and each one\'s KV reaches decode', async () => {
+    const rids = Array.from({length: 6}, (_, i) => `instances-${i}-${Date.now().toString(36)}`)
+    for (const rid of rids) {
+      const res = await fetch(`${c.endpoints.router}/generate`, {
+        method: 'POST', headers: {'content-type': 'application/json'},
+        body: JSON.stringify({rid, text: 'two prefill instances '.repeat(10), sampling_params: {max_new_tokens: 2}}), signal: AbortSignal.timeout(30_000),
+      })
+      expect(res.status, await res.clone().text()).toBe(200)
+    }
+    // By the twin's ground truth: the router sent each request to one prefill instance, alternating; each instance's
+    // own server saw exactly the requests sent to it, and decode saw them all.
+    const sent = truth(c.prefillNode.stateDir, 'router').filter((e) => e.event === 'sent' && rids.includes(String(e.rid)))
+    expect(sent).toHaveLength(6)
+    const urls = c.prefillNodes.map((h) => `http://${h.netns.address}:${new URL(c.endpoints.prefill).port}`)
+    expect(new Set(sent.map((e) => e.prefill))).toEqual(new Set(urls))
+    for (const [i, node] of c.prefillNodes.entries()) {
+      const mine = sent.filter((e) => e.prefill === urls[i]).map((e) => String(e.rid)).sort()
+      const served = [...new Set(truth(node.stateDir, 'prefill').filter((e) => rids.includes(String(e.rid))).map((e) => String(e.rid)))].sort()
+      expect(served, `prefill instance ${i + 1}`).toEqual(mine)
+      expect(mine).toHaveLength(3)
+    }
+    const decoded = new Set(truth(c.decodeNode.stateDir, 'decode').filter((e) => rids.includes(String(e.rid))).map((e) => String(e.rid)))
+    expect(decoded.size).toBe(6)
+  }, 90_000)
+
+  it('pdchaos reads the deployment file with both instances and refuses, naming them, to act on a part of it (exit 2)', async () => {
+    const r = await runCli(['status', '-c', c.deploymentFile, '--json'], {timeoutMs: 60_000})
+    expect(r.code, r.stdout + r.stderr).toBe(2)
+    const doc = JSON.parse(r.stdout) as {error: {message: string}}
+    expect(doc.error.message).toMatch(/2 prefill instances \(services\.prefill\[0\], services\.prefill\[1\]\)/)
+  }, 60_000)
+})
