@@ -5,7 +5,7 @@ import {DEFAULT_PROBE_TIMEOUT_MS} from '../deployment/clients.js'
 import {ExitCode} from '../exit-codes.js'
 import {discover, type StatusReport} from '../discovery/discover.js'
 import {type DeploymentReport, discoverAcrossHosts} from '../discovery/discover-hosts.js'
-import {hostView} from '../deployment/single-host.js'
+import {hostView, instancesOn} from '../deployment/single-host.js'
 import {renderStatus} from '../report/status-text.js'
 import {redactDeep} from '../util/redact.js'
 
@@ -23,12 +23,13 @@ export default class Status extends TargetCommand<typeof Status> {
     const report = redactDeep(await this.withTarget({}, (t) => {
       const timeoutMs = (this.flags.timeout ?? t.deployment.probeTimeoutSeconds ?? DEFAULT_PROBE_TIMEOUT_MS / 1000) * 1000
       // Over several hosts: each host read for the services it runs.
-      if (t.across) return discoverAcrossHosts(t.across.map((a) => ({...a, view: hostView(t.model, a.name)})), {timeoutMs})
+      if (t.across) return discoverAcrossHosts(t.across.map((a) => ({...a, view: hostView(t.model, a.name), instances: instancesOn(t.model, a.name)})), {timeoutMs})
       return discover(t.deployment, t.host, {timeoutMs})
     }))
     if (!this.jsonEnabled()) this.log(renderStatus(report))
     // The report is printed either way; an unhealthy service makes the exit code say so (5), for scripts.
-    if (Object.values(report.services).some((s) => !s.health.ok)) process.exitCode = ExitCode.unreachable
+    const every = [...Object.values(report.services), ...((report as DeploymentReport).instances ?? [])]
+    if (every.some((s) => !s.health.ok)) process.exitCode = ExitCode.unreachable
     return report
   }
 }

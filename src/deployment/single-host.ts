@@ -1,7 +1,7 @@
 import {PdError} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import {type Deployment, DeploymentSchema} from './config.js'
-import {type DeploymentModel, hostsInUse} from './model.js'
+import {type DeploymentModel, hostsInUse, type PlacedService} from './model.js'
 
 /**
  * What the commands act on. A deployment over several hosts is acted on across them (cli/target.ts opens each host;
@@ -22,10 +22,23 @@ export function singleHostRefusal(m: DeploymentModel, command: string): string |
   return instanceRefusal(m, command)
 }
 
-/** Several instances of a role, or an instance over several nodes: no command acts on those yet. */
+/** Commands that read several instances of a role (each on a node of its own): status. */
+const READS_INSTANCES = new Set(['status'])
+
+/**
+ * Several instances of a role, or an instance over several nodes: status reads several single-node instances, each
+ * on its own host; no command acts on them yet.
+ */
 function instanceRefusal(m: DeploymentModel, command: string): string | undefined {
   const {prefill, decode} = m.services
-  if (prefill.length > 1 || decode.length > 1) {
+  if ((prefill.length > 1 || decode.length > 1) && READS_INSTANCES.has(command)) {
+    for (const role of [prefill, decode]) {
+      const byHost = new Map<string, string[]>()
+      for (const s of role) byHost.set(s.nodes[0]!, [...(byHost.get(s.nodes[0]!) ?? []), s.path])
+      const shared = [...byHost.entries()].find(([, paths]) => paths.length > 1)
+      if (shared) return `${shared[1].join(' and ')} both run on host ${shared[0]}: ${command} reads several instances of a role only when each runs on a host of its own (one per node, as SGLang is usually deployed)`
+    }
+  } else if (prefill.length > 1 || decode.length > 1) {
     const counts = [prefill, decode].filter((r) => r.length > 1).map((r) => `${r.length} ${r[0].role} instances (${r.map((s) => s.path).join(', ')})`)
     return `this deployment has ${counts.join(' and ')}: ${command} acts on one prefill and one decode instance today; several instances come with issue 13`
   }
@@ -35,16 +48,22 @@ function instanceRefusal(m: DeploymentModel, command: string): string | undefine
 }
 
 /**
- * The view of the deployment from one of its hosts, for discovery there: the host's entry, and every service (one
- * instance per role) at its URL, wherever it runs. `acrossHosts` says which services run on which host.
+ * The view of the deployment from one of its hosts, for discovery there: the host's entry, and one service per role
+ * at its URL, wherever it runs: the instance on this host where the role has one here, else its first instance.
+ * `acrossHosts` says which services run on which host.
  */
 export function hostView(m: DeploymentModel, hostName: string): Deployment {
   const {placement: _placement, hosts, services, ...settings} = m
   return DeploymentSchema.parse({
     ...settings,
     host: hosts.find((h) => h.name === hostName)!.config,
-    services: {prefill: services.prefill[0].service, decode: services.decode[0].service, router: services.router.service},
+    services: {prefill: instanceOn(services.prefill, hostName).service, decode: instanceOn(services.decode, hostName).service, router: services.router.service},
   })
+}
+
+/** The instance of a role whose node rank 0 runs on the host, else the role's first. */
+export function instanceOn<S>(instances: PlacedService<S>[], hostName: string): PlacedService<S> {
+  return instances.find((s) => s.nodes[0] === hostName) ?? instances[0]!
 }
 
 /** Each host in use, with the roles that run there (node rank 0 of their instance), in the file's order. */
@@ -74,4 +93,10 @@ export function refuseUnsupported(m: DeploymentModel, use: {command: string; fil
       suggestion: 'the file is valid (`pdchaos schema deployment` describes it); to run now, point -c at a file with one host and one instance per role',
     })
   }
+}
+
+/** Where the file lists several instances of a role: the prefill and decode instances whose node rank 0 is this host. */
+export function instancesOn(m: DeploymentModel, hostName: string): Array<{role: 'prefill' | 'decode'; path: string}> | undefined {
+  if (m.services.prefill.length < 2 && m.services.decode.length < 2) return undefined
+  return [...m.services.prefill, ...m.services.decode].filter((s) => s.nodes[0] === hostName).map((s) => ({role: s.role as 'prefill' | 'decode', path: s.path}))
 }

@@ -23,11 +23,18 @@ export interface HostPart {
   ms: number
 }
 
-export type PlacedRank = RankInfo & {host: string}
+/** A rank, with the host it runs on and, where the file lists several instances of its role, its instance. */
+export type PlacedRank = RankInfo & {host: string; instance?: string}
+
+/** One instance of prefill or decode as found on its host: where the file states it (services.prefill[1]) and its status. */
+export type InstanceStatus = ServiceStatus & {role: 'prefill' | 'decode'; path: string; host: string}
 
 /** The single-host report's shape, each service and rank naming its host, and the hosts themselves. */
 export interface DeploymentReport extends Omit<StatusReport, 'services' | 'ranks'> {
+  /** Per role, its first instance (the one a single-instance file has). */
   services: Record<ServiceName, ServiceStatus & {host: string}>
+  /** Every prefill and decode instance, in the file's order, when the file lists more than one of a role. */
+  instances?: InstanceStatus[]
   ranks: PlacedRank[]
   hosts: HostPart[]
 }
@@ -38,6 +45,8 @@ export interface HostToRead {
   host: Host
   /** The deployment as seen from this host (its host entry, every service's URL). */
   view: Deployment
+  /** The prefill and decode instances whose node rank 0 runs here, where the file lists several of a role. */
+  instances?: Array<{role: 'prefill' | 'decode'; path: string}>
 }
 
 export async function discoverAcrossHosts(hosts: HostToRead[], opts: Omit<DiscoverOptions, 'here'> = {}): Promise<DeploymentReport> {
@@ -62,7 +71,11 @@ export async function discoverAcrossHosts(hosts: HostToRead[], opts: Omit<Discov
   return {
     deployment: {...r.report.deployment, host: parts.map((x) => `${x.name} (${x.report.deployment.host})`).join(', ')},
     services,
-    ranks: parts.flatMap((x) => x.report.ranks.map((k) => ({...k, host: x.name}))),
+    ...(hosts.some((h) => h.instances?.length) ? {instances: instancesOf(parts)} : {}),
+    ranks: parts.flatMap((x) => x.report.ranks.map((k) => {
+      const instance = x.instances?.find((i) => i.role === k.service)?.path
+      return {...k, host: x.name, ...(instance ? {instance} : {})}
+    })),
     watchdog: {contract: p.report.watchdog.contract, ...(p.report.watchdog.prefillEnv ? {prefillEnv: p.report.watchdog.prefillEnv} : {}), ...(timeouts ? {timeouts} : {})},
     transport: p.report.transport,
     ...(p.report.topology ? {topology: p.report.topology} : {}),
@@ -77,4 +90,11 @@ export async function discoverAcrossHosts(hosts: HostToRead[], opts: Omit<Discov
     warnings,
     ms: Math.round(performance.now() - started),
   }
+}
+
+/** Each host's own instances as its discovery found them, prefill before decode, in the file's order. */
+function instancesOf(parts: Array<HostToRead & {report: StatusReport}>): InstanceStatus[] {
+  const found = parts.flatMap((x) => (x.instances ?? []).map((i) => ({...x.report.services[i.role], role: i.role, path: i.path, host: x.name})))
+  const order = (i: InstanceStatus) => [i.role === 'prefill' ? 0 : 1, Number(/\[(\d+)\]$/.exec(i.path)?.[1] ?? 0)]
+  return found.sort((a, b) => order(a)[0]! - order(b)[0]! || order(a)[1]! - order(b)[1]!)
 }

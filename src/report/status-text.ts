@@ -15,11 +15,16 @@ export function renderStatus(r: StatusReport | DeploymentReport): string {
     out.push('')
   }
   out.push('services')
-  for (const [name, s] of Object.entries(r.services)) {
+  // Several instances of a role: each as the file states it (prefill[0], prefill[1], …), then the router.
+  const listed: Array<[string, (typeof r.services)[keyof typeof r.services]]> = across?.instances
+    ? [...across.instances.map((i) => [i.path.replace(/^services\./, ''), i] as [string, typeof i]), ['router', r.services.router]]
+    : Object.entries(r.services)
+  const labelWidth = Math.max(8, ...listed.map(([name]) => name.length))
+  for (const [name, s] of listed) {
     const health = s.health.ok ? `healthy (${Math.round(s.health.ms)} ms)` : `UNHEALTHY: ${s.health.error ?? s.health.status}`
     const ready = s.readiness ? (s.readiness.ok ? ', ready' : ', NOT READY') : ''
     const extra = [s.version && `SGLang ${s.version}`, s.tpSize !== undefined && `tp ${s.tpSize}`, s.pid !== undefined && `pid ${s.pid}`].filter(Boolean).join(', ')
-    out.push(`  ${name.padEnd(8)} ${on(s)}${s.url.padEnd(28)} ${health}${ready}${extra ? `  [${extra}]` : ''}`)
+    out.push(`  ${name.padEnd(labelWidth)} ${on(s)}${s.url.padEnd(28)} ${health}${ready}${extra ? `  [${extra}]` : ''}`)
   }
   const rs = r.services.router.routerSettings
   if (rs) {
@@ -33,7 +38,8 @@ export function renderStatus(r: StatusReport | DeploymentReport): string {
   for (const k of r.ranks) {
     const gpu = k.gpu === undefined ? 'gpu ?' : `gpu ${k.gpu}`
     const zmq = k.zmqPort === undefined ? '' : `  zmq ${k.zmqHost ?? ''}:${k.zmqPort}`
-    out.push(`  ${k.service.padEnd(8)} ${on(k)}TP${k.tpRank}  pid ${String(k.pid).padEnd(7)} ${gpu.padEnd(6)} state ${k.state}  ${k.title}${zmq}`)
+    const label = 'instance' in k && k.instance ? k.instance.replace(/^services\./, '') : k.service
+    out.push(`  ${label.padEnd(8)} ${on(k)}TP${k.tpRank}  pid ${String(k.pid).padEnd(7)} ${gpu.padEnd(6)} state ${k.state}  ${k.title}${zmq}`)
   }
   out.push('')
   const w = r.watchdog

@@ -6,7 +6,7 @@ import {z} from 'zod'
 
 import {DeploymentSchema} from '../../src/deployment/config.js'
 import {deploymentJsonSchema, parseDeployment, parseDeploymentModel} from '../../src/deployment/load.js'
-import {singleHostRefusal, singleHostView} from '../../src/deployment/single-host.js'
+import {hostView, instancesOn, singleHostRefusal, singleHostView} from '../../src/deployment/single-host.js'
 import {parseYamlText} from '../../src/deployment/yaml-file.js'
 import {PdError} from '../../src/errors.js'
 import {buildSimConfig} from '../../src/sim/lifecycle/options.js'
@@ -262,9 +262,22 @@ describe('a command refuses a file it cannot act on yet (exit 2), naming what is
     expect(e.exitCode).toBe(2)
     expect(e.code).toBe('E_MULTI_HOST')
     expect(e.message).toBe('/etc/pdchaos/pd.yaml: this deployment spans 3 hosts (gpu-a, gpu-b, gpu-c): export acts on one host today; multi-host runs come with issue 13')
-    for (const command of ['inject', 'suite', 'restart', 'status', 'recover']) {
+    for (const command of ['inject', 'suite', 'restart', 'recover']) {
       expect(singleHostRefusal(m, command)).toMatch(new RegExp(`^this deployment has 2 prefill instances .*: ${command} acts on one prefill and one decode instance today; several instances come with issue 13$`))
     }
+    // status reads several instances, each on a host of its own: not two on one host.
+    expect(singleHostRefusal(m, 'status')).toBe('services.prefill[0] and services.prefill[1] both run on host gpu-a: status reads several instances of a role only when each runs on a host of its own (one per node, as SGLang is usually deployed)')
+  })
+
+  it('status reads several single-node instances, each on its own host; the view from each host is its own instance', () => {
+    const m = modelOf(MULTI.replace('host: gpu-a, logs', 'host: gpu-c, logs').replace('nodes: [gpu-b, gpu-c]', 'host: gpu-b'))
+    expect(singleHostRefusal(m, 'status')).toBeUndefined()
+    expect(singleHostRefusal(m, 'inject')).toMatch(/2 prefill instances .*: inject acts on one prefill and one decode instance today/)
+    expect(hostView(m, 'gpu-c').services.prefill.url).toBe('http://10.0.3.7:30002')
+    expect(hostView(m, 'gpu-a').services.prefill.url).toBe('http://10.0.3.7:30000')
+    expect(hostView(m, 'gpu-b').services.prefill.url).toBe('http://10.0.3.7:30000')
+    expect(instancesOn(m, 'gpu-c')).toEqual([{role: 'prefill', path: 'services.prefill[1]'}])
+    expect(instancesOn(m, 'gpu-b')).toEqual([{role: 'decode', path: 'services.decode[0]'}])
   })
 
   it('several instances on one host, and an instance over two nodes of one host', () => {

@@ -1,6 +1,7 @@
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
 import {createTestCluster, type TestCluster} from '../harness/test-cluster.js'
+import {cliEntry} from '../harness/test-host.js'
 import {runCli, truth} from './cli.js'
 
 /**
@@ -39,10 +40,33 @@ describe('a twin with two prefill instances on two nodes and decode on a third',
     expect(decoded.size).toBe(6)
   }, 90_000)
 
-  it('pdchaos reads the deployment file with both instances and refuses, naming them, to act on a part of it (exit 2)', async () => {
+  it('status finds each instance on its own host, every rank with its instance, as each node\'s twin counts them', async () => {
     const r = await runCli(['status', '-c', c.deploymentFile, '--json'], {timeoutMs: 60_000})
+    expect(r.code, r.stdout + r.stderr).toBe(0)
+    const s = JSON.parse(r.stdout) as {
+      instances: Array<{role: string; path: string; host: string; pid?: number; health: {ok: boolean}}>
+      ranks: Array<{service: string; host: string; instance?: string; pid: number}>
+    }
+    expect(s.instances.map((i) => [i.path, i.host, i.health.ok])).toEqual([
+      ['services.prefill[0]', 'prefill-node', true], ['services.prefill[1]', 'prefill-node-2', true], ['services.decode', 'decode-node', true],
+    ])
+    for (const [i, node] of c.prefillNodes.entries()) {
+      const t = JSON.parse((await node.sshRun([process.execPath, cliEntry(), 'sim', 'status', '--state-dir', node.stateDir, '--json'])).stdout) as {services: Array<{service: string; pid: number; ranks: Array<{pid: number}>}>}
+      const svc = t.services.find((x) => x.service === 'prefill')!
+      expect(s.instances[i]!.pid).toBe(svc.pid)
+      const found = s.ranks.filter((k) => k.instance === `services.prefill[${i}]`)
+      expect(found.map((k) => k.pid).sort()).toEqual(svc.ranks.map((k) => k.pid).sort())
+      expect(new Set(found.map((k) => k.host))).toEqual(new Set([i === 0 ? 'prefill-node' : 'prefill-node-2']))
+    }
+    const text = await runCli(['status', '-c', c.deploymentFile], {timeoutMs: 60_000})
+    expect(text.stdout).toMatch(/prefill\[0\] +prefill-node +http.* healthy/)
+    expect(text.stdout).toMatch(/prefill\[1\] +prefill-node-2 +http.* healthy/)
+  }, 60_000)
+
+  it('a fault on a deployment with two prefill instances is refused, naming them, never run on a part of it (exit 2)', async () => {
+    const r = await runCli(['inject', 'drop-dest-info', '-c', c.deploymentFile, '--json'], {timeoutMs: 60_000})
     expect(r.code, r.stdout + r.stderr).toBe(2)
     const doc = JSON.parse(r.stdout) as {error: {message: string}}
-    expect(doc.error.message).toMatch(/2 prefill instances \(services\.prefill\[0\], services\.prefill\[1\]\)/)
+    expect(doc.error.message).toMatch(/2 prefill instances \(services\.prefill\[0\], services\.prefill\[1\]\): inject acts on one prefill and one decode instance today/)
   }, 60_000)
 })
