@@ -33,7 +33,7 @@ writeFileSync(file, TWO_HOSTS)
 
 const COMMANDS = ['inject', 'suite', 'restart', 'status', 'recover']
 
-/** Two prefill instances over the two hosts: valid, and not acted on yet by any command. */
+/** Two prefill instances over the two hosts: valid; status reads them, no other command acts on them yet. */
 const TWO_INSTANCES = TWO_HOSTS.replace('  prefill: {url: "http://10.0.3.7:30000", host: gpu-a}', '  prefill:\n    - {url: "http://10.0.3.7:30000", host: gpu-a}\n    - {url: "http://10.0.3.8:30002", bootstrapPort: 8999, host: gpu-b}')
 const instancesFile = join(dir, 'instances.yaml')
 writeFileSync(instancesFile, TWO_INSTANCES)
@@ -54,7 +54,11 @@ describe('a deployment that spans two hosts', () => {
     expect(singleHostRefusal(await loadDeploymentModel(file), command)).toBeUndefined()
   })
 
-  it.each(COMMANDS)('%s: several instances of a role are exit 2, one line naming them; no host is reached', async (command) => {
+  it('status reads two prefill instances, each on a host of its own: not refused', async () => {
+    expect(singleHostRefusal(await loadDeploymentModel(instancesFile), 'status')).toBeUndefined()
+  })
+
+  it.each(COMMANDS.filter((c) => c !== 'status'))('%s: several instances of a role are exit 2, one line naming them; no host is reached', async (command) => {
     let checked = false
     const e = await refusal(resolveTarget({config: instancesFile, sim: false}, {command, check: () => { checked = true }}))
     expect(e.exitCode).toBe(2)
