@@ -290,14 +290,14 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
     /** One attempt: execute_dual_dispatch's operation closure around execute_dual_dispatch_internal. */
     const attempt = (n: number): Promise<AttemptResult> => new Promise((resolve) => {
       const startedAt = now()
+      // The pair this attempt went to (none when selection failed): its load and its breakers.
       let chosen: Worker[] = []
-      const chosenOf = (): Worker[] => chosen
       let settled = false
       const settle = (r: AttemptResult): void => {
         if (settled) return
         settled = true
         cancelAttempt = undefined
-        for (const w of chosenOf()) w.load--
+        for (const w of chosen) w.load--
         record({
           event: 'attempt', rid, room: r.room?.toString() ?? null, attempt: n, status: r.answer.status, prefillStatus: r.prefillStatus,
           decodeStatus: r.decodeStatus, ms: now() - startedAt, ...(r.answer.kind === 'built' && r.answer.error ? {error: r.answer.error} : {}),
