@@ -1,3 +1,4 @@
+import {createServer} from 'node:net'
 import {readdirSync, readFileSync} from 'node:fs'
 
 import type {SimUpOptions} from '../../src/sim/lifecycle/options.js'
@@ -25,6 +26,29 @@ export function sweep(stateDir: string): number[] {
     } catch {}
   }
   return pids
+}
+
+/** The ports a twin takes from its base port: router, prefill, decode, bootstrap, router metrics. */
+const PORT_OFFSETS = [0, 100, 200, 500, 900]
+
+/**
+ * A random high base port whose five ports are free right now (for a twin started as its own process, which cannot be
+ * retried on a conflict): the README's twin, left running by `suite --sim`, holds 30000-30900 for the whole run.
+ */
+export async function freeBasePort(): Promise<number> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const base = 20_000 + Math.floor(Math.random() * 400) * 100
+    if ((await Promise.all(PORT_OFFSETS.map((o) => bindable(base + o)))).every(Boolean)) return base
+  }
+  throw new Error('no base port with five free ports in 50 tries')
+}
+
+function bindable(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = createServer()
+    s.once('error', () => resolve(false))
+    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)))
+  })
 }
 
 /** simUp on a random high base port, retrying when another test holds one of the ports. */

@@ -19,7 +19,7 @@ import {SimError} from '../../src/sim/lifecycle/sim-error.js'
 import {simStatus} from '../../src/sim/lifecycle/status.js'
 import {simUp, type SimUpResult} from '../../src/sim/lifecycle/up.js'
 import {simPaths} from '../../src/sim/sim-config.js'
-import {pidsMentioning, post, readLines, sleep, sweep, upOnFreePorts} from './lifecycle-helpers.js'
+import {freeBasePort, pidsMentioning, post, readLines, sleep, sweep, upOnFreePorts} from './lifecycle-helpers.js'
 
 /** The twin's lifecycle with its real processes: T1's servers and ranks, the router, ZMQ and TCP on loopback. */
 
@@ -274,7 +274,8 @@ describe('twin lifecycle failures', () => {
   it('an up interrupted while starting exits 3 and leaves nothing running', async () => {
     // A state dir of its own: leftovers of the test above must not look like this up's progress.
     const own = join(dir, 'interrupted')
-    const child = spawn(process.execPath, [join(repo, 'bin', 'dev.js'), 'sim', 'up', '--state-dir', own, '--base-port', String(20_000 + Math.floor(Math.random() * 400) * 100), '--gpus', '2', '--prefill-tp', '1', '--decode-tp', '1'], {stdio: ['ignore', 'ignore', 'pipe']})
+    // Free ports: a port conflict would end the up with exit 2 before the interrupt lands.
+    const child = spawn(process.execPath, [join(repo, 'bin', 'dev.js'), 'sim', 'up', '--state-dir', own, '--base-port', String(await freeBasePort()), '--gpus', '2', '--prefill-tp', '1', '--decode-tp', '1'], {stdio: ['ignore', 'ignore', 'pipe']})
     let stderr = ''
     child.stderr!.on('data', (d: Buffer) => { stderr += d.toString() })
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)))
