@@ -33,6 +33,9 @@ function run(argv: string[], input?: string): Promise<{code: number; stdout: str
       const code = err ? (typeof (err as {code?: unknown}).code === 'number' ? (err as {code: number}).code : 127) : 0
       resolve({code, stdout, stderr: stderr || (err && code === 127 ? err.message : '')})
     })
+    // `ip -batch -` can exit before it has read all its input (a line it refuses ends it): the write then fails with
+    // EPIPE, which unhandled would kill sim up; the exit code and stderr above say what went wrong.
+    child.stdin?.on('error', () => {})
     child.stdin?.end(input ?? '')
   })
 }
