@@ -7,7 +7,7 @@ import {type DeploymentModel, hostsInUse, type PlacedService} from './model.js'
  * What the commands act on. A deployment over several hosts is acted on across them (cli/target.ts opens each host;
  * the runner acts on the host that owns what each fault targets), one instance per role, each on one node. Several
  * instances of a role, or an instance over several nodes, are valid in a file but not acted on yet: refused, naming
- * what is not supported, never run on a part of the deployment.
+ * what is not supported, never run on a part of the deployment (status reads several instances, each on its own host).
  */
 
 export const E_MULTI_HOST = 'E_MULTI_HOST'
