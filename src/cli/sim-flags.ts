@@ -5,6 +5,7 @@ import {Flags} from '@oclif/core'
 
 import {badInput} from '../errors.js'
 import type {RouterUpOptions} from '../sim/lifecycle/index.js'
+import {POLICY_NAMES} from '../sim/router/policy.js'
 import {defaultSimDir} from '../state-dir.js'
 
 /** The twin's state dir flag of `pdchaos sim …` (same env variable as the global --state-dir). */
@@ -62,7 +63,7 @@ export const routerFlags = {
   'cb-timeout-duration-secs': Flags.integer({summary: 'Router: seconds a breaker stays open before half-open.', default: 60, helpGroup: 'ROUTER'}),
   'cb-window-duration-secs': Flags.integer({summary: 'Router: the breaker window, seconds (accepted and shown; unused upstream too).', default: 120, helpGroup: 'ROUTER'}),
   'disable-circuit-breaker': Flags.boolean({summary: 'Router: no circuit breaker.', default: false, helpGroup: 'ROUTER'}),
-  policy: Flags.string({summary: 'Router: how it picks among several instances of a role (--prefill-host/--decode-host lists).', options: ['cache_aware', 'round_robin', 'random'], default: 'cache_aware', helpGroup: 'ROUTER'}),
+  policy: Flags.string({summary: 'Router: how it picks among several instances of a role (--prefill-host/--decode-host lists).', options: [...POLICY_NAMES], default: 'cache_aware', helpGroup: 'ROUTER'}),
 }
 
 /** routerFlags' values as `sim up` options (SimUpOptions.router). */

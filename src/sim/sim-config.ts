@@ -3,6 +3,7 @@ import {join} from 'node:path'
 import type {Lag} from './server/lag.js'
 import type {ServerLayout} from './server/layout.js'
 import type {RailsConfig} from './server/rail-plan.js'
+import type {PolicyName} from './router/policy.js'
 
 /**
  * The twin's configuration and state-dir layout: the one contract between `sim up` (lifecycle),
@@ -104,9 +105,9 @@ export function serviceHosts(config: Pick<SimConfig, 'host' | 'node'>, service: 
  */
 export interface RouterSettings {
   /** --policy, --prefill-policy, --decode-policy (cache_aware upstream): how the router picks among several instances. */
-  policy?: 'cache_aware' | 'round_robin' | 'random'
-  prefillPolicy?: 'cache_aware' | 'round_robin' | 'random'
-  decodePolicy?: 'cache_aware' | 'round_robin' | 'random'
+  policy?: PolicyName
+  prefillPolicy?: PolicyName
+  decodePolicy?: PolicyName
   healthIntervalS?: number
   healthTimeoutS?: number
   healthFailureThreshold?: number

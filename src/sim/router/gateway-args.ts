@@ -143,10 +143,19 @@ export function parseGatewayArgv(argv: string[], base: GatewayArgs): GatewayArgs
     '--cb-timeout-duration-secs': (v) => (a.circuitBreaker.timeoutDurationS = v),
     '--cb-window-duration-secs': (v) => (a.circuitBreaker.windowDurationS = v),
   }
+  const policies: Record<string, (p: PolicyName) => void> = {
+    '--policy': (p) => (a.policy = p),
+    '--prefill-policy': (p) => (a.prefillPolicy = p),
+    '--decode-policy': (p) => (a.decodePolicy = p),
+  }
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i]
     if (flag in numeric) {
       numeric[flag](num(flag, argv[++i]))
+      continue
+    }
+    if (flag in policies) {
+      policies[flag](policy(flag, argv[++i]))
       continue
     }
     switch (flag) {
@@ -177,15 +186,7 @@ export function parseGatewayArgv(argv: string[], base: GatewayArgs): GatewayArgs
         given.decode = true
         a.decode.push(str(flag, argv[++i]))
         break
-      case '--policy':
-        a.policy = policy(flag, argv[++i])
-        break
-      case '--prefill-policy':
-        a.prefillPolicy = policy(flag, argv[++i])
-        break
-      case '--decode-policy':
-        a.decodePolicy = policy(flag, argv[++i])
-        break
+
       case '--host':
         a.host = str(flag, argv[++i])
         break
