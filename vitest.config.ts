@@ -68,6 +68,9 @@ export default defineConfig({
           hookTimeout: 30_000,
           // Pure code: files may run side by side. Runs first, so a broken unit fails fast.
           maxWorkers: 2,
+          // One module graph per worker, not per file: the files share nothing but modules without state between
+          // tests (no mocks, no module state a file leaves behind). The level: 53 s -> 34 s, mostly imports.
+          isolate: false,
           sequence: {groupOrder: 0},
         },
       },
@@ -85,6 +88,9 @@ export default defineConfig({
           // (817 s, 99 % busy) and slowed every file. Files keep to their own namespaces, state dirs and ports and kill
           // only what they started.
           maxWorkers: 2,
+          // As the unit level: the harness and src modules load once per worker (every file restores what it changes
+          // of the process: env, exit code, listeners).
+          isolate: false,
           sequence: {groupOrder: 1},
         },
       },

@@ -5,7 +5,7 @@ import {join} from 'node:path'
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 import {parse as parseYaml, stringify} from 'yaml'
 
-import {createTestHost, type TestHost} from '../harness/test-host.js'
+import {createTestHost, SMALL_TWIN, type TestHost} from '../harness/test-host.js'
 import {freePort} from '../sim/launch-pair.js'
 import {runCli} from './cli.js'
 import {TWIN_ARGS} from './matrix-helpers.js'
@@ -20,7 +20,7 @@ const hosts: TestHost[] = []
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'pdchaos-fleet-'))
-  hosts.push(...await Promise.all([0, 1].map(() => createTestHost({twin: {deadlineSeconds: 1.5, pollSeconds: 0.5, args: TWIN_ARGS}}))))
+  hosts.push(...await Promise.all([0, 1].map(() => createTestHost({twin: {...SMALL_TWIN, deadlineSeconds: 1.5, pollSeconds: 0.5, args: TWIN_ARGS}}))))
   // The third: the first twin's file, its SSH host moved to a loopback port nothing listens on.
   const gone = parseYaml(readFileSync(hosts[0]!.deploymentFile, 'utf8')) as {name: string; host: Record<string, unknown>}
   gone.name = 'gone'

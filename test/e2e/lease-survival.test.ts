@@ -3,7 +3,7 @@ import {join} from 'node:path'
 
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
-import {createTestHost, type TestHost} from '../harness/test-host.js'
+import {createTestHost, SMALL_TWIN, type TestHost} from '../harness/test-host.js'
 import {progressLines, runCli, startCli} from './cli.js'
 
 function commandOf(pid: number): string {
@@ -19,7 +19,7 @@ const STREAMS = 3
 let hosts: TestHost[] = []
 
 beforeAll(async () => {
-  const made = await Promise.allSettled(Array.from({length: STREAMS}, () => createTestHost({twin: {deadlineSeconds: 2, pollSeconds: 0.5}})))
+  const made = await Promise.allSettled(Array.from({length: STREAMS}, () => createTestHost({twin: {...SMALL_TWIN, deadlineSeconds: 2, pollSeconds: 0.5}})))
   hosts = made.flatMap((m) => (m.status === 'fulfilled' ? [m.value] : []))
   const failed = made.find((m): m is PromiseRejectedResult => m.status === 'rejected')
   if (failed) throw failed.reason

@@ -19,6 +19,12 @@ export const POLL = 0.5
  * waits for it to close: the breaker is still there and still waited for, just not for a minute).
  */
 export const TWIN_ARGS = ['--heartbeat-interval', '2', '--cb-timeout-duration-secs', '10']
+/**
+ * The matrix twin's layout: 4 GPUs, TP 2 prefill and TP 2 decode. Every defect here is per request, and two ranks per
+ * instance keep what TP adds (the all-reduced poll, a GPU that is not rank 0: --gpu 1). Half the processes of the
+ * 8-GPU default, whose layout over-ssh.test.ts and the README's suite cover.
+ */
+export const LAYOUT = {gpus: 4, prefillTp: 2, decodeTp: 2}
 
 export interface Outcome {
   code: number | null
@@ -41,7 +47,7 @@ export function matrixTwins(): {twin(extra: SimUpOptions, warm?: boolean): Promi
   }, 60_000)
   return {
     async twin(extra, warm = true) {
-      host = await createTestHost({twin: {deadlineSeconds: DEADLINE, pollSeconds: POLL, args: TWIN_ARGS, ...extra}, warm})
+      host = await createTestHost({twin: {...LAYOUT, deadlineSeconds: DEADLINE, pollSeconds: POLL, args: TWIN_ARGS, ...extra}, warm})
       return host
     },
     forget() {

@@ -5,7 +5,7 @@ import {fileURLToPath} from 'node:url'
 
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
-import {createTestHost, type TestHost} from '../harness/test-host.js'
+import {createTestHost, SMALL_TWIN, type TestHost} from '../harness/test-host.js'
 import {runCli, startCli} from '../e2e/cli.js'
 import {ensureTool} from '../report/tools.js'
 import {startPushgateway} from '../report/gateway.js'
@@ -179,7 +179,7 @@ describe('pdchaos suite over SSH into the namespace host', () => {
 describe('pdchaos suite --gate against a twin with a defect', () => {
   let bugged: TestHost
   beforeAll(async () => {
-    bugged = await createTestHost({twin: {deadlineSeconds: DEADLINE, pollSeconds: POLL, bugs: ['late-evict']}})
+    bugged = await createTestHost({twin: {...SMALL_TWIN, deadlineSeconds: DEADLINE, pollSeconds: POLL, bugs: ['late-evict']}})
   }, 120_000)
   afterAll(async () => {
     await bugged?.destroy()
