@@ -1,6 +1,7 @@
 import {type Command, Flags} from '@oclif/core'
 
 import type {Deployment} from '../deployment/config.js'
+import type {InstancePair} from '../deployment/single-host.js'
 import {assertMayDisturb} from '../deployment/protection.js'
 import {ExitCode} from '../exit-codes.js'
 import {acquireHostLock} from '../faults/lease/host-lock.js'
@@ -16,7 +17,7 @@ import {errorDocument} from './error-output.js'
 import {targetFlags} from './flags.js'
 import {checkOutputFile, checkPushUrl, outputWriter} from './outputs.js'
 import {preflight} from './preflight.js'
-import {closeTarget, placementOf, resolveTarget, type Target} from './target.js'
+import {closeTarget, everyHostOf, resolveTarget, type Target} from './target.js'
 import {onSignalExit} from '../faults/lease/lease-guard.js'
 
 /** Where a run's results go: files, and a Pushgateway URL. */
@@ -59,12 +60,14 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
     check?: (deployment: Deployment) => void
     /** Every service must answer its health path within the deployment's probeTimeoutSeconds first (exit 5 naming it). */
     preflight?: boolean
+    /** The instance pair a run acts on (--prefill-instance, --decode-instance). */
+    pair?: InstancePair
   }, fn: (target: Target) => Promise<R>): Promise<R> {
     const flags = this.flags as Record<string, unknown>
     const target = await resolveTarget(flags as never, {
       command: this.id ?? 'pdchaos',
       ...(opts.startTwin === undefined ? {} : {startTwin: opts.startTwin}), ...(opts.twin ? {twin: opts.twin} : {}), onProgress: opts.say ?? ((l) => this.progress(l)),
-      ...(opts.check ? {check: opts.check} : {}),
+      ...(opts.check ? {check: opts.check} : {}), ...(opts.pair ? {pair: opts.pair} : {}),
     })
     try {
       if (opts.disturb) assertMayDisturb(target.deployment, Boolean(flags['allow-production']), opts.disturb)
@@ -72,8 +75,9 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
       if (!opts.lock) return await fn(target)
       const spec = opts.lock(target)
       // One run lock for the deployment: on every host it spans (each in its own state dir), taken in the file's
-      // order; one that is held elsewhere releases those already taken (exit 3 naming the holder).
-      const hosts = placementOf(target).hosts
+      // order, whichever instances the run acts on; one that is held elsewhere releases those already taken (exit 3
+      // naming the holder).
+      const hosts = everyHostOf(target).hosts
       const locks: Array<Awaited<ReturnType<typeof acquireHostLock>>> = []
       const release = (): Promise<unknown> => Promise.all(locks.map((l) => l.release().catch(() => {})))
       // A signal ends the process from the lease guard, past this finally: release the locks there too.

@@ -4,8 +4,9 @@ import {resolve} from 'node:path'
 import type {Deployment} from '../deployment/config.js'
 import {loadDeploymentModel} from '../deployment/load.js'
 import type {DeploymentModel} from '../deployment/model.js'
-import {acrossHosts, hostView, singleHostView} from '../deployment/single-host.js'
+import {acrossHosts, hostView, type InstancePair, singleHostView} from '../deployment/single-host.js'
 import type {Host} from '../hosts/host.js'
+import type {RestartTarget, ServiceName} from '../restart/co-restart.js'
 import {openHost} from '../hosts/open-host.js'
 import {Placement} from '../experiment/placement.js'
 import {defaultSimDir} from '../state-dir.js'
@@ -38,6 +39,8 @@ export interface Target {
   across?: Array<{name: string; roles: Array<'prefill' | 'decode' | 'router'>; host: Host}>
   /** Set when the twin was started for this command (so it may say so). */
   startedTwin?: string
+  /** The prefill/decode instance pair a run acts on (inject, suite): `deployment` and the placement are that pair's. */
+  pair?: InstancePair
 }
 
 export async function resolveTarget(flags: TargetFlags, opts: {
@@ -48,6 +51,8 @@ export async function resolveTarget(flags: TargetFlags, opts: {
   onProgress?: (line: string) => void
   /** Checks that need the deployment file (a TTL against its watchdog): run before the host is reached. */
   check?: (deployment: Deployment) => void
+  /** The instance pair a run acts on, where the file lists several instances of a role (exit 2 when it names none). */
+  pair?: InstancePair
 } = {}): Promise<Target> {
   let file = resolve(flags.config)
   let startedTwin: string | undefined
@@ -71,11 +76,12 @@ export async function resolveTarget(flags: TargetFlags, opts: {
   }
   const model = await loadDeploymentModel(file)
   // Before any host is reached: a command never acts on one host of a deployment that spans several.
-  const deployment = singleHostView(model, {command: opts.command ?? 'pdchaos', file})
+  const deployment = singleHostView(model, {command: opts.command ?? 'pdchaos', file, ...(opts.pair ? {pair: opts.pair} : {})})
   opts.check?.(deployment)
   const open = (config: Deployment['host']): Promise<Host> => openHost(config, {sudo: deployment.sudo, acceptNewHostKey: flags['accept-new-host-key']})
   const placed = acrossHosts(model)
-  if (placed.length <= 1) return {deployment, model, file, host: await open(deployment.host), startedTwin}
+  const pair = opts.pair ? {pair: opts.pair} : {}
+  if (placed.length <= 1) return {deployment, model, file, host: await open(deployment.host), startedTwin, ...pair}
   // Every host, or none: one that cannot be reached closes those already open (exit 5 naming it).
   const across: NonNullable<Target['across']> = []
   try {
@@ -84,7 +90,7 @@ export async function resolveTarget(flags: TargetFlags, opts: {
     await Promise.all(across.map((a) => a.host.close().catch(() => {})))
     throw error
   }
-  return {deployment, model, file, host: across.find((a) => a.name === model.services.router.nodes[0])!.host, across, startedTwin}
+  return {deployment, model, file, host: across.find((a) => a.name === model.services.router.nodes[0])!.host, across, startedTwin, ...pair}
 }
 
 /** Close every host a target opened. */
@@ -92,9 +98,33 @@ export async function closeTarget(t: Target): Promise<void> {
   await Promise.all((t.across?.map((a) => a.host) ?? [t.host]).map((h) => h.close().catch(() => {})))
 }
 
-/** Where the target's services run, as the runner acts on them: its one host, or each host in use. */
+/**
+ * Where the target's services run, as the runner acts on them: its one host, or each host in use; for a run on an
+ * instance pair, the hosts of the pair and the router, each with the pair's roles there.
+ */
 export function placementOf(t: Target): Placement {
+  if (!t.across) return Placement.single(t.deployment, t.host)
+  if (!t.pair) return everyHostOf(t)
+  const roles = new Map(acrossHosts(t.model, t.pair).map((h) => [h.name, h.roles]))
+  const used = t.across.filter((a) => (roles.get(a.name)?.length ?? 0) > 0)
+  return Placement.across(t.deployment, used.map((a) => ({...a, roles: roles.get(a.name)!, view: hostView(t.model, a.name, t.pair)})))
+}
+
+/** Every host the deployment uses, whatever a run acts on: the run lock spans them, and recover visits them all. */
+export function everyHostOf(t: Target): Placement {
   return t.across
     ? Placement.across(t.deployment, t.across.map((a) => ({...a, view: hostView(t.model, a.name)})))
     : Placement.single(t.deployment, t.host)
+}
+
+/**
+ * A co-restart's steps for `order`: every instance of each role, in the file's order, each restarted on the host of
+ * its node rank 0 (a role with one instance is one step, named by its role, as it always was).
+ */
+export function restartTargetsOf(t: Target, order: ServiceName[]): RestartTarget[] {
+  const hostNamed = (name: string): Host => t.across?.find((a) => a.name === name)?.host ?? t.host
+  return order.flatMap((role) => {
+    const list = role === 'router' ? [t.model.services.router] : t.model.services[role]
+    return list.map((inst, i) => ({name: list.length > 1 ? `${role}[${i}]` : role, role, path: inst.path, service: inst.service, host: hostNamed(inst.nodes[0]!)}))
+  })
 }

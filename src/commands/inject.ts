@@ -2,7 +2,9 @@ import {Args, Flags} from '@oclif/core'
 
 import {faultFlags, faultParamsFromFlags} from '../cli/fault-flags.js'
 import {TargetCommand} from '../cli/target-command.js'
+import {instanceFlags} from '../cli/flags.js'
 import {placementOf} from '../cli/target.js'
+import {pairPaths} from '../deployment/single-host.js'
 import {checkRunTtl} from '../cli/ttl.js'
 import {runLockTtlMs} from '../faults/lease/lease.js'
 import {parseFaultParams} from '../faults/params.js'
@@ -33,6 +35,7 @@ export default class Inject extends TargetCommand<typeof Inject> {
   }
   static override flags = {
     ...TargetCommand.targetFlags,
+    ...instanceFlags,
     ...TargetCommand.disturbFlags,
     ...faultFlags(),
     pins: Flags.integer({summary: 'Pinned requests to create.', default: 3, min: 1, max: 10_000}),
@@ -72,19 +75,28 @@ export default class Inject extends TargetCommand<typeof Inject> {
 
   private async injectRun(mode: 'run' | 'hold' | 'dry-run', suite: ReturnType<typeof oneScenarioSuite>, holdMs: number, signal: AbortSignal): Promise<Record<string, unknown>> {
     const f = this.flags
+    let pair: ReturnType<typeof pairPaths> | undefined
     const run = await this.withTarget({
       disturb: 'inject a fault into',
+      pair: {prefill: f['prefill-instance'], decode: f['decode-instance']},
       check: (d) => checkRunTtl(f.ttl, d.watchdog, mode),
       preflight: true,
       lock: mode === 'dry-run' ? undefined : ({deployment: d}) => ({
         command: `inject ${this.args.fault}${f.hold ? ' --hold' : ''}`, untilExpiry: f.hold,
         ttlMs: runLockTtlMs({...d.watchdog, scenarios: 1, ...(f.hold ? {holdMs} : {})}),
       }),
-    }, (t) => runSuite(t.deployment, placementOf(t), suite, {
+    }, (t) => {
+      // Where the file lists several instances of a role, the run acts on one pair of them and says which.
+      if (t.model.services.prefill.length > 1 || t.model.services.decode.length > 1) {
+        pair = pairPaths(t.model, t.pair!)
+        this.progress(`acting on the instance pair ${pair.prefill} and ${pair.decode}: faults on their hosts, pins to them`)
+      }
+      return runSuite(t.deployment, placementOf(t), suite, {
       say: (l) => this.progress(l), signal,
       batch: {mode, pinPacing: {burst: 1, gapMs: f['pin-interval']}, pinPath: f['pin-path'], paramsSource: 'flags', planErrors: 'throw', ...(f.ttl === undefined ? {} : {ttlMs: f.ttl * 1000})},
-    }))
-    const fields = injectFields(run)
+      })
+    })
+    const fields = {...injectFields(run), ...(pair ? {pair} : {})}
     // The verdict first (printed, exit code decided), then the journal: a failed write cannot lose it.
     if (!this.jsonEnabled()) this.log(renderInject(run.scenarios[0]!))
     this.setRunExitCode(run)

@@ -1,7 +1,7 @@
 import {Flags} from '@oclif/core'
 
 import {TargetCommand} from '../cli/target-command.js'
-import {placementOf} from '../cli/target.js'
+import {everyHostOf} from '../cli/target.js'
 import {ExitCode} from '../exit-codes.js'
 import {describeUnsafe} from '../faults/lease/host-safety.js'
 import {describeExpiry} from '../faults/lease/lease.js'
@@ -20,7 +20,7 @@ export default class Recover extends TargetCommand<typeof Recover> {
     // Never start the twin to recover it: a twin that is not running has nothing of ours to revert.
     const {report, parts} = await this.withTarget({startTwin: false}, async (t) => {
       // Every host of the deployment, each from its own state dir, side by side.
-      const parts = await Promise.all(placementOf(t).hosts.map((h) => recoverAll(h.host, h.stateDir, {all: this.flags.all})))
+      const parts = await Promise.all(everyHostOf(t).hosts.map((h) => recoverAll(h.host, h.stateDir, {all: this.flags.all})))
       return {report: parts.length === 1 ? parts[0]! : {...combinedRecovery(parts), hosts: parts}, parts}
     })
     if (!this.jsonEnabled()) this.log(parts.map((p) => render(p)).join('\n'))

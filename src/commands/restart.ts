@@ -2,7 +2,7 @@ import {Flags} from '@oclif/core'
 
 import {checkOutputFile} from '../cli/outputs.js'
 import {TargetCommand} from '../cli/target-command.js'
-import {placementOf} from '../cli/target.js'
+import {restartTargetsOf} from '../cli/target.js'
 import {oneLine} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import {renderRestart} from '../report/restart-text.js'
@@ -11,7 +11,7 @@ import {writeJournal} from '../report/journal.js'
 
 export default class Restart extends TargetCommand<typeof Restart> {
   static override summary = 'Co-restart prefill → decode → router behind health gates, send canaries, then watch for pins.'
-  static override description = 'Each service is restarted by the restart command of the deployment file and must pass its health gate (GET /health = 200; /readiness for the router) before the next starts. Exit 1 when a gate, a canary or the pin watch fails.'
+  static override description = 'Each service is restarted by the restart command of the deployment file and must pass its health gate (GET /health = 200; /readiness for the router) before the next starts. Where the deployment file lists several instances of a role, each is restarted in the file\'s order behind its own gate, on its own host. Exit 1 when a gate, a canary or the pin watch fails.'
   static override examples = ['<%= config.bin %> restart --sim', '<%= config.bin %> restart -c pdchaos.yaml --service prefill --watch 120']
   static override flags = {
     ...TargetCommand.targetFlags,
@@ -33,11 +33,12 @@ export default class Restart extends TargetCommand<typeof Restart> {
     let deployment = ''
     const result = await this.withTarget({
       disturb: 'restart',
-      lock: () => ({command: `restart ${order.join(' ')}`, ttlMs: (order.length * (f['health-timeout'] + f['command-timeout']) + f.watch + 120) * 1000}),
+      lock: (t) => ({command: `restart ${order.join(' ')}`, ttlMs: (restartTargetsOf(t, order).length * (f['health-timeout'] + f['command-timeout']) + f.watch + 120) * 1000}),
     }, (t) => {
       deployment = t.deployment.name
-      return coRestart(t.deployment, (service) => placementOf(t).of(service).host, {
-        order, healthTimeoutS: f['health-timeout'], commandTimeoutS: f['command-timeout'],
+      // Every instance of each role, where the file lists several: prefill[0], prefill[1], … then decode's, then the router.
+      return coRestart(t.deployment, t.host, {
+        targets: restartTargetsOf(t, order), order, healthTimeoutS: f['health-timeout'], commandTimeoutS: f['command-timeout'],
         canaries: f.canaries, watchS: f.watch, sampleS: f.sample, settleS: f.settle, onProgress: (l) => this.progress(l),
       })
     })

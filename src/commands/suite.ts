@@ -7,7 +7,9 @@ import {checkFleet, runFleetHere} from '../cli/fleet-run.js'
 import {Progress} from '../cli/progress.js'
 import {seconds} from '../cli/sim-flags.js'
 import {TargetCommand} from '../cli/target-command.js'
-import {placementOf} from '../cli/target.js'
+import {instanceFlags} from '../cli/flags.js'
+import {placementOf, restartTargetsOf} from '../cli/target.js'
+import {pairPaths} from '../deployment/single-host.js'
 import {MAX_DEADLINE_SECONDS} from '../deployment/config.js'
 import {badInput} from '../errors.js'
 import {runLockTtlMs} from '../faults/lease/lease.js'
@@ -39,6 +41,7 @@ export default class Suite extends TargetCommand<typeof Suite> {
   }
   static override flags = {
     ...TargetCommand.targetFlags,
+    ...instanceFlags,
     ...TargetCommand.disturbFlags,
     gate: Flags.boolean({summary: 'Make the exit code the release verdict (0 pass, 1 fail); thresholds from the file\'s gate section or: no failed check, no fault left behind.'}),
     journal: Flags.string({summary: 'Write the run journal (JSON: every pin, lease, verdict and timeline) to this file.'}),
@@ -51,7 +54,7 @@ export default class Suite extends TargetCommand<typeof Suite> {
     'sim-poll': Flags.string({summary: 'With --sim, when the suite starts the twin itself: its watchdog poll interval in seconds (default 0.5).'}),
     label: Flags.string({summary: 'Name this deployment in a combined report (`pdchaos report`); default: the deployment file\'s name.'}),
     fleet: Flags.string({helpGroup: 'FLEET', summary: 'Run every deployment of this fleet file (`pdchaos schema fleet`), each as its own run with its own lock and journal; one combined summary, JUnit, HTML, push and exit code.',
-      exclusive: ['config', 'sim', 'state-dir', 'journal', 'label', 'sim-deadline', 'sim-poll']}),
+      exclusive: ['config', 'sim', 'state-dir', 'journal', 'label', 'sim-deadline', 'sim-poll', 'prefill-instance', 'decode-instance']}),
     'max-parallel': Flags.integer({helpGroup: 'FLEET', min: 1, max: 64, dependsOn: ['fleet'], summary: 'Deployments run at once at most (default: the fleet file\'s maxParallel, 4 unless it says).'}),
     'journal-dir': Flags.string({helpGroup: 'FLEET', dependsOn: ['fleet'], summary: 'Keep each deployment\'s journal as DIR/NAME.json (`pdchaos report DIR/*.json` rebuilds the combined report).'}),
   }
@@ -79,10 +82,17 @@ export default class Suite extends TargetCommand<typeof Suite> {
         // A co-restart may bring back a dead service; a fault scenario needs all three answering first.
         preflight: suite.scenarios.some((s) => s.fault !== undefined),
         lock: ({deployment: d}) => ({command: `suite ${suite.name}`, ttlMs: runLockTtlMs({...d.watchdog, scenarios: suite.scenarios.length})}),
+        pair: {prefill: f['prefill-instance'], decode: f['decode-instance']},
       }, (t) => {
         started = t.startedTwin
         config = t.file
+        // Where the file lists several instances of a role, the faults act on one pair of them; a co-restart restarts all.
+        if (t.model.services.prefill.length > 1 || t.model.services.decode.length > 1) {
+          const pair = pairPaths(t.model, t.pair!)
+          progress.say(`acting on the instance pair ${pair.prefill} and ${pair.decode}: faults on their hosts, pins to them; a co-restart restarts every instance`)
+        }
         return runSuite(t.deployment, placementOf(t), suite, {
+          restartTargets: (order) => restartTargetsOf(t, order),
           gate: suite.gate ?? (f.gate ? GateSchema.parse({}) : undefined), say: progress.say, signal: stop.signal, runId: f['run-id'], oneAtATime: f['one-at-a-time'],
           onPlan: (lines) => progress.print(['plan (checked: no two scenarios in a batch interfere):', ...lines.map((x) => `  ${x}`)]),
           onPhase: progress.setPhase,

@@ -5,14 +5,15 @@ import {type DeploymentModel, hostsInUse, type PlacedService} from './model.js'
 
 /**
  * What the commands act on. A deployment over several hosts is acted on across them (cli/target.ts opens each host;
- * the runner acts on the host that owns what each fault targets), one instance per role, each on one node. Several
- * instances of a role, or an instance over several nodes, are valid in a file but not acted on yet: refused, naming
- * what is not supported, never run on a part of the deployment (status reads several instances, each on its own host).
+ * the runner acts on the host that owns what each fault targets). Where the file lists several instances of a role,
+ * status reads them all, inject and suite act on one prefill/decode pair of them (the pair's hosts, the router's, and
+ * pins sent to that pair), restart and recover act on every instance. An instance over several nodes is valid in a
+ * file but not acted on yet: refused, naming what is not supported, never run on a part of the deployment.
  */
 
 export const E_MULTI_HOST = 'E_MULTI_HOST'
 
-/** Commands that act on a deployment over several hosts (one instance per role, each on one node). */
+/** Commands that act on a deployment over several hosts. */
 const ACROSS_HOSTS = new Set(['status', 'inject', 'suite', 'restart', 'recover'])
 
 /** Why `command` cannot act on this deployment yet (undefined: it can; the view is exact). */
@@ -22,42 +23,71 @@ export function singleHostRefusal(m: DeploymentModel, command: string): string |
   return instanceRefusal(m, command)
 }
 
-/** Commands that read several instances of a role (each on a node of its own): status. */
-const READS_INSTANCES = new Set(['status'])
+/** Commands that act on a deployment with several instances of a role (status, inject and suite read them by host). */
+const WITH_INSTANCES = new Set(['status', 'inject', 'suite', 'restart', 'recover'])
+/** Of those, the ones that tell instances apart by the processes on their host: one instance of a role per host. */
+const READS_BY_HOST = new Set(['status', 'inject', 'suite'])
 
-/**
- * Several instances of a role, or an instance over several nodes: status reads several single-node instances, each
- * on its own host; no command acts on them yet.
- */
+/** Several instances of a role: each on a host of its own for the commands that read them there. Multi-node: none yet. */
 function instanceRefusal(m: DeploymentModel, command: string): string | undefined {
   const {prefill, decode} = m.services
-  if ((prefill.length > 1 || decode.length > 1) && READS_INSTANCES.has(command)) {
+  const several = prefill.length > 1 || decode.length > 1
+  if (several && !WITH_INSTANCES.has(command)) {
+    const counts = [prefill, decode].filter((r) => r.length > 1).map((r) => `${r.length} ${r[0].role} instances (${r.map((s) => s.path).join(', ')})`)
+    return `this deployment has ${counts.join(' and ')}: ${command} acts on one prefill and one decode instance`
+  }
+  if (several && READS_BY_HOST.has(command)) {
     for (const role of [prefill, decode]) {
       const byHost = new Map<string, string[]>()
       for (const s of role) byHost.set(s.nodes[0]!, [...(byHost.get(s.nodes[0]!) ?? []), s.path])
       const shared = [...byHost.entries()].find(([, paths]) => paths.length > 1)
       if (shared) return `${shared[1].join(' and ')} both run on host ${shared[0]}: ${command} reads several instances of a role only when each runs on a host of its own (one per node, as SGLang is usually deployed)`
     }
-  } else if (prefill.length > 1 || decode.length > 1) {
-    const counts = [prefill, decode].filter((r) => r.length > 1).map((r) => `${r.length} ${r[0].role} instances (${r.map((s) => s.path).join(', ')})`)
-    return `this deployment has ${counts.join(' and ')}: ${command} acts on one prefill and one decode instance today; several instances come with issue 13`
   }
   const multiNode = [...prefill, ...decode].find((s) => s.nodes.length > 1)
   if (multiNode) return `${multiNode.path} runs over ${multiNode.nodes.length} nodes (--nnodes ${multiNode.nodes.length}): ${command} acts on single-node instances today; multi-node instances come with issue 13`
   return undefined
 }
 
+/** The prefill and decode instance a run acts on: indexes into the file's lists (0 where the role has one service). */
+export interface InstancePair {
+  prefill: number
+  decode: number
+}
+
+export const FIRST_PAIR: InstancePair = {prefill: 0, decode: 0}
+
+/** Why the pair does not name instances of this deployment (undefined: it does). */
+export function pairRefusal(m: DeploymentModel, pair: InstancePair): string | undefined {
+  for (const role of ['prefill', 'decode'] as const) {
+    const n = m.services[role].length
+    const i = pair[role]
+    if (i < n) continue
+    return n === 1
+      ? `--${role}-instance ${i}: the deployment has one ${role} instance (${m.services[role][0]!.path}), number 0`
+      : `--${role}-instance ${i}: the deployment has ${n} ${role} instances, numbered 0 to ${n - 1} (services.${role}[0] to services.${role}[${n - 1}])`
+  }
+  return undefined
+}
+
+/** Where the file states the pair's two instances, for messages and journals. */
+export function pairPaths(m: DeploymentModel, pair: InstancePair): {prefill: string; decode: string} {
+  return {prefill: m.services.prefill[pair.prefill]!.path, decode: m.services.decode[pair.decode]!.path}
+}
+
 /**
  * The view of the deployment from one of its hosts, for discovery there: the host's entry, and one service per role
- * at its URL, wherever it runs: the instance on this host where the role has one here, else its first instance.
- * `acrossHosts` says which services run on which host.
+ * at its URL, wherever it runs: the pair's instances when a run acts on a pair; else the instance on this host where
+ * the role has one here, else its first instance. `acrossHosts` says which services run on which host.
  */
-export function hostView(m: DeploymentModel, hostName: string): Deployment {
+export function hostView(m: DeploymentModel, hostName: string, pair?: InstancePair): Deployment {
   const {placement: _placement, hosts, services, ...settings} = m
+  const prefill = pair ? services.prefill[pair.prefill]! : instanceOn(services.prefill, hostName)
+  const decode = pair ? services.decode[pair.decode]! : instanceOn(services.decode, hostName)
   return DeploymentSchema.parse({
     ...settings,
     host: hosts.find((h) => h.name === hostName)!.config,
-    services: {prefill: instanceOn(services.prefill, hostName).service, decode: instanceOn(services.decode, hostName).service, router: services.router.service},
+    services: {prefill: prefill.service, decode: decode.service, router: services.router.service},
   })
 }
 
@@ -66,11 +96,15 @@ export function instanceOn<S>(instances: PlacedService<S>[], hostName: string): 
   return instances.find((s) => s.nodes[0] === hostName) ?? instances[0]!
 }
 
-/** Each host in use, with the roles that run there (node rank 0 of their instance), in the file's order. */
-export function acrossHosts(m: DeploymentModel): Array<{name: string; roles: Array<'prefill' | 'decode' | 'router'>}> {
+/**
+ * Each host in use, with the roles that run there (node rank 0 of their instance), in the file's order; with a pair,
+ * the roles of the pair's instances only (a host that runs only other instances has none).
+ */
+export function acrossHosts(m: DeploymentModel, pair?: InstancePair): Array<{name: string; roles: Array<'prefill' | 'decode' | 'router'>}> {
+  const of = (role: 'prefill' | 'decode' | 'router') => (role === 'router' ? [m.services.router] : pair ? [m.services[role][pair[role]]!] : m.services[role])
   return hostsInUse(m).map((name) => ({
     name,
-    roles: (['prefill', 'decode', 'router'] as const).filter((role) => (role === 'router' ? [m.services.router] : m.services[role]).some((s) => s.nodes[0] === name)),
+    roles: (['prefill', 'decode', 'router'] as const).filter((role) => of(role).some((s) => s.nodes[0] === name)),
   }))
 }
 
@@ -78,9 +112,14 @@ export function acrossHosts(m: DeploymentModel): Array<{name: string; roles: Arr
  * The single-host view for `command`, or exit 2 naming the file and what is not supported yet. The view is what the
  * single-host schema makes of it, so a `host:` file gives exactly what pdchaos has always read from it.
  */
-export function singleHostView(m: DeploymentModel, use: {command: string; file: string}): Deployment {
+export function singleHostView(m: DeploymentModel, use: {command: string; file: string; pair?: InstancePair}): Deployment {
   refuseUnsupported(m, use)
-  return hostView(m, m.services.router.nodes[0])
+  const pair = use.pair ?? FIRST_PAIR
+  const why = pairRefusal(m, pair)
+  if (why !== undefined) {
+    throw new PdError(`${use.file}: ${why}`, {exit: ExitCode.badInput, code: E_MULTI_HOST, suggestion: '`pdchaos status` lists the instances of each role, numbered from 0 in the order of the file'})
+  }
+  return hostView(m, m.services.router.nodes[0], use.pair)
 }
 
 /** Exit 2 naming the file and what `command` does not support yet in it. */

@@ -7,6 +7,8 @@ export type ServiceName = 'prefill' | 'decode' | 'router'
 
 export interface RestartStep {
   service: ServiceName
+  /** Where the file lists several instances of the role: which one this step restarted (services.prefill[1]). */
+  instance?: string
   command: string[]
   exitCode: number | null
   commandMs: number

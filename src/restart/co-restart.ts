@@ -1,5 +1,7 @@
-import {serviceClients} from '../deployment/clients.js'
-import type {Deployment} from '../deployment/config.js'
+import {DEFAULT_PROBE_TIMEOUT_MS, serviceClients} from '../deployment/clients.js'
+import type {Deployment, RouterService, Service} from '../deployment/config.js'
+import {RouterClient} from '../deployment/router-client.js'
+import {SglangClient} from '../deployment/sglang-client.js'
 import {sampleValue} from '../deployment/prom-text.js'
 import type {HealthResult} from '../deployment/sglang-client.js'
 import {PREFILL_BOOTSTRAP_QUEUE, PREFILL_INFLIGHT_QUEUE, RUNNING_REQS} from '../deployment/sglang-metrics.js'
@@ -39,21 +41,45 @@ export interface RestartOptions {
   settleS: number
   onProgress?: (line: string) => void
   signal?: AbortSignal
+  /** Every instance to restart, in order (several of a role); default: `order`, one instance per role on `hosts`. */
+  targets?: RestartTarget[]
 }
 
 /** The host a service's restart command runs on: the one host, or each service's own (a deployment over several). */
 export type RestartHost = Host | ((service: ServiceName) => Host)
 
+/**
+ * One service a co-restart restarts: an instance of a role, with its restart command and health gate, and the host
+ * its command runs on (its node rank 0's). Where the file lists several instances of a role, each is a step of its
+ * own, in the file's order, named as the file has it (prefill[1]).
+ */
+export interface RestartTarget {
+  /** In messages, verdicts and steps: the role, or role[i] where the role has several instances. */
+  name: string
+  role: ServiceName
+  /** Where the file states it (services.prefill[1]): named when its restart command is missing. */
+  path: string
+  service: Service & Partial<Pick<RouterService, 'readinessPath'>> & {bootstrapPort?: number}
+  host: Host
+}
+
+/** The targets of a deployment with one instance per role: each role in `order`, on the host `hosts` gives it. */
+export function roleTargets(deployment: Deployment, hosts: RestartHost, order: ServiceName[]): RestartTarget[] {
+  return order.map((role) => ({name: role, role, path: `services.${role}`, service: deployment.services[role], host: typeof hosts === 'function' ? hosts(role) : hosts}))
+}
+
 export async function coRestart(deployment: Deployment, hosts: RestartHost, opts: RestartOptions): Promise<RestartResult> {
   const started = now()
   const rec = new Recorder()
   const say = opts.onProgress ?? (() => {})
-  const svc = deployment.services
   const {router, ...clients} = serviceClients(deployment)
-  const gate = (name: ServiceName) => (name === 'router' ? router.readiness(svc.router.readinessPath) : clients[name].health(svc[name].healthPath))
-  for (const name of opts.order) {
-    if (!svc[name].restart) throw badInput(`the deployment file has no restart command for ${name}`, `add services.${name}.restart (an argv list) to the deployment file`)
+  const targets = opts.targets ?? roleTargets(deployment, hosts, opts.order)
+  for (const t of targets) {
+    if (!t.service.restart) throw badInput(`the deployment file has no restart command for ${t.name}`, `add ${t.path}.restart (an argv list) to the deployment file`)
   }
+  const gate = (t: RestartTarget): Promise<HealthResult> => (t.role === 'router'
+    ? new RouterClient(t.service.url, {service: t.name, timeoutMs: DEFAULT_PROBE_TIMEOUT_MS}).readiness(t.service.readinessPath ?? '/readiness')
+    : new SglangClient(t.service.url, {service: t.name, timeoutMs: DEFAULT_PROBE_TIMEOUT_MS}).health(t.service.healthPath))
 
   const verdicts: Verdict[] = []
   const steps: RestartStep[] = []
@@ -62,8 +88,9 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
   let watchRequests: RestartResult['watch']['requests'] = []
   const finish = (): RestartResult =>
     ({steps, totalMs: Math.round(now() - started), canaries, watch: {samples, requests: watchRequests}, verdicts, observations: rec.sorted()})
-  for (const name of opts.order) {
-    const command = svc[name].restart!
+  for (const t of targets) {
+    const name = t.name
+    const command = t.service.restart!
     // Quoted, control characters escaped: an argument with a newline cannot forge a progress line.
     say(`restarting ${name}: ${displayArgv(command)}`)
     const t0 = now()
@@ -71,8 +98,7 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
     let exitCode: number | null = null
     try {
       // Privileged only as the deployment's sudo: policy says (never: as the login user).
-      const host = typeof hosts === 'function' ? hosts(name) : hosts
-      const res = await host.run(command, {timeoutMs: opts.commandTimeoutS * 1000, sudo: deployment.sudo === 'passwordless'})
+      const res = await t.host.run(command, {timeoutMs: opts.commandTimeoutS * 1000, sudo: deployment.sudo === 'passwordless'})
       exitCode = res.code
       if (res.code !== 0) say(`${name} restart command exited ${res.code}: ${oneLine(res.stderr).slice(0, 200)}`)
     } catch (error) {
@@ -83,15 +109,15 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
     let last: HealthResult | undefined
     const deadline = t0 + opts.healthTimeoutS * 1000
     while (now() < deadline && !opts.signal?.aborted) {
-      last = await gate(name)
+      last = await gate(t)
       if (last.ok) {
         healthyAfterMs = now() - t0
         break
       }
       await sleep(200, opts.signal)
     }
-    steps.push({service: name, command, exitCode, commandMs: Math.round(commandMs), healthyAfterMs: healthyAfterMs === null ? null : Math.round(healthyAfterMs), lastHealth: last})
-    const evidence = {command, exitCode, commandMs: Math.round(commandMs), healthyAfterMs, gate: name === 'router' ? svc.router.readinessPath : svc[name].healthPath, lastHealth: last}
+    steps.push({service: t.role, ...(name === t.role ? {} : {instance: t.path}), command, exitCode, commandMs: Math.round(commandMs), healthyAfterMs: healthyAfterMs === null ? null : Math.round(healthyAfterMs), lastHealth: last})
+    const evidence = {command, exitCode, commandMs: Math.round(commandMs), healthyAfterMs, gate: t.role === 'router' ? t.service.readinessPath : t.service.healthPath, lastHealth: last}
     if (healthyAfterMs === null) {
       verdicts.push(fail('restart', name, `${name} not healthy within ${opts.healthTimeoutS}s of its restart (${last?.error ?? 'no answer'}); later services were not restarted`, evidence))
       return finish()
@@ -105,8 +131,9 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
     await sleep(opts.settleS * 1000, opts.signal)
   }
   // A restarted instance opens its routes and KV connections on its first request, which can outlast a short watchdog
-  // deadline: warm it up directly (as calibration does) before the canaries judge it through the router.
-  const warmed = await warmUp(deployment, clients)
+  // deadline: warm it up directly (as calibration does) before the canaries judge it through the router. Several
+  // instances: pairs that reach every restarted one, since the router may send a canary to any of them.
+  const warmed = await warmUpPairs(deployment, targets)
   rec.marker('warm-up', `${warmed.ok ? 'succeeded' : 'did not succeed'} after ${warmed.tries} request(s)`)
   say(`warm-up after the restart: ${warmed.ok ? 'ok' : 'no success'} after ${warmed.tries} request(s)`)
   // Canaries end to end: the pair works again through the router.
@@ -157,4 +184,27 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
     verdicts.push(pass('restart', 'pin watch', `${settled.length} of ${settled.length} requests during the ${opts.watchS}s watch succeeded; no pin`, watchEvidence))
   }
   return finish()
+}
+
+/**
+ * Warm up every restarted prefill and decode instance: pair i is prefill instance i and decode instance i (each list
+ * taken round), so max(prefills, decodes) pairs reach them all; a role not restarted is the deployment's own instance.
+ */
+async function warmUpPairs(deployment: Deployment, targets: RestartTarget[]): Promise<{ok: boolean; tries: number}> {
+  const of = (role: 'prefill' | 'decode') => {
+    const restarted = targets.filter((t) => t.role === role).map((t) => ({...deployment.services[role], ...t.service}))
+    return restarted.length > 0 ? restarted : [deployment.services[role]]
+  }
+  const [prefills, decodes] = [of('prefill'), of('decode')]
+  let ok = true
+  let tries = 0
+  for (let i = 0; i < Math.max(prefills.length, decodes.length); i++) {
+    const prefill = prefills[i % prefills.length] as Deployment['services']['prefill']
+    const decode = decodes[i % decodes.length]!
+    const view = {...deployment, services: {...deployment.services, prefill, decode}}
+    const w = await warmUp(view, serviceClients(view))
+    ok &&= w.ok
+    tries += w.tries
+  }
+  return {ok, tries}
 }

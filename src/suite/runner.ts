@@ -7,7 +7,7 @@ import {classifyDataPath} from '../faults/mechanisms/data-path.js'
 import type {Host} from '../hosts/host.js'
 import type {ScenarioRun, SuiteRun} from '../model/run.js'
 import type {RestartResult} from '../model/restart.js'
-import {coRestart, type ServiceName} from '../restart/co-restart.js'
+import {coRestart, type RestartTarget, type ServiceName} from '../restart/co-restart.js'
 import {now} from '../workload/recorder.js'
 import {evaluateGate} from './gate.js'
 import {type Batch, expand, type PlannedScenario, type PlanOptions, planBatches, planConflicts, renderPlanText} from './planner.js'
@@ -33,6 +33,8 @@ export interface RunOptions {
   oneAtATime?: boolean
   /** How each batch runs; the suite's defaults otherwise (see SUITE_BATCH). */
   batch?: Partial<Pick<BatchSettings, 'mode' | 'pinPacing' | 'pinPath' | 'ttlMs' | 'paramsSource' | 'planErrors'>>
+  /** A co-restart's steps where the file lists several instances of a role (each restarted); default: one per role. */
+  restartTargets?: (order: ServiceName[]) => RestartTarget[]
 }
 
 /** The suite's batches: pins paced 10 every 50 ms, params named as the file's keys, a scenario that cannot be
@@ -71,7 +73,7 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
       const only = b.scenarios[0]!
       try {
         const out = only.spec.restart
-          ? await runRestart(session, only, watch, say)
+          ? await runRestart(session, only, watch, say, opts.restartTargets)
           : await runBatch(session, b.scenarios.map((s) => ({name: s.name, fault: s.spec.fault!, params: s.spec.params, pins: s.spec.pins})), {
             ...SUITE_BATCH, ...opts.batch,
             promptTokens: suite.load.promptTokens, loadIntervalMs: suite.load.intervalMs, canaries: suite.load.canaries, signal: watch.signal,
@@ -123,7 +125,7 @@ async function planOptions(session: RunSession, scenarios: PlannedScenario[], o:
 }
 
 /** A co-restart step: it replaces the processes, so the session measures and discovers again afterwards. */
-async function runRestart(session: RunSession, s: PlannedScenario, watch: StopWatch, say: (l: string) => void): Promise<{scenarios: ScenarioRun[]; floorMs: number}> {
+async function runRestart(session: RunSession, s: PlannedScenario, watch: StopWatch, say: (l: string) => void, targets?: RunOptions['restartTargets']): Promise<{scenarios: ScenarioRun[]; floorMs: number}> {
   const r = s.spec.restart!
   const startedAt = Date.now()
   watch.setRestarting(true)
@@ -131,6 +133,7 @@ async function runRestart(session: RunSession, s: PlannedScenario, watch: StopWa
     const res = await coRestart(session.deployment, (service) => session.placement.of(service).host, {
       order: r.services as ServiceName[], healthTimeoutS: r.healthTimeoutSeconds, commandTimeoutS: r.commandTimeoutSeconds,
       canaries: r.canaries, watchS: r.watchSeconds, sampleS: 1, settleS: r.settleSeconds, onProgress: (l) => say(`${s.name}: ${l}`), signal: watch.signal,
+      ...(targets ? {targets: targets(r.services as ServiceName[])} : {}),
     })
     const healthWaits = res.steps.reduce((a, step) => a + (step.healthyAfterMs ?? 0), 0)
     // The restart's floor: its health waits, the settle and the watch it was told to hold.

@@ -10,8 +10,9 @@ import {PdError} from '../../src/errors.js'
 import {planFleet} from '../../src/suite/fleet-file.js'
 
 /**
- * A deployment file that spans two hosts is valid, but no command acts on it yet (issue 13): each refuses it with
- * exit 2 naming what is not supported, before it reaches any host, instead of acting on one host of the two.
+ * A deployment file that spans two hosts, and one with two prefill instances: every command that acts on a
+ * deployment acts across its hosts and instances (inject and suite on one instance pair); what it cannot act on is
+ * refused with exit 2 before any host is reached.
  */
 
 const dir = mkdtempSync(join(tmpdir(), 'pdchaos-multi-host-'))
@@ -33,7 +34,7 @@ writeFileSync(file, TWO_HOSTS)
 
 const COMMANDS = ['inject', 'suite', 'restart', 'status', 'recover']
 
-/** Two prefill instances over the two hosts: valid; status reads them, no other command acts on them yet. */
+/** Two prefill instances over the two hosts: status reads them, inject and suite act on a pair, restart and recover on each. */
 const TWO_INSTANCES = TWO_HOSTS.replace('  prefill: {url: "http://10.0.3.7:30000", host: gpu-a}', '  prefill:\n    - {url: "http://10.0.3.7:30000", host: gpu-a}\n    - {url: "http://10.0.3.8:30002", bootstrapPort: 8999, host: gpu-b}')
 const instancesFile = join(dir, 'instances.yaml')
 writeFileSync(instancesFile, TWO_INSTANCES)
@@ -54,16 +55,15 @@ describe('a deployment that spans two hosts', () => {
     expect(singleHostRefusal(await loadDeploymentModel(file), command)).toBeUndefined()
   })
 
-  it('status reads two prefill instances, each on a host of its own: not refused', async () => {
-    expect(singleHostRefusal(await loadDeploymentModel(instancesFile), 'status')).toBeUndefined()
+  it.each(COMMANDS)('%s acts on two prefill instances, each on a host of its own: not refused', async (command) => {
+    expect(singleHostRefusal(await loadDeploymentModel(instancesFile), command)).toBeUndefined()
   })
 
-  it.each(COMMANDS.filter((c) => c !== 'status'))('%s: several instances of a role are exit 2, one line naming them; no host is reached', async (command) => {
+  it.each(['inject', 'suite'])('%s: an instance pair that names no instance is exit 2, one line with the numbers there are; no host is reached', async (command) => {
     let checked = false
-    const e = await refusal(resolveTarget({config: instancesFile, sim: false}, {command, check: () => { checked = true }}))
+    const e = await refusal(resolveTarget({config: instancesFile, sim: false}, {command, pair: {prefill: 2, decode: 0}, check: () => { checked = true }}))
     expect(e.exitCode).toBe(2)
-    expect(e.code).toBe('E_MULTI_HOST')
-    expect(e.message).toBe(`${instancesFile}: this deployment has 2 prefill instances (services.prefill[0], services.prefill[1]): ${command} acts on one prefill and one decode instance today; several instances come with issue 13`)
+    expect(e.message).toBe(`${instancesFile}: --prefill-instance 2: the deployment has 2 prefill instances, numbered 0 to 1 (services.prefill[0] to services.prefill[1])`)
     expect(e.message).not.toContain('\n')
     // Refused before the command's own checks and before any connection.
     expect(checked).toBe(false)
@@ -75,9 +75,8 @@ describe('a deployment that spans two hosts', () => {
     expect(hostView(m, 'gpu-b')).toMatchObject({host: {hostname: 'gpu-b.invalid'}, services: {decode: {url: 'http://10.0.3.8:30001'}, prefill: {url: 'http://10.0.3.7:30000'}}})
   })
 
-  it('suite --fleet refuses a fleet that lists a deployment with several instances, before anything runs', async () => {
-    const e = await refusal(planFleet({version: 1, name: 'f', maxParallel: 2, deployments: [{name: 'two', deployment: 'instances.yaml'}]}, join(dir, 'fleet.yaml')))
-    expect(e.exitCode).toBe(2)
-    expect(e.message).toMatch(/: this deployment has 2 prefill instances .*: suite acts on one prefill and one decode instance today; several instances come with issue 13$/)
+  it('suite --fleet takes a deployment with several instances: each member acts on its first pair, as suite does', async () => {
+    const plan = await planFleet({version: 1, name: 'f', maxParallel: 2, deployments: [{name: 'two', deployment: 'instances.yaml'}]}, join(dir, 'fleet.yaml'))
+    expect(plan.entries[0]!.deployment.services.prefill.url).toBe('http://10.0.3.7:30000')
   })
 })

@@ -6,7 +6,7 @@ import {z} from 'zod'
 
 import {DeploymentSchema} from '../../src/deployment/config.js'
 import {deploymentJsonSchema, parseDeployment, parseDeploymentModel} from '../../src/deployment/load.js'
-import {hostView, instancesOn, singleHostRefusal, singleHostView} from '../../src/deployment/single-host.js'
+import {acrossHosts, hostView, instancesOn, pairPaths, pairRefusal, singleHostRefusal, singleHostView} from '../../src/deployment/single-host.js'
 import {parseYamlText} from '../../src/deployment/yaml-file.js'
 import {PdError} from '../../src/errors.js'
 import {buildSimConfig} from '../../src/sim/lifecycle/options.js'
@@ -159,11 +159,12 @@ describe('the new forms load to the model of their hosts and instances', () => {
     expect(m.stateDir).toBe('/run/pdchaos')
   })
 
-  it('the README\'s two-host example is valid: two hosts, two prefill instances', () => {
+  it('the README\'s several-host example is valid, and every command acts on it: three hosts, two prefill instances', () => {
     const m = modelOf(readmeExamples().twoHost)
-    expect(m.hosts.map((h) => h.name)).toEqual(['gpu-a', 'gpu-b'])
-    expect(m.services.prefill.map((p) => p.nodes)).toEqual([['gpu-a'], ['gpu-a']])
+    expect(m.hosts.map((h) => h.name)).toEqual(['gpu-a', 'gpu-b', 'gpu-c'])
+    expect(m.services.prefill.map((p) => p.nodes)).toEqual([['gpu-a'], ['gpu-c']])
     expect(m.services.decode.map((p) => p.nodes)).toEqual([['gpu-b']])
+    for (const command of ['status', 'inject', 'suite', 'restart', 'recover']) expect(singleHostRefusal(m, command)).toBeUndefined()
   })
 
   it('one named host, or lists of one, is today\'s deployment: the same single-host view as the host: file', () => {
@@ -256,35 +257,52 @@ describe('each mistake is one line naming its path (exit 2)', () => {
 describe('a command refuses a file it cannot act on yet (exit 2), naming what is not supported', () => {
   it('several hosts', () => {
     const m = modelOf(MULTI)
-    // A command that does not act across hosts is refused for the hosts; the ones that do, for these instances (two
-    // of prefill, decode over two nodes), which no command acts on yet.
+    // A command that does not act across hosts is refused for the hosts; the ones that do, for these instances: two
+    // prefill instances on one host (inject, suite and status tell instances apart by their host), and decode over
+    // two nodes (no command acts on a multi-node instance yet).
     const e = refusal(() => singleHostView(m, {command: 'export', file: '/etc/pdchaos/pd.yaml'}))
     expect(e.exitCode).toBe(2)
     expect(e.code).toBe('E_MULTI_HOST')
     expect(e.message).toBe('/etc/pdchaos/pd.yaml: this deployment spans 3 hosts (gpu-a, gpu-b, gpu-c): export acts on one host today; multi-host runs come with issue 13')
-    for (const command of ['inject', 'suite', 'restart', 'recover']) {
-      expect(singleHostRefusal(m, command)).toMatch(new RegExp(`^this deployment has 2 prefill instances .*: ${command} acts on one prefill and one decode instance today; several instances come with issue 13$`))
+    for (const command of ['inject', 'suite', 'status']) {
+      expect(singleHostRefusal(m, command)).toBe(`services.prefill[0] and services.prefill[1] both run on host gpu-a: ${command} reads several instances of a role only when each runs on a host of its own (one per node, as SGLang is usually deployed)`)
     }
-    // status reads several instances, each on a host of its own: not two on one host.
-    expect(singleHostRefusal(m, 'status')).toBe('services.prefill[0] and services.prefill[1] both run on host gpu-a: status reads several instances of a role only when each runs on a host of its own (one per node, as SGLang is usually deployed)')
+    // restart and recover act on each instance by its restart command or its host: only the multi-node instance stops them.
+    for (const command of ['restart', 'recover']) {
+      expect(singleHostRefusal(m, command)).toBe(`services.decode[0] runs over 2 nodes (--nnodes 2): ${command} acts on single-node instances today; multi-node instances come with issue 13`)
+    }
   })
 
-  it('status reads several single-node instances, each on its own host; the view from each host is its own instance', () => {
+  it('several single-node instances, each on its own host: status reads them all, inject acts on a pair of them', () => {
     const m = modelOf(MULTI.replace('host: gpu-a, logs', 'host: gpu-c, logs').replace('nodes: [gpu-b, gpu-c]', 'host: gpu-b'))
-    expect(singleHostRefusal(m, 'status')).toBeUndefined()
-    expect(singleHostRefusal(m, 'inject')).toMatch(/2 prefill instances .*: inject acts on one prefill and one decode instance today/)
+    for (const command of ['status', 'inject', 'suite', 'restart', 'recover']) expect(singleHostRefusal(m, command)).toBeUndefined()
     expect(hostView(m, 'gpu-c').services.prefill.url).toBe('http://10.0.3.7:30002')
     expect(hostView(m, 'gpu-a').services.prefill.url).toBe('http://10.0.3.7:30000')
     expect(hostView(m, 'gpu-b').services.prefill.url).toBe('http://10.0.3.7:30000')
     expect(instancesOn(m, 'gpu-c')).toEqual([{role: 'prefill', path: 'services.prefill[1]'}])
     expect(instancesOn(m, 'gpu-b')).toEqual([{role: 'decode', path: 'services.decode[0]'}])
+    // A pair: its instances in the view from every host, and the hosts with the pair's roles.
+    const pair = {prefill: 1, decode: 0}
+    expect(singleHostView(m, {command: 'inject', file: 'f.yaml', pair}).services.prefill).toMatchObject({url: 'http://10.0.3.7:30002', bootstrapPort: 8999})
+    expect(hostView(m, 'gpu-a', pair).services.prefill.url).toBe('http://10.0.3.7:30002')
+    expect(acrossHosts(m, pair)).toEqual([{name: 'gpu-a', roles: ['router']}, {name: 'gpu-b', roles: ['decode']}, {name: 'gpu-c', roles: ['prefill']}])
+    expect(acrossHosts(m)).toEqual([{name: 'gpu-a', roles: ['prefill', 'router']}, {name: 'gpu-b', roles: ['decode']}, {name: 'gpu-c', roles: ['prefill']}])
+    expect(pairPaths(m, pair)).toEqual({prefill: 'services.prefill[1]', decode: 'services.decode[0]'})
+    // A pair that names no instance: exit 2, with the numbers there are.
+    const e = refusal(() => singleHostView(m, {command: 'inject', file: 'f.yaml', pair: {prefill: 2, decode: 0}}))
+    expect(e.exitCode).toBe(2)
+    expect(e.message).toBe('f.yaml: --prefill-instance 2: the deployment has 2 prefill instances, numbered 0 to 1 (services.prefill[0] to services.prefill[1])')
+    expect(e.suggestion).toMatch(/pdchaos status/)
+    expect(pairRefusal(m, {prefill: 0, decode: 1})).toBe('--decode-instance 1: the deployment has one decode instance (services.decode[0]), number 0')
   })
 
   it('several instances on one host, and an instance over two nodes of one host', () => {
     const base = 'host: {kind: local}\nwatchdog: {deadlineSeconds: 2, pollSeconds: 1}\nservices:\n  router: {url: "http://a:9"}\n'
     const two = modelOf(`${base}  prefill: [{url: "http://a:1"}, {url: "http://a:2", bootstrapPort: 8999}]\n  decode: [{url: "http://a:3"}, {url: "http://a:4"}, {url: "http://a:5"}]\n`)
-    expect(singleHostRefusal(two, 'suite')).toBe('this deployment has 2 prefill instances (services.prefill[0], services.prefill[1]) and 3 decode instances '
-      + '(services.decode[0], services.decode[1], services.decode[2]): suite acts on one prefill and one decode instance today; several instances come with issue 13')
+    expect(singleHostRefusal(two, 'suite')).toBe('services.prefill[0] and services.prefill[1] both run on host host: suite reads several instances of a role only when each runs on a host of its own (one per node, as SGLang is usually deployed)')
+    expect(singleHostRefusal(two, 'restart')).toBeUndefined()
+    expect(singleHostRefusal(two, 'export')).toBe('this deployment has 2 prefill instances (services.prefill[0], services.prefill[1]) and 3 decode instances '
+      + '(services.decode[0], services.decode[1], services.decode[2]): export acts on one prefill and one decode instance')
     const nodes = modelOf('hosts: {a: {kind: local}}\nwatchdog: {deadlineSeconds: 2, pollSeconds: 1}\nservices:\n  router: {url: "http://a:9", host: a}\n  prefill: {url: "http://a:1", host: a}\n  decode: {url: "http://a:3", nodes: [a, a]}\n')
     expect(singleHostRefusal(nodes, 'status')).toBe('services.decode runs over 2 nodes (--nnodes 2): status acts on single-node instances today; multi-node instances come with issue 13')
     expect(refusal(() => parseDeployment(MULTI, 'f.yaml')).message).toMatch(/^f\.yaml: this deployment spans 3 hosts .*: pdchaos acts on one host today/)

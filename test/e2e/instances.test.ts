@@ -1,8 +1,8 @@
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
 import {createTestCluster, type TestCluster} from '../harness/test-cluster.js'
-import {cliEntry} from '../harness/test-host.js'
-import {runCli, truth} from './cli.js'
+import {cliEntry, type TestHost} from '../harness/test-host.js'
+import {expectDroppedPin, runCli, truth} from './cli.js'
 
 /**
  * Several prefill instances behind one gateway (issue 13): two prefill nodes and a decode node, each a namespace host
@@ -63,10 +63,46 @@ describe('a twin with two prefill instances on two nodes and decode on a third',
     expect(text.stdout).toMatch(/prefill\[1\] +prefill-node-2 +http.* healthy/)
   }, 60_000)
 
-  it('a fault on a deployment with two prefill instances is refused, naming them, never run on a part of it (exit 2)', async () => {
-    const r = await runCli(['inject', 'drop-dest-info', '-c', c.deploymentFile, '--json'], {timeoutMs: 60_000})
-    expect(r.code, r.stdout + r.stderr).toBe(2)
-    const doc = JSON.parse(r.stdout) as {error: {message: string}}
-    expect(doc.error.message).toMatch(/2 prefill instances \(services\.prefill\[0\], services\.prefill\[1\]\): inject acts on one prefill and one decode instance today/)
-  }, 60_000)
+  it('inject on the pair prefill[1] + decode: the fault and its lease on prefill[1]\'s node, the pins held and evicted there by its twin\'s truth; prefill[0] never sees them', async () => {
+    const r = await runCli(['inject', 'drop-dest-info', '--prefill-instance', '1', '-c', c.deploymentFile, '--json', '--pins', '2', '--load-interval', '0'], {timeoutMs: 120_000})
+    const j = JSON.parse(r.stdout) as {pair: unknown; leases: Array<{host: string}>; pins: Array<{rid: string; evictionSeconds: number}>; verdicts: Array<{verdict: string}>}
+    expect(j.verdicts.filter((v) => v.verdict !== 'pass'), r.stderr.slice(-600)).toEqual([])
+    expect(r.code).toBe(0)
+    expect(j.pair).toEqual({prefill: 'services.prefill[1]', decode: 'services.decode'})
+    expect(j.leases.map((l) => l.host)).toEqual(['prefill-node-2'])
+    expect(j.pins).toHaveLength(2)
+    const [first, second] = c.prefillNodes
+    for (const pin of j.pins) {
+      expectDroppedPin(second!.stateDir, pin, 1.5, 0.5)
+      expect(truth(first!.stateDir, 'prefill').filter((e) => e.rid === pin.rid)).toEqual([])
+    }
+    // A pair that names no instance: exit 2 before anything is reached.
+    const bad = await runCli(['inject', 'drop-dest-info', '--prefill-instance', '2', '-c', c.deploymentFile, '--json'], {timeoutMs: 60_000})
+    expect(bad.code).toBe(2)
+    expect((JSON.parse(bad.stdout) as {error: {message: string}}).error.message).toMatch(/--prefill-instance 2: the deployment has 2 prefill instances, numbered 0 to 1/)
+  }, 180_000)
+
+  it('a co-restart restarts every instance, each on its node behind its own gate (prefill[0], prefill[1], decode, router); recover finds all three hosts clean', async () => {
+    const pidOf = async (node: TestHost, service: string): Promise<number> => {
+      const t = JSON.parse((await node.sshRun([process.execPath, cliEntry(), 'sim', 'status', '--state-dir', node.stateDir, '--json'])).stdout) as {services: Array<{service: string; pid: number}>}
+      return t.services.find((x) => x.service === service)!.pid
+    }
+    const nodes = [...c.prefillNodes, c.decodeNode]
+    const before = await Promise.all(nodes.map((n, i) => pidOf(n, i < 2 ? 'prefill' : 'decode')))
+    const r = await runCli(['restart', '-c', c.deploymentFile, '--json', '--watch', '2', '--settle', '3', '--health-timeout', '60'], {timeoutMs: 180_000})
+    const j = JSON.parse(r.stdout) as {steps: Array<{service: string; instance?: string; healthyAfterMs: number | null}>; verdicts: Array<{verdict: string; subject: string}>}
+    expect(j.verdicts.filter((v) => v.verdict !== 'pass'), r.stderr.slice(-600)).toEqual([])
+    expect(r.code).toBe(0)
+    expect(j.steps.map((s) => [s.service, s.instance])).toEqual([['prefill', 'services.prefill[0]'], ['prefill', 'services.prefill[1]'], ['decode', undefined], ['router', undefined]])
+    expect(j.verdicts.map((v) => v.subject).slice(0, 4)).toEqual(['prefill[0]', 'prefill[1]', 'decode', 'router'])
+    // Each restart command ran on its own node: every server there has a new pid.
+    const after = await Promise.all(nodes.map((n, i) => pidOf(n, i < 2 ? 'prefill' : 'decode')))
+    for (const [i, pid] of after.entries()) expect(pid, `node ${i}`).not.toBe(before[i])
+
+    const rec = await runCli(['recover', '-c', c.deploymentFile, '--json'], {timeoutMs: 60_000})
+    expect(rec.code, rec.stderr).toBe(0)
+    const rj = JSON.parse(rec.stdout) as {clean: boolean; hosts: Array<{host: string}>}
+    expect(rj.clean).toBe(true)
+    expect(rj.hosts).toHaveLength(3)
+  }, 240_000)
 })

@@ -14,7 +14,8 @@ import type {QueueName, Req} from './request.js'
 
 const BUSY_YIELD_MS = 1
 const BUSY_MAX_YIELD_MS = 20
-const IDLE_SLEEP_MS = 100
+/** Empty queues: nothing to poll, nothing to change; a request, an abort or a probe wakes the loop at once (kick). */
+const IDLE_SLEEP_MS = 500
 
 /**
  * What both roles' schedulers share: the loop (one all-reduce per iteration; never idle while work is
