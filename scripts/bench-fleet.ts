@@ -5,7 +5,7 @@
  * of them), then the three as one fleet at --max-parallel 3; with 8-GPU twins, then with 2-GPU twins (which leave the
  * cores to pdchaos, as separate GPU hosts would), each phase with the cores it kept busy. Reports the fleet's wall against the slowest single run
  * (goal: at most 1.2x) and pdchaos's memory with 3 deployments (the fleet process and its 3 children: the peak of their
- * summed RSS, polled from /proc every 50 ms). The CLI runs compiled, as an installed pdchaos does.
+ * summed RSS, polled from /proc every 250 ms). The CLI runs compiled, as an installed pdchaos does.
  * Writes the `## Fleet` section of BENCHMARKS.md (other sections are kept).
  */
 import {spawn} from 'node:child_process'
@@ -52,7 +52,8 @@ function cli(bin: string, args: string[], timeoutMs: number): Promise<Cli> {
   let stdout = ''
   let peak = 0
   child.stdout.on('data', (d: Buffer) => { stdout += d.toString() })
-  const poll = setInterval(() => { peak = Math.max(peak, treeRssKb(child.pid!)) }, 50)
+  // Every 250 ms: each scan of /proc is CPU taken from the cores the runs share.
+  const poll = setInterval(() => { peak = Math.max(peak, treeRssKb(child.pid!)) }, 250)
   const killer = setTimeout(() => child.kill('SIGINT'), timeoutMs)
   return new Promise((resolve) => child.on('close', (code) => {
     clearInterval(poll)
@@ -155,7 +156,7 @@ async function main(): Promise<void> {
       'the other (baseline: the slowest), then the three as one `suite --fleet` at `--max-parallel 3`; first with 8-GPU twins',
       '(TP 4 + TP 4, 11 processes each), then with 2-GPU twins (TP 1 + TP 1, 5 processes each). Cores busy: the whole machine\'s',
       'average over the run, from /proc/stat. Memory: the peak of the summed RSS of the fleet process and its children (one',
-      '`pdchaos suite` per deployment), polled every 50 ms. The CLI runs compiled. Each twin served three requests before any run',
+      '`pdchaos suite` per deployment), polled every 250 ms. The CLI runs compiled. Each twin served three requests before any run',
       `(warm), so no run pays a cold start the others do not. Measured ${new Date().toISOString().slice(0, 10)} on ${process.env.BENCH_CORES ?? '2'} cores; the twins share them with pdchaos.`,
       '',
       '| twins | run | wall | cores busy | exit | peak RSS of pdchaos |',

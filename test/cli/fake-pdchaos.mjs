@@ -2,7 +2,7 @@
 // deployment). What it does is scripted per label in $FAKE_PDCHAOS_PLAN (JSON): how long it runs, what it prints on
 // stderr, the journal it writes (a copy of a prepared file), its exit code, and what it does on SIGINT. Each start and
 // end is appended to $FAKE_PDCHAOS_LOG, so a test sees how many ran at once from the children's side.
-import {appendFileSync, copyFileSync, writeFileSync} from 'node:fs'
+import {appendFileSync, copyFileSync, readFileSync, writeFileSync} from 'node:fs'
 
 const argv = process.argv.slice(2)
 const opt = (name) => {
@@ -27,6 +27,17 @@ process.on('SIGINT', () => {
 log('start')
 if (plan.argvTo) writeFileSync(plan.argvTo, JSON.stringify(argv))
 for (const line of plan.stderr ?? []) process.stderr.write(line + '\n')
+/** Children started and not yet ended, by the log. */
+const running = () => {
+  let n = 0
+  for (const l of readFileSync(process.env.FAKE_PDCHAOS_LOG, 'utf8').split('\n')) n += l.startsWith('start ') ? 1 : l.startsWith('end ') ? -1 : 0
+  return n
+}
+// `peers: N`: stay until N children run at once (self included), at most 5 s, before the scripted run. On a loaded
+// machine a child's Node start can take longer than another's whole run, so two children started together need not
+// overlap by their own clocks; this makes them overlap whenever the fleet lets N run at once, and only then.
+const by = Date.now() + 5000
+while (plan.peers && running() < plan.peers && Date.now() < by) await new Promise((r) => setTimeout(r, 10))
 setTimeout(() => {
   if (plan.journal) copyFileSync(plan.journal, journal)
   end(plan.exit ?? 0)

@@ -83,8 +83,9 @@ describe.concurrent('a fleet deployment as its own pdchaos process', () => {
     const s = setup()
     const journalDir = join(s.dir, 'journals')
     const plan = {
-      a: {sleepMs: 250, journal: s.runJournal('a', 'pd-a'), stderr: ['calibrating on unfaulted requests']},
-      b: {sleepMs: 250, exit: 1, journal: s.runJournal('b', 'pd-b', {failing: true})},
+      // a and b start together (the first two) and each waits to see the other running: two at once, whatever the load.
+      a: {sleepMs: 250, peers: 2, journal: s.runJournal('a', 'pd-a'), stderr: ['calibrating on unfaulted requests']},
+      b: {sleepMs: 250, peers: 2, exit: 1, journal: s.runJournal('b', 'pd-b', {failing: true})},
       c: {sleepMs: 100, exit: 5, journal: s.failureJournal('c', unreachable('router at http://10.0.0.3:8000 refused the connection', 'is it up?')), stderr: ['Error: router at http://10.0.0.3:8000 refused the connection']},
       d: {sleepMs: 100, exit: 5, stderr: ['Error: ssh root@10.0.0.9:22: connect ECONNREFUSED', 'Try this: check that sshd runs on 10.0.0.9']},
     }

@@ -3,10 +3,11 @@ import {tmpdir} from 'node:os'
 import {join} from 'node:path'
 import {afterAll, describe, expect, it} from 'vitest'
 
-import {resolveTarget} from '../../src/cli/target.js'
+import {resolveTarget, restartTargetsOf, type Target} from '../../src/cli/target.js'
 import {loadDeploymentModel} from '../../src/deployment/load.js'
 import {acrossHosts, hostView, singleHostRefusal} from '../../src/deployment/single-host.js'
 import {PdError} from '../../src/errors.js'
+import type {Host} from '../../src/hosts/host.js'
 import {planFleet} from '../../src/suite/fleet-file.js'
 
 /**
@@ -78,5 +79,23 @@ describe('a deployment that spans two hosts', () => {
   it('suite --fleet takes a deployment with several instances: each member acts on its first pair, as suite does', async () => {
     const plan = await planFleet({version: 1, name: 'f', maxParallel: 2, deployments: [{name: 'two', deployment: 'instances.yaml'}]}, join(dir, 'fleet.yaml'))
     expect(plan.entries[0]!.deployment.services.prefill.url).toBe('http://10.0.3.7:30000')
+  })
+})
+
+describe('a co-restart of a deployment with several instances', () => {
+  it('is a step per instance, in the file\'s order within each role, each on the host of its node rank 0', async () => {
+    const model = await loadDeploymentModel(instancesFile)
+    const host = (name: string) => ({name} as unknown as Host)
+    const t = {model, across: model.hosts.map((h) => ({name: h.name, roles: [], host: host(h.name)}))} as unknown as Target
+    const steps = restartTargetsOf(t, ['prefill', 'decode', 'router'])
+    expect(steps.map((s) => [s.name, s.path, s.service.url, (s.host as unknown as {name: string}).name])).toEqual([
+      ['prefill[0]', 'services.prefill[0]', 'http://10.0.3.7:30000', 'gpu-a'],
+      ['prefill[1]', 'services.prefill[1]', 'http://10.0.3.8:30002', 'gpu-b'],
+      ['decode', 'services.decode', 'http://10.0.3.8:30001', 'gpu-b'],
+      ['router', 'services.router', 'http://10.0.3.7:8000', 'gpu-a'],
+    ])
+    // The order given is kept; a role with one instance is named by its role, as a single-instance file always was.
+    expect(restartTargetsOf(t, ['router', 'prefill']).map((s) => s.name)).toEqual(['router', 'prefill[0]', 'prefill[1]'])
+    expect(restartTargetsOf({...t, model: await loadDeploymentModel(file)}, ['prefill']).map((s) => s.name)).toEqual(['prefill'])
   })
 })
