@@ -91,12 +91,24 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
   },
 
   async gather(host: Host, discovery, params, opts = {}): Promise<HostFacts> {
-    if (!wideningOf(params, discovery)) return {}
+    const widen = wideningOf(params, discovery)
+    if (!widen) return {}
     const timeoutMs = opts.timeoutMs ?? 5000
     const t = await detectFilterTool(host, timeoutMs)
-    const ss = await host.run(SS_ARGV, {timeoutMs, sudo: true})
-    if (ss.code !== 0) throw badInput(`\`ss -tnpH\` failed on ${host.describe()}: ${oneLine(ss.stderr) || `exit ${ss.code}`}`, 'install iproute2 (ss) on the host')
-    return {filterTool: t.tool, filterEvidence: t.evidence, connections: parseSsConnections(ss.stdout)}
+    const read = async () => {
+      const ss = await host.run(SS_ARGV, {timeoutMs, sudo: true})
+      if (ss.code !== 0) throw badInput(`\`ss -tnpH\` failed on ${host.describe()}: ${oneLine(ss.stderr) || `exit ${ss.code}`}`, 'install iproute2 (ss) on the host')
+      return parseSsConnections(ss.stdout)
+    }
+    let connections = await read()
+    // A KV connection being opened again (a transport reconnects after an error) is missing for a moment: read once
+    // more before the plan refuses for want of one.
+    const rank = discovery.ranks.find((r) => r.gpu === widen.gpu)
+    if (rank && dataConnectionsOf(rank, discovery, connections).length === 0) {
+      await new Promise((r) => setTimeout(r, 500))
+      connections = await read()
+    }
+    return {filterTool: t.tool, filterEvidence: t.evidence, connections}
   },
 
   plan(ctx: FaultContext<AbortMidTransferParams>): FaultPlan {
@@ -141,7 +153,12 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
       }
     }
     const conns = dataConnectionsOf(rank, ctx.discovery, ctx.facts.connections ?? [])
-    if (conns.length === 0) throw badInput(`no open KV data connection of ${describeRank(rank)} to slow`, 'send one request through the deployment first')
+    if (conns.length === 0) {
+      // What ss showed of the rank, so a refusal says why (none at all, or only control and service ports).
+      const own = (ctx.facts.connections ?? []).filter((c) => c.pids.includes(rank.pid)).map((c) => `${c.state} ${c.local.addr}:${c.local.port} -> ${c.peer.addr}:${c.peer.port}`)
+      const seen = own.length === 0 ? 'ss showed no TCP connection of that pid' : `ss showed only control or service connections of that pid: ${own.slice(0, 8).join(', ')}`
+      throw badInput(`no open KV data connection of ${describeRank(rank)} to slow (${seen})`, 'send one request through the deployment first')
+    }
     if (!ctx.facts.filterTool) throw noFilterTool(ctx.facts.filterEvidence)
     const filter = buildFilter({
       tool: ctx.facts.filterTool, leaseId: ctx.leaseId,

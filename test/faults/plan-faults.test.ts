@@ -273,6 +273,8 @@ describe('abort-mid-transfer plan', () => {
     expectRenderable(plan)
     expectBadInput(() => abortMidTransfer.plan({discovery: rdmaDiscovery(), params, leaseId: 'w1', facts: facts()}), /cannot widen.*RDMA/)
     expectBadInput(() => abortMidTransfer.plan({discovery: tcpDiscovery(), params, leaseId: 'w1', facts: facts('iptables')}), /rate limiting needs nftables/)
+    // No KV connection of the rank: the refusal says what ss showed of its pid.
+    expectBadInput(() => abortMidTransfer.plan({discovery: tcpDiscovery(), params, leaseId: 'w1', facts: {...facts(), connections: []}}), /no open KV data connection of prefill TP0 .*\(ss showed no TCP connection of that pid\)/)
     expectBadInput(() => parseFaultParams(abortMidTransfer, {windowStartMs: 1}), /abort-mid-transfer takes no --window-start-ms/)
     expectBadInput(() => parseFaultParams(abortMidTransfer, {trials: 500}), /--trials must be an integer from 1 to 200/)
     expectBadInput(() => parseFaultParams(abortMidTransfer, {widenKBytesPerSecond: 10}), /needs --gpu/)
