@@ -4,7 +4,7 @@ import {resolve} from 'node:path'
 import type {Deployment} from '../deployment/config.js'
 import {loadDeploymentModel} from '../deployment/load.js'
 import type {DeploymentModel} from '../deployment/model.js'
-import {acrossHosts, hostView, type InstancePair, singleHostView} from '../deployment/single-host.js'
+import {acrossHosts, hostView, type InstancePair, pairPaths, singleHostView} from '../deployment/single-host.js'
 import type {Host} from '../hosts/host.js'
 import type {RestartTarget, ServiceName} from '../restart/co-restart.js'
 import {openHost} from '../hosts/open-host.js'
@@ -127,4 +127,10 @@ export function restartTargetsOf(t: Target, order: ServiceName[]): RestartTarget
     const list = role === 'router' ? [t.model.services.router] : t.model.services[role]
     return list.map((inst, i) => ({name: list.length > 1 ? `${role}[${i}]` : role, role, path: inst.path, service: inst.service, host: hostNamed(inst.nodes[0]!)}))
   })
+}
+
+/** The pair a run acts on, as the file states it, where the file lists several instances of a role (else undefined). */
+export function pairOf(t: Target): {prefill: string; decode: string} | undefined {
+  const several = t.model.services.prefill.length > 1 || t.model.services.decode.length > 1
+  return several && t.pair ? pairPaths(t.model, t.pair) : undefined
 }

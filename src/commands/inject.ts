@@ -3,8 +3,7 @@ import {Args, Flags} from '@oclif/core'
 import {faultFlags, faultParamsFromFlags} from '../cli/fault-flags.js'
 import {TargetCommand} from '../cli/target-command.js'
 import {instanceFlags} from '../cli/flags.js'
-import {placementOf} from '../cli/target.js'
-import {pairPaths} from '../deployment/single-host.js'
+import {pairOf, placementOf} from '../cli/target.js'
 import {checkRunTtl} from '../cli/ttl.js'
 import {runLockTtlMs} from '../faults/lease/lease.js'
 import {parseFaultParams} from '../faults/params.js'
@@ -75,7 +74,7 @@ export default class Inject extends TargetCommand<typeof Inject> {
 
   private async injectRun(mode: 'run' | 'hold' | 'dry-run', suite: ReturnType<typeof oneScenarioSuite>, holdMs: number, signal: AbortSignal): Promise<Record<string, unknown>> {
     const f = this.flags
-    let pair: ReturnType<typeof pairPaths> | undefined
+    let pair: ReturnType<typeof pairOf>
     const run = await this.withTarget({
       disturb: 'inject a fault into',
       pair: {prefill: f['prefill-instance'], decode: f['decode-instance']},
@@ -87,8 +86,8 @@ export default class Inject extends TargetCommand<typeof Inject> {
       }),
     }, (t) => {
       // Where the file lists several instances of a role, the run acts on one pair of them and says which.
-      if (t.model.services.prefill.length > 1 || t.model.services.decode.length > 1) {
-        pair = pairPaths(t.model, t.pair!)
+      pair = pairOf(t)
+      if (pair) {
         this.progress(`acting on the instance pair ${pair.prefill} and ${pair.decode}: faults on their hosts, pins to them`)
       }
       return runSuite(t.deployment, placementOf(t), suite, {

@@ -8,8 +8,7 @@ import {Progress} from '../cli/progress.js'
 import {seconds} from '../cli/sim-flags.js'
 import {TargetCommand} from '../cli/target-command.js'
 import {instanceFlags} from '../cli/flags.js'
-import {placementOf, restartTargetsOf} from '../cli/target.js'
-import {pairPaths} from '../deployment/single-host.js'
+import {pairOf, placementOf, restartTargetsOf} from '../cli/target.js'
 import {MAX_DEADLINE_SECONDS} from '../deployment/config.js'
 import {badInput} from '../errors.js'
 import {runLockTtlMs} from '../faults/lease/lease.js'
@@ -87,8 +86,8 @@ export default class Suite extends TargetCommand<typeof Suite> {
         started = t.startedTwin
         config = t.file
         // Where the file lists several instances of a role, the faults act on one pair of them; a co-restart restarts all.
-        if (t.model.services.prefill.length > 1 || t.model.services.decode.length > 1) {
-          const pair = pairPaths(t.model, t.pair!)
+        const pair = pairOf(t)
+        if (pair) {
           progress.say(`acting on the instance pair ${pair.prefill} and ${pair.decode}: faults on their hosts, pins to them; a co-restart restarts every instance`)
         }
         return runSuite(t.deployment, placementOf(t), suite, {

@@ -2,6 +2,7 @@ import {z} from 'zod'
 
 import type {RankInfo} from '../discovery/discover.js'
 import {badInput, oneLine} from '../errors.js'
+import {sleep} from '../util/time.js'
 import type {Host} from '../hosts/host.js'
 import {type AbortTrial, checkLeaseId, describeRank, type Fault, type FaultContext, type FaultDiscovery, type FaultPlan, type HostFacts, type TransferWindow} from './fault.js'
 import {classifyDataPath, dataConnectionsOf, parseSsConnections, rankOnGpu, SS_ARGV} from './mechanisms/data-path.js'
@@ -105,7 +106,7 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
     // more before the plan refuses for want of one.
     const rank = discovery.ranks.find((r) => r.gpu === widen.gpu)
     if (rank && dataConnectionsOf(rank, discovery, connections).length === 0) {
-      await new Promise((r) => setTimeout(r, 500))
+      await sleep(500)
       connections = await read()
     }
     return {filterTool: t.tool, filterEvidence: t.evidence, connections}
