@@ -1,6 +1,7 @@
 import {type Command, Flags} from '@oclif/core'
 
 import type {Deployment} from '../deployment/config.js'
+import type {DeploymentModel} from '../deployment/model.js'
 import type {InstancePair} from '../deployment/single-host.js'
 import {assertMayDisturb} from '../deployment/protection.js'
 import {ExitCode} from '../exit-codes.js'
@@ -57,7 +58,7 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
     lock?: (target: Target) => {command: string; ttlMs: number; untilExpiry?: boolean}
     say?: (line: string) => void
     /** Checks of the flags against the deployment file (a TTL against its watchdog), before the host is reached. */
-    check?: (deployment: Deployment) => void
+    check?: (deployment: Deployment, model: DeploymentModel) => void
     /** Every service must answer its health path within the deployment's probeTimeoutSeconds first (exit 5 naming it). */
     preflight?: boolean
     /** The instance pair a run acts on (--prefill-instance, --decode-instance). */

@@ -3,10 +3,12 @@ import {resolve} from 'node:path'
 
 import type {Deployment} from '../deployment/config.js'
 import {loadDeploymentModel} from '../deployment/load.js'
-import type {DeploymentModel} from '../deployment/model.js'
-import {acrossHosts, hostView, type InstancePair, pairPaths, singleHostView} from '../deployment/single-host.js'
+import type {DeploymentModel, PlacedService} from '../deployment/model.js'
+import {acrossHosts, FIRST_PAIR, hostView, type InstancePair, pairPaths, pairRefusal, singleHostView} from '../deployment/single-host.js'
 import type {Host} from '../hosts/host.js'
 import type {RestartTarget, ServiceName} from '../restart/co-restart.js'
+import type {PairView} from '../suite/runner.js'
+import type {SuiteFile} from '../suite/suite-file.js'
 import {openHost} from '../hosts/open-host.js'
 import {Placement} from '../experiment/placement.js'
 import {defaultSimDir} from '../state-dir.js'
@@ -50,7 +52,7 @@ export async function resolveTarget(flags: TargetFlags, opts: {
   twin?: {deadlineS: number; pollS: number}
   onProgress?: (line: string) => void
   /** Checks that need the deployment file (a TTL against its watchdog): run before the host is reached. */
-  check?: (deployment: Deployment) => void
+  check?: (deployment: Deployment, model: DeploymentModel) => void
   /** The instance pair a run acts on, where the file lists several instances of a role (exit 2 when it names none). */
   pair?: InstancePair
 } = {}): Promise<Target> {
@@ -77,7 +79,7 @@ export async function resolveTarget(flags: TargetFlags, opts: {
   const model = await loadDeploymentModel(file)
   // Before any host is reached: a command never acts on one host of a deployment that spans several.
   const deployment = singleHostView(model, {command: opts.command ?? 'pdchaos', file, ...(opts.pair ? {pair: opts.pair} : {})})
-  opts.check?.(deployment)
+  opts.check?.(deployment, model)
   const open = (config: Deployment['host']): Promise<Host> => openHost(config, {sudo: deployment.sudo, acceptNewHostKey: flags['accept-new-host-key']})
   const placed = acrossHosts(model)
   const pair = opts.pair ? {pair: opts.pair} : {}
@@ -118,14 +120,24 @@ export function everyHostOf(t: Target): Placement {
 }
 
 /**
- * A co-restart's steps for `order`: every instance of each role, in the file's order, each restarted on the host of
- * its node rank 0 (a role with one instance is one step, named by its role, as it always was).
+ * A co-restart's steps: every service in the file's order (its restartOrder:, else prefill, decode, router), or, with
+ * `roles` other than all three in that order, every instance of each role in the order given; each restarted on the
+ * host of its node rank 0 (a role with one instance is one step, named by its role, as it always was).
  */
-export function restartTargetsOf(t: Target, order: ServiceName[]): RestartTarget[] {
+export function restartTargetsOf(t: Target, roles?: ServiceName[]): RestartTarget[] {
   const hostNamed = (name: string): Host => t.across?.find((a) => a.name === name)?.host ?? t.host
-  return order.flatMap((role) => {
-    const list = role === 'router' ? [t.model.services.router] : t.model.services[role]
-    return list.map((inst, i) => ({name: list.length > 1 ? `${role}[${i}]` : role, role, path: inst.path, service: inst.service, host: hostNamed(inst.nodes[0]!)}))
+  const {prefill, decode, router} = t.model.services
+  const byPath = new Map([...prefill, ...decode, router].map((s) => [s.path, s]))
+  // The file's order (restartOrder:, else prefill, decode, router) for the whole co-restart, also when all three roles
+  // are named in SGLang's order (the default of restart --service and of a suite's restart); roles named otherwise go in
+  // the order given, the instances of each in the file's order.
+  const inFileOrder = t.model.restartOrder.map((p) => byPath.get(p)!)
+  const whole = roles === undefined || roles.join() === 'prefill,decode,router'
+  const ordered = whole ? inFileOrder : roles.flatMap((role) => inFileOrder.filter((s) => s.role === role))
+  return ordered.map((inst) => {
+    const ofRole: PlacedService<unknown>[] = inst.role === 'router' ? [router] : t.model.services[inst.role]
+    const name = ofRole.length > 1 ? `${inst.role}[${ofRole.indexOf(inst)}]` : inst.role
+    return {name, role: inst.role, path: inst.path, service: inst.service, host: hostNamed(inst.nodes[0]!)}
   })
 }
 
@@ -133,4 +145,29 @@ export function restartTargetsOf(t: Target, order: ServiceName[]): RestartTarget
 export function pairOf(t: Target): {prefill: string; decode: string} | undefined {
   const several = t.model.services.prefill.length > 1 || t.model.services.decode.length > 1
   return several && t.pair ? pairPaths(t.model, t.pair) : undefined
+}
+
+/**
+ * Where the file lists several instances of a role: the pair a suite scenario that names none acts on, and the view
+ * of each pair a scenario names (its single-host view, the placement of its hosts, its paths). Else undefined.
+ */
+export function pairViews(t: Target): {default: InstancePair; viewOf: (pair: InstancePair) => PairView} | undefined {
+  if (t.model.services.prefill.length < 2 && t.model.services.decode.length < 2) return undefined
+  return {
+    default: t.pair ?? FIRST_PAIR,
+    viewOf: (pair) => {
+      const deployment = hostView(t.model, t.model.services.router.nodes[0]!, pair)
+      return {deployment, placement: placementOf({...t, deployment, pair}), paths: pairPaths(t.model, pair)}
+    },
+  }
+}
+
+/** Exit 2 when a suite scenario's pair: names an instance the deployment does not have (before any host is reached). */
+export function checkScenarioPairs(m: DeploymentModel, suite: SuiteFile, file: string, defaultPair: InstancePair): void {
+  for (const [i, sc] of suite.scenarios.entries()) {
+    if (!sc.pair) continue
+    const pair = {prefill: sc.pair.prefill ?? defaultPair.prefill, decode: sc.pair.decode ?? defaultPair.decode}
+    const why = pairRefusal(m, pair, (role, n) => `scenarios[${i}] (${sc.name}) pair.${role} ${n}`)
+    if (why) throw badInput(`${file}: ${why}`, '`pdchaos status` lists the instances of each role, numbered from 0 in the order of the deployment file')
+  }
 }

@@ -11,7 +11,7 @@ import {writeJournal} from '../report/journal.js'
 
 export default class Restart extends TargetCommand<typeof Restart> {
   static override summary = 'Co-restart prefill → decode → router behind health gates, send canaries, then watch for pins.'
-  static override description = 'Each service is restarted by the restart command of the deployment file and must pass its health gate (GET /health = 200; /readiness for the router) before the next starts. Where the deployment file lists several instances of a role, each is restarted in the file\'s order behind its own gate, on its own host. Exit 1 when a gate, a canary or the pin watch fails.'
+  static override description = 'Each service is restarted by the restart command of the deployment file and must pass its health gate (GET /health = 200; /readiness for the router) before the next starts. Where the deployment file lists several instances of a role, each is restarted behind its own gate, on its own host, in the file\'s order (its restartOrder: when it states one). Exit 1 when a gate, a canary or the pin watch fails.'
   static override examples = ['<%= config.bin %> restart --sim', '<%= config.bin %> restart -c pdchaos.yaml --service prefill --watch 120']
   static override flags = {
     ...TargetCommand.targetFlags,
@@ -28,6 +28,7 @@ export default class Restart extends TargetCommand<typeof Restart> {
 
   async run(): Promise<RestartResult> {
     const f = this.flags
+    // --service picks roles in the order given; by default the file's order (restartOrder:, else prefill, decode, router).
     const order = (f.service ?? ['prefill', 'decode', 'router']) as ServiceName[]
     if (f.journal !== undefined) checkOutputFile('--journal', f.journal)
     let deployment = ''
@@ -36,7 +37,7 @@ export default class Restart extends TargetCommand<typeof Restart> {
       lock: (t) => ({command: `restart ${order.join(' ')}`, ttlMs: (restartTargetsOf(t, order).length * (f['health-timeout'] + f['command-timeout']) + f.watch + 120) * 1000}),
     }, (t) => {
       deployment = t.deployment.name
-      // Every instance of each role, where the file lists several: prefill[0], prefill[1], … then decode's, then the router.
+      // Every instance, where the file lists several: in its restartOrder:, else prefill[0], prefill[1], … decode's, the router.
       return coRestart(t.deployment, t.host, {
         targets: restartTargetsOf(t, order), order, healthTimeoutS: f['health-timeout'], commandTimeoutS: f['command-timeout'],
         canaries: f.canaries, watchS: f.watch, sampleS: f.sample, settleS: f.settle, onProgress: (l) => this.progress(l),

@@ -8,7 +8,7 @@ import {Progress} from '../cli/progress.js'
 import {seconds} from '../cli/sim-flags.js'
 import {TargetCommand} from '../cli/target-command.js'
 import {instanceFlags} from '../cli/flags.js'
-import {pairOf, placementOf, restartTargetsOf} from '../cli/target.js'
+import {checkScenarioPairs, pairOf, pairViews, placementOf, restartTargetsOf} from '../cli/target.js'
 import {MAX_DEADLINE_SECONDS} from '../deployment/config.js'
 import {badInput} from '../errors.js'
 import {runLockTtlMs} from '../faults/lease/lease.js'
@@ -61,7 +61,8 @@ export default class Suite extends TargetCommand<typeof Suite> {
   async run(): Promise<Record<string, unknown>> {
     const f = this.flags
     if (f.fleet !== undefined) return this.runFleet(f.fleet)
-    const suite = this.args.file ? await loadSuite(resolve(this.args.file)) : defaultSuite()
+    const suiteFile = this.args.file ? resolve(this.args.file) : undefined
+    const suite = suiteFile ? await loadSuite(suiteFile) : defaultSuite()
     const twin = twinWatchdog(f)
     // Every output checked before the run: a long run must not end in a write that was bound to fail.
     this.checkRunOutputs(f)
@@ -77,7 +78,11 @@ export default class Suite extends TargetCommand<typeof Suite> {
     const t0 = Date.now()
     try {
       const run = await this.withTarget({
-        twin, say: progress.say, disturb: 'run a suite against', check: (d) => { deployment = d.name },
+        twin, say: progress.say, disturb: 'run a suite against',
+        check: (d, m) => {
+          deployment = d.name
+          checkScenarioPairs(m, suite, suiteFile ?? 'the built-in suite', {prefill: f['prefill-instance'], decode: f['decode-instance']})
+        },
         // A co-restart may bring back a dead service; a fault scenario needs all three answering first.
         preflight: suite.scenarios.some((s) => s.fault !== undefined),
         lock: ({deployment: d}) => ({command: `suite ${suite.name}`, ttlMs: runLockTtlMs({...d.watchdog, scenarios: suite.scenarios.length})}),
@@ -88,10 +93,12 @@ export default class Suite extends TargetCommand<typeof Suite> {
         // Where the file lists several instances of a role, the faults act on one pair of them; a co-restart restarts all.
         const pair = pairOf(t)
         if (pair) {
-          progress.say(`acting on the instance pair ${pair.prefill} and ${pair.decode}: faults on their hosts, pins to them; a co-restart restarts every instance`)
+          const others = suite.scenarios.some((s) => s.pair) ? ' (scenarios with pair: act on theirs)' : ''
+          progress.say(`acting on the instance pair ${pair.prefill} and ${pair.decode}${others}: faults on their hosts, pins to them; a co-restart restarts every instance`)
         }
+        const pairs = pairViews(t)
         return runSuite(t.deployment, placementOf(t), suite, {
-          restartTargets: (order) => restartTargetsOf(t, order),
+          restartTargets: (order) => restartTargetsOf(t, order), ...(pairs ? {pairs} : {}),
           gate: suite.gate ?? (f.gate ? GateSchema.parse({}) : undefined), say: progress.say, signal: stop.signal, runId: f['run-id'], oneAtATime: f['one-at-a-time'],
           onPlan: (lines) => progress.print(['plan (checked: no two scenarios in a batch interfere):', ...lines.map((x) => `  ${x}`)]),
           onPhase: progress.setPhase,

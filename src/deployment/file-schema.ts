@@ -2,7 +2,8 @@ import {z} from 'zod'
 
 import {HostSchema} from '../hosts/host-spec.js'
 import {DeploymentFields, PrefillServiceSchema, RouterServiceSchema, ServiceSchema} from './config.js'
-import {placementIssues, type ServiceEntry} from './placement-checks.js'
+import {type PlacementIssue, placementIssues, type ServiceEntry} from './placement-checks.js'
+import {restartOrderIssues} from './restart-order.js'
 
 /**
  * The deployment file as a user writes it: `host:` (every service on one host, the form every existing file has) or
@@ -50,6 +51,9 @@ const DeploymentFileShape = z.object({
     decode: oneOrMany(DecodeEntrySchema, 'decode'),
     router: RouterEntrySchema,
   }).strict(),
+  restartOrder: z.array(z.string().min(1).max(40)).min(1).max(2 * MAX_NODES + 1).optional().describe(
+    'The co-restart\'s order, every service named once: a role (each of its instances, in the file\'s order) or one instance as ROLE[i], e.g. ["prefill[1]", "prefill[0]", decode, router] (in a [flow] list YAML needs the quotes around brackets; a block list does not). Prefill and decode in any order, the router last. Default: the prefill instances, then the decode instances, then the router. `restart --service` picks roles and their order; the instances of each keep this order.',
+  ),
   backend: F.backend,
   tools: F.tools,
   watchdog: F.watchdog,
@@ -75,11 +79,13 @@ export function serviceEntries(f: DeploymentFile): (ServiceEntry & {entry: Prefi
 }
 
 export const DeploymentFileSchema = DeploymentFileShape.superRefine((f, ctx) => {
-  const issues = placementIssues({
+  const issues: PlacementIssue[] = placementIssues({
     hasHost: f.host !== undefined,
     ...(f.hosts === undefined ? {} : {hostNames: Object.keys(f.hosts)}),
     legacy: f.hosts === undefined && !Array.isArray(f.services.prefill) && !Array.isArray(f.services.decode),
     entries: serviceEntries(f),
   })
+  // The order names services: judged once where they are (a typo in a host name is reported first, and alone).
+  if (issues.length === 0 && f.restartOrder !== undefined) issues.push(...restartOrderIssues(f.restartOrder, serviceEntries(f)))
   for (const issue of issues) ctx.addIssue({code: 'custom', path: issue.path, message: issue.message})
 }).describe('A PD deployment: where its services run (host: or hosts:, not both), how to reach them, and the watchdog contract pdchaos judges it by.')

@@ -2,6 +2,7 @@ import type {HostConfig} from '../hosts/host-spec.js'
 import type {Deployment, PrefillService, RouterService, Service} from './config.js'
 import {type DecodeEntry, type DeploymentFile, type PrefillEntry, type RouterEntry, serviceEntries} from './file-schema.js'
 import {pathText, type Role} from './placement-checks.js'
+import {restartOrderPaths} from './restart-order.js'
 
 export type {Role} from './placement-checks.js'
 
@@ -39,11 +40,13 @@ export interface DeploymentModel extends Omit<Deployment, 'host' | 'services'> {
     decode: PlacedService<Service>[]
     router: PlacedService<RouterService>
   }
+  /** The co-restart's order: every service's path once (the file's restartOrder:, or prefill, decode, router). */
+  restartOrder: string[]
 }
 
 /** The model of a file the schema accepted (file-schema.ts checks every name this relies on). */
 export function toModel(f: DeploymentFile): DeploymentModel {
-  const {host, hosts, services: _services, ...settings} = f
+  const {host, hosts, services: _services, restartOrder, ...settings} = f
   const named: NamedHost[] = host !== undefined
     ? [{name: SINGLE_HOST_NAME, config: host}]
     : Object.entries(hosts ?? {}).map(([name, config]) => ({name, config}))
@@ -63,6 +66,7 @@ export function toModel(f: DeploymentFile): DeploymentModel {
       decode: of('decode') as PlacedService<Service>[],
       router: of('router')[0] as PlacedService<RouterService>,
     },
+    restartOrder: restartOrderPaths(restartOrder, serviceEntries(f)),
   }
 }
 

@@ -57,15 +57,18 @@ export interface InstancePair {
 
 export const FIRST_PAIR: InstancePair = {prefill: 0, decode: 0}
 
-/** Why the pair does not name instances of this deployment (undefined: it does). */
-export function pairRefusal(m: DeploymentModel, pair: InstancePair): string | undefined {
+/**
+ * Why the pair does not name instances of this deployment (undefined: it does). `said` names where the number came
+ * from (the flag, or a suite scenario's pair:).
+ */
+export function pairRefusal(m: DeploymentModel, pair: InstancePair, said = (role: string, i: number) => `--${role}-instance ${i}`): string | undefined {
   for (const role of ['prefill', 'decode'] as const) {
     const n = m.services[role].length
     const i = pair[role]
     if (i < n) continue
     return n === 1
-      ? `--${role}-instance ${i}: the deployment has one ${role} instance (${m.services[role][0]!.path}), number 0`
-      : `--${role}-instance ${i}: the deployment has ${n} ${role} instances, numbered 0 to ${n - 1} (services.${role}[0] to services.${role}[${n - 1}])`
+      ? `${said(role, i)}: the deployment has one ${role} instance (${m.services[role][0]!.path}), number 0`
+      : `${said(role, i)}: the deployment has ${n} ${role} instances, numbered 0 to ${n - 1} (services.${role}[0] to services.${role}[${n - 1}])`
   }
   return undefined
 }
@@ -81,7 +84,7 @@ export function pairPaths(m: DeploymentModel, pair: InstancePair): {prefill: str
  * the role has one here, else its first instance. `acrossHosts` says which services run on which host.
  */
 export function hostView(m: DeploymentModel, hostName: string, pair?: InstancePair): Deployment {
-  const {placement: _placement, hosts, services, ...settings} = m
+  const {placement: _placement, hosts, services, restartOrder: _order, ...settings} = m
   const prefill = pair ? services.prefill[pair.prefill]! : instanceOn(services.prefill, hostName)
   const decode = pair ? services.decode[pair.decode]! : instanceOn(services.decode, hostName)
   return DeploymentSchema.parse({

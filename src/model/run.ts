@@ -127,6 +127,8 @@ export interface ScenarioRun {
   contract: Contract
   /** The scenario could not run to a verdict (infrastructure, stop condition): one line. */
   error?: string
+  /** Where the deployment lists several instances of a role: the pair the fault acted on, as the file states them. */
+  pair?: {prefill: string; decode: string}
   /** The fault's mechanism and plan, as injected (or as a dry run would). */
   mechanism?: string
   description?: string

@@ -270,7 +270,7 @@ function scenarioSection(s: ScenarioRun, id: string, opts: Required<HtmlOptions>
   ].filter(Boolean).join(' · ')
   return [
     `<section class="scenario ${status}" id="${attr(id)}">`,
-    `<h2><span class="badge ${status}">${status.toUpperCase()}</span> ${esc(s.name)}</h2>`,
+    `<h2><span class="badge ${status}">${status.toUpperCase()}</span> ${esc(s.name)}${s.pair ? ` <small>on ${esc(s.pair.prefill)} + ${esc(s.pair.decode)}</small>` : ''}</h2>`,
     `<p class="facts">${esc(facts)}</p>`,
     s.error !== undefined ? `<p class="error">${esc(s.error)}</p>` : '',
     s.abortCoverage ? `<p class="facts">${esc(s.abortCoverage.summary)}${s.abortCoverage.verified ? '' : ` — <b>unverified</b>: ${esc(s.abortCoverage.why ?? '')}; to verify: ${esc(s.abortCoverage.toVerify ?? '')}`}</p>` : '',

@@ -14,7 +14,8 @@ export function renderSuite(run: SuiteRun, o: {wallMs: number; twin?: string}): 
     const pins = s.pins.length > 0 ? `, ${s.pins.filter((p) => p.verdict === 'pass').length}/${s.pins.length} pins evicted in window` : ''
     const aborts = s.abortCoverage ? `, ${coverageShort(s.abortCoverage)}` : ''
     const passed = s.verdicts.length - failed - unverified
-    lines.push(`  ${mark} ${s.name}: ${passed}/${s.verdicts.length} checks passed${unverified ? `, ${unverified} unverified` : ''}${pins}${aborts}${s.error ? ` — ${s.error}` : ''}`)
+    const pair = s.pair ? ` (on ${s.pair.prefill.replace(/^services\./, '')} + ${s.pair.decode.replace(/^services\./, '')})` : ''
+    lines.push(`  ${mark} ${s.name}${pair}: ${passed}/${s.verdicts.length} checks passed${unverified ? `, ${unverified} unverified` : ''}${pins}${aborts}${s.error ? ` — ${s.error}` : ''}`)
   }
   const failed = failedChecks(run)
   if (failed.length > 0) {

@@ -1,3 +1,4 @@
+import {FIRST_PAIR, type InstancePair} from '../deployment/single-host.js'
 import type {Footprint, FootprintContext} from '../faults/fault.js'
 import {parseFaultParams} from '../faults/params.js'
 import {getFault} from '../faults/registry.js'
@@ -26,7 +27,20 @@ export interface Batch {
   scenarios: PlannedScenario[]
 }
 
-export type PlanOptions = FootprintContext
+export type PlanOptions = FootprintContext & {
+  /** The instance pair of a scenario that names none (--prefill-instance, --decode-instance). */
+  defaultPair?: InstancePair
+  /** The deployment lists several instances of a role: the plan names each fault's pair. */
+  showPairs?: boolean
+}
+
+/** The prefill/decode instance pair a scenario acts on: its own `pair:`, each role defaulting to the run's. */
+export function pairOfScenario(s: PlannedScenario, opts: PlanOptions = {}): InstancePair {
+  const d = opts.defaultPair ?? FIRST_PAIR
+  return {prefill: s.spec.pair?.prefill ?? d.prefill, decode: s.spec.pair?.decode ?? d.decode}
+}
+
+const pairText = (p: InstancePair) => `prefill[${p.prefill}] + decode[${p.decode}]`
 
 export function footprint(s: PlannedScenario, opts: PlanOptions = {}): ScenarioFootprint {
   const base = s.spec.name
@@ -42,6 +56,9 @@ export function conflict(a: PlannedScenario, b: PlannedScenario, opts: PlanOptio
   if (fa.exclusive) return `${a.name}: ${fa.exclusive}`
   if (fb.exclusive) return `${b.name}: ${fb.exclusive}`
   if (fa.base === fb.base) return `${a.name} and ${b.name} are repetitions of one scenario`
+  // A batch's pins, load probes and discovery are one pair's (the runner's session): other pairs get batches of their own.
+  const [pa, pb] = [pairText(pairOfScenario(a, opts)), pairText(pairOfScenario(b, opts))]
+  if (pa !== pb) return `they act on different instance pairs (${pa} vs ${pb}): a batch acts on one pair`
   const gpu = fa.gpus.find((g) => fb.gpus.includes(g))
   if (gpu !== undefined) return `both act on GPU ${gpu}`
   const port = fa.ports.find((x) => fb.ports.some((y) => x === y || (x.startsWith('zmq:') && y.startsWith('zmq:') && (x === 'zmq:all' || y === 'zmq:all'))))
@@ -97,7 +114,8 @@ export function renderPlanText(batches: Batch[], opts: PlanOptions = {}): string
   return batches.map((b) => {
     const what = b.scenarios.map((s) => {
       const f = footprint(s, opts)
-      const detail = s.spec.restart ? `restart ${s.spec.restart.services.join('→')}` : `${s.spec.fault}${f.gpus.length ? ` GPU ${f.gpus.join(',')}` : ''}${f.ports.length ? ` [${f.ports.join(',')}]` : ''}${f.queue ? ` pins in ${f.queue}` : ''}`
+      const on = opts.showPairs && !s.spec.restart ? ` on ${pairText(pairOfScenario(s, opts))}` : ''
+      const detail = s.spec.restart ? `restart ${s.spec.restart.services.join('→')}` : `${s.spec.fault}${on}${f.gpus.length ? ` GPU ${f.gpus.join(',')}` : ''}${f.ports.length ? ` [${f.ports.join(',')}]` : ''}${f.queue ? ` pins in ${f.queue}` : ''}`
       return `${s.name} (${detail})`
     })
     return `batch ${b.index}: ${what.join(' | ')}`

@@ -1,8 +1,9 @@
 import type {Deployment} from '../deployment/config.js'
+import type {InstancePair} from '../deployment/single-host.js'
 import {oneLine, PdError} from '../errors.js'
 import {type BatchSettings, runBatch} from '../experiment/batch.js'
 import {RunSession} from '../experiment/session.js'
-import type {Placement} from '../experiment/placement.js'
+import type {PlacedHost, Placement} from '../experiment/placement.js'
 import {classifyDataPath} from '../faults/mechanisms/data-path.js'
 import type {Host} from '../hosts/host.js'
 import type {ScenarioRun, SuiteRun} from '../model/run.js'
@@ -10,7 +11,7 @@ import type {RestartResult} from '../model/restart.js'
 import {coRestart, type RestartTarget, type ServiceName} from '../restart/co-restart.js'
 import {now} from '../workload/recorder.js'
 import {evaluateGate} from './gate.js'
-import {type Batch, expand, type PlannedScenario, type PlanOptions, planBatches, planConflicts, renderPlanText} from './planner.js'
+import {type Batch, expand, pairOfScenario, type PlannedScenario, type PlanOptions, planBatches, planConflicts, renderPlanText} from './planner.js'
 import {startStopWatch, type StopWatch} from './stop.js'
 import type {GateSpec, SuiteFile} from './suite-file.js'
 
@@ -35,6 +36,18 @@ export interface RunOptions {
   batch?: Partial<Pick<BatchSettings, 'mode' | 'pinPacing' | 'pinPath' | 'ttlMs' | 'paramsSource' | 'planErrors'>>
   /** A co-restart's steps where the file lists several instances of a role (each restarted); default: one per role. */
   restartTargets?: (order: ServiceName[]) => RestartTarget[]
+  /**
+   * Where the file lists several instances of a role: the pair of a scenario that names none (the one `deployment`
+   * and `on` are the view of), and the view of any pair a scenario names. Absent: one pair, the one given.
+   */
+  pairs?: {default: InstancePair; viewOf: (pair: InstancePair) => PairView}
+}
+
+/** One instance pair as a run acts on it: its single-host view, its hosts, and where the file states the two. */
+export interface PairView {
+  deployment: Deployment
+  placement: Placement
+  paths: {prefill: string; decode: string}
 }
 
 /** The suite's batches: pins paced 10 every 50 ms, params named as the file's keys, a scenario that cannot be
@@ -46,8 +59,27 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
   const startedAt = Date.now()
   const scenarios = expand(suite.scenarios)
   const session = new RunSession(deployment, on)
-  const hosts = session.placement.hosts
-  const planOpts = await planOptions(session, scenarios, {promptTokens: suite.load.promptTokens, say})
+  const pairs = opts.pairs
+  const planOpts: PlanOptions = {
+    ...await planOptions(session, scenarios, {promptTokens: suite.load.promptTokens, say}),
+    ...(pairs ? {defaultPair: pairs.default, showPairs: true} : {}),
+  }
+  // A session per instance pair (its clients, calibration and discovery), made when a batch first acts on it.
+  const pairSessions = new Map<string, {session: RunSession; paths: PairView['paths']}>()
+  const pairKey = (p: InstancePair) => `${p.prefill}/${p.decode}`
+  const sessionOf = (s: PlannedScenario): {session: RunSession; paths?: PairView['paths']} => {
+    if (!pairs) return {session}
+    const pair = pairOfScenario(s, planOpts)
+    let known = pairSessions.get(pairKey(pair))
+    if (!known) {
+      const v = pairs.viewOf(pair)
+      known = {session: pairKey(pair) === pairKey(pairs.default) ? session : new RunSession(v.deployment, v.placement), paths: v.paths}
+      pairSessions.set(pairKey(pair), known)
+    }
+    return known
+  }
+  // The stop conditions watch every host a scenario acts on (the kernel log of each), whichever pair it belongs to.
+  const hosts = unionOfHosts([session.placement.hosts, ...scenarios.filter((s) => !s.spec.restart).map((s) => sessionOf(s).session.placement.hosts)])
   const batches: Batch[] = opts.oneAtATime ? scenarios.map((s, i) => ({index: i + 1, scenarios: [s]})) : planBatches(scenarios, planOpts)
   const conflicts = planConflicts(batches, planOpts)
   if (conflicts.length > 0) throw new PdError(`the batch plan has conflicts: ${conflicts.join('; ')}`, {exit: 5, suggestion: 'report this: the planner must never batch conflicting scenarios'})
@@ -71,16 +103,19 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
       opts.onPhase?.(`${label}: ${names.join(', ')}`)
       say(`${label}: ${names.join(', ')}`)
       const only = b.scenarios[0]!
+      // The planner keeps each batch to one pair: its first scenario's.
+      const on = sessionOf(only)
       try {
         const out = only.spec.restart
           ? await runRestart(session, only, watch, say, opts.restartTargets)
-          : await runBatch(session, b.scenarios.map((s) => ({name: s.name, fault: s.spec.fault!, params: s.spec.params, pins: s.spec.pins})), {
+          : await runBatch(on.session, b.scenarios.map((s) => ({name: s.name, fault: s.spec.fault!, params: s.spec.params, pins: s.spec.pins})), {
             ...SUITE_BATCH, ...opts.batch,
             promptTokens: suite.load.promptTokens, loadIntervalMs: suite.load.intervalMs, canaries: suite.load.canaries, signal: watch.signal,
             // A caller that passes a signal stops the run on SIGINT itself (and writes its journal).
             callerStopsOnSignal: opts.signal !== undefined,
             say, onRecorder: (rec) => watch.setRecorder(rec), onDeadline: (what, at) => opts.onPhase?.(`${label}: ${what}`, at),
           })
+        if (on.paths && !only.spec.restart) for (const r of out.scenarios) r.pair = on.paths
         runs.push(...out.scenarios)
         floorMs += out.floorMs
         batchStats.push({index: b.index, scenarios: names, ms: Math.round(now() - t0), floorMs: out.floorMs})
@@ -90,6 +125,9 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
         if (error instanceof PdError && (error.exitCode === 4 || opts.batch?.planErrors === 'throw')) throw error
         const t = Date.now()
         for (const s of b.scenarios) runs.push(errored(s, contract, t, oneLine(error)))
+      } finally {
+        // A co-restart replaced every instance's processes: each pair measures and discovers again.
+        if (only.spec.restart) for (const known of pairSessions.values()) known.session.forget()
       }
     }
   } finally {
@@ -142,6 +180,13 @@ async function runRestart(session: RunSession, s: PlannedScenario, watch: StopWa
     session.forget()
     watch.setRestarting(false)
   }
+}
+
+/** Each host once, by name, in the order first seen. */
+function unionOfHosts(lists: PlacedHost[][]): PlacedHost[] {
+  const byName = new Map<string, PlacedHost>()
+  for (const h of lists.flat()) if (!byName.has(h.name)) byName.set(h.name, h)
+  return [...byName.values()]
 }
 
 function errored(s: PlannedScenario, contract: ScenarioRun['contract'], t: number, error: string): ScenarioRun {

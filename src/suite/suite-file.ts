@@ -14,13 +14,21 @@ import {CHECKS, UNVERIFIED_BLOCKS_BY_DEFAULT} from '../model/verdict.js'
 const ParamsSchema = z.record(z.string(), z.unknown()).describe("The fault's parameters: `pdchaos schema suite` lists each fault's under its name.")
 
 const RestartSchema = z.object({
-  services: z.array(z.enum(['prefill', 'decode', 'router'])).min(1).default(['prefill', 'decode', 'router']).describe('Restarted in this order, each behind its health gate.'),
+  services: z.array(z.enum(['prefill', 'decode', 'router'])).min(1).default(['prefill', 'decode', 'router']).describe('The roles restarted, in this order, each instance behind its health gate; all three in this (the default) order follow the deployment file\'s restartOrder: where it states one.'),
   watchSeconds: z.number().min(0).max(86_400).default(5).describe('Pin watch after the canaries.'),
   healthTimeoutSeconds: z.number().positive().max(3600).default(60),
   commandTimeoutSeconds: z.number().positive().max(3600).default(120),
   canaries: z.number().int().min(0).max(100).default(2),
   settleSeconds: z.number().min(0).max(600).default(5).describe('Wait after the last health gate before the canaries (one decode heartbeat interval).'),
 }).strict()
+
+/** Instances are numbered from 0 in the deployment file's order; whether one exists is known once it is read. */
+const instanceIndex = (role: string) => z.number().int().min(0).max(511).optional()
+  .describe(`The ${role} instance (from 0, in the deployment file's order). Default: --${role}-instance (0).`)
+
+const PairSchema = z.object({prefill: instanceIndex('prefill'), decode: instanceIndex('decode')}).strict().describe(
+  'Where the deployment lists several instances of a role: the prefill/decode pair this fault acts on and its pins go to. Scenarios on different pairs run in different batches.',
+)
 
 export const ScenarioSchema = z.object({
   name: z.string().min(1).max(80).regex(/^[A-Za-z0-9][A-Za-z0-9 _.:#@-]*$/, 'letters, digits, space and _ . : # @ - only'),
@@ -29,8 +37,10 @@ export const ScenarioSchema = z.object({
   pins: z.number().int().min(1).max(10_000).default(2).describe('Pinned requests (abort-mid-transfer uses trials instead).'),
   repetitions: z.number().int().min(1).max(100).default(1).describe('Run the scenario this many times (never concurrently with itself).'),
   restart: RestartSchema.optional().describe('A co-restart step instead of a fault; it always runs alone.'),
+  pair: PairSchema.optional(),
 }).strict().superRefine((s, ctx) => {
   if ((s.fault === undefined) === (s.restart === undefined)) ctx.addIssue({code: 'custom', message: 'a scenario needs exactly one of fault or restart'})
+  if (s.restart !== undefined && s.pair !== undefined) ctx.addIssue({code: 'custom', path: ['pair'], message: 'a co-restart restarts every instance: pair applies to a fault scenario'})
   if (s.fault === undefined) return
   const checked = checkFaultParams(getFault(s.fault), s.params, 'file')
   if ('issue' in checked) ctx.addIssue({code: 'custom', path: checked.issue.key ? ['params', checked.issue.key] : ['params'], message: checked.issue.message})

@@ -164,6 +164,7 @@ describe('the new forms load to the model of their hosts and instances', () => {
     expect(m.hosts.map((h) => h.name)).toEqual(['gpu-a', 'gpu-b', 'gpu-c'])
     expect(m.services.prefill.map((p) => p.nodes)).toEqual([['gpu-a'], ['gpu-c']])
     expect(m.services.decode.map((p) => p.nodes)).toEqual([['gpu-b']])
+    expect(m.restartOrder).toEqual(['services.prefill[1]', 'services.prefill[0]', 'services.decode[0]', 'services.router'])
     for (const command of ['status', 'inject', 'suite', 'restart', 'recover']) expect(singleHostRefusal(m, command)).toBeUndefined()
   })
 
@@ -202,6 +203,7 @@ describe('the new forms load to the model of their hosts and instances', () => {
 
 describe('each mistake is one line naming its path (exit 2)', () => {
   const twoHosts = (services: string, hosts = '  gpu-a: {kind: local}\n  gpu-b: {kind: local}\n') => `hosts:\n${hosts}services:\n${services}watchdog: {deadlineSeconds: 2, pollSeconds: 1}\n`
+  const TWO_PREFILLS = twoHosts('  prefill:\n    - {url: "http://a:1", host: gpu-a}\n    - {url: "http://b:1", host: gpu-b}\n  decode: {url: "http://b:2", host: gpu-b}\n  router: {url: "http://a:4", host: gpu-a}\n')
   const cases: [string, string, string][] = [
     ['an unknown host name', twoHosts([
       '  prefill: {url: "http://a:1", host: gpu-a}',
@@ -244,6 +246,16 @@ describe('each mistake is one line naming its path (exit 2)', () => {
       'services.prefill: expected one prefill service (a map) or a list of prefill instances'],
     ['nodes on the router', twoHosts('  prefill: {url: "http://a:1", host: gpu-a}\n  decode: {url: "http://b:2", host: gpu-b}\n  router: {url: "http://a:4", host: gpu-a, nodes: [gpu-a]}\n'),
       'services.router: Unrecognized key: "nodes"'],
+    ['a restart order naming an instance the file does not have', `${TWO_PREFILLS}restartOrder: ["prefill[2]", prefill, decode, router]\n`,
+      'restartOrder[0]: no prefill[2]: the file has 2 prefill instances (prefill[0], prefill[1])'],
+    ['a restart order naming something that is not a service', `${TWO_PREFILLS}restartOrder: [gateway, prefill, decode]\n`,
+      'restartOrder[0]: "gateway" is not a service: name one as prefill, decode or router, or one instance as prefill[1]'],
+    ['a restart order naming an instance twice', `${TWO_PREFILLS}restartOrder: ["prefill[1]", prefill, decode, router]\n`,
+      'restartOrder[1]: services.prefill[1] is already named at restartOrder[0]: each service restarts once'],
+    ['a restart order that leaves a service out', `${TWO_PREFILLS}restartOrder: ["prefill[1]", decode, router]\n`,
+      'restartOrder: leaves out services.prefill[0]: a co-restart restarts every service, so name each once'],
+    ['a restart order with the router before a worker', `${TWO_PREFILLS}restartOrder: [prefill, router, decode]\n`,
+      'restartOrder[1]: the router restarts last, once every prefill and decode instance is healthy (the gateway waits for healthy workers): move it to the end'],
   ]
 
   it.each(cases)('%s', (_name, text, issue) => {

@@ -1,3 +1,5 @@
+import {readFileSync, writeFileSync} from 'node:fs'
+import {dirname, join} from 'node:path'
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
 import {createTestCluster, type TestCluster} from '../harness/test-cluster.js'
@@ -82,19 +84,49 @@ describe('a twin with two prefill instances on two nodes and decode on a third',
     expect((JSON.parse(bad.stdout) as {error: {message: string}}).error.message).toMatch(/--prefill-instance 2: the deployment has 2 prefill instances, numbered 0 to 1/)
   }, 180_000)
 
-  it('a co-restart restarts every instance, each on its node behind its own gate (prefill[0], prefill[1], decode, router); recover finds all three hosts clean', async () => {
+  it('a suite whose scenarios name their pairs: one batch per pair, each fault and lease on its own prefill node, each pin held and evicted there', async () => {
+    const file = join(dirname(c.deploymentFile), 'two-pairs.yaml')
+    writeFileSync(file, [
+      'name: two-pairs', 'load: {intervalMs: 0}', 'scenarios:',
+      '  - {name: on prefill0, fault: drop-dest-info, pins: 2}',
+      '  - {name: on prefill1, fault: drop-dest-info, pins: 2, pair: {prefill: 1}}', ''].join('\n'))
+    const r = await runCli(['suite', file, '-c', c.deploymentFile, '--json'], {timeoutMs: 180_000})
+    const j = JSON.parse(r.stdout) as {plan: string[]; scenarios: Array<{name: string; pair: unknown; leases: Array<{host: string}>; pins: Array<{rid: string; evictionSeconds: number}>; verdicts: Array<{verdict: string; check: string; summary: string}>}>}
+    expect(j.scenarios.flatMap((s) => s.verdicts).filter((v) => v.verdict !== 'pass'), r.stderr.slice(-600)).toEqual([])
+    expect(r.code).toBe(0)
+    expect(j.plan).toEqual([
+      'batch 1: on prefill0 (drop-dest-info on prefill[0] + decode[0] [zmq:all] pins in bootstrap)',
+      'batch 2: on prefill1 (drop-dest-info on prefill[1] + decode[0] [zmq:all] pins in bootstrap)',
+    ])
+    const [first, second] = c.prefillNodes
+    for (const [i, s] of j.scenarios.entries()) {
+      const [mine, other] = i === 0 ? [first!, second!] : [second!, first!]
+      expect(s.pair).toEqual({prefill: `services.prefill[${i}]`, decode: 'services.decode'})
+      expect(s.leases.map((l) => l.host)).toEqual([i === 0 ? 'prefill-node' : 'prefill-node-2'])
+      expect(s.pins).toHaveLength(2)
+      for (const pin of s.pins) {
+        expectDroppedPin(mine.stateDir, pin, 1.5, 0.5)
+        expect(truth(other.stateDir, 'prefill').filter((e) => e.rid === pin.rid)).toEqual([])
+      }
+    }
+  }, 240_000)
+
+  it('a co-restart restarts every instance, each on its node behind its own gate, in the order the file states (prefill[1], prefill[0], decode, router); recover finds all three hosts clean', async () => {
     const pidOf = async (node: TestHost, service: string): Promise<number> => {
       const t = JSON.parse((await node.sshRun([process.execPath, cliEntry(), 'sim', 'status', '--state-dir', node.stateDir, '--json'])).stdout) as {services: Array<{service: string; pid: number}>}
       return t.services.find((x) => x.service === service)!.pid
     }
     const nodes = [...c.prefillNodes, c.decodeNode]
     const before = await Promise.all(nodes.map((n, i) => pidOf(n, i < 2 ? 'prefill' : 'decode')))
-    const r = await runCli(['restart', '-c', c.deploymentFile, '--json', '--watch', '2', '--settle', '3', '--health-timeout', '60'], {timeoutMs: 180_000})
+    // The same deployment, with the second prefill instance restarted first.
+    const ordered = join(dirname(c.deploymentFile), 'cluster-ordered.yaml')
+    writeFileSync(ordered, `${readFileSync(c.deploymentFile, 'utf8')}\nrestartOrder: ["prefill[1]", "prefill[0]", decode, router]\n`)
+    const r = await runCli(['restart', '-c', ordered, '--json', '--watch', '2', '--settle', '3', '--health-timeout', '60'], {timeoutMs: 180_000})
     const j = JSON.parse(r.stdout) as {steps: Array<{service: string; instance?: string; healthyAfterMs: number | null}>; verdicts: Array<{verdict: string; subject: string}>}
     expect(j.verdicts.filter((v) => v.verdict !== 'pass'), r.stderr.slice(-600)).toEqual([])
     expect(r.code).toBe(0)
-    expect(j.steps.map((s) => [s.service, s.instance])).toEqual([['prefill', 'services.prefill[0]'], ['prefill', 'services.prefill[1]'], ['decode', undefined], ['router', undefined]])
-    expect(j.verdicts.map((v) => v.subject).slice(0, 4)).toEqual(['prefill[0]', 'prefill[1]', 'decode', 'router'])
+    expect(j.steps.map((s) => [s.service, s.instance])).toEqual([['prefill', 'services.prefill[1]'], ['prefill', 'services.prefill[0]'], ['decode', undefined], ['router', undefined]])
+    expect(j.verdicts.map((v) => v.subject).slice(0, 4)).toEqual(['prefill[1]', 'prefill[0]', 'decode', 'router'])
     // Each restart command ran on its own node: every server there has a new pid.
     const after = await Promise.all(nodes.map((n, i) => pidOf(n, i < 2 ? 'prefill' : 'decode')))
     for (const [i, pid] of after.entries()) expect(pid, `node ${i}`).not.toBe(before[i])

@@ -89,6 +89,14 @@ describe('three outcomes', () => {
     expect(renderHtml(run)).toContain('<td class="verdict">UNVERIFIED</td>')
   })
 
+  it('a scenario on a stated instance pair says so in the summary line and the HTML report', async () => {
+    const {renderSuite} = await import('../../src/report/suite-text.js')
+    const run = syntheticRun({failing: false})
+    run.scenarios[0]!.pair = {prefill: 'services.prefill[1]', decode: 'services.decode'}
+    expect(renderSuite(run, {wallMs: 1000})).toContain(`PASS  ${run.scenarios[0]!.name} (on prefill[1] + decode): `)
+    expect(renderHtml(run)).toContain('<small>on services.prefill[1] + services.decode</small></h2>')
+  })
+
   it('an unverified check outside the blocking list does not fail the run', () => {
     const run = syntheticRun({failing: false})
     const rec = run.scenarios.flatMap((s) => s.verdicts).find((v) => v.check === 'recovery')!

@@ -62,6 +62,22 @@ describe('batch planner', () => {
     expect(names(planBatches(s))).toEqual([['x', 'y'], ['x #2'], ['x #3']])
   })
 
+  it('scenarios on different instance pairs never share a batch (a batch acts on one pair); the plan names each fault\'s pair', () => {
+    const p0 = one({name: 'p0', fault: 'stall-kv', params: {gpu: 1, mechanism: 'packet-filter'}})
+    const p1 = one({name: 'p1', fault: 'stall-kv', params: {gpu: 2, mechanism: 'packet-filter'}, pair: {prefill: 1}})
+    const p1too = one({name: 'p1 too', fault: 'stall-kv', params: {gpu: 3, mechanism: 'packet-filter'}, pair: {prefill: 1, decode: 0}})
+    expect(conflict(p0, p1)).toBe('they act on different instance pairs (prefill[0] + decode[0] vs prefill[1] + decode[0]): a batch acts on one pair')
+    expect(conflict(p1, p1too)).toBeUndefined()
+    expect(names(planBatches([p0, p1, p1too]))).toEqual([['p0'], ['p1', 'p1 too']])
+    // With --prefill-instance 1 the scenario that names no pair is on prefill[1] too.
+    expect(names(planBatches([p0, p1, p1too], {defaultPair: {prefill: 1, decode: 0}}))).toEqual([['p0', 'p1', 'p1 too']])
+    expect(renderPlanText(planBatches([p0, p1]), {showPairs: true})).toEqual([
+      'batch 1: p0 (stall-kv on prefill[0] + decode[0] GPU 1 [kv:1] pins in inflight)',
+      'batch 2: p1 (stall-kv on prefill[1] + decode[0] GPU 2 [kv:2] pins in inflight)',
+    ])
+    expect(() => spec({name: 'r', restart: {}, pair: {prefill: 1}})).toThrow(/a co-restart restarts every instance: pair applies to a fault scenario/)
+  })
+
   it('planConflicts finds a conflicting pair put together by hand', () => {
     const a = one({name: 'a', fault: 'stall-kv', params: {gpu: 1, mechanism: 'packet-filter'}})
     const b = one({name: 'b', fault: 'drop-dest-info'})
