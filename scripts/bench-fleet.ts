@@ -21,6 +21,7 @@ import {compiledCli, verdict, writeSection} from './bench-common.js'
 
 const N = 3
 const DEADLINE = Number(process.env.BENCH_DEADLINE ?? 3)
+const CB_TIMEOUT_S = 10
 const POLL = Number(process.env.BENCH_POLL ?? 0.5)
 
 interface Cli {code: number | null; stdout: string; ms: number; peakRssKb: number}
@@ -85,7 +86,10 @@ async function measure(bin: string, dir: string, tp: number): Promise<Measured> 
       const stateDir = join(dir, `tp${tp}-twin${i}`)
       for (let attempt = 0; ; attempt++) {
         try {
-          const up = await simUp({stateDir, deadlineS: DEADLINE, pollS: POLL, gpus: 2 * tp, prefillTp: tp, decodeTp: tp, basePort: 41_000 + Math.floor(Math.random() * 800) * 10})
+          // The gateway's breaker half-opens after 10 s, not 60 (as the mutation matrix's twins): a drop's failed load
+          // can open it, more often when three twins share two cores, and one wait for it would be the whole figure.
+          const up = await simUp({stateDir, deadlineS: DEADLINE, pollS: POLL, gpus: 2 * tp, prefillTp: tp, decodeTp: tp, router: {cbTimeoutDurationS: CB_TIMEOUT_S},
+            basePort: 41_000 + Math.floor(Math.random() * 800) * 10})
           files.push(up.deploymentFile)
           twins.push(stateDir)
           break
@@ -157,7 +161,9 @@ async function main(): Promise<void> {
       '(TP 4 + TP 4, 11 processes each), then with 2-GPU twins (TP 1 + TP 1, 5 processes each). Cores busy: the whole machine\'s',
       'average over the run, from /proc/stat. Memory: the peak of the summed RSS of the fleet process and its children (one',
       '`pdchaos suite` per deployment), polled every 250 ms. The CLI runs compiled. Each twin served three requests before any run',
-      `(warm), so no run pays a cold start the others do not. Measured ${new Date().toISOString().slice(0, 10)} on ${process.env.BENCH_CORES ?? '2'} cores; the twins share them with pdchaos.`,
+      `(warm), so no run pays a cold start the others do not. Each twin's gateway half-opens its circuit breaker after ${CB_TIMEOUT_S} s (`,
+      '`--cb-timeout-duration-secs`; 60 by default): a drop\'s failed load may open it, and the run waits for it to close before its',
+      `canaries (breaker waits). Measured ${new Date().toISOString().slice(0, 10)} on ${process.env.BENCH_CORES ?? '2'} cores; the twins share them with pdchaos.`,
       '',
       '| twins | run | wall | cores busy | exit | peak RSS of pdchaos |',
       '|---|---|---|---|---|---|',
