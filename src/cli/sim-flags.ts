@@ -3,6 +3,7 @@ import {resolve} from 'node:path'
 
 import {Flags} from '@oclif/core'
 
+import {MAX_DEADLINE_SECONDS} from '../deployment/limits.js'
 import {badInput} from '../errors.js'
 import type {RouterUpOptions} from '../sim/lifecycle/index.js'
 import {POLICY_NAMES} from '../sim/router/policy.js'
@@ -121,3 +122,30 @@ export function lagUpOptions(f: {'entry-lag-ms'?: string; 'answer-lag-ms'?: stri
     ...(f['answer-lag-ms'] === undefined ? {} : {answerLagMs: f['answer-lag-ms']}),
   }
 }
+
+/** A twin a command starts itself: its watchdog, and how long its gateway's circuit breaker stays open (absent: 60 s). */
+export interface TwinStart {
+  deadlineS: number
+  pollS: number
+  cbTimeoutS?: number
+}
+
+const SUITE_TWIN_CB_TIMEOUT_S = 10
+
+/**
+ * A twin the suite starts itself: a short watchdog, and a gateway breaker that half-opens after 10 s, not 60 (a
+ * fault's failed steady load can open it, and the suite waits for it before its canaries), so the built-in suite
+ * takes well under a minute.
+ */
+export function suiteTwin(f: {sim: boolean; 'sim-deadline'?: string; 'sim-poll'?: string}): TwinStart {
+  for (const flag of ['sim-deadline', 'sim-poll'] as const) {
+    if (f[flag] !== undefined && !f.sim) throw badInput(`--${flag} applies only with --sim`, `add --sim, or drop --${flag}`)
+  }
+  const deadlineS = seconds('--sim-deadline', f['sim-deadline']) ?? 3
+  const pollS = seconds('--sim-poll', f['sim-poll']) ?? 0.5
+  if (!(deadlineS > 0 && pollS > 0)) throw badInput('--sim-deadline and --sim-poll must be above 0 seconds', 'e.g. --sim-deadline 3 --sim-poll 0.5')
+  if (deadlineS > MAX_DEADLINE_SECONDS) throw badInput(`--sim-deadline must be at most ${MAX_DEADLINE_SECONDS} seconds, got ${deadlineS}`, `pass --sim-deadline ${MAX_DEADLINE_SECONDS} or less`)
+  if (pollS > deadlineS) throw badInput(`--sim-poll (${pollS} s) is longer than --sim-deadline (${deadlineS} s)`, 'give a poll interval at most the deadline')
+  return {deadlineS, pollS, cbTimeoutS: SUITE_TWIN_CB_TIMEOUT_S}
+}
+

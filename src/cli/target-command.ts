@@ -18,7 +18,7 @@ import {errorDocument} from './error-output.js'
 import {targetFlags} from './flags.js'
 import {checkOutputFile, checkPushUrl, outputWriter} from './outputs.js'
 import {preflight} from './preflight.js'
-import {closeTarget, everyHostOf, resolveTarget, type Target} from './target.js'
+import {closeTarget, everyHostOf, resolveTarget, type Target, type TwinStart} from './target.js'
 import {onSignalExit} from '../faults/lease/lease-guard.js'
 
 /** Where a run's results go: files, and a Pushgateway URL. */
@@ -51,7 +51,7 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
    */
   protected async withTarget<R>(opts: {
     startTwin?: boolean
-    twin?: {deadlineS: number; pollS: number}
+    twin?: TwinStart
     /** What the command does to the deployment, for the production refusal ("inject a fault into"). */
     disturb?: string
     /** The run lock: its command line and TTL (`runLockTtlMs`); held until expiry for --hold. */

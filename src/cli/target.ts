@@ -13,7 +13,9 @@ import {openHost} from '../hosts/open-host.js'
 import {Placement} from '../experiment/placement.js'
 import {defaultSimDir} from '../state-dir.js'
 import {badInput} from '../errors.js'
-import {simStateDir} from './sim-flags.js'
+import {simStateDir, type TwinStart} from './sim-flags.js'
+
+export type {TwinStart} from './sim-flags.js'
 
 /**
  * Which deployment a command acts on, and the Host to reach it: the deployment file (-c), or with --sim the
@@ -49,7 +51,8 @@ export async function resolveTarget(flags: TargetFlags, opts: {
   /** The command acting on the target, named when a file spans more than it can act on yet (exit 2). */
   command?: string
   startTwin?: boolean
-  twin?: {deadlineS: number; pollS: number}
+  /** How to start the twin when none runs: its watchdog, and its gateway's breaker (absent: upstream's 60 s). */
+  twin?: TwinStart
   onProgress?: (line: string) => void
   /** Checks that need the deployment file (a TTL against its watchdog): run before the host is reached. */
   check?: (deployment: Deployment, model: DeploymentModel) => void
@@ -70,9 +73,11 @@ export async function resolveTarget(flags: TargetFlags, opts: {
     const lock = readLock(stateDir)
     const running = lock !== undefined && liveHolders(lock).length > 0 && existsSync(file)
     if (!running && opts.startTwin !== false) {
-      const watchdog = opts.twin ? ` (watchdog deadline ${opts.twin.deadlineS}s, poll ${opts.twin.pollS}s)` : ''
+      const breaker = opts.twin?.cbTimeoutS === undefined ? '' : `, circuit breaker half-open after ${opts.twin.cbTimeoutS}s`
+      const watchdog = opts.twin ? ` (watchdog deadline ${opts.twin.deadlineS}s, poll ${opts.twin.pollS}s${breaker})` : ''
       opts.onProgress?.(`starting the twin in ${stateDir}${watchdog}`)
-      await simUp({stateDir, ...opts.twin})
+      const {cbTimeoutS, ...watchdogS} = opts.twin ?? {}
+      await simUp({stateDir, ...watchdogS, ...(cbTimeoutS === undefined ? {} : {router: {cbTimeoutDurationS: cbTimeoutS}})})
       startedTwin = stateDir
     }
   }

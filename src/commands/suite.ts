@@ -5,11 +5,10 @@ import {Args, Flags} from '@oclif/core'
 import {checkFleetOutputs, finishFleet} from '../cli/fleet-outputs.js'
 import {checkFleet, runFleetHere} from '../cli/fleet-run.js'
 import {Progress} from '../cli/progress.js'
-import {seconds} from '../cli/sim-flags.js'
+import {suiteTwin} from '../cli/sim-flags.js'
 import {TargetCommand} from '../cli/target-command.js'
 import {instanceFlags} from '../cli/flags.js'
 import {checkScenarioPairs, pairOf, pairViews, placementOf, restartTargetsOf} from '../cli/target.js'
-import {MAX_DEADLINE_SECONDS} from '../deployment/config.js'
 import {badInput} from '../errors.js'
 import {runLockTtlMs} from '../faults/lease/lease.js'
 import {fleetRunId} from '../model/fleet.js'
@@ -26,7 +25,7 @@ export default class Suite extends TargetCommand<typeof Suite> {
     'The batch plan is printed and checked for conflicts before any injection. Stop conditions (router health, collateral loss, a new Xid line in the kernel log)',
     'and SIGINT stop the run, revert everything and exit 3; a stopped run is never resumed.',
     'Exit 0 all checks passed (or the gate passed), 1 a check failed (or the gate failed), 2 bad input, 3 stopped, 4 cleanup unverified, 5 unreachable.',
-    'With --sim and no twin running, the twin is started with a short watchdog (deadline 3 s, poll 0.5 s) so the suite takes well under a minute.',
+    'With --sim and no twin running, the twin is started with a short watchdog (deadline 3 s, poll 0.5 s) and a gateway circuit breaker that half-opens after 10 s (60 by default) so the suite takes well under a minute.',
     'With --fleet each deployment of the fleet file runs as its own suite run; the exit code is the most urgent of theirs: 4 > 3 > 1 > 5 > 2 > 0.',
   ].join(' ')
   static override examples = [
@@ -63,7 +62,7 @@ export default class Suite extends TargetCommand<typeof Suite> {
     if (f.fleet !== undefined) return this.runFleet(f.fleet)
     const suiteFile = this.args.file ? resolve(this.args.file) : undefined
     const suite = suiteFile ? await loadSuite(suiteFile) : defaultSuite()
-    const twin = twinWatchdog(f)
+    const twin = suiteTwin(f)
     // Every output checked before the run: a long run must not end in a write that was bound to fail.
     this.checkRunOutputs(f)
     const progress = new Progress({json: this.jsonEnabled()})
@@ -105,7 +104,7 @@ export default class Suite extends TargetCommand<typeof Suite> {
         })
       })
       const wallMs = Date.now() - t0
-      const twinNote = started && `started the twin in ${started} with a short watchdog (deadline ${twin.deadlineS}s, poll ${twin.pollS}s) so the suite is quick; ` +
+      const twinNote = started && `started the twin in ${started} with a short watchdog (deadline ${twin.deadlineS}s, poll ${twin.pollS}s) and a circuit breaker that half-opens after ${twin.cbTimeoutS}s so the suite is quick; ` +
         `it keeps running: \`pdchaos sim down${f['state-dir'] ? ` --state-dir ${started}` : ''}\` stops it`
       if (twinNote) run.notes = [...(run.notes ?? []), twinNote]
       progress.stop()
@@ -145,18 +144,6 @@ export default class Suite extends TargetCommand<typeof Suite> {
   }
 }
 
-/** The watchdog of a twin the suite starts itself: short, so the built-in suite takes well under a minute. */
-function twinWatchdog(f: {sim: boolean; 'sim-deadline'?: string; 'sim-poll'?: string}): {deadlineS: number; pollS: number} {
-  for (const flag of ['sim-deadline', 'sim-poll'] as const) {
-    if (f[flag] !== undefined && !f.sim) throw badInput(`--${flag} applies only with --sim`, `add --sim, or drop --${flag}`)
-  }
-  const deadlineS = seconds('--sim-deadline', f['sim-deadline']) ?? 3
-  const pollS = seconds('--sim-poll', f['sim-poll']) ?? 0.5
-  if (!(deadlineS > 0 && pollS > 0)) throw badInput('--sim-deadline and --sim-poll must be above 0 seconds', 'e.g. --sim-deadline 3 --sim-poll 0.5')
-  if (deadlineS > MAX_DEADLINE_SECONDS) throw badInput(`--sim-deadline must be at most ${MAX_DEADLINE_SECONDS} seconds, got ${deadlineS}`, `pass --sim-deadline ${MAX_DEADLINE_SECONDS} or less`)
-  if (pollS > deadlineS) throw badInput(`--sim-poll (${pollS} s) is longer than --sim-deadline (${deadlineS} s)`, 'give a poll interval at most the deadline')
-  return {deadlineS, pollS}
-}
 
 function summaryOf(run: SuiteRun, runId: string) {
   return {

@@ -12,7 +12,8 @@ export interface RouterSettings {
   source: string
   /** attempts: in all, the first included (the gateway's --retry-max-retries). */
   retries: {enabled: boolean; attempts: number}
-  circuitBreaker: {enabled: boolean; failureThreshold: number}
+  /** openSeconds: how long an open breaker refuses before it half-opens (--cb-timeout-duration-secs). */
+  circuitBreaker: {enabled: boolean; failureThreshold: number; openSeconds: number}
   /** One line each: what these settings do to a request a fault holds or fails. */
   underFaults: string[]
 }
@@ -43,7 +44,9 @@ export function routerSettingsFromArgv(raw: string[], where: string): RouterSett
   const breakerOn = !argv.includes('--disable-circuit-breaker')
   const attempts = retriesOn ? Math.max(1, intFlag(argv, '--retry-max-retries', GATEWAY_DEFAULTS.attempts)) : 1
   const failureThreshold = intFlag(argv, '--cb-failure-threshold', GATEWAY_DEFAULTS.failureThreshold)
-  const set = ['--retry-max-retries', '--disable-retries', '--cb-failure-threshold', '--disable-circuit-breaker'].filter((f) => argv.some((a) => a === f || a.startsWith(`${f}=`)))
+  const openSeconds = intFlag(argv, '--cb-timeout-duration-secs', GATEWAY_DEFAULTS.openSeconds)
+  const known = ['--retry-max-retries', '--disable-retries', '--cb-failure-threshold', '--cb-timeout-duration-secs', '--disable-circuit-breaker']
+  const set = known.filter((f) => argv.some((a) => a === f || a.startsWith(`${f}=`)))
   const underFaults: string[] = []
   if (attempts > 1) {
     underFaults.push(`a request the fault fails (408/429/500/502/503/504) is tried up to ${attempts} times in all, each with a new bootstrap room, ` +
@@ -53,14 +56,14 @@ export function routerSettingsFromArgv(raw: string[], where: string): RouterSett
     underFaults.push('no retries: a request the fault fails reaches the client at once')
   }
   if (breakerOn) {
-    underFaults.push(`after ${failureThreshold} failures a worker's circuit breaker opens (about ${GATEWAY_DEFAULTS.openSeconds} s): healthy requests then get 503 until it closes`)
+    underFaults.push(`after ${failureThreshold} failures a worker's circuit breaker opens (about ${openSeconds} s): healthy requests then get 503 until it closes`)
   } else {
     underFaults.push('no circuit breaker: a failing worker keeps receiving requests')
   }
   return {
-    source: set.length > 0 ? `${where}: ${set.join(', ')}${set.length < 4 ? '; the gateway\'s defaults for the rest' : ''}` : `${where}: no retry or breaker flag, so the gateway's defaults`,
+    source: set.length > 0 ? `${where}: ${set.join(', ')}${set.length < known.length ? '; the gateway\'s defaults for the rest' : ''}` : `${where}: no retry or breaker flag, so the gateway's defaults`,
     retries: {enabled: attempts > 1, attempts},
-    circuitBreaker: {enabled: breakerOn, failureThreshold},
+    circuitBreaker: {enabled: breakerOn, failureThreshold, openSeconds},
     underFaults,
   }
 }

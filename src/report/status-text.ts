@@ -28,7 +28,7 @@ export function renderStatus(r: StatusReport | DeploymentReport): string {
   }
   const rs = r.services.router.routerSettings
   if (rs) {
-    out.push(`  router   retries: ${rs.retries.enabled ? `${rs.retries.attempts} attempts in all` : 'off'}; circuit breaker: ${rs.circuitBreaker.enabled ? `opens after ${rs.circuitBreaker.failureThreshold} failures` : 'off'}  (${rs.source})`)
+    out.push(`  router   retries: ${rs.retries.enabled ? `${rs.retries.attempts} attempts in all` : 'off'}; circuit breaker: ${rs.circuitBreaker.enabled ? `opens after ${rs.circuitBreaker.failureThreshold} failures, for ${rs.circuitBreaker.openSeconds} s` : 'off'}  (${rs.source})`)
     for (const line of rs.underFaults) out.push(`           under a fault: ${line}`)
     out.push('           (pdchaos sends its pins to prefill and decode directly, once each; load and canaries go through the router)')
   }
