@@ -148,4 +148,3 @@ export function suiteTwin(f: {sim: boolean; 'sim-deadline'?: string; 'sim-poll'?
   if (pollS > deadlineS) throw badInput(`--sim-poll (${pollS} s) is longer than --sim-deadline (${deadlineS} s)`, 'give a poll interval at most the deadline')
   return {deadlineS, pollS, cbTimeoutS: SUITE_TWIN_CB_TIMEOUT_S}
 }
-

@@ -18,7 +18,8 @@ import {errorDocument} from './error-output.js'
 import {targetFlags} from './flags.js'
 import {checkOutputFile, checkPushUrl, outputWriter} from './outputs.js'
 import {preflight} from './preflight.js'
-import {closeTarget, everyHostOf, resolveTarget, type Target, type TwinStart} from './target.js'
+import type {TwinStart} from './sim-flags.js'
+import {closeTarget, everyHostOf, resolveTarget, type Target} from './target.js'
 import {onSignalExit} from '../faults/lease/lease-guard.js'
 
 /** Where a run's results go: files, and a Pushgateway URL. */

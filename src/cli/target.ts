@@ -15,8 +15,6 @@ import {defaultSimDir} from '../state-dir.js'
 import {badInput} from '../errors.js'
 import {simStateDir, type TwinStart} from './sim-flags.js'
 
-export type {TwinStart} from './sim-flags.js'
-
 /**
  * Which deployment a command acts on, and the Host to reach it: the deployment file (-c), or with --sim the
  * twin's own generated file (starting the twin when none runs). The twin is reached like any host, through its file.

@@ -144,7 +144,6 @@ export default class Suite extends TargetCommand<typeof Suite> {
   }
 }
 
-
 function summaryOf(run: SuiteRun, runId: string) {
   return {
     name: run.name, runId, deployment: run.deployment, startedAt: run.startedAt, finishedAt: run.finishedAt,

@@ -9,7 +9,7 @@ import {type PlacementIssue, pathText, type Role, type ServiceEntry} from './pla
  */
 
 /** A reference to services: a role (every instance of it, in the file's order) or one instance, role[i]. */
-export const RESTART_REF = /^(prefill|decode|router)(?:\[(\d{1,4})\])?$/
+const RESTART_REF = /^(prefill|decode|router)(?:\[(\d{1,4})\])?$/
 
 /** The entries a reference names, or why it names none. */
 function resolveRef(ref: string, entries: ServiceEntry[]): ServiceEntry[] | string {

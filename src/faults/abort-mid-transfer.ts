@@ -104,8 +104,9 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
     let connections = await read()
     // A KV connection being opened again (a transport reconnects after an error) is missing for a moment: read once
     // more before the plan refuses for want of one.
-    const rank = discovery.ranks.find((r) => r.gpu === widen.gpu)
-    if (rank && dataConnectionsOf(rank, discovery, connections).length === 0) {
+    // The rank the plan widens (its refusal of a GPU no rank or several hold comes first, as the plan's would).
+    const rank = rankOnGpu(discovery, widen.gpu)
+    if (dataConnectionsOf(rank, discovery, connections).length === 0) {
       await sleep(500)
       connections = await read()
     }
