@@ -4,7 +4,7 @@ import {resolve} from 'node:path'
 import type {Deployment} from '../deployment/config.js'
 import {loadDeploymentModel} from '../deployment/load.js'
 import type {DeploymentModel, PlacedService} from '../deployment/model.js'
-import {acrossHosts, FIRST_PAIR, hostView, type InstancePair, pairPaths, pairRefusal, singleHostView} from '../deployment/single-host.js'
+import {acrossHosts, FIRST_PAIR, hostView, type InstancePair, type NodeRankOn, pairPaths, pairRefusal, singleHostView} from '../deployment/single-host.js'
 import type {Host} from '../hosts/host.js'
 import type {RestartTarget, ServiceName} from '../restart/co-restart.js'
 import type {PairView} from '../suite/runner.js'
@@ -38,7 +38,7 @@ export interface Target {
    * A deployment over several hosts (a command that acts across hosts): every host in use, open, with the roles that
    * run there; `host` is the router's among them. Absent for a deployment on one host.
    */
-  across?: Array<{name: string; roles: Array<'prefill' | 'decode' | 'router'>; host: Host}>
+  across?: Array<{name: string; roles: Array<'prefill' | 'decode' | 'router'>; nodeRanks: NodeRankOn[]; host: Host}>
   /** Set when the twin was started for this command (so it may say so). */
   startedTwin?: string
   /** The prefill/decode instance pair a run acts on (inject, suite): `deployment` and the placement are that pair's. */
@@ -110,9 +110,9 @@ export async function closeTarget(t: Target): Promise<void> {
 export function placementOf(t: Target): Placement {
   if (!t.across) return Placement.single(t.deployment, t.host)
   if (!t.pair) return everyHostOf(t)
-  const roles = new Map(acrossHosts(t.model, t.pair).map((h) => [h.name, h.roles]))
-  const used = t.across.filter((a) => (roles.get(a.name)?.length ?? 0) > 0)
-  return Placement.across(t.deployment, used.map((a) => ({...a, roles: roles.get(a.name)!, view: hostView(t.model, a.name, t.pair)})))
+  const of = new Map(acrossHosts(t.model, t.pair).map((h) => [h.name, h]))
+  const used = t.across.filter((a) => (of.get(a.name)?.roles.length ?? 0) + (of.get(a.name)?.nodeRanks.length ?? 0) > 0)
+  return Placement.across(t.deployment, used.map((a) => ({...a, roles: of.get(a.name)!.roles, nodeRanks: of.get(a.name)!.nodeRanks, view: hostView(t.model, a.name, t.pair)})))
 }
 
 /** Every host the deployment uses, whatever a run acts on: the run lock spans them, and recover visits them all. */
@@ -140,7 +140,8 @@ export function restartTargetsOf(t: Target, roles?: ServiceName[]): RestartTarge
   return ordered.map((inst) => {
     const ofRole: PlacedService<unknown>[] = inst.role === 'router' ? [router] : t.model.services[inst.role]
     const name = ofRole.length > 1 ? `${inst.role}[${ofRole.indexOf(inst)}]` : inst.role
-    return {name, role: inst.role, path: inst.path, service: inst.service, host: hostNamed(inst.nodes[0]!)}
+    const nodes = inst.nodes.length > 1 ? {nodes: inst.nodes.map((n) => ({name: n, host: hostNamed(n)}))} : {}
+    return {name, role: inst.role, path: inst.path, service: inst.service, host: hostNamed(inst.nodes[0]!), ...nodes}
   })
 }
 
@@ -165,9 +166,15 @@ export function pairViews(t: Target): {default: InstancePair; viewOf: (pair: Ins
   }
 }
 
-/** Exit 2 when a suite scenario's pair: names an instance the deployment does not have (before any host is reached). */
+/**
+ * Exit 2 when a suite scenario's pair: names an instance the deployment does not have, or its gpuHost: a host it does
+ * not have (before any host is reached).
+ */
 export function checkScenarioPairs(m: DeploymentModel, suite: SuiteFile, file: string, defaultPair: InstancePair): void {
   for (const [i, sc] of suite.scenarios.entries()) {
+    if (sc.gpuHost !== undefined && !m.hosts.some((h) => h.name === sc.gpuHost)) {
+      throw badInput(`${file}: scenarios[${i}] (${sc.name}) gpuHost ${sc.gpuHost}: the deployment has the hosts ${m.hosts.map((h) => h.name).join(', ')}`, 'name one of the deployment file\'s hosts: (`pdchaos status` lists the ranks per host)')
+    }
     if (!sc.pair) continue
     const pair = {prefill: sc.pair.prefill ?? defaultPair.prefill, decode: sc.pair.decode ?? defaultPair.decode}
     const why = pairRefusal(m, pair, (role, n) => `scenarios[${i}] (${sc.name}) pair.${role} ${n}`)

@@ -6,6 +6,7 @@ import {instanceFlags} from '../cli/flags.js'
 import {pairOf, placementOf} from '../cli/target.js'
 import {checkRunTtl} from '../cli/ttl.js'
 import {runLockTtlMs} from '../faults/lease/lease.js'
+import {badInput} from '../errors.js'
 import {parseFaultParams} from '../faults/params.js'
 import {FAULT_NAMES, getFault} from '../faults/registry.js'
 import {renderInject} from '../report/inject-text.js'
@@ -38,6 +39,7 @@ export default class Inject extends TargetCommand<typeof Inject> {
     ...TargetCommand.disturbFlags,
     ...faultFlags(),
     pins: Flags.integer({summary: 'Pinned requests to create.', default: 3, min: 1, max: 10_000}),
+    'gpu-host': Flags.string({summary: "The host (its name in the deployment file's hosts:) whose GPU --gpu names, where ranks on several hosts use that index (the node ranks of a multi-node instance).", helpValue: 'NAME'}),
     'pin-path': Flags.option({options: ['direct', 'router'] as const, default: 'direct' as const,
       summary: 'direct: each pin is one prefill request, sent to prefill and decode once (the verdict is about the watchdog). router: as a client sends it; a retrying gateway re-sends an evicted pin, so the verdicts then describe the router, not the watchdog.'})(),
     'pin-interval': Flags.integer({summary: 'Milliseconds between pin sends; spacing keeps each pin\'s queue entry close to its send time (0: all at once).', default: 20, min: 0, max: 10_000}),
@@ -56,7 +58,10 @@ export default class Inject extends TargetCommand<typeof Inject> {
     const params = parseFaultParams(getFault(this.args.fault), faultParamsFromFlags(f, this.args.fault), 'flags')
     const mode = f['dry-run'] ? 'dry-run' : f.hold ? 'hold' : 'run'
     this.checkRunOutputs({journal: f.journal})
-    const suite = oneScenarioSuite({fault: this.args.fault, params, pins: f.pins, load: {intervalMs: f['load-interval'], promptTokens: f['prompt-tokens'], canaries: f.canaries}})
+    if (f['gpu-host'] !== undefined && (params as {gpu?: unknown}).gpu === undefined) {
+      throw badInput(`--gpu-host names the host of --gpu, and ${this.args.fault} was given no --gpu`, 'drop --gpu-host, or add --gpu N')
+    }
+    const suite = oneScenarioSuite({fault: this.args.fault, params, pins: f.pins, ...(f['gpu-host'] === undefined ? {} : {gpuHost: f['gpu-host']}), load: {intervalMs: f['load-interval'], promptTokens: f['prompt-tokens'], canaries: f.canaries}})
     const holdMs = (f.ttl ?? 60) * 1000
     // Ctrl-C (or SIGTERM) stops the run: its faults are reverted through the run's own flow and the verdicts so far,
     // the journal included, are kept (exit 3); a second signal is the lease guard's (revert and exit at once).

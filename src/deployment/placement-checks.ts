@@ -95,6 +95,7 @@ function namedHostIssues(hostNames: string[], entries: ServiceEntry[]): Placemen
     for (const [rank, node] of (e.nodes ?? []).entries()) {
       used.add(node)
       if (!known.has(node)) issues.push({path: [...e.path, 'nodes', rank], message: unknown(node)})
+      else if (e.nodes!.indexOf(node) < rank) issues.push({path: [...e.path, 'nodes', rank], message: `${node} is node rank ${e.nodes!.indexOf(node)} already: each node rank runs on a host of its own`})
     }
   }
   // A named host no service runs on is most likely a typo elsewhere (decode put on gpu-a, meant for gpu-b).

@@ -7,8 +7,8 @@ import {type DeploymentModel, hostsInUse, type PlacedService} from './model.js'
  * What the commands act on. A deployment over several hosts is acted on across them (cli/target.ts opens each host;
  * the runner acts on the host that owns what each fault targets). Where the file lists several instances of a role,
  * status reads them all, inject and suite act on one prefill/decode pair of them (the pair's hosts, the router's, and
- * pins sent to that pair), restart and recover act on every instance. An instance over several nodes is valid in a
- * file but not acted on yet: refused, naming what is not supported, never run on a part of the deployment.
+ * pins sent to that pair), restart and recover act on every instance. An instance over several nodes (--nnodes) is
+ * read and acted on across its nodes: its URL on node rank 0, its schedulers on every node.
  */
 
 export const E_MULTI_HOST = 'E_MULTI_HOST'
@@ -28,7 +28,10 @@ const WITH_INSTANCES = new Set(['status', 'inject', 'suite', 'restart', 'recover
 /** Of those, the ones that tell instances apart by the processes on their host: one instance of a role per host. */
 const READS_BY_HOST = new Set(['status', 'inject', 'suite'])
 
-/** Several instances of a role: each on a host of its own for the commands that read them there. Multi-node: none yet. */
+/**
+ * Several instances of a role: each on hosts of its own for the commands that read them there. A multi-node instance
+ * is read on every host it spans (its node ranks' schedulers), and restarted there together.
+ */
 function instanceRefusal(m: DeploymentModel, command: string): string | undefined {
   const {prefill, decode} = m.services
   const several = prefill.length > 1 || decode.length > 1
@@ -38,14 +41,14 @@ function instanceRefusal(m: DeploymentModel, command: string): string | undefine
   }
   if (several && READS_BY_HOST.has(command)) {
     for (const role of [prefill, decode]) {
+      // Every node of every instance: a follower node of one instance beside another instance's server is two servers
+      // of the role on one host as much as two rank-0 nodes are.
       const byHost = new Map<string, string[]>()
-      for (const s of role) byHost.set(s.nodes[0]!, [...(byHost.get(s.nodes[0]!) ?? []), s.path])
+      for (const s of role) for (const n of s.nodes) byHost.set(n, [...(byHost.get(n) ?? []), s.path])
       const shared = [...byHost.entries()].find(([, paths]) => paths.length > 1)
-      if (shared) return `${shared[1].join(' and ')} both run on host ${shared[0]}: ${command} reads several instances of a role only when each runs on a host of its own (one per node, as SGLang is usually deployed)`
+      if (shared) return `${shared[1].join(' and ')} both run on host ${shared[0]}: ${command} reads several instances of a role only when each runs on hosts of its own (one per node, as SGLang is usually deployed)`
     }
   }
-  const multiNode = [...prefill, ...decode].find((s) => s.nodes.length > 1)
-  if (multiNode) return `${multiNode.path} runs over ${multiNode.nodes.length} nodes (--nnodes ${multiNode.nodes.length}): ${command} acts on single-node instances today; multi-node instances come with issue 13`
   return undefined
 }
 
@@ -94,20 +97,29 @@ export function hostView(m: DeploymentModel, hostName: string, pair?: InstancePa
   })
 }
 
-/** The instance of a role whose node rank 0 runs on the host, else the role's first. */
+/** The instance of a role whose node rank 0 runs on the host, else one with another node rank there, else the role's first. */
 export function instanceOn<S>(instances: PlacedService<S>[], hostName: string): PlacedService<S> {
-  return instances.find((s) => s.nodes[0] === hostName) ?? instances[0]!
+  return instances.find((s) => s.nodes[0] === hostName) ?? instances.find((s) => s.nodes.includes(hostName)) ?? instances[0]!
+}
+
+/** A node rank other than 0 of a multi-node instance: the host runs schedulers of that instance, not its URL. */
+export interface NodeRankOn {
+  role: 'prefill' | 'decode'
+  path: string
+  nodeRank: number
 }
 
 /**
- * Each host in use, with the roles that run there (node rank 0 of their instance), in the file's order; with a pair,
- * the roles of the pair's instances only (a host that runs only other instances has none).
+ * Each host in use, with the roles that run there (node rank 0 of their instance), in the file's order, and the other
+ * node ranks of multi-node instances it runs; with a pair, the pair's instances only (a host that runs only other
+ * instances has none).
  */
-export function acrossHosts(m: DeploymentModel, pair?: InstancePair): Array<{name: string; roles: Array<'prefill' | 'decode' | 'router'>}> {
+export function acrossHosts(m: DeploymentModel, pair?: InstancePair): Array<{name: string; roles: Array<'prefill' | 'decode' | 'router'>; nodeRanks: NodeRankOn[]}> {
   const of = (role: 'prefill' | 'decode' | 'router') => (role === 'router' ? [m.services.router] : pair ? [m.services[role][pair[role]]!] : m.services[role])
   return hostsInUse(m).map((name) => ({
     name,
     roles: (['prefill', 'decode', 'router'] as const).filter((role) => of(role).some((s) => s.nodes[0] === name)),
+    nodeRanks: (['prefill', 'decode'] as const).flatMap((role) => of(role).flatMap((s) => s.nodes.flatMap((n, k) => (k > 0 && n === name ? [{role, path: s.path, nodeRank: k}] : [])))),
   }))
 }
 

@@ -1,6 +1,7 @@
 import type {Deployment} from '../deployment/config.js'
 import type {Host} from '../hosts/host.js'
 import {discover, type DiscoverOptions, type RankInfo, type ServiceName, type ServiceStatus, type StatusReport} from './discover.js'
+import type {NodeRankOn} from '../deployment/single-host.js'
 import type {HostState} from './host-state.js'
 import type {Topology} from './topo.js'
 
@@ -15,15 +16,20 @@ export interface HostPart {
   name: string
   /** How pdchaos reaches it (ssh user@address:port, or local). */
   host: string
-  /** The services whose processes run there. */
+  /** The services whose processes run there (node rank 0 of their instance). */
   roles: ServiceName[]
+  /** The other node ranks of multi-node instances on this host: their schedulers run here, their URL on node rank 0. */
+  nodeRanks?: NodeRankOn[]
   hostState: HostState
   topology?: Topology
   topologyError?: string
   ms: number
 }
 
-/** A rank, with the host it runs on and, where the file lists several instances of its role, its instance. */
+/**
+ * A rank, with the host it runs on and, where the file lists several instances of its role, its instance; on a node
+ * rank other than 0 of a multi-node instance, that node rank.
+ */
 export type PlacedRank = RankInfo & {host: string; instance?: string}
 
 /** One instance of prefill or decode as found on its host: where the file states it (services.prefill[1]) and its status. */
@@ -47,11 +53,15 @@ export interface HostToRead {
   view: Deployment
   /** The prefill and decode instances whose node rank 0 runs here, where the file lists several of a role. */
   instances?: Array<{role: 'prefill' | 'decode'; path: string}>
+  /** The other node ranks of multi-node instances that run here (their schedulers are read here). */
+  nodeRanks?: NodeRankOn[]
 }
 
 export async function discoverAcrossHosts(hosts: HostToRead[], opts: Omit<DiscoverOptions, 'here'> = {}): Promise<DeploymentReport> {
   const started = performance.now()
-  const parts = await Promise.all(hosts.map(async (h) => ({...h, report: await discover(h.view, h.host, {...opts, here: h.roles})})))
+  // A host is read for the roles it serves and for the schedulers of node ranks it runs for an instance elsewhere.
+  const hereOf = (h: HostToRead): ServiceName[] => [...new Set([...h.roles, ...(h.nodeRanks ?? []).map((n) => n.role)])]
+  const parts = await Promise.all(hosts.map(async (h) => ({...h, report: await discover(h.view, h.host, {...opts, here: hereOf(h)})})))
   const of = (role: ServiceName) => parts.find((p) => p.roles.includes(role)) ?? parts[0]!
   const [p, d, r] = [of('prefill'), of('decode'), of('router')]
   const services = Object.fromEntries((['prefill', 'decode', 'router'] as const).map((role) => [role, {...of(role).report.services[role], host: of(role).name}])) as DeploymentReport['services']
@@ -73,8 +83,9 @@ export async function discoverAcrossHosts(hosts: HostToRead[], opts: Omit<Discov
     services,
     ...(hosts.some((h) => h.instances?.length) ? {instances: instancesOf(parts)} : {}),
     ranks: parts.flatMap((x) => x.report.ranks.map((k) => {
-      const instance = x.instances?.find((i) => i.role === k.service)?.path
-      return {...k, host: x.name, ...(instance ? {instance} : {})}
+      const node = x.nodeRanks?.find((n) => n.role === k.service && !x.roles.includes(k.service))
+      const instance = node?.path ?? x.instances?.find((i) => i.role === k.service)?.path
+      return {...k, host: x.name, ...(instance ? {instance} : {}), ...(node ? {nodeRank: node.nodeRank} : {})}
     })),
     watchdog: {contract: p.report.watchdog.contract, ...(p.report.watchdog.prefillEnv ? {prefillEnv: p.report.watchdog.prefillEnv} : {}), ...(timeouts ? {timeouts} : {})},
     transport: p.report.transport,
@@ -84,7 +95,7 @@ export async function discoverAcrossHosts(hosts: HostToRead[], opts: Omit<Discov
     gauges: {prefill: p.report.gauges.prefill, decode: d.report.gauges.decode},
     hostState: {leases: parts.flatMap((x) => x.report.hostState.leases), lock: parts.map((x) => x.report.hostState.lock).find((l) => l !== null) ?? null},
     hosts: parts.map((x) => ({
-      name: x.name, host: x.report.deployment.host, roles: x.roles, hostState: x.report.hostState,
+      name: x.name, host: x.report.deployment.host, roles: x.roles, ...(x.nodeRanks?.length ? {nodeRanks: x.nodeRanks} : {}), hostState: x.report.hostState,
       ...(x.report.topology ? {topology: x.report.topology} : {}), ...(x.report.topologyError ? {topologyError: x.report.topologyError} : {}), ms: x.report.ms,
     })),
     warnings,

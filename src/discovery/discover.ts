@@ -68,6 +68,8 @@ export interface RankInfo {
   service: 'prefill' | 'decode'
   /** The host it runs on, by its name in the deployment file (a deployment over several hosts only). */
   host?: string
+  /** Its node rank, where it runs on a node other than rank 0 of a multi-node instance (a deployment over several hosts). */
+  nodeRank?: number
   tpRank: number
   dpRank?: number
   ppRank?: number
@@ -219,8 +221,11 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
     const found = ranks.filter((r) => r.service === name).length
     if (procs && layout) {
       // DP attention splits the TP group; plain DP runs dp_size whole TP groups (one scheduler per GPU either way).
-      const expected = layout.tpSize * layout.ppSize * (layout.enableDpAttention ? 1 : layout.dpSize)
-      if (found !== expected) warnings.push(`${name}: its layout (tp ${layout.tpSize}, dp ${layout.dpSize}${layout.enableDpAttention ? ' with DP attention' : ''}, pp ${layout.ppSize}) means ${expected} scheduler processes but ${found} were found`)
+      // Over --nnodes N each node runs its share of them.
+      const nodes = layout.nnodes ?? 1
+      const expected = Math.max(1, Math.floor(layout.tpSize * layout.ppSize * (layout.enableDpAttention ? 1 : layout.dpSize) / nodes))
+      const onNode = nodes > 1 ? ` on node rank ${services[name].launch?.args.nodeRank ?? 0} of ${nodes}` : ''
+      if (found !== expected) warnings.push(`${name}: its layout (tp ${layout.tpSize}, dp ${layout.dpSize}${layout.enableDpAttention ? ' with DP attention' : ''}, pp ${layout.ppSize}${nodes > 1 ? `, nnodes ${nodes}` : ''}) means ${expected} scheduler processes${onNode} but ${found} were found`)
     }
   }
   if (procs) assignGpus(ranks, services, procs, warnings)
@@ -379,6 +384,7 @@ export function layoutOf(s: ServiceStatus): Omit<GpuLayout, 'cudaVisibleDevices'
     tpSize, dpSize: a.dpSize ?? s.dpSize ?? 1, ppSize: a.ppSize ?? s.ppSize ?? 1,
     enableDpAttention: a.enableDpAttention ?? s.enableDpAttention ?? false,
     baseGpuId: a.baseGpuId ?? s.baseGpuId ?? 0, gpuIdStep: a.gpuIdStep ?? s.gpuIdStep ?? 1,
+    ...(a.nnodes !== undefined && a.nnodes > 1 ? {nnodes: a.nnodes} : {}),
   }
 }
 

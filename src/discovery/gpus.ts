@@ -73,6 +73,8 @@ export interface GpuLayout {
   enableDpAttention: boolean
   baseGpuId: number
   gpuIdStep: number
+  /** --nnodes: an instance over several nodes numbers its GPUs per node (1: one node). */
+  nnodes?: number
   /** The scheduler's CUDA_VISIBLE_DEVICES, as set (indices or GPU uuids); undefined: all GPUs, in order. */
   cudaVisibleDevices?: string
 }
@@ -81,12 +83,18 @@ export interface GpuLayout {
  * The physical GPU of a scheduler, as SGLang picks it: gpu_id = base_gpu_id + (plain DP: dp_rank × tp × pp × step)
  * + pp_rank × tp + tp_rank × step (`managers/data_parallel_controller.py` `launch_dp_schedulers` and
  * `launch_tensor_parallel_group`; one node), then CUDA_VISIBLE_DEVICES[gpu_id] when that is set. With DP attention the
- * title's TP rank already counts across DP groups, so no DP offset. Undefined when the list is too short or names a
- * device this host does not list.
+ * title's TP rank already counts across DP groups, so no DP offset. Over --nnodes N, each node numbers its own GPUs:
+ * tp_size_per_node = tp / max(N / pp, 1), pp_size_per_node = max(pp / N, 1), and gpu_id = base_gpu_id +
+ * (pp_rank % pp_size_per_node) × tp_size_per_node + (tp_rank % tp_size_per_node) × step, the title keeping the global
+ * TP rank (`entrypoints/engine.py` `_launch_subprocesses`). Undefined when the list is too short or names a device this
+ * host does not list.
  */
 export function gpuFromLayout(l: GpuLayout, rank: {tpRank: number; dpRank?: number; ppRank?: number}, gpus: GpuRow[]): {index: number; local: number} | undefined {
   const dpOffset = !l.enableDpAttention && l.dpSize > 1 ? (rank.dpRank ?? 0) * l.tpSize * l.ppSize * l.gpuIdStep : 0
-  const local = l.baseGpuId + dpOffset + (rank.ppRank ?? 0) * l.tpSize + rank.tpRank * l.gpuIdStep
+  const nnodes = Math.max(1, l.nnodes ?? 1)
+  const tpPerNode = Math.max(1, Math.floor(l.tpSize / Math.max(Math.floor(nnodes / l.ppSize), 1)))
+  const ppPerNode = Math.max(Math.floor(l.ppSize / nnodes), 1)
+  const local = l.baseGpuId + dpOffset + ((rank.ppRank ?? 0) % ppPerNode) * tpPerNode + (rank.tpRank % tpPerNode) * l.gpuIdStep
   const cvd = l.cudaVisibleDevices?.trim()
   if (cvd === undefined || cvd === '') return {index: local, local}
   const entry = cvd.split(',').map((x) => x.trim())[local]

@@ -22,12 +22,16 @@ export interface LaunchArgs {
   baseGpuId?: number
   gpuIdStep?: number
   bootstrapPort?: number
+  /** A multi-node instance (--nnodes N --node-rank K --dist-init-addr HOST:PORT): its node count, this node's rank. */
+  nnodes?: number
+  nodeRank?: number
+  distInitAddr?: string
   /** The `--config FILE` path, when the command line names one. */
   configFile?: string
 }
 
 /** SGLang's spellings of each flag (server_args.py add_cli_args), the first the canonical one. */
-const FLAGS: Record<Exclude<keyof LaunchArgs, 'configFile' | 'enableDpAttention' | 'mode' | 'host'>, string[]> = {
+const FLAGS: Record<Exclude<keyof LaunchArgs, 'configFile' | 'enableDpAttention' | 'mode' | 'host' | 'distInitAddr'>, string[]> = {
   port: ['port'],
   tpSize: ['tp-size', 'tensor-parallel-size', 'tp'],
   dpSize: ['dp-size', 'data-parallel-size', 'dp'],
@@ -36,6 +40,8 @@ const FLAGS: Record<Exclude<keyof LaunchArgs, 'configFile' | 'enableDpAttention'
   baseGpuId: ['base-gpu-id'],
   gpuIdStep: ['gpu-id-step'],
   bootstrapPort: ['disaggregation-bootstrap-port'],
+  nnodes: ['nnodes'],
+  nodeRank: ['node-rank'],
 }
 
 /** Split a `ps` args string into words (SGLang's own arguments hold no spaces that matter here). */
@@ -72,6 +78,8 @@ function fromFlags(values: Map<string, string | true>): LaunchArgs {
   if (typeof host === 'string') out.host = host
   const dpa = values.get('enable-dp-attention')
   if (dpa !== undefined) out.enableDpAttention = dpa === true || /^(true|1|yes)$/i.test(dpa)
+  const dist = values.get('dist-init-addr') ?? values.get('nccl-init-addr')
+  if (typeof dist === 'string') out.distInitAddr = dist
   const config = values.get('config')
   if (typeof config === 'string') out.configFile = config
   return out

@@ -37,6 +37,8 @@ export interface BatchScenario {
   /** Raw params, validated against the fault's schema here (named as flags or as the file's keys in errors). */
   params: Record<string, unknown>
   pins: number
+  /** The host whose GPU params.gpu names, where ranks on several hosts use that index (a multi-node instance). */
+  gpuHost?: string
 }
 
 export interface BatchSettings {
@@ -106,12 +108,15 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
       const fault = getFault(s.fault)
       const params = parseFaultParams(fault, s.params, settings.paramsSource)
       const leaseId = newLeaseId(s.fault)
-      const on = hostForFault(placement, params as Record<string, unknown>, discovery.ranks)
+      const on = hostForFault(placement, params as Record<string, unknown>, discovery.ranks, s.gpuHost)
       const seen = onHost(discovery, on, placement)
       const facts = await fault.gather(on.host, seen, params, {timeoutMs: PROBE_TIMEOUT_MS})
       e.plan = fault.plan({discovery: seen, params, leaseId, facts, calibration, contract})
       hostOf.set(e, on)
       if (placement.spansHosts) say(`${s.name}: acts on ${on.name}`)
+      // A multi-node instance: the fault acts on one node's ranks; the plan says which of the instance's are untouched.
+      const untouched = discovery.ranks.filter((r) => r.host !== undefined && r.host !== on.name && e.plan!.targets.some((t) => t.service === r.service) && r.nodeRank !== undefined)
+      if (untouched.length > 0) e.plan.notes = [...(e.plan.notes ?? []), `acts on ${on.name} only: ${untouched.map((r) => `${r.service} TP${r.tpRank}`).join(', ')} on ${[...new Set(untouched.map((r) => r.host))].join(', ')} (other node ranks of the instance) are not touched, and the all-reduce (MIN over every rank) still holds the request by the ranks it touches`]
     } catch (error) {
       if (settings.planErrors === 'throw') throw error
       e.error = `could not plan: ${oneLine(error)}`

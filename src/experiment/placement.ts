@@ -1,6 +1,7 @@
 import {join} from 'node:path'
 
 import type {Deployment} from '../deployment/config.js'
+import type {NodeRankOn} from '../deployment/single-host.js'
 import {badInput} from '../errors.js'
 import type {Host} from '../hosts/host.js'
 import {exitAfterSignal, type GuardOptions, type LeaseGuard, withLeases} from '../faults/lease/lease-guard.js'
@@ -18,6 +19,8 @@ export interface PlacedHost {
   /** The host's name in the deployment file ('host' for a `host:` file). */
   name: string
   roles: Role[]
+  /** The other node ranks of multi-node instances on this host (their schedulers, leases and faults are here). */
+  nodeRanks?: NodeRankOn[]
   host: Host
   /** pdchaos's state dir on this host. */
   stateDir: string
@@ -34,7 +37,7 @@ export class Placement {
   }
 
   /** Several hosts (from the file's hosts: map), each with its own state dir under the deployment's. */
-  static across(deployment: Deployment, hosts: Array<{name: string; roles: Role[]; host: Host; view: Deployment}>): Placement {
+  static across(deployment: Deployment, hosts: Array<{name: string; roles: Role[]; nodeRanks?: NodeRankOn[]; host: Host; view: Deployment}>): Placement {
     return new Placement(hosts.map((h) => ({...h, stateDir: join(deployment.stateDir, h.name)})))
   }
 
@@ -56,14 +59,24 @@ export class Placement {
 
 /**
  * The host a fault acts on: the one whose GPU it names (the rank on that GPU), else prefill's (drop-dest-info acts on
- * prefill's input). A GPU index that ranks on two hosts share is ambiguous: refused (exit 2), never guessed.
+ * prefill's input, which node rank 0 of a multi-node prefill serves). A GPU index that ranks on two hosts share (the
+ * node ranks of a multi-node instance each number their GPUs from 0) needs `gpuHost`, the host's name; without it the
+ * fault is refused (exit 2), never guessed.
  */
-export function hostForFault(p: Placement, params: Record<string, unknown>, ranks: ReadonlyArray<{service: 'prefill' | 'decode'; gpu?: number; host?: string}>): PlacedHost {
-  if (!p.spansHosts) return p.hosts[0]!
+export function hostForFault(p: Placement, params: Record<string, unknown>, ranks: ReadonlyArray<{service: 'prefill' | 'decode'; gpu?: number; tpRank?: number; host?: string}>, gpuHost?: string): PlacedHost {
   const gpu = typeof params.gpu === 'number' ? params.gpu : undefined
-  if (gpu === undefined) return p.of('prefill')
+  if (gpuHost !== undefined) {
+    const names = p.hosts.map((h) => h.name)
+    if (gpu === undefined) throw badInput(`--gpu-host ${gpuHost} names the host of --gpu, and this fault names no GPU`, 'drop --gpu-host (gpuHost: in a suite file)')
+    if (!names.includes(gpuHost)) throw badInput(`--gpu-host ${gpuHost}: the run acts on ${p.spansHosts ? `the hosts ${names.join(', ')}` : `one host (${names[0]})`}, not on ${gpuHost}`, 'name a host of the deployment file\'s hosts: that runs a rank of the pair (`pdchaos status` lists the ranks per host)')
+    return p.named(gpuHost)
+  }
+  if (!p.spansHosts) return p.hosts[0]!
+  // drop-dest-info --rank K: the host of prefill TP rank K (a multi-node prefill's ranks past node 0 run elsewhere).
+  const rankHost = typeof params.rank === 'number' ? ranks.find((r) => r.service === 'prefill' && r.tpRank === params.rank)?.host : undefined
+  if (gpu === undefined) return rankHost ? p.named(rankHost) : p.of('prefill')
   const on = [...new Set(ranks.filter((r) => r.gpu === gpu).map((r) => r.host ?? p.of(r.service).name))]
-  if (on.length > 1) throw badInput(`GPU ${gpu} holds a rank on each of ${on.join(' and ')}: which host's GPU is meant is ambiguous`, 'pick a GPU index only one host has (`pdchaos status` lists the ranks per host); naming the host comes with issue 13')
+  if (on.length > 1) throw badInput(`GPU ${gpu} holds a rank on each of ${on.join(' and ')}: which host's GPU is meant is ambiguous`, `name the host with --gpu-host (gpuHost: in a suite file), one of ${on.join(', ')}; \`pdchaos status\` lists the ranks per host`)
   return on.length === 1 ? p.named(on[0]!) : p.of('prefill')
 }
 

@@ -11,6 +11,8 @@ export interface RestartStep {
   instance?: string
   command: string[]
   exitCode: number | null
+  /** A multi-node instance: the command's exit on each node, node rank 0 first (all started together). */
+  nodes?: Array<{host: string; exitCode: number | null}>
   commandMs: number
   /** From the restart command's start to the first healthy answer; null when the gate timed out. */
   healthyAfterMs: number | null

@@ -6,7 +6,9 @@ export function renderRestart(r: RestartResult): string {
   for (const s of r.steps) {
     // An instance of a role with several is named as the file has it (prefill[1]).
     const name = s.instance?.replace(/^services\./, '') ?? s.service
-    out.push(`${name.padEnd(10)} restart ${s.exitCode === 0 ? 'ok' : `exit ${s.exitCode}`} in ${(s.commandMs / 1000).toFixed(2)}s, ` +
+    // A multi-node instance: the command ran on every node at once; each node's exit is named where one failed.
+    const nodes = s.nodes ? ` on ${s.nodes.length} nodes${s.nodes.some((n) => n.exitCode !== 0) ? ` (${s.nodes.map((n) => `${n.host}: ${n.exitCode === 0 ? 'ok' : `exit ${n.exitCode}`}`).join(', ')})` : ''}` : ''
+    out.push(`${name.padEnd(10)} restart ${s.exitCode === 0 ? 'ok' : `exit ${s.exitCode}`}${nodes} in ${(s.commandMs / 1000).toFixed(2)}s, ` +
       (s.healthyAfterMs === null ? 'NEVER HEALTHY' : `healthy after ${(s.healthyAfterMs / 1000).toFixed(2)}s`))
   }
   out.push(`total ${(r.totalMs / 1000).toFixed(1)}s`)

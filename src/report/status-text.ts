@@ -11,7 +11,11 @@ export function renderStatus(r: StatusReport | DeploymentReport): string {
   out.push('')
   if (across) {
     out.push('hosts')
-    for (const h of across.hosts) out.push(`  ${h.name.padEnd(hostWidth(across))} ${h.host.padEnd(28)} runs ${h.roles.join(', ')}`)
+    for (const h of across.hosts) {
+      // A multi-node instance's other node ranks run schedulers here: named by instance and node rank.
+      const nodes = (h.nodeRanks ?? []).map((n) => `${n.path.replace(/^services\./, '')} node rank ${n.nodeRank}`)
+      out.push(`  ${h.name.padEnd(hostWidth(across))} ${h.host.padEnd(28)} runs ${[...h.roles, ...nodes].join(', ')}`)
+    }
     out.push('')
   }
   out.push('services')
@@ -39,7 +43,8 @@ export function renderStatus(r: StatusReport | DeploymentReport): string {
     const gpu = k.gpu === undefined ? 'gpu ?' : `gpu ${k.gpu}`
     const zmq = k.zmqPort === undefined ? '' : `  zmq ${k.zmqHost ?? ''}:${k.zmqPort}`
     const label = 'instance' in k && k.instance ? k.instance.replace(/^services\./, '') : k.service
-    out.push(`  ${label.padEnd(8)} ${on(k)}TP${k.tpRank}  pid ${String(k.pid).padEnd(7)} ${gpu.padEnd(6)} state ${k.state}  ${k.title}${zmq}`)
+    const node = 'nodeRank' in k && k.nodeRank !== undefined ? ` node ${k.nodeRank}` : ''
+    out.push(`  ${`${label}${node}`.padEnd(8)} ${on(k)}TP${k.tpRank}  pid ${String(k.pid).padEnd(7)} ${gpu.padEnd(6)} state ${k.state}  ${k.title}${zmq}`)
   }
   out.push('')
   const w = r.watchdog

@@ -61,6 +61,11 @@ export interface RestartTarget {
   path: string
   service: Service & Partial<Pick<RouterService, 'readinessPath'>> & {bootstrapPort?: number}
   host: Host
+  /**
+   * A multi-node instance (--nnodes): every node rank's host, rank 0 first, each running the restart command at once
+   * (node ranks start together: rank 0 waits for the others to join, as SGLang's torch.distributed init does).
+   */
+  nodes?: Array<{name: string; host: Host}>
 }
 
 /** The targets of a deployment with one instance per role: each role in `order`, on the host `hosts` gives it. */
@@ -92,18 +97,25 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
     const name = t.name
     const command = t.service.restart!
     // Quoted, control characters escaped: an argument with a newline cannot forge a progress line.
-    say(`restarting ${name}: ${displayArgv(command)}`)
+    say(`restarting ${name}${t.nodes && t.nodes.length > 1 ? ` on its ${t.nodes.length} nodes (${t.nodes.map((n) => n.name).join(', ')}) at once` : ''}: ${displayArgv(command)}`)
     const t0 = now()
     rec.add({kind: 'marker', t: t0, name: `restart ${name}`})
-    let exitCode: number | null = null
-    try {
-      // Privileged only as the deployment's sudo: policy says (never: as the login user).
-      const res = await t.host.run(command, {timeoutMs: opts.commandTimeoutS * 1000, sudo: deployment.sudo === 'passwordless'})
-      exitCode = res.code
-      if (res.code !== 0) say(`${name} restart command exited ${res.code}: ${oneLine(res.stderr).slice(0, 200)}`)
-    } catch (error) {
-      say(`${name} restart command failed: ${oneLine(error)}`)
+    const runOn = async (host: Host, where: string): Promise<number | null> => {
+      try {
+        // Privileged only as the deployment's sudo: policy says (never: as the login user).
+        const res = await host.run(command, {timeoutMs: opts.commandTimeoutS * 1000, sudo: deployment.sudo === 'passwordless'})
+        if (res.code !== 0) say(`${name}${where} restart command exited ${res.code}: ${oneLine(res.stderr).slice(0, 200)}`)
+        return res.code
+      } catch (error) {
+        say(`${name}${where} restart command failed: ${oneLine(error)}`)
+        return null
+      }
     }
+    const nodeCodes = t.nodes && t.nodes.length > 1
+      ? await Promise.all(t.nodes.map(async (n, k) => ({host: n.name, exitCode: await runOn(n.host, ` (node rank ${k} on ${n.name})`)})))
+      : undefined
+    // The step's exit: the one command's, or over nodes the first that did not succeed (0 when all did).
+    const exitCode = nodeCodes ? (nodeCodes.find((c) => c.exitCode !== 0)?.exitCode ?? 0) : await runOn(t.host, '')
     const commandMs = now() - t0
     let healthyAfterMs: number | null = null
     let last: HealthResult | undefined
@@ -116,8 +128,8 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
       }
       await sleep(200, opts.signal)
     }
-    steps.push({service: t.role, ...(name === t.role ? {} : {instance: t.path}), command, exitCode, commandMs: Math.round(commandMs), healthyAfterMs: healthyAfterMs === null ? null : Math.round(healthyAfterMs), lastHealth: last})
-    const evidence = {command, exitCode, commandMs: Math.round(commandMs), healthyAfterMs, gate: t.role === 'router' ? t.service.readinessPath : t.service.healthPath, lastHealth: last}
+    steps.push({service: t.role, ...(name === t.role ? {} : {instance: t.path}), command, exitCode, ...(nodeCodes ? {nodes: nodeCodes} : {}), commandMs: Math.round(commandMs), healthyAfterMs: healthyAfterMs === null ? null : Math.round(healthyAfterMs), lastHealth: last})
+    const evidence = {command, exitCode, ...(nodeCodes ? {nodes: nodeCodes} : {}), commandMs: Math.round(commandMs), healthyAfterMs, gate: t.role === 'router' ? t.service.readinessPath : t.service.healthPath, lastHealth: last}
     if (healthyAfterMs === null) {
       verdicts.push(fail('restart', name, `${name} not healthy within ${opts.healthTimeoutS}s of its restart (${last?.error ?? 'no answer'}); later services were not restarted`, evidence))
       return finish()

@@ -108,7 +108,7 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
       try {
         const out = only.spec.restart
           ? await runRestart(session, only, watch, say, opts.restartTargets)
-          : await runBatch(on.session, b.scenarios.map((s) => ({name: s.name, fault: s.spec.fault!, params: s.spec.params, pins: s.spec.pins})), {
+          : await runBatch(on.session, b.scenarios.map((s) => ({name: s.name, fault: s.spec.fault!, params: s.spec.params, pins: s.spec.pins, ...(s.spec.gpuHost === undefined ? {} : {gpuHost: s.spec.gpuHost})})), {
             ...SUITE_BATCH, ...opts.batch,
             promptTokens: suite.load.promptTokens, loadIntervalMs: suite.load.intervalMs, canaries: suite.load.canaries, signal: watch.signal,
             // A caller that passes a signal stops the run on SIGINT itself (and writes its journal).

@@ -1,5 +1,6 @@
 import {z} from 'zod'
 
+import {HostNameSchema} from '../deployment/file-schema.js'
 import {loadYamlFile, parseYamlText, type YamlFileKind} from '../deployment/yaml-file.js'
 import {checkFaultParams} from '../faults/params.js'
 import {FAULT_NAMES, getFault} from '../faults/registry.js'
@@ -38,9 +39,13 @@ export const ScenarioSchema = z.object({
   repetitions: z.number().int().min(1).max(100).default(1).describe('Run the scenario this many times (never concurrently with itself).'),
   restart: RestartSchema.optional().describe('A co-restart step instead of a fault; it always runs alone.'),
   pair: PairSchema.optional(),
+  gpuHost: HostNameSchema.optional().describe(
+    "The host (its name in the deployment file's hosts:) whose GPU params.gpu names: needed where ranks on several hosts use that GPU index, as the node ranks of a multi-node instance do.",
+  ),
 }).strict().superRefine((s, ctx) => {
   if ((s.fault === undefined) === (s.restart === undefined)) ctx.addIssue({code: 'custom', message: 'a scenario needs exactly one of fault or restart'})
   if (s.restart !== undefined && s.pair !== undefined) ctx.addIssue({code: 'custom', path: ['pair'], message: 'a co-restart restarts every instance: pair applies to a fault scenario'})
+  if (s.gpuHost !== undefined && s.params.gpu === undefined) ctx.addIssue({code: 'custom', path: ['gpuHost'], message: 'gpuHost names the host of params.gpu, and this scenario names no GPU'})
   if (s.fault === undefined) return
   const checked = checkFaultParams(getFault(s.fault), s.params, 'file')
   if ('issue' in checked) ctx.addIssue({code: 'custom', path: checked.issue.key ? ['params', checked.issue.key] : ['params'], message: checked.issue.message})
@@ -110,8 +115,8 @@ export function defaultSuite(): SuiteFile {
 }
 
 /** `pdchaos inject` as a suite: one scenario, one batch, no stop conditions (a person is watching). */
-export function oneScenarioSuite(o: {fault: string; params: Record<string, unknown>; pins: number; load: SuiteFile['load']}): SuiteFile {
-  return SuiteSchema.parse({name: o.fault, scenarios: [{name: o.fault, fault: o.fault, params: o.params, pins: o.pins}], stop: {kernelXid: false}, load: o.load})
+export function oneScenarioSuite(o: {fault: string; params: Record<string, unknown>; pins: number; gpuHost?: string; load: SuiteFile['load']}): SuiteFile {
+  return SuiteSchema.parse({name: o.fault, scenarios: [{name: o.fault, fault: o.fault, params: o.params, pins: o.pins, ...(o.gpuHost === undefined ? {} : {gpuHost: o.gpuHost})}], stop: {kernelXid: false}, load: o.load})
 }
 
 const SUITE_FILE: YamlFileKind = {

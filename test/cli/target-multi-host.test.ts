@@ -73,7 +73,7 @@ describe('a deployment that spans two hosts', () => {
 
   it('each host in use with the roles that run there, and the view of the deployment from each', async () => {
     const m = await loadDeploymentModel(file)
-    expect(acrossHosts(m)).toEqual([{name: 'gpu-a', roles: ['prefill', 'router']}, {name: 'gpu-b', roles: ['decode']}])
+    expect(acrossHosts(m)).toEqual([{name: 'gpu-a', roles: ['prefill', 'router'], nodeRanks: []}, {name: 'gpu-b', roles: ['decode'], nodeRanks: []}])
     expect(hostView(m, 'gpu-b')).toMatchObject({host: {hostname: 'gpu-b.invalid'}, services: {decode: {url: 'http://10.0.3.8:30001'}, prefill: {url: 'http://10.0.3.7:30000'}}})
   })
 

@@ -270,19 +270,24 @@ describe('a command refuses a file it cannot act on yet (exit 2), naming what is
   it('several hosts', () => {
     const m = modelOf(MULTI)
     // A command that does not act across hosts is refused for the hosts; the ones that do, for these instances: two
-    // prefill instances on one host (inject, suite and status tell instances apart by their host), and decode over
-    // two nodes (no command acts on a multi-node instance yet).
+    // prefill instances on one host (inject, suite and status tell instances apart by their host).
     const e = refusal(() => singleHostView(m, {command: 'export', file: '/etc/pdchaos/pd.yaml'}))
     expect(e.exitCode).toBe(2)
     expect(e.code).toBe('E_MULTI_HOST')
     expect(e.message).toBe('/etc/pdchaos/pd.yaml: this deployment spans 3 hosts (gpu-a, gpu-b, gpu-c): export acts on one host today; multi-host runs come with issue 13')
     for (const command of ['inject', 'suite', 'status']) {
-      expect(singleHostRefusal(m, command)).toBe(`services.prefill[0] and services.prefill[1] both run on host gpu-a: ${command} reads several instances of a role only when each runs on a host of its own (one per node, as SGLang is usually deployed)`)
+      expect(singleHostRefusal(m, command)).toBe(`services.prefill[0] and services.prefill[1] both run on host gpu-a: ${command} reads several instances of a role only when each runs on hosts of its own (one per node, as SGLang is usually deployed)`)
     }
-    // restart and recover act on each instance by its restart command or its host: only the multi-node instance stops them.
-    for (const command of ['restart', 'recover']) {
-      expect(singleHostRefusal(m, command)).toBe(`services.decode[0] runs over 2 nodes (--nnodes 2): ${command} acts on single-node instances today; multi-node instances come with issue 13`)
-    }
+    // restart and recover act on each instance by its restart command or its hosts; decode over two nodes is acted on
+    // on both (its schedulers read on each, its restart run on each at once).
+    for (const command of ['restart', 'recover']) expect(singleHostRefusal(m, command)).toBeUndefined()
+    expect(acrossHosts(m)).toEqual([
+      {name: 'gpu-a', roles: ['prefill', 'router'], nodeRanks: []},
+      {name: 'gpu-b', roles: ['decode'], nodeRanks: []},
+      {name: 'gpu-c', roles: [], nodeRanks: [{role: 'decode', path: 'services.decode[0]', nodeRank: 1}]},
+    ])
+    // From the follower node the view is of the instance it runs a node rank of.
+    expect(hostView(m, 'gpu-c').services.decode.url).toBe('http://10.0.3.8:30001')
   })
 
   it('several single-node instances, each on its own host: status reads them all, inject acts on a pair of them', () => {
@@ -297,8 +302,8 @@ describe('a command refuses a file it cannot act on yet (exit 2), naming what is
     const pair = {prefill: 1, decode: 0}
     expect(singleHostView(m, {command: 'inject', file: 'f.yaml', pair}).services.prefill).toMatchObject({url: 'http://10.0.3.7:30002', bootstrapPort: 8999})
     expect(hostView(m, 'gpu-a', pair).services.prefill.url).toBe('http://10.0.3.7:30002')
-    expect(acrossHosts(m, pair)).toEqual([{name: 'gpu-a', roles: ['router']}, {name: 'gpu-b', roles: ['decode']}, {name: 'gpu-c', roles: ['prefill']}])
-    expect(acrossHosts(m)).toEqual([{name: 'gpu-a', roles: ['prefill', 'router']}, {name: 'gpu-b', roles: ['decode']}, {name: 'gpu-c', roles: ['prefill']}])
+    expect(acrossHosts(m, pair)).toEqual([{name: 'gpu-a', roles: ['router'], nodeRanks: []}, {name: 'gpu-b', roles: ['decode'], nodeRanks: []}, {name: 'gpu-c', roles: ['prefill'], nodeRanks: []}])
+    expect(acrossHosts(m)).toEqual([{name: 'gpu-a', roles: ['prefill', 'router'], nodeRanks: []}, {name: 'gpu-b', roles: ['decode'], nodeRanks: []}, {name: 'gpu-c', roles: ['prefill'], nodeRanks: []}])
     expect(pairPaths(m, pair)).toEqual({prefill: 'services.prefill[1]', decode: 'services.decode[0]'})
     // A pair that names no instance: exit 2, with the numbers there are.
     const e = refusal(() => singleHostView(m, {command: 'inject', file: 'f.yaml', pair: {prefill: 2, decode: 0}}))
@@ -311,12 +316,17 @@ describe('a command refuses a file it cannot act on yet (exit 2), naming what is
   it('several instances on one host, and an instance over two nodes of one host', () => {
     const base = 'host: {kind: local}\nwatchdog: {deadlineSeconds: 2, pollSeconds: 1}\nservices:\n  router: {url: "http://a:9"}\n'
     const two = modelOf(`${base}  prefill: [{url: "http://a:1"}, {url: "http://a:2", bootstrapPort: 8999}]\n  decode: [{url: "http://a:3"}, {url: "http://a:4"}, {url: "http://a:5"}]\n`)
-    expect(singleHostRefusal(two, 'suite')).toBe('services.prefill[0] and services.prefill[1] both run on host host: suite reads several instances of a role only when each runs on a host of its own (one per node, as SGLang is usually deployed)')
+    expect(singleHostRefusal(two, 'suite')).toBe('services.prefill[0] and services.prefill[1] both run on host host: suite reads several instances of a role only when each runs on hosts of its own (one per node, as SGLang is usually deployed)')
     expect(singleHostRefusal(two, 'restart')).toBeUndefined()
     expect(singleHostRefusal(two, 'export')).toBe('this deployment has 2 prefill instances (services.prefill[0], services.prefill[1]) and 3 decode instances '
       + '(services.decode[0], services.decode[1], services.decode[2]): export acts on one prefill and one decode instance')
-    const nodes = modelOf('hosts: {a: {kind: local}}\nwatchdog: {deadlineSeconds: 2, pollSeconds: 1}\nservices:\n  router: {url: "http://a:9", host: a}\n  prefill: {url: "http://a:1", host: a}\n  decode: {url: "http://a:3", nodes: [a, a]}\n')
-    expect(singleHostRefusal(nodes, 'status')).toBe('services.decode runs over 2 nodes (--nnodes 2): status acts on single-node instances today; multi-node instances come with issue 13')
+    // One host named for two node ranks: each node rank runs on a host of its own (the file's mistake, at its path).
+    expect(refusal(() => parseDeployment('hosts: {a: {kind: local}}\nwatchdog: {deadlineSeconds: 2, pollSeconds: 1}\nservices:\n  router: {url: "http://a:9", host: a}\n  prefill: {url: "http://a:1", host: a}\n  decode: {url: "http://a:3", nodes: [a, a]}\n', 'f.yaml')).message)
+      .toMatch(/services\.decode\.nodes\[1\].*a is node rank 0 already: each node rank runs on a host of its own/)
+    // A multi-node decode whose follower node runs a prefill instance's node rank 0: two servers of different roles
+    // on one host are fine; a follower of prefill[0] beside prefill[1]'s rank 0 is two prefill servers there, refused.
+    const mixed = modelOf('hosts: {a: {kind: local}, b: {kind: local}}\nwatchdog: {deadlineSeconds: 2, pollSeconds: 1}\nservices:\n  router: {url: "http://a:9", host: a}\n  prefill: [{url: "http://a:1", nodes: [a, b]}, {url: "http://b:2", host: b}]\n  decode: {url: "http://a:3", host: a}\n')
+    expect(singleHostRefusal(mixed, 'status')).toBe('services.prefill[0] and services.prefill[1] both run on host b: status reads several instances of a role only when each runs on hosts of its own (one per node, as SGLang is usually deployed)')
     expect(refusal(() => parseDeployment(MULTI, 'f.yaml')).message).toMatch(/^f\.yaml: this deployment spans 3 hosts .*: pdchaos acts on one host today/)
   })
 })

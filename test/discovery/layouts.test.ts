@@ -71,9 +71,26 @@ describe('a rank GPU', () => {
     expect(gpuFromLayout({...layout, ppSize: 2, baseGpuId: 4}, {ppRank: 1, tpRank: 0}, gpus)?.index).toBe(6)
     expect(gpuFromLayout({...layout, gpuIdStep: 2}, {tpRank: 1}, gpus)?.index).toBe(2)
   })
+
+  it('over --nnodes each node numbers its own GPUs from --base-gpu-id; the title keeps the global TP rank (engine.py)', () => {
+    // TP 16 over 2 nodes: TP8..TP15 on node rank 1 run on its GPUs 0..7.
+    expect(gpuFromLayout({...layout, tpSize: 16, nnodes: 2}, {tpRank: 8}, gpus)?.index).toBe(0)
+    expect(gpuFromLayout({...layout, tpSize: 16, nnodes: 2}, {tpRank: 13}, gpus)?.index).toBe(5)
+    expect(gpuFromLayout({...layout, tpSize: 16, nnodes: 2, baseGpuId: 2}, {tpRank: 9}, gpus)?.index).toBe(3)
+    // PP 2 over 2 nodes: each node one PP stage of the whole TP group.
+    expect(gpuFromLayout({...layout, tpSize: 4, ppSize: 2, nnodes: 2}, {ppRank: 1, tpRank: 3}, gpus)?.index).toBe(3)
+    // One node: as before.
+    expect(gpuFromLayout({...layout, tpSize: 8, nnodes: 1}, {tpRank: 5}, gpus)?.index).toBe(5)
+  })
 })
 
 describe('launch arguments', () => {
+  it('reads a multi-node launch: --nnodes, --node-rank and --dist-init-addr', () => {
+    expect(parseLaunchCommand('python3 -m sglang.launch_server --disaggregation-mode prefill --tp-size 16 --nnodes 2 --node-rank 1 --dist-init-addr 10.0.0.1:5000 --port 30000')).toEqual({
+      mode: 'prefill', tpSize: 16, nnodes: 2, nodeRank: 1, distInitAddr: '10.0.0.1:5000', port: 30_000,
+    })
+  })
+
   it('reads the command line, aliases included', () => {
     expect(parseLaunchCommand('python3 -m sglang.launch_server --disaggregation-mode decode --tp 2 --dp-size=2 --enable-dp-attention --base-gpu-id 4 --port 30200 --host 10.0.0.1')).toEqual({
       mode: 'decode', tpSize: 2, dpSize: 2, enableDpAttention: true, baseGpuId: 4, port: 30_200, host: '10.0.0.1',

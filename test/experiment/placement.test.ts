@@ -45,6 +45,22 @@ describe('where a fault acts on a deployment over several hosts', () => {
     expect((e as PdError).message).toBe('GPU 1 holds a rank on each of node-a and node-b: which host\'s GPU is meant is ambiguous')
   })
 
+  it('--gpu-host names the GPU\'s host where the index is shared (a multi-node instance\'s nodes); drop-dest-info --rank goes to its rank\'s host', () => {
+    expect(hostForFault(two, {gpu: 1}, ranks, 'node-b').name).toBe('node-b')
+    expect(hostForFault(two, {gpu: 1}, ranks, 'node-a').name).toBe('node-a')
+    const refused = (f: () => unknown): PdError => { try { f() } catch (error) { return error as PdError } throw new Error('not refused') }
+    const unknown = refused(() => hostForFault(two, {gpu: 1}, ranks, 'node-c'))
+    expect(unknown.exitCode).toBe(2)
+    expect(unknown.message).toBe('--gpu-host node-c: the run acts on the hosts node-a, node-b, not on node-c')
+    expect(refused(() => hostForFault(two, {}, ranks, 'node-a')).message).toBe('--gpu-host node-a names the host of --gpu, and this fault names no GPU')
+    expect(refused(() => hostForFault(two, {gpu: 1}, ranks)).suggestion).toMatch(/--gpu-host .*one of node-a, node-b/)
+    // Prefill over two nodes: TP2 and TP3 on node-b.
+    const split = [...ranks.map((r, i) => ({...r, tpRank: i})), {service: 'prefill' as const, gpu: 0, tpRank: 3, host: 'node-b'}]
+    expect(hostForFault(two, {rank: 3}, split).name).toBe('node-b')
+    expect(hostForFault(two, {rank: 0}, split).name).toBe('node-a')
+    expect(hostForFault(two, {}, split).name).toBe('node-a')
+  })
+
   it('a fault plans from the ranks of the host it acts on only', () => {
     expect(onHost({ranks}, two.named('node-b'), two).ranks.map((r) => r.gpu)).toEqual([4, 1])
     const one = Placement.single(deployment, host('a'))

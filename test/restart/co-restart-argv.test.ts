@@ -46,6 +46,23 @@ describe('co-restart: the restart argv (issue 12, S7)', () => {
     for (const l of lines) expect(l).not.toMatch(/[\n\r\u001b]/)
   })
 
+  it('a multi-node instance: its restart command runs on every node at once, each exit kept, the step failing with any', async () => {
+    const [a, b] = [recordingHost(), recordingHost()]
+    b.run = async (argv, opts) => { b.ran.push({argv, opts}); return {code: 3, stdout: '', stderr: 'node 1 said no', durationMs: 1} }
+    const d = deployment('never')
+    const lines: string[] = []
+    const r = await coRestart(d, a, {
+      order: ['prefill'], healthTimeoutS: 0.3, commandTimeoutS: 5, canaries: 0, watchS: 0, sampleS: 1, settleS: 0, onProgress: (l) => lines.push(l),
+      targets: [{name: 'prefill', role: 'prefill', path: 'services.prefill', service: d.services.prefill, host: a, nodes: [{name: 'gpu-a', host: a}, {name: 'gpu-b', host: b}]}],
+    })
+    expect(a.ran.map((x) => x.argv)).toEqual([FORGED])
+    expect(b.ran.map((x) => x.argv)).toEqual([FORGED])
+    expect(r.steps[0]!.nodes).toEqual([{host: 'gpu-a', exitCode: 0}, {host: 'gpu-b', exitCode: 3}])
+    expect(r.steps[0]!.exitCode).toBe(3)
+    expect(lines[0]).toMatch(/^restarting prefill on its 2 nodes \(gpu-a, gpu-b\) at once: /)
+    expect(lines).toContain('prefill (node rank 1 on gpu-b) restart command exited 3: node 1 said no')
+  })
+
   it('follows the sudo: policy: privileged only under passwordless', async () => {
     expect((await run('never')).host.ran[0]!.opts.sudo).toBe(false)
     expect((await run('passwordless')).host.ran[0]!.opts.sudo).toBe(true)
