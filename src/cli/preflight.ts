@@ -7,10 +7,16 @@ import {PdError, unreachable} from '../errors.js'
  * Before a run reaches for anything else: each service must answer its health path (any HTTP status) within the
  * deployment's probeTimeoutSeconds. A service that refuses, or accepts and never answers, is exit 5 naming it, in
  * seconds, instead of a calibration request that waits 30 s or a discovery that finds no ranks and blames the input.
+ * A suite whose scenarios act on several instance pairs checks the services of each (`more`: the other pairs' views,
+ * each service probed once), so a pair that is down is exit 5 before the run, not one scenario's error in it.
  */
-export async function preflight(deployment: Deployment, timeoutMs = (deployment.probeTimeoutSeconds ?? DEFAULT_PROBE_TIMEOUT_MS / 1000) * 1000): Promise<void> {
-  const s = deployment.services
-  const probes = ([['prefill', s.prefill], ['decode', s.decode], ['router', s.router]] as const).map(async ([service, svc]) => {
+export async function preflight(deployment: Deployment, more: Deployment[] = [], timeoutMs = (deployment.probeTimeoutSeconds ?? DEFAULT_PROBE_TIMEOUT_MS / 1000) * 1000): Promise<void> {
+  const seen = new Set<string>()
+  const services = [deployment, ...more].flatMap((d) => ([['prefill', d.services.prefill], ['decode', d.services.decode], ['router', d.services.router]] as const))
+    .filter(([, svc]) => !seen.has(svc.url) && seen.add(svc.url))
+  const probes = services.map(async ([role, svc]) => {
+    // Where pairs differ, a service is named by its URL too (prefill at http://…): the role alone would not say which.
+    const service = more.length > 0 ? `${role} at ${svc.url}` : role
     try {
       await httpRequest({service, url: joinUrl(svc.url, svc.healthPath), timeoutMs})
       return undefined

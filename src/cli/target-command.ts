@@ -60,8 +60,11 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
     say?: (line: string) => void
     /** Checks of the flags against the deployment file (a TTL against its watchdog), before the host is reached. */
     check?: (deployment: Deployment, model: DeploymentModel) => void
-    /** Every service must answer its health path within the deployment's probeTimeoutSeconds first (exit 5 naming it). */
-    preflight?: boolean
+    /**
+     * Every service must answer its health path within the deployment's probeTimeoutSeconds first (exit 5 naming it);
+     * a function gives the views of the other instance pairs the run acts on, whose services are checked too.
+     */
+    preflight?: boolean | ((target: Target) => Deployment[])
     /** The instance pair a run acts on (--prefill-instance, --decode-instance). */
     pair?: InstancePair
   }, fn: (target: Target) => Promise<R>): Promise<R> {
@@ -73,7 +76,7 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
     })
     try {
       if (opts.disturb) assertMayDisturb(target.deployment, Boolean(flags['allow-production']), opts.disturb)
-      if (opts.preflight) await preflight(target.deployment)
+      if (opts.preflight) await preflight(target.deployment, typeof opts.preflight === 'function' ? opts.preflight(target) : [])
       if (!opts.lock) return await fn(target)
       const spec = opts.lock(target)
       // One run lock for the deployment: on every host it spans (each in its own state dir), taken in the file's

@@ -166,6 +166,18 @@ export function pairViews(t: Target): {default: InstancePair; viewOf: (pair: Ins
   }
 }
 
+/** The views of the instance pairs a suite's fault scenarios act on other than the run's own (for the preflight). */
+export function scenarioPairViews(t: Target, suite: SuiteFile): Deployment[] {
+  const views = pairViews(t)
+  if (!views) return []
+  const d = views.default
+  const pairs = new Map(suite.scenarios.filter((s) => s.fault !== undefined && s.pair !== undefined)
+    .map((s) => ({prefill: s.pair!.prefill ?? d.prefill, decode: s.pair!.decode ?? d.decode}))
+    .filter((p) => p.prefill !== d.prefill || p.decode !== d.decode)
+    .map((p) => [`${p.prefill}/${p.decode}`, p]))
+  return [...pairs.values()].map((p) => views.viewOf(p).deployment)
+}
+
 /**
  * Exit 2 when a suite scenario's pair: names an instance the deployment does not have, or its gpuHost: a host it does
  * not have (before any host is reached).

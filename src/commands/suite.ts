@@ -8,7 +8,7 @@ import {Progress} from '../cli/progress.js'
 import {suiteTwin} from '../cli/sim-flags.js'
 import {TargetCommand} from '../cli/target-command.js'
 import {instanceFlags} from '../cli/flags.js'
-import {checkScenarioPairs, pairOf, pairViews, placementOf, restartTargetsOf} from '../cli/target.js'
+import {checkScenarioPairs, pairOf, pairViews, placementOf, restartTargetsOf, scenarioPairViews} from '../cli/target.js'
 import {badInput} from '../errors.js'
 import {runLockTtlMs} from '../faults/lease/lease.js'
 import {fleetRunId} from '../model/fleet.js'
@@ -82,8 +82,9 @@ export default class Suite extends TargetCommand<typeof Suite> {
           deployment = d.name
           checkScenarioPairs(m, suite, suiteFile ?? 'the built-in suite', {prefill: f['prefill-instance'], decode: f['decode-instance']})
         },
-        // A co-restart may bring back a dead service; a fault scenario needs all three answering first.
-        preflight: suite.scenarios.some((s) => s.fault !== undefined),
+        // A co-restart may bring back a dead service; a fault scenario needs all three answering first, on every
+        // instance pair the fault scenarios act on.
+        preflight: suite.scenarios.some((s) => s.fault !== undefined) && ((t) => scenarioPairViews(t, suite)),
         lock: ({deployment: d}) => ({command: `suite ${suite.name}`, ttlMs: runLockTtlMs({...d.watchdog, scenarios: suite.scenarios.length})}),
         pair: {prefill: f['prefill-instance'], decode: f['decode-instance']},
       }, (t) => {

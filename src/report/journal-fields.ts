@@ -24,6 +24,7 @@ export function injectFields(run: SuiteRun): Record<string, unknown> {
     ...(s.dryRun ? {dryRun: s.dryRun} : {}),
     ...(s.held ? {held: s.held} : {}),
     ...(s.refusals ? {refusals: s.refusals} : {}),
+    ...(s.notes ? {notes: s.notes} : {}),
     calibration: s.calibration,
     leases: s.leases,
     pins: s.pins.map((p) => ({rid: p.rid, fault: p.fault, sentAt: p.sentAt, evictedAt: p.evictedAt, evictionSeconds: p.evictionSeconds, bounds: p.bounds, verdict: p.verdict, evidence: p.evidence, ...(p.atEdge ? {atEdge: p.atEdge} : {})})),
