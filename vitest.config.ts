@@ -43,6 +43,7 @@ export const SYSTEM_TESTS = [
   'test/sim/server-faults.test.ts',
   'test/sim/server-watchdog.test.ts',
   'test/sim/server-lags.test.ts',
+  'test/sim/multinode.test.ts',
   // Debian tools: chromium, xmllint, prometheus-pushgateway
   'test/report/html.test.ts',
   'test/report/junit.test.ts',

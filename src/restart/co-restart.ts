@@ -117,6 +117,14 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
     // The step's exit: the one command's, or over nodes the first that did not succeed (0 when all did).
     const exitCode = nodeCodes ? (nodeCodes.find((c) => c.exitCode !== 0)?.exitCode ?? 0) : await runOn(t.host, '')
     const commandMs = now() - t0
+    if (exitCode !== 0) {
+      // A command that failed restarted nothing anyone can vouch for: the old process answering healthy would pass a
+      // restart that never happened.
+      const where = nodeCodes ? ` (${nodeCodes.map((n) => `${n.host}: ${n.exitCode === null ? 'did not finish' : `exit ${n.exitCode}`}`).join(', ')})` : ''
+      steps.push({service: t.role, ...(name === t.role ? {} : {instance: t.path}), command, exitCode, ...(nodeCodes ? {nodes: nodeCodes} : {}), commandMs: Math.round(commandMs), healthyAfterMs: null})
+      verdicts.push(fail('restart', name, `${name}'s restart command ${exitCode === null ? 'did not finish' : `exited ${exitCode}`}${where}: it was not restarted as the file says; later services were not restarted`, {command, exitCode, ...(nodeCodes ? {nodes: nodeCodes} : {}), commandMs: Math.round(commandMs)}))
+      return finish()
+    }
     let healthyAfterMs: number | null = null
     let last: HealthResult | undefined
     const deadline = t0 + opts.healthTimeoutS * 1000

@@ -76,6 +76,34 @@ export interface SimConfig {
    * prefill on one node and decode on another. Absent: every service runs here.
    */
   node?: {services: Array<Role | 'router'>; peers: Partial<Record<Role | 'router', string[]>>}
+  /**
+   * `sim up --only prefill --nnodes N --node-rank K --dist-init-addr HOST:PORT` (docs/twin.md, "One instance over
+   * several nodes"): this node runs node K's share of the TP ranks of one instance of `role` (prefillTp / decodeTp stay
+   * the instance's total). Node 0 runs the HTTP API, the scheduler loop and the bootstrap server; the others only ranks.
+   */
+  dist?: DistConfig
+}
+
+export interface DistConfig {role: Role; nnodes: number; nodeRank: number; distInitAddr: string}
+
+/** The dist-init-addr split into host and port (the host is an IP address: options.ts checks it). */
+export function distEndpoint(d: DistConfig): {host: string; port: number} {
+  const i = d.distInitAddr.lastIndexOf(':')
+  return {host: d.distInitAddr.slice(0, i).replace(/^\[|\]$/g, ''), port: Number(d.distInitAddr.slice(i + 1))}
+}
+
+/** A node of rank >= 1 of a multi-node instance of `role`: ranks only, a stand-in health endpoint, no API. */
+export function isFollower(config: Pick<SimConfig, 'dist'>, role: Role | 'router'): boolean {
+  return config.dist !== undefined && config.dist.role === role && config.dist.nodeRank > 0
+}
+
+/** The global TP ranks this node runs of a role: SGLang's range(tp_per_node * K, tp_per_node * (K + 1)). */
+export function nodeTpRanks(config: Pick<SimConfig, 'dist' | 'prefillTp' | 'decodeTp'>, role: Role): number[] {
+  const total = role === 'prefill' ? config.prefillTp : config.decodeTp
+  const d = config.dist?.role === role ? config.dist : undefined
+  const per = d ? total / d.nnodes : total
+  const first = d ? per * d.nodeRank : 0
+  return Array.from({length: per}, (_, i) => first + i)
 }
 
 /** The services a twin runs on this node. */
@@ -84,7 +112,7 @@ export function servicesHere(config: Pick<SimConfig, 'node'>): Array<Role | 'rou
 }
 
 /** The address a service listens on: this node's for its own services, the (first) peer's for the others. */
-export function serviceHost(config: Pick<SimConfig, 'host' | 'node'>, service: Role | 'router'): string {
+export function serviceHost(config: Pick<SimConfig, 'host' | 'node' | 'dist'>, service: Role | 'router'): string {
   return serviceHosts(config, service)[0] ?? config.host
 }
 
@@ -92,8 +120,10 @@ export function serviceHost(config: Pick<SimConfig, 'host' | 'node'>, service: R
  * Every address an instance of the service listens on (same ports on each): this node's when it runs the service,
  * then the peers'. Several are several instances behind the router (`--prefill-host A,B`).
  */
-export function serviceHosts(config: Pick<SimConfig, 'host' | 'node'>, service: Role | 'router'): string[] {
-  const here = servicesHere(config).includes(service) ? [config.host] : []
+export function serviceHosts(config: Pick<SimConfig, 'host' | 'node' | 'dist'>, service: Role | 'router'): string[] {
+  // A follower node's share of an instance is served at node 0's address (the dist-init-addr's host).
+  const own = isFollower(config, service) ? distEndpoint(config.dist!).host : config.host
+  const here = servicesHere(config).includes(service) ? [own] : []
   return [...here, ...(config.node?.peers[service] ?? [])]
 }
 

@@ -35,7 +35,17 @@ export interface ClusterOptions {
    * deployment file lists them as `prefill: [ … ]`.
    */
   prefillInstances?: number
+  /**
+   * One prefill instance over this many nodes (SGLang --nnodes; default 1): node rank 0 on prefill-node, rank k on
+   * prefill-node-(k+1), each started with the same flags but its --node-rank; decode and the router on the decode
+   * node. The file states the instance as `nodes: [prefill-node, prefill-node-2, …]` and one restart command that
+   * each node runs for its own part (its login names its own twin, PDCHAOS_SIM_DIR).
+   */
+  prefillNnodes?: number
 }
+
+/** The port node rank 0 of a multi-node prefill listens on for its other node ranks (--dist-init-addr). */
+export const DIST_INIT_PORT = 29_500
 
 export async function createTestCluster(o: ClusterOptions = {}): Promise<TestCluster> {
   const made: TestHost[] = []
@@ -45,6 +55,7 @@ export async function createTestCluster(o: ClusterOptions = {}): Promise<TestClu
     await Promise.all(made.map((h) => h.destroy()))
   }
   try {
+    if ((o.prefillNnodes ?? 1) > 1) return await multiNodeCluster(o, made, destroy)
     const n = o.prefillInstances ?? 1
     const hosts = await Promise.all(Array.from({length: n + 1}, () => createTestHost()))
     made.push(...hosts)
@@ -96,4 +107,53 @@ export async function createTestCluster(o: ClusterOptions = {}): Promise<TestClu
     await destroy()
     throw error
   }
+}
+
+/** createTestCluster with one prefill instance over o.prefillNnodes nodes (see ClusterOptions.prefillNnodes). */
+async function multiNodeCluster(o: ClusterOptions, made: TestHost[], destroy: () => Promise<void>): Promise<TestCluster> {
+  const nnodes = o.prefillNnodes!
+  const hosts = await Promise.all(Array.from({length: nnodes + 1}, () => createTestHost()))
+  made.push(...hosts)
+  const prefillNodes = hosts.slice(0, nnodes)
+  const p = prefillNodes[0]!
+  const d = hosts[nnodes]!
+  for (let i = 0; i < hosts.length; i++) for (let j = i + 1; j < hosts.length; j++) await linkNetns(hosts[i]!.netns, hosts[j]!.netns)
+  const common = ['--deadline', String(o.deadlineSeconds ?? 1.5), '--poll', String(o.pollSeconds ?? 0.5), '--heartbeat-interval', '2', '--cb-timeout-duration-secs', '10', ...(o.args ?? [])]
+  const up = async (h: TestHost, args: string[]): Promise<{deploymentFile: string; endpoints: TestCluster['endpoints']}> => {
+    const r = await h.sshRun([process.execPath, cliEntry(), 'sim', 'up', '--host', h.netns.address, '--state-dir', h.stateDir, '--json', ...args, ...common], {timeoutMs: 90_000})
+    if (r.code !== 0) throw new Error(`sim up ${args.join(' ')} over ssh exited ${r.code}: ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join(' | ')}`)
+    return JSON.parse(r.stdout) as {deploymentFile: string; endpoints: TestCluster['endpoints']}
+  }
+  // Every node rank at once (node rank 0 waits for the others to join it), then decode and the gateway, which turns
+  // ready once both workers answer.
+  const dist = ['--nnodes', String(nnodes), '--dist-init-addr', `${p.netns.address}:${DIST_INIT_PORT}`]
+  const prefillUps = await Promise.all(prefillNodes.map((h, k) => up(h, ['--only', 'prefill', ...dist, '--node-rank', String(k), '--decode-host', d.netns.address, '--router-host', d.netns.address])))
+  const decodeUp = await up(d, ['--only', 'decode,router', '--prefill-host', p.netns.address])
+  await warmTwin(decodeUp.endpoints)
+
+  const nodeFile = (f: string) => parseYaml(readFileSync(f, 'utf8')) as {services: Record<string, Record<string, unknown>>; watchdog: unknown; backend: string; sglangVersion: string}
+  const pf = nodeFile(prefillUps[0]!.deploymentFile)
+  const df = nodeFile(decodeUp.deploymentFile)
+  const nodeNames = prefillNodes.map((_, k) => (k === 0 ? 'prefill-node' : `prefill-node-${k + 1}`))
+  // One restart command for the instance, run on each node: `sim restart` of the twin the node's login names.
+  const restart = [process.execPath, cliEntry(), 'sim', 'restart', 'prefill', '--json']
+  const file = {
+    version: 1,
+    name: `pdchaos-twin-prefill-over-${nnodes}-nodes`,
+    labels: {environment: 'test'},
+    hosts: {...Object.fromEntries(prefillNodes.map((h, k) => [nodeNames[k], h.hostConfig])), 'decode-node': d.hostConfig},
+    stateDir: join(p.dir, 'host-run'),
+    services: {
+      prefill: {...pf.services.prefill, restart, nodes: nodeNames},
+      decode: {...df.services.decode, host: 'decode-node'},
+      router: {...df.services.router, host: 'decode-node'},
+    },
+    backend: pf.backend,
+    watchdog: pf.watchdog,
+    sglangVersion: pf.sglangVersion,
+  }
+  DeploymentFileSchema.parse(file)
+  const deploymentFile = join(p.dir, 'cluster.yaml')
+  writeFileSync(deploymentFile, toYaml(file))
+  return {prefillNode: p, prefillNodes, decodeNode: d, deploymentFile, endpoints: {...decodeUp.endpoints, prefill: prefillUps[0]!.endpoints.prefill, bootstrap: prefillUps[0]!.endpoints.bootstrap}, destroy}
 }

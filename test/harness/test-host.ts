@@ -174,7 +174,9 @@ export async function createTestHost(opts: TestHostOptions = {}): Promise<TestHo
       host: netns.address,
       port: 22,
       prefix: [...netns.prefix],
-      env: {PATH: loginPath},
+      // PDCHAOS_SIM_DIR: this node's twin, as a node's own unit file names its server (a multi-node instance's one
+      // restart command then restarts each node's part of it).
+      env: {PATH: loginPath, PDCHAOS_SIM_DIR: stateDir},
       // Fault tests open many sessions at once; sshd's default MaxStartups drops some of them at random.
       extraConfig: ['MaxSessions 64', 'MaxStartups 64:30:128'],
     })

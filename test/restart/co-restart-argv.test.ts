@@ -46,7 +46,7 @@ describe('co-restart: the restart argv (issue 12, S7)', () => {
     for (const l of lines) expect(l).not.toMatch(/[\n\r\u001b]/)
   })
 
-  it('a multi-node instance: its restart command runs on every node at once, each exit kept, the step failing with any', async () => {
+  it('a multi-node instance: its restart command runs on every node at once, each exit kept, the step failing with any that fails', async () => {
     const [a, b] = [recordingHost(), recordingHost()]
     b.run = async (argv, opts) => { b.ran.push({argv, opts}); return {code: 3, stdout: '', stderr: 'node 1 said no', durationMs: 1} }
     const d = deployment('never')
@@ -59,6 +59,8 @@ describe('co-restart: the restart argv (issue 12, S7)', () => {
     expect(b.ran.map((x) => x.argv)).toEqual([FORGED])
     expect(r.steps[0]!.nodes).toEqual([{host: 'gpu-a', exitCode: 0}, {host: 'gpu-b', exitCode: 3}])
     expect(r.steps[0]!.exitCode).toBe(3)
+    // A failed command restarted nothing anyone can vouch for: the step fails without waiting on health.
+    expect(r.verdicts.map((v) => [v.verdict, v.summary])).toEqual([['fail', "prefill's restart command exited 3 (gpu-a: exit 0, gpu-b: exit 3): it was not restarted as the file says; later services were not restarted"]])
     expect(lines[0]).toMatch(/^restarting prefill on its 2 nodes \(gpu-a, gpu-b\) at once: /)
     expect(lines).toContain('prefill (node rank 1 on gpu-b) restart command exited 3: node 1 said no')
   })

@@ -6,6 +6,9 @@ import {twinDeployment} from '../../src/sim/lifecycle/deployment-file.js'
 import {endpoints} from '../../src/sim/lifecycle/files.js'
 import {buildSimConfig} from '../../src/sim/lifecycle/options.js'
 import {gatewayArgsFor} from '../../src/sim/router/gateway-args.js'
+import {launchFlags, physicalGpu, serverLayout, titleOf} from '../../src/sim/server/layout.js'
+import {nodeTpRanks} from '../../src/sim/sim-config.js'
+import {healthUrl} from '../../src/sim/lifecycle/services.js'
 
 /** `sim up --only …`: one node of a twin that spans nodes (docs/twin.md, "Nodes"). */
 describe('a twin node (--only and the peers)', () => {
@@ -65,5 +68,73 @@ describe('a twin node (--only and the peers)', () => {
     expect(refused({stateDir: '/tmp/x', only: ['decode'], peers: {prefill: '10.0.0.2,10.0.0.2', router: '10.0.0.2'}})).toMatch(/^2: --prefill-host lists an address twice/)
     expect(refused({stateDir: '/tmp/x', host: '10.0.0.2', only: ['prefill', 'router'], peers: {prefill: '10.0.0.2', decode: '10.0.1.2'}})).toMatch(/^2: --prefill-host 10\.0\.0\.2 is this node/)
     expect(refused({stateDir: '/tmp/x', only: ['decode'], peers: {prefill: '10.0.0.2', router: '10.0.0.2,10.0.0.3'}})).toMatch(/^2: --router-host names one node/)
+  })
+})
+
+/** `sim up --only prefill --nnodes N --node-rank K --dist-init-addr A:P`: one instance over several nodes. */
+describe('one instance over several nodes (--nnodes, --node-rank, --dist-init-addr)', () => {
+  const peers = {decode: '10.0.1.2', router: '10.0.1.2'}
+  const node0 = buildSimConfig({stateDir: '/tmp/d0', host: '10.0.0.2', only: ['prefill'], peers, prefillTp: 8, nnodes: 2, nodeRank: 0, distInitAddr: '10.0.0.2:5000'})
+  const node1 = buildSimConfig({stateDir: '/tmp/d1', host: '10.0.0.3', only: ['prefill'], peers, prefillTp: 8, nnodes: 2, nodeRank: 1, distInitAddr: '10.0.0.2:5000'})
+
+  it('splits the total TP evenly: node K runs TP ranks [4K, 4K+4) on its GPUs 0..3, titled by their global rank', () => {
+    expect(node0.dist).toEqual({role: 'prefill', nnodes: 2, nodeRank: 0, distInitAddr: '10.0.0.2:5000'})
+    expect(node0.prefillTp).toBe(8)
+    expect(nodeTpRanks(node0, 'prefill')).toEqual([0, 1, 2, 3])
+    expect(nodeTpRanks(node1, 'prefill')).toEqual([4, 5, 6, 7])
+    const l = serverLayout(node1, 'prefill')
+    expect([4, 5, 6, 7].map((k) => physicalGpu(l, k))).toEqual([0, 1, 2, 3])
+    expect(titleOf(l, 5)).toBe('sglang::scheduler_TP5')
+    // Decode (not spread over nodes here) keeps its one-node placement.
+    expect(nodeTpRanks(node1, 'decode')).toEqual([0, 1, 2, 3])
+  })
+
+  it('puts SGLang\'s multi-node flags on each node\'s command line, and reaches the API at node 0 from a follower', () => {
+    expect(launchFlags(node1, 'prefill')).toEqual(expect.arrayContaining([['tp-size', '8'], ['dist-init-addr', '10.0.0.2:5000'], ['nnodes', '2'], ['node-rank', '1']]))
+    expect(launchFlags(node1, 'decode').some(([k]) => k === 'nnodes')).toBe(false)
+    expect(endpoints(node1)).toMatchObject({prefill: 'http://10.0.0.2:30100', bootstrap: 'http://10.0.0.2:30500'})
+    expect(healthUrl(node1, 'prefill')).toBe('http://10.0.0.3:30100/health')
+    const d = twinDeployment(node1)
+    expect(d.services.prefill).toMatchObject({url: 'http://10.0.0.2:30100', bootstrapPort: 30500})
+    expect(d.services.prefill.restart).toContain('prefill')
+    expect(endpoints(node0).prefill).toBe('http://10.0.0.2:30100')
+  })
+
+  it('decode spans nodes the same way; the GPU check counts this node\'s share only', () => {
+    const dec = buildSimConfig({stateDir: '/tmp/d2', host: '10.0.1.3', gpus: 8, only: ['decode'], peers: {prefill: '10.0.0.2', router: '10.0.0.2'}, decodeTp: 16, nnodes: 2, nodeRank: 1, distInitAddr: '10.0.1.2:5000'})
+    expect(nodeTpRanks(dec, 'decode')).toEqual([8, 9, 10, 11, 12, 13, 14, 15])
+    expect(physicalGpu(serverLayout(dec, 'decode'), 15)).toBe(7)
+  })
+
+  const refused = (o: Parameters<typeof buildSimConfig>[0]): string => {
+    try {
+      buildSimConfig(o)
+    } catch (error) {
+      const e = fromSimError(error) as PdError
+      return `${e.exitCode}: ${e.message}`
+    }
+    throw new Error('expected a refusal')
+  }
+  const base = {stateDir: '/tmp/x', host: '10.0.0.3', only: ['prefill'], peers, nnodes: 2, nodeRank: 1, distInitAddr: '10.0.0.2:5000'}
+
+  it('refuses, exit 2 in one line: TP not divisible, --only not exactly prefill or decode, rank out of range, no dist-init-addr, rails', () => {
+    expect(refused({...base, prefillTp: 3})).toMatch(/^2: --prefill-tp 3 is the instance's total TP and must split evenly over --nnodes 2$/)
+    expect(refused({...base, only: ['prefill', 'router'], peers: {decode: '10.0.1.2'}})).toMatch(/^2: --nnodes 2 spans one server over nodes: --only must name exactly one of prefill, decode \(got --only prefill,router\)/)
+    expect(refused({...base, only: ['router'], peers: {prefill: '10.0.0.2', decode: '10.0.1.2'}})).toMatch(/^2: --nnodes 2 spans one server/)
+    expect(refused({stateDir: '/tmp/x', nnodes: 2, distInitAddr: '127.0.0.1:5000'})).toMatch(/^2: .*--only must name exactly one of prefill, decode \(got no --only\)/)
+    expect(refused({...base, nodeRank: 2})).toMatch(/^2: --node-rank must be an integer from 0 to 1 \(--nnodes 2\), got 2/)
+    expect(refused({...base, nodeRank: -1})).toMatch(/^2: --node-rank must be/)
+    expect(refused({...base, distInitAddr: undefined})).toMatch(/^2: --nnodes 2 needs --dist-init-addr HOST:PORT/)
+    expect(refused({...base, distInitAddr: 'node0:5000'})).toMatch(/^2: --dist-init-addr must be IP:PORT/)
+    expect(refused({...base, distInitAddr: '10.0.0.2'})).toMatch(/^2: --dist-init-addr must be IP:PORT/)
+    expect(refused({...base, nodeRank: 0})).toMatch(/^2: --dist-init-addr 10\.0\.0\.2:5000 must be this node's own address on node rank 0/)
+    expect(refused({...base, distInitAddr: '10.0.0.3:5000'})).toMatch(/^2: --dist-init-addr 10\.0\.0\.3:5000 is this node's own address/)
+    expect(refused({...base, nnodes: 1, distInitAddr: undefined, nodeRank: 1})).toMatch(/^2: --node-rank 1 is out of range for --nnodes 1/)
+    expect(refused({...base, nnodes: 1, nodeRank: 0})).toMatch(/^2: --dist-init-addr joins the nodes of one instance, but --nnodes is 1/)
+    expect(refused({...base, nnodes: 0})).toMatch(/^2: --nnodes must be an integer from 1 to 64/)
+    expect(refused({...base, railNics: true})).toMatch(/^2: --rail-nics cannot be combined with --only/)
+    expect(refused({...base, prefillLayout: {dp: 2}})).toMatch(/^2: --nnodes cannot be combined with the layout flags/)
+    expect(refused({...base, dockerProxy: true})).toMatch(/^2: --nnodes cannot be combined with --docker-proxy/)
+    for (const o of [{...base, prefillTp: 3}, {...base, nodeRank: 5}, {...base, distInitAddr: undefined}]) expect(refused(o).split('\n')).toHaveLength(1)
   })
 })

@@ -31,6 +31,9 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
     'prefill-host': Flags.string({summary: 'With --only: the address of the node prefill runs on (same ports); several, comma-separated, for one prefill instance per node. On the router\'s node, the other prefill instances it routes to.'}),
     'decode-host': Flags.string({summary: 'With --only: the address of the node decode runs on (same ports); several, comma-separated, for one decode instance per node. On the router\'s node, the other decode instances it routes to.'}),
     'router-host': Flags.string({summary: 'With --only: the address of the node the router runs on (same ports).'}),
+    nnodes: Flags.integer({summary: "SGLang's --nnodes: the --only server (prefill or decode) is one instance over N nodes; its --prefill-tp/--decode-tp is the total, split evenly.", default: 1}),
+    'node-rank': Flags.integer({summary: "SGLang's --node-rank: this node's rank (0 runs the API, the scheduler and the bootstrap server; the others only ranks).", default: 0}),
+    'dist-init-addr': Flags.string({summary: "SGLang's --dist-init-addr IP:PORT: node rank 0's address, where the other nodes join it."}),
     gpus: Flags.integer({summary: 'GPUs of the simulated host.', default: 8}),
     'prefill-tp': Flags.integer({summary: 'Prefill TP size (ranks on GPUs 0..N-1).', default: 4}),
     'decode-tp': Flags.integer({summary: 'Decode TP size (ranks on the GPUs after prefill).', default: 4}),
@@ -63,6 +66,9 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
         host: f.host,
         ...(f.only ? {only: f.only} : {}),
         peers: {prefill: f['prefill-host'], decode: f['decode-host'], router: f['router-host']},
+        nnodes: f.nnodes,
+        nodeRank: f['node-rank'],
+        ...(f['dist-init-addr'] === undefined ? {} : {distInitAddr: f['dist-init-addr']}),
         gpus: f.gpus,
         prefillTp: f['prefill-tp'],
         decodeTp: f['decode-tp'],
@@ -95,7 +101,8 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
       ['decode', out.endpoints.decode],
       ['router metrics', out.endpoints.routerMetrics],
     ]
-    const node = config.node ? `, this node runs ${config.node.services.join(', ')}; ${Object.entries(config.node.peers).map(([s, a]) => `${s} at ${(a ?? []).join(' and ')}`).join(', ')}` : ''
+    const dist = config.dist ? ` (node rank ${config.dist.nodeRank} of ${config.dist.nnodes}, dist-init-addr ${config.dist.distInitAddr})` : ''
+    const node = config.node ? `, this node runs ${config.node.services.join(', ')}${dist}; ${Object.entries(config.node.peers).map(([s, a]) => `${s} at ${(a ?? []).join(' and ')}`).join(', ')}` : ''
     this.log(`Twin healthy in ${(out.healthyMs / 1000).toFixed(1)} s (prefill ${layoutText(config, 'prefill')}, decode ${layoutText(config, 'decode')}, ${config.backend}, watchdog ${config.watchdog.scope} ${config.watchdog.deadlineS}s/${config.watchdog.pollS}s${config.bugs.length ? `, bugs: ${config.bugs.join(', ')}` : ''}${node})`)
     for (const [name, url] of rows) this.log(`  ${name.padEnd(15)} ${url}`)
     this.log(`  deployment file ${out.deploymentFile}`)

@@ -45,7 +45,7 @@ function layoutOf(role: Role, tp: number, o: LayoutUpOptions, defaultBase: numbe
   return l
 }
 
-const anyGiven = (o: LayoutUpOptions | undefined) => o !== undefined && Object.values(o).some((v) => v !== undefined && v !== false)
+export const anyGiven = (o: LayoutUpOptions | undefined): boolean => o !== undefined && Object.values(o).some((v) => v !== undefined && v !== false)
 
 /**
  * The layouts of `sim up`, or undefined for the plain one. Both servers' GPUs must be distinct: each scheduler holds

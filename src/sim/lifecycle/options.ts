@@ -2,7 +2,8 @@ import {isIP} from 'node:net'
 import {resolve} from 'node:path'
 
 import {badInput} from './sim-error.js'
-import {buildLayouts, type LayoutUpOptions} from './layout-options.js'
+import {anyGiven, buildLayouts, type LayoutUpOptions} from './layout-options.js'
+import {buildDist, type DistUpOptions} from './dist-options.js'
 import {rankCount} from '../server/layout.js'
 import {parseUcxTime, railPlan} from '../server/rail-plan.js'
 import {type Lag, parseLag} from '../server/lag.js'
@@ -12,7 +13,7 @@ import {POLICY_NAMES} from '../router/policy.js'
 import {type Backend, BUG_NAMES, type BugName, type SimConfig, type WatchdogScope, type RouterSettings} from '../sim-config.js'
 
 /** What `pdchaos sim up` takes (flags map 1:1); every field optional, defaults below. */
-export interface SimUpOptions {
+export interface SimUpOptions extends DistUpOptions {
   stateDir: string
   host?: string
   /** `--only`: the services this node runs (a twin spanning nodes); absent: all three. */
@@ -156,7 +157,13 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
   const gpus = integer('--gpus', o.gpus, UP_DEFAULTS.gpus, 2, 64)
   const prefillTp = integer('--prefill-tp', o.prefillTp, UP_DEFAULTS.prefillTp, 1, 64)
   const decodeTp = integer('--decode-tp', o.decodeTp, UP_DEFAULTS.decodeTp, 1, 64)
-  if (prefillTp + decodeTp > gpus) {
+  // One instance over several nodes: this node holds only its share of one server's ranks (from GPU 0).
+  const distGiven = (o.nnodes ?? 1) > 1
+  const roleTp = o.only?.[0] === 'decode' ? decodeTp : prefillTp
+  if (distGiven && Number.isInteger(o.nnodes) && roleTp / o.nnodes! > gpus) {
+    throw badInput(`--${o.only?.[0] === 'decode' ? 'decode' : 'prefill'}-tp ${roleTp} over --nnodes ${o.nnodes} needs ${Math.ceil(roleTp / o.nnodes!)} GPUs per node but --gpus is ${gpus}`, 'pass a larger --gpus or --nnodes')
+  }
+  if (!distGiven && prefillTp + decodeTp > gpus) {
     throw badInput(`--prefill-tp ${prefillTp} + --decode-tp ${decodeTp} needs ${prefillTp + decodeTp} GPUs but --gpus is ${gpus}`,
       `pass --gpus ${prefillTp + decodeTp} or smaller TP sizes`)
   }
@@ -184,17 +191,23 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
   const routerHealthIntervalS = positive('--router-health-interval', o.routerHealthIntervalS, UP_DEFAULTS.routerHealthIntervalS, 3600)
   const resilience = routerResilience(o.router ?? {})
   const lags = lagOptions(o)
+  if (distGiven && (anyGiven(o.prefillLayout) || anyGiven(o.decodeLayout))) {
+    throw badInput('--nnodes cannot be combined with the layout flags yet (DP, PP, EP, base GPU id, CUDA_VISIBLE_DEVICES)', 'drop the --prefill-*/--decode-* layout flags, or run the instance on one node')
+  }
   const layout = buildLayouts(o, prefillTp, decodeTp, gpus)
   // Rails follow the plain placement (GPU g's NIC serves prefill rank g / decode rank g - prefillTp).
   if (layout && o.railNics) throw badInput('--rail-nics cannot be combined with the layout flags', 'drop --rail-nics or the --prefill-*/--decode-* layout flags')
 
   const node = nodeOptions(o, host)
   if (node && o.railNics) throw badInput('--rail-nics cannot be combined with --only yet: the rails of a twin that spans nodes are not modelled', 'drop --rail-nics, or run every service on one node')
+  const dist = buildDist({...o, prefillTp, decodeTp, host}, node)
+  if (dist && o.dockerProxy) throw badInput('--nnodes cannot be combined with --docker-proxy yet', 'drop --docker-proxy')
 
   return {
     stateDir: resolve(o.stateDir),
     host,
     ...(node ? {node} : {}),
+    ...(dist ? {dist} : {}),
     model: o.model ?? UP_DEFAULTS.model,
     version: o.version ?? UP_DEFAULTS.version,
     gpus,

@@ -2,7 +2,7 @@ import {rmSync} from 'node:fs'
 import {performance} from 'node:perf_hooks'
 
 import {badInput, SimError, unavailable} from './sim-error.js'
-import {serviceHost, servicesHere, simPaths} from '../sim-config.js'
+import {distEndpoint, isFollower, serviceHost, servicesHere, simPaths} from '../sim-config.js'
 import {readSimConfig} from './files.js'
 import {readLock, type Service, SERVICES, writeLock} from './lock.js'
 import {probeBind} from './ports.js'
@@ -39,7 +39,9 @@ export async function simRestart(stateDir: string, service: string, waitS = 30):
   rmSync(simPaths(stateDir).service(svc), {force: true})
 
   // Same ports as before: wait (bounded) until the old process has let go of them.
-  const ports = svc === 'prefill' ? [config.ports.prefill, config.ports.bootstrap] : svc === 'decode' ? [config.ports.decode] : [config.ports.router, config.ports.routerMetrics]
+  const ports = svc === 'prefill' ? [config.ports.prefill, ...(isFollower(config, 'prefill') ? [] : [config.ports.bootstrap])] : svc === 'decode' ? [config.ports.decode] : [config.ports.router, config.ports.routerMetrics]
+  // Node 0 of a multi-node instance also listens on the dist-init-addr (the other nodes rejoin there).
+  if (config.dist?.role === svc && config.dist.nodeRank === 0) ports.push(distEndpoint(config.dist).port)
   const portDeadline = Date.now() + 5000
   for (const port of ports) {
     while ((await probeBind(config.host, port)) === 'EADDRINUSE') {

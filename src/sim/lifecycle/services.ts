@@ -6,9 +6,9 @@ import {fileURLToPath} from 'node:url'
 import {unavailable} from './sim-error.js'
 import {entryArgv} from '../entry.js'
 import {gatewayArgsFor, gatewayArgv} from '../router/gateway-args.js'
-import {type Role, SIM_ENV, type SimConfig, simPaths} from '../sim-config.js'
+import {isFollower, type Role, SIM_ENV, type SimConfig, simPaths} from '../sim-config.js'
 import {launchArgv, launchFlags, launchYaml} from '../server/layout.js'
-import {endpoints, causeFromLog, readServiceFile, type ServiceFile} from './files.js'
+import {endpoints, causeFromLog, readServiceFile, type ServiceFile, urlOf} from './files.js'
 import type {Service} from './lock.js'
 import {isSameProcess, type ProcRef, spawnDetached} from './procs.js'
 
@@ -103,6 +103,8 @@ function get(url: string, timeoutMs: number): Promise<number> {
 
 /** The URL whose 200 means the service is healthy: /health for the servers, /readiness for the router. */
 export function healthUrl(config: SimConfig, service: Service): string {
+  // A follower node serves only the stand-in /health, on its own address (its endpoints name node 0's API).
+  if (isFollower(config, service)) return `${urlOf(config.host, config.ports[service as Role])}/health`
   const e = endpoints(config)
   return service === 'router' ? `${e.router}/readiness` : `${e[service]}/health`
 }

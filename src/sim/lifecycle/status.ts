@@ -51,9 +51,11 @@ export async function simStatus(stateDir: string): Promise<SimStatusResult> {
     const running = isSameProcess(ref)
     const file = running ? readServiceFile(stateDir, service) : undefined
     const port = config.ports[service]
-    const ranks = (file?.rankPids ?? []).map((pid, tpRank) => {
+    const ranks = (file?.rankPids ?? []).map((pid, i) => {
       const gpu = [...gpuFiles].find(([, g]) => g.pid === pid)?.[0]
-      const ports = file?.rankPorts?.find((p) => p.tpRank === tpRank)
+      // Listed in launch order; on a node of a multi-node instance the TP ranks do not start at 0.
+      const ports = file?.rankPorts?.[i]
+      const tpRank = ports?.tpRank ?? i
       return {tpRank, pid, alive: procStart(pid) !== undefined, gpu, zmqPort: ports?.zmqPort, dataPort: ports?.dataPort}
     })
     return {service, running, pid: running ? ref!.pid : null, url: e[service], port, health: running ? await probeHealth(config, service, 1000) : 0, ranks}

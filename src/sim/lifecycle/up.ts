@@ -1,7 +1,7 @@
 import {mkdirSync, rmSync} from 'node:fs'
 import {performance} from 'node:perf_hooks'
 
-import {type SimConfig, servicesHere, simPaths} from '../sim-config.js'
+import {distEndpoint, isFollower, type SimConfig, servicesHere, simPaths} from '../sim-config.js'
 import {writeDeploymentFile} from './deployment-file.js'
 import {endpoints, writeJsonAtomic} from './files.js'
 import {acquireLock, downHint, type LockFile, removeLock, type Service, writeLock} from './lock.js'
@@ -60,7 +60,9 @@ export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
     const on = (service: Service, ports: Record<string, number>): Record<string, number> => (here.includes(service) ? ports : {})
     await assertPortsFree(config.host, {
       ...on('router', {router: config.ports.router, 'router metrics': config.ports.routerMetrics}),
-      ...on('prefill', {prefill: config.ports.prefill, bootstrap: config.ports.bootstrap, ...(config.dockerProxy ? {'prefill container': config.dockerProxy.prefill} : {})}),
+      // A follower node of a multi-node prefill runs no bootstrap server; node 0 also listens on the dist-init-addr.
+      ...on('prefill', {prefill: config.ports.prefill, ...(isFollower(config, 'prefill') ? {} : {bootstrap: config.ports.bootstrap}), ...(config.dockerProxy ? {'prefill container': config.dockerProxy.prefill} : {})}),
+      ...(config.dist?.nodeRank === 0 ? {'dist-init-addr': distEndpoint(config.dist).port} : {}),
       ...on('decode', {decode: config.ports.decode, ...(config.dockerProxy ? {'decode container': config.dockerProxy.decode} : {})}),
     }, `pass another --base-port (now ${config.ports.router}), or stop what holds the port`)
 

@@ -190,7 +190,10 @@ function kvDataPath(cfg: SimConfig): Record<string, unknown> {
 function layoutInfo(cfg: SimConfig, role: 'prefill' | 'decode'): Record<string, unknown> {
   const l = serverLayout(cfg, role)
   return {port: cfg.dockerProxy ? cfg.dockerProxy[role] : cfg.ports[role], tp_size: l.tp, dp_size: l.dp, pp_size: l.pp, ep_size: l.ep,
-    enable_dp_attention: l.dpAttention, attn_cp_size: 1, base_gpu_id: l.baseGpuId, gpu_id_step: 1}
+    enable_dp_attention: l.dpAttention, attn_cp_size: 1, base_gpu_id: l.baseGpuId, gpu_id_step: 1,
+    // server_args' multi-node fields (one node: 1, 0, None); only node rank 0 serves this API.
+    nnodes: cfg.dist?.role === role ? cfg.dist.nnodes : 1, node_rank: cfg.dist?.role === role ? cfg.dist.nodeRank : 0,
+    dist_init_addr: cfg.dist?.role === role ? cfg.dist.distInitAddr : null}
 }
 
 function serverInfo(deps: ApiDeps, sched: SchedulerCore | undefined): Record<string, unknown> {

@@ -15,6 +15,8 @@ export interface ServerLayout {
   baseGpuId: number
   /** CUDA_VISIBLE_DEVICES of the server (GPU indices), when set. */
   cudaVisibleDevices?: number[]
+  /** --nnodes > 1: the TP ranks each node runs (tp_size // nnodes); a rank's GPU counts from its node's base. */
+  tpPerNode?: number
 }
 
 export interface RankCoords {
@@ -33,7 +35,10 @@ export interface RankCoords {
 export function serverLayout(cfg: SimConfig, role: Role): ServerLayout {
   const given = cfg.layout?.[role]
   if (given) return given
-  return {tp: role === 'prefill' ? cfg.prefillTp : cfg.decodeTp, dp: 1, pp: 1, dpAttention: false, ep: 1, baseGpuId: role === 'prefill' ? 0 : cfg.prefillTp}
+  const tp = role === 'prefill' ? cfg.prefillTp : cfg.decodeTp
+  // Over several nodes each node holds only this server's share, from GPU 0 (SGLang's default --base-gpu-id).
+  if (cfg.dist?.role === role) return {tp, dp: 1, pp: 1, dpAttention: false, ep: 1, baseGpuId: 0, tpPerNode: tp / cfg.dist.nnodes}
+  return {tp, dp: 1, pp: 1, dpAttention: false, ep: 1, baseGpuId: role === 'prefill' ? 0 : cfg.prefillTp}
 }
 
 /** Scheduler processes: DP attention splits the TP group, plain DP runs dp whole TP×PP groups. */
@@ -68,9 +73,12 @@ export function titleOf(l: ServerLayout, k: number): string {
   return `sglang::scheduler${c.dp === undefined ? '' : `_DP${c.dp}`}${l.pp > 1 ? `_PP${c.pp}` : ''}${l.tp > 1 ? `_TP${c.tp}` : ''}${l.ep > 1 ? `_EP${c.ep}` : ''}`
 }
 
-/** The GPU a flat rank computes on: base-gpu-id + k, through CUDA_VISIBLE_DEVICES when set. */
+/**
+ * The GPU a flat rank computes on: base-gpu-id + k, through CUDA_VISIBLE_DEVICES when set. Over several nodes, k is the
+ * global TP rank and its node's GPU is base + k % tp_per_node (engine.py, the scheduler launch loop).
+ */
 export function physicalGpu(l: ServerLayout, k: number): number {
-  const local = l.baseGpuId + k
+  const local = l.baseGpuId + (l.tpPerNode ? k % l.tpPerNode : k)
   return l.cudaVisibleDevices ? l.cudaVisibleDevices[local]! : local
 }
 
@@ -94,6 +102,8 @@ export function launchFlags(cfg: SimConfig, role: Role): Array<[string, string |
     // The plain layout keeps the twin's old command line (decode's base GPU is implicit there).
     ...(custom || l.baseGpuId !== 0 ? [['base-gpu-id', String(l.baseGpuId)] as [string, string]] : []),
     ['disaggregation-bootstrap-port', String(cfg.ports.bootstrap)], ['disaggregation-transfer-backend', cfg.backend],
+    // SGLang's multi-node flags, on every node's command line (discovery reads them from ps).
+    ...(cfg.dist?.role === role ? [['dist-init-addr', cfg.dist.distInitAddr], ['nnodes', String(cfg.dist.nnodes)], ['node-rank', String(cfg.dist.nodeRank)]] as Array<[string, string]> : []),
   ]
 }
 

@@ -7,7 +7,7 @@ import {NIXL_GUARD} from './zmq-link.js'
 import type {PrefillOp} from './protocol.js'
 import type {Logger} from './log.js'
 import {registrationKey, serverLayout} from './layout.js'
-import type {SimConfig} from '../sim-config.js'
+import {distEndpoint, type SimConfig} from '../sim-config.js'
 import type {EnvSettings} from './settings.js'
 import {nowMs, sleep} from './clock.js'
 import {ProcTcpTables, txQueue} from './tcp-acked.js'
@@ -64,7 +64,10 @@ export class PrefillRank {
       role: 'Prefill', ...registrationKey(serverLayout(this.cfg, 'prefill'), this.tpRank),
       rank_ip: this.cfg.host, rank_port: zmqPort, page_size: 1, kv_cache_dtype: 'auto', prefill_http_port: this.cfg.ports.prefill,
     })
-    const url = `http://${this.cfg.host}:${this.cfg.ports.bootstrap}/route`
+    // Over several nodes the bootstrap server is node 0's, at the dist-init-addr's host (common/conn.py
+    // register_to_bootstrap); rank_ip stays this node's own address.
+    const bootHost = this.cfg.dist?.role === 'prefill' ? distEndpoint(this.cfg.dist).host : this.cfg.host
+    const url = `http://${bootHost.includes(':') ? `[${bootHost}]` : bootHost}:${this.cfg.ports.bootstrap}/route`
     let last: unknown
     for (let attempt = 0; attempt < 5; attempt++) {
       try {

@@ -1,7 +1,8 @@
 import {spawn, type ChildProcess} from 'node:child_process'
 import {rmSync} from 'node:fs'
 import {entryArgv, sibling} from '../entry.js'
-import {simPaths, type Role, type SimConfig} from '../sim-config.js'
+import {distEndpoint, nodeTpRanks, simPaths, type Role, type SimConfig} from '../sim-config.js'
+import {DistHub} from './dist-hub.js'
 import {gpuIndex, type FromRank, type PolledMsg, type RankOp, type RdmaWriteMsg, type ReadyMsg, type StepMsg, type ToRank} from './protocol.js'
 import {KVPoll} from './kvpoll.js'
 import {makeLogger, type Logger} from './log.js'
@@ -23,33 +24,72 @@ export interface AllReduced {states: number[]; reasons: Map<number, {tpRank: num
 /**
  * The TP ranks of one server, and the twin's all-reduce: one `step` to every rank, every answer awaited,
  * the MIN per room taken. Nothing is answered early: one silent rank blocks the whole step.
+ *
+ * Over several nodes (`--nnodes`), this node's ranks are IPC children as always; on node 0 the other nodes' ranks
+ * join over TCP (dist-hub.ts) and count in every all-reduce; on a follower the group only relays (`relay`).
  */
 export class RankGroup {
   private readonly ranks: Rank[] = []
+  /** The global TP ranks this node runs (all of them on one node). */
+  readonly tpRanks: number[]
   private seq = 0
   private readonly pending = new Map<number, {answers: Map<number, PolledMsg>; resolve: (s: AllReduced) => void}>()
   private stopping = false
+  private hub: DistHub | undefined
+  private readonly remoteReady = new Map<number, ReadyMsg>()
+  private remoteWait: {resolve: () => void; reject: (e: Error) => void} | undefined
   onUnexpectedExit: (tpRank: number, code: number | null, signal: string | null) => void = () => undefined
+  /** Node 0: a remote rank or a node's link is gone (startup fails instead, while it runs). */
+  onRemoteLost: (why: string) => void = () => undefined
+  /** A follower: each local rank's answer goes to node 0 as it is, never aggregated here. */
+  relay: ((tpRank: number, m: PolledMsg) => void) | undefined
 
-  constructor(private readonly cfg: SimConfig, private readonly role: Role, private readonly stateDir: string, private readonly log: Logger) {}
+  constructor(private readonly cfg: SimConfig, private readonly role: Role, private readonly stateDir: string, private readonly log: Logger) {
+    this.tpRanks = nodeTpRanks(cfg, role)
+  }
 
   get size(): number { return this.role === 'prefill' ? this.cfg.prefillTp : this.cfg.decodeTp }
   get pids(): number[] { return this.ranks.map((r) => r.child.pid ?? 0) }
   get readies(): ReadyMsg[] { return this.ranks.map((r) => r.ready!).filter(Boolean) }
 
-  /** Start every rank and wait until each has bound its sockets (and, on prefill, registered). */
+  /** Node 0 of a multi-node instance: listen on the dist-init-addr for the other nodes before starting. */
+  private async listenForNodes(): Promise<Promise<void> | undefined> {
+    const d = this.cfg.dist
+    if (!d || d.role !== this.role || d.nodeRank !== 0) return undefined
+    const remote = this.size - this.tpRanks.length
+    const all = new Promise<void>((resolve, reject) => { this.remoteWait = {resolve, reject} })
+    all.catch(() => undefined) // awaited once the local ranks are up; a node lost before that must not crash us first
+    this.hub = new DistHub(d, this.role, this.tpRanks.length, this.log, {
+      ready: (m) => {
+        this.remoteReady.set(m.tpRank, m)
+        if (this.remoteReady.size >= remote) this.remoteWait?.resolve()
+      },
+      polled: (k, m) => this.onPolled(k, m),
+      lost: (why) => {
+        if (this.stopping) return
+        if (this.remoteReady.size < remote) this.remoteWait?.reject(new Error(why))
+        else this.onRemoteLost(why)
+      },
+    })
+    const {host, port} = distEndpoint(d)
+    await this.hub.listen(host, port)
+    return all
+  }
+
+  /** Start every rank and wait until each has bound its sockets (and, on prefill, registered); node 0 waits for every node's. */
   async start(deadlineMs: number): Promise<void> {
+    const remoteAll = await this.listenForNodes()
     const {command, args} = entryArgv(sibling(import.meta.url, 'rank-main'))
     // Absolute tsx (dev/test runs only), so the ranks do not depend on the server's cwd to find it.
     const i = args.indexOf('--import')
     if (i >= 0 && args[i + 1] === 'tsx') args[i + 1] = import.meta.resolve('tsx')
     const readies: Array<Promise<void>> = []
     const nics = await this.bindNics()
-    for (let k = 0; k < this.size; k++) {
+    for (const [i, k] of this.tpRanks.entries()) {
       const child = spawn(command, [...RANK_NODE_FLAGS, ...args, '--role', this.role, '--tp-rank', String(k), '--state-dir', this.stateDir], {
         stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: process.env,
       })
-      const rank: Rank = {child, tpRank: k, nic: nics[k]}
+      const rank: Rank = {child, tpRank: k, nic: nics[i]}
       this.ranks.push(rank)
       if (rank.nic) rank.nic.onNotifyRank = (room, prefillRank) => this.toRank(rank, {t: 'rdma_notif', room, prefillRank})
       readies.push(new Promise<void>((resolve, reject) => {
@@ -67,7 +107,13 @@ export class RankGroup {
     }
     let timer: NodeJS.Timeout | undefined
     const timeout = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`ranks not ready within ${deadlineMs} ms`)), deadlineMs) })
-    try { await Promise.race([Promise.all(readies), timeout]) } finally { clearTimeout(timer) }
+    try {
+      await Promise.race([Promise.all(readies), timeout])
+      if (remoteAll) {
+        this.log.info(`All ${this.tpRanks.length} local ranks ready; waiting for the ranks of the other ${this.cfg.dist!.nnodes - 1} node(s)`)
+        await Promise.race([remoteAll, timeout])
+      }
+    } finally { clearTimeout(timer) }
   }
 
   /**
@@ -81,7 +127,7 @@ export class RankGroup {
     for (const w of rc.warnings) this.log.warn(`UCX  WARN  ${w}`)
     this.log.info(`UCX RC (${rc.transport}): timeout ${rc.timeoutText} (${rc.timeoutFrom}) -> QP local ACK timeout ${(rc.qpTimeoutS * 1000).toFixed(2)} ms, ` +
       `retry count ${rc.retryCount} (${rc.retryCountFrom}): a rail stalled longer than ${(rcGiveUpS(rc) * 1000).toFixed(0)} ms fails the endpoint`)
-    for (let k = 0; k < this.size; k++) {
+    for (const k of this.tpRanks) {
       const nic = railOfGpu(this.cfg.rails, gpuIndex(this.role, k, this.cfg.prefillTp))
       if (!nic) { out.push(undefined); continue }
       const engine = new RailNicEngine(nic, rc, makeLogger(`TP${k}`))
@@ -115,17 +161,24 @@ export class RankGroup {
         reject(new Error(`all_reduce timed out after ${ALL_REDUCE_DEADLINE_MS / 1000}s`))
       }, ALL_REDUCE_DEADLINE_MS)
       this.pending.set(seq, {answers: new Map(), resolve: (s) => { clearTimeout(timer); resolve(s) }})
-      for (const r of this.ranks) {
-        try { r.child.send(msg) } catch { /* a dead rank is reported by its exit handler */ }
-      }
+      this.sendStep(msg)
     })
   }
 
+  /** One step to every local rank (and, on node 0, to every other node); a follower relays node 0's steps with this. */
+  sendStep(msg: StepMsg): void {
+    for (const r of this.ranks) {
+      try { r.child.send(msg) } catch { /* a dead rank is reported by its exit handler */ }
+    }
+    this.hub?.step(msg)
+  }
+
   private onPolled(tpRank: number, m: PolledMsg): void {
+    if (this.relay) { this.relay(tpRank, m); return }
     const p = this.pending.get(m.seq)
     if (!p) return
     p.answers.set(tpRank, m)
-    if (p.answers.size < this.ranks.length) return
+    if (p.answers.size < this.size) return
     this.pending.delete(m.seq)
     const n = m.states.length
     const out = new Array<number>(n).fill(KVPoll.Success)
@@ -140,6 +193,7 @@ export class RankGroup {
   /** Stop every rank: disconnect IPC (they exit on it), SIGTERM, then SIGKILL after a short grace (a SIGSTOPped rank cannot act). */
   async stop(graceMs = 300): Promise<void> {
     this.stopping = true
+    this.hub?.close()
     for (const r of this.ranks) r.nic?.close()
     const alive = this.ranks.filter((r) => r.child.exitCode === null && r.child.signalCode === null)
     const exits = alive.map((r) => new Promise<void>((resolve) => r.child.once('exit', () => resolve())))
@@ -150,6 +204,6 @@ export class RankGroup {
     const timer = setTimeout(() => { for (const r of alive) { r.child.kill('SIGCONT'); r.child.kill('SIGKILL') } }, graceMs)
     await Promise.all(exits)
     clearTimeout(timer)
-    for (let k = 0; k < this.size; k++) rmSync(simPaths(this.stateDir).gpu(physicalGpu(serverLayout(this.cfg, this.role), k)), {force: true})
+    for (const k of this.tpRanks) rmSync(simPaths(this.stateDir).gpu(physicalGpu(serverLayout(this.cfg, this.role), k)), {force: true})
   }
 }

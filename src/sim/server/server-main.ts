@@ -1,7 +1,8 @@
 import {mkdirSync, readFileSync, renameSync, rmSync, writeFileSync} from 'node:fs'
 import type {Server} from 'node:http'
 import {argValue} from './args.js'
-import {simPaths, type Role, type SimConfig} from '../sim-config.js'
+import {isFollower, simPaths, type Role, type SimConfig} from '../sim-config.js'
+import {runFollower} from './follower.js'
 import {readEnvSettings} from './settings.js'
 import {makeLogger} from './log.js'
 import {BootstrapServer} from './bootstrap-server.js'
@@ -21,12 +22,15 @@ import {startDockerProxy} from './docker-proxy.js'
  */
 const RANKS_READY_MS = 30_000
 
-const role = argValue(process.argv, 'role') as Role | undefined
-const stateDir = argValue(process.argv, 'state-dir')
-if ((role !== 'prefill' && role !== 'decode') || !stateDir) {
+const roleArg = argValue(process.argv, 'role') as Role | undefined
+const stateDirArg = argValue(process.argv, 'state-dir')
+if ((roleArg !== 'prefill' && roleArg !== 'decode') || !stateDirArg) {
   process.stderr.write('usage: server-main --role prefill|decode --state-dir DIR\n')
   process.exit(2)
 }
+// Narrowed once here, so that the functions below see them as set.
+const role: Role = roleArg
+const stateDir: string = stateDirArg
 const paths = simPaths(stateDir)
 const cfg = JSON.parse(readFileSync(paths.config, 'utf8')) as SimConfig
 // SGLang's launch flags stay visible in `ps`, as a real server's command line is: discovery without root reads them.
@@ -66,8 +70,6 @@ async function shutdown(code: number, why: string): Promise<never> {
   }
   process.exit(code)
 }
-process.on('SIGTERM', () => { void shutdown(0, 'SIGTERM') })
-process.on('SIGINT', () => { void shutdown(0, 'SIGINT') })
 
 function listen(server: Server, port: number): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -76,50 +78,65 @@ function listen(server: Server, port: number): Promise<void> {
   })
 }
 
-try {
-  log.info(`server_args=ServerArgs(model_path='${cfg.model}', host='${cfg.host}', port=${cfg.ports[role]}, tp_size=${role === 'prefill' ? cfg.prefillTp : cfg.decodeTp}, disaggregation_mode='${role}', disaggregation_transfer_backend='${env.backend}', disaggregation_bootstrap_port=${cfg.ports.bootstrap})`)
-  if (role === 'prefill') log.info(`Disaggregation watchdog: scope=${env.watchdog.scope} timeout=${env.watchdog.deadlineS}s poll_interval=${env.watchdog.pollS}s`)
-  http = createHttpApi({cfg, env, role, startedAt, sched: () => (sched?.running ? sched : undefined), onNewAddr: (a) => heartbeat?.watch(a)})
-  await listen(http, ownPort)
-  if (cfg.dockerProxy) stopProxy = await startDockerProxy(cfg.host, cfg.ports[role], ownPort, RANKS_READY_MS)
-  if (role === 'prefill') {
-    bootstrap = new BootstrapServer(cfg, log)
-    await bootstrap.listen()
-  }
-  ranks.onUnexpectedExit = (k, code, signal) => {
-    log.error(`Scheduler TP${k} (rank process) died unexpectedly: exit code ${code}, signal ${signal}`)
-    void shutdown(1, `rank TP${k} died`)
-  }
-  await ranks.start(RANKS_READY_MS)
-  if (role === 'prefill') {
-    const p = new PrefillScheduler(role, cfg, env, ranks, schedLog, stateDir)
-    p.init()
-    sched = p
-  } else {
-    const d = new DecodeScheduler(role, cfg, env, ranks, schedLog, stateDir)
-    heartbeat = new Heartbeat(d, env, schedLog, !cfg.bugs.includes('stale-prefill-ports'))
-    sched = d
-  }
-  const s = sched
-  s.run().catch((err: unknown) => {
-    log.error(`Scheduler loop failed: ${String(err)}`)
-    void shutdown(1, 'scheduler loop failed')
-  })
-  if (!(await s.waitIteration(RANKS_READY_MS))) throw new Error('scheduler loop did not complete an iteration')
+/** Node rank 0 (or a one-node instance): the API, the scheduler loop and, on prefill, the bootstrap server. */
+async function runServer(): Promise<void> {
+  process.on('SIGTERM', () => { void shutdown(0, 'SIGTERM') })
+  process.on('SIGINT', () => { void shutdown(0, 'SIGINT') })
+  try {
+    log.info(`server_args=ServerArgs(model_path='${cfg.model}', host='${cfg.host}', port=${cfg.ports[role]}, tp_size=${role === 'prefill' ? cfg.prefillTp : cfg.decodeTp}, ${cfg.dist ? `nnodes=${cfg.dist.nnodes}, node_rank=${cfg.dist.nodeRank}, dist_init_addr='${cfg.dist.distInitAddr}', ` : ''}disaggregation_mode='${role}', disaggregation_transfer_backend='${env.backend}', disaggregation_bootstrap_port=${cfg.ports.bootstrap})`)
+    if (role === 'prefill') log.info(`Disaggregation watchdog: scope=${env.watchdog.scope} timeout=${env.watchdog.deadlineS}s poll_interval=${env.watchdog.pollS}s`)
+    http = createHttpApi({cfg, env, role, startedAt, sched: () => (sched?.running ? sched : undefined), onNewAddr: (a) => heartbeat?.watch(a)})
+    await listen(http, ownPort)
+    if (cfg.dockerProxy) stopProxy = await startDockerProxy(cfg.host, cfg.ports[role], ownPort, RANKS_READY_MS)
+    if (role === 'prefill') {
+      bootstrap = new BootstrapServer(cfg, log)
+      await bootstrap.listen()
+    }
+    ranks.onUnexpectedExit = (k, code, signal) => {
+      log.error(`Scheduler TP${k} (rank process) died unexpectedly: exit code ${code}, signal ${signal}`)
+      void shutdown(1, `rank TP${k} died`)
+    }
+    // Another node's rank or link gone: the collective group is broken, as a NCCL/gloo failure would end SGLang.
+    ranks.onRemoteLost = (why) => {
+      log.error(`Distributed group broken: ${why}`)
+      void shutdown(1, 'a node of the instance was lost')
+    }
+    await ranks.start(RANKS_READY_MS)
+    if (role === 'prefill') {
+      const p = new PrefillScheduler(role, cfg, env, ranks, schedLog, stateDir)
+      p.init()
+      sched = p
+    } else {
+      const d = new DecodeScheduler(role, cfg, env, ranks, schedLog, stateDir)
+      heartbeat = new Heartbeat(d, env, schedLog, !cfg.bugs.includes('stale-prefill-ports'))
+      sched = d
+    }
+    const s = sched
+    s.run().catch((err: unknown) => {
+      log.error(`Scheduler loop failed: ${String(err)}`)
+      void shutdown(1, 'scheduler loop failed')
+    })
+    if (!(await s.waitIteration(RANKS_READY_MS))) throw new Error('scheduler loop did not complete an iteration')
 
-  mkdirSync(paths.services, {recursive: true})
-  const service = {
-    role, pid: process.pid, startedAt: Math.round(startedAt),
-    httpUrl: `http://${cfg.host}:${cfg.ports[role]}`,
-    ...(role === 'prefill' ? {bootstrapUrl: `http://${cfg.host}:${cfg.ports.bootstrap}`} : {}),
-    rankPids: ranks.pids,
-    rankPorts: ranks.readies.map((r) => ({tpRank: r.tpRank, zmqPort: r.zmqPort, ...(r.dataPort ? {dataPort: r.dataPort} : {})})),
+    mkdirSync(paths.services, {recursive: true})
+    const service = {
+      role, pid: process.pid, startedAt: Math.round(startedAt),
+      httpUrl: `http://${cfg.host}:${cfg.ports[role]}`,
+      ...(role === 'prefill' ? {bootstrapUrl: `http://${cfg.host}:${cfg.ports.bootstrap}`} : {}),
+      ...(cfg.dist ? {nnodes: cfg.dist.nnodes, nodeRank: 0, distInitAddr: cfg.dist.distInitAddr} : {}),
+      rankPids: ranks.pids,
+      rankPorts: ranks.readies.map((r) => ({tpRank: r.tpRank, zmqPort: r.zmqPort, ...(r.dataPort ? {dataPort: r.dataPort} : {})})),
+    }
+    const tmp = `${paths.service(role)}.${process.pid}.tmp`
+    writeFileSync(tmp, JSON.stringify(service, null, 2))
+    renameSync(tmp, paths.service(role))
+    log.info(`The server is fired up and ready to roll! (${role}, ${Math.round(nowMs() - startedAt)} ms)`)
+  } catch (err) {
+    log.error(`Failed to start ${role} server: ${err instanceof Error ? err.message : String(err)}`)
+    await shutdown(1, 'startup failed')
   }
-  const tmp = `${paths.service(role)}.${process.pid}.tmp`
-  writeFileSync(tmp, JSON.stringify(service, null, 2))
-  renameSync(tmp, paths.service(role))
-  log.info(`The server is fired up and ready to roll! (${role}, ${Math.round(nowMs() - startedAt)} ms)`)
-} catch (err) {
-  log.error(`Failed to start ${role} server: ${err instanceof Error ? err.message : String(err)}`)
-  await shutdown(1, 'startup failed')
 }
+
+// A node of rank >= 1 runs only its ranks and a stand-in health endpoint (follower.ts).
+if (isFollower(cfg, role)) await runFollower(cfg, role, stateDir, log, RANKS_READY_MS)
+else await runServer()
