@@ -1,7 +1,7 @@
 import {LOADS_USED_TOKENS, PD_QUEUES, TOKEN_USAGE, WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js'
 import {round} from './eviction.js'
 import {releaseCauseOf} from './release-cause.js'
-import {abandonedOf, answerOf, faultWindows, metricAt, type Observation, requestsOf, type Timeline} from '../model/timeline.js'
+import {abandonedOf, answerOf, faultWindows, metricAt, type Observation, requestsOf, sampledInstances, type Timeline} from '../model/timeline.js'
 import {fail, pass, unverified, type Verdict} from '../model/verdict.js'
 
 /**
@@ -16,7 +16,23 @@ export interface RecoveryOptions {
   tokenUsageTolerance?: number
   /** Tokens in use (the loads snapshot) may differ from the baseline by this many. */
   usedTokensTolerance?: number
+  /**
+   * A batch over several instance pairs: the servers it spans (their samples are labelled by instance). Each one's
+   * queues must be seen drained, its tokens back at its baseline; the counters are summed over the prefill instances.
+   */
+  instances?: Array<{service: 'prefill' | 'decode'; instance: string}>
 }
+
+/** The instances of a service to judge: those the batch spans and any sampled ([undefined]: one pair, unlabelled). */
+function instancesOf(tl: Timeline, service: 'prefill' | 'decode', opts: RecoveryOptions): Array<string | undefined> {
+  const stated = (opts.instances ?? []).filter((i) => i.service === service).map((i) => i.instance)
+  const sampled = sampledInstances(tl, service).filter((i): i is string => i !== undefined)
+  const all = [...new Set([...stated, ...sampled])]
+  return all.length > 0 ? all : [undefined]
+}
+
+/** A series' name in evidence: with its instance where the batch spans several. */
+const named = (instance: string | undefined, name: string) => (instance === undefined ? name : `${instance} ${name}`)
 
 export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict[] {
   const out: Verdict[] = []
@@ -48,24 +64,30 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
   // request, and never a failure.
   const queues: Record<string, number | undefined> = {}
   const staleNames = new Set<string>()
+  // Each instance (or the one unlabelled pair) must show at least one of its queues: one never seen is not drained.
+  const seenOf = new Map<string | undefined, boolean>()
   for (const {service: svc, loads: fresh, gauge} of PD_QUEUES) {
-    const v = metricAt(tl, svc, fresh, end)
-    if (v !== undefined) queues[fresh] = v
-    else {
-      queues[gauge] = metricAt(tl, svc, gauge, end)
-      staleNames.add(gauge)
+    for (const inst of instancesOf(tl, svc, opts)) {
+      const v = metricAt(tl, svc, fresh, end, inst)
+      if (v !== undefined) queues[named(inst, fresh)] = v
+      else {
+        queues[named(inst, gauge)] = metricAt(tl, svc, gauge, end, inst)
+        staleNames.add(named(inst, gauge))
+      }
+      seenOf.set(inst, (seenOf.get(inst) ?? false) || queues[named(inst, v === undefined ? gauge : fresh)] !== undefined)
     }
   }
   const stuck = Object.entries(queues).filter(([, v]) => v !== undefined && v > 0)
   const stuckFresh = stuck.filter(([n]) => !staleNames.has(n))
-  const seen = Object.values(queues).some((v) => v !== undefined)
+  const unseen = [...seenOf].filter(([, seen]) => !seen).map(([inst]) => inst)
   const noLoads = 'read /v1/loads?include=disagg (an SGLang that serves it), which is fresh once the server is idle'
-  if (!seen) {
-    out.push(unverified('recovery', 'queues', 'no PD queue was sampled after the revert: drain unproven', {
+  if (stuckFresh.length > 0) {
+    out.push(fail('recovery', 'queues', `queues not drained: ${stuckFresh.map(([n, v]) => `${n}=${v}`).join(', ')}`, {queues}))
+  } else if (unseen.length > 0) {
+    const which = unseen.every((i) => i === undefined) ? 'no PD queue was sampled' : `no PD queue of ${unseen.join(', ')} was sampled`
+    out.push(unverified('recovery', 'queues', `${which} after the revert: drain unproven`, {
       why: 'neither /v1/loads?include=disagg nor the /metrics queue gauges answered with the PD queues', toVerify: noLoads,
     }))
-  } else if (stuckFresh.length > 0) {
-    out.push(fail('recovery', 'queues', `queues not drained: ${stuckFresh.map(([n, v]) => `${n}=${v}`).join(', ')}`, {queues}))
   } else if (stuck.length > 0) {
     out.push(unverified('recovery', 'queues', `queues shown nonzero only by gauges that may be stale: ${stuck.map(([n, v]) => `${n}=${v}`).join(', ')}`, {
       queues, staleGauges: [...staleNames],
@@ -78,15 +100,18 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
 
   // 3. KV tokens in use back at their baseline: the loads snapshot's token count, else the token_usage gauge.
   for (const svc of ['prefill', 'decode'] as const) {
-    const fresh = metricAt(tl, svc, LOADS_USED_TOKENS, injectedAt) !== undefined
-    const name = fresh ? LOADS_USED_TOKENS : TOKEN_USAGE
-    const tol = fresh ? (opts.usedTokensTolerance ?? 0) : (opts.tokenUsageTolerance ?? 0.001)
-    const before = metricAt(tl, svc, name, injectedAt)
-    const after = metricAt(tl, svc, name, end)
-    if (before === undefined || after === undefined) continue
-    const evidence = {metric: name, baseline: before, after, tolerance: tol}
-    if (after - before > tol) out.push(fail('recovery', `${svc} KV tokens`, `${svc} KV token usage did not return to its baseline: ${before} before the fault, ${after} after recovery (${name}) — a leak`, evidence))
-    else out.push(pass('recovery', `${svc} KV tokens`, `${svc} KV token usage back at its baseline (${after} vs ${before})`, evidence))
+    for (const inst of instancesOf(tl, svc, opts)) {
+      const who = inst ?? svc
+      const fresh = metricAt(tl, svc, LOADS_USED_TOKENS, injectedAt, inst) !== undefined
+      const name = fresh ? LOADS_USED_TOKENS : TOKEN_USAGE
+      const tol = fresh ? (opts.usedTokensTolerance ?? 0) : (opts.tokenUsageTolerance ?? 0.001)
+      const before = metricAt(tl, svc, name, injectedAt, inst)
+      const after = metricAt(tl, svc, name, end, inst)
+      if (before === undefined || after === undefined) continue
+      const evidence = {metric: name, baseline: before, after, tolerance: tol, ...(inst === undefined ? {} : {instance: inst})}
+      if (after - before > tol) out.push(fail('recovery', `${who} KV tokens`, `${who} KV token usage did not return to its baseline: ${before} before the fault, ${after} after recovery (${name}) — a leak`, evidence))
+      else out.push(pass('recovery', `${who} KV tokens`, `${who} KV token usage back at its baseline (${after} vs ${before})`, evidence))
+    }
   }
 
   // 4. Failure counters moved by exactly the requests that failed (pins, and load caught by the fault). A request
@@ -118,22 +143,29 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
   let delta = 0
   const missing: string[] = []
   const per: Record<string, number> = {}
+  // Over several prefill instances: the requests that failed may have been on any, so their deltas are summed.
   for (const name of counters) {
-    const b = metricAt(tl, 'prefill', name, injectedAt)
-    const a = metricAt(tl, 'prefill', name, end)
-    if (a === undefined || b === undefined) {
-      missing.push(name)
-      continue
+    let d = 0
+    for (const inst of instancesOf(tl, 'prefill', opts)) {
+      const b = metricAt(tl, 'prefill', name, injectedAt, inst)
+      const a = metricAt(tl, 'prefill', name, end, inst)
+      if (a === undefined || b === undefined) {
+        missing.push(named(inst, name))
+        d = Number.NaN
+        break
+      }
+      d += a - b
     }
-    per[name] = round(a - b, 3)
-    delta += a - b
+    if (Number.isNaN(d)) continue
+    per[name] = round(d, 3)
+    delta += d
   }
   const have = missing.length === 0
   if (!have) {
     out.push(unverified('recovery', 'counters', `the failure counter balance is unverified: prefill does not export ${missing.join(', ')}`, {
       missing,
       why: `pdchaos checks that the failure counters moved by exactly the requests that failed, and ${missing.join(', ')} was not in prefill's /metrics before and after the fault`,
-      toVerify: missing.includes(WATCHDOG_EVICTED_TOTAL)
+      toVerify: missing.some((m) => m.endsWith(WATCHDOG_EVICTED_TOTAL))
         ? `have the watchdog count its evictions in ${WATCHDOG_EVICTED_TOTAL} (the counter pdchaos proposes for it), and enable --enable-metrics`
         : 'start prefill with --enable-metrics',
     }))

@@ -2,16 +2,16 @@ import {setMaxListeners} from 'node:events'
 
 import type {WedgeExpectation} from '../checks/expectation.js'
 import {serviceClients} from '../deployment/clients.js'
-import {PD_QUEUE_GAUGES, PD_QUEUE_LOADS} from '../deployment/sglang-metrics.js'
+import type {SglangClient} from '../deployment/sglang-client.js'
 import {oneLine} from '../errors.js'
-import {type FaultPlan, renderPlan} from '../faults/fault.js'
+import {type FaultDiscovery, type FaultPlan, renderPlan} from '../faults/fault.js'
 import {type LeaseGuard, withLeases} from '../faults/lease/lease-guard.js'
 import {leaseTtlMs, newLeaseId} from '../faults/lease/lease.js'
 import {type ParamSource, parseFaultParams} from '../faults/params.js'
 import {getFault} from '../faults/registry.js'
 import type {LeaseRecord, ScenarioRun} from '../model/run.js'
 import {now, Recorder} from '../workload/recorder.js'
-import {sampleOnce, startSampler} from '../workload/sampler.js'
+import {type SampledServer, sampleOnce, startSampler} from '../workload/sampler.js'
 import {sendDirect, sendRequest, type SendOptions, type Sent} from '../workload/send.js'
 import {type LogMark, markLogs, readLogs} from '../workload/service-log.js'
 import {SteadyLoad} from '../workload/steady-load.js'
@@ -19,12 +19,15 @@ import {sleep, sleepUntil, within} from '../util/time.js'
 import {type Entry, judgeBatch, scenarioShell} from './judge.js'
 import {injectUnderLease, revertAndVerify} from './lease-steps.js'
 import {type Calibrated, openBreakers, PROBE_TIMEOUT_MS, type RunSession, untilBreakersClose} from './session.js'
+import {drained, type PairInBatch, pairsOf, serversOf} from './batch-pairs.js'
 import {hostForFault, onHost, type PlacedHost, withLeasesOn} from './placement.js'
 
 /**
  * The one runner: a batch of fault scenarios sharing one window. Pins and abort trials go to prefill and decode
  * directly, once each (a retrying router would pin an evicted pin again); steady load and canaries go through the
- * router, as users' requests do. Calibrate (once per run), discover (once per run), plan every scenario, lease and
+ * router, as users' requests do. A batch may span several prefill/decode instance pairs: each scenario acts through
+ * its own pair's session (calibration, discovery, hosts, clients), and the sampler and drain cover every pair's
+ * servers (their samples labelled by instance). Calibrate (once per run), discover (once per run), plan every scenario, lease and
  * inject each, verify, send pins (or abort trials, or watch health) under a light steady load, wait for the longest window, revert all, verify clean, abort what is still held, canaries, drain, judge. `inject` is a
  * batch of one scenario; the suite runs batches in order. Faults act, the Recorder keeps the timeline, checks judge
  * (judge.ts): this module only sequences them.
@@ -39,6 +42,10 @@ export interface BatchScenario {
   pins: number
   /** The host whose GPU params.gpu names, where ranks on several hosts use that index (a multi-node instance). */
   gpuHost?: string
+  /** The session of the instance pair it acts on (clients, calibration, discovery, hosts); absent: the batch's own. */
+  session?: RunSession
+  /** Where the file states that pair's two instances: labels its servers' samples where a batch spans several pairs. */
+  pair?: {prefill: string; decode: string}
 }
 
 export interface BatchSettings {
@@ -87,23 +94,38 @@ export const DRAIN_WAIT_MS = 20_000
 const HOLD_DEFAULT_MS = 60_000
 
 export async function runBatch(session: RunSession, batch: BatchScenario[], settings: BatchSettings): Promise<BatchOutcome> {
-  const {deployment, placement} = session
+  const {deployment} = session
   const say = settings.say
   const contract = deployment.watchdog
   const windowMs = (contract.deadlineSeconds + contract.pollSeconds) * 1000
   const marginMs = Math.max(2000, windowMs * 0.2)
-  // The lag probes hold as many requests at once as this batch's pins, paced as they will be (none in hold mode).
-  const lagProbes = {count: settings.mode === 'hold' ? 0 : batch.reduce((n, s) => n + s.pins, 0), ...settings.pinPacing}
-  const calibration = settings.mode === 'dry-run' ? undefined : await session.calibration({promptTokens: settings.promptTokens, say, lagProbes, ...(settings.mode === 'hold' ? {requests: 1} : {})})
+  const pairs = pairsOf(session, batch)
+  const main = pairs[0]!
+  const pairOf = (s: BatchScenario): PairInBatch => pairs.find((p) => p.session === (s.session ?? session))!
+  const spansPairs = pairs.length > 1
+  // Each pair is calibrated on its own servers (RunSession keeps it); its lag probes hold as many requests at once as
+  // its pins, paced as they will be (none in hold mode).
+  const calibrations = new Map<RunSession, Calibrated>()
+  if (settings.mode !== 'dry-run') {
+    for (const p of pairs) {
+      const lagProbes = {count: settings.mode === 'hold' ? 0 : batch.filter((s) => pairOf(s) === p).reduce((n, s) => n + s.pins, 0), ...settings.pinPacing}
+      calibrations.set(p.session, await p.session.calibration({promptTokens: settings.promptTokens, say, lagProbes, ...(settings.mode === 'hold' ? {requests: 1} : {})}))
+    }
+  }
+  const calibration = calibrations.get(main.session)
   if (settings.mode === 'dry-run') await warmUp(session)
-  const discovery = await session.discovery(say)
+  const discoveries = new Map<RunSession, FaultDiscovery>()
+  for (const p of pairs) discoveries.set(p.session, await p.session.discovery(say))
 
   // Plan every scenario before anything is injected.
   const entries: Entry[] = []
-  // The host each scenario acts on (the one that owns what it targets), with its lease there.
+  // The host each scenario acts on (the one that owns what it targets, among its pair's), with its lease there.
   const hostOf = new Map<Entry, PlacedHost>()
   for (const s of batch) {
-    const e: Entry = {s, startedAt: now()}
+    const {session: on0, labels} = pairOf(s)
+    const {placement} = on0
+    const discovery = discoveries.get(on0)!
+    const e: Entry = {s, startedAt: now(), ...(spansPairs ? {calibration: calibrations.get(on0), instances: labels} : {})}
     try {
       const fault = getFault(s.fault)
       const params = parseFaultParams(fault, s.params, settings.paramsSource)
@@ -111,9 +133,9 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
       const on = hostForFault(placement, params as Record<string, unknown>, discovery.ranks, s.gpuHost)
       const seen = onHost(discovery, on, placement)
       const facts = await fault.gather(on.host, seen, params, {timeoutMs: PROBE_TIMEOUT_MS})
-      e.plan = fault.plan({discovery: seen, params, leaseId, facts, calibration, contract})
+      e.plan = fault.plan({discovery: seen, params, leaseId, facts, calibration: calibrations.get(on0), contract})
       hostOf.set(e, on)
-      if (placement.spansHosts) say(`${s.name}: acts on ${on.name}`)
+      if (placement.spansHosts) say(`${s.name}: acts on ${on.name}${spansPairs ? ` (${labels.prefill} + ${labels.decode})` : ''}`)
       // A multi-node instance: the fault acts on one node's ranks; the plan says which of the instance's are untouched.
       const untouched = discovery.ranks.filter((r) => r.host !== undefined && r.host !== on.name && e.plan!.targets.some((t) => t.service === r.service) && r.nodeRank !== undefined)
       if (untouched.length > 0) e.plan.notes = [...(e.plan.notes ?? []), `acts on ${on.name} only: ${untouched.map((r) => `${r.service} TP${r.tpRank}`).join(', ')} on ${[...new Set(untouched.map((r) => r.host))].join(', ')} (other node ranks of the instance) are not touched, and the all-reduce (MIN over every rank) still holds the request by the ranks it touches`]
@@ -136,11 +158,14 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
   let held = false
   try {
     // A lease guard (and reverter) on every host a scenario acts on, each on its own: losing one host's connection
-    // leaves that host's reverter to take its faults out by itself.
-    const used = [...new Set(planned.map((e) => hostOf.get(e)!))]
-    await withLeasesOn(used.length > 0 ? used : [placement.of('router')], async (guardOf) => {
+    // leaves that host's reverter to take its faults out by itself. One per host name: two pairs' placements hold
+    // objects of their own for a host they share (its state dir is stateDir/<name> either way).
+    const used = [...new Map(planned.map((e) => [hostOf.get(e)!.name, hostOf.get(e)!])).values()]
+    await withLeasesOn(used.length > 0 ? used : [main.session.placement.of('router')], async (guardOf) => {
       const guard = (e: Entry): LeaseGuard => guardOf(hostOf.get(e)!.name)
-      const sampler = startSampler(rec, session)
+      // Every pair's servers: each one's queues, tokens and counters are the evidence of its scenarios.
+      const servers = serversOf(pairs)
+      const sampler = startSampler(rec, servers)
       const requestTimeoutMs = windowMs + marginMs + 5000
       const load = new SteadyLoad(session.router, rec, {
         intervalMs: settings.mode === 'hold' ? 0 : settings.loadIntervalMs, promptTokens: settings.promptTokens, requestTimeoutMs,
@@ -154,12 +179,14 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
       try {
         // Let the load show the deployment healthy before the fault, and take the counters' baseline.
         if (settings.loadIntervalMs > 0 && settings.mode !== 'hold') await sleep(Math.min(500, settings.loadIntervalMs * 2), signal)
-        await sampleOnce(rec, session)
-        // Where the services' logs stand before the fault: afterwards only what they gained is read.
-        const logMarks = settings.mode === 'run' ? await markLogs((role) => placement.of(role).host, deployment, {timeoutMs: PROBE_TIMEOUT_MS}) : []
-        const wedgePlan = planned.map((e) => e.plan!.expected).find((x): x is WedgeExpectation => x?.kind === 'wedge')
-        if (wedgePlan && settings.mode === 'run') health = await startHealthWatch(session, rec, wedgePlan)
-        await injectAll(guard, (e) => (placement.spansHosts ? hostOf.get(e)!.name : undefined), planned, rec, ttlMs, signal, say)
+        await sampleOnce(rec, servers)
+        // Where each pair's services' logs stand before the fault: afterwards only what they gained is read.
+        const logMarks = new Map<PairInBatch, LogMark[]>()
+        if (settings.mode === 'run') for (const p of pairs) logMarks.set(p, await markLogs((role) => p.session.placement.of(role).host, p.session.deployment, {timeoutMs: PROBE_TIMEOUT_MS}))
+        // A wedge runs alone (the planner sees to it): its health watch reads its own pair's servers.
+        const wedged = planned.find((e) => e.plan!.expected?.kind === 'wedge')
+        if (wedged && settings.mode === 'run') health = await startHealthWatch(pairOf(wedged.s).session, rec, wedged.plan!.expected as WedgeExpectation)
+        await injectAll(guard, (e) => (pairOf(e.s).session.placement.spansHosts ? hostOf.get(e)!.name : undefined), planned, rec, ttlMs, signal, say)
         const active = planned.filter((e) => e.lease?.verifiedInjected && e.lease.revertedAt === null)
         if (settings.mode === 'hold') {
           // The leases stay armed: the host's reverters take the faults out at expiry.
@@ -177,9 +204,9 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
         } else if (!signal.aborted && active.length > 0) {
           // The observation delay again, from the first pin to the window's end: a host (or a pdchaos) busier
           // now than at calibration delays every answer more, and ε must know it rather than call a pin late.
-          const hops = watchHops(session, rec)
+          const hops = watchHops(session, pairs, rec)
           try {
-            await sendPins(session, active, rec, pins, {settings, requestTimeoutMs, signal: pinController.signal, stop: signal})
+            await sendPins(session, pairOf, active, rec, pins, {settings, requestTimeoutMs, signal: pinController.signal, stop: signal})
             if (pins.length > 0) {
               const closeAt = Math.max(...pins.map((p) => p.sent.sentAt)) + windowMs + marginMs
               say(`waiting for evictions (window closes in ${((closeAt - now()) / 1000).toFixed(1)}s)`)
@@ -204,10 +231,15 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
           say('waiting for the wedged instance to answer healthy again')
           await health.resumed(signal)
         }
-        await releaseHeld(session, rec, [...pins.map((p) => p.sent), ...load.sent], Math.max(0, ...planned.map((e) => e.lease?.revertedAt ?? 0)))
-        if (pins.length > 0) await readPinLogs(session, rec, logMarks, pins.map((p) => p.sent.rid), say)
+        // A pin is let go of on its own pair's servers; the load went through the gateway, to any pair's.
+        const everyServer = servers.map((x) => x.client)
+        await releaseHeld(rec, [...pins.map((p) => ({sent: p.sent, on: [pairOf(p.e.s).session.prefill, pairOf(p.e.s).session.decode]})), ...load.sent.map((sent) => ({sent, on: everyServer}))], Math.max(0, ...planned.map((e) => e.lease?.revertedAt ?? 0)))
+        for (const p of pairs) {
+          const rids = pins.filter((x) => pairOf(x.e.s) === p).map((x) => x.sent.rid)
+          if (rids.length > 0) await readPinLogs(p, spansPairs, rec, logMarks.get(p) ?? [], rids, say)
+        }
         const revertedAt = Math.max(0, ...planned.map((e) => e.lease?.revertedAt ?? 0))
-        if (!signal.aborted) await recover(session, rec, load, settings, revertedAt, signal, say)
+        if (!signal.aborted) await recover(session, servers, rec, load, settings, revertedAt, signal, say)
         // A stop after the window (during the revert or the recovery) leaves recovery unproven, not failed.
         recoveryStopped = signal.aborted
       } finally {
@@ -238,12 +270,14 @@ async function injectAll(guard: (e: Entry) => LeaseGuard, hostName: (e: Entry) =
 }
 
 /** Every scenario's pins (or abort trials), paced. */
-async function sendPins(session: RunSession, active: Entry[], rec: Recorder, pins: Array<{e: Entry; sent: Sent}>,
+async function sendPins(session: RunSession, pairOf: (s: BatchScenario) => PairInBatch, active: Entry[], rec: Recorder, pins: Array<{e: Entry; sent: Sent}>,
   o: {settings: BatchSettings; requestTimeoutMs: number; signal: AbortSignal; stop: AbortSignal}): Promise<void> {
   const {settings} = o
   settings.say(`sending pins: ${active.map((e) => `${e.s.name} ${e.plan!.trials ? `${e.plan!.trials.length} abort trials` : `${e.s.pins} pin(s)`}`).join(', ')}`)
-  const send = (o: SendOptions): Sent => (settings.pinPath === 'router' ? sendRequest(session.router, rec, o) : sendDirect(session, session.bootstrap, rec, o))
   await Promise.all(active.map(async (e) => {
+    // Each scenario's pins and aborts go to its own pair's prefill and decode (and that prefill's bootstrap server).
+    const own = pairOf(e.s).session
+    const send = (o: SendOptions): Sent => (settings.pinPath === 'router' ? sendRequest(session.router, rec, o) : sendDirect(own, own.bootstrap, rec, o))
     const plan = e.plan!
     const pinState = getFault(plan.fault).pins
     const base = {role: 'pin' as const, fault: plan.fault, scenario: e.s.name, timeoutMs: o.requestTimeoutMs, signal: o.signal, promptTokens: settings.promptTokens,
@@ -266,7 +300,7 @@ async function sendPins(session: RunSession, active: Entry[], rec: Recorder, pin
       await sleepUntil(sent.sentAt + trial.offsetMs, now)
       await Promise.all(trial.aborts.map(async (a) => {
         const t = now()
-        const r = await session[a.service].abort(a.body.rid).catch(() => undefined)
+        const r = await own[a.service].abort(a.body.rid).catch(() => undefined)
         rec.add({kind: 'abort-sent', t, rid: trial.rid, target: a.service, status: r?.status})
       }))
     }))
@@ -279,16 +313,18 @@ async function sendPins(session: RunSession, active: Entry[], rec: Recorder, pin
  * its send and answer); stop() gives the p99 over the probes that succeeded, or undefined without one. Bounded in
  * count.
  */
-function watchHops(session: RunSession, rec: Recorder): {stop: () => Promise<number | undefined>} {
+function watchHops(session: RunSession, pairs: PairInBatch[], rec: Recorder): {stop: () => Promise<number | undefined>} {
   const stopping = new AbortController()
   const hops: number[] = []
   const loop = (async () => {
     for (let i = 0; !stopping.signal.aborted && i < 2000; i++) {
-      const [a, b] = await Promise.all([session.router.liveness(), session.prefill.health('/v1/loads')])
+      // Over several pairs, the slowest prefill speaks for the round trip: ε must cover every pair's pins.
+      const [a, ...bs] = await Promise.all([session.router.liveness(), ...pairs.map((p) => p.session.prefill.health('/v1/loads'))])
       // A failed probe measured its own timeout, not a delay: counting it would widen ε past any late eviction.
-      if (a.ok && b.ok) {
-        hops.push(a.ms + b.ms)
-        rec.add({kind: 'hop', t: now(), ms: a.ms + b.ms})
+      if (a!.ok && bs.every((b) => b.ok)) {
+        const ms = a!.ms + Math.max(...bs.map((b) => b.ms))
+        hops.push(ms)
+        rec.add({kind: 'hop', t: now(), ms})
       }
       await sleep(HOP_PROBE_GAP_MS, stopping.signal)
     }
@@ -305,25 +341,27 @@ function watchHops(session: RunSession, rec: Recorder): {stop: () => Promise<num
 }
 
 /** The services' log lines naming the pins (what released each, in the servers' words), once the window is over. */
-async function readPinLogs(session: RunSession, rec: Recorder, marks: LogMark[], rids: string[], say: (l: string) => void): Promise<void> {
+async function readPinLogs(p: PairInBatch, labelled: boolean, rec: Recorder, marks: LogMark[], rids: string[], say: (l: string) => void): Promise<void> {
+  const {session} = p
   const read = await readLogs((role) => session.placement.of(role).host, session.deployment, marks, rids, {timeoutMs: PROBE_TIMEOUT_MS, watchdogPattern: session.deployment.watchdog.logPattern})
-  for (const o of read) rec.add(o)
-  const unread = read.flatMap((o) => (o.kind === 'log-read' && !o.ok ? [`${o.service}: ${o.detail}`] : []))
+  // Over several pairs each read says whose log it was: a scenario's view keeps its own pair's reads.
+  for (const o of read) rec.add(labelled && o.kind === 'log-read' ? {...o, instance: p.labels[o.service]} : o)
+  const unread = read.flatMap((o) => (o.kind === 'log-read' && !o.ok ? [`${labelled ? p.labels[o.service] : o.service}: ${o.detail}`] : []))
   if (unread.length > 0) say(`service log not read (release causes then rest on the answers and counters): ${unread.join('; ')}`)
 }
 
-/** Nothing left behind: every request the faults held and nothing released is aborted on both servers. */
-async function releaseHeld(session: RunSession, rec: Recorder, sent: Sent[], revertedAt: number): Promise<void> {
+/** Nothing left behind: every request the faults held and nothing released is aborted on the servers it may be on. */
+async function releaseHeld(rec: Recorder, sent: Array<{sent: Sent; on: SglangClient[]}>, revertedAt: number): Promise<void> {
   const answered = new Set(rec.observations.filter((o) => o.kind === 'request-answered').map((o) => (o as {rid: string}).rid))
-  const held = sent.filter((s) => s.sentAt <= (revertedAt || now()) && !answered.has(s.rid))
-  await Promise.all(held.map(async (s) => {
-    await Promise.all([session.prefill.abort(s.rid).catch(() => undefined), session.decode.abort(s.rid).catch(() => undefined)])
+  const held = sent.filter(({sent: s}) => s.sentAt <= (revertedAt || now()) && !answered.has(s.rid))
+  await Promise.all(held.map(async ({sent: s, on}) => {
+    await Promise.all(on.map((c) => c.abort(s.rid).catch(() => undefined)))
     rec.marker('cleanup-abort', s.rid)
   }))
 }
 
 /** Recovery: the next requests must succeed, then the queues must drain (with a deadline). */
-async function recover(session: RunSession, rec: Recorder, load: SteadyLoad, settings: BatchSettings, revertedAt: number, signal: AbortSignal, say: (l: string) => void): Promise<void> {
+async function recover(session: RunSession, servers: SampledServer[], rec: Recorder, load: SteadyLoad, settings: BatchSettings, revertedAt: number, signal: AbortSignal, say: (l: string) => void): Promise<void> {
   await heldRequestsEnd(rec, load.sent.filter((s) => s.sentAt <= revertedAt), signal, say)
   await waitForBreakers(session, rec, signal, say)
   const canaries = (): Promise<Array<{status: number | null}>> =>
@@ -343,26 +381,10 @@ async function recover(session: RunSession, rec: Recorder, load: SteadyLoad, set
   await within(Promise.all(load.sent.map((p) => p.done)), DRAIN_WAIT_MS)
   const drainBy = now() + DRAIN_WAIT_MS
   do {
-    await sampleOnce(rec, session)
-    if (drained(rec)) break
+    await sampleOnce(rec, servers)
+    if (drained(rec, servers)) break
     await sleep(250, signal)
   } while (now() < drainBy && !signal.aborted)
-}
-
-/**
- * Every PD queue reads 0 in the latest loads snapshot of both servers; on an SGLang whose /v1/loads has no disagg
- * section, in the /metrics gauges (the requests pdchaos sent have all been answered by then; a stale nonzero gauge
- * only makes this wait out its deadline, and the recovery check says what it could not prove).
- */
-export function drained(rec: Recorder): boolean {
-  const last = (names: readonly string[]) => {
-    const m = new Map<string, number>()
-    for (const o of rec.observations) if (o.kind === 'metric' && names.includes(o.name)) m.set(`${o.service}/${o.name}`, o.value)
-    return m
-  }
-  let seen = last(PD_QUEUE_LOADS)
-  if (seen.size === 0) seen = last(PD_QUEUE_GAUGES)
-  return seen.size > 0 && [...seen.values()].every((v) => v === 0)
 }
 
 /** A dry run sends one unfaulted request through the router first: a fresh deployment opens its routes on first use. */
@@ -392,7 +414,7 @@ async function dryRun(entries: Entry[], hostOf: Map<Entry, PlacedHost>, calibrat
 
 function heldScenarios(entries: Entry[], contract: ScenarioRun['contract'], calibration: Calibrated | undefined): ScenarioRun[] {
   return entries.map((e) => {
-    const run = scenarioShell(e, contract, calibration, now())
+    const run = scenarioShell(e, contract, e.calibration ?? calibration, now())
     if (e.lease?.verifiedInjected) run.held = {leaseId: e.lease.id, expiresAt: new Date(e.lease.expiresAt).toISOString()}
     else if (e.lease) run.verdicts.push({check: 'fault-effect', subject: e.lease.id, verdict: 'fail', summary: `the fault did not take effect: ${e.lease.evidence.injected.join('; ')}`, evidence: {lease: e.lease}})
     return run

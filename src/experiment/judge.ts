@@ -26,6 +26,10 @@ export interface Entry {
   lease?: LeaseRecord
   error?: string
   startedAt: number
+  /** Its own pair's calibration, where the batch spans several pairs (each measured on its own servers). */
+  calibration?: Calibrated
+  /** Its pair's servers (their paths in the file), where the batch spans several pairs: its view keeps their samples only. */
+  instances?: {prefill: string; decode: string}
 }
 
 /** A scenario's record before judging: what was planned and leased. */
@@ -58,22 +62,27 @@ export interface BatchTimeline {
 }
 
 export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
-  const calibration = b.loadedObserveMs === undefined ? b.calibration : {...b.calibration, loadedObserveMs: b.loadedObserveMs}
+  const loaded = (c: Calibrated): Calibrated => (b.loadedObserveMs === undefined ? c : {...c, loadedObserveMs: b.loadedObserveMs})
+  const calibration = loaded(b.calibration)
   const whole: Timeline = {contract: b.contract, calibration, observations: b.observations}
+  // A batch over several pairs: recovery judges every server it spans (each pair's queues and tokens, all counters).
+  const instances = [...new Map(b.entries.flatMap((e) => (e.instances ? [['prefill', e.instances.prefill], ['decode', e.instances.decode]] as const : []))
+    .map(([service, instance]) => [`${service}/${instance}`, {service, instance}])).values()]
   // Only watchdog pins move the watchdog's counter: abort trials and wedges move others (their own checks judge them).
   const anyTrials = b.entries.some((e) => e.plan && getFault(e.plan.fault).observe !== 'pins')
   const batchVerdicts: Verdict[] = b.stoppedEarly || b.recoveryStopped ? [] : [
     // Abort trials move several counters through several paths (honoured, lost, evicted, cleaned up): their own
     // verdicts judge them, so the counter balance is checked for watchdog pins only.
-    ...checkRecovery(whole, {failureCounters: anyTrials ? [] : [WATCHDOG_EVICTED_TOTAL]}),
+    ...checkRecovery(whole, {failureCounters: anyTrials ? [] : [WATCHDOG_EVICTED_TOTAL], ...(instances.length > 0 ? {instances} : {})}),
     ...(b.loadIntervalMs > 0 ? [checkCollateral(whole)] : []),
   ]
   const names = b.entries.map((e) => e.s.name)
   const label = names.length > 1 ? ` (batch: ${names.join(', ')})` : ''
   let batchAttached = false
   return b.entries.map((e): ScenarioRun => {
-    const run = scenarioShell(e, b.contract, calibration, b.finishedAt)
-    run.timeline = viewFor(whole, e.s.name)
+    const own = e.calibration ? loaded(e.calibration) : calibration
+    const run = scenarioShell(e, b.contract, own, b.finishedAt)
+    run.timeline = viewFor({...whole, calibration: own}, e.s.name, e.instances)
     if (e.error) return run
     const lease = e.lease
     if (!lease) return {...run, error: 'not injected: the run stopped first'}
@@ -117,10 +126,14 @@ function cleanup(lease: LeaseRecord): Verdict {
     : fail('cleanup', lease.id, `revert not verified clean: ${lease.evidence.clean.join('; ')}`, {lease})
 }
 
-/** The timeline as one scenario sees it: every observation except the other scenarios' pins (and their aborts). */
-export function viewFor(tl: Timeline, scenario: string): Timeline {
+/**
+ * The timeline as one scenario sees it: every observation except the other scenarios' pins (and their aborts), and,
+ * where the batch spans several pairs, except what other pairs' servers said (their samples and log reads).
+ */
+export function viewFor(tl: Timeline, scenario: string, instances?: {prefill: string; decode: string}): Timeline {
   const others = new Set<string>()
   for (const o of tl.observations) if (o.kind === 'request-sent' && o.role === 'pin' && o.scenario !== undefined && o.scenario !== scenario) others.add(o.rid)
-  const keep = (o: Observation): boolean => !('rid' in o && o.kind !== 'log' && o.rid !== undefined && others.has(o.rid))
+  const mine = (o: Observation): boolean => instances === undefined || !('instance' in o) || o.instance === undefined || o.instance === instances.prefill || o.instance === instances.decode
+  const keep = (o: Observation): boolean => mine(o) && !('rid' in o && o.kind !== 'log' && o.rid !== undefined && others.has(o.rid))
   return {contract: tl.contract, calibration: tl.calibration, observations: tl.observations.filter(keep)}
 }

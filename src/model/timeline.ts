@@ -23,7 +23,8 @@ export type Observation =
   | {kind: 'abort-sent'; t: number; rid: string; target: 'prefill' | 'decode'; status?: number}
   | {kind: 'fault-injected'; t: number; fault: string; leaseId: string; verified: boolean; evidence: string}
   | {kind: 'fault-reverted'; t: number; fault: string; leaseId: string; verifiedClean: boolean; evidence: string}
-  | {kind: 'metric'; t: number; service: 'prefill' | 'decode' | 'router'; name: string; value: number}
+  /** instance: the server's path in the deployment file (services.prefill[1]), where a batch spans several instance pairs. */
+  | {kind: 'metric'; t: number; service: 'prefill' | 'decode' | 'router'; name: string; value: number; instance?: string}
   | {kind: 'log'; t: number; service: string; line: string; rid?: string}
   | {kind: 'marker'; t: number; name: string; detail?: string}
   /**
@@ -44,7 +45,7 @@ export type Observation =
    */
   | {kind: 'log-line'; t: number; service: LogService; source: string; line: string; rid?: string; watchdog?: {rid: string; heldSeconds: number}}
   /** One read of a service's log: how much was read, or why it could not be (a check then says so, never guesses). */
-  | {kind: 'log-read'; t: number; service: LogService; source: string; ok: boolean; lines: number; truncated: boolean; detail: string}
+  | {kind: 'log-read'; t: number; service: LogService; source: string; ok: boolean; lines: number; truncated: boolean; detail: string; instance?: string}
   /**
    * Abort trials of one scenario are about to be sent: the window they sweep (ms after each send), the offsets
    * planned, and what holds the window open (the abort check judges whether each abort landed in it).
@@ -133,13 +134,23 @@ export function faultWindows(tl: Timeline): Array<{fault: string; leaseId: strin
   return out
 }
 
-/** The value of a metric series at the last sample at or before t (undefined before its first sample). */
-export function metricAt(tl: Timeline, service: string, name: string, t: number): number | undefined {
+/**
+ * The value of a metric series at the last sample at or before t (undefined before its first sample); of one
+ * instance's server where `instance` is given (a batch over several pairs), else of any.
+ */
+export function metricAt(tl: Timeline, service: string, name: string, t: number, instance?: string): number | undefined {
   let v: number | undefined
   for (const o of tl.observations) {
-    if (o.kind === 'metric' && o.service === service && o.name === name && o.t <= t) v = o.value
+    if (o.kind === 'metric' && o.service === service && o.name === name && o.t <= t && (instance === undefined || o.instance === instance)) v = o.value
   }
   return v
+}
+
+/** The instances whose servers of `service` were sampled ([undefined]: samples not labelled by instance, one pair's). */
+export function sampledInstances(tl: Timeline, service: string): Array<string | undefined> {
+  const seen = new Set<string>()
+  for (const o of tl.observations) if (o.kind === 'metric' && o.service === service && o.instance !== undefined) seen.add(o.instance)
+  return seen.size > 0 ? [...seen] : [undefined]
 }
 
 /** The log lines that name a rid, in the order they were read (a service's lines keep their order in its log). */

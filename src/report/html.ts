@@ -159,7 +159,7 @@ function seriesCharts(s: ScenarioRun, scale: Scale, top: number, maxSeries: numb
   const bySeries = new Map<string, Array<{t: number; v: number}>>()
   for (const o of s.timeline?.observations ?? []) {
     if (o.kind !== 'metric' || !Number.isFinite(o.value)) continue
-    const key = `${o.service} ${o.name}`
+    const key = `${o.instance ?? o.service} ${o.name}`
     let arr = bySeries.get(key)
     if (!arr) bySeries.set(key, (arr = []))
     arr.push({t: o.t, v: o.value})

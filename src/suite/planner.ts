@@ -9,7 +9,9 @@ import type {ScenarioSpec} from './suite-file.js'
  * ranks, so scenarios in a batch share one window and must not interfere: no two touch the same GPU or rank, no two
  * filter the same ports, none wedges an instance (SIGSTOP) next to anything else, all hold their pins in the same
  * PD queue (a fault that holds every request in Bootstrapping would keep another's pins out of Transferring),
- * and a restart runs alone. Order is kept around anything that runs alone.
+ * and a restart runs alone. Order is kept around anything that runs alone. Where the deployment lists several
+ * instances of a role, what a footprint holds belongs to its pair's instances: scenarios on pairs that share no
+ * instance never overlap, and on pairs that share one only what may be that instance's can (see `conflict`).
  */
 
 export interface PlannedScenario {
@@ -56,14 +58,29 @@ export function conflict(a: PlannedScenario, b: PlannedScenario, opts: PlanOptio
   if (fa.exclusive) return `${a.name}: ${fa.exclusive}`
   if (fb.exclusive) return `${b.name}: ${fb.exclusive}`
   if (fa.base === fb.base) return `${a.name} and ${b.name} are repetitions of one scenario`
-  // A batch's pins, load probes and discovery are one pair's (the runner's session): other pairs get batches of their own.
-  const [pa, pb] = [pairText(pairOfScenario(a, opts)), pairText(pairOfScenario(b, opts))]
-  if (pa !== pb) return `they act on different instance pairs (${pa} vs ${pb}): a batch acts on one pair`
+  const [pa, pb] = [pairOfScenario(a, opts), pairOfScenario(b, opts)]
+  const samePrefill = pa.prefill === pb.prefill
+  if (samePrefill && pa.decode === pb.decode) return overlap(fa, fb, true, '')
+  // Different pairs: each footprint's GPUs, ports and queue are its own pair's instances'. A GPU (and its KV
+  // connections, its NIC) may be either instance's (discovery says which, after planning): only a shared instance
+  // can make two of them one. ZMQ ports and the PD queues are the prefill instance's.
+  if (!samePrefill && pa.decode !== pb.decode) return undefined
+  const shared = samePrefill ? `prefill[${pa.prefill}]` : `decode[${pa.decode}]`
+  return overlap(fa, fb, samePrefill, ` (${pairText(pa)} and ${pairText(pb)} share ${shared}${samePrefill ? '' : ', whose GPU it may be'})`)
+}
+
+/**
+ * What two footprints hold in common on instances they share: GPUs and their KV and NIC ports always (either
+ * instance's); ZMQ ports and the PD queue only when they share the prefill instance (`samePrefill`).
+ */
+function overlap(fa: Footprint, fb: Footprint, samePrefill: boolean, why: string): string | undefined {
   const gpu = fa.gpus.find((g) => fb.gpus.includes(g))
-  if (gpu !== undefined) return `both act on GPU ${gpu}`
-  const port = fa.ports.find((x) => fb.ports.some((y) => x === y || (x.startsWith('zmq:') && y.startsWith('zmq:') && (x === 'zmq:all' || y === 'zmq:all'))))
-  if (port !== undefined) return `both filter the same ports (${port})`
-  if (fa.queue && fb.queue && fa.queue !== fb.queue) return `their pins sit in different queues (${fa.queue} vs ${fb.queue}): one fault would move the other's pins`
+  if (gpu !== undefined) return `both act on GPU ${gpu}${why}`
+  const isZmq = (x: string) => x.startsWith('zmq:')
+  // A prefill instance's ZMQ ports are its own: on another prefill instance the same port name is another port.
+  const port = fa.ports.find((x) => (samePrefill || !isZmq(x)) && fb.ports.some((y) => x === y || (isZmq(x) && isZmq(y) && (x === 'zmq:all' || y === 'zmq:all'))))
+  if (port !== undefined) return `both filter the same ports (${port})${why}`
+  if (samePrefill && fa.queue && fb.queue && fa.queue !== fb.queue) return `their pins sit in different queues (${fa.queue} vs ${fb.queue}): one fault would move the other's pins${why}`
   return undefined
 }
 

@@ -103,19 +103,28 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
       opts.onPhase?.(`${label}: ${names.join(', ')}`)
       say(`${label}: ${names.join(', ')}`)
       const only = b.scenarios[0]!
-      // The planner keeps each batch to one pair: its first scenario's.
-      const on = sessionOf(only)
       try {
+        // Each scenario acts through its own pair's session (a batch may hold several pairs whose footprints do not overlap).
         const out = only.spec.restart
           ? await runRestart(session, only, watch, say, opts.restartTargets)
-          : await runBatch(on.session, b.scenarios.map((s) => ({name: s.name, fault: s.spec.fault!, params: s.spec.params, pins: s.spec.pins, ...(s.spec.gpuHost === undefined ? {} : {gpuHost: s.spec.gpuHost})})), {
+          : await runBatch(session, b.scenarios.map((s) => {
+            const on = sessionOf(s)
+            return {name: s.name, fault: s.spec.fault!, params: s.spec.params, pins: s.spec.pins, ...(s.spec.gpuHost === undefined ? {} : {gpuHost: s.spec.gpuHost}),
+              session: on.session, ...(on.paths ? {pair: on.paths} : {})}
+          }), {
             ...SUITE_BATCH, ...opts.batch,
             promptTokens: suite.load.promptTokens, loadIntervalMs: suite.load.intervalMs, canaries: suite.load.canaries, signal: watch.signal,
             // A caller that passes a signal stops the run on SIGINT itself (and writes its journal).
             callerStopsOnSignal: opts.signal !== undefined,
             say, onRecorder: (rec) => watch.setRecorder(rec), onDeadline: (what, at) => opts.onPhase?.(`${label}: ${what}`, at),
           })
-        if (on.paths && !only.spec.restart) for (const r of out.scenarios) r.pair = on.paths
+        // The journal names each scenario's own pair.
+        if (!only.spec.restart) {
+          for (const r of out.scenarios) {
+            const paths = sessionOf(b.scenarios.find((s) => s.name === r.name) ?? only).paths
+            if (paths) r.pair = paths
+          }
+        }
         runs.push(...out.scenarios)
         floorMs += out.floorMs
         batchStats.push({index: b.index, scenarios: names, ms: Math.round(now() - t0), floorMs: out.floorMs})
@@ -124,7 +133,10 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
         // faulted. A single-scenario run (inject) gives its errors to the caller as they are.
         if (error instanceof PdError && (error.exitCode === 4 || opts.batch?.planErrors === 'throw')) throw error
         const t = Date.now()
-        for (const s of b.scenarios) runs.push(errored(s, contract, t, oneLine(error)))
+        for (const s of b.scenarios) {
+          const paths = s.spec.restart ? undefined : sessionOf(s).paths
+          runs.push({...errored(s, contract, t, oneLine(error)), ...(paths ? {pair: paths} : {})})
+        }
       } finally {
         // A co-restart replaced every instance's processes: each pair measures and discovers again.
         if (only.spec.restart) for (const known of pairSessions.values()) known.session.forget()

@@ -28,7 +28,7 @@ const instanceIndex = (role: string) => z.number().int().min(0).max(511).optiona
   .describe(`The ${role} instance (from 0, in the deployment file's order). Default: --${role}-instance (0).`)
 
 const PairSchema = z.object({prefill: instanceIndex('prefill'), decode: instanceIndex('decode')}).strict().describe(
-  'Where the deployment lists several instances of a role: the prefill/decode pair this fault acts on and its pins go to. Scenarios on different pairs run in different batches.',
+  'Where the deployment lists several instances of a role: the prefill/decode pair this fault acts on and its pins go to. Scenarios on different pairs share a batch where their footprints do not overlap (each pair\'s GPUs, ports and queues are its own).',
 )
 
 export const ScenarioSchema = z.object({

@@ -56,8 +56,9 @@ export class TimelineBuilder {
     return this
   }
 
-  metric(service: 'prefill' | 'decode', name: string, ms: number, value: number): this {
-    this.observations.push({kind: 'metric', t: this.at(ms), service, name, value})
+  /** instance: the server's path in the file, as a batch over several pairs labels its samples. */
+  metric(service: 'prefill' | 'decode', name: string, ms: number, value: number, instance?: string): this {
+    this.observations.push({kind: 'metric', t: this.at(ms), service, name, value, ...(instance === undefined ? {} : {instance})})
     return this
   }
 

@@ -84,20 +84,25 @@ describe('a twin with two prefill instances on two nodes and decode on a third',
     expect((JSON.parse(bad.stdout) as {error: {message: string}}).error.message).toMatch(/--prefill-instance 2: the deployment has 2 prefill instances, numbered 0 to 1/)
   }, 180_000)
 
-  it('a suite whose scenarios name their pairs: one batch per pair, each fault and lease on its own prefill node, each pin held and evicted there', async () => {
+  it('a suite whose scenarios name their pairs: one batch holding both pairs, each fault and lease on its own prefill node, each pin held and evicted there', async () => {
     const file = join(dirname(c.deploymentFile), 'two-pairs.yaml')
     writeFileSync(file, [
       'name: two-pairs', 'load: {intervalMs: 0}', 'scenarios:',
       '  - {name: on prefill0, fault: drop-dest-info, pins: 2}',
       '  - {name: on prefill1, fault: drop-dest-info, pins: 2, pair: {prefill: 1}}', ''].join('\n'))
     const r = await runCli(['suite', file, '-c', c.deploymentFile, '--json'], {timeoutMs: 180_000})
-    const j = JSON.parse(r.stdout) as {plan: string[]; scenarios: Array<{name: string; pair: unknown; leases: Array<{host: string}>; pins: Array<{rid: string; evictionSeconds: number}>; verdicts: Array<{verdict: string; check: string; summary: string}>}>}
+    const j = JSON.parse(r.stdout) as {plan: string[]; batches: Array<{scenarios: string[]}>; scenarios: Array<{name: string; pair: unknown; leases: Array<{host: string}>; pins: Array<{rid: string; evictionSeconds: number}>; verdicts: Array<{verdict: string; check: string; summary: string}>}>}
     expect(j.scenarios.flatMap((s) => s.verdicts).filter((v) => v.verdict !== 'pass'), r.stderr.slice(-600)).toEqual([])
     expect(r.code).toBe(0)
+    // Each prefill instance has its own ZMQ ports and bootstrap queue: the two drops share one window.
     expect(j.plan).toEqual([
-      'batch 1: on prefill0 (drop-dest-info on prefill[0] + decode[0] [zmq:all] pins in bootstrap)',
-      'batch 2: on prefill1 (drop-dest-info on prefill[1] + decode[0] [zmq:all] pins in bootstrap)',
+      'batch 1: on prefill0 (drop-dest-info on prefill[0] + decode[0] [zmq:all] pins in bootstrap) | on prefill1 (drop-dest-info on prefill[1] + decode[0] [zmq:all] pins in bootstrap)',
     ])
+    expect(j.batches.map((b) => b.scenarios)).toEqual([['on prefill0', 'on prefill1']])
+    // Recovery was judged once, over both pairs' servers (each instance's queues drained, its tokens at baseline).
+    const recovery = j.scenarios.flatMap((s) => s.verdicts).filter((v) => v.check === 'recovery').map((v) => v.summary)
+    expect(recovery).toContain('every PD queue drained to 0')
+    expect(recovery.filter((x) => /KV token usage back at its baseline/.test(x)).map((x) => x.split(' ')[0]).sort()).toEqual(['services.decode', 'services.prefill[0]', 'services.prefill[1]'])
     const [first, second] = c.prefillNodes
     for (const [i, s] of j.scenarios.entries()) {
       const [mine, other] = i === 0 ? [first!, second!] : [second!, first!]

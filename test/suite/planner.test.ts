@@ -62,20 +62,43 @@ describe('batch planner', () => {
     expect(names(planBatches(s))).toEqual([['x', 'y'], ['x #2'], ['x #3']])
   })
 
-  it('scenarios on different instance pairs never share a batch (a batch acts on one pair); the plan names each fault\'s pair', () => {
+  it('scenarios on pairs that share no instance share a batch, whatever their GPUs, ports and queues; the plan names each fault\'s pair', () => {
     const p0 = one({name: 'p0', fault: 'stall-kv', params: {gpu: 1, mechanism: 'packet-filter'}})
-    const p1 = one({name: 'p1', fault: 'stall-kv', params: {gpu: 2, mechanism: 'packet-filter'}, pair: {prefill: 1}})
-    const p1too = one({name: 'p1 too', fault: 'stall-kv', params: {gpu: 3, mechanism: 'packet-filter'}, pair: {prefill: 1, decode: 0}})
-    expect(conflict(p0, p1)).toBe('they act on different instance pairs (prefill[0] + decode[0] vs prefill[1] + decode[0]): a batch acts on one pair')
-    expect(conflict(p1, p1too)).toBeUndefined()
-    expect(names(planBatches([p0, p1, p1too]))).toEqual([['p0'], ['p1', 'p1 too']])
-    // With --prefill-instance 1 the scenario that names no pair is on prefill[1] too.
-    expect(names(planBatches([p0, p1, p1too], {defaultPair: {prefill: 1, decode: 0}}))).toEqual([['p0', 'p1', 'p1 too']])
-    expect(renderPlanText(planBatches([p0, p1]), {showPairs: true})).toEqual([
-      'batch 1: p0 (stall-kv on prefill[0] + decode[0] GPU 1 [kv:1] pins in inflight)',
-      'batch 2: p1 (stall-kv on prefill[1] + decode[0] GPU 2 [kv:2] pins in inflight)',
+    const p1 = one({name: 'p1', fault: 'stall-kv', params: {gpu: 1, mechanism: 'packet-filter'}, pair: {prefill: 1, decode: 1}})
+    const dd0 = one({name: 'dd0', fault: 'drop-dest-info'})
+    const dd1 = one({name: 'dd1', fault: 'drop-dest-info', pair: {prefill: 1, decode: 1}})
+    // GPU 1 of prefill[0]'s pair and GPU 1 of prefill[1]'s are different GPUs; each prefill has its own ZMQ ports and queues.
+    expect(conflict(p0, p1)).toBeUndefined()
+    expect(conflict(dd0, dd1)).toBeUndefined()
+    expect(conflict(p0, dd1)).toBeUndefined()
+    expect(names(planBatches([p0, dd0, p1, dd1]))).toEqual([['p0', 'p1'], ['dd0', 'dd1']])
+    expect(renderPlanText(planBatches([dd0, dd1]), {showPairs: true})).toEqual([
+      'batch 1: dd0 (drop-dest-info on prefill[0] + decode[0] [zmq:all] pins in bootstrap) | dd1 (drop-dest-info on prefill[1] + decode[1] [zmq:all] pins in bootstrap)',
     ])
     expect(() => spec({name: 'r', restart: {}, pair: {prefill: 1}})).toThrow(/a co-restart restarts every instance: pair applies to a fault scenario/)
+  })
+
+  it('pairs that share the decode instance: the prefill side (ZMQ ports, queues) is each one\'s own, a GPU number may be the shared decode\'s', () => {
+    const dd0 = one({name: 'dd0', fault: 'drop-dest-info'})
+    const dd1 = one({name: 'dd1', fault: 'drop-dest-info', pair: {prefill: 1}})
+    const stall1 = one({name: 'stall1', fault: 'stall-kv', params: {gpu: 5, mechanism: 'packet-filter'}, pair: {prefill: 1}})
+    const stall0 = one({name: 'stall0', fault: 'stall-kv', params: {gpu: 5, mechanism: 'packet-filter'}})
+    expect(conflict(dd0, dd1)).toBeUndefined()
+    // Pins in prefill[0]'s bootstrap queue and prefill[1]'s inflight queue: neither fault moves the other's.
+    expect(conflict(dd0, stall1)).toBeUndefined()
+    expect(conflict(stall0, stall1)).toBe('both act on GPU 5 (prefill[0] + decode[0] and prefill[1] + decode[0] share decode[0], whose GPU it may be)')
+    expect(names(planBatches([dd0, stall1, dd1, stall0]))).toEqual([['dd0', 'stall1'], ['dd1', 'stall0']])
+    // The scenario that names no pair follows --prefill-instance: on prefill[1] it is the same pair as dd1.
+    expect(conflict(dd0, dd1, {defaultPair: {prefill: 1, decode: 0}})).toMatch(/same ports \(zmq:all\)$/)
+  })
+
+  it('pairs that share the prefill instance keep its rules: its ZMQ ports and its one queue', () => {
+    const dd = one({name: 'dd', fault: 'drop-dest-info', params: {rank: 1}})
+    const ddAll = one({name: 'dd all', fault: 'drop-dest-info', pair: {decode: 1}})
+    const stall = one({name: 'stall', fault: 'stall-kv', params: {gpu: 6, mechanism: 'packet-filter'}, pair: {decode: 1}})
+    expect(conflict(dd, ddAll)).toBe('both filter the same ports (zmq:1) (prefill[0] + decode[0] and prefill[0] + decode[1] share prefill[0])')
+    expect(conflict(dd, stall)).toMatch(/^their pins sit in different queues \(bootstrap vs inflight\).*share prefill\[0\]\)$/)
+    expect(names(planBatches([dd, ddAll, stall]))).toEqual([['dd'], ['dd all'], ['stall']])
   })
 
   it('planConflicts finds a conflicting pair put together by hand', () => {
@@ -92,11 +115,12 @@ describe('batch planner', () => {
       for (let i = 0; i < 12; i++) {
         const k = rnd(5)
         const name = `s${i}`
-        if (k === 0) list.push(one({name, fault: 'stall-kv', params: {gpu: rnd(8), mechanism: rnd(4) === 0 ? 'sigstop' : 'packet-filter'}}))
-        else if (k === 1) list.push(one({name, fault: 'drop-dest-info', ...(rnd(2) ? {params: {rank: rnd(4)}} : {})}))
-        else if (k === 2) list.push(one({name, fault: 'abort-mid-transfer', params: {gpu: rnd(8)}}))
+        const pair = rnd(3) === 0 ? {} : {pair: {prefill: rnd(2), decode: rnd(2)}}
+        if (k === 0) list.push(one({name, fault: 'stall-kv', params: {gpu: rnd(8), mechanism: rnd(4) === 0 ? 'sigstop' : 'packet-filter'}, ...pair}))
+        else if (k === 1) list.push(one({name, fault: 'drop-dest-info', ...(rnd(2) ? {params: {rank: rnd(4)}} : {}), ...pair}))
+        else if (k === 2) list.push(one({name, fault: 'abort-mid-transfer', params: {gpu: rnd(8)}, ...pair}))
         else if (k === 3) list.push(one({name, restart: {}}))
-        else list.push(one({name, fault: 'stall-kv', params: {gpu: rnd(8), mechanism: 'packet-filter'}}))
+        else list.push(one({name, fault: 'stall-kv', params: {gpu: rnd(8), mechanism: 'packet-filter'}, ...pair}))
       }
       const batches = planBatches(list)
       expect(planConflicts(batches)).toEqual([])
