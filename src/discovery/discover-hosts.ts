@@ -88,7 +88,7 @@ export async function discoverAcrossHosts(hosts: HostToRead[], opts: Omit<Discov
       return {...k, host: x.name, ...(instance ? {instance} : {}), ...(node ? {nodeRank: node.nodeRank} : {})}
     })),
     watchdog: {contract: p.report.watchdog.contract, ...(p.report.watchdog.prefillEnv ? {prefillEnv: p.report.watchdog.prefillEnv} : {}), ...(timeouts ? {timeouts} : {})},
-    transport: p.report.transport,
+    transport: transportAcross(p.report, d.report),
     ...(p.report.topology ? {topology: p.report.topology} : {}),
     ...(p.report.topologyError ? {topologyError: p.report.topologyError} : {}),
     counters: {prefill: p.report.counters.prefill, decode: d.report.counters.decode},
@@ -101,6 +101,16 @@ export async function discoverAcrossHosts(hosts: HostToRead[], opts: Omit<Discov
     warnings,
     ms: Math.round(performance.now() - started),
   }
+}
+
+/**
+ * The KV transport as prefill's server states it, with the twin's rails of both roles: on a twin split over nodes each
+ * node states only its own GPUs' rails (decode's in decode's server_info), so a decode GPU's rail comes from there.
+ */
+export function transportAcross(p: StatusReport, d: StatusReport): StatusReport['transport'] {
+  const rails = [...(p.transport.rails ?? [])]
+  for (const r of d.services.decode.twinRails ?? []) if (!rails.some((x) => x.gpu === r.gpu)) rails.push(r)
+  return rails.length > 0 ? {...p.transport, rails: rails.sort((a, b) => a.gpu - b.gpu)} : p.transport
 }
 
 /** Each host's own instances as its discovery found them, prefill before decode, in the file's order. */

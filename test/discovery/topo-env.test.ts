@@ -1,7 +1,8 @@
 import {spawnSync} from 'node:child_process'
 import {describe, expect, it} from 'vitest'
 
-import {ENVIRON_SCRIPT, parseEnvironBlocks, twinRailsOf} from '../../src/discovery/discover.js'
+import {ENVIRON_SCRIPT, parseEnvironBlocks, type StatusReport, twinRailsOf} from '../../src/discovery/discover.js'
+import {transportAcross} from '../../src/discovery/discover-hosts.js'
 import {nicsOfGpu, parseNvidiaTopo} from '../../src/discovery/topo.js'
 import {healthCheckFromEnv, mooncakeTimeoutFromEnv, parseUcxTime, qpAckTimeout, rcLimitsFromEnv, rcTransportOf} from '../../src/discovery/transport-env.js'
 import {FEWER_NICS, railHost} from './topo-samples.js'
@@ -108,6 +109,21 @@ describe('rank environments and the twin\'s rails', () => {
     expect(twinRailsOf([{gpu: 0, interface: 'rail0', address: '198.18.0.1', udp_port: 4791}, {gpu: 1, interface: 'bad name; rm'}, {interface: 'rail2'}, 'x']))
       .toEqual([{gpu: 0, interface: 'rail0', address: '198.18.0.1', udpPort: 4791}])
     expect(twinRailsOf(undefined)).toEqual([])
+  })
+
+  it('across hosts, the rails are prefill\'s and decode\'s: a twin split over nodes states each node\'s own in its server\'s server_info', () => {
+    const rail = (gpu: number) => ({gpu, interface: `rail${gpu}`, address: `198.18.${gpu}.1`, udpPort: 4791})
+    const report = (prefill: number[], decode: number[]) => ({
+      transport: {backend: 'nixl', source: 'prefill server_info', dataPath: 'rdma-roce-rails', ...(prefill.length ? {rails: prefill.map(rail)} : {})},
+      services: {decode: {...(decode.length ? {twinRails: decode.map(rail)} : {})}},
+    }) as unknown as StatusReport
+    // The prefill node's report carries prefill's rails; the decode node's, decode's (each read from its server_info).
+    const split = transportAcross(report([0, 1, 2, 3], []), report([0, 1, 2, 3], [4, 5, 6, 7]))
+    expect(split.rails!.map((r) => r.interface)).toEqual(['rail0', 'rail1', 'rail2', 'rail3', 'rail4', 'rail5', 'rail6', 'rail7'])
+    expect(split).toMatchObject({backend: 'nixl', dataPath: 'rdma-roce-rails'})
+    // A twin on one node states every rail on both servers: nothing doubles. No rails: the transport as prefill states it.
+    expect(transportAcross(report([0, 1, 2, 3], []), report([0, 1, 2, 3], [0, 1, 2, 3])).rails).toHaveLength(4)
+    expect(transportAcross(report([], []), report([], [])).rails).toBeUndefined()
   })
 })
 

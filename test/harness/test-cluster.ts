@@ -3,14 +3,14 @@ import {join} from 'node:path'
 import {parse as parseYaml, stringify as toYaml} from 'yaml'
 
 import {DeploymentFileSchema} from '../../src/deployment/file-schema.js'
-import {linkNetns} from './netns.js'
+import {linkNetns, runCommand} from './netns.js'
 import {cliEntry, createTestHost, type TestHost, warmTwin} from './test-host.js'
 
 /**
  * Two test hosts standing for two GPU nodes of one PD deployment: each a network namespace with its own sshd, linked
  * directly (linkNetns) as nodes on one network are, the twin started on each over SSH as an operator starts SGLang on
  * each node (`sim up --only …`): decode on the decode node, prefill and the router on the prefill node. KV crosses
- * between the namespaces on the twin's TCP path. pdchaos reaches both the way it reaches real nodes: SSH, and a
+ * between the namespaces on the twin's TCP path (or, with railNics, on its rail NICs). pdchaos reaches both the way it reaches real nodes: SSH, and a
  * deployment file with a `hosts:` map.
  */
 
@@ -42,6 +42,33 @@ export interface ClusterOptions {
    * each node runs for its own part (its login names its own twin, PDCHAOS_SIM_DIR).
    */
   prefillNnodes?: number
+  /**
+   * Every prefill and decode node started with --rail-nics (its own GPUs' rails and rail switch), the nodes' rail
+   * switches joined by linkRailSwitches (each prefill node to the decode node: a tree, no loop), so the KV crosses
+   * between the nodes on the rails. Not with prefillNnodes (the twin refuses rails with --nnodes).
+   */
+  railNics?: boolean
+}
+
+/** The bridge every twin's rail NICs are ports of (src/sim/server/rail-plan.ts railPlan). */
+const RAIL_SWITCH = 'railsw'
+
+/**
+ * A rail fabric between two nodes whose twins run with --rail-nics: a veth pair, one end in each namespace, each end
+ * a port of that namespace's rail switch (up, MTU 9000 as the rails, IPv6 off: no chatter on the fabric). The rails
+ * of one node then reach the other's by ARP across the two bridges. The link dies with either namespace; `sim down`
+ * removing a switch only leaves its end without a master.
+ */
+export async function linkRailSwitches(a: TestHost, b: TestHost): Promise<void> {
+  const [na, nb] = [a.netns, b.netns]
+  const ends: Array<[typeof na, string]> = [[na, `pdc-ra${na.index}-${nb.index}`], [nb, `pdc-rb${na.index}-${nb.index}`]]
+  await runCommand(['ip', 'link', 'add', ends[0]![1], 'mtu', '9000', 'type', 'veth', 'peer', 'name', ends[1]![1], 'mtu', '9000'])
+  for (const [ns, dev] of ends) {
+    await runCommand(['ip', 'link', 'set', dev, 'netns', ns.name])
+    await ns.run(['sh', '-c', `echo 1 > /proc/sys/net/ipv6/conf/${dev}/disable_ipv6`])
+    await runCommand(['ip', '-n', ns.name, 'link', 'set', 'dev', dev, 'master', RAIL_SWITCH])
+    await runCommand(['ip', '-n', ns.name, 'link', 'set', 'dev', dev, 'up'])
+  }
 }
 
 /** The port node rank 0 of a multi-node prefill listens on for its other node ranks (--dist-init-addr). */
@@ -55,7 +82,10 @@ export async function createTestCluster(o: ClusterOptions = {}): Promise<TestClu
     await Promise.all(made.map((h) => h.destroy()))
   }
   try {
-    if ((o.prefillNnodes ?? 1) > 1) return await multiNodeCluster(o, made, destroy)
+    if ((o.prefillNnodes ?? 1) > 1) {
+      if (o.railNics) throw new Error('createTestCluster: railNics with prefillNnodes > 1 (the twin refuses --rail-nics with --nnodes)')
+      return await multiNodeCluster(o, made, destroy)
+    }
     const n = o.prefillInstances ?? 1
     const hosts = await Promise.all(Array.from({length: n + 1}, () => createTestHost()))
     made.push(...hosts)
@@ -65,7 +95,8 @@ export async function createTestCluster(o: ClusterOptions = {}): Promise<TestClu
     for (let i = 0; i < hosts.length; i++) for (let j = i + 1; j < hosts.length; j++) await linkNetns(hosts[i]!.netns, hosts[j]!.netns)
     // As the matrix twins: the gateway's breaker half-opens after 10 s, not 60 (a fault that fails the steady load
     // opens it, and the next run waits for it to close).
-    const common = ['--deadline', String(o.deadlineSeconds ?? 1.5), '--poll', String(o.pollSeconds ?? 0.5), '--heartbeat-interval', '2', '--cb-timeout-duration-secs', '10', ...(o.args ?? [])]
+    const common = ['--deadline', String(o.deadlineSeconds ?? 1.5), '--poll', String(o.pollSeconds ?? 0.5), '--heartbeat-interval', '2', '--cb-timeout-duration-secs', '10',
+      ...(o.railNics ? ['--rail-nics'] : []), ...(o.args ?? [])]
     const up = async (h: TestHost, only: string, peers: string[]): Promise<{deploymentFile: string; endpoints: TestCluster['endpoints']}> => {
       const r = await h.sshRun([process.execPath, cliEntry(), 'sim', 'up', '--host', h.netns.address, '--state-dir', h.stateDir, '--json', '--only', only, ...peers, ...common], {timeoutMs: 90_000})
       if (r.code !== 0) throw new Error(`sim up --only ${only} over ssh exited ${r.code}: ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join(' | ')}`)
@@ -76,6 +107,8 @@ export async function createTestCluster(o: ClusterOptions = {}): Promise<TestClu
     const decodeUp = await up(d, 'decode', ['--prefill-host', prefillAddrs, '--router-host', p!.netns.address])
     const moreUp = await Promise.all(more.map((h) => up(h, 'prefill', ['--decode-host', d.netns.address, '--router-host', p!.netns.address])))
     const prefillUp = await up(p!, 'prefill,router', ['--decode-host', d.netns.address, ...(more.length > 0 ? ['--prefill-host', more.map((h) => h.netns.address).join(',')] : [])])
+    // The rail fabric once every node has its switch, before the first request's KV needs it.
+    if (o.railNics) for (const h of [p!, ...more]) await linkRailSwitches(h, d)
     await warmTwin(prefillUp.endpoints)
 
     // Each service as its own node's file states it (restart, logs), placed on that node. (The namespaces share this

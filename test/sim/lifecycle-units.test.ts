@@ -238,6 +238,18 @@ describe('nvidia-smi topo -m', () => {
     expect(r.stdout.endsWith('  NIC7: rail7\n\n')).toBe(true)
   })
 
+  it('a decode node of a twin that spans nodes has the NICs of its own GPUs: NIC0 (rail4) is PIX to GPU4, on GPU4\'s socket', () => {
+    const node = tmp()
+    writeNvidiaSmi(node, 8, [4, 5, 6, 7].map((g) => ({name: `rail${g}`, gpu: g})))
+    const t = parseTopo(run(node, 'topo', '-m').stdout)
+    expect(t.header.slice(8, 12)).toEqual(['NIC0', 'NIC1', 'NIC2', 'NIC3'])
+    for (let g = 0; g < 8; g++) {
+      const nicCells = t.rows.get(`GPU${g}`)!.slice(8, 12)
+      expect(nicCells).toEqual([0, 1, 2, 3].map((n) => (n + 4 === g ? 'PIX' : g < 4 ? 'SYS' : 'NODE')))
+    }
+    expect([...t.legend]).toEqual([['NIC0', 'rail4'], ['NIC1', 'rail5'], ['NIC2', 'rail6'], ['NIC3', 'rail7']])
+  })
+
   it('without rail NICs: GPUs only, no NIC column and no NIC Legend; -mp shows PCIe paths; bad arguments are refused', () => {
     const t = parseTopo(run(gpusOnly, 'topo', '-m').stdout)
     expect(t.header).toEqual([...Array.from({length: 8}, (_, i) => `GPU${i}`), 'CPU Affinity', 'NUMA Affinity', 'GPU NUMA ID'])

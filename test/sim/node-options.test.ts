@@ -62,12 +62,35 @@ describe('a twin node (--only and the peers)', () => {
     expect(refused({stateDir: '/tmp/x', only: ['decode'], peers: {prefill: 'node-a', router: '10.0.0.3'}})).toMatch(/^2: --prefill-host must be the IP address/)
     expect(refused({stateDir: '/tmp/x', only: ['gpu']})).toMatch(/^2: --only "gpu" is not a service/)
     expect(refused({stateDir: '/tmp/x', peers: {decode: '10.0.0.3'}})).toMatch(/^2: --decode-host says where decode runs, but this twin runs every service/)
-    expect(refused({stateDir: '/tmp/x', only: ['decode'], peers: {prefill: '10.0.0.3', router: '10.0.0.3'}, railNics: true})).toMatch(/^2: --rail-nics cannot be combined with --only/)
+    expect(refused({stateDir: '/tmp/x', only: ['router'], peers: {prefill: '10.0.0.3', decode: '10.0.0.4'}, railNics: true})).toMatch(/^2: --rail-nics: this node runs router only, which has no GPU and so no rail NIC \| pass --rail-nics on the prefill and decode nodes only/)
     // Lists: every entry an address, none twice, none this node's; one router.
     expect(refused({stateDir: '/tmp/x', only: ['decode'], peers: {prefill: '10.0.0.2,node-b', router: '10.0.0.2'}})).toMatch(/^2: --prefill-host must be the IP address .* got "node-b"/)
     expect(refused({stateDir: '/tmp/x', only: ['decode'], peers: {prefill: '10.0.0.2,10.0.0.2', router: '10.0.0.2'}})).toMatch(/^2: --prefill-host lists an address twice/)
     expect(refused({stateDir: '/tmp/x', host: '10.0.0.2', only: ['prefill', 'router'], peers: {prefill: '10.0.0.2', decode: '10.0.1.2'}})).toMatch(/^2: --prefill-host 10\.0\.0\.2 is this node/)
     expect(refused({stateDir: '/tmp/x', only: ['decode'], peers: {prefill: '10.0.0.2', router: '10.0.0.2,10.0.0.3'}})).toMatch(/^2: --router-host names one node/)
+  })
+})
+
+/** `sim up --only … --rail-nics`: each node makes the rails of its own GPUs, numbered as on one host (docs/twin.md, "Rail NICs"). */
+describe('rail NICs on a twin node', () => {
+  const rails = (o: Partial<Parameters<typeof buildSimConfig>[0]>) =>
+    buildSimConfig({stateDir: '/tmp/r', railNics: true, ...o}).rails!.nics.map((n) => `${n.gpu}:${n.name}=${n.addr}/${n.mac}`)
+
+  it('a prefill node has the rails of prefill\'s GPUs, a decode node those of decode\'s, after prefill\'s: addresses and MACs unique across the nodes', () => {
+    const prefill = rails({host: '10.0.0.2', only: ['prefill', 'router'], peers: {decode: '10.0.1.2'}})
+    const decode = rails({host: '10.0.1.2', only: ['decode'], peers: {prefill: '10.0.0.2', router: '10.0.0.2'}})
+    expect(prefill).toEqual([0, 1, 2, 3].map((g) => `${g}:rail${g}=198.18.${g}.1/02:00:c6:12:0${g}:01`))
+    expect(decode).toEqual([4, 5, 6, 7].map((g) => `${g}:rail${g}=198.18.${g}.1/02:00:c6:12:0${g}:01`))
+    // TP sizes move the split as they move the ranks' GPUs; a node with both workers has both sets.
+    expect(rails({gpus: 4, prefillTp: 1, decodeTp: 2, only: ['decode'], peers: {prefill: '10.0.0.2', router: '10.0.0.2'}})).toEqual(['1:rail1=198.18.1.1/02:00:c6:12:01:01', '2:rail2=198.18.2.1/02:00:c6:12:02:01'])
+    expect(rails({gpus: 4, prefillTp: 1, decodeTp: 1, only: ['prefill', 'decode'], peers: {router: '10.0.0.3'}}).map((r) => r.split(':')[0])).toEqual(['0', '1'])
+  })
+
+  it('the table, rule and switch names stay those of one host; a twin without --only still has a rail per GPU of the host', () => {
+    const c = buildSimConfig({stateDir: '/tmp/r', railNics: true, only: ['decode'], peers: {prefill: '10.0.0.2', router: '10.0.0.2'}})
+    expect(c.rails).toMatchObject({bridge: 'railsw', tableBase: 479100, rulePrefBase: 50, localRulePref: 100})
+    expect(buildSimConfig({stateDir: '/tmp/r', railNics: true}).rails!.nics).toHaveLength(8)
+    expect(buildSimConfig({stateDir: '/tmp/r', only: ['decode'], peers: {prefill: '10.0.0.2', router: '10.0.0.2'}}).rails).toBeUndefined()
   })
 })
 
@@ -132,7 +155,8 @@ describe('one instance over several nodes (--nnodes, --node-rank, --dist-init-ad
     expect(refused({...base, nnodes: 1, distInitAddr: undefined, nodeRank: 1})).toMatch(/^2: --node-rank 1 is out of range for --nnodes 1/)
     expect(refused({...base, nnodes: 1, nodeRank: 0})).toMatch(/^2: --dist-init-addr joins the nodes of one instance, but --nnodes is 1/)
     expect(refused({...base, nnodes: 0})).toMatch(/^2: --nnodes must be an integer from 1 to 64/)
-    expect(refused({...base, railNics: true})).toMatch(/^2: --rail-nics cannot be combined with --only/)
+    expect(refused({...base, railNics: true})).toMatch(/^2: --rail-nics cannot be combined with --nnodes above 1 yet/)
+    expect(refused({...base, only: ['decode'], peers: {prefill: '10.0.0.2', router: '10.0.0.2'}, railNics: true})).toMatch(/^2: --rail-nics cannot be combined with --nnodes above 1 yet/)
     expect(refused({...base, prefillLayout: {dp: 2}})).toMatch(/^2: --nnodes cannot be combined with the layout flags/)
     expect(refused({...base, dockerProxy: true})).toMatch(/^2: --nnodes cannot be combined with --docker-proxy/)
     for (const o of [{...base, prefillTp: 3}, {...base, nodeRank: 5}, {...base, distInitAddr: undefined}]) expect(refused(o).split('\n')).toHaveLength(1)

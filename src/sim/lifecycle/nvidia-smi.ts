@@ -19,10 +19,13 @@ export function gpuUuid(stateDir: string, index: number): string {
 }
 
 /**
- * Write DIR/bin/nvidia-smi (atomically) for a twin with `gpus` GPUs and NICs `nics` (NIC i's name); returns its path.
+ * Write DIR/bin/nvidia-smi (atomically) for a twin with `gpus` GPUs and NICs `nics` (NIC i's name, and the GPU it is
+ * PIX to: GPU i for a bare name; a node of a twin that spans nodes has the NICs of its own GPUs only); returns its path.
  * hideProcesses: it lists no compute processes, as nvidia-smi inside a container does (the host's pids are not its own).
  */
-export function writeNvidiaSmi(stateDir: string, gpus: number, nics: string[] = [], view: {hideProcesses: boolean} = {hideProcesses: false}): string {
+export function writeNvidiaSmi(stateDir: string, gpus: number, nics: ReadonlyArray<string | {name: string; gpu: number}> = [], view: {hideProcesses: boolean} = {hideProcesses: false}): string {
+  const names = nics.map((n) => (typeof n === 'string' ? n : n.name))
+  const nicGpus = nics.map((n, i) => (typeof n === 'string' ? i : n.gpu))
   const bin = join(stateDir, 'bin')
   mkdirSync(bin, {recursive: true})
   const uuids = Array.from({length: gpus}, (_, i) => gpuUuid(stateDir, i))
@@ -30,7 +33,7 @@ export function writeNvidiaSmi(stateDir: string, gpus: number, nics: string[] = 
   writeFileSync(join(bin, 'package.json'), '{"type": "commonjs"}\n')
   const file = join(bin, 'nvidia-smi')
   const tmp = `${file}.${process.pid}.tmp`
-  writeFileSync(tmp, SCRIPT.replace('__UUIDS__', JSON.stringify(uuids)).replace('__NAME__', JSON.stringify(GPU_NAME)).replace('__NICS__', JSON.stringify(nics)).replace('__HIDE__', JSON.stringify(view.hideProcesses)))
+  writeFileSync(tmp, SCRIPT.replace('__UUIDS__', JSON.stringify(uuids)).replace('__NAME__', JSON.stringify(GPU_NAME)).replace('__NICS__', JSON.stringify(names)).replace('__NIC_GPUS__', JSON.stringify(nicGpus)).replace('__HIDE__', JSON.stringify(view.hideProcesses)))
   chmodSync(tmp, 0o755)
   renameSync(tmp, file)
   return file
@@ -46,6 +49,7 @@ const path = require('path')
 const UUIDS = __UUIDS__
 const NAME = __NAME__
 const NICS = __NICS__
+const NIC_GPUS = __NIC_GPUS__
 const MEM_TOTAL = 81559
 const STATE_DIR = path.dirname(path.dirname(fs.realpathSync(process.argv[1])))
 
@@ -181,8 +185,9 @@ function topo(pcieOnly) {
   for (let j = 0; j < NICS.length; j++) cols.push('NIC' + j)
   const pcie = (a, b) => (numaOf(a) === numaOf(b) ? 'NODE' : 'SYS')
   const gpuGpu = (a, b) => (a === b ? ' X ' : pcieOnly ? pcie(a, b) : 'NV18')
-  const gpuNic = (g, n) => (g === n ? 'PIX' : pcie(g, n))
-  const nicNic = (a, b) => (a === b ? ' X ' : pcie(a, b))
+  // NIC n sits behind its GPU's PCIe switch: PIX to that GPU, placed on that GPU's socket.
+  const gpuNic = (g, n) => (g === NIC_GPUS[n] ? 'PIX' : pcie(g, NIC_GPUS[n]))
+  const nicNic = (a, b) => (a === b ? ' X ' : pcie(NIC_GPUS[a], NIC_GPUS[b]))
   const l = []
   l.push('\t\x1b[4m' + cols.concat(['CPU Affinity', 'NUMA Affinity', 'GPU NUMA ID']).join('\t') + '\x1b[0m')
   for (let g = 0; g < gpuN; g++) {

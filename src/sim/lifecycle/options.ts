@@ -5,7 +5,8 @@ import {badInput} from './sim-error.js'
 import {anyGiven, buildLayouts, type LayoutUpOptions} from './layout-options.js'
 import {buildDist, type DistUpOptions} from './dist-options.js'
 import {rankCount} from '../server/layout.js'
-import {parseUcxTime, railPlan} from '../server/rail-plan.js'
+import {parseUcxTime, railPlan, type RailsConfig} from '../server/rail-plan.js'
+import {gpuIndex} from '../server/protocol.js'
 import {type Lag, parseLag} from '../server/lag.js'
 import {CB_DEFAULTS} from '../router/circuit-breaker.js'
 import {RETRY_DEFAULTS} from '../router/retry.js'
@@ -199,7 +200,7 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
   if (layout && o.railNics) throw badInput('--rail-nics cannot be combined with the layout flags', 'drop --rail-nics or the --prefill-*/--decode-* layout flags')
 
   const node = nodeOptions(o, host)
-  if (node && o.railNics) throw badInput('--rail-nics cannot be combined with --only yet: the rails of a twin that spans nodes are not modelled', 'drop --rail-nics, or run every service on one node')
+  const rails = o.railNics ? railsOf(node, distGiven, gpus, prefillTp, decodeTp) : undefined
   const dist = buildDist({...o, prefillTp, decodeTp, host}, node)
   if (dist && o.dockerProxy) throw badInput('--nnodes cannot be combined with --docker-proxy yet', 'drop --docker-proxy')
 
@@ -219,7 +220,7 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
     ...(o.dockerProxy ? {dockerProxy: {prefill: basePort + 150, decode: basePort + 250}} : {}),
     ...(o.serverConfigFile ? {serverConfigFile: true} : {}),
     ...(o.hideGpuProcesses || o.strayCudaContext ? {gpuView: {...(o.hideGpuProcesses ? {hideProcesses: true} : {}), ...(o.strayCudaContext ? {strayContext: true} : {})}} : {}),
-    ...(o.railNics ? {rails: railPlan(gpus)} : {}),
+    ...(rails ? {rails} : {}),
     ...(ucx ? {ucx} : {}),
     ...(lags ? {lags} : {}),
     watchdog: {scope, deadlineS, pollS},
@@ -230,6 +231,25 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
     kvPoolTokens: o.kvPoolTokens ?? UP_DEFAULTS.kvPoolTokens,
     router: {healthIntervalS: routerHealthIntervalS, healthTimeoutS: 5, healthFailureThreshold: 3, healthSuccessThreshold: 2, requestTimeoutS: 1800, ...resilience},
   }
+}
+
+/**
+ * --rail-nics: one rail per GPU of the host; on a node of a twin that spans nodes (--only), the rails of this node's
+ * GPUs only (prefill's 0..prefillTp-1, decode's after them: the numbering stays global, as the ranks' GPUs do).
+ */
+function railsOf(node: SimConfig['node'], distGiven: boolean, gpus: number, prefillTp: number, decodeTp: number): RailsConfig {
+  if (distGiven) {
+    throw badInput('--rail-nics cannot be combined with --nnodes above 1 yet: the rails of an instance whose TP ranks span nodes are not modelled',
+      'drop --rail-nics, or run each instance on one node (--nnodes 1, one --only prefill or decode node each)')
+  }
+  if (!node) return railPlan(gpus)
+  const here: number[] = []
+  if (node.services.includes('prefill')) for (let k = 0; k < prefillTp; k++) here.push(gpuIndex('prefill', k, prefillTp))
+  if (node.services.includes('decode')) for (let k = 0; k < decodeTp; k++) here.push(gpuIndex('decode', k, prefillTp))
+  if (here.length === 0) {
+    throw badInput(`--rail-nics: this node runs ${node.services.join(', ')} only, which has no GPU and so no rail NIC`, 'pass --rail-nics on the prefill and decode nodes only')
+  }
+  return railPlan(gpus, here)
 }
 
 const ALL_SERVICES = ['prefill', 'decode', 'router'] as const

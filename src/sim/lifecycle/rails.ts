@@ -18,6 +18,11 @@ import type {RailsConfig} from '../server/rail-plan.js'
  * crosses the bridge to rail<k>, which accepts a local source (accept_local=1). Netfilter then sees each datagram
  * leave (OUTPUT/POSTROUTING, -o rail<g>) and arrive (PREROUTING/INPUT, -i rail<k>). Nothing else changes: every other
  * destination still finds the local table first (no rule of ours matches it).
+ *
+ * A twin that spans nodes (--only) makes on each node the rails of that node's GPUs and its own bridge; a rail fabric
+ * (a link made a port of each node's railsw) joins the switches. The peers on other nodes are reached by the same
+ * rules and routes: their MACs are learnt by ARP, which each rail answers only for its own address (arp_ignore=1),
+ * as separate NICs do, so a frame for GPU k's address always arrives by rail<k>.
  */
 
 const IP = 'ip'
@@ -67,7 +72,9 @@ export async function createRails(rails: RailsConfig, stateDir: string): Promise
   }
   if (names.some(linkExists)) await destroyRails(rails, stateDir)
 
-  const links: string[] = [`link add ${rails.bridge} type bridge`, `link set dev ${rails.bridge} alias ${tag}:switch`]
+  // The switch has no address and answers no ARP (else it would answer for every local rail address, with its own MAC,
+  // to a peer on another node, and the KV would arrive on the bridge, not on the destination's rail).
+  const links: string[] = [`link add ${rails.bridge} type bridge`, `link set dev ${rails.bridge} alias ${tag}:switch`, `link set dev ${rails.bridge} arp off`]
   for (const n of rails.nics) {
     links.push(
       `link add ${n.name} address ${n.mac} type veth peer name ${n.peer} address ${n.peerMac}`,
@@ -86,6 +93,9 @@ export async function createRails(rails: RailsConfig, stateDir: string): Promise
   for (const n of rails.nics) {
     sysctl(`/proc/sys/net/ipv4/conf/${n.name}/accept_local`, '1')
     sysctl(`/proc/sys/net/ipv4/conf/${n.name}/rp_filter`, '0')
+    // ARP for the rails of other nodes: answer only for this rail's own address, ask from it (one NIC per address).
+    sysctl(`/proc/sys/net/ipv4/conf/${n.name}/arp_ignore`, '1')
+    sysctl(`/proc/sys/net/ipv4/conf/${n.name}/arp_announce`, '2')
   }
 
   const rules = await run([IP, 'rule', 'show'])

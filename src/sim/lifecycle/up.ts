@@ -70,7 +70,7 @@ export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
     for (const dir of [paths.services, paths.gpus, paths.truthDir, paths.logs]) rmSync(dir, {recursive: true, force: true})
     for (const dir of [paths.services, paths.gpus, paths.truthDir, paths.logs]) mkdirSync(dir, {recursive: true})
     writeJsonAtomic(paths.config, config)
-    writeNvidiaSmi(stateDir, config.gpus, config.rails?.nics.map((n) => n.name) ?? [], {hideProcesses: config.gpuView?.hideProcesses ?? false})
+    writeNvidiaSmi(stateDir, config.gpus, config.rails?.nics.map((n) => ({name: n.name, gpu: n.gpu})) ?? [], {hideProcesses: config.gpuView?.hideProcesses ?? false})
     if (config.rails) {
       await createRails(config.rails, stateDir)
       railsMade = true

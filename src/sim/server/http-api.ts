@@ -220,7 +220,8 @@ function serverInfo(deps: ApiDeps, sched: SchedulerCore | undefined): Record<str
       heartbeat_interval_s: env.heartbeatIntervalS, heartbeat_max_failure: env.heartbeatMaxFailure,
     },
     start_time: deps.startedAt / 1000,
-    ...(role === 'prefill' ? {pdchaos_twin: {failpoint_path: FAILPOINT_PATH, failpoints: [...failpoints.keys()], ...kvDataPath(cfg)}} : {}),
+    // Decode states its data path too: on a twin split over nodes, the rails of decode's GPUs are on decode's node only.
+    pdchaos_twin: role === 'prefill' ? {failpoint_path: FAILPOINT_PATH, failpoints: [...failpoints.keys()], ...kvDataPath(cfg)} : kvDataPath(cfg),
     internal_states: [{
       ...(sched ? sched.queueSizes() : {}),
       token_usage: sched ? sched.tokenUsage() : 0,

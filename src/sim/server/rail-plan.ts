@@ -40,10 +40,15 @@ export interface RailsConfig {
 
 const hex2 = (n: number): string => n.toString(16).padStart(2, '0')
 
-/** One NIC per GPU: rail<g>, 198.18.<g>.1/24, locally administered MACs 02:00:c6:12:<g>:01 (its peer :02). */
-export function railPlan(gpus: number): RailsConfig {
+/**
+ * One NIC per GPU: rail<g>, 198.18.<g>.1/24, locally administered MACs 02:00:c6:12:<g>:01 (its peer :02). `only`:
+ * the GPUs of this node (a twin that spans nodes); numbering stays global, so addresses and MACs stay unique across
+ * the nodes' rails and one rail fabric can join their switches.
+ */
+export function railPlan(gpus: number, only?: readonly number[]): RailsConfig {
   const nics: RailNic[] = []
   for (let g = 0; g < gpus; g++) {
+    if (only && !only.includes(g)) continue
     nics.push({
       gpu: g, name: `rail${g}`, addr: `198.18.${g}.1`, prefixLen: 24,
       mac: `02:00:c6:12:${hex2(g)}:01`, peer: `rsw${g}`, peerMac: `02:00:c6:12:${hex2(g)}:02`,
