@@ -16,7 +16,7 @@ import {sendDirect, sendRequest, type SendOptions, type Sent} from '../workload/
 import {type LogMark, markLogs, readLogs} from '../workload/service-log.js'
 import {SteadyLoad} from '../workload/steady-load.js'
 import {sleep, sleepUntil, within} from '../util/time.js'
-import {type Entry, judgeBatch, scenarioShell} from './judge.js'
+import {type Entry, type EntryPart, injectedEverywhere, judgeBatch, leasesOf, scenarioShell} from './judge.js'
 import {injectUnderLease, revertAndVerify} from './lease-steps.js'
 import {type Calibrated, openBreakers, PROBE_TIMEOUT_MS, type RunSession, untilBreakersClose} from './session.js'
 import {drained, type PairInBatch, pairsOf, serversOf} from './batch-pairs.js'
@@ -119,8 +119,10 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
 
   // Plan every scenario before anything is injected.
   const entries: Entry[] = []
-  // The host each scenario acts on (the one that owns what it targets, among its pair's), with its lease there.
+  // The host each scenario acts on (the one that owns what it targets, among its pair's), with its lease there; and
+  // the host of each part of a fault on every node of a multi-node instance.
   const hostOf = new Map<Entry, PlacedHost>()
+  const partHost = new Map<EntryPart, PlacedHost>()
   for (const s of batch) {
     const {session: on0, labels} = pairOf(s)
     const {placement} = on0
@@ -135,10 +137,26 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
       const facts = await fault.gather(on.host, seen, params, {timeoutMs: PROBE_TIMEOUT_MS})
       e.plan = fault.plan({discovery: seen, params, leaseId, facts, calibration: calibrations.get(on0), contract})
       hostOf.set(e, on)
-      if (placement.spansHosts) say(`${s.name}: acts on ${on.name}${spansPairs ? ` (${labels.prefill} + ${labels.decode})` : ''}`)
-      // A multi-node instance: the fault acts on one node's ranks; the plan says which of the instance's are untouched.
-      const untouched = discovery.ranks.filter((r) => r.host !== undefined && r.host !== on.name && e.plan!.targets.some((t) => t.service === r.service) && r.nodeRank !== undefined)
-      if (untouched.length > 0) e.plan.notes = [...(e.plan.notes ?? []), `acts on ${on.name} only: ${untouched.map((r) => `${r.service} TP${r.tpRank}`).join(', ')} on ${[...new Set(untouched.map((r) => r.host))].join(', ')} (other node ranks of the instance) are not touched, and the all-reduce (MIN over every rank) still holds the request by the ranks it touches`]
+      // A fault on all of a role's ranks, on an instance over several nodes: the same fault on each other node's ranks,
+      // each with its own plan and lease on its own host. (The twin's failure point is set through node 0's API for the
+      // ranks it names: it stays one plan.)
+      const every = fault.onEveryNode?.(params)
+      if (every && s.gpuHost === undefined && e.plan.mechanism !== 'twin-failpoint') {
+        const others = [...new Set(discovery.ranks.filter((r) => r.service === every && r.host !== undefined && r.host !== on.name).map((r) => r.host!))]
+        for (const name of others) {
+          const at = placement.named(name)
+          const seenThere = onHost(discovery, at, placement)
+          const factsThere = await fault.gather(at.host, seenThere, params, {timeoutMs: PROBE_TIMEOUT_MS})
+          const part: EntryPart = {host: name, plan: fault.plan({discovery: seenThere, params, leaseId: newLeaseId(s.fault), facts: factsThere, calibration: calibrations.get(on0), contract})}
+          ;(e.parts ??= []).push(part)
+          partHost.set(part, at)
+        }
+      }
+      const acting = [on.name, ...(e.parts ?? []).map((x) => x.host)]
+      if (placement.spansHosts) say(`${s.name}: acts on ${acting.join(' and ')}${spansPairs ? ` (${labels.prefill} + ${labels.decode})` : ''}`)
+      // A multi-node instance: a fault on some of its ranks; the plan says which of the instance's are untouched.
+      const untouched = discovery.ranks.filter((r) => r.host !== undefined && !acting.includes(r.host) && e.plan!.targets.some((t) => t.service === r.service) && r.nodeRank !== undefined)
+      if (untouched.length > 0) e.plan.notes = [...(e.plan.notes ?? []), `acts on ${acting.join(' and ')} only: ${untouched.map((r) => `${r.service} TP${r.tpRank}`).join(', ')} on ${[...new Set(untouched.map((r) => r.host))].join(', ')} (other node ranks of the instance) are not touched, and the all-reduce (MIN over every rank) still holds the request by the ranks it touches`]
     } catch (error) {
       if (settings.planErrors === 'throw') throw error
       e.error = `could not plan: ${oneLine(error)}`
@@ -146,7 +164,7 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
     entries.push(e)
   }
   const planned = entries.filter((e) => e.plan)
-  if (settings.mode === 'dry-run') return {scenarios: await dryRun(entries, hostOf, calibration, contract), floorMs: 0}
+  if (settings.mode === 'dry-run') return {scenarios: await dryRun(entries, hostOf, partHost, calibration, contract), floorMs: 0}
 
   const ttlMs = settings.ttlMs ?? (settings.mode === 'hold' ? HOLD_DEFAULT_MS : leaseTtlMs({deadlineSeconds: contract.deadlineSeconds, pollSeconds: contract.pollSeconds, holdMs: windowMs + marginMs + DRAIN_WAIT_MS + 30_000}))
   const rec = new Recorder()
@@ -160,7 +178,7 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
     // A lease guard (and reverter) on every host a scenario acts on, each on its own: losing one host's connection
     // leaves that host's reverter to take its faults out by itself. One per host name: two pairs' placements hold
     // objects of their own for a host they share (its state dir is stateDir/<name> either way).
-    const used = [...new Map(planned.map((e) => [hostOf.get(e)!.name, hostOf.get(e)!])).values()]
+    const used = [...new Map(planned.flatMap((e) => [hostOf.get(e)!, ...(e.parts ?? []).map((x) => partHost.get(x)!)]).map((h) => [h.name, h])).values()]
     await withLeasesOn(used.length > 0 ? used : [main.session.placement.of('router')], async (guardOf) => {
       const guard = (e: Entry): LeaseGuard => guardOf(hostOf.get(e)!.name)
       // Every pair's servers: each one's queues, tokens and counters are the evidence of its scenarios.
@@ -186,11 +204,14 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
         // A wedge runs alone (the planner sees to it): its health watch reads its own pair's servers.
         const wedged = planned.find((e) => e.plan!.expected?.kind === 'wedge')
         if (wedged && settings.mode === 'run') health = await startHealthWatch(pairOf(wedged.s).session, rec, wedged.plan!.expected as WedgeExpectation)
-        await injectAll(guard, (e) => (pairOf(e.s).session.placement.spansHosts ? hostOf.get(e)!.name : undefined), planned, rec, ttlMs, signal, say)
-        const active = planned.filter((e) => e.lease?.verifiedInjected && e.lease.revertedAt === null)
+        await injectAll(guard, guardOf, (e) => (pairOf(e.s).session.placement.spansHosts ? hostOf.get(e)!.name : undefined), planned, rec, ttlMs, signal, say)
+        const active = planned.filter((e) => injectedEverywhere(e) && leasesOf(e).every((l) => l.revertedAt === null))
         if (settings.mode === 'hold') {
           // The leases stay armed: the host's reverters take the faults out at expiry.
-          for (const e of active) guard(e).release(e.lease!.id)
+          for (const e of active) {
+            guard(e).release(e.lease!.id)
+            for (const x of e.parts ?? []) guardOf(x.host).release(x.lease!.id)
+          }
           held = true
           return
         }
@@ -226,19 +247,22 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
         // Stop watching the pins: what is still held is abandoned by the client now (recorded as such).
         pinController.abort()
         await Promise.all(pins.map((p) => p.sent.done))
-        await Promise.all(active.map((e) => revertAndVerify(guard(e), e.plan!, rec, e.lease!, PROBE_TIMEOUT_MS, (l) => say(`${e.s.name}: ${l}`))))
+        await Promise.all(active.flatMap((e) => [
+          revertAndVerify(guard(e), e.plan!, rec, e.lease!, PROBE_TIMEOUT_MS, (l) => say(`${e.s.name}: ${l}`)),
+          ...(e.parts ?? []).map((x) => revertAndVerify(guardOf(x.host), x.plan, rec, x.lease!, PROBE_TIMEOUT_MS, (l) => say(`${e.s.name} on ${x.host}: ${l}`))),
+        ]))
         if (health) {
           say('waiting for the wedged instance to answer healthy again')
           await health.resumed(signal)
         }
         // A pin is let go of on its own pair's servers; the load went through the gateway, to any pair's.
         const everyServer = servers.map((x) => x.client)
-        await releaseHeld(rec, [...pins.map((p) => ({sent: p.sent, on: [pairOf(p.e.s).session.prefill, pairOf(p.e.s).session.decode]})), ...load.sent.map((sent) => ({sent, on: everyServer}))], Math.max(0, ...planned.map((e) => e.lease?.revertedAt ?? 0)))
+        await releaseHeld(rec, [...pins.map((p) => ({sent: p.sent, on: [pairOf(p.e.s).session.prefill, pairOf(p.e.s).session.decode]})), ...load.sent.map((sent) => ({sent, on: everyServer}))], Math.max(0, ...planned.flatMap((e) => leasesOf(e).map((l) => l.revertedAt ?? 0))))
         for (const p of pairs) {
           const rids = pins.filter((x) => pairOf(x.e.s) === p).map((x) => x.sent.rid)
           if (rids.length > 0) await readPinLogs(p, spansPairs, rec, logMarks.get(p) ?? [], rids, say)
         }
-        const revertedAt = Math.max(0, ...planned.map((e) => e.lease?.revertedAt ?? 0))
+        const revertedAt = Math.max(0, ...planned.flatMap((e) => leasesOf(e).map((l) => l.revertedAt ?? 0)))
         if (!signal.aborted) await recover(session, servers, rec, load, settings, revertedAt, signal, say)
         // A stop after the window (during the revert or the recovery) leaves recovery unproven, not failed.
         recoveryStopped = signal.aborted
@@ -258,14 +282,24 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
 
 /** Each scenario under its own lease, all at once (they touch different GPUs, ranks and ports: the planner saw to
  * it). A fault that did not take effect is reverted at once and never judged. */
-async function injectAll(guard: (e: Entry) => LeaseGuard, hostName: (e: Entry) => string | undefined, planned: Entry[], rec: Recorder, ttlMs: number, signal: AbortSignal, say: (l: string) => void): Promise<void> {
+async function injectAll(guard: (e: Entry) => LeaseGuard, guardOf: (host: string) => LeaseGuard, hostName: (e: Entry) => string | undefined, planned: Entry[], rec: Recorder, ttlMs: number, signal: AbortSignal, say: (l: string) => void): Promise<void> {
   await Promise.all(planned.map(async (e) => {
     if (signal.aborted) return
     const tell = (l: string) => say(`${e.s.name}: ${l}`)
     e.startedAt = now()
     e.lease = await injectUnderLease(guard(e), e.plan!, rec, ttlMs, PROBE_TIMEOUT_MS, tell)
     if (hostName(e) !== undefined) e.lease.host = hostName(e)
-    if (!e.lease.verifiedInjected) await revertAndVerify(guard(e), e.plan!, rec, e.lease, PROBE_TIMEOUT_MS, tell)
+    // The other nodes' parts, each under its own lease on its own host.
+    for (const x of e.parts ?? []) {
+      if (signal.aborted || !e.lease.verifiedInjected) break
+      x.lease = await injectUnderLease(guardOf(x.host), x.plan, rec, ttlMs, PROBE_TIMEOUT_MS, (l) => say(`${e.s.name} on ${x.host}: ${l}`))
+      x.lease.host = x.host
+    }
+    // A fault that did not take effect everywhere it acts is taken out everywhere at once, and never judged.
+    if (!injectedEverywhere(e)) {
+      await revertAndVerify(guard(e), e.plan!, rec, e.lease, PROBE_TIMEOUT_MS, tell)
+      for (const x of e.parts ?? []) if (x.lease) await revertAndVerify(guardOf(x.host), x.plan, rec, x.lease, PROBE_TIMEOUT_MS, (l) => say(`${e.s.name} on ${x.host}: ${l}`))
+    }
   }))
 }
 
@@ -392,15 +426,17 @@ async function warmUp(session: RunSession): Promise<void> {
   await session.router.generate({rid: `pdchaos-warmup-${Date.now().toString(36)}`, text: 'warm up', max_new_tokens: 1}, {timeoutMs: 30_000}).catch(() => undefined)
 }
 
-async function dryRun(entries: Entry[], hostOf: Map<Entry, PlacedHost>, calibration: Calibrated | undefined, contract: ScenarioRun['contract']): Promise<ScenarioRun[]> {
+async function dryRun(entries: Entry[], hostOf: Map<Entry, PlacedHost>, partHost: Map<EntryPart, PlacedHost>, calibration: Calibrated | undefined, contract: ScenarioRun['contract']): Promise<ScenarioRun[]> {
   return Promise.all(entries.map(async (e) => {
     const run = scenarioShell(e, contract, calibration, now())
     if (!e.plan) return run
     const probes = []
-    for (const argv of e.plan.readOnlyProbes) {
-      const shown = renderPlan({...e.plan, readOnlyProbes: [argv]}).readOnlyProbes[0]!
+    // The probes of each node it would act on, on that node's host.
+    const units = [{plan: e.plan, host: hostOf.get(e)!}, ...(e.parts ?? []).map((x) => ({plan: x.plan, host: partHost.get(x)!}))]
+    for (const {plan, host} of units) for (const argv of plan.readOnlyProbes) {
+      const shown = renderPlan({...plan, readOnlyProbes: [argv]}).readOnlyProbes[0]!
       try {
-        const r = await hostOf.get(e)!.host.run(argv, {timeoutMs: PROBE_TIMEOUT_MS, sudo: e.plan.sudo})
+        const r = await host.host.run(argv, {timeoutMs: PROBE_TIMEOUT_MS, sudo: plan.sudo})
         probes.push({argv: shown, code: r.code, stdout: r.stdout.slice(0, 2000), stderr: r.stderr.slice(0, 500)})
       } catch (error) {
         probes.push({argv: shown, code: null, stdout: '', stderr: oneLine(error)})

@@ -30,17 +30,34 @@ export interface Entry {
   calibration?: Calibrated
   /** Its pair's servers (their paths in the file), where the batch spans several pairs: its view keeps their samples only. */
   instances?: {prefill: string; decode: string}
+  /** The same fault on the other nodes of a multi-node instance (Fault.onEveryNode), each under its own lease there. */
+  parts?: EntryPart[]
 }
+
+/** The fault on one more node of an instance: its own plan, host and lease. */
+export interface EntryPart {
+  host: string
+  plan: FaultPlan
+  lease?: LeaseRecord
+}
+
+/** Every lease of a scenario: its own, then one per other node it acts on. */
+export const leasesOf = (e: Entry): LeaseRecord[] => [e.lease, ...(e.parts ?? []).map((p) => p.lease)].filter((l): l is LeaseRecord => l !== undefined)
+
+/** The scenario's fault took effect everywhere it acts (each node's lease verified). */
+export const injectedEverywhere = (e: Entry): boolean => leasesOf(e).length === 1 + (e.parts?.length ?? 0) && leasesOf(e).every((l) => l.verifiedInjected)
 
 /** A scenario's record before judging: what was planned and leased. */
 export function scenarioShell(e: Entry, contract: ScenarioRun['contract'], calibration: Calibrated | undefined, finishedAt: number): ScenarioRun {
   return {
     name: e.s.name, kind: 'inject', fault: e.s.fault, params: e.s.params, startedAt: Math.round(e.startedAt), finishedAt: Math.round(finishedAt),
-    verdicts: [], pins: [], leases: e.lease ? [e.lease] : [], contract,
+    verdicts: [], pins: [], leases: leasesOf(e), contract,
     ...(e.error ? {error: e.error} : {}),
     ...(e.plan ? {
       mechanism: e.plan.mechanism, description: e.plan.description, plan: renderPlan(e.plan),
-      ...(e.plan.refusals?.length ? {refusals: e.plan.refusals} : {}), ...(e.plan.notes?.length ? {notes: e.plan.notes} : {}),
+      ...(e.plan.refusals?.length ? {refusals: e.plan.refusals} : {}),
+      // The other nodes' parts: what each does there (their commands are in their leases).
+      ...(e.plan.notes?.length || e.parts?.length ? {notes: [...(e.plan.notes ?? []), ...(e.parts ?? []).map((x) => `also on ${x.host}: ${x.plan.description}`)]} : {}),
     } : {}),
     ...(calibration ? {calibration} : {}),
   }
@@ -86,8 +103,10 @@ export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
     if (e.error) return run
     const lease = e.lease
     if (!lease) return {...run, error: 'not injected: the run stopped first'}
-    run.verdicts.push(...faultEffect(lease, e.plan!.fault))
-    if (lease.verifiedInjected && !b.stoppedEarly) {
+    const leases = leasesOf(e)
+    for (const l of leases) run.verdicts.push(...faultEffect(l, e.plan!.fault))
+    const injected = injectedEverywhere(e)
+    if (injected && !b.stoppedEarly) {
       const observe = getFault(e.plan!.fault).observe
       if (observe === 'trials') {
         const ab = checkAborts(run.timeline)
@@ -103,8 +122,8 @@ export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
         run.verdicts.push(...checkScope(run.timeline))
       }
     }
-    run.verdicts.push(cleanup(lease))
-    if (!batchAttached && lease.verifiedInjected) {
+    for (const l of leases) run.verdicts.push(cleanup(l))
+    if (!batchAttached && injected) {
       batchAttached = true
       run.verdicts.push(...batchVerdicts.map((v) => ({...v, subject: v.subject + label})))
     }

@@ -59,7 +59,7 @@ export class Placement {
 
 /**
  * The host a fault acts on: the one whose GPU it names (the rank on that GPU), else prefill's (drop-dest-info acts on
- * prefill's input, which node rank 0 of a multi-node prefill serves). A GPU index that ranks on two hosts share (the
+ * prefill's input: node rank 0's host, the runner adding the other nodes' for a fault on every rank, Fault.onEveryNode). A GPU index that ranks on two hosts share (the
  * node ranks of a multi-node instance each number their GPUs from 0) needs `gpuHost`, the host's name; without it the
  * fault is refused (exit 2), never guessed.
  */

@@ -30,6 +30,8 @@ export const dropDestInfo: Fault<DropDestInfoParams> = {
   // Decode's TransferInfo never arrives: SGLang keeps the request in its bootstrap queue at Bootstrapping
   // (python/sglang/srt/disaggregation/prefill.py, PrefillBootstrapQueue.pop_bootstrapped).
   pins: {queue: 'bootstrap', kvPoll: 'Bootstrapping'},
+  // Decode sends its destination info to every prefill rank, on whatever node it runs: all of them lose it.
+  onEveryNode: (params) => (params.rank === undefined ? 'prefill' : undefined),
 
   footprint(params) {
     return {gpus: [], ports: [params.rank === undefined ? 'zmq:all' : `zmq:${params.rank}`], queue: 'bootstrap'}

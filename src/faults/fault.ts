@@ -292,6 +292,11 @@ export interface Fault<P = any> {
    * (observe 'health': its expected outcome is a wedged instance, not a held request).
    */
   pins?: PinState | 'trials'
+  /**
+   * The role whose ranks on every node it acts on, for these params (drop-dest-info without --rank: every prefill
+   * rank): on an instance over several nodes the runner plans it on each node's ranks, under a lease on each host.
+   */
+  onEveryNode?(params: P): 'prefill' | 'decode' | undefined
   footprint(params: P, ctx: FootprintContext): Footprint
   /** Read-only host probes the plan needs (run before plan(); also what --dry-run runs). */
   gather(host: Host, discovery: FaultDiscovery, params: P, opts?: {timeoutMs?: number}): Promise<HostFacts>

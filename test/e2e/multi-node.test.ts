@@ -72,16 +72,22 @@ describe('a prefill instance over two nodes', () => {
 })
 
 describe('faults on a multi-node instance act on the node that owns what they target', () => {
-  it('drop-dest-info acts on node rank 0 (prefill\'s input): pins held in Bootstrapping and evicted in the window by the twin\'s truth', async () => {
+  it('drop-dest-info acts on every node of the prefill (each its own lease): pins held in Bootstrapping and evicted in the window by the twin\'s truth', async () => {
     const r = await runCli(['inject', 'drop-dest-info', '-c', c.deploymentFile, '--json', '--pins', '2', '--load-interval', '400'], {timeoutMs: 120_000})
     const j = json(r.stdout)
     expect(j.verdicts.filter((v: {verdict: string}) => v.verdict !== 'pass'), r.stderr.slice(-500)).toEqual([])
     expect(r.code).toBe(0)
-    expect(j.leases.map((l: {host: string}) => l.host)).toEqual(['prefill-node'])
-    // The plan says which of the instance's ranks it leaves alone.
-    expect(j.notes.join(' ')).toMatch(/acts on prefill-node only: prefill TP2, prefill TP3 on prefill-node-2/)
+    // Decode's destination info goes to every prefill rank, on whichever node: each node's ranks lose it, under a lease
+    // (and its own reverter) on that node's host.
+    expect(j.leases.map((l: {host: string}) => l.host)).toEqual(['prefill-node', 'prefill-node-2'])
+    expect(j.leases.every((l: {verifiedInjected: boolean; verifiedClean: boolean}) => l.verifiedInjected && l.verifiedClean)).toBe(true)
+    expect(j.description).toMatch(/prefill TP0 .*prefill TP1 /)
+    expect(j.notes.join(' ')).toMatch(/also on prefill-node-2: drop all TCP to the ZMQ port of prefill TP2 .*prefill TP3 /)
+    expect(j.notes.join(' ')).not.toMatch(/not touched/)
     for (const pin of j.pins) expectDroppedPin(c.prefillNode.stateDir, pin, DEADLINE, POLL)
     expect(leaseFiles('prefill-node')).toEqual([])
+    expect(leaseFiles('prefill-node-2')).toEqual([])
+    expect(leaseFiles('prefill-node-2', 'done').length).toBeGreaterThan(0)
   }, 180_000)
 
   it('stall-kv: GPU 0 is on both nodes, so --gpu 0 alone is refused; with --gpu-host it stalls node rank 1\'s TP2 there and the watchdog evicts in the window', async () => {

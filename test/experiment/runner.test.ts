@@ -468,6 +468,24 @@ describe('judgeBatch and viewFor (pure)', () => {
     expect(D).toMatchObject({error: 'not injected: the run stopped first', verdicts: [], leases: []})
   })
 
+  it('a fault on every node of a multi-node instance: each node\'s lease judged; pins judged only when every node\'s part took effect', () => {
+    const withPart = (partLease: LeaseRecord): Entry[] => [{
+      s: scenario('A'), plan: plan('dd-a', 0), lease: lease('dd-a', {host: 'node-0'}), startedAt: t0 - 5,
+      parts: [{host: 'node-1', plan: plan('dd-b', 1), lease: partLease}],
+    }]
+    const run = (partLease: LeaseRecord) => judgeBatch({entries: withPart(partLease), observations, contract, calibration, stoppedEarly: false, loadIntervalMs: 0, finishedAt: t0 + 15_000})[0]!
+    const both = run(lease('dd-b', {host: 'node-1'}))
+    expect(both.leases.map((l) => [l.id, l.host])).toEqual([['dd-a', 'node-0'], ['dd-b', 'node-1']])
+    expect(both.verdicts.filter((v) => v.check === 'fault-effect' || v.check === 'cleanup').map((v) => `${v.check} ${v.subject} ${v.verdict}`))
+      .toEqual(['fault-effect dd-a pass', 'fault-effect dd-b pass', 'cleanup dd-a pass', 'cleanup dd-b pass'])
+    expect(both.pins.map((p) => p.rid)).toEqual(['a1', 'a2'])
+    expect(both.notes!.some((n) => n.startsWith('also on node-1: '))).toBe(true)
+    // One node's part did not take effect: the fault was not in place everywhere it acts, so no pin is judged by it.
+    const half = run(lease('dd-b', {host: 'node-1', verifiedInjected: false, evidence: {injected: ['nft: permission denied'], clean: []}}))
+    expect(half.verdicts.map((v) => `${v.check} ${v.subject} ${v.verdict}`)).toEqual(['fault-effect dd-a pass', 'fault-effect dd-b fail', 'cleanup dd-a pass', 'cleanup dd-b pass'])
+    expect(half.pins).toEqual([])
+  })
+
   it('the observation delay measured under the pins\' load widens ε when it is the larger', () => {
     const {A} = byName(judge({loadedObserveMs: 700}))
     // ε high = 5 ms + 2 × 700 ms: the 13 s eviction is now inside deadline + poll + ε.
