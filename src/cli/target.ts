@@ -9,6 +9,7 @@ import type {Host} from '../hosts/host.js'
 import type {RestartTarget, ServiceName} from '../restart/co-restart.js'
 import type {PairView} from '../suite/runner.js'
 import type {SuiteFile} from '../suite/suite-file.js'
+import {pairOfSpec} from '../suite/planner.js'
 import {openHost} from '../hosts/open-host.js'
 import {Placement} from '../experiment/placement.js'
 import {defaultSimDir} from '../state-dir.js'
@@ -172,7 +173,7 @@ export function scenarioPairViews(t: Target, suite: SuiteFile): Deployment[] {
   if (!views) return []
   const d = views.default
   const pairs = new Map(suite.scenarios.filter((s) => s.fault !== undefined && s.pair !== undefined)
-    .map((s) => ({prefill: s.pair!.prefill ?? d.prefill, decode: s.pair!.decode ?? d.decode}))
+    .map((s) => pairOfSpec(s, d))
     .filter((p) => p.prefill !== d.prefill || p.decode !== d.decode)
     .map((p) => [`${p.prefill}/${p.decode}`, p]))
   return [...pairs.values()].map((p) => views.viewOf(p).deployment)
@@ -188,7 +189,7 @@ export function checkScenarioPairs(m: DeploymentModel, suite: SuiteFile, file: s
       throw badInput(`${file}: scenarios[${i}] (${sc.name}) gpuHost ${sc.gpuHost}: the deployment has the hosts ${m.hosts.map((h) => h.name).join(', ')}`, 'name one of the deployment file\'s hosts: (`pdchaos status` lists the ranks per host)')
     }
     if (!sc.pair) continue
-    const pair = {prefill: sc.pair.prefill ?? defaultPair.prefill, decode: sc.pair.decode ?? defaultPair.decode}
+    const pair = pairOfSpec(sc, defaultPair)
     const why = pairRefusal(m, pair, (role, n) => `scenarios[${i}] (${sc.name}) pair.${role} ${n}`)
     if (why) throw badInput(`${file}: ${why}`, '`pdchaos status` lists the instances of each role, numbered from 0 in the order of the deployment file')
   }

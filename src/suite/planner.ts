@@ -38,8 +38,12 @@ export type PlanOptions = FootprintContext & {
 
 /** The prefill/decode instance pair a scenario acts on: its own `pair:`, each role defaulting to the run's. */
 export function pairOfScenario(s: PlannedScenario, opts: PlanOptions = {}): InstancePair {
-  const d = opts.defaultPair ?? FIRST_PAIR
-  return {prefill: s.spec.pair?.prefill ?? d.prefill, decode: s.spec.pair?.decode ?? d.decode}
+  return pairOfSpec(s.spec, opts.defaultPair ?? FIRST_PAIR)
+}
+
+/** A scenario's `pair:` with each role it leaves out taken from `d`. */
+export function pairOfSpec(spec: Pick<ScenarioSpec, 'pair'>, d: InstancePair): InstancePair {
+  return {prefill: spec.pair?.prefill ?? d.prefill, decode: spec.pair?.decode ?? d.decode}
 }
 
 const pairText = (p: InstancePair) => `prefill[${p.prefill}] + decode[${p.decode}]`

@@ -116,3 +116,41 @@ export function progressLines(child: ChildProcess): ProgressLines {
   })
   return {lines, seen, waitFor}
 }
+
+/** pdchaos started in the background, once it printed a line matching `re` (killed if it never does, within 90 s). */
+export async function startUntil(args: string[], re: RegExp): Promise<ReturnType<typeof startCli>> {
+  const started = startCli(args)
+  try {
+    await progressLines(started.child).waitFor(re, 90_000)
+  } catch (error) {
+    started.child.kill('SIGKILL')
+    throw error
+  }
+  return started
+}
+
+/** Poll `ok` every 250 ms until it holds or `ms` pass. */
+export async function eventually(ok: () => Promise<boolean>, ms: number): Promise<boolean> {
+  const by = Date.now() + ms
+  for (;;) {
+    if (await ok()) return true
+    if (Date.now() > by) return false
+    await new Promise((r) => setTimeout(r, 250))
+  }
+}
+
+/**
+ * abort-mid-transfer's trials over SSH: every trial has its verdict, pass or unverified as not counted (released before
+ * its abort landed), none fails; each trial that passed was aborted while prefill held it, by the twin's truth.
+ */
+export function expectAbortTrials(r: CliResult, prefillStateDir: string, trials: number): void {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const j = JSON.parse(r.stdout) as any
+  expect(j.verdicts, `exit ${r.code}: ${j.error?.message ?? r.stdout.slice(0, 300)} | ${r.stderr.replace(/\s+/g, ' ').slice(-600)}`).toBeDefined()
+  const judged = j.verdicts.filter((v: {check: string}) => v.check === 'abort')
+  expect(judged).toHaveLength(trials)
+  expect(judged.every((v: {verdict: string; summary: string}) => v.verdict === 'pass' || (v.verdict === 'unverified' && /not counted/.test(v.summary))), JSON.stringify(judged)).toBe(true)
+  expect(j.verdicts.filter((v: {verdict: string}) => v.verdict === 'fail')).toEqual([])
+  const aborted = new Set(truth(prefillStateDir, 'prefill').filter((e) => e.event === 'abort').map((e) => e.rid))
+  for (const t of judged.filter((v: {verdict: string}) => v.verdict === 'pass')) expect(aborted.has(t.subject), t.subject).toBe(true)
+}

@@ -5,7 +5,7 @@ import {cliEntry} from '../harness/test-host.js'
 import {appendFileSync, existsSync, readdirSync, readFileSync, writeFileSync} from 'node:fs'
 import {join} from 'node:path'
 
-import {evictionOf as evictionOfIn, expectDroppedPin, progressLines, runCli, startCli, truth} from './cli.js'
+import {eventually, evictionOf as evictionOfIn, expectAbortTrials, expectDroppedPin, runCli, startUntil} from './cli.js'
 
 /**
  * A deployment over two nodes (issue 13): prefill and the router on one namespace host, decode on another, each with
@@ -107,15 +107,7 @@ describe('faults across two hosts, each acting on the host that owns what it tar
 
   it('abort-mid-transfer: every trial gets its verdict; the twin saw each abort on prefill', async () => {
     const r = await runCli(['inject', 'abort-mid-transfer', '--trials', '4', '-c', c.deploymentFile, '--json'], {timeoutMs: 120_000})
-    const j = json(r.stdout)
-    expect(j.verdicts, `exit ${r.code}: ${j.error?.message ?? r.stdout.slice(0, 300)} | ${r.stderr.replace(/\s+/g, ' ').slice(-600)}`).toBeDefined()
-    const trials = j.verdicts.filter((v: {check: string}) => v.check === 'abort')
-    expect(trials).toHaveLength(4)
-    expect(trials.every((v: {verdict: string; summary: string}) => v.verdict === 'pass' || (v.verdict === 'unverified' && /not counted/.test(v.summary))), JSON.stringify(trials)).toBe(true)
-    expect(j.verdicts.filter((v: {verdict: string}) => v.verdict === 'fail')).toEqual([])
-    const aborted = new Set(truth(c.prefillNode.stateDir, 'prefill').filter((e) => e.event === 'abort').map((e) => e.rid))
-    // Each trial that passed was aborted while prefill held it (one not counted may have been released before).
-    for (const t of trials.filter((v: {verdict: string}) => v.verdict === 'pass')) expect(aborted.has(t.subject), t.subject).toBe(true)
+    expectAbortTrials(r, c.prefillNode.stateDir, 4)
   }, 180_000)
 
   it('a suite batch with a fault on each host: one batch, a lease on each host (each its own guard and reverter), every check passes, both hosts clean', async () => {
@@ -227,25 +219,3 @@ describe('losing one host mid-fault', () => {
     expect(st.stderr).toContain(c.decodeNode.netns.address)
   }, 180_000)
 })
-
-/** pdchaos started in the background, once it printed a line matching `re` (killed if it never does, within 90 s). */
-async function startUntil(args: string[], re: RegExp): Promise<ReturnType<typeof startCli>> {
-  const started = startCli(args)
-  try {
-    await progressLines(started.child).waitFor(re, 90_000)
-  } catch (error) {
-    started.child.kill('SIGKILL')
-    throw error
-  }
-  return started
-}
-
-/** Poll `ok` every 250 ms until it holds or `ms` pass. */
-async function eventually(ok: () => Promise<boolean>, ms: number): Promise<boolean> {
-  const by = Date.now() + ms
-  for (;;) {
-    if (await ok()) return true
-    if (Date.now() > by) return false
-    await new Promise((r) => setTimeout(r, 250))
-  }
-}

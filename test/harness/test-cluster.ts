@@ -74,6 +74,38 @@ export async function linkRailSwitches(a: TestHost, b: TestHost): Promise<void> 
 /** The port node rank 0 of a multi-node prefill listens on for its other node ranks (--dist-init-addr). */
 export const DIST_INIT_PORT = 29_500
 
+interface NodeUp {deploymentFile: string; endpoints: TestCluster['endpoints']}
+
+/** Nodes that all see each other: every pair of the cluster's hosts linked. */
+async function linkAll(hosts: TestHost[]): Promise<void> {
+  for (let i = 0; i < hosts.length; i++) for (let j = i + 1; j < hosts.length; j++) await linkNetns(hosts[i]!.netns, hosts[j]!.netns)
+}
+
+/**
+ * The `sim up` flags every node gets. As the matrix twins: the gateway's breaker half-opens after 10 s, not 60 (a fault
+ * that fails the steady load opens it, and the next run waits for it to close).
+ */
+const commonArgs = (o: ClusterOptions): string[] => ['--deadline', String(o.deadlineSeconds ?? 1.5), '--poll', String(o.pollSeconds ?? 0.5), '--heartbeat-interval', '2',
+  '--cb-timeout-duration-secs', '10', ...(o.railNics ? ['--rail-nics'] : []), ...(o.args ?? [])]
+
+/** `sim up` on one node over its SSH, as an operator starts SGLang there; its endpoints and deployment file. */
+async function simUpOn(h: TestHost, args: string[]): Promise<NodeUp> {
+  const r = await h.sshRun([process.execPath, cliEntry(), 'sim', 'up', '--host', h.netns.address, '--state-dir', h.stateDir, '--json', ...args], {timeoutMs: 90_000})
+  if (r.code !== 0) throw new Error(`sim up ${args.slice(0, 4).join(' ')} over ssh exited ${r.code}: ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join(' | ')}`)
+  return JSON.parse(r.stdout) as NodeUp
+}
+
+/** A node's own deployment file (the namespaces share this machine's filesystem, so it is read directly). */
+const readNodeFile = (f: string) => parseYaml(readFileSync(f, 'utf8')) as {services: Record<string, Record<string, unknown>>; watchdog: unknown; backend: string; sglangVersion: string}
+
+/** The cluster's deployment file, checked against the schema, written beside the first node's files. */
+function writeClusterFile(first: TestHost, file: Record<string, unknown>): string {
+  DeploymentFileSchema.parse(file)
+  const path = join(first.dir, 'cluster.yaml')
+  writeFileSync(path, toYaml(file))
+  return path
+}
+
 export async function createTestCluster(o: ClusterOptions = {}): Promise<TestCluster> {
   const made: TestHost[] = []
   const destroy = async (): Promise<void> => {
@@ -92,16 +124,8 @@ export async function createTestCluster(o: ClusterOptions = {}): Promise<TestClu
     const [p, ...more] = hosts.slice(0, n)
     const d = hosts[n]!
     // Every pair linked: decode reaches each prefill's ranks, the router (on the first prefill node) each worker.
-    for (let i = 0; i < hosts.length; i++) for (let j = i + 1; j < hosts.length; j++) await linkNetns(hosts[i]!.netns, hosts[j]!.netns)
-    // As the matrix twins: the gateway's breaker half-opens after 10 s, not 60 (a fault that fails the steady load
-    // opens it, and the next run waits for it to close).
-    const common = ['--deadline', String(o.deadlineSeconds ?? 1.5), '--poll', String(o.pollSeconds ?? 0.5), '--heartbeat-interval', '2', '--cb-timeout-duration-secs', '10',
-      ...(o.railNics ? ['--rail-nics'] : []), ...(o.args ?? [])]
-    const up = async (h: TestHost, only: string, peers: string[]): Promise<{deploymentFile: string; endpoints: TestCluster['endpoints']}> => {
-      const r = await h.sshRun([process.execPath, cliEntry(), 'sim', 'up', '--host', h.netns.address, '--state-dir', h.stateDir, '--json', '--only', only, ...peers, ...common], {timeoutMs: 90_000})
-      if (r.code !== 0) throw new Error(`sim up --only ${only} over ssh exited ${r.code}: ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join(' | ')}`)
-      return JSON.parse(r.stdout) as {deploymentFile: string; endpoints: TestCluster['endpoints']}
-    }
+    await linkAll(hosts)
+    const up = (h: TestHost, only: string, peers: string[]): Promise<NodeUp> => simUpOn(h, ['--only', only, ...peers, ...commonArgs(o)])
     // The workers' nodes first: the router on the first prefill node turns ready once its workers answer its probes.
     const prefillAddrs = [p!, ...more].map((h) => h.netns.address).join(',')
     const decodeUp = await up(d, 'decode', ['--prefill-host', prefillAddrs, '--router-host', p!.netns.address])
@@ -111,12 +135,10 @@ export async function createTestCluster(o: ClusterOptions = {}): Promise<TestClu
     if (o.railNics) for (const h of [p!, ...more]) await linkRailSwitches(h, d)
     await warmTwin(prefillUp.endpoints)
 
-    // Each service as its own node's file states it (restart, logs), placed on that node. (The namespaces share this
-    // machine's filesystem, so the files are read directly.)
-    const nodeFile = (f: string) => parseYaml(readFileSync(f, 'utf8')) as {services: Record<string, Record<string, unknown>>; watchdog: unknown; backend: string; sglangVersion: string}
-    const pf = nodeFile(prefillUp.deploymentFile)
-    const df = nodeFile(decodeUp.deploymentFile)
-    const morePrefill = moreUp.map((u, i) => ({...nodeFile(u.deploymentFile).services.prefill, host: `prefill-node-${i + 2}`}))
+    // Each service as its own node's file states it (restart, logs), placed on that node.
+    const pf = readNodeFile(prefillUp.deploymentFile)
+    const df = readNodeFile(decodeUp.deploymentFile)
+    const morePrefill = moreUp.map((u, i) => ({...readNodeFile(u.deploymentFile).services.prefill, host: `prefill-node-${i + 2}`}))
     const file = {
       version: 1,
       name: n === 1 ? 'pdchaos-twin-2-nodes' : `pdchaos-twin-${n + 1}-nodes`,
@@ -132,10 +154,7 @@ export async function createTestCluster(o: ClusterOptions = {}): Promise<TestClu
       watchdog: pf.watchdog,
       sglangVersion: pf.sglangVersion,
     }
-    DeploymentFileSchema.parse(file)
-    const deploymentFile = join(p!.dir, 'cluster.yaml')
-    writeFileSync(deploymentFile, toYaml(file))
-    return {prefillNode: p!, prefillNodes: [p!, ...more], decodeNode: d, deploymentFile, endpoints: prefillUp.endpoints, destroy}
+    return {prefillNode: p!, prefillNodes: [p!, ...more], decodeNode: d, deploymentFile: writeClusterFile(p!, file), endpoints: prefillUp.endpoints, destroy}
   } catch (error) {
     await destroy()
     throw error
@@ -150,13 +169,8 @@ async function multiNodeCluster(o: ClusterOptions, made: TestHost[], destroy: ()
   const prefillNodes = hosts.slice(0, nnodes)
   const p = prefillNodes[0]!
   const d = hosts[nnodes]!
-  for (let i = 0; i < hosts.length; i++) for (let j = i + 1; j < hosts.length; j++) await linkNetns(hosts[i]!.netns, hosts[j]!.netns)
-  const common = ['--deadline', String(o.deadlineSeconds ?? 1.5), '--poll', String(o.pollSeconds ?? 0.5), '--heartbeat-interval', '2', '--cb-timeout-duration-secs', '10', ...(o.args ?? [])]
-  const up = async (h: TestHost, args: string[]): Promise<{deploymentFile: string; endpoints: TestCluster['endpoints']}> => {
-    const r = await h.sshRun([process.execPath, cliEntry(), 'sim', 'up', '--host', h.netns.address, '--state-dir', h.stateDir, '--json', ...args, ...common], {timeoutMs: 90_000})
-    if (r.code !== 0) throw new Error(`sim up ${args.join(' ')} over ssh exited ${r.code}: ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join(' | ')}`)
-    return JSON.parse(r.stdout) as {deploymentFile: string; endpoints: TestCluster['endpoints']}
-  }
+  await linkAll(hosts)
+  const up = (h: TestHost, args: string[]): Promise<NodeUp> => simUpOn(h, [...args, ...commonArgs(o)])
   // Every node rank at once (node rank 0 waits for the others to join it), then decode and the gateway, which turns
   // ready once both workers answer.
   const dist = ['--nnodes', String(nnodes), '--dist-init-addr', `${p.netns.address}:${DIST_INIT_PORT}`]
@@ -164,9 +178,8 @@ async function multiNodeCluster(o: ClusterOptions, made: TestHost[], destroy: ()
   const decodeUp = await up(d, ['--only', 'decode,router', '--prefill-host', p.netns.address])
   await warmTwin(decodeUp.endpoints)
 
-  const nodeFile = (f: string) => parseYaml(readFileSync(f, 'utf8')) as {services: Record<string, Record<string, unknown>>; watchdog: unknown; backend: string; sglangVersion: string}
-  const pf = nodeFile(prefillUps[0]!.deploymentFile)
-  const df = nodeFile(decodeUp.deploymentFile)
+  const pf = readNodeFile(prefillUps[0]!.deploymentFile)
+  const df = readNodeFile(decodeUp.deploymentFile)
   const nodeNames = prefillNodes.map((_, k) => (k === 0 ? 'prefill-node' : `prefill-node-${k + 1}`))
   // One restart command for the instance, run on each node: `sim restart` of the twin the node's login names.
   const restart = [process.execPath, cliEntry(), 'sim', 'restart', 'prefill', '--json']
@@ -185,8 +198,5 @@ async function multiNodeCluster(o: ClusterOptions, made: TestHost[], destroy: ()
     watchdog: pf.watchdog,
     sglangVersion: pf.sglangVersion,
   }
-  DeploymentFileSchema.parse(file)
-  const deploymentFile = join(p.dir, 'cluster.yaml')
-  writeFileSync(deploymentFile, toYaml(file))
-  return {prefillNode: p, prefillNodes, decodeNode: d, deploymentFile, endpoints: {...decodeUp.endpoints, prefill: prefillUps[0]!.endpoints.prefill, bootstrap: prefillUps[0]!.endpoints.bootstrap}, destroy}
+  return {prefillNode: p, prefillNodes, decodeNode: d, deploymentFile: writeClusterFile(p, file), endpoints: {...decodeUp.endpoints, prefill: prefillUps[0]!.endpoints.prefill, bootstrap: prefillUps[0]!.endpoints.bootstrap}, destroy}
 }

@@ -52,7 +52,8 @@ export class JsonLines<In, Out> {
 
 /**
  * Connect to node 0 from this node's own address, retrying every 200 ms until the deadline (nodes start together;
- * node 0 may not listen yet).
+ * node 0 may not listen yet). Each attempt ends by the deadline too: a peer that drops SYNs would otherwise hold one
+ * for the kernel's whole connect timeout.
  */
 export async function connectWithRetry(host: string, port: number, localAddress: string, deadline: number): Promise<net.Socket> {
   let last = 'no attempt'
@@ -60,8 +61,9 @@ export async function connectWithRetry(host: string, port: number, localAddress:
     try {
       return await new Promise<net.Socket>((resolve, reject) => {
         const s = net.connect({host, port, localAddress})
-        s.once('connect', () => { s.off('error', reject); resolve(s) })
-        s.once('error', reject)
+        const timer = setTimeout(() => { s.destroy(); reject(new Error('connect timed out')) }, Math.max(1, deadline - Date.now()))
+        s.once('connect', () => { clearTimeout(timer); s.off('error', reject); resolve(s) })
+        s.once('error', (err) => { clearTimeout(timer); reject(err) })
       })
     } catch (err) {
       last = err instanceof Error ? err.message : String(err)
