@@ -141,7 +141,8 @@ export async function eventually(ok: () => Promise<boolean>, ms: number): Promis
 
 /**
  * abort-mid-transfer's trials over SSH: every trial has its verdict, pass or unverified as not counted (released before
- * its abort landed), none fails; each trial that passed was aborted while prefill held it, by the twin's truth.
+ * its abort landed), none fails. By the twin's truth on prefill: a trial whose abort pdchaos saw honoured was aborted
+ * while prefill held it; one it saw complete (the transfer won the race) was neither aborted nor evicted there.
  */
 export function expectAbortTrials(r: CliResult, prefillStateDir: string, trials: number): void {
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -151,6 +152,18 @@ export function expectAbortTrials(r: CliResult, prefillStateDir: string, trials:
   expect(judged).toHaveLength(trials)
   expect(judged.every((v: {verdict: string; summary: string}) => v.verdict === 'pass' || (v.verdict === 'unverified' && /not counted/.test(v.summary))), JSON.stringify(judged)).toBe(true)
   expect(j.verdicts.filter((v: {verdict: string}) => v.verdict === 'fail')).toEqual([])
-  const aborted = new Set(truth(prefillStateDir, 'prefill').filter((e) => e.event === 'abort').map((e) => e.rid))
-  for (const t of judged.filter((v: {verdict: string}) => v.verdict === 'pass')) expect(aborted.has(t.subject), t.subject).toBe(true)
+  const events = truth(prefillStateDir, 'prefill')
+  const ridsOf = (event: string) => new Set(events.filter((e) => e.event === event).map((e) => e.rid))
+  const [aborted, evicted] = [ridsOf('abort'), ridsOf('evicted')]
+  const outcomes = new Map((j.aborts as Array<{rid: string; outcome: string}>).map((a) => [a.rid, a.outcome]))
+  for (const t of judged.filter((v: {verdict: string}) => v.verdict === 'pass')) {
+    const outcome = outcomes.get(t.subject)
+    // On failure, what pdchaos said of the trial and what the twin recorded of its request.
+    const said = `${t.subject}: ${outcome}: ${(t as {summary?: string}).summary} | twin: ${JSON.stringify(events.filter((e) => e.rid === t.subject).map((e) => e.event))}`
+    if (outcome === 'honoured') expect(aborted.has(t.subject), said).toBe(true)
+    else {
+      expect(outcome, said).toBe('completed')
+      expect(aborted.has(t.subject) || evicted.has(t.subject), said).toBe(false)
+    }
+  }
 }
