@@ -1,5 +1,5 @@
-import {request as httpRequestRaw} from 'node:http'
-import {request as httpsRequest} from 'node:https'
+import {Agent as HttpAgent, type ClientRequest, request as httpRequestRaw} from 'node:http'
+import {Agent as HttpsAgent, request as httpsRequest} from 'node:https'
 
 import {PdError, unreachable} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
@@ -47,6 +47,20 @@ export function snippet(text: string): string {
   return flat.length > SNIPPET ? JSON.stringify(flat.slice(0, SNIPPET)) + '…' : JSON.stringify(flat)
 }
 
+/**
+ * GETs reuse connections. A run polls loads, liveness and metrics several times a second, and one connection per poll
+ * left about 50 sockets a second in TIME_WAIT on the serving host (a minute each: thousands, which every reader of its
+ * TCP table then walks). An idle pooled socket is closed after IDLE_MS, well before SGLang's own keep-alive timeout
+ * (uvicorn's timeout_keep_alive=5 in entrypoints/http_server.py), so the server rarely closes one under a request; when
+ * it does (or a restarted server dropped it), the GET is sent once more on a fresh connection. Other methods (pins,
+ * aborts, generations) keep one connection each: their connection is part of what they do.
+ */
+const IDLE_MS = 2000
+const pools = {
+  'http:': new HttpAgent({keepAlive: true, timeout: IDLE_MS, maxFreeSockets: 8}),
+  'https:': new HttpsAgent({keepAlive: true, timeout: IDLE_MS, maxFreeSockets: 8}),
+}
+
 /** Send one request and read the whole body. Throws only on transport failures; any HTTP status is returned. */
 export async function httpRequest(req: HttpRequest): Promise<HttpResponse> {
   if (!(req.timeoutMs > 0)) throw new Error(`httpRequest: timeoutMs must be positive (got ${req.timeoutMs})`)
@@ -55,19 +69,29 @@ export async function httpRequest(req: HttpRequest): Promise<HttpResponse> {
   const timeout = AbortSignal.timeout(req.timeoutMs)
   const signal = req.signal ? AbortSignal.any([timeout, req.signal]) : timeout
   const started = performance.now()
+  const pooled = (req.method ?? 'GET') === 'GET'
   try {
-    const res = await send(req, signal)
+    const res = await send(req, signal, pooled).catch((error: unknown) => {
+      // A reused connection the server had already closed: nothing of this GET was answered; a fresh one decides.
+      if (error instanceof StaleSocket && !signal.aborted) return send(req, signal, false)
+      throw error instanceof StaleSocket ? error.cause : error
+    })
     return {...res, ms: performance.now() - started}
   } catch (error) {
     throw transportError(where, req, error, timeout, performance.now() - started)
   }
 }
 
+/** A transport error on a pooled connection that was reused, before any answer: the request may be sent again. */
+class StaleSocket extends Error {
+  constructor(override readonly cause: unknown) { super('stale pooled connection') }
+}
+
 /**
  * node:http rather than fetch: fetch's dispatcher also gives up after 300 s without headers, which would cut a
  * generation that is pinned on purpose (watchdog deadlines, the router's 1800 s). The signal is the only deadline.
  */
-function send(req: HttpRequest, signal: AbortSignal): Promise<Omit<HttpResponse, 'ms'>> {
+function send(req: HttpRequest, signal: AbortSignal, pooled: boolean): Promise<Omit<HttpResponse, 'ms'>> {
   return new Promise((resolve, reject) => {
     let url: URL
     try {
@@ -97,9 +121,10 @@ function send(req: HttpRequest, signal: AbortSignal): Promise<Omit<HttpResponse,
       headers['content-type'] ??= 'application/json'
       headers['content-length'] = String(Buffer.byteLength(req.body))
     }
-    // agent: false = one connection per request. Probes are rare, and a pooled keep-alive socket that the server
-    // closed meanwhile would surface as a spurious ECONNRESET in the middle of a chaos run.
-    const outgoing = request(url, {method: req.method ?? 'GET', headers, agent: false}, (res) => {
+    let answered = false
+    const agent = pooled ? pools[url.protocol as keyof typeof pools] : false
+    const outgoing: ClientRequest = request(url, {method: req.method ?? 'GET', headers, agent}, (res) => {
+      answered = true
       const chunks: Buffer[] = []
       res.on('data', (c: Buffer) => chunks.push(c))
       res.on('error', fail)
@@ -119,7 +144,7 @@ function send(req: HttpRequest, signal: AbortSignal): Promise<Omit<HttpResponse,
         resolve({status: res.statusCode ?? 0, headers, text: Buffer.concat(chunks).toString('utf8')})
       })
     })
-    outgoing.on('error', fail)
+    outgoing.on('error', (error) => fail(pooled && outgoing.reusedSocket && !answered && !signal.aborted ? new StaleSocket(error) : error))
     if (signal.aborted) {
       onAbort()
       return

@@ -8,7 +8,7 @@ import {normalizeRoom, parseRoomJson, randomRoom, stringifyRoomJson} from '../..
 import {evictionThresholdS, shouldEvict} from '../../src/sim/server/watchdog.js'
 import {nextStatus, KVPoll} from '../../src/sim/server/kvpoll.js'
 import {BootstrapServer} from '../../src/sim/server/bootstrap-server.js'
-import {FrameReader, FrameType, kvFrames, CHUNK_BYTES} from '../../src/sim/server/data-frames.js'
+import {FrameReader, FrameType, kvFrames, CHUNK_BYTES, ReceiptReader, receipt} from '../../src/sim/server/data-frames.js'
 import type {SimConfig} from '../../src/sim/sim-config.js'
 import {freePort} from './launch-pair.js'
 
@@ -67,6 +67,18 @@ describe('data-plane framing', () => {
       `${FrameType.kv}:9223372036854775807:3:1:true:10`,
       `${FrameType.aux}:9223372036854775807:3:0:true:64`,
     ])
+  })
+
+  it("reads decode's receipts split at any byte boundary, keeping the latest count", () => {
+    const wire = Buffer.concat([receipt(20), receipt(262_164), receipt(2 ** 40 + 5)])
+    const r = new ReceiptReader()
+    const seen: number[] = []
+    for (let off = 0; off < wire.length; off += 5) {
+      r.push(wire.subarray(off, off + 5))
+      seen.push(r.latest)
+    }
+    // 5-byte slices: a count is known only once its 8 bytes are in.
+    expect(seen).toEqual([0, 20, 20, 262_164, 2 ** 40 + 5])
   })
 })
 

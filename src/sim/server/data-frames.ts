@@ -2,8 +2,9 @@
  * The twin's stand-in for RDMA WRITEs on the TCP data path: framed chunks on one persistent TCP connection per
  * prefill->decode rank pair. Header (20 bytes, big-endian): type u8 | room u64 | prefill rank u16 | chunk u32 |
  * isLast u8 | length u32, then `length` payload bytes. Types: KV chunk, AUX (after the last KV chunk; its arrival is
- * decode's notification). Nothing flows back: the WRITE is one-sided, prefill completes it when the peer's kernel
- * has acknowledged the bytes (tcp-acked.ts).
+ * decode's notification). The WRITE is one-sided: prefill completes it when the peer's transport has the bytes. What
+ * flows back is only a receipt (8 bytes, big-endian: the bytes of the connection the peer's process has read so far),
+ * a cheap proof of that; without one (a stopped peer, a dead path) prefill asks its kernel (tcp-acked.ts).
  */
 export const FrameType = {kv: 1, aux: 2} as const
 export const HEADER_BYTES = 20
@@ -79,5 +80,27 @@ export class FrameReader {
     const h = this.current!
     this.current = undefined
     this.onFrame(h)
+  }
+}
+
+export const RECEIPT_BYTES = 8
+
+/** Decode's receipt: how many bytes of this connection its process has read. */
+export function receipt(total: number): Buffer {
+  const b = Buffer.allocUnsafe(RECEIPT_BYTES)
+  b.writeBigUInt64BE(BigInt(total), 0)
+  return b
+}
+
+/** Prefill's side: the latest receipt of a connection, from a stream of 8-byte records in any slicing. */
+export class ReceiptReader {
+  private partial: Buffer = Buffer.alloc(0)
+  latest = 0
+
+  push(data: Buffer): void {
+    const b = this.partial.length === 0 ? data : Buffer.concat([this.partial, data])
+    const whole = b.length - (b.length % RECEIPT_BYTES)
+    if (whole > 0) this.latest = Math.max(this.latest, Number(b.readBigUInt64BE(whole - RECEIPT_BYTES)))
+    this.partial = Buffer.from(b.subarray(whole))
   }
 }

@@ -1,6 +1,6 @@
 import * as net from 'node:net'
 import {KVPoll, nextStatus, pollName} from './kvpoll.js'
-import {FrameReader, FrameType} from './data-frames.js'
+import {FrameReader, FrameType, receipt} from './data-frames.js'
 import {gpuIndex} from './protocol.js'
 import {rankCount, routeKeyOf, serverLayout} from './layout.js'
 import {railOfGpu, ROCE_V2_PORT} from './rail-plan.js'
@@ -66,7 +66,19 @@ export class DecodeRank {
       const reader = new FrameReader((h) => {
         if (h.type === FrameType.aux) this.notify(h.room.toString(), h.prefillRank)
       })
-      socket.on('data', (d) => reader.push(d))
+      // A receipt of what this process has read, once per burst of reads: prefill's proof that the bytes arrived.
+      let read = 0
+      let receiptDue = false
+      socket.on('data', (d) => {
+        reader.push(d)
+        read += d.length
+        if (receiptDue) return
+        receiptDue = true
+        setImmediate(() => {
+          receiptDue = false
+          if (!socket.destroyed) socket.write(receipt(read))
+        })
+      })
     })
     await new Promise<void>((resolve, reject) => {
       this.server!.once('error', reject)

@@ -2,7 +2,7 @@ import {existsSync} from 'node:fs'
 import * as net from 'node:net'
 import type * as zmq from 'zeromq'
 import {KVPoll, nextStatus, pollName} from './kvpoll.js'
-import {AUX_BYTES, kvFrames} from './data-frames.js'
+import {AUX_BYTES, kvFrames, ReceiptReader} from './data-frames.js'
 import {NIXL_GUARD} from './zmq-link.js'
 import type {PrefillOp} from './protocol.js'
 import type {Logger} from './log.js'
@@ -18,14 +18,21 @@ interface DecodeAgent {dataHost: string; dataPort: number; rail?: {addr: string;
 interface DstInfo {agentName: string; decodeIp: string; decodePort: string; pages: number}
 /** A WRITE on the TCP path completes when the peer's kernel has acknowledged every byte up to `end`. */
 interface PendingWrite {end: number; resolve: () => void; reject: (e: Error) => void}
-interface DataConn {socket: net.Socket; key: string; queued: number; sent: number; pending: PendingWrite[]}
+/** One KV data connection; `delayMs`/`checkAt`: its own backoff between reads of its tx_queue (checkAcks). */
+interface DataConn {socket: net.Socket; key: string; queued: number; sent: number; pending: PendingWrite[]; delayMs: number; checkAt: number; receipts: ReceiptReader}
 
 /** Posts one RDMA WRITE to this rank's rail NIC (in the server process); resolves on its completion. */
 export type RdmaPoster = (w: {dest: {addr: string; port: number}; room: string; bytes: number; notify: boolean}) => Promise<void>
 
 const PROC_TCP = existsSync('/proc/net/tcp')
-/** The longest wait between two reads of a stalled connection's tx_queue (checkAcks). */
-const ACK_POLL_MAX_MS = 64
+/**
+ * The longest wait between two reads of a stalled connection's tx_queue (checkAcks). Each read walks the namespace's
+ * whole TCP table (6-15 ms of CPU on a 2-core VM, measured: the ranks' largest cost under a stall), and a path whose
+ * filter is lifted resumes only at TCP's next retransmission anyway (RTO 200 ms, doubling while it was dead).
+ */
+const ACK_POLL_MAX_MS = 256
+/** The first read of a connection's tx_queue after a WRITE: later than its receipt from a reading peer takes. */
+const FIRST_KERNEL_CHECK_MS = 16
 
 /**
  * One prefill TP rank's KV sender side: the per-room status table (NIXL's update_status rules), the
@@ -44,7 +51,8 @@ export class PrefillRank {
   /** Why a room failed on this rank: what failure_exception() would raise, for the scheduler's log line and 500. */
   private readonly reasons = new Map<string, string>()
   private ackTimer: NodeJS.Timeout | undefined
-  private ackDelayMs = 1
+  /** When ackTimer fires (ms, performance.now()). */
+  private ackTimerAt = Infinity
   private readonly bugAbortRace: boolean
   /** Failure points (the twin's control endpoint): drop every decode frame; hold KV writes until released. */
   private dropFrames = false
@@ -230,40 +238,62 @@ export class PrefillRank {
       conn.socket.write(frame, (err) => { if (!err) conn.sent += frame.length })
     }
     return new Promise<void>((resolve, reject) => {
+      // A connection that had nothing pending is asked soon (its receipt usually comes first); one already waiting
+      // (stalled) keeps its backoff.
+      if (conn.pending.length === 0) {
+        conn.delayMs = FIRST_KERNEL_CHECK_MS
+        conn.checkAt = performance.now() + FIRST_KERNEL_CHECK_MS
+      }
       conn.pending.push({end: conn.queued, resolve, reject})
-      this.ackDelayMs = 1
-      if (!this.ackTimer) this.ackTimer = setTimeout(this.checkAcks, this.ackDelayMs)
+      this.scheduleAcks()
     })
+  }
+
+  /** The next read of the table: when the earliest connection with pending WRITEs is due. */
+  private scheduleAcks(): void {
+    let at = Infinity
+    for (const c of this.conns.values()) if (c.pending.length > 0) at = Math.min(at, c.checkAt)
+    if (at === Infinity || at >= this.ackTimerAt) return
+    if (this.ackTimer) clearTimeout(this.ackTimer)
+    this.ackTimerAt = at
+    this.ackTimer = setTimeout(this.checkAcks, Math.max(0, at - performance.now()))
   }
 
   /**
    * Which pending WRITEs the peer has acknowledged: bytes whose write callback fired, minus the socket's tx_queue
    * (handed to the kernel, not yet ACKed; /proc/net/tcp). Conservative: a byte counts only once both agree. Polled
-   * every 1 ms while it moves, backing off to 64 ms while it does not (a stalled path: reading the table every 16 ms
-   * for a stall's seconds was a third of the ranks' CPU, and a transfer that resumes is seen at most 64 ms late).
+   * every 1 ms while it moves, backing off to ACK_POLL_MAX_MS while it does not (a stalled path: reading the table every
+   * 16 ms for a stall's seconds was a third of the ranks' CPU).
    */
   private readonly checkAcks = (): void => {
     this.ackTimer = undefined
+    this.ackTimerAt = Infinity
+    const now = performance.now()
     const tables = new ProcTcpTables()
-    let pending = false
-    let progress = false
     for (const conn of this.conns.values()) {
-      if (conn.pending.length === 0) continue
+      if (conn.pending.length === 0 || conn.checkAt > now) continue
       let acked: number
       if (!PROC_TCP) acked = conn.sent // no procfs: the write callbacks are all there is
       else {
         const txq = txQueue(conn.socket, tables)
         acked = txq === undefined ? -1 : conn.sent - txq
       }
-      while (conn.pending.length > 0 && conn.pending[0]!.end <= acked) {
-        conn.pending.shift()!.resolve()
-        progress = true
-      }
-      if (conn.pending.length > 0) pending = true
+      const progress = this.settle(conn, acked)
+      // Each connection backs off on its own: a stalled one is read every ACK_POLL_MAX_MS, a moving one every 1 ms.
+      conn.delayMs = progress ? 1 : Math.min(conn.delayMs * 2, ACK_POLL_MAX_MS)
+      conn.checkAt = now + conn.delayMs
     }
-    if (!pending) return
-    this.ackDelayMs = progress ? 1 : Math.min(this.ackDelayMs * 2, ACK_POLL_MAX_MS)
-    this.ackTimer = setTimeout(this.checkAcks, this.ackDelayMs)
+    this.scheduleAcks()
+  }
+
+  /** Complete the WRITEs whose last byte is at or below `upTo` (bytes of the connection); true if any was. */
+  private settle(conn: DataConn, upTo: number): boolean {
+    let progress = false
+    while (conn.pending.length > 0 && conn.pending[0]!.end <= upTo) {
+      conn.pending.shift()!.resolve()
+      progress = true
+    }
+    return progress
   }
 
   private connect(agent: DecodeAgent): DataConn {
@@ -272,8 +302,12 @@ export class PrefillRank {
     if (existing) return existing
     const socket = net.createConnection({host: agent.dataHost, port: agent.dataPort})
     socket.setNoDelay(true)
-    const conn: DataConn = {socket, key, queued: 0, sent: 0, pending: []}
-    socket.on('data', () => undefined) // nothing flows back on the KV path
+    const conn: DataConn = {socket, key, queued: 0, sent: 0, pending: [], delayMs: 1, checkAt: 0, receipts: new ReceiptReader()}
+    // Decode's receipts: what its process read is past its kernel, the WRITEs up to there are complete.
+    socket.on('data', (d: Buffer) => {
+      conn.receipts.push(d)
+      if (this.settle(conn, conn.receipts.latest)) conn.delayMs = FIRST_KERNEL_CHECK_MS
+    })
     const drop = (why: string) => {
       if (this.conns.get(key) === conn) this.conns.delete(key)
       const err = new Error(`data connection to ${key} ${why}`)
