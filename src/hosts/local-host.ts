@@ -1,6 +1,5 @@
 import {openSync, closeSync} from 'node:fs'
-import {spawn} from 'node:child_process'
-import type {ResultPromise} from 'execa'
+import {type ChildProcessWithoutNullStreams, spawn} from 'node:child_process'
 
 import {PdError} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
@@ -11,13 +10,10 @@ import {
 } from './host.js'
 import {describeArgv} from './quote.js'
 
-// execa on the first command, not at start-up (see src/util/lazy-require.ts). An ES module: imported, not required
-// (under tsx, require() of it fails on a dependency that exports only for import).
-let execaModule: Promise<typeof import('execa')> | undefined
-const loadExeca = (): Promise<typeof import('execa')> => (execaModule ??= import('execa'))
-
 /** After a kill, how long to wait for the pipes to close before giving up on the process's output. */
 const REAP_MS = 2000
+/** The most output kept of one command (each stream); more is dropped, as no remote read needs it. */
+const MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 
 /** This machine as a Host: argv is exec'd directly (no shell), each command in its own process group. */
 export class LocalHost implements Host {
@@ -32,40 +28,46 @@ export class LocalHost implements Host {
   async run(argv: string[], opts: RunOptions): Promise<RunResult> {
     checkTimeout(opts.timeoutMs)
     const full = buildArgv(argv, opts, this.sudoPolicy, this.isRoot)
-    const {execa} = await loadExeca()
     const started = performance.now()
+    // node:child_process, not a wrapper: a run makes a hundred of these, and each costs the CLI's own CPU.
     // detached: the child leads its own process group, so a timeout kills everything it started.
-    const sub: ResultPromise = execa(full[0]!, full.slice(1), {
-      detached: true, reject: false, stripFinalNewline: false, encoding: 'utf8',
-      input: opts.stdin ?? '', maxBuffer: 64 * 1024 * 1024,
-    })
-    let expire!: () => void
-    const expired = new Promise<'timeout'>((resolve) => { expire = () => resolve('timeout') })
-    const timer = setTimeout(() => {
-      killGroup(sub.pid)
-      expire()
-    }, opts.timeoutMs)
+    let child: ChildProcessWithoutNullStreams
     try {
-      const result = await Promise.race([sub, expired])
+      child = spawn(full[0]!, full.slice(1), {detached: true, stdio: ['pipe', 'pipe', 'pipe']})
+    } catch (error) {
+      // Refused before it ran (an argument list the kernel will not take: E2BIG): a result, as a shell would say.
+      const errno = (error as NodeJS.ErrnoException).code ?? 'EINVAL'
+      return {code: errno === 'ENOENT' ? 127 : 126, stdout: '', stderr: `pdchaos: ${full[0]}: ${errno}\n`, durationMs: performance.now() - started}
+    }
+    const out = collect(child.stdout)
+    const err = collect(child.stderr)
+    child.stdin.on('error', () => undefined) // a command that does not read its input closes it early
+    child.stdin.end(opts.stdin ?? '')
+    const ended = new Promise<{code: number | null; signal: NodeJS.Signals | null; errno?: string}>((resolve) => {
+      child.once('error', (e: NodeJS.ErrnoException) => resolve({code: null, signal: null, errno: e.code ?? 'EIO'}))
+      child.once('close', (code, signal) => resolve({code, signal}))
+    })
+    let timer: NodeJS.Timeout | undefined
+    const expired = new Promise<'timeout'>((resolve) => {
+      timer = setTimeout(() => {
+        killGroup(child.pid)
+        resolve('timeout')
+      }, opts.timeoutMs)
+    })
+    try {
+      const result = await Promise.race([ended, expired])
       if (result === 'timeout') {
-        await within(sub.catch(() => undefined), REAP_MS)
+        await within(ended, REAP_MS)
         throw new PdError(`\`${describeArgv(argv)}\` timed out after ${opts.timeoutMs} ms on local; its process group was killed`, {
           exit: ExitCode.unreachable, suggestion: 'raise the timeout or find out why the command hangs',
         })
       }
       const durationMs = performance.now() - started
-      const errno = (result as {code?: string}).code
-      if (result.exitCode === undefined && result.signal === undefined && errno !== undefined) {
+      if (result.errno !== undefined) {
         // exec itself failed (ENOENT, EACCES): report it the way a shell would, as a result.
-        return {code: errno === 'ENOENT' ? 127 : 126, stdout: '', stderr: `pdchaos: ${full[0]}: ${errno}\n`, durationMs}
+        return {code: result.errno === 'ENOENT' ? 127 : 126, stdout: '', stderr: `pdchaos: ${full[0]}: ${result.errno}\n`, durationMs}
       }
-      return {
-        code: result.exitCode ?? null,
-        ...(result.signal ? {signal: result.signal} : {}),
-        stdout: String(result.stdout ?? ''),
-        stderr: String(result.stderr ?? ''),
-        durationMs,
-      }
+      return {code: result.code, ...(result.signal ? {signal: result.signal} : {}), stdout: out.text(), stderr: err.text(), durationMs}
     } finally {
       clearTimeout(timer)
     }
@@ -107,6 +109,18 @@ export class LocalHost implements Host {
   }
 
   async close(): Promise<void> {}
+}
+
+/** A stream's bytes as UTF-8 text, at most MAX_OUTPUT_BYTES of them. */
+function collect(stream: NodeJS.ReadableStream): {text: () => string} {
+  const chunks: Buffer[] = []
+  let bytes = 0
+  stream.on('data', (c: Buffer) => {
+    if (bytes >= MAX_OUTPUT_BYTES) return
+    chunks.push(c)
+    bytes += c.length
+  })
+  return {text: () => Buffer.concat(chunks).toString('utf8')}
 }
 
 function killGroup(pid: number | undefined): void {

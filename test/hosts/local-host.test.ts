@@ -33,6 +33,19 @@ describe('LocalHost', () => {
     expect(res).toMatchObject({code: null, signal: 'SIGTERM'})
   })
 
+  it('survives a command that reads none of a large input, and keeps a large UTF-8 output whole', async () => {
+    expect((await host.run(['true'], {timeoutMs: 5000, stdin: 'x'.repeat(4 * 1024 * 1024)})).code).toBe(0)
+    // 3 MB of a 3-byte character: pipe chunks split characters, the text must not.
+    const text = '€'.repeat(1_000_000)
+    const res = await host.run(['cat'], {timeoutMs: 10_000, stdin: text})
+    expect(res.code).toBe(0)
+    expect(res.stdout === text).toBe(true)
+    // An argument list the kernel refuses is a result (126), as a shell would say, not a crash.
+    const big = await host.run(['echo', 'x'.repeat(200_000)], {timeoutMs: 5000})
+    expect(big).toMatchObject({code: 126, stdout: ''})
+    expect(big.stderr).toMatch(/E2BIG/)
+  })
+
   it('a timeout rejects fast with exit 5 and kills the whole process group', async () => {
     const m = marker()
     const t0 = performance.now()
