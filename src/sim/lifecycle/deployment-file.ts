@@ -1,8 +1,8 @@
 import {writeFileSync} from 'node:fs'
 import {join} from 'node:path'
-import {fileURLToPath} from 'node:url'
 
 import {type Backend, type SimConfig, servicesHere, simPaths, type WatchdogScope} from '../sim-config.js'
+import {packageRootOf} from '../entry.js'
 import {endpoints} from './files.js'
 import type {Service} from './lock.js'
 import {assertOwnDeploymentFile} from './state-marker.js'
@@ -13,7 +13,7 @@ import {assertOwnDeploymentFile} from './state-marker.js'
  */
 export function cliEntry(moduleUrl: string = import.meta.url): string {
   const fromSource = moduleUrl.endsWith('.ts')
-  return fileURLToPath(new URL(`../../../bin/${fromSource ? 'dev.js' : 'run.js'}`, moduleUrl))
+  return join(packageRootOf(moduleUrl), 'bin', fromSource ? 'dev.js' : 'run.js')
 }
 
 export function restartArgv(stateDir: string, service: Service): string[] {
@@ -88,7 +88,9 @@ export function twinDeployment(config: SimConfig): TwinDeployment {
 export async function writeDeploymentFile(config: SimConfig): Promise<string> {
   const file = simPaths(config.stateDir).deploymentFile
   assertOwnDeploymentFile(file) // never over a deployment file pdchaos did not write (issue 12, S2)
-  const {stringify} = await import('yaml')
+  const yaml = await import('yaml')
+  // In the CLI's bundle (scripts/bundle.mjs) a CommonJS package imported on demand is its default export alone.
+  const {stringify} = typeof yaml.stringify === 'function' ? yaml : (yaml as unknown as {default: typeof yaml}).default
   const header = `# Written by \`pdchaos sim up\` for the twin in ${config.stateDir}. Rewritten on every up.\n`
   writeFileSync(file, header + stringify(twinDeployment(config)))
   return file

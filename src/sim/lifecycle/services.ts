@@ -1,10 +1,9 @@
 import {mkdirSync, writeFileSync} from 'node:fs'
 import http from 'node:http'
 import {dirname} from 'node:path'
-import {fileURLToPath} from 'node:url'
 
 import {unavailable} from './sim-error.js'
-import {entryArgv} from '../entry.js'
+import {entryArgv, packageRootOf, simModule} from '../entry.js'
 import {gatewayArgsFor, gatewayArgv} from '../router/gateway-args.js'
 import {isFollower, type Role, SIM_ENV, type SimConfig, simPaths} from '../sim-config.js'
 import {launchArgv, launchFlags, launchYaml} from '../server/layout.js'
@@ -12,12 +11,12 @@ import {endpoints, causeFromLog, readServiceFile, type ServiceFile, urlOf} from 
 import type {Service} from './lock.js'
 import {isSameProcess, type ProcRef, spawnDetached} from './procs.js'
 
-const ext = import.meta.url.endsWith('.ts') ? '.ts' : '.js'
-const serverModule = new URL(`../server/server-main${ext}`, import.meta.url).href
+// By the package root, not a relative URL: this module may run from a chunk of the CLI's bundle (dist/chunks/).
+const serverModule = simModule(import.meta.url, 'server/server-main')
 // The services (and the rank processes they spawn with a bare `--import tsx`) run from the package root,
 // where node resolves pdchaos's own dependencies.
-const packageRoot = fileURLToPath(new URL('../../../', import.meta.url))
-const routerModule = new URL(`../router/router-main${ext}`, import.meta.url).href
+const packageRoot = packageRootOf(import.meta.url)
+const routerModule = simModule(import.meta.url, 'router/router-main')
 
 /** The environment of every twin service: PATH led by DIR/bin (the nvidia-smi stand-in) and SGLang's variables. */
 export function serviceEnv(config: SimConfig, base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
