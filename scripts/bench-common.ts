@@ -29,6 +29,8 @@ export function compiledCli(name = 'pdchaos-bench-cli'): string {
     // Type errors elsewhere in the tree (other work in progress) do not stop tsc from emitting.
   }
   if (!existsSync(join(out, 'dist', 'commands', 'status.js'))) throw new Error(`tsc emitted no commands into ${out}/dist`)
+  // Bundled as `npm run build` bundles it: the figures are those of the CLI users run.
+  execFileSync(process.execPath, [join(repo, 'scripts', 'bundle.mjs'), join(out, 'dist')], {stdio: 'pipe'})
   // In the private root: `oclif manifest` first deletes ./oclif.manifest.json of its working directory.
   execFileSync(join(repo, 'node_modules', '.bin', 'oclif'), ['manifest', out], {cwd: out, stdio: 'pipe', env: {...process.env, OCLIF_SKIP_NEW_VERSION_CHECK: '1'}})
   return join(out, 'bin', 'run.js')

@@ -3,15 +3,14 @@
 // they share split into dist/chunks/, so a command loads a handful of files instead of ~450 (pdchaos's modules,
 // zod, yaml). Node 20 spends about 1 ms of CPU per module on loading alone: a third of every command's start.
 // The twin's processes (dist/sim/server, dist/sim/router) keep running tsc's output, one file per module.
-//   node scripts/bundle.mjs
+//   node scripts/bundle.mjs [DIST]      (DIST: tsc's output to bundle in place; default dist/ of this repository)
 import {readdirSync, readFileSync, rmSync, statSync} from 'node:fs'
-import {dirname, join, relative} from 'node:path'
+import {dirname, join, relative, resolve} from 'node:path'
 import {fileURLToPath} from 'node:url'
 
 import {build} from 'esbuild'
 
-const root = join(dirname(fileURLToPath(import.meta.url)), '..')
-const dist = join(root, 'dist')
+const dist = resolve(process.argv[2] ?? join(dirname(fileURLToPath(import.meta.url)), '..', 'dist'))
 
 function* walk(dir) {
   for (const name of readdirSync(dir)) {
@@ -24,7 +23,7 @@ function* walk(dir) {
 const entryPoints = [...walk(join(dist, 'commands')), join(dist, 'cli', 'main.js')]
 rmSync(join(dist, 'chunks'), {recursive: true, force: true})
 const result = await build({
-  entryPoints, outdir: dist, outbase: dist, allowOverwrite: true, bundle: true, splitting: true, format: 'esm',
+  entryPoints, outdir: dist, outbase: dist, absWorkingDir: dist, allowOverwrite: true, bundle: true, splitting: true, format: 'esm',
   platform: 'node', target: 'node20', chunkNames: 'chunks/[name]-[hash]', metafile: true, logLevel: 'warning',
   // oclif is one instance with bin/run.js; native and lazily required packages stay in node_modules.
   external: ['@oclif/*', 'ssh2', 'cpu-features', 'zeromq', 'prom-client'],
@@ -34,12 +33,13 @@ const result = await build({
 
 // A module that finds files next to itself must not be moved into a chunk unless it finds them by the package root
 // (src/sim/entry.ts: packageRootOf, simModule). createRequire(import.meta.url) resolves packages from any depth.
-const allowed = new Set(['dist/sim/entry.js', 'dist/util/lazy-require.js', 'dist/sim/lifecycle/services.js', 'dist/sim/lifecycle/deployment-file.js'])
-const moved = Object.keys(result.metafile.inputs).filter((p) => p.startsWith('dist/') && !allowed.has(p))
-  .filter((p) => /import\.meta\.(url|resolve)/.test(readFileSync(join(root, p), 'utf8')) && !entryPoints.includes(join(root, p)))
+// Metafile paths are relative to DIST (absWorkingDir); node_modules ones start with ../.
+const allowed = new Set(['sim/entry.js', 'util/lazy-require.js', 'sim/lifecycle/services.js', 'sim/lifecycle/deployment-file.js'])
+const moved = Object.keys(result.metafile.inputs).filter((p) => !p.startsWith('..') && !allowed.has(p))
+  .filter((p) => /import\.meta\.(url|resolve)/.test(readFileSync(join(dist, p), 'utf8')) && !entryPoints.includes(join(dist, p)))
 if (moved.length > 0) {
   console.error(`bundle: these modules use import.meta and would run from dist/chunks/: ${moved.join(', ')}`)
   process.exit(1)
 }
 const out = Object.keys(result.metafile.outputs).filter((p) => p.endsWith('.js'))
-console.log(`bundle: ${entryPoints.length} entries, ${out.length - entryPoints.length} shared chunks, from ${Object.keys(result.metafile.inputs).length} modules (${relative(root, dist)}/)`)
+console.log(`bundle: ${entryPoints.length} entries, ${out.length - entryPoints.length} shared chunks, from ${Object.keys(result.metafile.inputs).length} modules (${relative(process.cwd(), dist) || '.'}/)`)
