@@ -25,10 +25,17 @@ rmSync(join(dist, 'chunks'), {recursive: true, force: true})
 const result = await build({
   entryPoints, outdir: dist, outbase: dist, absWorkingDir: dist, allowOverwrite: true, bundle: true, splitting: true, format: 'esm',
   platform: 'node', target: 'node20', chunkNames: 'chunks/[name]-[hash]', metafile: true, logLevel: 'warning',
-  // oclif is one instance with bin/run.js; native and lazily required packages stay in node_modules.
-  external: ['@oclif/*', 'ssh2', 'cpu-features', 'zeromq', 'prom-client'],
-  // A bundled CommonJS dependency may require() a Node builtin.
-  banner: {js: "import {createRequire as __pdchaosRequire} from 'node:module'; const require = __pdchaosRequire(import.meta.url);"},
+  // oclif is bundled too (bin/run.js takes its settings from dist/cli/main.js: one instance); its help plugin, native
+  // packages, lazily required ones and the TypeScript tooling oclif only loads in development stay in node_modules.
+  external: ['@oclif/plugin-help', 'ssh2', 'cpu-features', 'zeromq', 'prom-client', 'typescript', 'ts-node', 'tsx'],
+  // A bundled CommonJS dependency may require() a Node builtin, or name its own file.
+  banner: {js: [
+    "import {createRequire as __pdchaosRequire} from 'node:module';",
+    "import {fileURLToPath as __pdchaosPath} from 'node:url';",
+    'const require = __pdchaosRequire(import.meta.url);',
+    'const __filename = __pdchaosPath(import.meta.url);',
+    "const __dirname = __filename.slice(0, __filename.lastIndexOf('/'));",
+  ].join(' ')},
 })
 
 // A module that finds files next to itself must not be moved into a chunk unless it finds them by the package root

@@ -1,5 +1,8 @@
 import {flush, run, type Interfaces} from '@oclif/core'
 
+// bin/run.js sets oclif's settings through this module: in the bundle (scripts/bundle.mjs) it is the one oclif.
+export {settings} from '@oclif/core'
+
 import {badInput} from '../errors.js'
 import {argvWantsJson, errorDocument, isExitRequest, writeError} from './error-output.js'
 
