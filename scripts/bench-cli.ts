@@ -3,7 +3,7 @@
  * `pdchaos --help`, `pdchaos status --sim --json` against a running twin on loopback, and `pdchaos status -c` over SSH
  * into the namespace test host (sshd and the twin inside), each the median of N runs after one warm-up, with
  * `node -e 0` measured in the same run as the baseline (this 2-core machine is noisy). pdchaos runs compiled, as an
- * installed copy runs it (tsc into node_modules/.cache/pdchaos-bench-cli, never dist/). Writes `## CLI` of BENCHMARKS.md.
+ * installed copy runs it (tsc and the bundle into node_modules/.cache/pdchaos-bench-cli, never dist/). Writes `## CLI` of BENCHMARKS.md.
  */
 import {mkdtempSync, renameSync, rmSync} from 'node:fs'
 import {cpus, tmpdir} from 'node:os'
@@ -83,7 +83,7 @@ async function main(): Promise<void> {
     `| ${name} | ${ms(t.median)} | ${ms(t.p99)} | ${ms(Math.min(...t.runs))}–${ms(Math.max(...t.runs))} | ${(t.median / base.median).toFixed(1)}x | ${goal} |`
   const body = [
     `\`node --import tsx scripts/bench-cli.ts\`: wall time of one CLI process from spawn to exit, median and p99 of ${RUNS} runs after one`,
-    'warm-up each, run sequentially. pdchaos runs compiled as an installed copy does (tsc into node_modules/.cache/pdchaos-bench-cli',
+    'warm-up each, run sequentially. pdchaos runs compiled as an installed copy does (tsc and scripts/bundle.mjs into node_modules/.cache/pdchaos-bench-cli',
     'with a copy of bin/run.js and package.json, and its oclif.manifest.json as `npm run build` writes it; dependencies from the repo).',
     'Baseline: `node -e 0` in the same run.',
     '`status --sim` targets a twin already running on loopback; `status -c` goes over SSH (ssh2, pure-JS handshake per process)',

@@ -11,7 +11,7 @@ import {fileURLToPath} from 'node:url'
 export const repo = fileURLToPath(new URL('../', import.meta.url))
 
 /**
- * Compile src/ with tsc into node_modules/.cache/<name> (never dist/, which others use) next to a copy of bin/run.js
+ * Build src/ as `npm run build` does (tsc, then scripts/bundle.mjs) into node_modules/.cache/<name> (never dist/, which others use) next to a copy of bin/run.js
  * and package.json, so oclif finds the commands at ./dist/commands of that private root, and write its
  * oclif.manifest.json as `npm run build` does. Dependencies resolve from the repo's node_modules (a parent directory).
  * Returns the path of the private bin/run.js.
