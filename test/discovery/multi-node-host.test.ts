@@ -2,7 +2,7 @@ import {describe, expect, it} from 'vitest'
 
 import {DeploymentSchema} from '../../src/deployment/config.js'
 import {discover} from '../../src/discovery/discover.js'
-import type {Host, RunOptions, RunResult} from '../../src/hosts/host.js'
+import {answered, answeringHost} from '../hosts/answering-host.js'
 
 /**
  * Node rank 1 of a real SGLang prefill over two nodes (TP 16), as `ps` shows it on that node: the launch command with
@@ -20,18 +20,12 @@ const PS = [
   ' 5101  5100 Sl   sglang::scheduler_TP0',
 ].join('\n')
 
-class NodeRankOneHost implements Host {
-  async run(argv: string[], _opts: RunOptions): Promise<RunResult> {
-    const ok = (stdout = ''): RunResult => ({code: 0, stdout, stderr: '', durationMs: 1})
-    if (argv[0] === 'ps') return ok(PS)
-    if (argv[0] === 'true' || argv[0] === 'ss' || argv[0] === 'cat' || argv[0] === 'sh') return ok()
-    return {code: 127, stdout: '', stderr: `${argv[0]}: not found`, durationMs: 1}
-  }
-  async upload(): Promise<void> {}
-  async startDetached(): Promise<{pid: number}> { return {pid: 1} }
-  describe(): string { return 'gpu-b' }
-  async close(): Promise<void> {}
-}
+/** Node rank 1's host: its process table; every other tool answers nothing, and anything else is not installed. */
+const nodeRankOneHost = answeringHost('gpu-b', (argv) => {
+  if (argv[0] === 'ps') return answered(PS)
+  if (argv[0] === 'true' || argv[0] === 'ss' || argv[0] === 'cat' || argv[0] === 'sh') return answered()
+  return {code: 127, stdout: '', stderr: `${argv[0]}: not found`, durationMs: 1}
+})
 
 describe('discovery on node rank 1 of a multi-node instance', () => {
   it('finds its schedulers by the launch command, each on this node\'s GPU tp_rank % tp_per_node, and expects 8 of 16 here', async () => {
@@ -43,7 +37,7 @@ describe('discovery on node rank 1 of a multi-node instance', () => {
       watchdog: {deadlineSeconds: 2, pollSeconds: 0.5},
       probeTimeoutSeconds: 1,
     })
-    const r = await discover(deployment, new NodeRankOneHost(), {timeoutMs: 1000, here: ['prefill']})
+    const r = await discover(deployment, nodeRankOneHost, {timeoutMs: 1000, here: ['prefill']})
     expect(r.ranks.map((k) => [k.service, k.tpRank, k.pid, k.gpu])).toEqual(Array.from({length: 8}, (_, i) => ['prefill', 8 + i, 4101 + i, i]))
     expect(r.ranks[5]!.gpuSource).toBe('gpu_id 5 (base-gpu-id 0 + TP13)')
     expect(r.services.prefill.launch?.args).toMatchObject({nnodes: 2, nodeRank: 1, distInitAddr: '10.0.0.1:5000', tpSize: 16})

@@ -1,6 +1,8 @@
 import {writeFileSync} from 'node:fs'
 import {join} from 'node:path'
 
+import {stringify} from 'yaml'
+
 import {type Backend, type SimConfig, servicesHere, simPaths, type WatchdogScope} from '../sim-config.js'
 import {packageRootOf} from '../entry.js'
 import {endpoints} from './files.js'
@@ -84,13 +86,13 @@ export function twinDeployment(config: SimConfig): TwinDeployment {
   }
 }
 
-/** Async for its YAML writer, loaded only here: `sim status`, `down` and `restart` do without it. */
+/**
+ * Writes DIR/pdchaos.yaml; a refusal is a rejected promise. yaml is imported statically: every command that reaches
+ * here has already loaded it to read deployment files, and the CLI's bundle shares one copy of it.
+ */
 export async function writeDeploymentFile(config: SimConfig): Promise<string> {
   const file = simPaths(config.stateDir).deploymentFile
   assertOwnDeploymentFile(file) // never over a deployment file pdchaos did not write (issue 12, S2)
-  const yaml = await import('yaml')
-  // In the CLI's bundle (scripts/bundle.mjs) a CommonJS package imported on demand is its default export alone.
-  const {stringify} = typeof yaml.stringify === 'function' ? yaml : (yaml as unknown as {default: typeof yaml}).default
   const header = `# Written by \`pdchaos sim up\` for the twin in ${config.stateDir}. Rewritten on every up.\n`
   writeFileSync(file, header + stringify(twinDeployment(config)))
   return file
