@@ -219,7 +219,9 @@ async function main(): Promise<void> {
     ].join('\n')
     process.stdout.write(writeSection('Fleet', body))
   } finally {
-    rmSync(dir, {recursive: true, force: true})
+    // BENCH_KEEP=1: the journals stay for a look at where a run's time went (the directory is printed).
+    if (process.env.BENCH_KEEP === '1') process.stderr.write(`kept ${dir}\n`)
+    else rmSync(dir, {recursive: true, force: true})
   }
 }
 

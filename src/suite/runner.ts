@@ -89,6 +89,8 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
   const watch = await startStopWatch(deployment, hosts, suite.stop, {say})
   const onOuter = () => watch.stop(String(opts.signal?.reason ?? 'interrupted'))
   opts.signal?.addEventListener('abort', onOuter, {once: true})
+  // A SIGINT during calibration or discovery (before the listener) fired no event: the run stops before its first batch.
+  if (opts.signal?.aborted) onOuter()
   for (const n of watch.notes) say(n)
   const runs: ScenarioRun[] = []
   const batchStats: NonNullable<SuiteRun['batches']> = []

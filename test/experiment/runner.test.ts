@@ -381,6 +381,25 @@ describe.concurrent('the runner (runBatch, runSuite) against a scripted deployme
     expect(onHost.active).toEqual([])
     expect(onHost.done.map((d) => d.id).sort()).toEqual(run.scenarios.map((s) => s.leases[0]!.id).sort())
   })
+
+  // A Ctrl-C while the run calibrates or discovers comes before runSuite listens for it: it must still stop the run.
+  it.sequential('runSuite, a stop that came before its first batch: nothing injected, every scenario "not run", the run stopped', async (ctx) => {
+    const {fake, host, stateDir, leases} = await env(ctx, {evictAfterMs: ON_TIME_MS})
+    const spy = vi.spyOn(RunSession.prototype, 'discovery').mockImplementation(async () => fake.discovery())
+    ctx.onTestFinished(() => spy.mockRestore())
+    const suite = SuiteSchema.parse({
+      name: 'stopped early',
+      scenarios: [{name: 'dd rank0', fault: 'drop-dest-info', params: {rank: 0, mechanism: 'twin-failpoint'}, pins: 1}],
+      stop: {kernelXid: false},
+    })
+    const stop = new AbortController()
+    stop.abort('interrupted (SIGINT)')
+    const run = await runSuite(fake.deployment(stateDir, WATCHDOG), host, suite, {say: () => {}, signal: stop.signal})
+    expect(run.stopped).toEqual({reason: 'interrupted (SIGINT)'})
+    expect(run.scenarios.map((s) => s.error)).toEqual([expect.stringMatching(/^not run: the suite was stopped/)])
+    expect(fake.failpointPosts).toEqual([])
+    expect(await leases()).toMatchObject({active: [], done: []})
+  })
 })
 
 describe('judgeBatch and viewFor (pure)', () => {
