@@ -24,8 +24,9 @@ const N = 3
 const DEADLINE = Number(process.env.BENCH_DEADLINE ?? 3)
 const CB_TIMEOUT_S = 10
 const POLL = Number(process.env.BENCH_POLL ?? 0.5)
-/** Rounds per twin size: one round on two busy cores can be off by a fifth either way; the median round is reported. */
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
+/** Rounds per twin size: one round on two busy cores can be off by a fifth either way (a batch ends on the twin's watchdog
+ * tick, so a few ms more before the pins can cost a whole poll interval); the median round of 5 is reported. */
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5)
 
 interface Cli {code: number | null; stdout: string; ms: number; peakRssKb: number; startedAt: number; beganAfterMs?: number}
 
