@@ -49,6 +49,8 @@ export class DecodeRank {
   private warnedWaitingTimeout = false
   dataPort = 0
   zmqPort = 0
+  /** Something the next poll() reports differently may have happened outside a step (rank-main.ts tells the scheduler). */
+  onChange: () => void = () => undefined
 
   constructor(
     private readonly cfg: SimConfig, private readonly env: EnvSettings, private readonly tpRank: number,
@@ -91,6 +93,7 @@ export class DecodeRank {
   /** A WRITE's notification arrived ("{room}_aux" from prefill rank j); poll() drains it. */
   notify(room: string, prefillRank: number): void {
     this.notifs.push({room, prefillRank})
+    this.onChange()
   }
 
   /** update_transfer_status(): every pending notification into its room's transfer status. */
@@ -116,9 +119,11 @@ export class DecodeRank {
           if (r.status === KVPoll.Failed) return
           r.sources = [...info.ranks.keys()]
           r.status = nextStatus(r.status, KVPoll.WaitingForInput)
+          this.onChange()
         }, (err: unknown) => {
           this.log.warn(`Decode handshake failed for request rank=${this.tpRank} rid=${op.rid} bootstrap_addr=${op.addr}: ${String(err)}`)
           r.status = KVPoll.Failed
+          this.onChange()
         })
         break
       }
@@ -224,7 +229,7 @@ export class DecodeRank {
         }
         l.send([NIXL_GUARD, room, ip, port, this.agentName, pages, '0', '1', Buffer.alloc(0), '0'])
       }
-    }, () => { r.status = KVPoll.Failed })
+    }, () => { r.status = KVPoll.Failed; this.onChange() })
   }
 
   private sendAbort(room: string, r: Receiver): void {

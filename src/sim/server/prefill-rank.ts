@@ -58,6 +58,8 @@ export class PrefillRank {
   private dropFrames = false
   private stallKv = false
   private readonly held: Array<() => void> = []
+  /** A room's status changed (rank-main.ts tells the scheduler when it is between steps). */
+  onChange: () => void = () => undefined
 
   constructor(
     private readonly cfg: SimConfig, private readonly env: EnvSettings, private readonly tpRank: number,
@@ -121,7 +123,10 @@ export class PrefillRank {
   }
 
   private update(room: string, s: number): void {
-    this.status.set(room, nextStatus(this.status.get(room), s))
+    const before = this.status.get(room)
+    const after = nextStatus(before, s)
+    this.status.set(room, after)
+    if (after !== before) this.onChange()
   }
 
   apply(op: PrefillOp): void {
@@ -261,9 +266,9 @@ export class PrefillRank {
 
   /**
    * Which pending WRITEs the peer has acknowledged: bytes whose write callback fired, minus the socket's tx_queue
-   * (handed to the kernel, not yet ACKed; /proc/net/tcp). Conservative: a byte counts only once both agree. Polled
-   * every 1 ms while it moves, backing off to ACK_POLL_MAX_MS while it does not (a stalled path: reading the table every
-   * 16 ms for a stall's seconds was a third of the ranks' CPU).
+   * (handed to the kernel, not yet ACKed; /proc/net/tcp). Conservative: a byte counts only once both agree. Read
+   * again FIRST_KERNEL_CHECK_MS after progress, backing off to ACK_POLL_MAX_MS while there is none (a stalled path:
+   * reading the table every 16 ms for a stall's seconds was a third of the ranks' CPU).
    */
   private readonly checkAcks = (): void => {
     this.ackTimer = undefined
@@ -279,8 +284,9 @@ export class PrefillRank {
         acked = txq === undefined ? -1 : conn.sent - txq
       }
       const progress = this.settle(conn, acked)
-      // Each connection backs off on its own: a stalled one is read every ACK_POLL_MAX_MS, a moving one every 1 ms.
-      conn.delayMs = progress ? 1 : Math.min(conn.delayMs * 2, ACK_POLL_MAX_MS)
+      // Each connection backs off on its own: a stalled one is read every ACK_POLL_MAX_MS, a moving one again after
+      // FIRST_KERNEL_CHECK_MS (a reading peer's receipts settle the rest sooner; only a stopped one needs the table).
+      conn.delayMs = progress ? FIRST_KERNEL_CHECK_MS : Math.min(conn.delayMs * 2, ACK_POLL_MAX_MS)
       conn.checkAt = now + conn.delayMs
     }
     this.scheduleAcks()

@@ -26,6 +26,13 @@ export interface StepMsg {t: 'step'; seq: number; ops: RankOp[]; rooms: string[]
 /** `reasons`: [index into the step's rooms, why] for the rooms this rank reports Failed (its failure_exception). */
 export interface PolledMsg {t: 'polled'; seq: number; states: number[]; reasons?: Array<[number, string]>}
 export interface ReadyMsg {t: 'ready'; tpRank: number; pid: number; zmqPort: number; dataPort?: number}
+/**
+ * Between steps, something this rank's next poll would report differently may have happened (a ZMQ message, a
+ * transfer's completion): the scheduler's next iteration comes at once instead of after its back-off. SGLang's
+ * scheduler loop never sleeps, so it polls again within an iteration; the twin's loop backs off while nothing moves
+ * (scheduler-core.ts) and this is what keeps its reaction as prompt. One per step at most (rank-main.ts).
+ */
+export interface ChangedMsg {t: 'changed'}
 export interface FatalMsg {t: 'fatal'; tpRank: number; message: string}
 
 /**
@@ -38,7 +45,7 @@ export interface RdmaCqeMsg {t: 'rdma_cqe'; wrId: number; error?: string}
 export interface RdmaNotifMsg {t: 'rdma_notif'; room: string; prefillRank: number}
 
 export type ToRank = StepMsg | RdmaCqeMsg | RdmaNotifMsg
-export type FromRank = PolledMsg | ReadyMsg | FatalMsg | RdmaWriteMsg
+export type FromRank = PolledMsg | ReadyMsg | FatalMsg | RdmaWriteMsg | ChangedMsg
 
 /** The GPU a rank holds: prefill rank k -> GPU k; decode rank k -> GPU prefillTp + k. */
 export const gpuIndex = (role: 'prefill' | 'decode', tpRank: number, prefillTp: number): number =>

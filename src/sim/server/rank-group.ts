@@ -41,6 +41,8 @@ export class RankGroup {
   onUnexpectedExit: (tpRank: number, code: number | null, signal: string | null) => void = () => undefined
   /** Node 0: a remote rank or a node's link is gone (startup fails instead, while it runs). */
   onRemoteLost: (why: string) => void = () => undefined
+  /** A local rank had a change between steps (protocol.ts ChangedMsg): the scheduler's next iteration is due now. */
+  onChanged: () => void = () => undefined
   /** A follower: each local rank's answer goes to node 0 as it is, never aggregated here. */
   relay: ((tpRank: number, m: PolledMsg) => void) | undefined
 
@@ -96,6 +98,8 @@ export class RankGroup {
         child.on('message', (m: FromRank) => {
           if (m.t === 'ready') { rank.ready = m; resolve() }
           else if (m.t === 'polled') this.onPolled(k, m)
+          // On a follower node 0 steps on its own back-off: a change is not relayed (dist-link.ts carries steps and answers only).
+          else if (m.t === 'changed') { if (!this.relay) this.onChanged() }
           else if (m.t === 'rdma_write') this.rdmaWrite(rank, m)
           else if (m.t === 'fatal') reject(new Error(`TP${k}: ${m.message}`))
         })

@@ -6,9 +6,10 @@ import {makeLogger} from './log.js'
 import {bindPull} from './zmq-link.js'
 import {PrefillRank, type RdmaPoster} from './prefill-rank.js'
 import {DecodeRank} from './decode-rank.js'
-import {type FromRank, type ToRank, type PrefillOp, type DecodeOp} from './protocol.js'
+import {type FromRank, type ToRank, type PrefillOp, type DecodeOp, type RankOp, type StepMsg} from './protocol.js'
 import {physicalGpu, serverLayout, titleOf} from './layout.js'
 import {KVPoll} from './kvpoll.js'
+import {ChangeTeller} from './change-teller.js'
 
 /**
  * One scheduler process (`sglang::scheduler_TP<k>`, or its DP/PP/EP title), child of a server process over IPC. It holds the KV
@@ -33,6 +34,16 @@ const gpuFile = simPaths(stateDir).gpu(gpu)
 // A stray context on the first visible GPU, as a library touching cuda:0 before set_device leaves one.
 const strayGpu = cfg.gpuView?.strayContext ? (layout.cudaVisibleDevices?.[0] ?? 0) : undefined
 const send = (m: FromRank) => { try { process.send!(m) } catch { /* parent gone */ } }
+const teller = new ChangeTeller(() => send({t: 'changed'}))
+const changed = (): void => teller.changed()
+/** One step: its ops, then the poll of its rooms, answered (the all-reduce's part on this rank). */
+function step(m: StepMsg, apply: (op: RankOp) => void, poll: (room: string) => number, why: (room: string) => string | undefined): void {
+  teller.step(() => {
+    for (const op of m.ops) apply(op)
+    const states = m.rooms.map(poll)
+    send({t: 'polled', seq: m.seq, states, reasons: reasonsOf(m.rooms, states, why)})
+  })
+}
 /** [index, why] of the polled rooms this rank reports Failed and knows why. */
 function reasonsOf(rooms: string[], states: number[], why: (room: string) => string | undefined): Array<[number, string]> | undefined {
   const out: Array<[number, string]> = []
@@ -75,6 +86,7 @@ try {
       send({t: 'rdma_write', wrId, dest: w.dest, room: w.room, bytes: w.bytes, notify: w.notify})
     }) : undefined
     const rank = new PrefillRank(cfg, env, tpRank, log, rdma)
+    rank.onChange = changed
     closeRank = () => { rank.close(); pull.close() }
     void rank.receive(pull)
     process.on('message', (m: ToRank) => {
@@ -86,15 +98,14 @@ try {
         return
       }
       if (m.t !== 'step') return
-      for (const op of m.ops) rank.apply(op as PrefillOp)
-      const states = m.rooms.map((r) => rank.poll(r))
-      send({t: 'polled', seq: m.seq, states, reasons: reasonsOf(m.rooms, states, (r) => rank.reason(r))})
+      step(m, (op) => rank.apply(op as PrefillOp), (r) => rank.poll(r), (r) => rank.reason(r))
     })
     await rank.register(zmqPort)
     log.info(`Prefill rank registered to bootstrap server: rank_port=${zmqPort}`)
     send({t: 'ready', tpRank, pid: process.pid, zmqPort})
   } else {
     const rank = new DecodeRank(cfg, env, tpRank, log)
+    rank.onChange = changed
     rank.zmqPort = zmqPort
     const dataPort = await rank.listen()
     closeRank = () => { rank.close(); pull.close() }
@@ -103,9 +114,7 @@ try {
     process.on('message', (m: ToRank) => {
       if (m.t === 'rdma_notif') { rank.notify(m.room, m.prefillRank); return }
       if (m.t !== 'step') return
-      for (const op of m.ops) rank.apply(op as DecodeOp)
-      const states = m.rooms.map((r) => rank.poll(r))
-      send({t: 'polled', seq: m.seq, states, reasons: reasonsOf(m.rooms, states, (r) => rank.reason(r))})
+      step(m, (op) => rank.apply(op as DecodeOp), (r) => rank.poll(r), (r) => rank.reason(r))
     })
     send({t: 'ready', tpRank, pid: process.pid, zmqPort, dataPort})
   }

@@ -30,6 +30,8 @@ export abstract class SchedulerCore {
   iterations = 0
   running = false
   private wake: (() => void) | undefined
+  /** A rank's change told while an iteration ran (after that rank had answered it): the next pause is skipped. */
+  private changedMeanwhile = false
   private iterationWaiters: Array<() => void> = []
   lastGaugeWrite = 0
   loadsSnapshot: Record<string, number> = {}
@@ -46,6 +48,11 @@ export abstract class SchedulerCore {
   ) {
     this.metrics = new Metrics(role, cfg.model, new Set(cfg.bugs.includes('no-watchdog-counter') ? ['sglang:num_watchdog_evicted_reqs_total'] : []))
     this.truth = new TruthLog(simPaths(stateDir).truth(role), role)
+    // A rank's change between steps (a decode's info arriving, a transfer done) brings the next iteration now.
+    ranks.onChanged = () => {
+      if (this.wake) this.wake()
+      else this.changedMeanwhile = true
+    }
   }
 
   abstract step(): Promise<void>
@@ -110,6 +117,11 @@ export abstract class SchedulerCore {
   }
 
   private pause(ms: number): Promise<void> {
+    if (this.changedMeanwhile) {
+      this.changedMeanwhile = false
+      // Still a macrotask: the HTTP server and the ranks' messages get their turn between iterations.
+      return new Promise<void>((resolve) => setImmediate(resolve))
+    }
     return new Promise<void>((resolve) => {
       const t = setTimeout(() => { this.wake = undefined; resolve() }, ms)
       this.wake = () => { clearTimeout(t); this.wake = undefined; resolve() }
