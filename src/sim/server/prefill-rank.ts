@@ -27,10 +27,12 @@ export type RdmaPoster = (w: {dest: {addr: string; port: number}; room: string; 
 const PROC_TCP = existsSync('/proc/net/tcp')
 /**
  * The longest wait between two reads of a stalled connection's tx_queue (checkAcks). Each read walks the namespace's
- * whole TCP table (6-15 ms of CPU on a 2-core VM, measured: the ranks' largest cost under a stall), and a path whose
- * filter is lifted resumes only at TCP's next retransmission anyway (RTO 200 ms, doubling while it was dead).
+ * whole TCP table (6-25 ms of CPU on a 2-core VM, measured: the ranks' largest cost under a stall, and three twins on
+ * one machine make the table three times longer). A path whose filter is lifted resumes only at TCP's next
+ * retransmission anyway (RTO 200 ms, doubling while it was dead: 1.6 s after 3 s dead), and a decode rank that reads
+ * settles the WRITEs by its receipts then, without the table; only a stopped one leaves it to this read.
  */
-const ACK_POLL_MAX_MS = 256
+const ACK_POLL_MAX_MS = 1024
 /** The first read of a connection's tx_queue after a WRITE: later than its receipt from a reading peer takes. */
 const FIRST_KERNEL_CHECK_MS = 16
 
