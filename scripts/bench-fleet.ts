@@ -217,6 +217,10 @@ async function main(): Promise<void> {
       `  The members' runs began ${big.start.fleet.map((x) => s(x)).join('-')} (8 GPUs) and ${small.start.fleet.map((x) => s(x)).join('-')} (2 GPUs) after the fleet process started;`,
       `  a run alone begins ${big.start.alone.map((x) => s(x)).join('-')} and ${small.start.alone.map((x) => s(x)).join('-')} after its own start. The fleet ended ${s(big.tailMs)} and ${s(small.tailMs)} after its last member.`,
       `- pdchaos's memory with ${N} deployments: ${big.peakMiB.toFixed(0)} MiB at peak with the 8-GPU twins, ${small.peakMiB.toFixed(0)} MiB with the 2-GPU ones (the fleet process and ${N} suite processes).`,
+      // Measured by hand across one afternoon (issue 13's ninth-session note): one figure is not the whole story.
+      '- How far one figure goes: on a 2-core VM the 8-GPU ratio follows the machine\'s state as much as the code. On 2026-12-03 the',
+      '  same code (d14cf34; at 19:01 with a one-line signal fix more) measured a median of 1.26x at 19:01 and 1.10x at 20:08 UTC;',
+      '  56166a5 measured 1.12x, then 1.16x in a second run (one round of ten above 1.2x). Read the rounds, not only the median.',
     ].join('\n')
     process.stdout.write(writeSection('Fleet', body))
   } finally {
