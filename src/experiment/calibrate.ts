@@ -50,11 +50,11 @@ async function pair(deployment: Deployment, c: Pick<CalibrateClients, 'prefill' 
 }
 
 /** Pairs until one succeeds end to end (prefill and decode 200), at most WARM_UP_TRIES within WARM_UP_MS. */
-export async function warmUp(deployment: Deployment, c: Pick<CalibrateClients, 'prefill' | 'decode'>, text = 'warm up'): Promise<{ok: boolean; tries: number; last?: Pair}> {
+export async function warmUp(deployment: Deployment, c: Pick<CalibrateClients, 'prefill' | 'decode'>, text = 'warm up', signal?: AbortSignal): Promise<{ok: boolean; tries: number; last?: Pair}> {
   const by = Date.now() + WARM_UP_MS
   let last: Pair | undefined
   let tries = 0
-  while (tries < WARM_UP_TRIES && Date.now() < by) {
+  while (tries < WARM_UP_TRIES && Date.now() < by && !signal?.aborted) {
     tries++
     last = await pair(deployment, c, text)
     if (last.prefill.status === 200 && last.decode?.status === 200) return {ok: true, tries, last}
@@ -70,7 +70,11 @@ export const LAG_PROBES_MAX = 32
 /** The pins' concurrency, for the lag probes: how many, sent `burst` at a time `gapMs` apart (0: no lag probes). */
 export interface LagProbeShape {count: number; burst: number; gapMs: number}
 
-export async function calibrate(deployment: Deployment, c: CalibrateClients, opts: {requests?: number; promptTokens?: number; routerToo?: boolean; lagProbes?: LagProbeShape} = {}): Promise<Calibration & {routerMs: number}> {
+/** A stop (Ctrl-C) while calibrating: between two requests, never with a probe left held on the deployment. */
+const stoppedCalibrating = (signal: AbortSignal): PdError =>
+  new PdError(`stopped while calibrating: ${String(signal.reason ?? 'interrupted')}`, {exit: ExitCode.stopped, code: 'E_STOPPED'})
+
+export async function calibrate(deployment: Deployment, c: CalibrateClients, opts: {requests?: number; promptTokens?: number; routerToo?: boolean; lagProbes?: LagProbeShape; signal?: AbortSignal} = {}): Promise<Calibration & {routerMs: number}> {
   const n = opts.requests ?? 8
   const prefillMs: number[] = []
   const routerMs: number[] = []
@@ -78,12 +82,16 @@ export async function calibrate(deployment: Deployment, c: CalibrateClients, opt
   const unhealthy = (what: string) => new PdError(`${what}: the deployment is not healthy`, {
     exit: ExitCode.unreachable, suggestion: 'run `pdchaos status` and fix the deployment before injecting faults',
   })
+  const stop = opts.signal
+  const checkStop = (): void => { if (stop?.aborted) throw stoppedCalibrating(stop) }
   // Warm up (not counted): until one pair succeeds end to end, with a deadline.
-  const {last: warm, ok} = await warmUp(deployment, c, text)
+  const {last: warm, ok} = await warmUp(deployment, c, text, stop)
+  checkStop()
   if (!ok) {
     throw unhealthy(`no unfaulted request succeeded in ${WARM_UP_TRIES} tries before any fault (last ${warm?.rid}: prefill ${warm?.prefill.status} ${answerText(warm?.prefill.body)}, decode ${warm?.decode?.status ?? 'dropped'})`)
   }
   for (let i = 0; i < n; i++) {
+    checkStop()
     const r = await pair(deployment, c, text)
     if (r.prefill.status !== 200 || r.decode?.status !== 200) {
       throw unhealthy(`calibration request ${r.rid} failed before any fault (prefill ${r.prefill.status} ${answerText(r.prefill.body)}, decode ${r.decode?.status ?? 'dropped'})`)
@@ -97,6 +105,7 @@ export async function calibrate(deployment: Deployment, c: CalibrateClients, opt
   // One observation hop each way: router and prefill round trips on cheap endpoints.
   const hops: number[] = []
   for (let i = 0; i < 20; i++) {
+    checkStop()
     const a = await c.router.liveness()
     // /v1/loads is answered from a shared snapshot, not by the scheduler: a pure network hop.
     const b = await c.prefill.health('/v1/loads')
@@ -105,6 +114,7 @@ export async function calibrate(deployment: Deployment, c: CalibrateClients, opt
   // Entry and answer lag, under the pins' concurrency: aborted long before the watchdog could evict one.
   const shape = opts.lagProbes ?? {count: 8, burst: 1, gapMs: 20}
   const {deadlineSeconds, pollSeconds} = deployment.watchdog
+  checkStop()
   const lags = shape.count <= 0 ? undefined : await measureLags(c.prefill, {
     count: Math.min(shape.count, LAG_PROBES_MAX), burst: shape.burst, gapMs: shape.gapMs, text,
     holdLimitMs: Math.min(deadlineSeconds * 500, 10_000),

@@ -48,12 +48,12 @@ export class RunSession {
 
   /** Unfaulted requests, measured once per run (and again after a restart): they calibrate ε and open what a fresh
    * deployment opens lazily (decode's route cache, the KV data connections stall-kv must find). */
-  async calibration(opts: {promptTokens: number; requests?: number; lagProbes?: LagProbeShape; say?: (l: string) => void}): Promise<Calibrated> {
+  async calibration(opts: {promptTokens: number; requests?: number; lagProbes?: LagProbeShape; say?: (l: string) => void; signal?: AbortSignal}): Promise<Calibrated> {
     if (!this.calibrated) {
       // A breaker an earlier fault opened refuses healthy requests for a while: wait for it (bounded), not fail.
       await untilBreakersClose(this.router, {onOpen: () => opts.say?.("the router's circuit breaker is open: waiting for it to close before calibrating")})
       opts.say?.('calibrating on unfaulted requests')
-      this.calibrated = await calibrate(this.deployment, this, {promptTokens: opts.promptTokens, ...(opts.requests ? {requests: opts.requests} : {}), ...(opts.lagProbes ? {lagProbes: opts.lagProbes} : {})})
+      this.calibrated = await calibrate(this.deployment, this, {promptTokens: opts.promptTokens, ...(opts.requests ? {requests: opts.requests} : {}), ...(opts.lagProbes ? {lagProbes: opts.lagProbes} : {}), ...(opts.signal ? {signal: opts.signal} : {})})
       const lags = this.calibrated.lags
       if (lags) opts.say?.(`measured lags: ${describeLags(lags)}${lags.notes.length ? ` (${lags.notes.join('; ')})` : ''}`)
     }

@@ -61,7 +61,7 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
   const session = new RunSession(deployment, on)
   const pairs = opts.pairs
   const planOpts: PlanOptions = {
-    ...await planOptions(session, scenarios, {promptTokens: suite.load.promptTokens, say}),
+    ...await planOptions(session, scenarios, {promptTokens: suite.load.promptTokens, say, ...(opts.signal ? {signal: opts.signal} : {})}),
     ...(pairs ? {defaultPair: pairs.default, showPairs: true} : {}),
   }
   // A session per instance pair (its clients, calibration and discovery), made when a batch first acts on it.
@@ -167,11 +167,17 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
  * calibration and discovery serve the first batch too (calibration first: a fresh deployment opens its routes and
  * KV connections on first use).
  */
-async function planOptions(session: RunSession, scenarios: PlannedScenario[], o: {promptTokens: number; say: (l: string) => void}): Promise<PlanOptions> {
+async function planOptions(session: RunSession, scenarios: PlannedScenario[], o: {promptTokens: number; say: (l: string) => void; signal?: AbortSignal}): Promise<PlanOptions> {
   // One scenario has nothing to batch with: no need to know (and a dry run must not calibrate).
   const needs = scenarios.length > 1 && scenarios.some((s) => (s.spec.fault === 'stall-kv' && (s.spec.params.mechanism ?? 'auto') === 'auto') || (s.spec.fault === 'abort-mid-transfer' && s.spec.params.gpu === undefined))
   if (!needs) return {}
-  await session.calibration(o)
+  try {
+    await session.calibration(o)
+  } catch (error) {
+    // Stopped while calibrating: nothing is planned, and the run stops before its first batch (runSuite).
+    if (o.signal?.aborted) return {}
+    throw error
+  }
   const d = await session.discovery(o.say)
   return {autoMechanism: classifyDataPath(d.transport).kind === 'tcp' ? 'packet-filter' : 'nic'}
 }

@@ -70,6 +70,9 @@ export class FakePd {
   readonly decodeHeld = new Map<string, ServerResponse>()
   /** rids the router answered 200 at once (no failure point on). */
   readonly routed: string[] = []
+  /** Every rid prefill's /generate was asked for, and a hook the test may set on each. */
+  readonly prefillGenerates: string[] = []
+  onPrefillGenerate: ((rid: string) => void) | undefined
   /** rids the router held, in the order it received them. */
   readonly heldRids: string[] = []
   /** rids the scripted watchdog evicted (answered 500, counted in sglang:num_watchdog_evicted_reqs_total). */
@@ -200,6 +203,10 @@ export class FakePd {
     const path = url.split('?')[0]
     if (method === 'POST' && path === '/generate') {
       const rid = ridOf(body)
+      if (role === 'prefill') {
+        this.prefillGenerates.push(rid)
+        this.onPrefillGenerate?.(rid)
+      }
       // A pin sent directly: prefill holds it (its watchdog evicts it); decode's half waits until dropped or aborted.
       if (this.faulted && role === 'prefill') return this.hold(rid, res)
       if (this.faulted && role === 'decode') {

@@ -400,6 +400,31 @@ describe.concurrent('the runner (runBatch, runSuite) against a scripted deployme
     expect(fake.failpointPosts).toEqual([])
     expect(await leases()).toMatchObject({active: [], done: []})
   })
+
+  // The planner calibrates when a stall-kv must pick its mechanism: a Ctrl-C then stops between two requests, not after
+  // all of them (a slow deployment's warm-up alone may take a minute).
+  it.sequential('runSuite, a stop while the planner calibrates: calibration ends at the next request, the run stops before its first batch', async (ctx) => {
+    const {fake, host, stateDir, leases} = await env(ctx, {evictAfterMs: ON_TIME_MS})
+    const spy = vi.spyOn(RunSession.prototype, 'discovery').mockImplementation(async () => fake.discovery())
+    ctx.onTestFinished(() => spy.mockRestore())
+    const suite = SuiteSchema.parse({
+      name: 'stopped calibrating',
+      scenarios: [
+        {name: 'dd rank0', fault: 'drop-dest-info', params: {rank: 0, mechanism: 'twin-failpoint'}, pins: 1},
+        {name: 'stall', fault: 'stall-kv', params: {gpu: 1}, pins: 1},
+      ],
+      stop: {kernelXid: false},
+    })
+    const stop = new AbortController()
+    fake.onPrefillGenerate = (rid) => { if (rid.startsWith('pdchaos-cal') && fake.prefillGenerates.length === 3) stop.abort('interrupted (SIGINT)') }
+    const run = await runSuite(fake.deployment(stateDir, WATCHDOG), host, suite, {say: () => {}, signal: stop.signal})
+    expect(run.stopped).toEqual({reason: 'interrupted (SIGINT)'})
+    // Warm-up and 8 pairs would be 9 requests to prefill: it stopped after the one in flight.
+    expect(fake.prefillGenerates).toHaveLength(3)
+    expect(run.scenarios.map((s) => s.error)).toEqual([expect.stringMatching(/^not run/), expect.stringMatching(/^not run/)])
+    expect(fake.failpointPosts).toEqual([])
+    expect(await leases()).toMatchObject({active: [], done: []})
+  })
 })
 
 describe('judgeBatch and viewFor (pure)', () => {
