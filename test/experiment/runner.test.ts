@@ -9,11 +9,11 @@ import {RunSession} from '../../src/experiment/session.js'
 import {dropDestInfo as dropDestInfoFault} from '../../src/faults/drop-dest-info.js'
 import {listLeases, revertLease} from '../../src/faults/lease/lease.js'
 import {parseFaultParams} from '../../src/faults/params.js'
-import type {LeaseRecord, ScenarioRun} from '../../src/model/run.js'
+import type {LeaseRecord, ScenarioRun, SuiteRun} from '../../src/model/run.js'
 import type {Observation, Timeline} from '../../src/model/timeline.js'
 import type {Verdict} from '../../src/model/verdict.js'
 import {runSuite} from '../../src/suite/runner.js'
-import {SuiteSchema} from '../../src/suite/suite-file.js'
+import {type SuiteFile, SuiteSchema} from '../../src/suite/suite-file.js'
 import {fakeTarget, stateDirs, type FakePd, type FakeOptions, isInlineRevert, type ScriptedHost, SeededSession, seededDiscovery} from './fake-deployment.js'
 
 /**
@@ -64,6 +64,25 @@ async function env(ctx: TestContext, opts: FakeOptions, hostOpts?: {nodeInProces
     }),
     leases: async () => ({active: (await listLeases(host, stateDir)).active.map((a) => a.id), done: doneRecords(stateDir)}),
   }
+}
+
+/**
+ * env() for runSuite, which makes its own RunSession: discovery is seeded on the class (SeededSession, used by the
+ * other tests, overrides it), and the suite is parsed as a suite file is.
+ */
+async function suiteEnv(ctx: TestContext, suite: Record<string, unknown>): Promise<Env & {suite: SuiteFile}> {
+  const e = await env(ctx, {evictAfterMs: ON_TIME_MS})
+  const spy = vi.spyOn(RunSession.prototype, 'discovery').mockImplementation(async () => e.fake.discovery())
+  ctx.onTestFinished(() => spy.mockRestore())
+  return {...e, suite: SuiteSchema.parse({stop: {kernelXid: false}, ...suite})}
+}
+
+/** A run stopped before its first batch: every scenario "not run", nothing injected, no lease made. */
+async function expectStoppedBeforeFirstBatch(run: SuiteRun, e: Env): Promise<void> {
+  expect(run.stopped).toEqual({reason: 'interrupted (SIGINT)'})
+  expect(run.scenarios.map((s) => s.error)).toEqual(run.scenarios.map(() => expect.stringMatching(/^not run: the suite was stopped/)))
+  expect(e.fake.failpointPosts).toEqual([])
+  expect(await e.leases()).toMatchObject({active: [], done: []})
 }
 
 /** The done records, read from their files: listLeases garbles the last record it lists (its JSON ends up unreadable). */
@@ -328,17 +347,12 @@ describe.concurrent('the runner (runBatch, runSuite) against a scripted deployme
 
   // Alone too: each scenario's evictions must pass (see the first test).
   it.sequential('runSuite, two drop-dest-info scenarios on ranks 0 and 1: one batch; each judged on its own pins, batch-wide verdicts once', async (ctx) => {
-    const {fake, host, stateDir, leases} = await env(ctx, {evictAfterMs: ON_TIME_MS})
-    // runSuite makes its own RunSession: seed discovery on the class (SeededSession, used by the other tests, overrides it).
-    const spy = vi.spyOn(RunSession.prototype, 'discovery').mockImplementation(async () => fake.discovery())
-    ctx.onTestFinished(() => spy.mockRestore())
-    const suite = SuiteSchema.parse({
+    const {fake, host, stateDir, leases, suite} = await suiteEnv(ctx, {
       name: 'two ranks',
       scenarios: [
         {name: 'dd rank0', fault: 'drop-dest-info', params: {rank: 0, mechanism: 'twin-failpoint'}, pins: 2},
         {name: 'dd rank1', fault: 'drop-dest-info', params: {rank: 1, mechanism: 'twin-failpoint'}, pins: 2},
       ],
-      stop: {kernelXid: false},
       // A steady load: the runner then waits for it (and a first metrics sample) before injecting.
       load: {intervalMs: 200, promptTokens: 16, canaries: 1},
     })
@@ -384,46 +398,35 @@ describe.concurrent('the runner (runBatch, runSuite) against a scripted deployme
 
   // A Ctrl-C while the run calibrates or discovers comes before runSuite listens for it: it must still stop the run.
   it.sequential('runSuite, a stop that came before its first batch: nothing injected, every scenario "not run", the run stopped', async (ctx) => {
-    const {fake, host, stateDir, leases} = await env(ctx, {evictAfterMs: ON_TIME_MS})
-    const spy = vi.spyOn(RunSession.prototype, 'discovery').mockImplementation(async () => fake.discovery())
-    ctx.onTestFinished(() => spy.mockRestore())
-    const suite = SuiteSchema.parse({
+    const e = await suiteEnv(ctx, {
       name: 'stopped early',
       scenarios: [{name: 'dd rank0', fault: 'drop-dest-info', params: {rank: 0, mechanism: 'twin-failpoint'}, pins: 1}],
-      stop: {kernelXid: false},
     })
     const stop = new AbortController()
     stop.abort('interrupted (SIGINT)')
-    const run = await runSuite(fake.deployment(stateDir, WATCHDOG), host, suite, {say: () => {}, signal: stop.signal})
-    expect(run.stopped).toEqual({reason: 'interrupted (SIGINT)'})
-    expect(run.scenarios.map((s) => s.error)).toEqual([expect.stringMatching(/^not run: the suite was stopped/)])
-    expect(fake.failpointPosts).toEqual([])
-    expect(await leases()).toMatchObject({active: [], done: []})
+    const run = await runSuite(e.fake.deployment(e.stateDir, WATCHDOG), e.host, e.suite, {say: () => {}, signal: stop.signal})
+    expect(run.scenarios).toHaveLength(1)
+    await expectStoppedBeforeFirstBatch(run, e)
   })
 
   // The planner calibrates when a stall-kv must pick its mechanism: a Ctrl-C then stops between two requests, not after
   // all of them (a slow deployment's warm-up alone may take a minute).
   it.sequential('runSuite, a stop while the planner calibrates: calibration ends at the next request, the run stops before its first batch', async (ctx) => {
-    const {fake, host, stateDir, leases} = await env(ctx, {evictAfterMs: ON_TIME_MS})
-    const spy = vi.spyOn(RunSession.prototype, 'discovery').mockImplementation(async () => fake.discovery())
-    ctx.onTestFinished(() => spy.mockRestore())
-    const suite = SuiteSchema.parse({
+    const e = await suiteEnv(ctx, {
       name: 'stopped calibrating',
       scenarios: [
         {name: 'dd rank0', fault: 'drop-dest-info', params: {rank: 0, mechanism: 'twin-failpoint'}, pins: 1},
         {name: 'stall', fault: 'stall-kv', params: {gpu: 1}, pins: 1},
       ],
-      stop: {kernelXid: false},
     })
+    const {fake} = e
     const stop = new AbortController()
     fake.onPrefillGenerate = (rid) => { if (rid.startsWith('pdchaos-cal') && fake.prefillGenerates.length === 3) stop.abort('interrupted (SIGINT)') }
-    const run = await runSuite(fake.deployment(stateDir, WATCHDOG), host, suite, {say: () => {}, signal: stop.signal})
-    expect(run.stopped).toEqual({reason: 'interrupted (SIGINT)'})
+    const run = await runSuite(fake.deployment(e.stateDir, WATCHDOG), e.host, e.suite, {say: () => {}, signal: stop.signal})
     // Warm-up and 8 pairs would be 9 requests to prefill: it stopped after the one in flight.
     expect(fake.prefillGenerates).toHaveLength(3)
-    expect(run.scenarios.map((s) => s.error)).toEqual([expect.stringMatching(/^not run/), expect.stringMatching(/^not run/)])
-    expect(fake.failpointPosts).toEqual([])
-    expect(await leases()).toMatchObject({active: [], done: []})
+    expect(run.scenarios).toHaveLength(2)
+    await expectStoppedBeforeFirstBatch(run, e)
   })
 })
 
