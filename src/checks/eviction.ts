@@ -1,10 +1,11 @@
-import {DECODE_PREALLOC_QUEUE, DECODE_TRANSFER_QUEUE, PREFILL_BOOTSTRAP_QUEUE, PREFILL_INFLIGHT_QUEUE} from '../deployment/sglang-metrics.js'
+import {DECODE_PREALLOC_QUEUE, DECODE_TRANSFER_QUEUE, PREFILL_BOOTSTRAP_QUEUE, PREFILL_INFLIGHT_QUEUE, WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js'
 import {edgeOf, epsilonFor, type Edge} from './epsilon.js'
 import type {FaultExpectation, StallExpectation} from './expectation.js'
 import {attributeRelease, type Attribution, CAUSE_NAMES, type ReleaseCause, releaseCauseOf} from './release-cause.js'
 import {abandonedOf, answerOf, metricAt, requestsOf, type Observation, type PinState, type Timeline} from '../model/timeline.js'
 import type {PinRecord} from '../model/run.js'
 import {fail, pass, unverified, type Verdict} from '../model/verdict.js'
+import type {CompetingTimeout} from '../model/competing.js'
 
 /**
  * The eviction oracle: every pin leaves no earlier than deadline - ε and no later than deadline + poll + ε after
@@ -19,7 +20,68 @@ const UNKNOWN_STATE: PinState = {queue: 'unknown', kvPoll: 'unknown'}
 export interface EvictionOptions {
   /** The plan's expectation (FaultPlan.expected): names the transport's limits when a transport error releases a pin. */
   expected?: FaultExpectation
+  /**
+   * SGLang's own timeouts that could release these pins, as discovery read them (experiment/competing.ts). A release
+   * inside the window that nothing names passes only when each is shown to fire after the pin's window.
+   */
+  competing?: CompetingTimeout[]
+  /** The run was allowed although one of them fires before the window closes: such pins are unverified. */
+  competingAllowed?: boolean
+  /** Every pin (and abort trial) of the batch: the watchdog's counter names the watchdog only by moving for all of them. */
+  batchPins?: number
 }
+
+/** How a release inside the window was tied to the watchdog: named by the evidence, every other path excluded, or not. */
+export type ReleasePath =
+  | {path: 'named'; by: string}
+  | {path: 'excluded'; excluded: string[]}
+  | {path: 'unknown'; candidates: string[]}
+
+/**
+ * The watchdog's counter as evidence: it moved, between the last sample before the first pin was sent and the first
+ * after the last answer, by at least every pin of the batch. A counter never names a request: only a move that covers
+ * every pin that could have been evicted names the watchdog for each of them.
+ */
+function counterNamesWatchdog(tl: Timeline, batchPins: number | undefined): string | undefined {
+  const pins = requestsOf(tl, 'pin')
+  if (pins.length === 0 || batchPins === undefined || batchPins <= 0) return undefined
+  const from = Math.min(...pins.map((p) => p.t))
+  const answers = pins.map((p) => answerOf(tl, p.rid)?.t)
+  if (answers.some((t) => t === undefined)) return undefined
+  const to = Math.max(...(answers as number[]))
+  let before: number | undefined
+  let after: {t: number; value: number} | undefined
+  for (const o of tl.observations) {
+    if (o.kind !== 'metric' || o.service !== 'prefill' || o.name !== WATCHDOG_EVICTED_TOTAL) continue
+    if (o.t <= from) before = o.value
+    if (o.t > to && (!after || o.t < after.t)) after = o
+  }
+  if (before === undefined || !after) return undefined
+  const d = after.value - before
+  return d >= batchPins ? `prefill ${WATCHDOG_EVICTED_TOTAL} +${d} from before the first pin to after the last answer: at least one per pin of the batch (${batchPins})` : undefined
+}
+
+/** Each competing timeout, against this pin's window: excluded (fires after it, or not in force) or still a candidate. */
+function competingFor(competing: CompetingTimeout[], sentAt: number, limit: number) {
+  const excluded: string[] = []
+  const open: CompetingTimeout[] = []
+  for (const c of competing) {
+    if (!c.known) open.push(c)
+    else if (c.seconds === null) excluded.push(`${c.name}: ${c.source}`)
+    // Each starts no earlier than the request reached its server, after the send: it cannot fire before send + T.
+    else if (sentAt + c.seconds * 1000 > limit) {
+      excluded.push(`${c.name} ${c.seconds} s (${c.setting}, read from ${c.source}) fires after ${secs(limit - sentAt)}, when the release was already judged`)
+    } else open.push(c)
+  }
+  return {excluded, open}
+}
+
+const candidateText = (c: CompetingTimeout) => (c.known ? `${c.name} (${c.setting} = ${c.seconds} s, read from ${c.source})`
+  : `${c.name} (${c.setting}: not read from the server, ${c.source})`)
+
+/** Nothing was read of SGLang's own timeouts (a timeline judged without the plan's discovery): none can be excluded. */
+const NOT_ASSESSED: CompetingTimeout[] = [{cause: 'waiting-timeout', name: "SGLang's own timeouts", setting: 'SGLANG_DISAGGREGATION_*_TIMEOUT',
+  seconds: null, source: 'not read: the run did not discover them', known: false}]
 
 /** A transport error (or a transfer failure) before or inside the window: the watchdog was not exercised. */
 function transportRelease(after: number, released: ReturnType<typeof releaseCauseOf>, where: 'before' | 'inside', expected: StallExpectation | undefined) {
@@ -122,15 +184,15 @@ export function checkEvictions(tl: Timeline, opts: EvictionOptions = {}): {verdi
       const after = answer.t - sent.t
       const released = attributeRelease(tl, sent.rid, answer)
       const text = releaseCauseOf(answer.detail)
-      const evidence = {
+      const evidence: Record<string, unknown> = {
         ...base, status: answer.status, detail: answer.detail, evictedAfterSeconds: round(after / 1000, 3),
         ...(released.cause === 'unknown' ? {} : {releasedBy: released.cause, releaseEvidence: released.evidence.join(' | ')}),
         ...(released.logsUnread.length > 0 ? {logsUnread: released.logsUnread} : {}),
       }
       const byText = {cause: released.cause, evidence: released.evidence.join(' | ') || text.evidence}
       // A transport error released it (before or inside the window), or a transfer failure whose reason nothing shows
-      // released it before the window: either way not the watchdog. (Inside the window such an unexplained transfer
-      // failure may be the watchdog's own, reported through the same path: judged as before.)
+      // released it before the window: either way not the watchdog. (Inside the window an unexplained transfer failure
+      // passes only with positive evidence: below.)
       if ((released.cause === 'transport-error' && answer.t <= high) || (released.cause === 'transfer-failed' && answer.t < low)) {
         const r = transportRelease(after, byText, answer.t < low ? 'before' : 'inside', stallExpected)
         record(unverified('eviction', sent.rid, r.summary, {...evidence, ...r.evidence}), answer.t)
@@ -148,6 +210,39 @@ export function checkEvictions(tl: Timeline, opts: EvictionOptions = {}): {verdi
         }), answer.t)
         continue
       }
+      // A pass needs positive evidence: the watchdog named (its log line or its words in the answer, or its counter
+      // moving for every pin), or every other path that could release the pin there excluded by the settings read
+      // from the servers. "It may be the watchdog's own" is not evidence.
+      let releasePath: ReleasePath | undefined
+      if (released.cause === 'watchdog') {
+        releasePath = {path: 'named', by: released.evidence[0] ?? "the watchdog's words"}
+      } else if (answer.t <= high) {
+        // Inside the window every competitor firing before its end is a candidate; before it, one that could have fired
+        // by the answer (a timeout that early makes an unexplained early release no proof of a false timeout).
+        const early = answer.t < low
+        const counter = counterNamesWatchdog(tl, opts.batchPins)
+        const {excluded, open} = competingFor(opts.competing ?? NOT_ASSESSED, sent.t, early ? answer.t + eps.highMs : high)
+        if (counter && !(opts.competingAllowed && open.length > 0)) releasePath = {path: 'named', by: counter}
+        else if (open.length === 0 && (early || !opts.competingAllowed)) releasePath = {path: 'excluded', excluded}
+        else {
+          const candidates = open.map(candidateText)
+          const toDecide = [
+            'set logs: for prefill and decode in the deployment file (their lines name what released each rid)',
+            'set watchdog.logPattern so that the watchdog\'s own line names its evictions',
+            `export ${WATCHDOG_EVICTED_TOTAL} from prefill (it must move by every pin)`,
+            ...open.map((c) => `or raise ${c.setting} above ${secs(high - sent.t)} in the ${c.cause === 'bootstrap-timeout' ? 'prefill' : 'decode'} server's environment`),
+          ]
+          const path: ReleasePath = {path: 'unknown', candidates}
+          record(unverified('eviction', sent.rid, `released after ${secs(after)}, ${early ? 'before' : 'inside'} [${bounds[0].toFixed(3)}s, ${bounds[1].toFixed(3)}s], by a path nothing names: it could be ${candidates.length > 0 ? open.map((c) => c.name).join(' or ') : 'something other than the watchdog'}, not only the watchdog`, {
+            ...evidence, releasePath: path,
+            why: `no evidence names the watchdog (${released.cause === 'unknown' ? 'the answer says nothing of its cause' : `the evidence says only ${CAUSE_NAMES[released.cause]}`}${released.logsUnread.length > 0 ? `; ${released.logsUnread.join('; ')}` : ''}), and ${candidates.length > 0 ? `${candidates.join('; ')} can fire ${early ? 'by then' : 'inside the window'}${opts.competingAllowed ? ' (run with --allow-competing-timeout)' : ''}` : 'the run was allowed with a competing timeout'}`,
+            toVerify: toDecide.join('; '),
+            ...(excluded.length > 0 ? {excluded} : {}),
+          }), answer.t)
+          continue
+        }
+      }
+      if (releasePath) evidence.releasePath = releasePath
       const clocked = serverClock(released, {after, entryOffsetMs: eps.entryOffsetMs, deadlineMs, pollMs, epsHighMs: eps.highMs})
       if (clocked) {
         const e = {...evidence, ...clocked.evidence}

@@ -87,6 +87,10 @@ export async function discoverAcrossHosts(hosts: HostToRead[], opts: Omit<Discov
       const instance = node?.path ?? x.instances?.find((i) => i.role === k.service)?.path
       return {...k, host: x.name, ...(instance ? {instance} : {}), ...(node ? {nodeRank: node.nodeRank} : {})}
     })),
+    // Each SGLang timeout from the host of the role that reads it.
+    sglangTimeouts: {...d.report.sglangTimeouts, bootstrap: p.report.sglangTimeouts.bootstrap, version: p.report.sglangTimeouts.version ?? d.report.sglangTimeouts.version,
+      versionSource: p.report.sglangTimeouts.version ? p.report.sglangTimeouts.versionSource : d.report.sglangTimeouts.versionSource,
+      ...(p.report.sglangTimeouts.backend ? {backend: p.report.sglangTimeouts.backend} : {})},
     watchdog: {contract: p.report.watchdog.contract, ...(p.report.watchdog.prefillEnv ? {prefillEnv: p.report.watchdog.prefillEnv} : {}), ...(timeouts ? {timeouts} : {})},
     transport: transportAcross(p.report, d.report),
     ...(p.report.topology ? {topology: p.report.topology} : {}),

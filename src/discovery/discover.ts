@@ -13,7 +13,8 @@ import {parseDockerProxy, parseEnviron, parseProcStat, parsePs, parseRankTitle, 
 import {isRouterCommand, type RouterSettings, routerSettingsFromArgv} from './router-settings.js'
 import {parseNvidiaTopo, type Topology} from './topo.js'
 import {healthCheckFromEnv, KEPT_ENV, type HealthCheckSettings} from './transport-env.js'
-import {timeoutsFromServices, watchdogFromEnv, watchdogWarnings, type EnvTimeouts, type EnvWatchdog} from './watchdog-env.js'
+import {launchVarsOf, type RoleReads, type SglangTimeouts, sglangTimeoutsOf} from './sglang-timeouts.js'
+import {watchdogFromEnv, watchdogWarnings, type EnvTimeouts, type EnvWatchdog} from './watchdog-env.js'
 
 /**
  * Discovery: what a PD deployment is right now, read the way an operator would read it — the services' HTTP APIs,
@@ -107,6 +108,8 @@ export interface StatusReport {
   services: Record<ServiceName, ServiceStatus>
   ranks: RankInfo[]
   watchdog: {contract: Deployment['watchdog']; prefillEnv?: EnvWatchdog; timeouts?: EnvTimeouts}
+  /** SGLang's own PD timeouts, each with where it was read (the one place the plan, the checks and status read them). */
+  sglangTimeouts: SglangTimeouts
   /** env: the prefill rank's transport variables (UCX_*, MC_*, NIXL_*), which tell whether the KV path is TCP. */
   transport: {backend: string; source: string; env?: Record<string, string>; dataPath?: string; rails?: TwinRail[]}
   /** `nvidia-smi topo -m`: which NIC shares a PCIe switch with each GPU (undefined, with topologyError, if it failed). */
@@ -142,6 +145,7 @@ function onlyHere(p: ProcessView, here: ReadonlySet<ServiceName>): ProcessView {
     servicePids: pick(p.servicePids),
     serviceEnv: pick(p.serviceEnv),
     launch: pick(p.launch),
+    launchVars: pick(p.launchVars),
     dockerProxy: pick(p.dockerProxy),
     ...(here.has('router') ? {} : {router: undefined}),
     ...(here.has('prefill') ? {} : {prefillEnv: undefined}),
@@ -258,10 +262,29 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
 
   const contract = deployment.watchdog
   let prefillEnv: EnvWatchdog | undefined
-  let timeouts: EnvTimeouts | undefined
-  // Each from its owner: bootstrap from prefill, waiting and heartbeat from decode (its server, else its first rank).
-  const decodeEnv = procs?.serviceEnv.decode ?? procs?.ranks.find((r) => r.service === 'decode')?.env
-  if (procs?.prefillEnv || decodeEnv) timeouts = timeoutsFromServices({prefill: procs?.prefillEnv, decode: decodeEnv})
+  // Each timeout from the role that reads it: its scheduler's environment first (the reader), else its server's.
+  const readsOf = (role: 'prefill' | 'decode'): RoleReads | undefined => {
+    if (!here.has(role)) return undefined
+    const rank = ranks.find((r) => r.service === role && r.env)
+    const serverPid = procs?.servicePids[role]
+    const serverEnv = procs?.serviceEnv[role]
+    const env = rank?.env ? {pid: rank.pid, what: `${role} scheduler ${rankName(rank)}`, env: rank.env}
+      : serverEnv && serverPid !== undefined ? {pid: serverPid, what: `${role} server`, env: serverEnv}
+        : role === 'prefill' && procs?.prefillEnv && prefillRanks[0] ? {pid: prefillRanks[0].pid, what: 'prefill scheduler', env: procs.prefillEnv} : undefined
+    const launch = procs?.launchVars[role]
+    return env || launch ? {...(env ? {env} : {}), ...(launch ? {launch} : {})} : undefined
+  }
+  const backendStated = services.prefill.backend ?? (deployment.backend === 'auto' ? undefined : deployment.backend)
+  const sglangTimeouts = sglangTimeoutsOf({
+    prefill: readsOf('prefill'), decode: readsOf('decode'),
+    ...(services.prefill.version ?? services.decode.version ? {version: services.prefill.version ?? services.decode.version} : {}),
+    versionSource: services.prefill.version ? "prefill's server_info" : services.decode.version ? "decode's server_info" : 'not stated by the servers',
+    ...(backendStated ? {backend: backendStated} : {}),
+  })
+  const timeouts: EnvTimeouts | undefined = procs?.prefillEnv || readsOf('decode')?.env ? {
+    bootstrapTimeout: sglangTimeouts.bootstrap.seconds ?? Number.POSITIVE_INFINITY, waitingTimeout: sglangTimeouts.waiting.seconds!,
+    heartbeatInterval: sglangTimeouts.heartbeat.intervalSeconds, heartbeatMaxFailure: sglangTimeouts.heartbeat.maxFailure,
+  } : undefined
   if (procs?.prefillEnv) {
     prefillEnv = watchdogFromEnv(procs.prefillEnv)
     warnings.push(...watchdogWarnings(prefillEnv, contract, timeouts!, 'prefill'))
@@ -286,6 +309,7 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
     services,
     ranks,
     watchdog: {contract, prefillEnv, timeouts},
+    sglangTimeouts,
     transport,
     ...(procs?.topology ? {topology: procs.topology} : {}),
     ...(procs?.topologyError ? {topologyError: procs.topologyError} : {}),
@@ -360,6 +384,8 @@ interface ProcessView {
   /** The kept variables of each server's HTTP process. */
   serviceEnv: Partial<Record<'prefill' | 'decode', Record<string, string>>>
   launch: Partial<Record<'prefill' | 'decode', {pid: number; source: string; args: LaunchArgs}>>
+  /** SGLang's PD variables set as `NAME=value` words on a server's command line or its parents' (a wrapper's). */
+  launchVars: Partial<Record<'prefill' | 'decode', {pid: number; vars: Record<string, string>}>>
   dockerProxy: Partial<Record<'prefill' | 'decode', {pid: number; containerPort?: number}>>
   /** nvidia-smi's answer: each pid's busiest compute context, and the GPU list (undefined when nvidia-smi failed). */
   gpuByPid?: Map<number, PidGpu>
@@ -568,7 +594,16 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
     const l = pid === undefined ? undefined : launchOf.get(pid)
     if (l && pid !== undefined) launch[name] = {pid, source: l.source, args: l.args}
   }
-  if (ranks.length === 0) return {ranks, servicePids, ...(router ? {router} : {}), serviceEnv: {}, launch, dockerProxy, gpuList: []}
+  const launchVars: ProcessView['launchVars'] = {}
+  for (const name of ['prefill', 'decode'] as const) {
+    const pid = launch[name]?.pid ?? servicePids[name]
+    let cur = pid === undefined ? undefined : byPid.get(pid)
+    const vars: Record<string, string> = {}
+    // The server's own words win over a wrapper's further up.
+    for (let i = 0; i < 4 && cur; i++, cur = byPid.get(cur.ppid)) for (const [k, v] of Object.entries(launchVarsOf(cur.args))) vars[k] ??= v
+    if (pid !== undefined && Object.keys(vars).length > 0) launchVars[name] = {pid, vars}
+  }
+  if (ranks.length === 0) return {ranks, servicePids, ...(router ? {router} : {}), serviceEnv: {}, launch, launchVars, dockerProxy, gpuList: []}
 
   const stat = await host.run(['cat', ...ranks.map((r) => `/proc/${r.pid}/stat`)], {timeoutMs})
   for (const line of stat.stdout.split('\n')) {
@@ -621,7 +656,7 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
       if (pid !== undefined && byPid.has(pid)) serviceEnv[name] = byPid.get(pid)
     }
   }
-  return {ranks, servicePids, ...(router ? {router} : {}), prefillEnv, serviceEnv, launch, dockerProxy, ...(gpuByPid ? {gpuByPid} : {}), gpuList,
+  return {ranks, servicePids, ...(router ? {router} : {}), prefillEnv, serviceEnv, launch, launchVars, dockerProxy, ...(gpuByPid ? {gpuByPid} : {}), gpuList,
     ...(gpuWarning ? {gpuWarning} : {}), ...(topology ? {topology} : {}), ...(topologyError ? {topologyError} : {})}
 }
 

@@ -3,7 +3,7 @@ import {setMaxListeners} from 'node:events'
 import type {WedgeExpectation} from '../checks/expectation.js'
 import {serviceClients} from '../deployment/clients.js'
 import type {SglangClient} from '../deployment/sglang-client.js'
-import {oneLine} from '../errors.js'
+import {oneLine, PdError} from '../errors.js'
 import {type FaultDiscovery, type FaultPlan, renderPlan} from '../faults/fault.js'
 import {type LeaseGuard, withLeases} from '../faults/lease/lease-guard.js'
 import {leaseTtlMs, newLeaseId} from '../faults/lease/lease.js'
@@ -21,6 +21,7 @@ import {injectUnderLease, revertAndVerify} from './lease-steps.js'
 import {type Calibrated, openBreakers, PROBE_TIMEOUT_MS, type RunSession, untilBreakersClose} from './session.js'
 import {drained, type PairInBatch, pairsOf, serversOf} from './batch-pairs.js'
 import {hostForFault, onHost, type PlacedHost, withLeasesOn} from './placement.js'
+import {COMPETING_CODE, competingRefusal, competingText, competingTimeoutsFor, firingInWindow} from './competing.js'
 
 /**
  * The one runner: a batch of fault scenarios sharing one window. Pins and abort trials go to prefill and decode
@@ -66,6 +67,11 @@ export interface BatchSettings {
   paramsSource: ParamSource
   /** A scenario that cannot be planned: thrown (inject: exit 2 naming why) or recorded as its error (suite). */
   planErrors: 'throw' | 'record'
+  /**
+   * Run a scenario although one of SGLang's own timeouts fires before its window closes (`--allow-competing-timeout`):
+   * its pins released inside the window are unverified by construction. Default: refused at plan time.
+   */
+  allowCompetingTimeout?: boolean
   /**
    * The caller stops the batch on SIGINT or SIGTERM itself (through `signal`): the lease guards then leave the first
    * signal to it, so the batch reverts and the run is recorded; a second signal is theirs (revert and exit).
@@ -136,6 +142,16 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
       const seen = onHost(discovery, on, placement)
       const facts = await fault.gather(on.host, seen, params, {timeoutMs: PROBE_TIMEOUT_MS})
       e.plan = fault.plan({discovery: seen, params, leaseId, facts, calibration: calibrations.get(on0), contract})
+      // SGLang's own timeouts that could release these pins: one firing before the window closes means the experiment
+      // cannot exercise the watchdog. Refused before anything is injected, unless the caller allows it (its pins are
+      // then unverified by construction).
+      e.competing = competingTimeoutsFor(fault.pins, e.plan.mechanism, discovery.sglangTimeouts)
+      const firing = firingInWindow(e.competing, contract)
+      if (firing.length > 0) {
+        if (!settings.allowCompetingTimeout) throw competingRefusal(s.fault, firing, contract)
+        e.competingAllowed = true
+        e.plan.notes = [...(e.plan.notes ?? []), `allowed to run although ${firing.map((c) => competingText(c, contract)).join('; ')}: a pin released inside the window is unverified, never a pass`]
+      }
       hostOf.set(e, on)
       // A fault on all of a role's ranks, on an instance over several nodes: the same fault on each other node's ranks,
       // each with its own plan and lease on its own host. (The twin's failure point is set through node 0's API for the
@@ -159,7 +175,7 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
       if (untouched.length > 0) e.plan.notes = [...(e.plan.notes ?? []), `acts on ${acting.join(' and ')} only: ${untouched.map((r) => `${r.service} TP${r.tpRank}`).join(', ')} on ${[...new Set(untouched.map((r) => r.host))].join(', ')} (other node ranks of the instance) are not touched, and the all-reduce (MIN over every rank) still holds the request by the ranks it touches`]
     } catch (error) {
       if (settings.planErrors === 'throw') throw error
-      e.error = `could not plan: ${oneLine(error)}`
+      e.error = error instanceof PdError && error.code === COMPETING_CODE ? `not run: ${oneLine(error)}` : `could not plan: ${oneLine(error)}`
     }
     entries.push(e)
   }

@@ -7,6 +7,7 @@ import {checkWedge} from '../checks/wedge.js'
 import {WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js'
 import {type FaultPlan, renderPlan} from '../faults/fault.js'
 import {getFault} from '../faults/registry.js'
+import type {CompetingTimeout} from '../model/competing.js'
 import type {LeaseRecord, ScenarioRun} from '../model/run.js'
 import type {Observation, Timeline} from '../model/timeline.js'
 import {fail, pass, type Verdict} from '../model/verdict.js'
@@ -32,6 +33,10 @@ export interface Entry {
   instances?: {prefill: string; decode: string}
   /** The same fault on the other nodes of a multi-node instance (Fault.onEveryNode), each under its own lease there. */
   parts?: EntryPart[]
+  /** SGLang's own timeouts that could release its pins (experiment/competing.ts), as discovery read them. */
+  competing?: CompetingTimeout[]
+  /** Run although one of them fires before the window closes (--allow-competing-timeout). */
+  competingAllowed?: boolean
 }
 
 /** The fault on one more node of an instance: its own plan, host and lease. */
@@ -60,6 +65,7 @@ export function scenarioShell(e: Entry, contract: ScenarioRun['contract'], calib
       ...(e.plan.notes?.length || e.parts?.length ? {notes: [...(e.plan.notes ?? []), ...(e.parts ?? []).map((x) => `also on ${x.host}: ${x.plan.description}`)]} : {}),
     } : {}),
     ...(calibration ? {calibration} : {}),
+    ...(e.competing?.length ? {competingTimeouts: e.competing} : {}),
   }
 }
 
@@ -93,6 +99,8 @@ export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
     ...checkRecovery(whole, {failureCounters: anyTrials ? [] : [WATCHDOG_EVICTED_TOTAL], ...(instances.length > 0 ? {instances} : {})}),
     ...(b.loadIntervalMs > 0 ? [checkCollateral(whole)] : []),
   ]
+  // Every request of the batch the watchdog could have evicted: its counter names the watchdog only by moving for all.
+  const batchPins = b.observations.filter((o) => o.kind === 'request-sent' && o.role === 'pin').length
   const names = b.entries.map((e) => e.s.name)
   const label = names.length > 1 ? ` (batch: ${names.join(', ')})` : ''
   let batchAttached = false
@@ -116,7 +124,9 @@ export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
       }
       else if (observe === 'health') run.verdicts.push(...checkWedge(run.timeline, e.plan!.expected?.kind === 'wedge' ? e.plan!.expected : undefined))
       else {
-        const ev = checkEvictions(run.timeline, {expected: e.plan!.expected})
+        const ev = checkEvictions(run.timeline, {
+          expected: e.plan!.expected, competing: e.competing ?? [], competingAllowed: e.competingAllowed === true, batchPins,
+        })
         run.verdicts.push(...ev.verdicts)
         run.pins = ev.pins
         run.verdicts.push(...checkScope(run.timeline))

@@ -1,4 +1,5 @@
 import {ExitCode, type ExitCodeValue} from '../exit-codes.js'
+import type {CompetingTimeout} from './competing.js'
 import type {Calibration, Observation, PinState, Timeline} from './timeline.js'
 import {type CheckName, type Outcome, UNVERIFIED_BLOCKS_BY_DEFAULT, type Verdict} from './verdict.js'
 
@@ -138,6 +139,8 @@ export interface ScenarioRun {
   notes?: string[]
   /** The calibration the scenario was judged with. */
   calibration?: Calibration & {routerMs: number}
+  /** SGLang's own timeouts that could release its pins, each with where it was read (a pass must exclude them). */
+  competingTimeouts?: CompetingTimeout[]
   /** --dry-run: the read-only probes and what they printed. */
   dryRun?: {probes: Array<{argv: string; code: number | null; stdout: string; stderr: string}>}
   /** --hold: the lease left armed, and when the host reverts it. */

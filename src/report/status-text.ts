@@ -51,7 +51,14 @@ export function renderStatus(r: StatusReport | DeploymentReport): string {
   const env = w.prefillEnv
   out.push(`watchdog  contract: scope ${w.contract.scope}, deadline ${w.contract.deadlineSeconds}s, poll ${w.contract.pollSeconds}s` +
     (env ? `;  prefill env: scope ${env.scope ?? '-'}, deadline ${env.deadlineSeconds ?? '-'}s, poll ${env.pollSeconds ?? '-'}s` : ''))
-  if (w.timeouts) out.push(`sglang    waiting timeout ${w.timeouts.waitingTimeout}s, bootstrap timeout ${w.timeouts.bootstrapTimeout}s, heartbeat ${w.timeouts.heartbeatInterval}s x ${w.timeouts.heartbeatMaxFailure}`)
+  const st = r.sglangTimeouts
+  if (st) {
+    out.push(`sglang    version ${st.version ?? 'unknown'} (${st.versionSource})${st.backend ? `, backend ${st.backend}` : ''}; its own timeouts:`)
+    const secs = (x: {seconds: number | null}) => (x.seconds === null ? 'none' : `${x.seconds} s`)
+    out.push(`          prefill's bootstrap timeout ${secs(st.bootstrap)}: ${st.bootstrap.source}`)
+    out.push(`          decode's waiting timeout ${secs(st.waiting)}: ${st.waiting.source}`)
+    out.push(`          decode's heartbeat bound ${secs(st.heartbeat)} (${st.heartbeat.intervalSeconds} s x ${st.heartbeat.maxFailure}): ${st.heartbeat.source}`)
+  }
   for (const role of ['prefill', 'decode'] as const) {
     const c = Object.entries(r.counters[role]).map(([k, v]) => `${k.replace(/^sglang:num_|_reqs_total$/g, '')}=${v}`).join(' ')
     const g = Object.entries(r.gauges[role]).map(([k, v]) => `${k.replace(/^sglang:(num_)?|_reqs$/g, '')}=${v}`).join(' ')

@@ -4,7 +4,7 @@ import {EPSILON_FLOOR_MS, edgeOf, epsilonFor} from '../../src/checks/epsilon.js'
 import {checkEvictions} from '../../src/checks/eviction.js'
 import {bootstrapQueued} from '../../src/experiment/lag-probes.js'
 import type {MeasuredLags} from '../../src/model/lags.js'
-import {TimelineBuilder} from './synthetic.js'
+import {TimelineBuilder, TIMEOUTS_READ} from './synthetic.js'
 
 // deadline 2 s, poll 1 s: a window [2000, 3000] ms after the send, widened by ε.
 const CONTRACT = {scope: 'all' as const, deadlineSeconds: 2, pollSeconds: 1}
@@ -53,7 +53,7 @@ describe('ε widened by the measured lags', () => {
 describe('evictions judged with measured lags, and at the edge', () => {
   const judge = (answerMs: number, lags?: MeasuredLags) => {
     const tl = new TimelineBuilder(CONTRACT, calibration(lags)).pin('p1', 0, {ms: answerMs, status: 500, detail: 'evicted by the disaggregation watchdog'}).build()
-    return checkEvictions(tl)
+    return checkEvictions(tl, TIMEOUTS_READ)
   }
 
   it('a punctual eviction answered 300 ms late passes with the lags (at the edge), and fails late without them', () => {

@@ -1,3 +1,4 @@
+import type {CompetingTimeout} from '../../src/model/competing.js'
 import type {Observation, PinState, Timeline} from '../../src/model/timeline.js'
 
 /** A synthetic timeline builder: times are ms after t0, so a test reads like the experiment it describes. */
@@ -71,3 +72,12 @@ export class TimelineBuilder {
     return {contract: this.contract, calibration: this.calibration, observations: [...this.observations].sort((a, b) => a.t - b.t)}
   }
 }
+
+/**
+ * SGLang's own timeouts as a run that read them finds them on a default deployment: decode's waiting timeout at 300 s,
+ * read from decode's environment (unset there), so it fires long after any window here and is excluded.
+ */
+export const TIMEOUTS_READ: {competing: CompetingTimeout[]} = {competing: [{
+  cause: 'waiting-timeout', name: "decode's waiting timeout", setting: 'SGLANG_DISAGGREGATION_WAITING_TIMEOUT', seconds: 300,
+  source: "SGLang's default for version 0.5.15 (environ.py; unset in the environment of pid 4242 (decode scheduler TP0))", known: true,
+}]}

@@ -10,6 +10,7 @@ import {renderHtml} from '../../src/report/html.js'
 import type {SuiteRun} from '../../src/model/run.js'
 import {decodePng, distinctColours, inkShare, pixelsNear, type Image} from './png.js'
 import {NASTY, syntheticRun, T0} from './synthetic-run.js'
+import {TIMEOUTS_READ} from '../checks/synthetic.js'
 import {ensureTool} from './tools.js'
 
 const RED: [number, number, number] = [0xd6, 0x27, 0x28]
@@ -86,7 +87,7 @@ describe('renderHtml', () => {
     obs.push({kind: 'fault-reverted', t: T0 + 4000, fault: 'drop-dest-info', leaseId: 'L', verifiedClean: true, evidence: ''})
     obs.sort((a, b) => a.t - b.t)
     const timeline = {contract, calibration: {prefillMs: 40, prefillSpreadMs: 6, observeMs: 3, samples: 20}, observations: obs}
-    const {verdicts, pins} = checkEvictions(timeline)
+    const {verdicts, pins} = checkEvictions(timeline, TIMEOUTS_READ)
     expect(pins.filter((p) => p.verdict === 'fail')).toHaveLength(4)
     const run: SuiteRun = {
       name: 'big', startedAt: T0, finishedAt: T0 + 5000, deployment: 'twin',

@@ -3,6 +3,7 @@ import type {Observation, Timeline} from '../../src/model/timeline.js'
 import {fail, pass, type Verdict} from '../../src/model/verdict.js'
 import type {LeaseRecord} from '../../src/model/run.js'
 import type {Contract, ScenarioRun, SuiteRun} from '../../src/model/run.js'
+import {TIMEOUTS_READ} from '../checks/synthetic.js'
 
 /**
  * A realistic suite run built from synthetic timelines and judged by the real eviction check: drop-dest-info with
@@ -58,7 +59,7 @@ function injectScenario(name: string, fault: string, base: number, pins: Array<{
   obs.push({kind: 'marker', t: base + 4600, name: 'end'})
   obs.sort((a, b) => a.t - b.t)
   const timeline: Timeline = {contract, calibration, observations: obs}
-  const {verdicts, pins: pinRecords} = checkEvictions(timeline)
+  const {verdicts, pins: pinRecords} = checkEvictions(timeline, TIMEOUTS_READ)
   const extra: Verdict[] = [pass('cleanup', leaseId, 'fault reverted and verified clean', {evidence: ['table gone']}),
     pass('collateral', 'load', 'no collateral loss: 19/19 load requests answered', {answered: 19, failed: 0})]
   return {
