@@ -50,6 +50,7 @@ export default class Inject extends TargetCommand<typeof Inject> {
     'load-interval': Flags.integer({summary: 'Milliseconds between steady-load requests (0: no load).', default: 500, min: 0, max: 60_000}),
     canaries: Flags.integer({summary: 'Requests after the revert that must succeed.', default: 3, min: 1, max: 100}),
     journal: Flags.string({summary: 'Write the run journal (JSON) to this file.'}),
+    'allow-competing-timeout': Flags.boolean({summary: "Run although one of SGLang's own timeouts (bootstrap, waiting, heartbeat), read from the servers, fires before the watchdog's window closes; its pins are then unverified, never passed. Without it such a run is refused (exit 2)."}),
   }
 
   async run(): Promise<Record<string, unknown>> {
@@ -97,7 +98,7 @@ export default class Inject extends TargetCommand<typeof Inject> {
       }
       return runSuite(t.deployment, placementOf(t), suite, {
       say: (l) => this.progress(l), signal,
-      batch: {mode, pinPacing: {burst: 1, gapMs: f['pin-interval']}, pinPath: f['pin-path'], paramsSource: 'flags', planErrors: 'throw', ...(f.ttl === undefined ? {} : {ttlMs: f.ttl * 1000})},
+      batch: {mode, pinPacing: {burst: 1, gapMs: f['pin-interval']}, pinPath: f['pin-path'], paramsSource: 'flags', planErrors: 'throw', allowCompetingTimeout: f['allow-competing-timeout'], ...(f.ttl === undefined ? {} : {ttlMs: f.ttl * 1000})},
       })
     })
     const fields = {...injectFields(run), ...(pair ? {pair} : {})}

@@ -46,6 +46,7 @@ export default class Suite extends TargetCommand<typeof Suite> {
     junit: Flags.string({summary: 'Write JUnit XML (one testcase per check and per pin) to this file.'}),
     html: Flags.string({summary: 'Write the single-file HTML report (a timeline per scenario) to this file.'}),
     push: Flags.string({summary: 'Push the run\'s metrics to this Prometheus Pushgateway URL.'}),
+    'allow-competing-timeout': Flags.boolean({summary: "As the suite file's allowCompetingTimeout: run a scenario although one of SGLang's own timeouts fires before its window closes (its pins are then unverified)."}),
     'one-at-a-time': Flags.boolean({summary: 'Run every scenario in a batch of its own (no concurrency), e.g. to measure what batching saves.'}),
     'run-id': Flags.string({summary: 'Name of this run (Pushgateway grouping, reports). Default: derived from the start time.'}),
     'sim-deadline': Flags.string({summary: 'With --sim, when the suite starts the twin itself: its watchdog deadline in seconds (default 3).'}),
@@ -100,6 +101,7 @@ export default class Suite extends TargetCommand<typeof Suite> {
         return runSuite(t.deployment, placementOf(t), suite, {
           restartTargets: (order) => restartTargetsOf(t, order), ...(pairs ? {pairs} : {}),
           gate: suite.gate ?? (f.gate ? GateSchema.parse({}) : undefined), say: progress.say, signal: stop.signal, runId: f['run-id'], oneAtATime: f['one-at-a-time'],
+          ...(f['allow-competing-timeout'] ? {batch: {allowCompetingTimeout: true}} : {}),
           onPlan: (lines) => progress.print(['plan (checked: no two scenarios in a batch interfere):', ...lines.map((x) => `  ${x}`)]),
           onPhase: progress.setPhase,
         })

@@ -105,10 +105,10 @@ function read(role: 'prefill' | 'decode', r: RoleReads | undefined, name: string
     {value: number; from: TimeoutFrom; source: string; pid?: number; envRead: boolean} {
   const envRead = r?.env !== undefined
   const fromEnv = num(r?.env?.env[name])
-  if (fromEnv !== undefined) return {value: fromEnv, from: 'env', source: `the environment of pid ${r!.env!.pid} (${r!.env!.what})`, pid: r!.env!.pid, envRead}
+  if (fromEnv !== undefined) return {value: fromEnv, from: 'env', source: `the environment of pid ${r!.env!.pid}, ${r!.env!.what}`, pid: r!.env!.pid, envRead}
   const fromLaunch = num(r?.launch?.vars[name])
   if (fromLaunch !== undefined) return {value: fromLaunch, from: 'launch-command', source: `the launch command of pid ${r!.launch!.pid}`, pid: r!.launch!.pid, envRead}
-  const unread = r?.env ? `unset in the environment of pid ${r.env.pid} (${r.env.what})` : `${role}'s environment not read`
+  const unread = r?.env ? `unset in the environment of pid ${r.env.pid}, ${r.env.what}` : `${role}'s environment not read`
   return {value: fallback, from: 'default', envRead, source: `SGLang's default for ${version ? `version ${version}` : 'an unknown version'} (environ.py; ${unread})`}
 }
 

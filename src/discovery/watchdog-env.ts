@@ -101,7 +101,7 @@ export function watchdogWarnings(fromEnv: EnvWatchdog, contract: Watchdog, timeo
       ...(timeouts.waitingTimeout <= contract.deadlineSeconds + contract.pollSeconds ? [`decode's SGLANG_DISAGGREGATION_WAITING_TIMEOUT ${timeouts.waitingTimeout}s`] : []),
       ...(timeouts.bootstrapTimeout <= contract.deadlineSeconds + contract.pollSeconds ? [`prefill's SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT ${timeouts.bootstrapTimeout}s`] : []),
     ]
-    w.push(`${where}: watchdog deadline + poll ${contract.deadlineSeconds + contract.pollSeconds}s is not below SGLang's own timeouts (${which.join(', ')}): a pin may be released by a timeout inside the window (reported as such, not as an eviction); raise them above it`)
+    w.push(`${where}: watchdog deadline + poll ${contract.deadlineSeconds + contract.pollSeconds}s is not below SGLang's own timeouts (${which.join(', ')}): it would release pins before the watchdog could, so an experiment whose pins it can release is refused (exit 2) unless --allow-competing-timeout; raise them above it`)
   }
   return w
 }

@@ -33,7 +33,7 @@ export interface RunOptions {
   /** Every scenario in a batch of its own (no concurrency): the baseline the batching is measured against. */
   oneAtATime?: boolean
   /** How each batch runs; the suite's defaults otherwise (see SUITE_BATCH). */
-  batch?: Partial<Pick<BatchSettings, 'mode' | 'pinPacing' | 'pinPath' | 'ttlMs' | 'paramsSource' | 'planErrors'>>
+  batch?: Partial<Pick<BatchSettings, 'mode' | 'pinPacing' | 'pinPath' | 'ttlMs' | 'paramsSource' | 'planErrors' | 'allowCompetingTimeout'>>
   /** A co-restart's steps where the file lists several instances of a role (each restarted); default: one per role. */
   restartTargets?: (order: ServiceName[]) => RestartTarget[]
   /**
@@ -114,7 +114,7 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
             return {name: s.name, fault: s.spec.fault!, params: s.spec.params, pins: s.spec.pins, ...(s.spec.gpuHost === undefined ? {} : {gpuHost: s.spec.gpuHost}),
               session: on.session, ...(on.paths ? {pair: on.paths} : {})}
           }), {
-            ...SUITE_BATCH, ...opts.batch,
+            ...SUITE_BATCH, allowCompetingTimeout: suite.allowCompetingTimeout, ...opts.batch,
             promptTokens: suite.load.promptTokens, loadIntervalMs: suite.load.intervalMs, canaries: suite.load.canaries, signal: watch.signal,
             // A caller that passes a signal stops the run on SIGINT itself (and writes its journal).
             callerStopsOnSignal: opts.signal !== undefined,

@@ -72,6 +72,8 @@ export const SuiteSchema = z.object({
   scenarios: z.array(ScenarioSchema).min(1),
   stop: StopSchema.default({kernelXid: true}),
   gate: GateSchema.optional().describe('Present: the exit code is the release verdict (as --gate).'),
+  allowCompetingTimeout: z.boolean().default(false).describe(
+    "Run a scenario although one of SGLang's own timeouts (prefill's bootstrap timeout, decode's waiting timeout or heartbeat) fires before its window closes: its pins are then unverified. Default: such a scenario is not run, with the reason."),
   load: z.object({
     intervalMs: z.number().int().min(0).max(60_000).default(500).describe('Steady load beside every batch (0: none).'),
     promptTokens: z.number().int().min(1).max(131_072).default(128),

@@ -1,4 +1,4 @@
-import {existsSync, readFileSync} from 'node:fs'
+import {existsSync, readFileSync, writeFileSync} from 'node:fs'
 import {join} from 'node:path'
 
 import {afterEach} from 'vitest'
@@ -56,9 +56,26 @@ export function matrixTwins(): {twin(extra: SimUpOptions, warm?: boolean): Promi
   }
 }
 
-export async function inject(h: TestHost, args: string[]): Promise<Outcome> {
-  const r = await runCli(['inject', ...args, '-c', h.deploymentFile, '--json', '--pins', '2', '--load-interval', '400'], {timeoutMs: 120_000})
+export async function inject(h: TestHost, args: string[], deploymentFile = h.deploymentFile): Promise<Outcome> {
+  const r = await runCli(['inject', ...args, '-c', deploymentFile, '--json', '--pins', '2', '--load-interval', '400'], {timeoutMs: 120_000})
   return outcome(h, r)
+}
+
+/** An inject that pdchaos refuses before any verdict: its exit code and its one-line error (with --json). */
+export async function injectRefused(h: TestHost, args: string[]): Promise<{code: number | null; message: string; suggestion: string}> {
+  const r = await runCli(['inject', ...args, '-c', h.deploymentFile, '--json', '--pins', '2', '--load-interval', '400'], {timeoutMs: 120_000})
+  let j: {error?: {message?: string; suggestions?: string[]}} = {}
+  try { j = JSON.parse(r.stdout) as typeof j } catch { /* reported below */ }
+  return {code: r.code, message: j.error?.message ?? `${r.stdout.slice(0, 300)} ${r.stderr.slice(-300)}`, suggestion: (j.error?.suggestions ?? []).join(' ')}
+}
+
+/** The twin's deployment file without `logs:` (a deployment whose logs pdchaos cannot read), written beside it. */
+export function withoutLogs(h: TestHost): string {
+  const text = readFileSync(h.deploymentFile, 'utf8').replace(/^ {4}logs:\n {6}file: .*\n/gm, '')
+  if (/logs:/.test(text)) throw new Error('the twin\'s deployment file still names logs')
+  const file = join(h.stateDir, 'pdchaos-no-logs.yaml')
+  writeFileSync(file, text)
+  return file
 }
 
 /** The twin's own account of the last moments (its server logs, minus the health and metrics polling). */

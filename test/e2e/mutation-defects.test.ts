@@ -76,7 +76,8 @@ describe('mutation matrix: every twin defect turns the verdict to fail', () => {
     // [1.5 s, 2 s]: decode lets go first, its ABORT fails the prefill request, and the answer lands where a punctual
     // eviction would. Decode's own log line names the timeout.
     const h = await twin({bugs: ['late-evict'], args: [...TWIN_ARGS, '--decode-waiting-timeout', '1.75']})
-    const stall = await inject(h, ['stall-kv', '--gpu', '1'])
+    // The plan refuses it (the timeout fires inside the window): run anyway, to see the release named afterwards.
+    const stall = await inject(h, ['stall-kv', '--gpu', '1', '--allow-competing-timeout'])
     expect(stall.verdicts.filter((v) => /^eviction pass/.test(v)), stall.verdicts.join(' | ')).toEqual([])
     const byDecode = stall.unverified.filter((v) => /^eviction: released by decode's waiting timeout .* inside the deadline window: not a watchdog eviction/.test(v))
     expect(byDecode.length, stall.verdicts.join(' | ')).toBeGreaterThan(0)

@@ -1,7 +1,7 @@
 import {describe, expect, it} from 'vitest'
 
 import type {TestHost} from '../harness/test-host.js'
-import {inject, matrixTwins, restart, type Outcome, TWIN_ARGS} from './matrix-helpers.js'
+import {inject, injectRefused, matrixTwins, restart, type Outcome, TWIN_ARGS, withoutLogs} from './matrix-helpers.js'
 
 /**
  * Proof by mutation, the defect-free half: the three faults and a co-restart against a correct twin pass, and the
@@ -64,4 +64,44 @@ describe('a fresh twin', () => {
     expect(o.failed, o.failed.join(' | ')).toEqual([])
     expect(o.code, o.unverified.join(' | ')).toBe(0)
   }, 300_000)
+})
+
+describe("SGLang's own timeouts inside the window, the watchdog off (issue 27): never a watchdog pass", () => {
+  /** No eviction passed; each pin's eviction verdict unverified (a watchdog that is off cannot be passed). */
+  const noPass = (o: Outcome, pins = 2) => {
+    expect(o.verdicts.filter((v) => /^eviction pass/.test(v)), o.verdicts.join(' | ')).toEqual([])
+    expect(o.unverified.filter((v) => v.startsWith('eviction')), o.verdicts.join(' | ')).toHaveLength(pins)
+    expect(o.code, o.verdicts.join(' | ')).toBe(1)
+  }
+
+  it("decode's waiting timeout (1.75 s) inside [1.5 s, 2 s]: refused at plan time; allowed, unverified with and without logs:", async () => {
+    const h = await twin({watchdog: 'off', args: [...TWIN_ARGS, '--decode-waiting-timeout', '1.75']})
+    const refused = await injectRefused(h, ['stall-kv', '--gpu', '1'])
+    expect(refused.code).toBe(2)
+    expect(refused.message).toMatch(/decode's waiting timeout SGLANG_DISAGGREGATION_WAITING_TIMEOUT = 1\.75 s \(read from the environment of pid \d+, decode scheduler TP0\) fires inside the watchdog window/)
+    expect(refused.suggestion).toMatch(/--allow-competing-timeout/)
+    // With logs: decode's own line names its timeout.
+    const logged = await inject(h, ['stall-kv', '--gpu', '1', '--allow-competing-timeout'])
+    noPass(logged)
+    expect(logged.unverified.join('\n')).toMatch(/decode's waiting timeout/)
+    // Without logs: prefill's words say only that decode let go; nothing names the watchdog.
+    const blind = await inject(h, ['stall-kv', '--gpu', '1', '--allow-competing-timeout'], withoutLogs(h))
+    noPass(blind)
+    expect(blind.all).toMatch(/logsUnread/)
+  }, 600_000)
+
+  it("prefill's bootstrap timeout (1.75 s, NIXL after #34692) inside the window: refused at plan time, dry run included; allowed, unverified", async () => {
+    const h = await twin({watchdog: 'off', args: [...TWIN_ARGS, '--sglang-version', '0.5.17', '--bootstrap-timeout', '1.75']})
+    for (const extra of [['--dry-run'], []]) {
+      const refused = await injectRefused(h, ['drop-dest-info', ...extra])
+      expect(refused.code, refused.message).toBe(2)
+      expect(refused.message).toMatch(/prefill's bootstrap timeout SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT = 1\.75 s \(read from the environment of pid \d+, prefill scheduler TP0\)/)
+    }
+    const allowed = await inject(h, ['drop-dest-info', '--allow-competing-timeout'])
+    noPass(allowed)
+    expect(allowed.unverified.join('\n')).toMatch(/SGLang's bootstrap timeout/)
+    // SGLang's wording and counter, as the twin now models them.
+    expect(allowed.all).toMatch(/timed out after 1\.\d+s in KVPoll\.Bootstrapping/)
+    expect(allowed.all).toMatch(/num_bootstrap_failed_reqs_total \+\d/)
+  }, 600_000)
 })

@@ -122,6 +122,13 @@ function integer(name: string, v: number | undefined, fallback: number, min: num
   return x
 }
 
+/** --sglang-version: a version as SGLang spells it (0.5.16, 0.5.16rc1, 0.5.15.post2). */
+function versionOf(v: string | undefined): string {
+  const x = (v ?? UP_DEFAULTS.version).trim()
+  if (!/^v?\d+\.\d+(\.\d+)?([.\w-]*)$/.test(x) || x.length > 40) throw badInput(`--sglang-version must be a version like 0.5.16, got "${x}"`, `pass --sglang-version ${UP_DEFAULTS.version}`)
+  return x.replace(/^v/, '')
+}
+
 /** --entry-lag-ms / --answer-lag-ms ("N[:JITTER]" ms), the twin's own lag options. */
 function lagOptions(o: SimUpOptions): SimConfig['lags'] | undefined {
   const one = (flag: string, raw: string | undefined): Lag | undefined => {
@@ -210,7 +217,7 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
     ...(node ? {node} : {}),
     ...(dist ? {dist} : {}),
     model: o.model ?? UP_DEFAULTS.model,
-    version: o.version ?? UP_DEFAULTS.version,
+    version: versionOf(o.version),
     gpus,
     // With a layout these count scheduler processes (the twin's flat ranks); the layout keeps SGLang's --tp-size.
     prefillTp: layout?.prefill ? rankCount(layout.prefill) : prefillTp,

@@ -175,8 +175,9 @@ export class PrefillRank {
   poll(room: string): number {
     const s = this.status.get(room)
     if (s === undefined) return KVPoll.WaitingForInput // NIXL check_status: unknown rooms read as WaitingForInput
-    // Only the Mooncake sender bounds Bootstrapping (its constructor sets init_time); NIXL has no timeout.
-    if (s === KVPoll.Bootstrapping && this.env.backend === 'mooncake') {
+    // The Mooncake sender bounds Bootstrapping (its constructor sets init_time); the NIXL sender only from PR #34692
+    // (2026-08-13) on, which the twin takes to be in every version after 0.5.15 (`sim up --sglang-version`).
+    if (s === KVPoll.Bootstrapping && (this.env.backend === 'mooncake' || nixlHasBootstrapTimeout(this.cfg.version))) {
       const elapsed = (nowMs() - (this.createdAt.get(room) ?? nowMs())) / 1000
       if (elapsed >= this.env.bootstrapTimeoutS) {
         this.log.warn(`Request ${room} timed out after ${elapsed.toFixed(1)}s in ${pollName(KVPoll.Bootstrapping)}`)
@@ -332,4 +333,15 @@ export class PrefillRank {
     for (const c of this.conns.values()) c.socket.destroy()
     this.conns.clear()
   }
+}
+
+/**
+ * NixlKVSender sets init_time and calls _check_bootstrap_timeout while Bootstrapping only since PR #34692 (merged
+ * 2026-08-13, after the July snapshot between v0.5.15 and v0.5.16): a version after 0.5.15 has it here.
+ */
+export function nixlHasBootstrapTimeout(version: string): boolean {
+  const m = /^v?(\d+)\.(\d+)(?:\.(\d+))?/.exec(version.trim())
+  if (!m) return false
+  const [a, b, c] = [Number(m[1]), Number(m[2]), Number(m[3] ?? 0)]
+  return a > 0 || b > 5 || (b === 5 && c > 15)
 }
