@@ -145,8 +145,9 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
       // SGLang's own timeouts that could release these pins: one firing before the window closes means the experiment
       // cannot exercise the watchdog. Refused before anything is injected, unless the caller allows it (its pins are
       // then unverified by construction).
-      e.competing = competingTimeoutsFor(fault.pins, e.plan.mechanism, discovery.sglangTimeouts)
-      const firing = firingInWindow(e.competing, contract)
+      const competing = competingTimeoutsFor(fault.pins, e.plan.mechanism, discovery.sglangTimeouts)
+      if (competing) e.competing = competing
+      const firing = firingInWindow(competing, contract)
       if (firing.length > 0) {
         if (!settings.allowCompetingTimeout) throw competingRefusal(s.fault, firing, contract)
         e.competingAllowed = true
@@ -175,12 +176,17 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
       if (untouched.length > 0) e.plan.notes = [...(e.plan.notes ?? []), `acts on ${acting.join(' and ')} only: ${untouched.map((r) => `${r.service} TP${r.tpRank}`).join(', ')} on ${[...new Set(untouched.map((r) => r.host))].join(', ')} (other node ranks of the instance) are not touched, and the all-reduce (MIN over every rank) still holds the request by the ranks it touches`]
     } catch (error) {
       if (settings.planErrors === 'throw') throw error
+      // A refused scenario (its plan made, then refused) has no plan to act on.
+      delete e.plan
+      delete e.parts
       e.error = error instanceof PdError && error.code === COMPETING_CODE ? `not run: ${oneLine(error)}` : `could not plan: ${oneLine(error)}`
     }
     entries.push(e)
   }
   const planned = entries.filter((e) => e.plan)
   if (settings.mode === 'dry-run') return {scenarios: await dryRun(entries, hostOf, partHost, calibration, contract), floorMs: 0}
+  // Nothing could be planned (each scenario refused, with its reason): nothing to inject, load or judge.
+  if (planned.length === 0) return {scenarios: entries.map((e) => scenarioShell(e, contract, calibration, now())), floorMs: 0}
 
   const ttlMs = settings.ttlMs ?? (settings.mode === 'hold' ? HOLD_DEFAULT_MS : leaseTtlMs({deadlineSeconds: contract.deadlineSeconds, pollSeconds: contract.pollSeconds, holdMs: windowMs + marginMs + DRAIN_WAIT_MS + 30_000}))
   const rec = new Recorder()

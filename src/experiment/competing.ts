@@ -27,8 +27,10 @@ const knownOf = (x: TimeoutSetting): boolean => x.from !== 'default' || x.envRea
 
 const CUTS_HEARTBEAT = new Set(['link-down', 'ib-port-disable'])
 
-export function competingTimeoutsFor(pins: PinState | 'trials' | undefined, mechanism: string, t: SglangTimeouts | undefined): CompetingTimeout[] {
-  if (!t || pins === undefined || pins === 'trials') return []
+export function competingTimeoutsFor(pins: PinState | 'trials' | undefined, mechanism: string, t: SglangTimeouts | undefined): CompetingTimeout[] | undefined {
+  if (pins === undefined || pins === 'trials') return []
+  // Nothing read: none can be excluded (the eviction check then names them all as not read).
+  if (!t) return undefined
   const out: CompetingTimeout[] = []
   if (pins.queue === 'bootstrap') {
     out.push({cause: 'bootstrap-timeout', name: "prefill's bootstrap timeout", setting: t.bootstrap.setting, seconds: t.bootstrap.seconds, source: t.bootstrap.source, known: knownOf(t.bootstrap)})
@@ -42,9 +44,9 @@ export function competingTimeoutsFor(pins: PinState | 'trials' | undefined, mech
 }
 
 /** The competitors that fire before the window's end (deadline + poll + PLAN_SLACK_SECONDS). */
-export function firingInWindow(competing: CompetingTimeout[], contract: Pick<Contract, 'deadlineSeconds' | 'pollSeconds'>): CompetingTimeout[] {
+export function firingInWindow(competing: CompetingTimeout[] | undefined, contract: Pick<Contract, 'deadlineSeconds' | 'pollSeconds'>): CompetingTimeout[] {
   const end = contract.deadlineSeconds + contract.pollSeconds + PLAN_SLACK_SECONDS
-  return competing.filter((c) => c.seconds !== null && c.seconds <= end)
+  return (competing ?? []).filter((c) => c.seconds !== null && c.seconds <= end)
 }
 
 /** One line per competitor firing in the window, naming the setting and where it was read. */

@@ -125,7 +125,7 @@ export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
       else if (observe === 'health') run.verdicts.push(...checkWedge(run.timeline, e.plan!.expected?.kind === 'wedge' ? e.plan!.expected : undefined))
       else {
         const ev = checkEvictions(run.timeline, {
-          expected: e.plan!.expected, competing: e.competing ?? [], competingAllowed: e.competingAllowed === true, batchPins,
+          expected: e.plan!.expected, ...(e.competing ? {competing: e.competing} : {}), competingAllowed: e.competingAllowed === true, batchPins,
         })
         run.verdicts.push(...ev.verdicts)
         run.pins = ev.pins

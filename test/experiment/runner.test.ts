@@ -12,6 +12,8 @@ import {parseFaultParams} from '../../src/faults/params.js'
 import type {LeaseRecord, ScenarioRun, SuiteRun} from '../../src/model/run.js'
 import type {Observation, Timeline} from '../../src/model/timeline.js'
 import type {Verdict} from '../../src/model/verdict.js'
+import {sglangTimeoutsOf} from '../../src/discovery/sglang-timeouts.js'
+import {evaluateGate} from '../../src/suite/gate.js'
 import {runSuite} from '../../src/suite/runner.js'
 import {type SuiteFile, SuiteSchema} from '../../src/suite/suite-file.js'
 import {fakeTarget, stateDirs, type FakePd, type FakeOptions, isInlineRevert, type ScriptedHost, SeededSession, seededDiscovery} from './fake-deployment.js'
@@ -427,6 +429,37 @@ describe.concurrent('the runner (runBatch, runSuite) against a scripted deployme
     expect(fake.prefillGenerates).toHaveLength(3)
     expect(run.scenarios).toHaveLength(2)
     await expectStoppedBeforeFirstBatch(run, e)
+  })
+})
+
+describe("a competing SGLang timeout (issue 27): refused before anything is injected", () => {
+  // Decode's waiting timeout read from decode's environment, firing before the fake's watchdog window closes.
+  const shortWaiting = sglangTimeoutsOf({decode: {env: {pid: 4_000_100, what: 'decode scheduler TP0', env: {SGLANG_DISAGGREGATION_WAITING_TIMEOUT: String(DEADLINE_S)}}}, backend: 'nixl', version: '0.5.15'})
+
+  it.sequential('runBatch with planErrors throw (inject): exit 2 naming the setting and where it was read; nothing injected', async (ctx) => {
+    const e = await env(ctx, {evictAfterMs: ON_TIME_MS})
+    const session = new SeededSession(e.fake.deployment(e.stateDir, WATCHDOG), e.host, {...e.fake.discovery(), sglangTimeouts: shortWaiting})
+    const err = await rejection(runBatch(session, [dropDestInfo('dd')], e.settings()))
+    expect(err.exitCode).toBe(2)
+    expect(err.message).toMatch(/decode's waiting timeout SGLANG_DISAGGREGATION_WAITING_TIMEOUT = .* \(read from the environment of pid 4000100, decode scheduler TP0\)/)
+    expect(e.fake.failpointPosts).toEqual([])
+    expect(await e.leases()).toMatchObject({active: [], done: []})
+  })
+
+  it.sequential('runSuite: the scenario is not run, with the reason, and the gate names it; allowCompetingTimeout runs it (a pin passes only where the watchdog\'s own words name it)', async (ctx) => {
+    const e = await suiteEnv(ctx, {name: 'competing', scenarios: [{name: 'dd rank0', fault: 'drop-dest-info', params: {rank: 0, mechanism: 'twin-failpoint'}, pins: 1}]})
+    vi.spyOn(RunSession.prototype, 'discovery').mockImplementation(async () => ({...e.fake.discovery(), sglangTimeouts: shortWaiting}))
+    const run = await runSuite(e.fake.deployment(e.stateDir, WATCHDOG), e.host, e.suite, {say: () => {}})
+    expect(run.scenarios[0]!.error).toMatch(/^not run: drop-dest-info cannot exercise the watchdog: decode's waiting timeout SGLANG_DISAGGREGATION_WAITING_TIMEOUT/)
+    expect(evaluateGate(run, SuiteSchema.parse({scenarios: [{name: 'x', fault: 'drop-dest-info'}], gate: {}}).gate!).reasons.join('\n'))
+      .toMatch(/scenario dd rank0 did not reach a verdict: not run: drop-dest-info cannot exercise the watchdog/)
+    expect(e.fake.failpointPosts).toEqual([])
+    const allowed = await runSuite(e.fake.deployment(e.stateDir, WATCHDOG), e.host, {...e.suite, allowCompetingTimeout: true}, {say: () => {}})
+    const s = allowed.scenarios[0]!
+    expect(s.error).toBeUndefined()
+    expect(s.notes?.join(' ')).toMatch(/allowed to run although decode's waiting timeout/)
+    // The fake's watchdog says it evicted the pin: its own words name it, the one evidence a competing timeout leaves standing.
+    expect(s.pins.map((p) => [p.verdict, (p.evidence.releasePath as {path: string}).path])).toEqual([['pass', 'named']])
   })
 })
 
