@@ -1,6 +1,7 @@
 import {describe, expect, it} from 'vitest'
 
 import type {TestHost} from '../harness/test-host.js'
+import {runCli} from './cli.js'
 import {inject, injectRefused, matrixTwins, restart, type Outcome, TWIN_ARGS, withoutLogs} from './matrix-helpers.js'
 
 /**
@@ -92,6 +93,12 @@ describe("SGLang's own timeouts inside the window, the watchdog off (issue 27): 
 
   it("prefill's bootstrap timeout (1.75 s, NIXL after #34692) inside the window: refused at plan time, dry run included; allowed, unverified", async () => {
     const h = await twin({watchdog: 'off', args: [...TWIN_ARGS, '--sglang-version', '0.5.17', '--bootstrap-timeout', '1.75']})
+    // status: the version and each timeout with its value and where it was read.
+    const status = await runCli(['status', '-c', h.deploymentFile], {timeoutMs: 60_000})
+    expect(status.stdout).toMatch(/sglang +version 0\.5\.17 \(prefill's server_info\), backend nixl/)
+    expect(status.stdout).toMatch(/prefill's bootstrap timeout 1\.75 s: the environment of pid \d+, prefill scheduler TP0/)
+    expect(status.stdout).toMatch(/decode's waiting timeout 300 s: the environment of pid \d+, decode scheduler TP0/)
+    expect(status.stdout).toMatch(/decode's heartbeat bound 4 s \(2 s x 2\)/)
     for (const extra of [['--dry-run'], []]) {
       const refused = await injectRefused(h, ['drop-dest-info', ...extra])
       expect(refused.code, refused.message).toBe(2)
