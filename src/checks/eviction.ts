@@ -1,4 +1,6 @@
-import {DECODE_PREALLOC_QUEUE, DECODE_TRANSFER_QUEUE, PREFILL_BOOTSTRAP_QUEUE, PREFILL_INFLIGHT_QUEUE, WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js'
+import {
+  DECODE_PREALLOC_QUEUE, DECODE_TRANSFER_QUEUE, PREFILL_BOOTSTRAP_QUEUE, PREFILL_INFLIGHT_QUEUE, WATCHDOG_EVICTED_TOTAL,
+} from '../deployment/sglang-metrics.js'
 import {edgeOf, epsilonFor, type Edge} from './epsilon.js'
 import type {FaultExpectation, StallExpectation} from './expectation.js'
 import {attributeRelease, type Attribution, CAUSE_NAMES, type ReleaseCause, releaseCauseOf} from './release-cause.js'
@@ -27,11 +29,11 @@ export interface EvictionOptions {
   competing?: CompetingTimeout[]
   /** The run was allowed although one of them fires before the window closes: such pins are unverified. */
   competingAllowed?: boolean
-  /** Every pin (and abort trial) of the batch: the watchdog's counter names the watchdog only by moving for all of them. */
+  /** Every pin (and abort trial) of the batch: the watchdog's counter names it only by moving for all of them. */
   batchPins?: number
 }
 
-/** How a release inside the window was tied to the watchdog: named by the evidence, every other path excluded, or not. */
+/** How a release inside the window was tied to the watchdog: named by the evidence, all else excluded, or not. */
 export type ReleasePath =
   | {path: 'named'; by: string}
   | {path: 'excluded'; excluded: string[]}
@@ -58,10 +60,12 @@ function counterNamesWatchdog(tl: Timeline, batchPins: number | undefined): stri
   }
   if (before === undefined || !after) return undefined
   const d = after.value - before
-  return d >= batchPins ? `prefill ${WATCHDOG_EVICTED_TOTAL} +${d} from before the first pin to after the last answer: at least one per pin of the batch (${batchPins})` : undefined
+  if (d < batchPins) return undefined
+  return `prefill ${WATCHDOG_EVICTED_TOTAL} +${d} from before the first pin to after the last answer: ` +
+    `at least one per pin of the batch (${batchPins})`
 }
 
-/** Each competing timeout, against this pin's window: excluded (fires after it, or not in force) or still a candidate. */
+/** Each competing timeout against this pin's window: excluded (fires after it, or not in force) or a candidate. */
 function competingFor(competing: CompetingTimeout[], sentAt: number, limit: number) {
   const excluded: string[] = []
   const open: CompetingTimeout[] = []
@@ -70,18 +74,22 @@ function competingFor(competing: CompetingTimeout[], sentAt: number, limit: numb
     else if (c.seconds === null) excluded.push(`${c.name}: ${c.source}`)
     // Each starts no earlier than the request reached its server, after the send: it cannot fire before send + T.
     else if (sentAt + c.seconds * 1000 > limit) {
-      excluded.push(`${c.name} ${c.seconds} s (${c.setting}, read from ${c.source}) fires after ${secs(limit - sentAt)}, when the release was already judged`)
+      const by = secs(limit - sentAt)
+      excluded.push(`${c.name} ${c.seconds} s (${c.setting}, read from ${c.source}) cannot have fired by ${by}`)
     } else open.push(c)
   }
   return {excluded, open}
 }
 
-const candidateText = (c: CompetingTimeout) => (c.known ? `${c.name} (${c.setting} = ${c.seconds} s, read from ${c.source})`
+const candidateText = (c: CompetingTimeout) => (c.known
+  ? `${c.name} (${c.setting} = ${c.seconds} s, read from ${c.source})`
   : `${c.name} (${c.setting}: not read from the server, ${c.source})`)
 
 /** Nothing was read of SGLang's own timeouts (a timeline judged without the plan's discovery): none can be excluded. */
-const NOT_ASSESSED: CompetingTimeout[] = [{cause: 'waiting-timeout', name: "SGLang's own timeouts", setting: 'SGLANG_DISAGGREGATION_*_TIMEOUT',
-  seconds: null, source: 'not read: the run did not discover them', known: false}]
+const NOT_ASSESSED: CompetingTimeout[] = [{
+  cause: 'waiting-timeout', name: "SGLang's own timeouts", setting: 'SGLANG_DISAGGREGATION_*_TIMEOUT',
+  seconds: null, source: 'not read: the run did not discover them', known: false,
+}]
 
 /** A transport error (or a transfer failure) before or inside the window: the watchdog was not exercised. */
 function transportRelease(after: number, released: ReturnType<typeof releaseCauseOf>, where: 'before' | 'inside', expected: StallExpectation | undefined) {
@@ -221,7 +229,8 @@ export function checkEvictions(tl: Timeline, opts: EvictionOptions = {}): {verdi
         // by the answer (a timeout that early makes an unexplained early release no proof of a false timeout).
         const early = answer.t < low
         const counter = counterNamesWatchdog(tl, opts.batchPins)
-        const {excluded, open} = competingFor(opts.competing ?? NOT_ASSESSED, sent.t, early ? answer.t + eps.highMs : high)
+        const limit = early ? answer.t + eps.highMs : high
+        const {excluded, open} = competingFor(opts.competing ?? NOT_ASSESSED, sent.t, limit)
         if (counter && !(opts.competingAllowed && open.length > 0)) releasePath = {path: 'named', by: counter}
         else if (open.length === 0 && (early || !opts.competingAllowed)) releasePath = {path: 'excluded', excluded}
         else {
@@ -230,12 +239,25 @@ export function checkEvictions(tl: Timeline, opts: EvictionOptions = {}): {verdi
             'set logs: for prefill and decode in the deployment file (their lines name what released each rid)',
             'set watchdog.logPattern so that the watchdog\'s own line names its evictions',
             `export ${WATCHDOG_EVICTED_TOTAL} from prefill (it must move by every pin)`,
-            ...open.map((c) => `or raise ${c.setting} above ${secs(high - sent.t)} in the ${c.cause === 'bootstrap-timeout' ? 'prefill' : 'decode'} server's environment`),
+            ...open.map((c) => `or raise ${c.setting} above ${secs(high - sent.t)} in the ` +
+              `${c.cause === 'bootstrap-timeout' ? 'prefill' : 'decode'} server's environment`),
           ]
           const path: ReleasePath = {path: 'unknown', candidates}
-          record(unverified('eviction', sent.rid, `released after ${secs(after)}, ${early ? 'before' : 'inside'} [${bounds[0].toFixed(3)}s, ${bounds[1].toFixed(3)}s], by a path nothing names: it could be ${candidates.length > 0 ? open.map((c) => c.name).join(' or ') : 'something other than the watchdog'}, not only the watchdog`, {
+          const where = `${early ? 'before' : 'inside'} [${bounds[0].toFixed(3)}s, ${bounds[1].toFixed(3)}s]`
+          const could = candidates.length > 0 ? open.map((c) => c.name).join(' or ')
+            : 'something other than the watchdog'
+          const says = released.cause === 'unknown' ? 'the answer says nothing of its cause'
+            : `the evidence says only ${CAUSE_NAMES[released.cause]}`
+          const unread = released.logsUnread.length > 0 ? `; ${released.logsUnread.join('; ')}` : ''
+          const fires = candidates.length > 0
+            ? `${candidates.join('; ')} can fire ${early ? 'by then' : 'inside the window'}` +
+              (opts.competingAllowed ? ' (run with --allow-competing-timeout)' : '')
+            : 'the run was allowed with a competing timeout'
+          const summary = `released after ${secs(after)}, ${where}, by a path nothing names: ` +
+            `it could be ${could}, not only the watchdog`
+          record(unverified('eviction', sent.rid, summary, {
             ...evidence, releasePath: path,
-            why: `no evidence names the watchdog (${released.cause === 'unknown' ? 'the answer says nothing of its cause' : `the evidence says only ${CAUSE_NAMES[released.cause]}`}${released.logsUnread.length > 0 ? `; ${released.logsUnread.join('; ')}` : ''}), and ${candidates.length > 0 ? `${candidates.join('; ')} can fire ${early ? 'by then' : 'inside the window'}${opts.competingAllowed ? ' (run with --allow-competing-timeout)' : ''}` : 'the run was allowed with a competing timeout'}`,
+            why: `no evidence names the watchdog (${says}${unread}), and ${fires}`,
             toVerify: toDecide.join('; '),
             ...(excluded.length > 0 ? {excluded} : {}),
           }), answer.t)

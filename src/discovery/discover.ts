@@ -460,12 +460,16 @@ export function routeKeyOf(r: Pick<RankInfo, 'tpRank' | 'dpRank' | 'ppRank' | 'a
 
 /**
  * The kept variables (KEPT_ENV) of each pid, one read for all: a constant script, pids as arguments. Each block is
- * RS, the pid, then NAME=value lines (a value holding a newline loses its continuation, which no kept variable has).
+ * RS, the pid, then NAME=value lines (a value holding a newline loses its continuation, which no kept variable has),
+ * or US when the environment cannot be read.
  */
 export const ENVIRON_SCRIPT = [
   'for p in "$@"; do',
   '  printf \'\\036%s\\n\' "$p"',
-  '  [ -r "/proc/$p/environ" ] && tr \'\\000\' \'\\n\' < "/proc/$p/environ" | grep -E \'^(UCX_|MC_|NIXL_|SGLANG_|CUDA_VISIBLE_DEVICES=)\' || true',
+  // An environment that cannot be read (no privilege) is marked (US), so that it is not taken for an empty one.
+  '  if [ -r "/proc/$p/environ" ]; then',
+  '    tr \'\\000\' \'\\n\' < "/proc/$p/environ" | grep -E \'^(UCX_|MC_|NIXL_|SGLANG_|CUDA_VISIBLE_DEVICES=)\' || true',
+  '  else printf \'\\037unreadable\\n\'; fi',
   'done',
 ].join('\n')
 
@@ -475,6 +479,8 @@ export function parseEnvironBlocks(stdout: string): Map<number, Record<string, s
     const lines = block.split('\n')
     const pid = Number(lines[0]?.trim())
     if (!Number.isInteger(pid) || pid <= 0) continue
+    // Not readable: no environment known for this pid (an empty one would read as "every variable unset").
+    if (lines.slice(1).some((l) => l.startsWith('\u001F'))) continue
     const env: Record<string, string> = {}
     for (const l of lines.slice(1)) {
       const eq = l.indexOf('=')

@@ -28,7 +28,7 @@ export interface TimeoutSetting {
   /** The role whose processes read it. */
   role: 'prefill' | 'decode'
   from: TimeoutFrom
-  /** Where it was read, for people: "the environment of pid 4242 (decode scheduler)", "SGLang's default for 0.5.15 …". */
+  /** Where it was read, for people: "the environment of pid 4242, decode scheduler TP0", "SGLang's default …". */
   source: string
   pid?: number
   /** The reader's environment was read (a default then means: unset there, so SGLang uses its default). */
@@ -61,7 +61,7 @@ export interface EnvRead {
   env: Record<string, string>
 }
 
-/** What discovery read of one role: its environment, and `NAME=value` words on its launch command (and its parents'). */
+/** What discovery read of one role: its environment, and `NAME=value` words on its launch command (or parents'). */
 export interface RoleReads {
   env?: EnvRead
   launch?: {pid: number; vars: Record<string, string>}
@@ -73,7 +73,7 @@ const num = (v: string | undefined): number | undefined => {
   return Number.isFinite(n) ? n : undefined
 }
 
-/** `NAME=value` words of SGLang's PD variables on a command line (`env SGLANG_…=3 python -m sglang.launch_server …`). */
+/** `NAME=value` words of SGLang's PD variables on a command line (`env SGLANG_…=3 python -m sglang.launch_server`) */
 export function launchVarsOf(args: string): Record<string, string> {
   const out: Record<string, string> = {}
   for (const w of args.trim().split(/\s+/)) {
@@ -98,30 +98,47 @@ export function versionAtMost(a: string, b: string): boolean | undefined {
   return true
 }
 
-/** The last release known to ship the NIXL sender without a bootstrap timeout (the July 2026 snapshot came after it). */
+/** The last release known to ship the NIXL sender without a bootstrap timeout (the July 2026 snapshot is after it). */
 export const NIXL_WITHOUT_BOOTSTRAP_TIMEOUT_UP_TO = '0.5.15'
 
-function read(role: 'prefill' | 'decode', r: RoleReads | undefined, name: string, version: string | undefined, fallback: number):
-    {value: number; from: TimeoutFrom; source: string; pid?: number; envRead: boolean} {
+type Role = 'prefill' | 'decode'
+
+interface Read {value: number; from: TimeoutFrom; source: string; pid?: number; envRead: boolean}
+
+function read(role: Role, r: RoleReads | undefined, name: string, version: string | undefined, fallback: number): Read {
   const envRead = r?.env !== undefined
   const fromEnv = num(r?.env?.env[name])
-  if (fromEnv !== undefined) return {value: fromEnv, from: 'env', source: `the environment of pid ${r!.env!.pid}, ${r!.env!.what}`, pid: r!.env!.pid, envRead}
+  if (fromEnv !== undefined) {
+    const source = `the environment of pid ${r!.env!.pid}, ${r!.env!.what}`
+    return {value: fromEnv, from: 'env', source, pid: r!.env!.pid, envRead}
+  }
   const fromLaunch = num(r?.launch?.vars[name])
-  if (fromLaunch !== undefined) return {value: fromLaunch, from: 'launch-command', source: `the launch command of pid ${r!.launch!.pid}`, pid: r!.launch!.pid, envRead}
-  const unread = r?.env ? `unset in the environment of pid ${r.env.pid}, ${r.env.what}` : `${role}'s environment not read`
-  return {value: fallback, from: 'default', envRead, source: `SGLang's default for ${version ? `version ${version}` : 'an unknown version'} (environ.py; ${unread})`}
+  if (fromLaunch !== undefined) {
+    const source = `the launch command of pid ${r!.launch!.pid}`
+    return {value: fromLaunch, from: 'launch-command', source, pid: r!.launch!.pid, envRead}
+  }
+  const unread = r?.env ? `unset in the environment of pid ${r.env.pid}, ${r.env.what}`
+    : `${role}'s environment not read`
+  const which = version ? `version ${version}` : 'an unknown version'
+  return {value: fallback, from: 'default', envRead, source: `SGLang's default for ${which} (environ.py; ${unread})`}
 }
 
 /** Each SGLang timeout from the role that reads it, with where it was read. */
-export function sglangTimeoutsOf(o: {prefill?: RoleReads; decode?: RoleReads; version?: string; versionSource?: string; backend?: string}): SglangTimeouts {
+export function sglangTimeoutsOf(o: {
+  prefill?: RoleReads; decode?: RoleReads; version?: string; versionSource?: string; backend?: string
+}): SglangTimeouts {
   const v = o.version
   const b = read('prefill', o.prefill, TIMEOUT_ENV.bootstrapTimeout, v, TIMEOUT_DEFAULTS.bootstrapTimeout)
-  const nixlWithout = o.backend === 'nixl' && v !== undefined && versionAtMost(v, NIXL_WITHOUT_BOOTSTRAP_TIMEOUT_UP_TO) === true
+  const nixlWithout = o.backend === 'nixl' && v !== undefined
+    && versionAtMost(v, NIXL_WITHOUT_BOOTSTRAP_TIMEOUT_UP_TO) === true
+  const unknownNixl = o.backend === 'nixl' && v === undefined
+    ? '; the version is unknown, so the NIXL sender is taken to have it (PR #34692)' : ''
   const bootstrap: TimeoutSetting = nixlWithout
     ? {seconds: null, setting: TIMEOUT_ENV.bootstrapTimeout, role: 'prefill', from: 'not-in-force',
-      source: `not in force: SGLang ${v}'s NIXL sender has no bootstrap timeout (NixlKVSender.poll, nixl/conn.py; added by PR #34692, 2026-08-13)${b.from === 'default' ? '' : `; ${b.value} s set in ${b.source} is not read`}`}
+      source: `not in force: SGLang ${v}'s NIXL sender has no bootstrap timeout (NixlKVSender.poll, nixl/conn.py; ` +
+        `added by PR #34692, 2026-08-13)${b.from === 'default' ? '' : `; ${b.value} s set in ${b.source} is not read`}`}
     : {seconds: b.value, setting: TIMEOUT_ENV.bootstrapTimeout, role: 'prefill', from: b.from,
-      source: b.source + (o.backend === 'nixl' && v === undefined ? '; the version is unknown, so the NIXL sender is taken to have it (PR #34692)' : ''),
+      source: b.source + unknownNixl,
       ...(b.pid === undefined ? {} : {pid: b.pid}), envRead: b.envRead}
   const w = read('decode', o.decode, TIMEOUT_ENV.waitingTimeout, v, TIMEOUT_DEFAULTS.waitingTimeout)
   const i = read('decode', o.decode, TIMEOUT_ENV.heartbeatInterval, v, TIMEOUT_DEFAULTS.heartbeatInterval)
@@ -129,17 +146,21 @@ export function sglangTimeoutsOf(o: {prefill?: RoleReads; decode?: RoleReads; ve
   // SGLang clamps both (common/conn.py: max(interval, 2.0), max(failures, 1)).
   const intervalSeconds = Math.max(i.value, 2)
   const maxFailure = Math.max(Math.floor(f.value), 1)
-  const hbFrom: TimeoutFrom = i.from === 'env' || f.from === 'env' ? 'env' : i.from === 'launch-command' || f.from === 'launch-command' ? 'launch-command' : 'default'
+  const either = (x: TimeoutFrom) => i.from === x || f.from === x
+  const hbFrom: TimeoutFrom = either('env') ? 'env' : either('launch-command') ? 'launch-command' : 'default'
   return {
     ...(v === undefined ? {} : {version: v}),
     versionSource: o.versionSource ?? (v === undefined ? 'not stated by the servers' : "prefill's server_info"),
     ...(o.backend === undefined ? {} : {backend: o.backend}),
     bootstrap,
-    waiting: {seconds: w.value, setting: TIMEOUT_ENV.waitingTimeout, role: 'decode', from: w.from, source: w.source, ...(w.pid === undefined ? {} : {pid: w.pid}), envRead: w.envRead},
+    waiting: {seconds: w.value, setting: TIMEOUT_ENV.waitingTimeout, role: 'decode', from: w.from, source: w.source,
+      ...(w.pid === undefined ? {} : {pid: w.pid}), envRead: w.envRead},
     heartbeat: {
-      seconds: intervalSeconds * maxFailure, setting: `${TIMEOUT_ENV.heartbeatInterval} × ${TIMEOUT_ENV.heartbeatMaxFailure}`, role: 'decode', from: hbFrom,
+      seconds: intervalSeconds * maxFailure, role: 'decode', from: hbFrom,
+      setting: `${TIMEOUT_ENV.heartbeatInterval} × ${TIMEOUT_ENV.heartbeatMaxFailure}`,
       source: `interval ${intervalSeconds} s from ${i.source}; ${maxFailure} misses from ${f.source}`,
-      intervalSeconds, maxFailure, envRead: i.envRead && f.envRead, ...(i.pid ?? f.pid) === undefined ? {} : {pid: (i.pid ?? f.pid)!},
+      intervalSeconds, maxFailure, envRead: i.envRead && f.envRead,
+      ...(i.pid ?? f.pid) === undefined ? {} : {pid: (i.pid ?? f.pid)!},
     },
   }
 }

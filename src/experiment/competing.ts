@@ -16,10 +16,12 @@ import {ExitCode} from '../exit-codes.js'
  *   down or its InfiniBand port disabled (a packet filter on the ZMQ or KV connections leaves /health answering).
  */
 
+type Window = Pick<Contract, 'deadlineSeconds' | 'pollSeconds'>
+
 /** The refusal's error code: a suite records the scenario as not run, with the reason. */
 export const COMPETING_CODE = 'E_COMPETING_TIMEOUT'
 
-/** Slack past deadline + poll within which a timeout still counts as inside the window at plan time (entry offset, ε). */
+/** Slack past deadline + poll within which a timeout counts as inside the window at plan time (entry offset, ε). */
 export const PLAN_SLACK_SECONDS = 1
 
 /** A default counts as read only where the reader's environment was read (and the variable was unset there). */
@@ -27,38 +29,50 @@ const knownOf = (x: TimeoutSetting): boolean => x.from !== 'default' || x.envRea
 
 const CUTS_HEARTBEAT = new Set(['link-down', 'ib-port-disable'])
 
-export function competingTimeoutsFor(pins: PinState | 'trials' | undefined, mechanism: string, t: SglangTimeouts | undefined): CompetingTimeout[] | undefined {
+export function competingTimeoutsFor(
+  pins: PinState | 'trials' | undefined, mechanism: string, t: SglangTimeouts | undefined,
+): CompetingTimeout[] | undefined {
   if (pins === undefined || pins === 'trials') return []
   // Nothing read: none can be excluded (the eviction check then names them all as not read).
   if (!t) return undefined
   const out: CompetingTimeout[] = []
   if (pins.queue === 'bootstrap') {
-    out.push({cause: 'bootstrap-timeout', name: "prefill's bootstrap timeout", setting: t.bootstrap.setting, seconds: t.bootstrap.seconds, source: t.bootstrap.source, known: knownOf(t.bootstrap)})
+    out.push({cause: 'bootstrap-timeout', name: "prefill's bootstrap timeout", setting: t.bootstrap.setting,
+      seconds: t.bootstrap.seconds, source: t.bootstrap.source, known: knownOf(t.bootstrap)})
   }
-  out.push({cause: 'waiting-timeout', name: "decode's waiting timeout", setting: t.waiting.setting, seconds: t.waiting.seconds, source: t.waiting.source, known: knownOf(t.waiting)})
+  out.push({cause: 'waiting-timeout', name: "decode's waiting timeout", setting: t.waiting.setting,
+    seconds: t.waiting.seconds, source: t.waiting.source, known: knownOf(t.waiting)})
   if (CUTS_HEARTBEAT.has(mechanism)) {
-    out.push({cause: 'heartbeat', name: "decode's heartbeat failure", setting: t.heartbeat.setting, seconds: t.heartbeat.seconds,
-      source: `${t.heartbeat.intervalSeconds} s × ${t.heartbeat.maxFailure}: ${t.heartbeat.source}`, known: knownOf(t.heartbeat)})
+    out.push({cause: 'heartbeat', name: "decode's heartbeat failure", setting: t.heartbeat.setting,
+      seconds: t.heartbeat.seconds, known: knownOf(t.heartbeat),
+      source: `${t.heartbeat.intervalSeconds} s × ${t.heartbeat.maxFailure}: ${t.heartbeat.source}`})
   }
   return out
 }
 
 /** The competitors that fire before the window's end (deadline + poll + PLAN_SLACK_SECONDS). */
-export function firingInWindow(competing: CompetingTimeout[] | undefined, contract: Pick<Contract, 'deadlineSeconds' | 'pollSeconds'>): CompetingTimeout[] {
+export function firingInWindow(competing: CompetingTimeout[] | undefined, contract: Window): CompetingTimeout[] {
   const end = contract.deadlineSeconds + contract.pollSeconds + PLAN_SLACK_SECONDS
   return (competing ?? []).filter((c) => c.seconds !== null && c.seconds <= end)
 }
 
 /** One line per competitor firing in the window, naming the setting and where it was read. */
-export function competingText(c: CompetingTimeout, contract: Pick<Contract, 'deadlineSeconds' | 'pollSeconds'>): string {
+export function competingText(c: CompetingTimeout, contract: Window): string {
   const where = c.seconds! < contract.deadlineSeconds ? 'before the watchdog deadline' : 'inside the watchdog window'
-  return `${c.name} ${c.setting} = ${c.seconds} s (read from ${c.source}) fires ${where} (deadline ${contract.deadlineSeconds} s + poll ${contract.pollSeconds} s)`
+  const window = `deadline ${contract.deadlineSeconds} s + poll ${contract.pollSeconds} s`
+  return `${c.name} ${c.setting} = ${c.seconds} s (read from ${c.source}) fires ${where} (${window})`
 }
 
 /** The refusal (exit 2): the experiment cannot exercise the watchdog; what to change, or how to run it anyway. */
-export function competingRefusal(fault: string, firing: CompetingTimeout[], contract: Pick<Contract, 'deadlineSeconds' | 'pollSeconds'>) {
+export function competingRefusal(fault: string, firing: CompetingTimeout[], contract: Window): PdError {
   const above = contract.deadlineSeconds + contract.pollSeconds + PLAN_SLACK_SECONDS
-  const message = `${fault} cannot exercise the watchdog: ${firing.map((c) => competingText(c, contract)).join('; ')}, so SGLang would release the pins first`
-  const suggestion = `raise ${firing.map((c) => c.setting).join(' and ')} above ${above} s in the environment of the ${[...new Set(firing.map((c) => (c.cause === 'bootstrap-timeout' ? 'prefill' : 'decode')))].join(' and ')} server, or pass --allow-competing-timeout (suite: allowCompetingTimeout: true) to run it anyway: those pins are then unverified`
+  const which = firing.map((c) => competingText(c, contract)).join('; ')
+  const message = `${fault} cannot exercise the watchdog: ${which}, so SGLang would release the pins first`
+  const roles = new Set(firing.map((c) => (c.cause === 'bootstrap-timeout' ? 'prefill' : 'decode')))
+  const servers = [...roles].join(' and ')
+  const settings = firing.map((c) => c.setting).join(' and ')
+  const suggestion = `raise ${settings} above ${above} s in the environment of the ${servers} server, ` +
+    'or pass --allow-competing-timeout (suite: allowCompetingTimeout: true) to run it anyway: ' +
+    'those pins are then unverified'
   return new PdError(message, {exit: ExitCode.badInput, suggestion, code: COMPETING_CODE})
 }

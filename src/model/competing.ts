@@ -15,6 +15,6 @@ export interface CompetingTimeout {
   seconds: number | null
   /** Where it was read: the environment of pid N, the launch command, SGLang's default for the version found. */
   source: string
-  /** False: the reading process's environment could not be read, so the value is only SGLang's default: it excludes nothing. */
+  /** False: the reader's environment could not be read, so the value is only SGLang's default: it excludes nothing. */
   known: boolean
 }

@@ -52,7 +52,7 @@ describe('the evidence rule for a pass', () => {
       source: "not in force: SGLang 0.5.15's NIXL sender has no bootstrap timeout", known: true}
     const v = checkEvictions(timeline(UNEXPLAINED), {competing: [waiting(300), notInForce], batchPins: 1}).verdicts[0]!
     expect(v.verdict).toBe('pass')
-    expect(v.evidence.releasePath).toEqual({path: 'excluded', excluded: [expect.stringMatching(/waiting timeout 300 s .* fires after 2\.511s/), expect.stringMatching(/not in force/)]})
+    expect(v.evidence.releasePath).toEqual({path: 'excluded', excluded: [expect.stringMatching(/waiting timeout 300 s .* cannot have fired by 2\.511s/), expect.stringMatching(/not in force/)]})
   })
 
   it('a default whose reader\'s environment was not read excludes nothing; neither does a run that read nothing', () => {

@@ -90,8 +90,9 @@ describe('UCX RC limits from a rank environment', () => {
 
 describe('rank environments and the twin\'s rails', () => {
   it('keeps only UCX_, MC_, NIXL_ and SGLANG_ variables, per pid, from one script run', () => {
-    const out = '\u001E101\nUCX_TLS=rc,cuda_copy\nSGLANG_HEALTH_CHECK_TIMEOUT=5\nPATH=/bin\n\u001E102\n\u001Ebad\nX=1\n'
+    const out = '\u001E101\nUCX_TLS=rc,cuda_copy\nSGLANG_HEALTH_CHECK_TIMEOUT=5\nPATH=/bin\n\u001E102\n\u001Ebad\nX=1\n\u001E103\n\u001Funreadable\n'
     const m = parseEnvironBlocks(out)
+    // 103's environment could not be read: unknown, not empty (an empty one means every variable unset).
     expect([...m.keys()]).toEqual([101, 102])
     expect(m.get(101)).toEqual({UCX_TLS: 'rc,cuda_copy', SGLANG_HEALTH_CHECK_TIMEOUT: '5'})
     expect(m.get(102)).toEqual({})
