@@ -1,20 +1,19 @@
-import {LOADS_USED_TOKENS, PD_QUEUES, TOKEN_USAGE, WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js'
+import {PD_QUEUES, WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js'
 import {round} from './eviction.js'
+import {checkKvTokens} from './kv-tokens.js'
 import {releaseCauseOf} from './release-cause.js'
 import {abandonedOf, answerOf, faultWindows, metricAt, type Observation, requestsOf, sampledInstances, type Timeline} from '../model/timeline.js'
 import {fail, pass, unverified, type Verdict} from '../model/verdict.js'
 
 /**
  * After eviction and revert the deployment must be as it was: the next requests succeed, the PD queues drain, KV
- * token usage returns to its baseline (a leak fails), and the failure counters moved by exactly the number of pins.
+ * token usage returns to its baseline (a leak fails where a fresh reading shows it; docs/freshness.md), and the failure counters moved by exactly the number of pins.
  */
 
 export interface RecoveryOptions {
   /** The prefill counters that count a failed PD request; their summed delta must equal the pins that failed. */
   failureCounters?: string[]
-  /** Token usage may differ from the baseline by this much (a fraction of the pool) without being a leak. */
-  tokenUsageTolerance?: number
-  /** Tokens in use (the loads snapshot) may differ from the baseline by this many. */
+  /** Tokens in use (an idle loads snapshot) may differ from the baseline by this many. */
   usedTokensTolerance?: number
   /**
    * A batch over several instance pairs: the servers it spans (their samples are labelled by instance). Each one's
@@ -98,19 +97,11 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
     out.push(pass('recovery', 'queues', `every PD queue drained to 0${staleNames.size > 0 ? ` (${staleNames.size} of them from /metrics gauges, read after the canaries ran a batch)` : ''}`, {queues}))
   }
 
-  // 3. KV tokens in use back at their baseline: the loads snapshot's token count, else the token_usage gauge.
+  // 3. KV tokens in use back at their baseline, judged only from readings fresh enough to show a leak (kv-tokens.ts).
   for (const svc of ['prefill', 'decode'] as const) {
     for (const inst of instancesOf(tl, svc, opts)) {
-      const who = inst ?? svc
-      const fresh = metricAt(tl, svc, LOADS_USED_TOKENS, injectedAt, inst) !== undefined
-      const name = fresh ? LOADS_USED_TOKENS : TOKEN_USAGE
-      const tol = fresh ? (opts.usedTokensTolerance ?? 0) : (opts.tokenUsageTolerance ?? 0.001)
-      const before = metricAt(tl, svc, name, injectedAt, inst)
-      const after = metricAt(tl, svc, name, end, inst)
-      if (before === undefined || after === undefined) continue
-      const evidence = {metric: name, baseline: before, after, tolerance: tol, ...(inst === undefined ? {} : {instance: inst})}
-      if (after - before > tol) out.push(fail('recovery', `${who} KV tokens`, `${who} KV token usage did not return to its baseline: ${before} before the fault, ${after} after recovery (${name}) — a leak`, evidence))
-      else out.push(pass('recovery', `${who} KV tokens`, `${who} KV token usage back at its baseline (${after} vs ${before})`, evidence))
+      const v = checkKvTokens(tl, svc, inst, {injectedAt, revertedAt, end, usedTokensTolerance: opts.usedTokensTolerance})
+      if (v) out.push(v)
     }
   }
 
