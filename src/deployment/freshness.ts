@@ -30,6 +30,12 @@ export interface FreshnessRow {
   upstream: string
 }
 
+/**
+ * SGLang's idle refresh: a fully idle scheduler rewrites the per-batch gauges when this long has passed since their
+ * last write (managers/scheduler.py on_idle; it returns early while a queue holds a request).
+ */
+export const IDLE_REFRESH_S = 30
+
 const PER_BATCH_UPSTREAM = 'report_prefill_stats (called by disaggregation/prefill.py process_batch_result_disagg_prefill) and '
   + 'report_decode_stats (managers/scheduler_metrics_mixin.py; scheduler_components/metrics_reporter.py in later releases); idle '
   + 'refresh in managers/scheduler.py on_idle'
