@@ -1,3 +1,4 @@
+import {freshnessOf, readingsOf, settledAfter, writtenSince} from '../deployment/freshness.js'
 import {PD_QUEUES, WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js'
 import {round} from './eviction.js'
 import {checkKvTokens} from './kv-tokens.js'
@@ -63,6 +64,10 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
   // request, and never a failure.
   const queues: Record<string, number | undefined> = {}
   const staleNames = new Set<string>()
+  // A gauge's 0 shows the queue empty only when it was written after every request of the fault had ended
+  // (deployment/freshness.ts): otherwise it may be a write from before a request entered.
+  const releasedAt = settledAfter(tl, revertedAt, end)
+  const unshown: string[] = []
   // Each instance (or the one unlabelled pair) must show at least one of its queues: one never seen is not drained.
   const seenOf = new Map<string | undefined, boolean>()
   for (const {service: svc, loads: fresh, gauge} of PD_QUEUES) {
@@ -72,6 +77,9 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
       else {
         queues[named(inst, gauge)] = metricAt(tl, svc, gauge, end, inst)
         staleNames.add(named(inst, gauge))
+        const last = readingsOf(tl, svc, gauge, inst).filter((r) => r.t <= end).at(-1)
+        const written = writtenSince(tl, svc, gauge, releasedAt, inst)
+        if (last && (written === undefined || last.t < written.at)) unshown.push(named(inst, gauge))
       }
       seenOf.set(inst, (seenOf.get(inst) ?? false) || queues[named(inst, v === undefined ? gauge : fresh)] !== undefined)
     }
@@ -93,8 +101,14 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
       why: 'SGLang writes the PD queue gauges of /metrics only per batch (report_prefill_stats) or every 30 s from on_idle(), which returns early while a queue holds a request: a gauge can lag by up to about 30 s',
       toVerify: noLoads,
     }))
+  } else if (unshown.length > 0) {
+    out.push(unverified('recovery', 'queues', `queues read 0 only by gauges not shown written since the fault's last request ended: ${unshown.join(', ')}`, {
+      queues, staleGauges: [...staleNames], releasedAt,
+      why: `${freshnessOf(PD_QUEUES[0].gauge).rule}: a 0 written before a request entered hides it`,
+      toVerify: noLoads,
+    }))
   } else {
-    out.push(pass('recovery', 'queues', `every PD queue drained to 0${staleNames.size > 0 ? ` (${staleNames.size} of them from /metrics gauges, read after the canaries ran a batch)` : ''}`, {queues}))
+    out.push(pass('recovery', 'queues', `every PD queue drained to 0${staleNames.size > 0 ? ` (${staleNames.size} of them from /metrics gauges written after the fault's last request ended)` : ''}`, {queues}))
   }
 
   // 3. KV tokens in use back at their baseline, judged only from readings fresh enough to show a leak (kv-tokens.ts).

@@ -121,8 +121,9 @@ export function idleSnapshotReadings(tl: Timeline, service: string, name: string
 /**
  * The first moment from which a per-batch reading of this series is shown to have been written after `since`:
  * on prefill, the first success of a request sent after it (every prefill batch writes the gauges, and that request ran
- * one); on decode (written only every decode_log_interval batches), the first reading whose value differs from the one
- * before `since` (only a write changes it). Undefined: no write after `since` is shown.
+ * one); on decode (written only every decode_log_interval batches), the first reading of any series written with it
+ * (SGLang writes them all in one report) whose value differs from its value at `since`: only a write changes it.
+ * Undefined: no write after `since` is shown.
  */
 export function writtenSince(tl: Timeline, service: string, name: string, since: number, instance?: string): {at: number; by: string} | undefined {
   if (service === 'prefill') {
@@ -134,8 +135,14 @@ export function writtenSince(tl: Timeline, service: string, name: string, since:
     }
     return first
   }
-  const rs = readingsOf(tl, service, name, instance)
-  const before = rs.filter((r) => r.t <= since).at(-1)
-  const changed = rs.find((r) => r.t > since && (before === undefined || r.value !== before.value))
-  return changed && {at: changed.t, by: `the reading changed from ${before?.value ?? 'none'} to ${changed.value}`}
+  const row = freshnessOf(name)
+  const together = FRESHNESS_ROWS.filter((r) => r.endpoint === row.endpoint && r.refresh !== 'live').flatMap((r) => r.names)
+  let first: {at: number; by: string} | undefined
+  for (const n of together) {
+    const rs = readingsOf(tl, service, n, instance)
+    const before = rs.filter((r) => r.t <= since).at(-1)
+    const changed = rs.find((r) => r.t > since && (before === undefined || r.value !== before.value))
+    if (changed && (first === undefined || changed.t < first.at)) first = {at: changed.t, by: `${n} changed from ${before?.value ?? 'none'} to ${changed.value}`}
+  }
+  return first
 }

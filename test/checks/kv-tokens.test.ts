@@ -115,6 +115,25 @@ describe('the freshness rule', () => {
     expect(writtenSince(tl, 'decode', TOKEN_USAGE, t0 + 3050)).toMatchObject({at: t0 + 3500})
   })
 
+  it('a drain read from gauges: a 0 counts only when written after the fault\'s last request ended', () => {
+    const gauges = (b: TimelineBuilder, ms: number, prefill: number, decode: number) => b
+      .metric('prefill', PREFILL_INFLIGHT_QUEUE, ms, prefill).metric('prefill', 'sglang:num_prefill_bootstrap_queue_reqs', ms, prefill)
+      .metric('decode', 'sglang:num_decode_prealloc_queue_reqs', ms, decode).metric('decode', 'sglang:num_decode_transfer_queue_reqs', ms, decode)
+    const queuesOf = (b: TimelineBuilder) => checkRecovery(b.build()).find((v) => v.subject === 'queues')!
+    const run = () => new TimelineBuilder().fault(100, 3000).pin('p1', 200, {ms: 2400, status: 500}).request('c1', 'canary', 3100, {ms: 3150, status: 200})
+    // Decode's 0 never changed after the release: no write shows it, so a request held there could hide behind it.
+    const frozen = gauges(gauges(run(), 50, 0, 0), 3200, 0, 0)
+    expect(queuesOf(frozen)).toMatchObject({verdict: 'unverified', summary: expect.stringMatching(/not shown written since .*decode_prealloc/)})
+    // A decode write after the release (its token usage moved): every gauge of that write is fresh.
+    const moved = gauges(gauges(run(), 50, 0, 0), 3200, 0, 0).metric('decode', TOKEN_USAGE, 2900, 0.0034).metric('decode', TOKEN_USAGE, 3300, 0)
+    gauges(moved, 3300, 0, 0)
+    expect(queuesOf(moved)).toMatchObject({verdict: 'pass', summary: expect.stringMatching(/written after the fault's last request ended/)})
+    // Prefill's 0 read before any request sent after the release succeeded: its last batch may predate a held one.
+    const early = gauges(new TimelineBuilder().fault(100, 3000).pin('p1', 200, {ms: 2400, status: 500}), 3200, 0, 0).metric('decode', TOKEN_USAGE, 2900, 1)
+      .metric('decode', TOKEN_USAGE, 3100, 0)
+    expect(queuesOf(early)).toMatchObject({verdict: 'unverified', summary: expect.stringMatching(/prefill_inflight/)})
+  })
+
   it('checkKvTokens gives no verdict on a server whose tokens were never sampled before the fault', () => {
     const tl = new TimelineBuilder().fault(100, 3000).metric('prefill', TOKEN_USAGE, 3200, 0.5).build()
     expect(checkKvTokens(tl, 'prefill', undefined, {injectedAt: tl.observations[0]!.t, revertedAt: tl.observations[1]!.t, end: tl.observations.at(-1)!.t})).toBeUndefined()

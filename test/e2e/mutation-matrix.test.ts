@@ -58,13 +58,16 @@ describe('mutation matrix: a correct twin without /v1/loads', () => {
   // An SGLang before v1_loads.py leaves pdchaos the per-batch /metrics gauges alone, whose sglang:token_usage counts
   // what was in flight at the last batch: with each request 0.34 % of the pool (as on the target of issue 27), a
   // canary batch after recovery reads more than the load's batch before the fault. That is never a failure.
-  it('no-loads, a request being 0.34 % of the KV pool: no failed check, and recovery proven once the idle refresh wrote', async () => {
+  it('no-loads, a request being 0.34 % of the KV pool: no failed check; recovery proven where a write since the release shows it', async () => {
     const h = await twin({bugs: ['no-loads'], args: [...TWIN_ARGS, '--kv-pool-tokens', '37648']})
     for (const args of [['drop-dest-info'], ['stall-kv', '--gpu', '1'], ['abort-mid-transfer', '--trials', '4']]) {
       const o = await inject(h, args)
       expect(o.failed, `${args[0]}: ${o.failed.join(' | ')}`).toEqual([])
+      // Prefill's gauges are written by the canaries' batch, then by the idle refresh the drain waits for: proven.
       expect(o.verdicts.filter((v) => v.startsWith('recovery ')).join('\n')).toMatch(/recovery pass: prefill KV token usage back at its baseline/)
-      expect(o.unverified.filter((u) => u.startsWith('recovery')), `${args[0]}: ${o.unverified.join(' | ')}`).toEqual([])
+      // Decode writes its gauges only every few batches: what no write after the release shows stays unverified, by name.
+      const unproven = o.unverified.filter((u) => u.startsWith('recovery') && !/not shown written|no reading of sglang:token_usage was shown to be written/.test(u))
+      expect(unproven, `${args[0]}: ${o.unverified.join(' | ')}`).toEqual([])
     }
   }, 600_000)
 })
