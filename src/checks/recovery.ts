@@ -8,7 +8,8 @@ import {fail, pass, unverified, type Verdict} from '../model/verdict.js'
 
 /**
  * After eviction and revert the deployment must be as it was: the next requests succeed, the PD queues drain, KV
- * token usage returns to its baseline (a leak fails where a fresh reading shows it; docs/freshness.md), and the failure counters moved by exactly the number of pins.
+ * token usage returns to its baseline (a leak fails where a fresh reading shows it; docs/freshness.md), and the
+ * failure counters moved by exactly the number of pins.
  */
 
 export interface RecoveryOptions {
