@@ -76,15 +76,18 @@ export function readingsOf(tl: Timeline, service: string, name: string, instance
   return tl.observations.filter((o): o is Metric => o.kind === 'metric' && o.service === service && o.name === name && (instance === undefined || o.instance === instance))
 }
 
-/** How many of pdchaos's own requests were in flight at t: sent at or before it, neither answered nor let go by then. */
-export function inFlightAt(tl: Timeline, t: number): number {
-  let n = 0
+/** Each of pdchaos's requests: when it was sent and when it ended (answered or let go; undefined: never). */
+function requestSpans(tl: Timeline): Array<{sent: number; ended?: number}> {
+  const ended = new Map<string, number>()
   for (const o of tl.observations) {
-    if (o.kind !== 'request-sent' || o.t > t) continue
-    const ended = answerOf(tl, o.rid)?.t ?? abandonedOf(tl, o.rid)?.t
-    if (ended === undefined || ended > t) n++
+    if ((o.kind === 'request-answered' || o.kind === 'request-abandoned') && !ended.has(o.rid)) ended.set(o.rid, o.t)
   }
-  return n
+  return tl.observations.filter((o) => o.kind === 'request-sent').map((o) => ({sent: o.t, ended: ended.get((o as {rid: string}).rid)}))
+}
+
+/** How many of pdchaos's own requests were in flight at t: sent at or before it, neither answered nor let go by then. */
+export function inFlightAt(tl: Timeline, t: number, spans = requestSpans(tl)): number {
+  return spans.filter((r) => r.sent <= t && (r.ended === undefined || r.ended > t)).length
 }
 
 /**
@@ -110,8 +113,9 @@ const IDLE_LOADS = [LOADS_RUNNING_REQS, LOADS_WAITING_REQS, LOADS_PREFILL_BOOTST
  */
 export function idleSnapshotReadings(tl: Timeline, service: string, name: string, instance?: string): Metric[] {
   if (freshnessOf(name).refresh !== 'idle-snapshot') return []
+  const spans = requestSpans(tl)
   return readingsOf(tl, service, name, instance).filter((r) => {
-    if (inFlightAt(tl, r.t) > 0) return false
+    if (inFlightAt(tl, r.t, spans) > 0) return false
     const same = tl.observations.filter((o): o is Metric => o.kind === 'metric' && o.t === r.t && o.service === service
       && o.instance === r.instance && IDLE_LOADS.includes(o.name))
     return same.length > 0 && same.every((o) => o.value === 0)
