@@ -1,20 +1,21 @@
-import {LOADS_USED_TOKENS, PD_QUEUES, TOKEN_USAGE, WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js'
+import {freshnessOf, readingsOf, settledAfter, writtenSince} from '../deployment/freshness.js'
+import {PD_QUEUES, WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js'
 import {round} from './eviction.js'
+import {checkKvTokens} from './kv-tokens.js'
 import {releaseCauseOf} from './release-cause.js'
 import {abandonedOf, answerOf, faultWindows, metricAt, type Observation, requestsOf, sampledInstances, type Timeline} from '../model/timeline.js'
 import {fail, pass, unverified, type Verdict} from '../model/verdict.js'
 
 /**
  * After eviction and revert the deployment must be as it was: the next requests succeed, the PD queues drain, KV
- * token usage returns to its baseline (a leak fails), and the failure counters moved by exactly the number of pins.
+ * token usage returns to its baseline (a leak fails where a fresh reading shows it; docs/freshness.md), and the
+ * failure counters moved by exactly the number of pins.
  */
 
 export interface RecoveryOptions {
   /** The prefill counters that count a failed PD request; their summed delta must equal the pins that failed. */
   failureCounters?: string[]
-  /** Token usage may differ from the baseline by this much (a fraction of the pool) without being a leak. */
-  tokenUsageTolerance?: number
-  /** Tokens in use (the loads snapshot) may differ from the baseline by this many. */
+  /** Tokens in use (an idle loads snapshot) may differ from the baseline by this many. */
   usedTokensTolerance?: number
   /**
    * A batch over several instance pairs: the servers it spans (their samples are labelled by instance). Each one's
@@ -64,6 +65,10 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
   // request, and never a failure.
   const queues: Record<string, number | undefined> = {}
   const staleNames = new Set<string>()
+  // A gauge's 0 shows the queue empty only when it was written after every request of the fault had ended
+  // (deployment/freshness.ts): otherwise it may be a write from before a request entered.
+  const releasedAt = settledAfter(tl, revertedAt, end)
+  const unshown: string[] = []
   // Each instance (or the one unlabelled pair) must show at least one of its queues: one never seen is not drained.
   const seenOf = new Map<string | undefined, boolean>()
   for (const {service: svc, loads: fresh, gauge} of PD_QUEUES) {
@@ -73,6 +78,9 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
       else {
         queues[named(inst, gauge)] = metricAt(tl, svc, gauge, end, inst)
         staleNames.add(named(inst, gauge))
+        const last = readingsOf(tl, svc, gauge, inst).filter((r) => r.t <= end).at(-1)
+        const written = writtenSince(tl, svc, gauge, releasedAt, inst)
+        if (last && (written === undefined || last.t < written.at)) unshown.push(named(inst, gauge))
       }
       seenOf.set(inst, (seenOf.get(inst) ?? false) || queues[named(inst, v === undefined ? gauge : fresh)] !== undefined)
     }
@@ -94,23 +102,21 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
       why: 'SGLang writes the PD queue gauges of /metrics only per batch (report_prefill_stats) or every 30 s from on_idle(), which returns early while a queue holds a request: a gauge can lag by up to about 30 s',
       toVerify: noLoads,
     }))
+  } else if (unshown.length > 0) {
+    out.push(unverified('recovery', 'queues', `queues read 0 only by gauges not shown written since the fault's last request ended: ${unshown.join(', ')}`, {
+      queues, staleGauges: [...staleNames], releasedAt,
+      why: `${freshnessOf(PD_QUEUES[0].gauge).rule}: a 0 written before a request entered hides it`,
+      toVerify: noLoads,
+    }))
   } else {
-    out.push(pass('recovery', 'queues', `every PD queue drained to 0${staleNames.size > 0 ? ` (${staleNames.size} of them from /metrics gauges, read after the canaries ran a batch)` : ''}`, {queues}))
+    out.push(pass('recovery', 'queues', `every PD queue drained to 0${staleNames.size > 0 ? ` (${staleNames.size} of them from /metrics gauges written after the fault's last request ended)` : ''}`, {queues}))
   }
 
-  // 3. KV tokens in use back at their baseline: the loads snapshot's token count, else the token_usage gauge.
+  // 3. KV tokens in use back at their baseline, judged only from readings fresh enough to show a leak (kv-tokens.ts).
   for (const svc of ['prefill', 'decode'] as const) {
     for (const inst of instancesOf(tl, svc, opts)) {
-      const who = inst ?? svc
-      const fresh = metricAt(tl, svc, LOADS_USED_TOKENS, injectedAt, inst) !== undefined
-      const name = fresh ? LOADS_USED_TOKENS : TOKEN_USAGE
-      const tol = fresh ? (opts.usedTokensTolerance ?? 0) : (opts.tokenUsageTolerance ?? 0.001)
-      const before = metricAt(tl, svc, name, injectedAt, inst)
-      const after = metricAt(tl, svc, name, end, inst)
-      if (before === undefined || after === undefined) continue
-      const evidence = {metric: name, baseline: before, after, tolerance: tol, ...(inst === undefined ? {} : {instance: inst})}
-      if (after - before > tol) out.push(fail('recovery', `${who} KV tokens`, `${who} KV token usage did not return to its baseline: ${before} before the fault, ${after} after recovery (${name}) — a leak`, evidence))
-      else out.push(pass('recovery', `${who} KV tokens`, `${who} KV token usage back at its baseline (${after} vs ${before})`, evidence))
+      const v = checkKvTokens(tl, svc, inst, {injectedAt, revertedAt, end, usedTokensTolerance: opts.usedTokensTolerance})
+      if (v) out.push(v)
     }
   }
 

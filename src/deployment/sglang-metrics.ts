@@ -4,6 +4,7 @@
  *   once; the queue gauges are written per batch or every 30 s when idle, so they can be stale while a request is stuck.
  * - GET /v1/loads?include=disagg&format=prometheus, from python/sglang/srt/entrypoints/v1_loads.py: a snapshot published
  *   on each batch result and when fully idle; fresher than the gauges (absent in older releases).
+ * When each is fresh, and what a check may conclude from it: freshness.ts (docs/freshness.md).
  * The twin (src/sim) spells them on its own: it is a separate world and imports nothing from here.
  */
 
@@ -35,6 +36,7 @@ export const LOADS_DECODE_TRANSFER_QUEUE = 'sglang_disagg_decode_transfer_queue_
 /** KV tokens in use (a count, not a fraction as TOKEN_USAGE is). */
 export const LOADS_USED_TOKENS = 'sglang_num_used_tokens'
 export const LOADS_RUNNING_REQS = 'sglang_num_running_reqs'
+export const LOADS_WAITING_REQS = 'sglang_num_waiting_reqs'
 
 /** sgl-model-gateway: a worker's circuit breaker, 0 closed, 1 open, 2 half-open (observability/metrics.rs). */
 export const ROUTER_CB_STATE = 'smg_worker_cb_state'

@@ -32,6 +32,11 @@ export function drained(rec: {observations: readonly Observation[]}, servers: Re
   })
 }
 
+/** No /v1/loads PD queue was ever sampled: the queues are known only from the per-batch /metrics gauges. */
+export function gaugesOnly(rec: {observations: readonly Observation[]}): boolean {
+  return !rec.observations.some((o) => o.kind === 'metric' && (PD_QUEUE_LOADS as readonly string[]).includes(o.name))
+}
+
 /** One instance pair a batch acts on: its session, and where the file states its two instances (labels its samples). */
 export interface PairInBatch {
   session: RunSession

@@ -2,6 +2,7 @@ import {setMaxListeners} from 'node:events'
 
 import type {WedgeExpectation} from '../checks/expectation.js'
 import {serviceClients} from '../deployment/clients.js'
+import {IDLE_REFRESH_S} from '../deployment/freshness.js'
 import type {SglangClient} from '../deployment/sglang-client.js'
 import {oneLine, PdError} from '../errors.js'
 import {type FaultDiscovery, type FaultPlan, renderPlan} from '../faults/fault.js'
@@ -19,7 +20,7 @@ import {sleep, sleepUntil, within} from '../util/time.js'
 import {type Entry, type EntryPart, injectedEverywhere, judgeBatch, leasesOf, scenarioShell} from './judge.js'
 import {injectUnderLease, revertAndVerify} from './lease-steps.js'
 import {type Calibrated, openBreakers, PROBE_TIMEOUT_MS, type RunSession, untilBreakersClose} from './session.js'
-import {drained, type PairInBatch, pairsOf, serversOf} from './batch-pairs.js'
+import {drained, gaugesOnly, type PairInBatch, pairsOf, serversOf} from './batch-pairs.js'
 import {hostForFault, onHost, type PlacedHost, withLeasesOn} from './placement.js'
 import {COMPETING_CODE, competingRefusal, competingText, competingTimeoutsFor, firingInWindow} from './competing.js'
 
@@ -376,8 +377,9 @@ function watchHops(session: RunSession, pairs: PairInBatch[], rec: Recorder): {s
     for (let i = 0; !stopping.signal.aborted && i < 2000; i++) {
       // Over several pairs, the slowest prefill speaks for the round trip: ε must cover every pair's pins.
       const [a, ...bs] = await Promise.all([session.router.liveness(), ...pairs.map((p) => p.session.prefill.health('/v1/loads'))])
-      // A failed probe measured its own timeout, not a delay: counting it would widen ε past any late eviction.
-      if (a!.ok && bs.every((b) => b.ok)) {
+      // A failed probe measured its own timeout, not a delay: counting it would widen ε past any late eviction. Any
+      // answer of prefill is a round trip (an SGLang without /v1/loads answers 404, as promptly).
+      if (a!.ok && bs.every((b) => b.ok || b.status !== undefined)) {
         const ms = a!.ms + Math.max(...bs.map((b) => b.ms))
         hops.push(ms)
         rec.add({kind: 'hop', t: now(), ms})
@@ -436,11 +438,14 @@ async function recover(session: RunSession, servers: SampledServer[], rec: Recor
   // within() clears its timer: a pending 20 s timer would keep the process alive after the run.
   await within(Promise.all(load.sent.map((p) => p.done)), DRAIN_WAIT_MS)
   const drainBy = now() + DRAIN_WAIT_MS
+  // Without /v1/loads only the per-batch gauges tell the queues, and they read what was in flight at the last batch
+  // until SGLang's idle refresh rewrites them: wait for that write (docs/freshness.md) rather than judge a stale one.
+  const refreshedBy = now() + IDLE_REFRESH_S * 1000 + 2000
   do {
     await sampleOnce(rec, servers)
     if (drained(rec, servers)) break
     await sleep(250, signal)
-  } while (now() < drainBy && !signal.aborted)
+  } while ((now() < drainBy || (gaugesOnly(rec) && now() < refreshedBy)) && !signal.aborted)
 }
 
 /** A dry run sends one unfaulted request through the router first: a fresh deployment opens its routes on first use. */

@@ -11,10 +11,12 @@ import type {PolicyName} from './router/policy.js'
  */
 
 /**
- * Known defects, and two surfaces pdchaos must cope with: `no-watchdog-counter` (a watchdog that evicts but counts
- * nothing in /metrics) and `no-disagg-loads` (an SGLang whose /v1/loads has no disagg section, as before it had one).
+ * Known defects, and surfaces pdchaos must cope with: `no-watchdog-counter` (a watchdog that evicts but counts
+ * nothing in /metrics), `no-disagg-loads` (an SGLang whose /v1/loads has no disagg section, as before it had one) and
+ * `no-loads` (no /v1/loads at all, as before entrypoints/v1_loads.py: only the per-batch /metrics gauges remain).
  */
-export const BUG_NAMES = ['abort-race', 'early-evict', 'late-evict', 'leak-on-evict', 'stale-prefill-ports', 'no-watchdog-counter', 'no-disagg-loads'] as const
+export const BUG_NAMES = ['abort-race', 'early-evict', 'late-evict', 'leak-on-evict', 'stale-prefill-ports', 'no-watchdog-counter', 'no-disagg-loads',
+  'no-loads'] as const
 export type BugName = (typeof BUG_NAMES)[number]
 export type WatchdogScope = 'all' | 'inflight' | 'off'
 export type Backend = 'nixl' | 'mooncake'
@@ -48,7 +50,7 @@ export interface SimConfig {
     /** Delay before a request whose client disconnected is aborted (SGLANG_REQUEST_STATE_WAIT_TIMEOUT-like, default 4 s). */
     requestStateWaitS?: number
   }
-  /** KV pool size per instance in tokens (sglang:token_usage = used / this). */
+  /** KV pool size per instance in tokens (sglang:token_usage = used / this; SGLang's max_total_num_tokens). */
   kvPoolTokens: number
   /** `sim up --rail-nics`: one NIC (a veth rail<g>) per GPU; the KV path is RDMA WRITEs as UDP 4791 over them. */
   rails?: RailsConfig

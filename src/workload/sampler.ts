@@ -2,7 +2,7 @@ import {joinUrl, requestText} from '../deployment/http.js'
 import {parsePromText} from '../deployment/prom-text.js'
 import type {SglangClient} from '../deployment/sglang-client.js'
 import {
-  LOADS_RUNNING_REQS, LOADS_USED_TOKENS, PD_COUNTERS, PD_QUEUE_GAUGES, PD_QUEUE_LOADS, RUNNING_REQS, TOKEN_USAGE,
+  LOADS_RUNNING_REQS, LOADS_USED_TOKENS, LOADS_WAITING_REQS, PD_COUNTERS, PD_QUEUE_GAUGES, PD_QUEUE_LOADS, RUNNING_REQS, TOKEN_USAGE,
 } from '../deployment/sglang-metrics.js'
 import {sleep} from '../util/time.js'
 import {now, type Recorder} from './recorder.js'
@@ -15,7 +15,7 @@ import {now, type Recorder} from './recorder.js'
 
 export const SAMPLED_METRICS = [...PD_COUNTERS, ...PD_QUEUE_GAUGES, RUNNING_REQS, TOKEN_USAGE]
 
-const LOADS = [...PD_QUEUE_LOADS, LOADS_USED_TOKENS, LOADS_RUNNING_REQS]
+const LOADS = [...PD_QUEUE_LOADS, LOADS_USED_TOKENS, LOADS_RUNNING_REQS, LOADS_WAITING_REQS]
 
 /** One server sampled: its role, its client, and its instance (labels its samples where a batch spans several pairs). */
 export interface SampledServer {

@@ -159,8 +159,8 @@ describe('recovery check', () => {
     expect(v.map((x) => x.subject)).toEqual(['requests', 'queues', 'prefill KV tokens', 'decode KV tokens', 'counters'])
   })
 
-  it('fails a KV token leak (leak-on-evict) and a counter that moved by the wrong amount', () => {
-    const tl = base()
+  it('fails a KV token leak (leak-on-evict) shown by idle /v1/loads snapshots, and a counter that moved by the wrong amount', () => {
+    const tl = base().loads('prefill', 60, 0).loads('prefill', 3200, 2048)
       .metric('prefill', 'sglang:num_prefill_bootstrap_queue_reqs', 3200, 0).metric('prefill', 'sglang:token_usage', 3200, 0.02)
       .metric('decode', 'sglang:token_usage', 3200, 0).metric('prefill', 'sglang:num_watchdog_evicted_reqs_total', 3200, 5).build()
     const failed = checkRecovery(tl).filter((x) => x.verdict === 'fail')

@@ -63,6 +63,19 @@ export class TimelineBuilder {
     return this
   }
 
+  /**
+   * One /v1/loads?include=disagg sample of a server: its KV tokens in use, and its running, waiting and PD queue counts
+   * (0 unless `busy` gives them), as the sampler records a snapshot.
+   */
+  loads(service: 'prefill' | 'decode', ms: number, usedTokens: number, busy: Record<string, number> = {}, instance?: string): this {
+    const queues = service === 'prefill'
+      ? ['sglang_disagg_prefill_bootstrap_queue_reqs', 'sglang_disagg_prefill_inflight_queue_reqs']
+      : ['sglang_disagg_decode_prealloc_queue_reqs', 'sglang_disagg_decode_transfer_queue_reqs']
+    this.metric(service, 'sglang_num_used_tokens', ms, usedTokens, instance)
+    for (const n of ['sglang_num_running_reqs', 'sglang_num_waiting_reqs', ...queues]) this.metric(service, n, ms, busy[n] ?? 0, instance)
+    return this
+  }
+
   end(ms: number): this {
     this.observations.push({kind: 'marker', t: this.at(ms), name: 'end'})
     return this

@@ -6,7 +6,8 @@ import {inject, injectRefused, matrixTwins, restart, type Outcome, TWIN_ARGS, wi
 
 /**
  * Proof by mutation, the defect-free half: the three faults and a co-restart against a correct twin pass, and the
- * faults pass again after the restart; no stall mechanism judges a correct watchdog failing. The defects, one per row: mutation-defects.test.ts and mutation-defects-recovery.test.ts.
+ * faults pass again after the restart; no stall mechanism judges a correct watchdog failing; without /v1/loads no
+ * per-batch gauge makes a failure. The defects, one per row: mutation-defects.test.ts and mutation-defects-recovery.test.ts.
  */
 
 const {twin, forget} = matrixTwins()
@@ -51,6 +52,24 @@ describe('mutation matrix: a correct twin passes', () => {
     expect(o.all).toMatch(/rail1/)
     expect(o.failed, o.failed.join(' | ')).toEqual([])
     expect(o.code, o.unverified.join(' | ')).toBe(0)
+  }, 600_000)
+})
+
+describe('mutation matrix: a correct twin without /v1/loads', () => {
+  // An SGLang before v1_loads.py leaves pdchaos the per-batch /metrics gauges alone, whose sglang:token_usage counts
+  // what was in flight at the last batch: with each request 0.34 % of the pool (as on the target of issue 27), a
+  // canary batch after recovery reads more than the load's batch before the fault. That is never a failure.
+  it('no-loads, a request being 0.34 % of the KV pool: no failed check; recovery proven where a write since the release shows it', async () => {
+    const h = await twin({bugs: ['no-loads'], args: [...TWIN_ARGS, '--kv-pool-tokens', '37648']})
+    for (const args of [['drop-dest-info'], ['stall-kv', '--gpu', '1'], ['abort-mid-transfer', '--trials', '4']]) {
+      const o = await inject(h, args)
+      expect(o.failed, `${args[0]}: ${o.failed.join(' | ')}`).toEqual([])
+      // Prefill's gauges are written by the canaries' batch, then by the idle refresh the drain waits for: proven.
+      expect(o.verdicts.filter((v) => v.startsWith('recovery ')).join('\n')).toMatch(/recovery pass: prefill KV token usage back at its baseline/)
+      // Decode writes its gauges only every few batches: what no write after the release shows stays unverified, by name.
+      const unproven = o.unverified.filter((u) => u.startsWith('recovery') && !/not shown written|no reading of sglang:token_usage was shown to be written/.test(u))
+      expect(unproven, `${args[0]}: ${o.unverified.join(' | ')}`).toEqual([])
+    }
   }, 600_000)
 })
 

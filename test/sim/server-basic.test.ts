@@ -204,3 +204,20 @@ describe('twin servers: startup errors', () => {
     }
   })
 })
+
+describe('twin servers: an SGLang without /v1/loads, with a KV pool where one request is 0.34 %', () => {
+  // 128 prompt tokens of 37 648: the share per request the issue's target showed (0.0034).
+  let pair: Pair
+  beforeAll(async () => { pair = await launchPair({bugs: ['no-loads'], kvPoolTokens: 37_648}) })
+  afterAll(async () => { await pair?.stop() })
+
+  it('answers /v1/loads 404, and its token_usage gauge keeps what the last batch held after the request has ended', async () => {
+    expect((await fetch(`${pair.prefillUrl}/v1/loads?include=disagg&format=prometheus`)).status).toBe(404)
+    const body = pdBody(pair, 'share-1', nextRoom())
+    const [p, d] = await Promise.all([post(pair.prefillUrl, body), post(pair.decodeUrl, body)])
+    expect([p.status, d.status]).toEqual([200, 200])
+    // Live: nothing held. The gauge, written with the batch (report_prefill_stats), still counts the request's share.
+    expect((await internalState(pair.prefillUrl)).token_usage).toBe(0)
+    expect(await metric(pair.prefillUrl, 'sglang:token_usage')).toBeCloseTo(128 / 37_648, 6)
+  })
+})

@@ -72,7 +72,8 @@ async function handle(deps: ApiDeps, req: IncomingMessage, res: ServerResponse):
   if (!sched) return json(res, 503, {error: {message: 'Server is starting', code: 503}})
 
   if (path === '/metrics') return text(res, 200, sched.metrics.render(), 'text/plain; version=0.0.4; charset=utf-8')
-  if (path === '/v1/loads' || path === '/get_load') return loads(deps, sched, url, res)
+  // no-loads: an SGLang before entrypoints/v1_loads.py, whose FastAPI app answers an unknown route 404.
+  if ((path === '/v1/loads' || path === '/get_load') && !cfg.bugs.includes('no-loads')) return loads(deps, sched, url, res)
   if (path === '/flush_cache') {
     const q = sched.queued().filter((r) => r.queue !== 'done').length
     if (q > 0) return text(res, 400, `Cache not flushed. Please check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.) #queue-req: ${q}\n`)
