@@ -1,7 +1,7 @@
 import {coverageOf, matchedPackets, notInWindow, releasedFromOf, windowFor} from './abort-coverage.js'
 import {entryOf, notEnteredWhy} from './abort-entry.js'
 import {PATH_NAMES, releasePathOf} from './abort-path.js'
-import {epsilonFor} from './epsilon.js'
+import {EPSILON_FLOOR_MS, epsilonFor} from './epsilon.js'
 import {round, secs} from './eviction.js'
 import {attributeRelease} from './release-cause.js'
 import type {AbortCoverage, AbortRecord} from '../model/run.js'
@@ -69,6 +69,15 @@ export function checkAborts(tl: Timeline): {verdicts: Verdict[]; trials: AbortRe
   return {verdicts, trials: judged.map((j) => j.record), coverage}
 }
 
+/**
+ * How late an answer may reach pdchaos after the server let the request go: the slowest answer lag measured at
+ * calibration (plus the floor), or without that measurement the whole late side of ε.
+ */
+function answerLagOf(tl: Timeline, epsHighMs: number): number {
+  const a = tl.calibration.lags?.answer
+  return a ? EPSILON_FLOOR_MS + a.maxMs : epsHighMs
+}
+
 /** Outcomes of a trial whose request was not shown to have entered prefill before its abort. */
 const NOT_ENTERED = ['not-landed', 'entry-unknown']
 
@@ -108,7 +117,7 @@ function judgeTrial(tl: Timeline, sent: Extract<Observation, {kind: 'request-sen
   const failed = answer && !(answer.status >= 200 && answer.status < 300) && answer.t > abortAt
   const released = failed ? attributeRelease(tl, rid, answer) : undefined
   record.releasedBy = releasePathOf(answer, released)
-  const entry = entryOf(tl, {sentAt: sent.t, abortAt, ...(answer ? {answer} : {}), ...(released ? {released} : {}), answerLagMs: eps.highMs})
+  const entry = entryOf(tl, {sentAt: sent.t, abortAt, ...(answer ? {answer} : {}), ...(released ? {released} : {}), answerLagMs: answerLagOf(tl, eps.highMs)})
   record.entry = entry
   const path = {releasedBy: record.releasedBy.path, entry: entry.shown, entryEvidence: entry.evidence}
   /** A lost abort counts only once the request is shown to have entered prefill before it; otherwise it did not land. */
