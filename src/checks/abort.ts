@@ -119,7 +119,7 @@ function judgeTrial(tl: Timeline, sent: Extract<Observation, {kind: 'request-sen
   record.releasedBy = releasePathOf(answer, released)
   const entry = entryOf(tl, {sentAt: sent.t, abortAt, ...(answer ? {answer} : {}), ...(released ? {released} : {}), answerLagMs: answerLagOf(tl, eps.highMs)})
   record.entry = entry
-  const path = {releasedBy: record.releasedBy.path, entry: entry.shown, entryEvidence: entry.evidence}
+  const path = {releasePath: record.releasedBy.path, entry: entry.shown, entryEvidence: entry.evidence}
   /** A lost abort counts only once the request is shown to have entered prefill before it; otherwise it did not land. */
   const lost = (outcome: string, v: Verdict, ...more: Verdict[]): Judged => {
     if (entry.shown === 'before') return out(outcome, {...v, evidence: {...v.evidence, ...path}}, ...more)
