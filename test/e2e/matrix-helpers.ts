@@ -91,7 +91,7 @@ export interface SuiteScenarioOutcome {
   failed: string[]
   unverified: string[]
   verdicts: string[]
-  aborts: Array<{rid: string; outcome: string; releasedBy?: {path: string}; entry?: {shown: string}}>
+  aborts: Array<{rid: string; outcome: string; inWindow: boolean; releasedBy?: {path: string}; entry?: {shown: string}}>
 }
 
 /** A suite of the given scenarios (YAML `scenarios:` entries) against the twin; each scenario's outcome, by name. */

@@ -62,7 +62,9 @@ describe('mutation matrix: every twin defect turns the verdict to fail', () => {
     expect(prefill!.failed.join('\n')).toMatch(/abort: abort lost; released by the watchdog/)
     expect(prefill!.aborts.filter((a) => a.outcome === 'lost-then-evicted').every((a) => a.releasedBy?.path === 'watchdog' && a.entry?.shown === 'before')).toBe(true)
     expect(both!.failed, both!.failed.join(' | ')).toEqual([])
-    const honoured = both!.aborts.filter((a) => a.outcome === 'honoured')
+    // In the window (Transferring): an abort that met its request still in the bootstrap queue is prefill's own to
+    // honour (the race is only that of a transfer under way), and lies outside the window anyway.
+    const honoured = both!.aborts.filter((a) => a.outcome === 'honoured' && a.inWindow)
     expect(honoured.length, both!.verdicts.join('\n')).toBeGreaterThan(0)
     expect(honoured.every((a) => a.releasedBy?.path === 'decode-abort'), JSON.stringify(honoured)).toBe(true)
     expect(r.code).toBe(1)
