@@ -15,7 +15,9 @@ import type {Timeline} from '../model/timeline.js'
 /** The watchdog's words in an answer: "evicted by the disaggregation watchdog after 2.514s in the … queue". */
 const WATCHDOG_HELD = /watchdog\b[^.]*?\bafter (\d+(?:\.\d+)?)\s*s\b/i
 
-export function heldSecondsOf(detail: string | undefined, released?: Pick<Attribution, 'watchdogHeldSeconds'>): number | undefined {
+export function heldSecondsOf(
+  detail: string | undefined, released?: Pick<Attribution, 'watchdogHeldSeconds'>,
+): number | undefined {
   if (released?.watchdogHeldSeconds !== undefined) return released.watchdogHeldSeconds
   const m = WATCHDOG_HELD.exec(detail ?? '')
   return m ? Number(m[1]) : undefined
@@ -36,7 +38,8 @@ export function entryOf(tl: Timeline, f: EntryFacts): AbortEntry {
   const offset = f.abortAt - f.sentAt
   // An abort that released the request found it there (prefill's own words, or decode's ABORT failing its room).
   if (f.answer && f.answer.t > f.abortAt && (f.released?.cause === 'abort' || f.released?.cause === 'decode-abort')) {
-    return {shown: 'before', source: 'answer', evidence: 'the abort released it (the answer\'s words): the request was there when it arrived'}
+    const evidence = 'the abort released it (the answer\'s words): the request was there when it arrived'
+    return {shown: 'before', source: 'answer', evidence}
   }
   const held = heldSecondsOf(f.answer?.detail, f.released)
   if (f.answer && held !== undefined && f.released?.cause === 'watchdog') {
@@ -45,29 +48,38 @@ export function entryOf(tl: Timeline, f: EntryFacts): AbortEntry {
     const entryAt = f.answer.t - held * 1000
     const queue = tl.contract.scope === 'inflight' ? 'the inflight queue' : 'prefill\'s bootstrap queue'
     const atMs = Math.round(entryAt - f.sentAt)
-    const said = `the watchdog held it ${held.toFixed(3)} s, so it entered ${queue} by +${ms(entryAt - f.sentAt)} after the send`
-    if (entryAt <= f.abortAt) return {shown: 'before', source: 'watchdog', atMs, evidence: `${said}, before its abort (+${ms(offset)})`}
+    const said = `the watchdog held it ${held.toFixed(3)} s, so it entered ${queue} by +${ms(entryAt - f.sentAt)} ` +
+      'after the send'
+    const abort = `its abort (+${ms(offset)})`
+    const lag = `${ms(f.answerLagMs)} answer lag allowed`
+    if (entryAt <= f.abortAt) return {shown: 'before', source: 'watchdog', atMs, evidence: `${said}, before ${abort}`}
     // Only the bootstrap queue is entry into prefill: entering the inflight queue late says nothing of before.
     if (tl.contract.scope !== 'inflight' && entryAt - f.answerLagMs > f.abortAt) {
-      return {shown: 'after', source: 'watchdog', atMs, evidence: `${said} (${ms(f.answerLagMs)} answer lag allowed), after its abort (+${ms(offset)})`}
+      return {shown: 'after', source: 'watchdog', atMs, evidence: `${said} (${lag}), after ${abort}`}
     }
-    return {shown: 'unknown', source: 'watchdog', atMs, evidence: `${said}, within ${ms(f.answerLagMs)} (the answer lag allowed) of its abort (+${ms(offset)})`}
+    return {shown: 'unknown', source: 'watchdog', atMs, evidence: `${said}, within the ${lag} of ${abort}`}
   }
   // No count for this request: the entry lags measured at calibration, when the host offers a live queue count.
   const entry = tl.calibration.lags?.entry
   if (entry && offset > entry.maxMs) {
-    return {shown: 'before', source: 'calibration', evidence: `inferred: the abort was fired +${ms(offset)} after the send, later than the slowest of ${entry.samples} entries measured at calibration (${ms(entry.maxMs)}, /v1/loads?include=disagg)`}
+    return {shown: 'before', source: 'calibration', evidence: `inferred: the abort was fired +${ms(offset)} after the ` +
+      `send, later than the slowest of ${entry.samples} entries measured at calibration (${ms(entry.maxMs)}, ` +
+      '/v1/loads?include=disagg)'}
   }
   return {
     shown: 'unknown', source: 'none',
     evidence: entry
-      ? `the abort was fired +${ms(offset)} after the send, within the slowest entry measured at calibration (${ms(entry.maxMs)}), and nothing counts this request's own entry`
-      : `nothing shows when it entered prefill (no watchdog count in its answer or log, and no live queue count at calibration: /v1/loads?include=disagg has no disagg section)`,
+      ? `the abort was fired +${ms(offset)} after the send, within the slowest entry measured at calibration ` +
+        `(${ms(entry.maxMs)}), and nothing counts this request's own entry`
+      : 'nothing shows when it entered prefill (no watchdog count in its answer or log, and no live queue count at ' +
+        'calibration: /v1/loads?include=disagg has no disagg section)',
   }
 }
 
 /** Why a trial is not counted for want of entry (undefined: its entry before the abort is shown). */
 export function notEnteredWhy(e: AbortEntry): string | undefined {
   if (e.shown === 'before') return undefined
-  return e.shown === 'after' ? `not landed: it entered prefill after its abort (${e.evidence})` : `not shown to have entered prefill before its abort (${e.evidence})`
+  return e.shown === 'after'
+    ? `not landed: it entered prefill after its abort (${e.evidence})`
+    : `not shown to have entered prefill before its abort (${e.evidence})`
 }

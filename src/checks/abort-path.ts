@@ -31,7 +31,9 @@ export const PATH_NAMES: Record<ReleasePath, string> = {
   'unknown': 'unknown',
 }
 
-export function releasePathOf(answer: {status: number} | undefined, released: Attribution | undefined): {path: ReleasePath; evidence: string[]} {
+export function releasePathOf(
+  answer: {status: number} | undefined, released: Attribution | undefined,
+): {path: ReleasePath; evidence: string[]} {
   if (!answer) return {path: 'not-released', evidence: ['no answer before the end of the run']}
   if (answer.status >= 200 && answer.status < 300) return {path: 'completed', evidence: [`answered ${answer.status}`]}
   if (!released) return {path: 'unknown', evidence: []}

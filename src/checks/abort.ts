@@ -21,7 +21,8 @@ export function checkAborts(tl: Timeline): {verdicts: Verdict[]; trials: AbortRe
   const sidesOf = new Map<string, Set<'prefill' | 'decode'>>()
   for (const a of aborts) {
     byRid.set(a.rid, Math.min(byRid.get(a.rid) ?? Number.POSITIVE_INFINITY, a.t))
-    if (a.target === 'prefill' || a.target === 'decode') sidesOf.set(a.rid, (sidesOf.get(a.rid) ?? new Set()).add(a.target))
+    if (a.target !== 'prefill' && a.target !== 'decode') continue
+    sidesOf.set(a.rid, (sidesOf.get(a.rid) ?? new Set()).add(a.target))
   }
   const end = Math.max(...tl.observations.map((o) => o.t))
 
@@ -87,7 +88,9 @@ interface Judged {
 }
 
 /** One trial judged by its timing and what released it (honoured, lost, late, pinned, …), with its record; coverage comes after. */
-function judgeTrial(tl: Timeline, sent: Extract<Observation, {kind: 'request-sent'}>, abortAt: number, end: number, sides: Array<'prefill' | 'decode'>): Judged {
+function judgeTrial(
+  tl: Timeline, sent: Extract<Observation, {kind: 'request-sent'}>, abortAt: number, end: number, sides: Array<'prefill' | 'decode'>,
+): Judged {
   const rid = sent.rid
   const pollMs = tl.contract.pollSeconds * 1000
   const deadlineMs = tl.contract.deadlineSeconds * 1000
@@ -104,7 +107,8 @@ function judgeTrial(tl: Timeline, sent: Extract<Observation, {kind: 'request-sen
   const record: AbortRecord = {
     rid, ...(sent.fault === undefined ? {} : {fault: sent.fault}), sentAt: sent.t, abortedAt: abortAt, offsetMs: round(abortAt - sent.t),
     plannedOffsetMs: null, releasedAt: answer?.t ?? null, releaseStatus: answer?.status ?? null,
-    targeted: sent.expectedState ?? {queue: 'inflight', kvPoll: 'Transferring'}, releasedFrom, ...(sides.length > 0 ? {sides} : {}),
+    targeted: sent.expectedState ?? {queue: 'inflight', kvPoll: 'Transferring'}, releasedFrom,
+    ...(sides.length > 0 ? {sides} : {}),
     bounds: {honourBySeconds: round((pollMs + eps.highMs) / 1000, 3), watchdog: [round((windowLow - sent.t) / 1000, 3), round((windowHigh - sent.t) / 1000, 3)]},
     inWindow: false, verdict: 'unverified', outcome: '', evidence: {},
   }
@@ -117,17 +121,26 @@ function judgeTrial(tl: Timeline, sent: Extract<Observation, {kind: 'request-sen
   const failed = answer && !(answer.status >= 200 && answer.status < 300) && answer.t > abortAt
   const released = failed ? attributeRelease(tl, rid, answer) : undefined
   record.releasedBy = releasePathOf(answer, released)
-  const entry = entryOf(tl, {sentAt: sent.t, abortAt, ...(answer ? {answer} : {}), ...(released ? {released} : {}), answerLagMs: answerLagOf(tl, eps.highMs)})
+  const entry = entryOf(tl, {
+    sentAt: sent.t, abortAt, ...(answer ? {answer} : {}), ...(released ? {released} : {}), answerLagMs: answerLagOf(tl, eps.highMs),
+  })
   record.entry = entry
   const path = {releasePath: record.releasedBy.path, entry: entry.shown, entryEvidence: entry.evidence}
-  /** A lost abort counts only once the request is shown to have entered prefill before it; otherwise it did not land. */
+  // A lost abort counts only once the request is shown to have entered prefill before it; otherwise it did not land.
   const lost = (outcome: string, v: Verdict, ...more: Verdict[]): Judged => {
     if (entry.shown === 'before') return out(outcome, {...v, evidence: {...v.evidence, ...path}}, ...more)
-    const why = notEnteredWhy(entry)!
-    more = more.map((m) => ({...m, summary: m.summary.replace(/after its abort was lost$/, entry.shown === 'after' ? 'its abort having arrived first' : 'after its abort was fired')}))
-    return out(entry.shown === 'after' ? 'not-landed' : 'entry-unknown', unverified('abort', rid, `${v.summary.replace(/^abort lost/, 'abort not shown lost')} — ${entry.shown === 'after' ? 'not landed: the abort arrived before the request entered prefill' : 'not shown to have entered prefill before its abort'}`, {
-      ...v.evidence, ...path, outcome: entry.shown === 'after' ? 'not-landed' : 'entry-unknown', why: `${why}; SGLang drops an abort for a rid it does not know yet`,
-      toVerify: 'abort later after the send (a longer transfer window), read /v1/loads?include=disagg, or give the deployment file the services\' logs (logs:, watchdog.logPattern) so the entry is shown',
+    const after = entry.shown === 'after'
+    const was = after ? 'its abort having arrived first' : 'after its abort was fired'
+    more = more.map((m) => ({...m, summary: m.summary.replace(/after its abort was lost$/, was)}))
+    const because = after
+      ? 'not landed: the abort arrived before the request entered prefill'
+      : 'not shown to have entered prefill before its abort'
+    const summary = `${v.summary.replace(/^abort lost/, 'abort not shown lost')} — ${because}`
+    return out(after ? 'not-landed' : 'entry-unknown', unverified('abort', rid, summary, {
+      ...v.evidence, ...path, outcome: after ? 'not-landed' : 'entry-unknown',
+      why: `${notEnteredWhy(entry)!}; SGLang drops an abort for a rid it does not know yet`,
+      toVerify: 'abort later after the send (a longer transfer window), read /v1/loads?include=disagg, or give the ' +
+        'deployment file the services\' logs (logs:, watchdog.logPattern) so the entry is shown',
     }), ...more)
   }
 
@@ -148,10 +161,13 @@ function judgeTrial(tl: Timeline, sent: Extract<Observation, {kind: 'request-sen
     if (released.cause === 'decode-abort' && !sides.includes('decode')) {
       // The abort went to prefill alone, yet decode's ABORT released it: decode let go for its own reasons (a
       // timeout, a lost peer); prefill's own abort path is not what was shown to work.
-      return out('rescued-by-decode', unverified('abort', rid, `released ${secs(answer.t - abortAt)} after an abort sent to prefill alone, but by decode's ABORT, not prefill's own abort path`, {
+      const summary = `released ${secs(answer.t - abortAt)} after an abort sent to prefill alone, but by decode's ABORT, ` +
+        'not prefill\'s own abort path'
+      return out('rescued-by-decode', unverified('abort', rid, summary, {
         ...evidence, ...path, outcome: 'rescued-by-decode', releaseEvidence: released.evidence,
         why: 'the answer names decode\'s ABORT: prefill\'s own abort may have been lost, and decode let go at the same time',
-        toVerify: 'a decode whose waiting timeout and heartbeat fire well after the window (SGLANG_DISAGGREGATION_WAITING_TIMEOUT), or the services\' logs (logs:)',
+        toVerify: 'a decode whose waiting timeout and heartbeat fire well after the window ' +
+          '(SGLANG_DISAGGREGATION_WAITING_TIMEOUT), or the services\' logs (logs:)',
       }))
     }
     if (answer.t >= windowLow && released.cause !== 'abort') {
@@ -161,7 +177,9 @@ function judgeTrial(tl: Timeline, sent: Extract<Observation, {kind: 'request-sen
         toVerify: 'abort earlier than the deadline minus one poll (a longer deadline or a shorter poll), or give the deployment file the services\' logs (logs:) so the release is named',
       }))
     }
-    return out('honoured', pass('abort', rid, `abort honoured: released ${secs(answer.t - abortAt)} after the abort by ${PATH_NAMES[record.releasedBy.path]} (bound one poll + ε = ${secs(pollMs + eps.highMs)})`, {...evidence, ...path, outcome: 'honoured'}))
+    const summary = `abort honoured: released ${secs(answer.t - abortAt)} after the abort by ${PATH_NAMES[record.releasedBy.path]} ` +
+      `(bound one poll + ε = ${secs(pollMs + eps.highMs)})`
+    return out('honoured', pass('abort', rid, summary, {...evidence, ...path, outcome: 'honoured'}))
   }
   if (answer && released && answer.t <= windowHigh) {
     if (answer.t >= windowLow) {

@@ -31,9 +31,10 @@ export type ReleasedFrom = 'inflight' | 'bootstrap' | 'waiting' | 'unknown'
  * prefill over ZMQ (decode's abort or its timeouts), the watchdog, an SGLang timeout, something else (a transport
  * error, the revert, the gateway), not released (completed, or still held), or unknown.
  */
-export type ReleasePath = 'prefill-abort' | 'decode-abort' | 'watchdog' | 'timeout' | 'other' | 'completed' | 'not-released' | 'unknown'
+export type ReleasePath =
+  | 'prefill-abort' | 'decode-abort' | 'watchdog' | 'timeout' | 'other' | 'completed' | 'not-released' | 'unknown'
 
-/** Entry into prefill before the abort: shown before, shown after (the abort arrived first), or unknown; and by what. */
+/** Entry into prefill before the abort: shown before, after (the abort arrived first) or unknown; and by what. */
 export interface AbortEntry {
   shown: 'before' | 'after' | 'unknown'
   source: 'answer' | 'watchdog' | 'calibration' | 'none'

@@ -29,6 +29,7 @@ export function abortTrialLines(aborts: AbortRecord[]): string[] {
     const landing = a.inWindow ? 'in window' : `not in window: ${a.notInWindow ?? '?'}`
     const sides = a.sides ? ` on ${a.sides.join('+')}` : ''
     const by = a.releasedBy ? `  released by: ${PATH_NAMES[a.releasedBy.path]}` : ''
-    return `  ${OUTCOME_MARK[a.verdict]} ${a.rid}  abort${sides} at ${a.offsetMs.toFixed(1)} ms${planned}  ${released}  honour by ${a.bounds.honourBySeconds.toFixed(3)}s  ${landing}${by}`
+    const honour = `honour by ${a.bounds.honourBySeconds.toFixed(3)}s`
+    return `  ${OUTCOME_MARK[a.verdict]} ${a.rid}  abort${sides} at ${a.offsetMs.toFixed(1)} ms${planned}  ${released}  ${honour}  ${landing}${by}`
   })
 }

@@ -56,10 +56,13 @@ export function lagLimit(c: Calibration | undefined, pollSeconds: number): {maxP
   const pollMs = pollSeconds * 1000
   const epsMs = EPSILON_FLOOR_MS + lagAllowanceMs(c.lags) + Math.max(c.prefillSpreadMs, 1) / 2
   const share = epsMs / pollMs
-  const measured = `ε ≈ ${Math.round(epsMs)} ms from the lags measured at calibration (${describeLags(c.lags)}) against a poll of ${Math.round(pollMs)} ms`
+  const measured = `ε ≈ ${Math.round(epsMs)} ms from the lags measured at calibration (${describeLags(c.lags)}) ` +
+    `against a poll of ${Math.round(pollMs)} ms`
   if (share <= EPSILON_SHARE_OF_POLL) return undefined
   const maxPerBatch = share <= 2 * EPSILON_SHARE_OF_POLL ? 2 : 1
-  return {maxPerBatch, why: `at most ${maxPerBatch} scenario${maxPerBatch === 1 ? '' : 's'} per batch: ${measured}, more than ${Math.round(EPSILON_SHARE_OF_POLL * 100)} % of it; fewer at once keep the lags down`}
+  const most = `at most ${maxPerBatch} scenario${maxPerBatch === 1 ? '' : 's'} per batch`
+  const share100 = Math.round(EPSILON_SHARE_OF_POLL * 100)
+  return {maxPerBatch, why: `${most}: ${measured}, more than ${share100} % of it; fewer at once keep the lags down`}
 }
 
 /** The prefill/decode instance pair a scenario acts on: its own `pair:`, each role defaulting to the run's. */
@@ -136,7 +139,8 @@ export function planBatches(scenarios: PlannedScenario[], opts: PlanOptions = {}
       barrier = batches.length
       continue
     }
-    const fit = batches.slice(barrier).find((b) => (opts.maxPerBatch === undefined || b.length < opts.maxPerBatch) && b.every((x) => conflict(x, s, opts) === undefined))
+    const room = (b: PlannedScenario[]) => opts.maxPerBatch === undefined || b.length < opts.maxPerBatch
+    const fit = batches.slice(barrier).find((b) => room(b) && b.every((x) => conflict(x, s, opts) === undefined))
     if (fit) fit.push(s)
     else batches.push([s])
   }

@@ -60,7 +60,8 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
   const scenarios = expand(suite.scenarios)
   const session = new RunSession(deployment, on)
   const pairs = opts.pairs
-  const planned = await planOptions(session, scenarios, {promptTokens: suite.load.promptTokens, say, ...(opts.signal ? {signal: opts.signal} : {})})
+  const planned = await planOptions(session, scenarios,
+    {promptTokens: suite.load.promptTokens, say, ...(opts.signal ? {signal: opts.signal} : {})})
   const planLimitWhy = planned.limitWhy
   delete planned.limitWhy
   const planOpts: PlanOptions = {...planned, ...(pairs ? {defaultPair: pairs.default, showPairs: true} : {})}
@@ -171,7 +172,9 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
 async function planOptions(session: RunSession, scenarios: PlannedScenario[], o: {promptTokens: number; say: (l: string) => void; signal?: AbortSignal}): Promise<PlanOptions & {limitWhy?: string}> {
   // One scenario has nothing to batch with: no need to know (and a dry run must not calibrate).
   // Several faults may share a window: the lags decide how many at once (lagLimit), so calibrate first as well.
-  const needs = scenarios.length > 1 && (scenarios.filter((s) => !s.spec.restart).length > 1 || scenarios.some((s) => (s.spec.fault === 'stall-kv' && (s.spec.params.mechanism ?? 'auto') === 'auto') || (s.spec.fault === 'abort-mid-transfer' && s.spec.params.gpu === undefined)))
+  const followsPath = scenarios.some((s) => (s.spec.fault === 'stall-kv' && (s.spec.params.mechanism ?? 'auto') === 'auto') ||
+    (s.spec.fault === 'abort-mid-transfer' && s.spec.params.gpu === undefined))
+  const needs = scenarios.length > 1 && (scenarios.filter((s) => !s.spec.restart).length > 1 || followsPath)
   if (!needs) return {}
   let limit: ReturnType<typeof lagLimit>
   try {
@@ -183,7 +186,10 @@ async function planOptions(session: RunSession, scenarios: PlannedScenario[], o:
     throw error
   }
   const d = await session.discovery(o.say)
-  return {autoMechanism: classifyDataPath(d.transport).kind === 'tcp' ? 'packet-filter' : 'nic', ...(limit ? {maxPerBatch: limit.maxPerBatch, limitWhy: limit.why} : {})}
+  return {
+    autoMechanism: classifyDataPath(d.transport).kind === 'tcp' ? 'packet-filter' : 'nic',
+    ...(limit ? {maxPerBatch: limit.maxPerBatch, limitWhy: limit.why} : {}),
+  }
 }
 
 /** A co-restart step: it replaces the processes, so the session measures and discovers again afterwards. */

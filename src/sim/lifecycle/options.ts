@@ -135,7 +135,8 @@ function lagOptions(o: SimUpOptions): SimConfig['lags'] | undefined {
   const entry = one('--entry-lag-ms', o.entryLagMs)
   const answer = one('--answer-lag-ms', o.answerLagMs)
   const tokenize = one('--tokenize-ms', o.tokenizeMs)
-  return entry || answer || tokenize ? {...(entry ? {entry} : {}), ...(answer ? {answer} : {}), ...(tokenize ? {tokenize} : {})} : undefined
+  if (!entry && !answer && !tokenize) return undefined
+  return {...(entry ? {entry} : {}), ...(answer ? {answer} : {}), ...(tokenize ? {tokenize} : {})}
 }
 
 /** --ucx-rc-timeout (UCX's time syntax, ucs_config_sscanf_time) and --ucx-rc-retry-count, checked as UCX parses them. */
