@@ -1,5 +1,7 @@
 import {coverageOf, matchedPackets, notInWindow, releasedFromOf, windowFor} from './abort-coverage.js'
-import {epsilonFor} from './epsilon.js'
+import {entryOf, notEnteredWhy} from './abort-entry.js'
+import {PATH_NAMES, releasePathOf} from './abort-path.js'
+import {EPSILON_FLOOR_MS, epsilonFor} from './epsilon.js'
 import {round, secs} from './eviction.js'
 import {attributeRelease} from './release-cause.js'
 import type {AbortCoverage, AbortRecord} from '../model/run.js'
@@ -16,13 +18,18 @@ import {fail, pass, unverified, type Verdict} from '../model/verdict.js'
 export function checkAborts(tl: Timeline): {verdicts: Verdict[]; trials: AbortRecord[]; coverage?: AbortCoverage} {
   const aborts = tl.observations.filter((o): o is Extract<Observation, {kind: 'abort-sent'}> => o.kind === 'abort-sent')
   const byRid = new Map<string, number>()
-  for (const a of aborts) byRid.set(a.rid, Math.min(byRid.get(a.rid) ?? Number.POSITIVE_INFINITY, a.t))
+  const sidesOf = new Map<string, Set<'prefill' | 'decode'>>()
+  for (const a of aborts) {
+    byRid.set(a.rid, Math.min(byRid.get(a.rid) ?? Number.POSITIVE_INFINITY, a.t))
+    if (a.target !== 'prefill' && a.target !== 'decode') continue
+    sidesOf.set(a.rid, (sidesOf.get(a.rid) ?? new Set()).add(a.target))
+  }
   const end = Math.max(...tl.observations.map((o) => o.t))
 
   const judged: Array<Judged> = []
   for (const [rid, abortAt] of byRid) {
     const sent = tl.observations.find((o): o is Extract<Observation, {kind: 'request-sent'}> => o.kind === 'request-sent' && o.rid === rid)
-    if (sent) judged.push(judgeTrial(tl, sent, abortAt, end))
+    if (sent) judged.push(judgeTrial(tl, sent, abortAt, end, [...sidesOf.get(rid) ?? []].sort()))
   }
   if (judged.length === 0) return {verdicts: [], trials: []}
 
@@ -30,8 +37,10 @@ export function checkAborts(tl: Timeline): {verdicts: Verdict[]; trials: AbortRe
   const w = windowFor(tl, judged[0]!.record.rid)
   const packets = w ? matchedPackets(tl, w.leaseId) : undefined
   for (const j of judged) {
+    // A lost trial counts only once its request is shown to have entered prefill before the abort (abort-entry.ts).
     const why = notInWindow(tl, w, packets, {offsetMs: j.record.offsetMs, abortAt: j.record.abortedAt, releasedFrom: j.record.releasedFrom,
       ...(j.record.releasedAt === null ? {} : {answeredAt: j.record.releasedAt}), ...(j.record.releaseStatus === null ? {} : {status: j.record.releaseStatus})})
+      ?? (j.record.entry && NOT_ENTERED.includes(j.record.outcome) ? notEnteredWhy(j.record.entry) : undefined)
     j.record.inWindow = why === undefined
     if (why !== undefined) j.record.notInWindow = why
     j.record.plannedOffsetMs = w?.trials.find((x) => x.rid === j.record.rid)?.offsetMs ?? null
@@ -61,13 +70,27 @@ export function checkAborts(tl: Timeline): {verdicts: Verdict[]; trials: AbortRe
   return {verdicts, trials: judged.map((j) => j.record), coverage}
 }
 
+/**
+ * How late an answer may reach pdchaos after the server let the request go: the slowest answer lag measured at
+ * calibration (plus the floor), or without that measurement the whole late side of ε.
+ */
+function answerLagOf(tl: Timeline, epsHighMs: number): number {
+  const a = tl.calibration.lags?.answer
+  return a ? EPSILON_FLOOR_MS + a.maxMs : epsHighMs
+}
+
+/** Outcomes of a trial whose request was not shown to have entered prefill before its abort. */
+const NOT_ENTERED = ['not-landed', 'entry-unknown']
+
 interface Judged {
   verdicts: Verdict[]
   record: AbortRecord
 }
 
 /** One trial judged by its timing and what released it (honoured, lost, late, pinned, …), with its record; coverage comes after. */
-function judgeTrial(tl: Timeline, sent: Extract<Observation, {kind: 'request-sent'}>, abortAt: number, end: number): Judged {
+function judgeTrial(
+  tl: Timeline, sent: Extract<Observation, {kind: 'request-sent'}>, abortAt: number, end: number, sides: Array<'prefill' | 'decode'>,
+): Judged {
   const rid = sent.rid
   const pollMs = tl.contract.pollSeconds * 1000
   const deadlineMs = tl.contract.deadlineSeconds * 1000
@@ -85,12 +108,40 @@ function judgeTrial(tl: Timeline, sent: Extract<Observation, {kind: 'request-sen
     rid, ...(sent.fault === undefined ? {} : {fault: sent.fault}), sentAt: sent.t, abortedAt: abortAt, offsetMs: round(abortAt - sent.t),
     plannedOffsetMs: null, releasedAt: answer?.t ?? null, releaseStatus: answer?.status ?? null,
     targeted: sent.expectedState ?? {queue: 'inflight', kvPoll: 'Transferring'}, releasedFrom,
+    ...(sides.length > 0 ? {sides} : {}),
     bounds: {honourBySeconds: round((pollMs + eps.highMs) / 1000, 3), watchdog: [round((windowLow - sent.t) / 1000, 3), round((windowHigh - sent.t) / 1000, 3)]},
     inWindow: false, verdict: 'unverified', outcome: '', evidence: {},
   }
   const out = (outcome: string, ...verdicts: Verdict[]): Judged => {
     record.outcome = outcome
     return {verdicts, record}
+  }
+  // What released it (logs naming the rid, the answer's text, counters): timing alone cannot tell an honoured abort
+  // from a watchdog eviction when one poll after the abort reaches into the watchdog's window.
+  const failed = answer && !(answer.status >= 200 && answer.status < 300) && answer.t > abortAt
+  const released = failed ? attributeRelease(tl, rid, answer) : undefined
+  record.releasedBy = releasePathOf(answer, released)
+  const entry = entryOf(tl, {
+    sentAt: sent.t, abortAt, ...(answer ? {answer} : {}), ...(released ? {released} : {}), answerLagMs: answerLagOf(tl, eps.highMs),
+  })
+  record.entry = entry
+  const path = {releasePath: record.releasedBy.path, entry: entry.shown, entryEvidence: entry.evidence}
+  // A lost abort counts only once the request is shown to have entered prefill before it; otherwise it did not land.
+  const lost = (outcome: string, v: Verdict, ...more: Verdict[]): Judged => {
+    if (entry.shown === 'before') return out(outcome, {...v, evidence: {...v.evidence, ...path}}, ...more)
+    const after = entry.shown === 'after'
+    const was = after ? 'its abort having arrived first' : 'after its abort was fired'
+    more = more.map((m) => ({...m, summary: m.summary.replace(/after its abort was lost$/, was)}))
+    const because = after
+      ? 'not landed: the abort arrived before the request entered prefill'
+      : 'not shown to have entered prefill before its abort'
+    const summary = `${v.summary.replace(/^abort lost/, 'abort not shown lost')} — ${because}`
+    return out(after ? 'not-landed' : 'entry-unknown', unverified('abort', rid, summary, {
+      ...v.evidence, ...path, outcome: after ? 'not-landed' : 'entry-unknown',
+      why: `${notEnteredWhy(entry)!}; SGLang drops an abort for a rid it does not know yet`,
+      toVerify: 'abort later after the send (a longer transfer window), read /v1/loads?include=disagg, or give the ' +
+        'deployment file the services\' logs (logs:, watchdog.logPattern) so the entry is shown',
+    }), ...more)
   }
 
   if (answer && answer.status >= 200 && answer.status < 300) {
@@ -106,10 +157,19 @@ function judgeTrial(tl: Timeline, sent: Extract<Observation, {kind: 'request-sen
       toVerify: 'a trial whose request is still held when its abort fires (a held window: a TCP data path, --gpu N)',
     }))
   }
-  // What released it (logs naming the rid, the answer's text, counters): timing alone cannot tell an honoured abort
-  // from a watchdog eviction when one poll after the abort reaches into the watchdog's window.
-  const released = answer ? attributeRelease(tl, rid, answer) : undefined
   if (answer && released && answer.t <= honourBy && released.cause !== 'watchdog') {
+    if (released.cause === 'decode-abort' && !sides.includes('decode')) {
+      // The abort went to prefill alone, yet decode's ABORT released it: decode let go for its own reasons (a
+      // timeout, a lost peer); prefill's own abort path is not what was shown to work.
+      const summary = `released ${secs(answer.t - abortAt)} after an abort sent to prefill alone, but by decode's ABORT, ` +
+        'not prefill\'s own abort path'
+      return out('rescued-by-decode', unverified('abort', rid, summary, {
+        ...evidence, ...path, outcome: 'rescued-by-decode', releaseEvidence: released.evidence,
+        why: 'the answer names decode\'s ABORT: prefill\'s own abort may have been lost, and decode let go at the same time',
+        toVerify: 'a decode whose waiting timeout and heartbeat fire well after the window ' +
+          '(SGLANG_DISAGGREGATION_WAITING_TIMEOUT), or the services\' logs (logs:)',
+      }))
+    }
     if (answer.t >= windowLow && released.cause !== 'abort') {
       return out('ambiguous', unverified('abort', rid, `released ${secs(answer.t - abortAt)} after the abort, inside both one poll of it and the watchdog's window; nothing names the abort`, {
         ...evidence, outcome: 'ambiguous', releasedBy: released.cause, releaseEvidence: released.evidence,
@@ -117,7 +177,9 @@ function judgeTrial(tl: Timeline, sent: Extract<Observation, {kind: 'request-sen
         toVerify: 'abort earlier than the deadline minus one poll (a longer deadline or a shorter poll), or give the deployment file the services\' logs (logs:) so the release is named',
       }))
     }
-    return out('honoured', pass('abort', rid, `abort honoured: released ${secs(answer.t - abortAt)} after the abort (bound one poll + ε = ${secs(pollMs + eps.highMs)})`, {...evidence, outcome: 'honoured'}))
+    const summary = `abort honoured: released ${secs(answer.t - abortAt)} after the abort by ${PATH_NAMES[record.releasedBy.path]} ` +
+      `(bound one poll + ε = ${secs(pollMs + eps.highMs)})`
+    return out('honoured', pass('abort', rid, summary, {...evidence, ...path, outcome: 'honoured'}))
   }
   if (answer && released && answer.t <= windowHigh) {
     if (answer.t >= windowLow) {
@@ -133,20 +195,21 @@ function judgeTrial(tl: Timeline, sent: Extract<Observation, {kind: 'request-sen
         }), eviction)
       }
       const past = answer.t > honourBy ? `, past one poll + ε = ${secs(pollMs + eps.highMs)}` : ''
-      return out('lost-then-evicted',
+      return lost('lost-then-evicted',
         fail('abort', rid, `abort lost; released by ${by} after ${secs(answer.t - sent.t)} (${secs(answer.t - abortAt)} after the abort${past})`, {
           ...evidence, outcome: 'lost-then-evicted', releasedBy: released.cause, releaseEvidence: released.evidence,
         }),
         {...eviction, summary: eviction.summary.replace(/was fired$/, 'was lost')})
     }
-    return out('unexplained', fail('abort', rid, released.cause === 'watchdog'
+    const unexplained = released.cause === 'watchdog' ? lost : out
+    return unexplained('unexplained', fail('abort', rid, released.cause === 'watchdog'
       ? `abort lost; released by the watchdog ${secs(answer.t - sent.t)} after the send, before its window opens (${secs(windowLow - sent.t)})`
       : `released ${secs(answer.t - abortAt)} after the abort: later than one poll, earlier than the watchdog deadline — neither an honoured abort nor an eviction`,
     {...evidence, outcome: 'unexplained', releasedBy: released.cause, releaseEvidence: released.evidence}))
   }
   const heldFor = (answer?.t ?? end) - sent.t
   const outcome = answer ? 'late' : 'pinned'
-  return out(outcome, fail('abort', rid, answer
+  return lost(outcome, fail('abort', rid, answer
     ? `abort lost and the pin was released only after ${secs(heldFor)}, past deadline + poll + ε (${secs(windowHigh - sent.t)})`
     : `abort lost and the pin is still held after ${secs(heldFor)}: nothing released it`, {...evidence, outcome, heldSeconds: round(heldFor / 1000, 3)}))
 }

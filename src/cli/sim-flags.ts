@@ -113,11 +113,19 @@ export function railUpOptions(f: {'rail-nics': boolean; 'ucx-rc-timeout'?: strin
 export const lagFlags = {
   'entry-lag-ms': Flags.string({summary: 'Not SGLang: the schedulers receive new requests and aborts only every N ms (N[:JITTER]), as behind a long forward pass.', helpGroup: 'LAGS'}),
   'answer-lag-ms': Flags.string({summary: "Not SGLang: a released request's HTTP answer is held N ms (N[:JITTER], drawn per answer).", helpGroup: 'LAGS'}),
+  'tokenize-ms': Flags.string({
+    summary: 'Each request is tokenized N ms (N[:JITTER]), one at a time; an abort of a rid not yet tokenized is dropped, ' +
+      'as SGLang drops an unknown rid.',
+    helpGroup: 'LAGS',
+  }),
 }
 
 /** lagFlags' values as `sim up` options. */
-export function lagUpOptions(f: {'entry-lag-ms'?: string; 'answer-lag-ms'?: string}): {entryLagMs?: string; answerLagMs?: string} {
+export function lagUpOptions(
+  f: {'entry-lag-ms'?: string; 'answer-lag-ms'?: string; 'tokenize-ms'?: string},
+): {entryLagMs?: string; answerLagMs?: string; tokenizeMs?: string} {
   return {
+    ...(f['tokenize-ms'] === undefined ? {} : {tokenizeMs: f['tokenize-ms']}),
     ...(f['entry-lag-ms'] === undefined ? {} : {entryLagMs: f['entry-lag-ms']}),
     ...(f['answer-lag-ms'] === undefined ? {} : {answerLagMs: f['answer-lag-ms']}),
   }

@@ -11,9 +11,11 @@ import {buildTwinFailpoint} from './mechanisms/twin-failpoint.js'
 
 /**
  * abort-mid-transfer: N trials, each a request with pdchaos's own rid and `POST /abort_request {rid}` fired on
- * prefill AND decode at an offset inside the transfer window: a sweep planned from the calibration the runner
- * measured on unfaulted requests (an input to plan(), never patched afterwards). On a TCP data path the window is
- * widened by holding one prefill rank's KV connections still (or rate-limiting them with nft `limit rate`); tc
+ * prefill AND decode (--side both, the gateway's way; or on one side only: prefill alone shows whether prefill's own
+ * abort path releases a Transferring request, with no ABORT from decode to rescue it) at an offset inside the
+ * transfer window: a sweep planned from the calibration the runner measured on unfaulted requests (an input to
+ * plan(), never patched afterwards). On a TCP data path the window is widened by holding one prefill rank's KV
+ * connections still (or rate-limiting them with nft `limit rate`); tc
  * would slow the whole device (every service on loopback), not one connection, so it is not used. Elsewhere
  * nothing on the host changes and the sweep covers the deployment's own window.
  */
@@ -26,10 +28,23 @@ const Params = z.object({
     .describe("abort-mid-transfer: widen the transfer window on this GPU's rank (default on a TCP data path: the first prefill GPU)."),
   widenKBytesPerSecond: z.number().int().min(0).max(10_000_000).optional()
     .describe("abort-mid-transfer: rate-limit --gpu's KV connections to this many kB/s (0, the default on a TCP data path, holds the transfer still)."),
+  side: z.enum(['prefill', 'decode', 'both']).default('both')
+    .describe('abort-mid-transfer: where each abort goes: both (as the gateway does when a client goes away), prefill ' +
+      'alone (its own abort path, no ABORT from decode to rescue it) or decode alone (its ABORT over ZMQ is what ' +
+      'releases prefill).'),
 }).strict()
 
 export type AbortMidTransferParams = z.infer<typeof Params>
 
+
+export type AbortSide = AbortMidTransferParams['side']
+
+/** The services a trial's abort goes to. */
+export const servicesOfSide = (side: AbortSide): Array<'prefill' | 'decode'> =>
+  (side === 'both' ? ['prefill', 'decode'] : [side])
+
+/** "prefill and decode", "prefill alone", "decode alone". */
+export const describeSide = (side: AbortSide): string => (side === 'both' ? 'prefill and decode' : `${side} alone`)
 
 /**
  * SGLang's scheduler aborts by rid PREFIX: no trial's rid may be a prefix of another's (or of another lease's).
@@ -73,7 +88,7 @@ export function transferWindow(ctx: Pick<FaultContext<AbortMidTransferParams>, '
 
 export const abortMidTransfer: Fault<AbortMidTransferParams> = {
   name: 'abort-mid-transfer',
-  summary: 'aborts fired on prefill and decode inside the KV transfer window, N trials with a sweep of offsets',
+  summary: 'aborts fired on prefill and decode (or one side: --side) inside the KV transfer window, N trials, offsets swept',
   params: Params,
   flagNames: {widenKBytesPerSecond: 'widen-kbytes'},
   mechanisms: ['abort-requests', 'packet-filter', 'twin-failpoint'],
@@ -123,7 +138,8 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
       const rid = trialRid(ctx.leaseId, index)
       return {
         index, rid, offsetMs,
-        aborts: (['prefill', 'decode'] as const).map((service) => ({service, method: 'POST' as const, path: '/abort_request' as const, body: {rid}})),
+        aborts: servicesOfSide(p.side ?? 'both')
+          .map((service) => ({service, method: 'POST' as const, path: '/abort_request' as const, body: {rid}})),
       }
     })
     const base = {
@@ -133,7 +149,8 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
       trials,
     }
     const swept = (widening: TransferWindow['widening']): TransferWindow => ({startMs: window.startMs, endMs: window.endMs, why: window.why, widening})
-    const sweep = `${p.trials} trial(s), aborts on prefill and decode at ${window.startMs}..${window.endMs} ms after each request is sent (${window.why})`
+    const sweep = `${p.trials} trial(s), aborts on ${describeSide(p.side ?? 'both')} at ${window.startMs}..${window.endMs} ms ` +
+      `after each request is sent (${window.why})`
     if (widen === undefined) {
       return {
         ...base, transferWindow: swept('none'), targets: [], inject: [], revert: [], sudo: false, verifyInjected: [], verifyClean: [], readOnlyProbes: [],

@@ -27,6 +27,23 @@ export interface PinRecord {
 export type ReleasedFrom = 'inflight' | 'bootstrap' | 'waiting' | 'unknown'
 
 /** One abort trial as the abort check judged it (the journal's per-trial record, beside the pins). Times are epoch ms. */
+/**
+ * What released an abort trial's request: prefill's own abort (/abort_request on prefill), decode's ABORT reaching
+ * prefill over ZMQ (decode's abort or its timeouts), the watchdog, an SGLang timeout, something else (a transport
+ * error, the revert, the gateway), not released (completed, or still held), or unknown.
+ */
+export type ReleasePath =
+  | 'prefill-abort' | 'decode-abort' | 'watchdog' | 'timeout' | 'other' | 'completed' | 'not-released' | 'unknown'
+
+/** Entry into prefill before the abort: shown before, after (the abort arrived first) or unknown; and by what. */
+export interface AbortEntry {
+  shown: 'before' | 'after' | 'unknown'
+  source: 'answer' | 'watchdog' | 'calibration' | 'none'
+  /** The entry read from the watchdog's count, ms after the send. */
+  atMs?: number
+  evidence: string
+}
+
 export interface AbortRecord {
   rid: string
   fault?: string
@@ -49,6 +66,12 @@ export interface AbortRecord {
    * eviction window [low, high] in seconds after the send, for an abort that was lost.
    */
   bounds: {honourBySeconds: number; watchdog: [number, number]}
+  /** Where its aborts went: prefill, decode or both (`--side`). */
+  sides?: Array<'prefill' | 'decode'>
+  /** Which path released it, from the answer's words, the logs and the counters (unknown where none shows it). */
+  releasedBy?: {path: ReleasePath; evidence: string[]}
+  /** Whether its request is shown to have entered prefill before the abort (only then does the trial count). */
+  entry?: AbortEntry
   /** The abort demonstrably landed inside the transfer window; when not, why not. */
   inWindow: boolean
   notInWindow?: string

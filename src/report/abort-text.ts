@@ -1,4 +1,5 @@
 import type {AbortCoverage, AbortRecord} from '../model/run.js'
+import {PATH_NAMES} from '../checks/abort-path.js'
 import {OUTCOME_MARK} from './verdicts-text.js'
 
 /**
@@ -26,6 +27,9 @@ export function abortTrialLines(aborts: AbortRecord[]): string[] {
     const released = a.releasedAt === null ? 'never released'
       : `released ${Math.abs(after).toFixed(3)}s ${after < 0 ? 'before' : 'after'} it${a.releaseStatus === null ? '' : ` (${a.releaseStatus}, from ${a.releasedFrom})`}`
     const landing = a.inWindow ? 'in window' : `not in window: ${a.notInWindow ?? '?'}`
-    return `  ${OUTCOME_MARK[a.verdict]} ${a.rid}  abort at ${a.offsetMs.toFixed(1)} ms${planned}  ${released}  honour by ${a.bounds.honourBySeconds.toFixed(3)}s  ${landing}`
+    const sides = a.sides ? ` on ${a.sides.join('+')}` : ''
+    const by = a.releasedBy ? `  released by: ${PATH_NAMES[a.releasedBy.path]}` : ''
+    const honour = `honour by ${a.bounds.honourBySeconds.toFixed(3)}s`
+    return `  ${OUTCOME_MARK[a.verdict]} ${a.rid}  abort${sides} at ${a.offsetMs.toFixed(1)} ms${planned}  ${released}  ${honour}  ${landing}${by}`
   })
 }

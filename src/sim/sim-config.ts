@@ -70,8 +70,10 @@ export interface SimConfig {
   /** What the nvidia-smi stand-in shows: no processes (as in a container), or a stray context per rank on its first visible GPU. */
   gpuView?: {hideProcesses?: boolean; strayContext?: boolean}
   /** Not SGLang (docs/twin.md): `--entry-lag-ms`, the scheduler receives new requests (and aborts) only every N ms, as
-   * behind a long forward pass; `--answer-lag-ms`, a released request's HTTP answer is held that long. */
-  lags?: {entry?: Lag; answer?: Lag}
+   * behind a long forward pass; `--answer-lag-ms`, a released request's HTTP answer is held that long;
+   * `--tokenize-ms`, each request is tokenized that long, one at a time, and an abort of a rid not yet tokenized is
+   * dropped (the TokenizerManager knows a rid only once it is tokenized). */
+  lags?: {entry?: Lag; answer?: Lag; tokenize?: Lag}
   /**
    * `sim up --only …` (docs/twin.md, "Nodes"): this twin is one node of a deployment that spans several. It runs only
    * `services`; the others run on other nodes at `peers` (their addresses: same ports), as an operator starts

@@ -2,6 +2,9 @@ import {FIRST_PAIR, type InstancePair} from '../deployment/single-host.js'
 import type {Footprint, FootprintContext} from '../faults/fault.js'
 import {parseFaultParams} from '../faults/params.js'
 import {getFault} from '../faults/registry.js'
+import {EPSILON_FLOOR_MS} from '../checks/epsilon.js'
+import {describeLags, lagAllowanceMs} from '../model/lags.js'
+import type {Calibration} from '../model/timeline.js'
 import type {ScenarioSpec} from './suite-file.js'
 
 /**
@@ -34,6 +37,32 @@ export type PlanOptions = FootprintContext & {
   defaultPair?: InstancePair
   /** The deployment lists several instances of a role: the plan names each fault's pair. */
   showPairs?: boolean
+  /** At most this many scenarios share one window (from the lags measured at calibration: `lagLimit`). */
+  maxPerBatch?: number
+}
+
+/** ε's late side must stay well under the poll: at most this share of it, or batches shrink. */
+export const EPSILON_SHARE_OF_POLL = 0.25
+
+/**
+ * How many scenarios may share one window, from the lags measured at calibration. ε's late side grows with the
+ * entry and answer lags (checks/epsilon.ts), and the lags grow with what runs at once: the more scenarios hold pins
+ * and send steady load together, the slower a busy host takes new requests in. Where the measured ε is already more
+ * than a quarter of the poll, a window with many scenarios would push it toward a whole poll, and every verdict near
+ * a bound would be unverified: batches are cut to two scenarios (ε up to half a poll) or to one (beyond).
+ */
+export function lagLimit(c: Calibration | undefined, pollSeconds: number): {maxPerBatch: number; why: string} | undefined {
+  if (!c?.lags) return undefined
+  const pollMs = pollSeconds * 1000
+  const epsMs = EPSILON_FLOOR_MS + lagAllowanceMs(c.lags) + Math.max(c.prefillSpreadMs, 1) / 2
+  const share = epsMs / pollMs
+  const measured = `ε ≈ ${Math.round(epsMs)} ms from the lags measured at calibration (${describeLags(c.lags)}) ` +
+    `against a poll of ${Math.round(pollMs)} ms`
+  if (share <= EPSILON_SHARE_OF_POLL) return undefined
+  const maxPerBatch = share <= 2 * EPSILON_SHARE_OF_POLL ? 2 : 1
+  const most = `at most ${maxPerBatch} scenario${maxPerBatch === 1 ? '' : 's'} per batch`
+  const share100 = Math.round(EPSILON_SHARE_OF_POLL * 100)
+  return {maxPerBatch, why: `${most}: ${measured}, more than ${share100} % of it; fewer at once keep the lags down`}
 }
 
 /** The prefill/decode instance pair a scenario acts on: its own `pair:`, each role defaulting to the run's. */
@@ -110,7 +139,8 @@ export function planBatches(scenarios: PlannedScenario[], opts: PlanOptions = {}
       barrier = batches.length
       continue
     }
-    const fit = batches.slice(barrier).find((b) => b.every((x) => conflict(x, s, opts) === undefined))
+    const room = (b: PlannedScenario[]) => opts.maxPerBatch === undefined || b.length < opts.maxPerBatch
+    const fit = batches.slice(barrier).find((b) => room(b) && b.every((x) => conflict(x, s, opts) === undefined))
     if (fit) fit.push(s)
     else batches.push([s])
   }

@@ -11,7 +11,7 @@ import type {RestartResult} from '../model/restart.js'
 import {coRestart, type RestartTarget, type ServiceName} from '../restart/co-restart.js'
 import {now} from '../workload/recorder.js'
 import {evaluateGate} from './gate.js'
-import {type Batch, expand, pairOfScenario, type PlannedScenario, type PlanOptions, planBatches, planConflicts, renderPlanText} from './planner.js'
+import {type Batch, expand, lagLimit, pairOfScenario, type PlannedScenario, type PlanOptions, planBatches, planConflicts, renderPlanText} from './planner.js'
 import {startStopWatch, type StopWatch} from './stop.js'
 import type {GateSpec, SuiteFile} from './suite-file.js'
 
@@ -60,10 +60,11 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
   const scenarios = expand(suite.scenarios)
   const session = new RunSession(deployment, on)
   const pairs = opts.pairs
-  const planOpts: PlanOptions = {
-    ...await planOptions(session, scenarios, {promptTokens: suite.load.promptTokens, say, ...(opts.signal ? {signal: opts.signal} : {})}),
-    ...(pairs ? {defaultPair: pairs.default, showPairs: true} : {}),
-  }
+  const planned = await planOptions(session, scenarios,
+    {promptTokens: suite.load.promptTokens, say, ...(opts.signal ? {signal: opts.signal} : {})})
+  const planLimitWhy = planned.limitWhy
+  delete planned.limitWhy
+  const planOpts: PlanOptions = {...planned, ...(pairs ? {defaultPair: pairs.default, showPairs: true} : {})}
   // A session per instance pair (its clients, calibration and discovery), made when a batch first acts on it.
   const pairSessions = new Map<string, {session: RunSession; paths: PairView['paths']}>()
   const pairKey = (p: InstancePair) => `${p.prefill}/${p.decode}`
@@ -84,6 +85,7 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
   const conflicts = planConflicts(batches, planOpts)
   if (conflicts.length > 0) throw new PdError(`the batch plan has conflicts: ${conflicts.join('; ')}`, {exit: 5, suggestion: 'report this: the planner must never batch conflicting scenarios'})
   const plan = renderPlanText(batches, planOpts)
+  if (planOpts.maxPerBatch !== undefined && !opts.oneAtATime) plan.push(`batch size: ${planLimitWhy ?? ''}`)
   opts.onPlan?.(plan)
 
   const watch = await startStopWatch(deployment, hosts, suite.stop, {say})
@@ -167,19 +169,27 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
  * calibration and discovery serve the first batch too (calibration first: a fresh deployment opens its routes and
  * KV connections on first use).
  */
-async function planOptions(session: RunSession, scenarios: PlannedScenario[], o: {promptTokens: number; say: (l: string) => void; signal?: AbortSignal}): Promise<PlanOptions> {
+async function planOptions(session: RunSession, scenarios: PlannedScenario[], o: {promptTokens: number; say: (l: string) => void; signal?: AbortSignal}): Promise<PlanOptions & {limitWhy?: string}> {
   // One scenario has nothing to batch with: no need to know (and a dry run must not calibrate).
-  const needs = scenarios.length > 1 && scenarios.some((s) => (s.spec.fault === 'stall-kv' && (s.spec.params.mechanism ?? 'auto') === 'auto') || (s.spec.fault === 'abort-mid-transfer' && s.spec.params.gpu === undefined))
+  // Several faults may share a window: the lags decide how many at once (lagLimit), so calibrate first as well.
+  const followsPath = scenarios.some((s) => (s.spec.fault === 'stall-kv' && (s.spec.params.mechanism ?? 'auto') === 'auto') ||
+    (s.spec.fault === 'abort-mid-transfer' && s.spec.params.gpu === undefined))
+  const needs = scenarios.length > 1 && (scenarios.filter((s) => !s.spec.restart).length > 1 || followsPath)
   if (!needs) return {}
+  let limit: ReturnType<typeof lagLimit>
   try {
-    await session.calibration(o)
+    // The lags it measures size the batches (planner.ts lagLimit): ε must stay well under the poll.
+    limit = lagLimit(await session.calibration(o), session.deployment.watchdog.pollSeconds)
   } catch (error) {
     // Stopped while calibrating: nothing is planned, and the run stops before its first batch (runSuite).
     if (o.signal?.aborted) return {}
     throw error
   }
   const d = await session.discovery(o.say)
-  return {autoMechanism: classifyDataPath(d.transport).kind === 'tcp' ? 'packet-filter' : 'nic'}
+  return {
+    autoMechanism: classifyDataPath(d.transport).kind === 'tcp' ? 'packet-filter' : 'nic',
+    ...(limit ? {maxPerBatch: limit.maxPerBatch, limitWhy: limit.why} : {}),
+  }
 }
 
 /** A co-restart step: it replaces the processes, so the session measures and discovers again afterwards. */

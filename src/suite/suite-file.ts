@@ -102,6 +102,9 @@ export const DEFAULT_SUITE_INPUT = {
     {name: 'stall-kv gpu2', fault: 'stall-kv', params: {gpu: 2}, pins: 2},
     {name: 'stall-kv gpu3', fault: 'stall-kv', params: {gpu: 3}, pins: 2},
     {name: 'abort-mid-transfer gpu0', fault: 'abort-mid-transfer', params: {gpu: 0, trials: 6}},
+    // Aborts on prefill alone: its own abort path, with no ABORT from decode to rescue a Transferring request (a
+    // decode restarted, a backend or release without it). Same GPU as the set above: a batch of its own.
+    {name: 'abort-mid-transfer gpu0 prefill', fault: 'abort-mid-transfer', params: {gpu: 0, trials: 6, side: 'prefill'}},
     // Batch 2: decode's destination info lost to one prefill rank at a time, each rank its own scenario.
     {name: 'drop-dest-info rank0', fault: 'drop-dest-info', params: {rank: 0}, pins: 2},
     {name: 'drop-dest-info rank1', fault: 'drop-dest-info', params: {rank: 1}, pins: 2},

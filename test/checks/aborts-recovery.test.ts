@@ -4,6 +4,7 @@ import {checkAborts} from '../../src/checks/abort.js'
 import {checkCollateral} from '../../src/checks/collateral.js'
 import {checkRecovery} from '../../src/checks/recovery.js'
 import {LOADS_PREFILL_INFLIGHT_QUEUE} from '../../src/deployment/sglang-metrics.js'
+import type {MeasuredLags} from '../../src/model/lags.js'
 import {TimelineBuilder} from './synthetic.js'
 
 const inflight = {queue: 'inflight' as const, kvPoll: 'Transferring' as const}
@@ -11,15 +12,19 @@ const inflight = {queue: 'inflight' as const, kvPoll: 'Transferring' as const}
 const abortedInTransfer = (rid: string) => `{"error":{"message":"Prefill transfer failed for request rank=0 req.rid='${rid}' req.bootstrap_room=7 with exception KVTransferError(bootstrap_room=7): Aborted by AbortReq."}}`
 /** The default builder's contract and calibration, widened: the sweep runs from 46 ms (prefill 40 + spread 6) for 800 ms. */
 const HELD = {startMs: 46, endMs: 846}
+/** The builder's default calibration; with lags, as measured on a host serving /v1/loads?include=disagg (entry up to maxMs). */
+const CAL = {prefillMs: 40, prefillSpreadMs: 6, observeMs: 3, samples: 20}
+const LAGS = (entryMaxMs: number): MeasuredLags => ({concurrency: 8, samples: 8, entry: {p50Ms: entryMaxMs / 2, maxMs: entryMaxMs, samples: 8}, answer: {p50Ms: 2, maxMs: 4, includesEntry: false}, notes: []})
 
 /**
  * n trials sent 100 ms apart, each aborted at its planned offset across the held window and answered `answer(i)` ms
  * after its abort (undefined: never), with the window recorded and the filter's count read before the revert.
  */
-function trials(n: number, o: {packets?: number; answerAfterMs: (i: number) => number | undefined; detail?: (rid: string) => string; lateMs?: (i: number) => number; widening?: 'packet-filter' | 'twin-failpoint' | 'none'}) {
+function trials(n: number, o: {packets?: number; answerAfterMs: (i: number) => number | undefined; detail?: (rid: string) => string; lateMs?: (i: number) => number;
+  widening?: 'packet-filter' | 'twin-failpoint' | 'none'; lags?: MeasuredLags}) {
   const offsets = Array.from({length: n}, (_, i) => HELD.startMs + ((HELD.endMs - HELD.startMs) * i) / Math.max(1, n - 1))
   const rids = offsets.map((_, i) => `pdchaos-abort:L1:${String(i).padStart(3, '0')}`)
-  const b = new TimelineBuilder().transferWindow(0, rids.map((rid, i) => ({rid, offsetMs: offsets[i]!})), {...HELD, widening: o.widening ?? 'packet-filter'})
+  const b = new TimelineBuilder(undefined, o.lags ? {...CAL, lags: o.lags} : undefined).transferWindow(0, rids.map((rid, i) => ({rid, offsetMs: offsets[i]!})), {...HELD, widening: o.widening ?? 'packet-filter'})
   rids.forEach((rid, i) => {
     const sentMs = 10 + i * 100
     const abortMs = sentMs + offsets[i]! + (o.lateMs?.(i) ?? 0)
@@ -51,20 +56,24 @@ describe('abort check', () => {
   })
 
   it('fails a lost abort even when the watchdog then evicts in its window (the abort race), and passes the watchdog on its own', () => {
-    const evicted = '{"error":{"message":"Request a1 evicted by the disaggregation watchdog after 2.201s in the inflight queue (KVPoll.Transferring)"}}'
+    // The watchdog held it 2.280 s (scope all: from its entry into prefill's bootstrap queue), so it entered 20 ms
+    // after the send, before the abort at 50 ms: the abort is shown lost.
+    const evicted = '{"error":{"message":"Request a1 evicted by the disaggregation watchdog after 2.280s in the inflight queue (KVPoll.Transferring)"}}'
     const {verdicts: v, trials: [t]} = checkAborts(new TimelineBuilder().pin('a1', 0, {ms: 2300, status: 500, detail: evicted}, inflight).abort('a1', 50).build())
     expect(v.map((x) => [x.check, x.verdict])).toEqual([['abort', 'fail'], ['eviction', 'pass']])
     expect(v[0]!.summary).toMatch(/^abort lost; released by the watchdog after 2\.300s \(2\.250s after the abort/)
     expect(v[0]!.evidence).toMatchObject({outcome: 'lost-then-evicted', releasedBy: 'watchdog'})
     expect(v[1]!.summary).toMatch(/after its abort was lost/)
-    expect(t).toMatchObject({verdict: 'fail', outcome: 'lost-then-evicted', releasedFrom: 'inflight'})
+    expect(t).toMatchObject({verdict: 'fail', outcome: 'lost-then-evicted', releasedFrom: 'inflight', releasedBy: {path: 'watchdog'},
+      entry: {shown: 'before', source: 'watchdog', atMs: 20}})
   })
 
   it('fails a lost abort with nothing to release the pin (abort-race with the watchdog off)', () => {
-    const {verdicts: v, trials: [t]} = checkAborts(new TimelineBuilder({scope: 'off', deadlineSeconds: 2, pollSeconds: 0.5}).pin('a1', 0, undefined, inflight).abort('a1', 50).end(8000).build())
+    // Entry shown by the lags measured at calibration (/v1/loads counts): the slowest of 8 entered 30 ms after its send.
+    const {verdicts: v, trials: [t]} = checkAborts(new TimelineBuilder({scope: 'off', deadlineSeconds: 2, pollSeconds: 0.5}, {...CAL, lags: LAGS(30)}).pin('a1', 0, undefined, inflight).abort('a1', 50).end(8000).build())
     expect(v[0]).toMatchObject({verdict: 'fail'})
     expect(v[0]!.summary).toMatch(/still held after 8\.000s/)
-    expect(t).toMatchObject({releasedAt: null, releaseStatus: null, outcome: 'pinned'})
+    expect(t).toMatchObject({releasedAt: null, releaseStatus: null, outcome: 'pinned', releasedBy: {path: 'not-released'}, entry: {shown: 'before', source: 'calibration'}})
   })
 
   // Seen against an independent target that ignores an abort of a Transferring request: the widening filter held
@@ -115,7 +124,7 @@ describe('abort check', () => {
     // Deadline 2 s, poll 0.5 s: an abort at 1.8 s is honoured by 2.3 s, and the watchdog may evict from 2.0 s.
     const late = (detail: string) => new TimelineBuilder().transferWindow(0, [{rid: 'a1', offsetMs: 1800}], HELD).filterMatched(3000, 40)
       .pin('a1', 0, {ms: 2100, status: 500, detail}, inflight).abort('a1', 1800).end(4000).build()
-    const evicted = checkAborts(late('{"error":{"message":"Request a1 evicted by the disaggregation watchdog after 2.095s in the inflight queue (KVPoll.Transferring)"}}')).verdicts
+    const evicted = checkAborts(late('{"error":{"message":"Request a1 evicted by the disaggregation watchdog after 2.080s in the inflight queue (KVPoll.Transferring)"}}')).verdicts
     expect(evicted.map((v) => `${v.check} ${v.verdict}`)).toEqual(['abort fail', 'eviction pass'])
     expect(evicted[0]!.summary).toMatch(/^abort lost; released by the watchdog/)
     const silent = checkAborts(late('{"error":{"message":"Request aborted"}}')).verdicts
@@ -131,7 +140,7 @@ describe('abort check', () => {
   })
 
   it('a lost abort fails even without coverage: the failure is evidence, coverage only guards passes', () => {
-    const {verdicts} = checkAborts(trials(2, {packets: 0, answerAfterMs: () => undefined}))
+    const {verdicts} = checkAborts(trials(2, {packets: 0, answerAfterMs: () => undefined, lags: LAGS(30)}))
     expect(verdicts.map((v) => v.verdict)).toEqual(['fail', 'fail'])
   })
 

@@ -39,8 +39,9 @@ export class TimelineBuilder {
     return this
   }
 
-  abort(rid: string, ms: number): this {
-    this.observations.push({kind: 'abort-sent', t: this.at(ms), rid, target: 'prefill', status: 200})
+  /** An abort trial's aborts, on prefill alone unless told (`both`: prefill and decode, as --side both fires them). */
+  abort(rid: string, ms: number, side: 'prefill' | 'decode' | 'both' = 'prefill'): this {
+    for (const target of side === 'both' ? ['prefill', 'decode'] as const : [side]) this.observations.push({kind: 'abort-sent', t: this.at(ms), rid, target, status: 200})
     return this
   }
 

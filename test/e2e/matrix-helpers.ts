@@ -1,4 +1,5 @@
-import {existsSync, readFileSync, writeFileSync} from 'node:fs'
+import {existsSync, mkdtempSync, readFileSync, writeFileSync} from 'node:fs'
+import {tmpdir} from 'node:os'
 import {join} from 'node:path'
 
 import {afterEach} from 'vitest'
@@ -100,4 +101,30 @@ export async function restart(h: TestHost, services: string[] = []): Promise<Out
   const r = await runCli(['restart', '-c', h.deploymentFile, '--json', '--watch', '3', '--settle', '3', '--health-timeout', '60',
     ...services.flatMap((s) => ['--service', s])], {timeoutMs: 180_000})
   return outcome(h, r)
+}
+
+/** One scenario of a suite run: its verdicts ("check verdict: summary") and its abort trials (the journal's). */
+export interface SuiteScenarioOutcome {
+  failed: string[]
+  unverified: string[]
+  verdicts: string[]
+  aborts: Array<{rid: string; outcome: string; inWindow: boolean; releasedBy?: {path: string}; entry?: {shown: string}}>
+}
+
+/** A suite of the given scenarios (YAML `scenarios:` entries) against the twin; each scenario's outcome, by name. */
+export async function suite(h: TestHost, scenarios: Array<Record<string, unknown>>): Promise<{code: number | null; scenarios: Record<string, SuiteScenarioOutcome>}> {
+  const dir = mkdtempSync(join(tmpdir(), 'pdchaos-matrix-suite-'))
+  const file = join(dir, 'suite.json')
+  const journal = join(dir, 'journal.json')
+  // JSON is YAML: the suite file as the schema takes it, steady load as inject's rows send it.
+  writeFileSync(file, JSON.stringify({name: 'matrix', scenarios, load: {intervalMs: 400}}))
+  const r = await runCli(['suite', file, '-c', h.deploymentFile, '--json', '--journal', journal], {timeoutMs: 300_000})
+  if (!existsSync(journal)) throw new Error(`pdchaos suite exited ${r.code} without a journal: ${r.stdout.slice(0, 300)} ${r.stderr.slice(-300)}\n${twinLogTail(h)}`)
+  const j = JSON.parse(readFileSync(journal, 'utf8')) as {scenarios: Array<{name: string; verdicts: Array<{verdict: string; check: string; summary: string}>; aborts?: SuiteScenarioOutcome['aborts']}>}
+  const out: Record<string, SuiteScenarioOutcome> = {}
+  for (const s of j.scenarios) {
+    const of = (want: string) => s.verdicts.filter((v) => v.verdict === want).map((v) => `${v.check}: ${v.summary}`)
+    out[s.name] = {failed: of('fail'), unverified: of('unverified'), verdicts: s.verdicts.map((v) => `${v.check} ${v.verdict}: ${v.summary}`), aborts: s.aborts ?? []}
+  }
+  return {code: r.code, scenarios: out}
 }

@@ -1,6 +1,6 @@
 import {describe, expect, it} from 'vitest'
 
-import {inject, matrixTwins, TWIN_ARGS} from './matrix-helpers.js'
+import {inject, matrixTwins, suite, TWIN_ARGS} from './matrix-helpers.js'
 
 /**
  * Proof by mutation, the defects: every defect must turn the verdict of the experiment that exercises it to fail,
@@ -33,20 +33,41 @@ describe('mutation matrix: every twin defect turns the verdict to fail', () => {
     expect(m.stall.failed, m.stall.failed.join(' | ')).toEqual([])
   }, 600_000)
 
+  // abort-race is prefill's own path only (decode's ABORT still fails the room): aborts sent to prefill alone show it.
   it('abort-race with the watchdog off: a lost abort leaves the request held', async () => {
-    const abort = await inject(await twin({watchdog: 'off', bugs: ['abort-race']}), ['abort-mid-transfer', '--trials', '6'])
+    const abort = await inject(await twin({watchdog: 'off', bugs: ['abort-race']}), ['abort-mid-transfer', '--trials', '6', '--side', 'prefill'])
     expect(abort.code).toBe(1)
     expect(abort.failed.join('\n')).toMatch(/abort lost and the pin is still held/)
   }, 600_000)
 
   it('abort-race with the watchdog on: the abort check fails (the abort was lost), the eviction check passes the watchdog', async () => {
-    const abort = await inject(await twin({bugs: ['abort-race']}), ['abort-mid-transfer', '--trials', '6'])
+    const abort = await inject(await twin({bugs: ['abort-race']}), ['abort-mid-transfer', '--trials', '6', '--side', 'prefill'])
     expect(abort.code).toBe(1)
     const lost = abort.verdicts.filter((v) => /^abort fail: abort lost; released by the watchdog after/.test(v))
     expect(lost.length, abort.verdicts.join('\n')).toBeGreaterThan(0)
     // Each lost abort's request was evicted by a correct watchdog: a pass of its own, and no eviction failure.
     expect(abort.verdicts.filter((v) => /^eviction pass: .*after its abort was lost/.test(v))).toHaveLength(lost.length)
     expect(abort.failed.filter((f) => f.startsWith('eviction'))).toEqual([])
+  }, 600_000)
+
+  it('prefill-only abort race: the suite\'s prefill set fails the abort check, its both set is rescued by decode\'s ABORT and says so', async () => {
+    // The gateway's way (both sides) hides the defect: decode's ABORT reaches prefill over ZMQ and fails the room.
+    // The prefill set has no ABORT to rescue it: the watchdog evicts, and the abort is lost.
+    const r = await suite(await twin({bugs: ['abort-race']}), [
+      {name: 'both', fault: 'abort-mid-transfer', params: {gpu: 1, trials: 6}},
+      {name: 'prefill', fault: 'abort-mid-transfer', params: {gpu: 1, trials: 6, side: 'prefill'}},
+    ])
+    const {both, prefill} = r.scenarios
+    expect(prefill!.failed.filter((f) => f.startsWith('abort')).length, prefill!.verdicts.join('\n')).toBeGreaterThan(0)
+    expect(prefill!.failed.join('\n')).toMatch(/abort: abort lost; released by the watchdog/)
+    expect(prefill!.aborts.filter((a) => a.outcome === 'lost-then-evicted').every((a) => a.releasedBy?.path === 'watchdog' && a.entry?.shown === 'before')).toBe(true)
+    expect(both!.failed, both!.failed.join(' | ')).toEqual([])
+    // In the window (Transferring): an abort that met its request still in the bootstrap queue is prefill's own to
+    // honour (the race is only that of a transfer under way), and lies outside the window anyway.
+    const honoured = both!.aborts.filter((a) => a.outcome === 'honoured' && a.inWindow)
+    expect(honoured.length, both!.verdicts.join('\n')).toBeGreaterThan(0)
+    expect(honoured.every((a) => a.releasedBy?.path === 'decode-abort'), JSON.stringify(honoured)).toBe(true)
+    expect(r.code).toBe(1)
   }, 600_000)
 
   it('no-watchdog-counter: the counter balance is unverified, not failed or skipped, and the evictions are still judged', async () => {

@@ -73,6 +73,22 @@ describe('mutation matrix: a correct twin without /v1/loads', () => {
   }, 600_000)
 })
 
+describe('aborts counted from entry', () => {
+  // Seen on an independent target: requests entered prefill about 1.03 s after the send, their aborts had been fired
+  // at 0.63 s and 0.83 s, and were judged "abort lost". A twin that tokenizes one request at a time (250 ms each)
+  // knows the k-th trial of a burst only k × 250 ms after it arrived and drops an abort of a rid it does not know,
+  // as SGLang's TokenizerManager does: most trials' aborts arrive first. None of them may be judged lost.
+  it('no defect, aborts fired before their requests enter: "not landed" (or not shown entered), never lost', async () => {
+    const h = await twin({args: [...TWIN_ARGS, '--tokenize-ms', '250']})
+    const abort = await inject(h, ['abort-mid-transfer', '--trials', '6'])
+    expect(abort.failed, abort.failed.join(' | ')).toEqual([])
+    const j = JSON.parse(abort.all) as {aborts: Array<{outcome: string; entry?: {shown: string}}>}
+    const notEntered = j.aborts.filter((a) => a.outcome === 'not-landed' || a.outcome === 'entry-unknown')
+    expect(notEntered.length, abort.verdicts.join('\n')).toBeGreaterThan(0)
+    expect(abort.unverified.join('\n')).toMatch(/not landed: the abort arrived before the request entered prefill|not shown to have entered prefill before its abort/)
+  }, 600_000)
+})
+
 describe('a fresh twin', () => {
   // A deployment just started opens its routes and KV connections on the first request: 1-5 s here, longer than a
   // short watchdog deadline, so the watchdog evicts pdchaos's first (warm-up) calibration request on prefill, and

@@ -194,7 +194,8 @@ export class FakePd {
         if (this.held.get(rid) !== h || this.closed) return
         this.held.delete(rid)
         this.evicted.push(rid)
-        sendJson(res, 500, {error: {message: `watchdog: evicted ${rid} from the bootstrap queue (KVPoll.Bootstrapping)`, code: 500}})
+        // With the time it held the request, as the twin's watchdog says it (the abort check reads entry from it).
+        sendJson(res, 500, {error: {message: `watchdog: evicted ${rid} after ${(evictAfterMs / 1000).toFixed(3)}s from the bootstrap queue (KVPoll.Bootstrapping)`, code: 500}})
       }, evictAfterMs)
     }
   }

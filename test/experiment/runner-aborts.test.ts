@@ -68,11 +68,16 @@ describe.concurrent('abort-mid-transfer through the runner', {timeout: 30_000}, 
   it('a held window and a target that ignores the abort: each trial fails as a lost abort, and the watchdog gets its own pass', async (ctx) => {
     const {s} = await run(ctx, {evictAfterMs: EVICT_MS, prefillIgnoresAborts: true}, true)
     expect(abortVerdicts(s)).toHaveLength(4)
-    // Lost (or, where a loaded host's ε swallows the seconds between abort and eviction, not shown either way): never honoured.
-    expect(abortVerdicts(s).every((v) => /^(fail: abort lost; released by the watchdog|unverified: released by the watchdog)/.test(v)), abortVerdicts(s).join('\n')).toBe(true)
+    // Lost (or, where a loaded host's ε swallows the seconds between abort and eviction, not shown either way): never
+    // honoured. The fake's watchdog counts from its receipt of the request, and its answer shares this process's
+    // event loop: on a loaded machine the answer can come late enough that entry before the abort is not shown.
+    expect(abortVerdicts(s).every((v) => /^(fail: abort lost; released by the watchdog|unverified: (abort not shown lost; )?released by the watchdog)/.test(v)), abortVerdicts(s).join('\n')).toBe(true)
     expect(s.verdicts.filter((v) => v.check === 'eviction' && v.verdict === 'pass')).toHaveLength(4)
-    expect(s.aborts!.every((t) => t.outcome === 'lost-then-evicted' || t.outcome === 'raced')).toBe(true)
-    expect(s.abortCoverage).toMatchObject({inWindow: 4, verified: true})
+    expect(s.aborts!.every((t) => ['lost-then-evicted', 'raced', 'not-landed', 'entry-unknown'].includes(t.outcome))).toBe(true)
+    // A lost trial counts once its entry before the abort is shown: the watchdog's own count says so (or cannot).
+    const lost = s.aborts!.filter((t) => t.outcome === 'lost-then-evicted')
+    expect(lost.every((t) => t.entry?.shown === 'before' && t.entry.source === 'watchdog' && t.releasedBy?.path === 'watchdog')).toBe(true)
+    expect(s.abortCoverage!.inWindow + s.aborts!.filter((t) => t.outcome === 'not-landed' || t.outcome === 'entry-unknown').length).toBe(4)
   })
 
   it('a window nothing holds open: every request completes (200), so no abort passes (unverified, with why)', async (ctx) => {

@@ -245,6 +245,16 @@ describe('abort-mid-transfer plan', () => {
       {service: 'prefill', method: 'POST', path: '/abort_request', body: {rid: 'pdchaos-abort:ab1:000'}},
       {service: 'decode', method: 'POST', path: '/abort_request', body: {rid: 'pdchaos-abort:ab1:000'}},
     ])
+    expect(plan.description).toMatch(/^5 trial\(s\), aborts on prefill and decode at /)
+  })
+
+  it('--side prefill or decode: each trial\'s abort goes to that side alone, and the plan says so; another side is bad input', () => {
+    for (const side of ['prefill', 'decode'] as const) {
+      const plan = abortMidTransfer.plan({discovery: rdmaDiscovery(), params: parseFaultParams(abortMidTransfer, {trials: 2, side}), leaseId: 'ab1', facts: {}, calibration: calibration(50)})
+      expect(plan.trials!.every((t) => t.aborts.length === 1 && t.aborts[0]!.service === side)).toBe(true)
+      expect(plan.description).toMatch(new RegExp(`^2 trial\\(s\\), aborts on ${side} alone at `))
+    }
+    expect(() => parseFaultParams(abortMidTransfer, {side: 'router'})).toThrow(/side/)
   })
 
   it('on a TCP data path the window is held open on the first prefill GPU by default, and the sweep covers it', () => {

@@ -60,7 +60,7 @@ describe('abort trials in the run model and the journal', () => {
   it('the text reports show the coverage next to the trials', () => {
     const s = abortScenario(312)
     const text = renderInject(s)
-    expect(text).toMatch(/abort trials \(aimed at inflight\/Transferring; offsets after send\):\n {2}PASS pdchaos-abort:L1:000 {2}abort at 46\.0 ms \(planned 46\.0\) {2}released 0\.012s after it \(500, from inflight\) {2}honour by 0\.511s {2}in window/)
+    expect(text).toMatch(/abort trials \(aimed at inflight\/Transferring; offsets after send\):\n {2}PASS pdchaos-abort:L1:000 {2}abort on prefill at 46\.0 ms \(planned 46\.0\) {2}released 0\.012s after it \(500, from inflight\) {2}honour by 0\.511s {2}in window {2}released by: prefill.s own abort/)
     expect(text).toMatch(/^PASS aborts in window: 6\/6, filter matched 312 packets; aborts fired 46\.\.846 ms after send \(window 46\.\.846 ms, held open by the widening\)$/m)
     expect(renderSuite(suite(s), {wallMs: 5000})).toMatch(/PASS {2}abort-mid-transfer: 6\/6 checks passed, aborts in window: 6\/6, filter matched 312 packets\n/)
   })

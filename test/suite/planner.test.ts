@@ -1,6 +1,6 @@
 import {describe, expect, it} from 'vitest'
 
-import {conflict, expand, planBatches, planConflicts, type PlannedScenario, renderPlanText} from '../../src/suite/planner.js'
+import {conflict, expand, lagLimit, planBatches, planConflicts, type PlannedScenario, renderPlanText} from '../../src/suite/planner.js'
 import {defaultSuite, type ScenarioSpec, ScenarioSchema} from '../../src/suite/suite-file.js'
 
 const spec = (s: Record<string, unknown>): ScenarioSpec => ScenarioSchema.parse(s)
@@ -13,11 +13,30 @@ describe('batch planner', () => {
     const batches = planBatches(expand(defaultSuite().scenarios), {autoMechanism: 'packet-filter'})
     expect(names(batches)).toEqual([
       ['stall-kv gpu1', 'stall-kv gpu2', 'stall-kv gpu3', 'abort-mid-transfer gpu0'],
+      // The prefill-only abort set widens the same GPU: a window of its own.
+      ['abort-mid-transfer gpu0 prefill'],
       ['drop-dest-info rank0', 'drop-dest-info rank1', 'drop-dest-info rank2', 'drop-dest-info rank3'],
       ['co-restart'],
     ])
     expect(planConflicts(batches, {autoMechanism: 'packet-filter'})).toEqual([])
     expect(renderPlanText(batches, {autoMechanism: 'packet-filter'})[0]).toMatch(/^batch 1: stall-kv gpu1 \(stall-kv GPU 1 \[kv:1\] pins in inflight\)/)
+  })
+
+  it('sizes batches by the lags measured at calibration: fewer scenarios at once when ε would not stay well under the poll', () => {
+    const cal = (entryMaxMs: number, answerMaxMs: number) => ({prefillMs: 40, prefillSpreadMs: 6, observeMs: 3, samples: 8,
+      lags: {concurrency: 8, samples: 8, entry: {p50Ms: entryMaxMs / 2, maxMs: entryMaxMs, samples: 8}, answer: {p50Ms: answerMaxMs / 2, maxMs: answerMaxMs, includesEntry: false}, notes: []}})
+    // Poll 0.5 s: ε ≈ 5 + 20 + 10 + 3 ms is well under it; no limit.
+    expect(lagLimit(cal(20, 10), 0.5)).toBeUndefined()
+    // One lag sample of 1010 ms (seen on an independent target): ε a whole poll wide; one scenario at a time.
+    const one1 = lagLimit(cal(1010, 20), 1)!
+    expect(one1.maxPerBatch).toBe(1)
+    expect(one1.why).toMatch(/^at most 1 scenario per batch: ε ≈ 1038 ms from the lags measured at calibration .* against a poll of 1000 ms, more than 25 %/)
+    expect(lagLimit(cal(150, 30), 0.5)!.maxPerBatch).toBe(2)
+    const scenarios = expand(defaultSuite().scenarios)
+    const capped = planBatches(scenarios, {autoMechanism: 'packet-filter', maxPerBatch: 2})
+    expect(capped.every((b) => b.scenarios.length <= 2)).toBe(true)
+    expect(capped.flatMap((b) => b.scenarios.map((s) => s.name)).sort()).toEqual(scenarios.map((s) => s.name).sort())
+    expect(planConflicts(capped, {autoMechanism: 'packet-filter'})).toEqual([])
   })
 
   it('never batches two scenarios on the same GPU', () => {

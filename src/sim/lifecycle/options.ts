@@ -60,6 +60,8 @@ export interface SimUpOptions extends DistUpOptions {
   entryLagMs?: string
   /** Not SGLang (docs/twin.md): "N[:JITTER]" ms, a released request's HTTP answer is held that long. */
   answerLagMs?: string
+  /** Not SGLang's timing (docs/twin.md): "N[:JITTER]" ms, each request's tokenization, one at a time. */
+  tokenizeMs?: string
   /** Each server's SGLang layout (docs/twin.md, "Layouts"): DP, DP attention, PP, EP, base GPU id, CUDA_VISIBLE_DEVICES. */
   prefillLayout?: LayoutUpOptions
   decodeLayout?: LayoutUpOptions
@@ -129,7 +131,7 @@ function versionOf(v: string | undefined): string {
   return x.replace(/^v/, '')
 }
 
-/** --entry-lag-ms / --answer-lag-ms ("N[:JITTER]" ms), the twin's own lag options. */
+/** --entry-lag-ms / --answer-lag-ms / --tokenize-ms ("N[:JITTER]" ms), the twin's own lag options. */
 function lagOptions(o: SimUpOptions): SimConfig['lags'] | undefined {
   const one = (flag: string, raw: string | undefined): Lag | undefined => {
     if (raw === undefined) return undefined
@@ -139,7 +141,9 @@ function lagOptions(o: SimUpOptions): SimConfig['lags'] | undefined {
   }
   const entry = one('--entry-lag-ms', o.entryLagMs)
   const answer = one('--answer-lag-ms', o.answerLagMs)
-  return entry || answer ? {...(entry ? {entry} : {}), ...(answer ? {answer} : {})} : undefined
+  const tokenize = one('--tokenize-ms', o.tokenizeMs)
+  if (!entry && !answer && !tokenize) return undefined
+  return {...(entry ? {entry} : {}), ...(answer ? {answer} : {}), ...(tokenize ? {tokenize} : {})}
 }
 
 /** --ucx-rc-timeout (UCX's time syntax, ucs_config_sscanf_time) and --ucx-rc-retry-count, checked as UCX parses them. */

@@ -83,6 +83,8 @@ async function handle(deps: ApiDeps, req: IncomingMessage, res: ServerResponse):
     let body: Record<string, unknown> = {}
     try { body = JSON.parse((await readBody(req)) || '{}') as Record<string, unknown> } catch { /* SGLang answers 200 regardless */ }
     const rid = typeof body.rid === 'string' ? body.rid : ''
+    // A rid still being tokenized is not in rid_to_state yet: TokenizerManager.abort_request drops the abort.
+    if (body.abort_all !== true && sched.tokenizer.unknown(rid)) return text(res, 200, '')
     sched.receiveAbort(rid, body.abort_all === true)
     return text(res, 200, '')
   }
@@ -125,6 +127,7 @@ async function generate(deps: ApiDeps, sched: SchedulerCore, req: IncomingMessag
   })
   sched.truth.record(r.rid, r.room, 'received', {detail: {tokens: r.tokens, maxNewTokens: r.maxNewTokens, addr: r.addr}})
   deps.onNewAddr?.(r.addr)
+  await sched.tokenizer.tokenize(r.rid)
   sched.receive(r)
 }
 

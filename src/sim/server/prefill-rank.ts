@@ -104,7 +104,7 @@ export class PrefillRank {
     if (text[0] === 'ABORT') {
       const room = text[1]!
       // NIXL's bootstrap thread on decode's ABORT (nixl/conn.py since #30352): the room fails with this reason.
-      this.abort(room, `Request ${room} was aborted by decode.`)
+      this.abort(room, `Request ${room} was aborted by decode.`, 'decode')
       return
     }
     if (text[0] !== NIXL_GUARD) throw new Error(`unexpected frame ${JSON.stringify(text[0])}`)
@@ -138,7 +138,7 @@ export class PrefillRank {
         this.createdAt.set(op.room, nowMs())
         break
       case 'send': this.send(op.room, op.tokens); break
-      case 'abort': this.abort(op.room, 'Aborted by AbortReq.'); break
+      case 'abort': this.abort(op.room, 'Aborted by AbortReq.', 'own'); break
       case 'failpoint':
         if (!op.tpRanks.includes(this.tpRank)) break
         if (op.name === 'drop-dest-info') this.dropFrames = op.enabled
@@ -156,12 +156,14 @@ export class PrefillRank {
     }
   }
 
-  private abort(room: string, why: string): void {
+  /** `by`: prefill's own /abort_request (CommonKVSender.abort) or decode's ABORT over ZMQ (the bootstrap thread). */
+  private abort(room: string, why: string, by: 'own' | 'decode'): void {
     const cur = this.status.get(room)
     if (cur === undefined) return
-    // The defect: once this rank's transfer has started (Transferring, or already done while a sibling rank
-    // still transfers), the abort is lost, so the all-reduced room stays Transferring.
-    if (this.bugAbortRace && cur >= KVPoll.Transferring) return
+    // The defect, on prefill's own path only: once this rank's transfer has started (Transferring, or already done
+    // while a sibling rank still transfers), its own abort is lost, so the all-reduced room stays Transferring.
+    // Decode's ABORT still fails the room, as it would on a sender whose abort() misses the inflight state.
+    if (this.bugAbortRace && by === 'own' && cur >= KVPoll.Transferring) return
     if (cur !== KVPoll.Success) this.log.info(`KVSender room=${room}: ${why}`)
     if (cur !== KVPoll.Failed && !this.reasons.has(room)) this.reasons.set(room, `KVTransferError(bootstrap_room=${room}): ${why}`)
     this.update(room, KVPoll.Failed)

@@ -6,6 +6,7 @@ import {TruthLog} from './truth.js'
 import {nowMs} from './clock.js'
 import {stringifyRoomJson} from './json-room.js'
 import {drawLag} from './lag.js'
+import {TokenizerQueue} from './tokenizer.js'
 import type {Logger} from './log.js'
 import type {EnvSettings} from './settings.js'
 import type {RankGroup} from './rank-group.js'
@@ -41,6 +42,8 @@ export abstract class SchedulerCore {
   /** `--entry-lag-ms`: requests and aborts the HTTP server handed over, in order, until the next receive. */
   private inbox: Array<{req: Req} | {abort: string; abortAll: boolean}> = []
   private receiveTimer: NodeJS.Timeout | undefined
+  /** `--tokenize-ms`: requests tokenized one at a time before they reach the scheduler (tokenizer.ts). */
+  readonly tokenizer: TokenizerQueue
 
   constructor(
     readonly role: Role, readonly cfg: SimConfig, readonly env: EnvSettings, readonly ranks: RankGroup,
@@ -48,6 +51,7 @@ export abstract class SchedulerCore {
   ) {
     this.metrics = new Metrics(role, cfg.model, new Set(cfg.bugs.includes('no-watchdog-counter') ? ['sglang:num_watchdog_evicted_reqs_total'] : []))
     this.truth = new TruthLog(simPaths(stateDir).truth(role), role)
+    this.tokenizer = new TokenizerQueue(cfg.lags?.tokenize)
     // A rank's change between steps (a decode's info arriving, a transfer done) brings the next iteration now.
     ranks.onChanged = () => {
       if (this.wake) this.wake()
