@@ -381,7 +381,7 @@ async function loadIdentities(e: SshEndpoint): Promise<{methods: AuthMethod[]; t
   const tried: string[] = []
   for (const file of e.identityFiles) {
     // A private key is a few kB: a device (/dev/zero) or a FIFO is refused, never read without bound or waited on.
-    const data = readInputFile(file, {what: 'ssh identity file', maxBytes: MAX_IDENTITY_BYTES, notAFile: 'name a private key file in identityFile'})
+    const data = readInputFile(file, {what: 'private key file (identityFile)', maxBytes: MAX_IDENTITY_BYTES, notAFile: 'name a private key file in identityFile'})
     if (data === undefined) continue
     const parsed = ssh2().utils.parseKey(data)
     if (parsed instanceof Error) {
@@ -403,9 +403,9 @@ async function loadIdentities(e: SshEndpoint): Promise<{methods: AuthMethod[]; t
 
 /** One ssh2 handshake with host key checking and auth; every failure becomes a one-line PdError exit 5. */
 async function connectClient(e: SshEndpoint, opts: SshHostOptions, sock?: Duplex): Promise<ClientType> {
-  const {methods, tried} = await loadIdentities(e)
   // known_hosts read before any connection: a path that is not a file is exit 2 here, not a failed handshake.
   if (!e.fingerprint) await readKnownHosts(e.knownHostsPath)
+  const {methods, tried} = await loadIdentities(e)
   const where = describeEndpoint(e)
   let refusal: PdError | undefined
   const hostVerifier = (key: Buffer, verify: (ok: boolean) => void): void => {
