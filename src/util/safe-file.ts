@@ -159,7 +159,9 @@ export function writeOutputFile(file: string, text: string): void {
     renameSync(tmp, target)
   } catch (error) {
     if (fd !== undefined) closeSync(fd)
-    rmSync(tmp, {force: true})
+    try {
+      rmSync(tmp, {force: true})
+    } catch { /* never made */ }
     removeMade(made)
     throw error
   }

@@ -1,5 +1,5 @@
 import {execFileSync} from 'node:child_process'
-import {lstatSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync} from 'node:fs'
+import {existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync} from 'node:fs'
 import {createServer, type Server, type Socket} from 'node:net'
 import {tmpdir} from 'node:os'
 import {join} from 'node:path'
@@ -498,5 +498,29 @@ describe('bad input (issue 12): exit code, one line naming the cause, no stack t
   // After every row above (a test that is not concurrent waits for the concurrent ones before it).
   it('no run opened, wrote, replaced or removed a node that is not a regular file (issue 28)', () => {
     assertNodesUnchanged()
+  })
+
+  it('inject --journal against an unreachable target writes the error as its journal and says so (issue 28)', async () => {
+    const env = {PDCHAOS_SIM_DIR: join(dir, 'default-sim'), NO_COLOR: '1'}
+    const text = await runCli(['inject', 'drop-dest-info', '--journal', `${dir}/failed/inject.json`, '-c', at('good.yaml')], {timeoutMs: 55_000, env})
+    expect(text.code, text.stderr).toBe(5)
+    expect(text.stderr).toMatch(new RegExp(`^Note: the error is recorded in the journal ${dir}/failed/inject\\.json$`, 'm'))
+    const journal = JSON.parse(readFileSync(at('failed/inject.json'), 'utf8')) as {command: string; error: {exitCode: number; message: string}}
+    expect(journal.command).toBe('inject')
+    expect(journal.error.exitCode).toBe(5)
+    expect(journal.error.message).toMatch(DEAD)
+    const json = await runCli(['inject', 'drop-dest-info', '--journal', `${dir}/failed/inject-json.json`, '-c', at('good.yaml'), '--json'], {timeoutMs: 55_000, env})
+    expect((JSON.parse(json.stdout) as {error: {note?: string}}).error.note).toMatch(/recorded in the journal .*inject-json\.json/)
+    // And `report` reads it back: the deployment is in the combined report with its reason.
+    const report = await runCli(['report', at('failed/inject.json'), '--json'], {timeoutMs: 55_000, env})
+    expect(report.code, report.stdout).toBe(5)
+  })
+
+  it('a run that writes nothing leaves no directory it made for an output (issue 28)', async () => {
+    const env = {PDCHAOS_SIM_DIR: join(dir, 'default-sim'), NO_COLOR: '1'}
+    const r = await runCli(['suite', '--junit', `${dir}/made-for-junit/deeper/j.xml`, '--html', `${dir}/made-for-html/h.html`, '-c', at('good.yaml')], {timeoutMs: 55_000, env})
+    expect(r.code, r.stderr).toBe(5)
+    expect(existsSync(at('made-for-junit'))).toBe(false)
+    expect(existsSync(at('made-for-html'))).toBe(false)
   })
 })
