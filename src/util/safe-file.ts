@@ -1,6 +1,6 @@
 import {closeSync, constants, existsSync, fstatSync, lstatSync, mkdirSync, openSync, readSync, realpathSync, renameSync, rmdirSync, rmSync,
   type Stats, statSync, writeSync} from 'node:fs'
-import {dirname, resolve} from 'node:path'
+import {dirname, join, resolve} from 'node:path'
 
 import {badInput, PdError} from '../errors.js'
 
@@ -138,6 +138,9 @@ function firstInvalidUtf8(b: Buffer): number {
   return b.length
 }
 
+/** Numbers this process's temporary files. */
+let tmpCount = 0
+
 /**
  * Outputs (journal, JUnit, HTML): written only as regular files. A path that exists and is not a regular file is
  * never opened, written or replaced; a symbolic link is followed to the regular file it names (the link stays, the
@@ -147,7 +150,8 @@ function firstInvalidUtf8(b: Buffer): number {
 export function writeOutputFile(file: string, text: string): void {
   const target = outputTarget(file)
   const made = makeParents(target)
-  const tmp = `${target}.tmp-${process.pid}-${Date.now()}`
+  // A short name of its own beside the target (a target's name may be as long as a name can be).
+  const tmp = join(dirname(target), `.pdchaos-${process.pid}-${++tmpCount}.tmp`)
   let fd: number | undefined
   try {
     fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW | constants.O_NONBLOCK, 0o666)

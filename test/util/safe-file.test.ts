@@ -75,10 +75,12 @@ describe('writeOutputFile: only regular files, never replacing another node', ()
   })
 
   it('a write that fails removes the directories it made, and leaves no temporary file', () => {
-    // A name of 250 bytes is a valid file name, its temporary sibling (name.tmp-PID-TIME) is not: the write fails
-    // after the directories were made.
-    const out = join(at('made'), 'deeper', 'x'.repeat(250))
+    // A name of 256 bytes is one byte too long: the write fails at the rename, after the directories were made.
+    const out = join(at('made'), 'deeper', 'x'.repeat(256))
     expect(() => writeOutputFile(out, 'x')).toThrow(/ENAMETOOLONG/)
     expect(existsSync(at('made')), 'the directories made for the write are gone').toBe(false)
+    // A name as long as a name can be is written (its temporary file has a short name of its own).
+    writeOutputFile(join(at('long'), 'x'.repeat(255)), 'x')
+    expect(readFileSync(join(at('long'), 'x'.repeat(255)), 'utf8')).toBe('x')
   })
 })
