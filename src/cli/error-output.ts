@@ -8,7 +8,8 @@ import {ExitCode} from '../exit-codes.js'
  */
 
 export interface ErrorDocument {
-  error: {code: string; exitCode: number; message: string; name: string; suggestions?: string[]}
+  /** note: said after the error (where the run's failure journal was written, or why it was not). */
+  error: {code: string; exitCode: number; message: string; name: string; suggestions?: string[]; note?: string}
 }
 
 type AnyError = Error & {code?: unknown; exitCode?: number; suggestion?: string; suggestions?: string[]; oclif?: {exit?: number}}
@@ -23,6 +24,12 @@ export function isExitRequest(err: unknown): boolean {
 
 /** The error as pdchaos renders it: its exit code, code, one-line message and suggestions. */
 export function errorDocument(err: unknown, helpCommand?: string): ErrorDocument {
+  const doc = errorDocumentOf(err, helpCommand)
+  const note = (err as {journalNote?: unknown} | undefined)?.journalNote
+  return typeof note === 'string' ? {error: {...doc.error, note}} : doc
+}
+
+function errorDocumentOf(err: unknown, helpCommand?: string): ErrorDocument {
   const e = (err instanceof Error ? err : new Error(String(err))) as AnyError
   if (err instanceof PdError) {
     return {error: {code: err.code, exitCode: err.exitCode, message: oneLine(err), name: err.name, ...(err.suggestion ? {suggestions: [err.suggestion]} : {})}}
@@ -51,6 +58,7 @@ export function writeError(doc: ErrorDocument, o: {json: boolean; verbose?: bool
   process.stderr.write(`Error: ${doc.error.message}\n`)
   const hint = doc.error.suggestions?.[0]
   if (hint) process.stderr.write(`Try this: ${hint}\n`)
+  if (doc.error.note) process.stderr.write(`Note: ${doc.error.note}\n`)
   if (o.verbose && o.stack) process.stderr.write(o.stack + '\n')
 }
 

@@ -1,5 +1,5 @@
 import {spawn} from 'node:child_process'
-import {existsSync, rmSync} from 'node:fs'
+import {existsSync, lstatSync, unlinkSync} from 'node:fs'
 import {join} from 'node:path'
 import {createInterface} from 'node:readline'
 
@@ -60,10 +60,17 @@ export function memberDeadlineMs(e: FleetEntry): number {
   return runLockTtlMs({...e.deployment.watchdog, scenarios}) + 300_000
 }
 
+function removeOldJournal(journal: string): void {
+  try {
+    const s = lstatSync(journal)
+    if (s.isFile() || s.isSymbolicLink()) unlinkSync(journal)
+  } catch { /* none */ }
+}
+
 export async function runMemberChild(e: FleetEntry, o: ChildOptions, ctx: MemberContext): Promise<FleetMember> {
   const journal = journalPath(o.journalDir, e.name)
-  // A journal left by an earlier run must never be read as this run's.
-  rmSync(journal, {force: true})
+  // A journal left by an earlier run must never be read as this run's; a node that is not a file is never removed.
+  removeOldJournal(journal)
   const startedAt = Date.now()
   const child = spawn(o.cli[0]!, [...o.cli.slice(1), ...memberArgv(e, o)], {detached: true, stdio: ['ignore', 'pipe', 'pipe'], ...(o.env ? {env: o.env} : {})})
   const tail: string[] = []

@@ -1,64 +1,52 @@
-import {closeSync, existsSync, mkdirSync, openSync, statSync, unlinkSync, writeFileSync} from 'node:fs'
-import {dirname, resolve} from 'node:path'
+import {closeSync, constants, existsSync, fstatSync, openSync, unlinkSync} from 'node:fs'
 
-import {badInput, oneLine} from '../errors.js'
+import {badInput, oneLine, PdError} from '../errors.js'
+export {makeParents} from '../util/safe-file.js'
+import {errnoText, makeParents, OutputNotAFile, outputTarget, removeMade, writeOutputFile} from '../util/safe-file.js'
 import {redactText} from '../util/redact.js'
 
 /**
  * The files and URLs a run writes its results to, checked before the run (exit 2 naming the flag), so a long run
- * never ends in a write that was bound to fail. The check creates missing parent directories, as the write would,
- * and opens the file for appending (then removes it when it did not exist): only an open tells what a write will do
- * (root passes access() on /proc, and a parent may be a regular file).
+ * never ends in a write that was bound to fail. A path that exists must be a regular file (or a symbolic link to one,
+ * which the write follows): a directory, device, FIFO or socket is refused by its stat, never opened. Missing parent
+ * directories are made for the check and removed after it (the write makes them again), so a run that writes nothing
+ * leaves none behind. Only an open tells what a write will do (root passes access() on /proc, a parent may be a
+ * regular file): a regular file is opened for appending, a missing one created and removed, never blocking.
  */
 export function checkOutputFile(flag: string, file: string): void {
-  const path = resolve(file)
-  const existed = exists(flag, file, path)
+  let target: string
   try {
-    makeParents(path)
-    closeSync(openSync(path, 'a'))
-    if (!existed) unlinkSync(path)
+    target = outputTarget(file)
   } catch (error) {
+    if (error instanceof OutputNotAFile) {
+      const hint = error.kind === 'a directory' ? `give ${flag} a file name, e.g. ${file.replace(/\/+$/, '')}/out`
+        : `give ${flag} the path of a regular file; pdchaos writes only files`
+      throw badInput(`${flag} ${file} is ${error.kind}, not a regular file`, hint)
+    }
     rethrowBad(flag, file, error)
   }
-}
-
-/** Whether the output file exists already; a directory there is refused. */
-function exists(flag: string, file: string, path: string): boolean {
-  let isDir: boolean
+  let made: string[] = []
   try {
-    isDir = statSync(path).isDirectory()
+    made = makeParents(target)
+    const existed = existsSync(target)
+    const flags = constants.O_WRONLY | constants.O_APPEND | constants.O_NONBLOCK | constants.O_NOCTTY | (existed ? 0 : constants.O_CREAT | constants.O_EXCL)
+    const fd = openSync(target, flags, 0o666)
+    const isFile = fstatSync(fd).isFile()
+    closeSync(fd)
+    if (!existed) unlinkSync(target)
+    if (!isFile) throw badInput(`${flag} ${file} is not a regular file`, `give ${flag} the path of a regular file`)
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return false
+    if (error instanceof PdError) throw error
     rethrowBad(flag, file, error)
+  } finally {
+    removeMade(made)
   }
-  if (isDir) throw badInput(`${flag} ${file} is a directory`, `give ${flag} a file name, e.g. ${file.replace(/\/+$/, '')}/out`)
-  return true
-}
-
-/**
- * mkdir -p of a file's directory, one level at a time: node's recursive mkdirSync never returns on a path under /proc
- * (ENOENT there makes it retry the parent, which exists, forever).
- */
-export function makeParents(file: string): void {
-  const missing: string[] = []
-  let dir = dirname(resolve(file))
-  while (!existsSync(dir)) {
-    missing.unshift(dir)
-    const up = dirname(dir)
-    if (up === dir) break
-    dir = up
-  }
-  for (const d of missing) mkdirSync(d)
 }
 
 function rethrowBad(flag: string, file: string, error: unknown): never {
   const code = (error as NodeJS.ErrnoException).code
-  const why = code === 'ENOTDIR' ? 'a part of its path is a file, not a directory'
-    : code === 'EACCES' || code === 'EPERM' ? 'permission denied'
-    : code === 'ENOENT' ? 'its directory cannot be created there'
-    : code === 'EROFS' ? 'the file system is read-only'
-    : oneLine(error)
-  throw badInput(`${flag} ${file} cannot be written: ${why}${code ? ` (${code})` : ''}`, `give ${flag} a path in a directory you can write`)
+  const why = code === 'ENOENT' ? 'its directory cannot be created there (ENOENT)' : errnoText(error)
+  throw badInput(`${flag} ${file} cannot be written: ${why}`, `give ${flag} a path in a directory you can write`)
 }
 
 /** A Pushgateway URL: http or https with a host, checked before the run. */
@@ -92,8 +80,7 @@ export function outputWriter(): {errors: string[]; attempt: <T>(what: string, wr
       }
     },
     write(file, text) {
-      makeParents(file)
-      writeFileSync(file, text)
+      writeOutputFile(file, text)
     },
   }
 }

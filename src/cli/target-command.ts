@@ -12,6 +12,7 @@ import {writeJournal} from '../report/journal.js'
 import {failureJournal, runJournal} from '../report/journal-fields.js'
 import {renderJUnit} from '../report/junit.js'
 import {pushRun} from '../report/push.js'
+import {oneLine} from '../errors.js'
 import {redactText} from '../util/redact.js'
 import {BaseCommand} from './base-command.js'
 import {errorDocument} from './error-output.js'
@@ -136,9 +137,15 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
    */
   protected writeFailureJournal(file: string | undefined, command: string, fields: {name?: string; runId?: string; label?: string; config?: string; deployment?: string; startedAt: number}, error: unknown): void {
     if (file === undefined) return
+    // Said after the error (error-output.ts): where its journal is, or why there is none.
+    let note: string
     try {
       writeJournal(file, failureJournal(command, {...fields, finishedAt: Date.now()}, errorDocument(error, command).error))
-    } catch { /* reported by the error itself */ }
+      note = `the error is recorded in the journal ${file}`
+    } catch (writeError) {
+      note = `could not write the journal to ${file}: ${oneLine(writeError)}`
+    }
+    if (typeof error === 'object' && error !== null) Object.defineProperty(error, 'journalNote', {value: note, enumerable: false})
   }
 
   /** The README's exit codes for a run (model/run.ts runExitCode). */

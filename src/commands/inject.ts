@@ -1,3 +1,5 @@
+import {resolve} from 'node:path'
+
 import {Args, Flags} from '@oclif/core'
 
 import {faultFlags, faultParamsFromFlags} from '../cli/fault-flags.js'
@@ -70,8 +72,13 @@ export default class Inject extends TargetCommand<typeof Inject> {
     const onSignal = (signal: NodeJS.Signals) => stop.abort(`interrupted (${signal})`)
     process.on('SIGINT', onSignal)
     process.on('SIGTERM', onSignal)
+    const t0 = Date.now()
     try {
       return await this.injectRun(mode, suite, holdMs, stop.signal)
+    } catch (error) {
+      // A run that reached no verdict (an unreachable target) still leaves its journal, as suite's does.
+      this.writeFailureJournal(f.journal, 'inject', {name: suite.name, ...(f.sim ? {} : {config: resolve(f.config)}), startedAt: t0}, error)
+      throw error
     } finally {
       process.removeListener('SIGINT', onSignal)
       process.removeListener('SIGTERM', onSignal)

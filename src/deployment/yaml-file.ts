@@ -1,8 +1,8 @@
-import {open} from 'node:fs/promises'
 import {isScalar, LineCounter, parseDocument, type Scalar} from 'yaml'
 import {z} from 'zod'
 
 import {PdError, badInput, oneLine} from '../errors.js'
+import {readInputText} from '../util/safe-file.js'
 
 /**
  * Reading a YAML file pdchaos takes as input (the deployment file, the suite file) and validating it against its zod
@@ -109,33 +109,12 @@ function tooLarge(file: string, kind: YamlFileKind): PdError {
   return badInput(`${file} is larger than 1 MiB, the most pdchaos reads from a ${kind.what} file`, `check that ${file} is the ${kind.what} file: one is a few kB`)
 }
 
-/** The file as text, read no further than the cap (a FIFO or a device has no size to check beforehand). */
+/** The file as text: a regular file of at most the cap, strict UTF-8 (util/safe-file.ts). */
 async function readCapped(file: string, kind: YamlFileKind): Promise<string> {
-  const chunks: Buffer[] = []
-  let total = 0
-  let handle: Awaited<ReturnType<typeof open>> | undefined
-  try {
-    handle = await open(file, 'r')
-    const stat = await handle.stat()
-    if (stat.isFile() && stat.size > MAX_YAML_BYTES) throw tooLarge(file, kind)
-    for (;;) {
-      const chunk = Buffer.allocUnsafe(Math.min(64 * 1024, MAX_YAML_BYTES + 1 - total))
-      const {bytesRead} = await handle.read(chunk, 0, chunk.length, null)
-      if (bytesRead === 0) break
-      chunks.push(chunk.subarray(0, bytesRead))
-      total += bytesRead
-      if (total > MAX_YAML_BYTES) throw tooLarge(file, kind)
-    }
-  } catch (error) {
-    if (error instanceof PdError) throw error
-    const code = (error as NodeJS.ErrnoException).code
-    if (code === 'ENOENT') throw badInput(`no ${kind.what} file at ${file}`, kind.hints.missing)
-    if (code === 'EISDIR' && kind.hints.directory) throw badInput(`${file} is a directory, not a ${kind.what} file`, kind.hints.directory)
-    throw badInput(`cannot read ${kind.what} file ${file}: ${code ?? String(error)}`, 'check the path and its permissions')
-  } finally {
-    await handle?.close().catch(() => {})
-  }
-  return Buffer.concat(chunks, total).toString('utf8')
+  return readInputText(file, {
+    what: `${kind.what} file`, maxBytes: MAX_YAML_BYTES, missing: {message: `no ${kind.what} file at ${file}`, suggestion: kind.hints.missing},
+    notAFile: kind.hints.directory ?? `give the path of the ${kind.what} file itself (a regular file)`,
+  })!
 }
 
 /**

@@ -1,6 +1,9 @@
 import {createHash, createHmac, randomBytes} from 'node:crypto'
-import {appendFile, mkdir, readFile} from 'node:fs/promises'
+import {closeSync, constants, fstatSync, mkdirSync, openSync, writeSync} from 'node:fs'
 import {dirname} from 'node:path'
+
+import {badInput, PdError} from '../errors.js'
+import {errnoText, readInputFile} from '../util/safe-file.js'
 
 /**
  * known_hosts as OpenSSH writes it: plain names, wildcard patterns, `[host]:port` for ports other than 22,
@@ -97,19 +100,32 @@ export function checkKnownHosts(text: string, host: string, port: number, keyBlo
   return {status: 'unknown'}
 }
 
+/** known_hosts files of thousands of hosts are a few MB; more is not one. */
+export const MAX_KNOWN_HOSTS_BYTES = 16 * 1024 * 1024
+
+/** The file's text ('' when it does not exist); anything but a readable regular file is exit 2 naming it. */
 export async function readKnownHosts(path: string): Promise<string> {
-  try {
-    return await readFile(path, 'utf8')
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return ''
-    throw err
-  }
+  const bytes = readInputFile(path, {
+    what: 'known_hosts file', maxBytes: MAX_KNOWN_HOSTS_BYTES,
+    notAFile: 'give knownHosts the path of a known_hosts file (a regular file, or one that does not exist yet)',
+  })
+  return bytes === undefined ? '' : bytes.toString('utf8')
 }
 
-/** Append a newly accepted key (never called for a changed key). */
+/** Append a newly accepted key (never called for a changed key), only to a regular file, never blocking. */
 export async function appendKnownHost(path: string, host: string, port: number, keyBlob: Buffer): Promise<void> {
-  await mkdir(dirname(path), {recursive: true, mode: 0o700})
   const existing = await readKnownHosts(path)
   const sep = existing === '' || existing.endsWith('\n') ? '' : '\n'
-  await appendFile(path, `${sep}${knownHostsLine(host, port, keyBlob)}\n`, {mode: 0o600})
+  let fd: number | undefined
+  try {
+    mkdirSync(dirname(path), {recursive: true, mode: 0o700})
+    fd = openSync(path, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NONBLOCK | constants.O_NOCTTY, 0o600)
+    if (!fstatSync(fd).isFile()) throw badInput(`${path} is not a regular file, not a known_hosts file`, 'give knownHosts the path of a known_hosts file')
+    writeSync(fd, `${sep}${knownHostsLine(host, port, keyBlob)}\n`)
+  } catch (error) {
+    if (error instanceof PdError) throw error
+    throw badInput(`cannot add the host key to ${path}: ${errnoText(error)}`, 'give knownHosts a path in a directory you can write')
+  } finally {
+    if (fd !== undefined) closeSync(fd)
+  }
 }

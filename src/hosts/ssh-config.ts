@@ -1,4 +1,4 @@
-import {readFile} from 'node:fs/promises'
+import {readInputFile} from '../util/safe-file.js'
 import {homedir, userInfo} from 'node:os'
 
 import {badInput} from '../errors.js'
@@ -109,12 +109,8 @@ export function resolveSshConfig(text: string, name: string, env: {home?: string
 }
 
 export async function readSshConfigFile(path: string): Promise<string> {
-  try {
-    return await readFile(path, 'utf8')
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return ''
-    throw badInput(`cannot read ssh config ${path}: ${(err as Error).message}`)
-  }
+  const bytes = readInputFile(path, {what: 'ssh config file', maxBytes: 16 * 1024 * 1024, notAFile: `give the path of an ssh config file (a regular file)`})
+  return bytes === undefined ? '' : bytes.toString('utf8')
 }
 
 /** "user@host:port" (ssh -J form; also ssh://user@host:port and [v6]:port). One hop only. */

@@ -1,4 +1,3 @@
-import {readFile} from 'node:fs/promises'
 import {homedir, userInfo} from 'node:os'
 import {join} from 'node:path'
 import type {Duplex} from 'node:stream'
@@ -8,6 +7,7 @@ import type {AuthMethod, Client as ClientType, ClientChannel, ConnectConfig} fro
 import {PdError, badInput, oneLine} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import {lazyRequire} from '../util/lazy-require.js'
+import {readInputFile} from '../util/safe-file.js'
 import {within} from '../util/time.js'
 import {
   DETACH_SCRIPT, UPLOAD_SCRIPT, buildArgv, checkTimeout, envPrefix, modeString, sudoPrefix,
@@ -373,17 +373,16 @@ function track(conn: Connection, e: SshEndpoint): Connection {
   return conn
 }
 
+/** OpenSSH private keys are a few kB (an RSA-16384 key under 13 kB). */
+const MAX_IDENTITY_BYTES = 1024 * 1024
+
 async function loadIdentities(e: SshEndpoint): Promise<{methods: AuthMethod[]; tried: string[]}> {
   const methods: AuthMethod[] = []
   const tried: string[] = []
   for (const file of e.identityFiles) {
-    let data: Buffer
-    try {
-      data = await readFile(file)
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue
-      throw badInput(`cannot read identity file ${file}: ${oneLine(err)}`, 'check the file permissions')
-    }
+    // A private key is a few kB: a device (/dev/zero) or a FIFO is refused, never read without bound or waited on.
+    const data = readInputFile(file, {what: 'private key file (identityFile)', maxBytes: MAX_IDENTITY_BYTES, notAFile: 'name a private key file in identityFile'})
+    if (data === undefined) continue
     const parsed = ssh2().utils.parseKey(data)
     if (parsed instanceof Error) {
       throw badInput(`cannot use identity file ${file}: ${oneLine(parsed)}`, 'an encrypted key must be loaded into ssh-agent (ssh-add) and used with agent: true')
@@ -404,6 +403,8 @@ async function loadIdentities(e: SshEndpoint): Promise<{methods: AuthMethod[]; t
 
 /** One ssh2 handshake with host key checking and auth; every failure becomes a one-line PdError exit 5. */
 async function connectClient(e: SshEndpoint, opts: SshHostOptions, sock?: Duplex): Promise<ClientType> {
+  // known_hosts read before any connection: a path that is not a file is exit 2 here, not a failed handshake.
+  if (!e.fingerprint) await readKnownHosts(e.knownHostsPath)
   const {methods, tried} = await loadIdentities(e)
   const where = describeEndpoint(e)
   let refusal: PdError | undefined
@@ -412,7 +413,7 @@ async function connectClient(e: SshEndpoint, opts: SshHostOptions, sock?: Duplex
       refusal = r
       verify(r === undefined)
     }, (err: unknown) => {
-      refusal = new PdError(`cannot check the host key of ${where}: ${oneLine(err)}`, {exit: ExitCode.unreachable})
+      refusal = err instanceof PdError ? err : new PdError(`cannot check the host key of ${where}: ${oneLine(err)}`, {exit: ExitCode.unreachable})
       verify(false)
     })
   }

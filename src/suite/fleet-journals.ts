@@ -1,12 +1,12 @@
-import {readFile, stat} from 'node:fs/promises'
 import {basename} from 'node:path'
 
 import {z} from 'zod'
 
-import {foldIssues} from '../deployment/yaml-file.js'
-import {badInput, PdError} from '../errors.js'
+import {badInput} from '../errors.js'
 import {type FleetMember, type FleetRun, fleetOf, memberOfFailure, memberOfRun} from '../model/fleet.js'
 import type {SuiteRun} from '../model/run.js'
+import {checkJournal, type FailureJournal, issuesLine} from '../report/journal-schema.js'
+import {readInputText} from '../util/safe-file.js'
 
 /**
  * Journals back into a fleet: `pdchaos report JOURNAL...` combines the journals of separate runs (a CronJob or a CI
@@ -18,38 +18,15 @@ import type {SuiteRun} from '../model/run.js'
 /** Journals of very large runs (thousands of pins with their timelines) are tens of MB; more is not a journal. */
 export const MAX_JOURNAL_BYTES = 256 * 1024 * 1024
 
-const Num = z.number()
-const Stamp = z.number().nullable()
-const Verdict = z.looseObject({check: z.string(), subject: z.string(), verdict: z.enum(['pass', 'fail', 'unverified']), summary: z.string(), evidence: z.record(z.string(), z.unknown())})
-const Pin = z.looseObject({rid: z.string(), sentAt: Num, evictedAt: Stamp, evictionSeconds: Stamp, bounds: z.tuple([Num, Num]), verdict: z.enum(['pass', 'fail', 'unverified']), evidence: z.record(z.string(), z.unknown())})
-const Lease = z.looseObject({id: z.string(), fault: z.string(), mechanism: z.string(), injectedAt: Stamp, revertedAt: Stamp, verifiedInjected: z.boolean(), verifiedClean: z.boolean(), expiresAt: Num})
-const Contract = z.looseObject({scope: z.enum(['all', 'inflight', 'off']), deadlineSeconds: Num, pollSeconds: Num})
-const Scenario = z.looseObject({
-  name: z.string(), kind: z.enum(['inject', 'restart']), startedAt: Num, finishedAt: Num, verdicts: z.array(Verdict), pins: z.array(Pin), leases: z.array(Lease), contract: Contract,
-  error: z.string().optional(),
-  timeline: z.looseObject({contract: Contract, observations: z.array(z.looseObject({kind: z.string(), t: Num}))}).optional(),
-})
-const Common = {pdchaos: z.literal(1), command: z.string(), label: z.string().min(1).optional(), config: z.string().optional(), deployment: z.string().optional()}
-const RunJournal = z.looseObject({
-  ...Common, name: z.string(), deployment: z.string(), startedAt: Num, finishedAt: Num, scenarios: z.array(Scenario),
-  gate: z.object({passed: z.boolean(), reasons: z.array(z.string())}).optional(), stopped: z.object({reason: z.string()}).optional(),
-})
-const FailureJournal = z.looseObject({
-  ...Common, name: z.string().optional(), startedAt: Num.optional(), finishedAt: Num.optional(),
-  error: z.looseObject({exitCode: z.number().int(), message: z.string(), code: z.string().optional(), suggestions: z.array(z.string()).optional()}),
-})
-
 /** One journal as a fleet member: named by its label, else its deployment's name, else the file's name. */
 export async function readJournal(file: string, name?: string): Promise<FleetMember> {
-  const data = await readJson(file)
-  const failure = typeof data === 'object' && data !== null && 'error' in data
-  const parsed = failure ? FailureJournal.safeParse(data) : RunJournal.safeParse(data)
-  if (!parsed.success) {
-    const issues = foldIssues(z.prettifyError(parsed.error))
-    throw badInput(`${file} is not a pdchaos journal: ${issues.slice(0, 3).join('; ')}${issues.length > 3 ? ` (and ${issues.length - 3} more)` : ''}`,
+  const data = readJson(file)
+  const checked = checkJournal(data)
+  if (!checked.ok) {
+    throw badInput(`${file} is not a pdchaos journal: ${issuesLine(checked.issues)}`,
       'pass the files written by `pdchaos suite --journal FILE` (or inject --journal)')
   }
-  const j = parsed.data
+  const {failure, journal: j} = checked.value
   const label = name ?? j.label ?? j.deployment ?? basename(file).replace(/\.json$/, '')
   const more: Partial<FleetMember> = {journal: file, ...(j.config ? {config: j.config} : {}), ...(j.deployment ? {deployment: j.deployment} : {})}
   if (failure) {
@@ -81,22 +58,16 @@ export async function fleetFromJournals(files: string[], o: {name?: string} = {}
   return fleetOf({name: o.name ?? 'fleet', startedAt, finishedAt, members})
 }
 
-async function readJson(file: string): Promise<unknown> {
-  let text: string
-  try {
-    const s = await stat(file)
-    if (s.isDirectory()) throw badInput(`${file} is a directory, not a journal`, `pass the journal files, e.g. ${file.replace(/\/+$/, '')}/*.json`)
-    if (s.size > MAX_JOURNAL_BYTES) throw badInput(`${file} is larger than ${MAX_JOURNAL_BYTES / 1024 / 1024} MiB: not a pdchaos journal`, 'pass the files written by `pdchaos suite --journal FILE`')
-    text = await readFile(file, 'utf8')
-  } catch (error) {
-    if (error instanceof PdError) throw error
-    const code = (error as NodeJS.ErrnoException).code
-    if (code === 'ENOENT') throw badInput(`no journal at ${file}`, 'pass the files written by `pdchaos suite --journal FILE`')
-    throw badInput(`cannot read journal ${file}: ${code ?? String(error)}`, 'check the path and its permissions')
-  }
+function readJson(file: string): unknown {
+  const text = readInputText(file, {
+    what: 'journal', maxBytes: MAX_JOURNAL_BYTES, missing: {message: `no journal at ${file}`, suggestion: HINT},
+    notAFile: HINT,
+  })!
   try {
     return JSON.parse(text)
   } catch (error) {
-    throw badInput(`${file} is not JSON (${(error as Error).message}): a journal cut short, or not a journal`, 'pass the files written by `pdchaos suite --journal FILE`')
+    throw badInput(`${file} is not JSON (${(error as Error).message}): a journal cut short, or not a journal`, HINT)
   }
 }
+
+const HINT = 'pass the files written by `pdchaos suite --journal FILE`'

@@ -1,4 +1,5 @@
-import {mkdirSync, mkdtempSync, rmSync, writeFileSync} from 'node:fs'
+import {execFileSync} from 'node:child_process'
+import {existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync} from 'node:fs'
 import {createServer, type Server, type Socket} from 'node:net'
 import {tmpdir} from 'node:os'
 import {join} from 'node:path'
@@ -122,6 +123,49 @@ function writeFixtures(): void {
   writeFileSync(at('huge-8mb.yaml'), 'labels:\n' + Array.from({length: 400_000}, (_, i) => `  key${i}: value${i}`).join('\n') + '\n')
   mkdirSync(at('a-dir'), {recursive: true})
   mkdirSync(at('empty-state'), {recursive: true})
+  writeNotFiles()
+}
+
+/**
+ * Issue 28: paths that are not regular files, for inputs and outputs alike. Private nodes only, made here: a
+ * character device with /dev/full's numbers (1,7), one with /dev/zero's (1,5), a FIFO, a socket and links; no
+ * test ever names a node of the system's /dev. Their type and device numbers are checked again after the table ran.
+ */
+const NODES: Record<string, {type: 'char' | 'fifo' | 'socket'; rdev?: number}> = {}
+function writeNotFiles(): void {
+  execFileSync('mknod', [at('dev-full'), 'c', '1', '7'])
+  execFileSync('mknod', [at('dev-zero'), 'c', '1', '5'])
+  execFileSync('mkfifo', [at('fifo')])
+  for (const n of ['dev-full', 'dev-zero']) NODES[n] = {type: 'char', rdev: lstatSync(at(n)).rdev}
+  NODES.fifo = {type: 'fifo'}
+  symlinkSync(at('dev-full'), at('link-to-dev-full'))
+  symlinkSync(at('nowhere'), at('link-to-nothing'))
+  const sshWith = (extra: string) => deployment().replace('host: {kind: local}', `host: {kind: ssh, hostname: 127.0.0.1, port: ${deadPorts[0]}, user: root, ${extra}}`)
+  const files: Record<string, string> = {
+    'ssh-identity-fifo.yaml': sshWith(`identityFile: ${at('fifo')}`),
+    'ssh-identity-zero.yaml': sshWith(`identityFile: ${at('dev-zero')}`),
+    'ssh-known-hosts-dir.yaml': sshWith(`identityFile: ${at('good.yaml')}, knownHosts: ${at('a-dir')}`),
+    'ssh-known-hosts-under-file.yaml': sshWith(`identityFile: ${at('good.yaml')}, knownHosts: ${at('a-file')}/known_hosts`),
+    'ssh-known-hosts-fifo.yaml': sshWith(`identityFile: ${at('good.yaml')}, knownHosts: ${at('fifo')}`),
+    'fleet-fifo-member.yaml': `deployments:\n  - {name: one, deployment: fifo}\n`,
+    'journal-time-out-of-range.json': JSON.stringify({pdchaos: 1, command: 'inject', startedAt: 1e300, finishedAt: 1e300,
+      error: {code: 'E_UNREACHABLE', exitCode: 5, message: 'down'}}),
+  }
+  for (const [name, text] of Object.entries(files)) writeFileSync(at(name), text)
+  // Latin-1 bytes (é as 0xe9) in a label and in a scenario name: refused, never turned into U+FFFD.
+  writeFileSync(at('latin1.yaml'), Buffer.concat([Buffer.from(deployment({extra: 'labels: {team: caf'})), Buffer.from([0xe9]), Buffer.from('}\n')]))
+  writeFileSync(at('suite-latin1.yaml'), Buffer.concat([Buffer.from('scenarios:\n  - {name: caf'), Buffer.from([0xe9]), Buffer.from(', fault: drop-dest-info}\n')]))
+}
+
+/** Every private node is still what it was made as: no run replaced, wrote or removed one. */
+function assertNodesUnchanged(): void {
+  for (const [name, want] of Object.entries(NODES)) {
+    const s = lstatSync(at(name))
+    const type = s.isCharacterDevice() ? 'char' : s.isFIFO() ? 'fifo' : s.isSocket() ? 'socket' : s.isFile() ? 'file' : 'other'
+    expect(type, `${name} is still a ${want.type}`).toBe(want.type)
+    if (want.rdev !== undefined) expect(s.rdev, `${name} keeps its device numbers`).toBe(want.rdev)
+  }
+  expect(lstatSync(at('link-to-dev-full')).isSymbolicLink()).toBe(true)
 }
 
 /** Nine levels of nine aliases each: 9^9 nodes if expanded. */
@@ -145,7 +189,6 @@ const CASES: Case[] = [
   {name: 'empty deployment file', args: ['status', ...c('empty.yaml')], exit: 2, cause: /empty\.yaml is empty/},
   {name: 'missing deployment file', args: ['status', ...c('nope.yaml')], exit: 2, cause: /no deployment file at .*nope\.yaml/},
   {name: 'a directory as the deployment file', args: ['status', ...c('a-dir')], exit: 2, cause: /a-dir is a directory/},
-  {name: '/dev/zero as the deployment file', args: ['status', '-c', '/dev/zero'], exit: 2, cause: /\/dev\/zero is larger than 1 MiB/},
   {name: 'poll longer than the deadline', args: ['status', ...c('poll-over-deadline.yaml')], exit: 2, cause: /pollSeconds \(5\) is longer than watchdog\.deadlineSeconds \(2\)/},
   {name: 'deadline beyond what a lease covers', args: ['status', ...c('deadline-huge.yaml')], exit: 2, cause: /watchdog\.deadlineSeconds/},
   {name: 'deadline 0', args: ['status', ...c('deadline-zero.yaml')], exit: 2, cause: /watchdog\.deadlineSeconds/},
@@ -295,6 +338,41 @@ const CASES: Case[] = [
   {name: 'sim up --heartbeat-interval 1', args: ['sim', 'up', '--state-dir', '{dir}/twin-h', '--heartbeat-interval', '1'], exit: 2, cause: /--heartbeat-interval must be at least 2 seconds/},
   {name: 'sim up --base-port 70000', args: ['sim', 'up', '--state-dir', '{dir}/twin-i', '--base-port', '70000'], exit: 2, cause: /--base-port must be an integer/},
 
+  // Issue 28, inputs that are not files: every file pdchaos reads is a regular file of bounded size, opened without
+  // blocking, or exit 2 naming it (within seconds: a FIFO once hung each of these until killed).
+  {name: 'a FIFO as the deployment file', args: ['status', ...c('fifo')], exit: 2, cause: /fifo is a FIFO \(named pipe\), not a deployment file/, withinMs: 30_000},
+  {name: 'a character device (as /dev/zero) as the deployment file', args: ['status', ...c('dev-zero')], exit: 2, cause: /dev-zero is a character device, not a deployment file/, withinMs: 30_000},
+  {name: 'a FIFO as the suite file', args: ['suite', '{dir}/fifo', ...c('good.yaml')], exit: 2, cause: /fifo is a FIFO \(named pipe\), not a suite file/, withinMs: 30_000},
+  {name: 'a FIFO as the fleet file', args: ['suite', '--fleet', '{dir}/fifo'], exit: 2, cause: /fifo is a FIFO \(named pipe\), not a fleet file/, withinMs: 30_000},
+  {name: "a FIFO as a fleet entry's deployment file", args: ['suite', '--fleet', '{dir}/fleet-fifo-member.yaml'], exit: 2, cause: /fifo is a FIFO \(named pipe\), not a deployment file/, withinMs: 30_000},
+  {name: 'a FIFO as a journal to report', args: ['report', '{dir}/fifo'], exit: 2, cause: /fifo is a FIFO \(named pipe\), not a journal/, withinMs: 30_000},
+  {name: 'a character device as a journal to report', args: ['report', '{dir}/dev-zero'], exit: 2, cause: /dev-zero is a character device, not a journal/, withinMs: 30_000},
+  {name: 'a directory as a journal to report', args: ['report', '{dir}/a-dir'], exit: 2, cause: /a-dir is a directory, not a journal/},
+  {name: 'ssh identityFile a FIFO', args: ['status', ...c('ssh-identity-fifo.yaml')], exit: 2, cause: /fifo is a FIFO \(named pipe\), not a private key file/, withinMs: 30_000},
+  {name: 'ssh identityFile a character device (as /dev/zero)', args: ['status', ...c('ssh-identity-zero.yaml')], exit: 2, cause: /dev-zero is a character device, not a private key file/, withinMs: 30_000},
+  {name: 'ssh knownHosts a directory', args: ['status', ...c('ssh-known-hosts-dir.yaml')], exit: 2, cause: /a-dir is a directory, not a known_hosts file/},
+  {name: 'ssh knownHosts under a regular file', args: ['status', ...c('ssh-known-hosts-under-file.yaml')], exit: 2, cause: /known_hosts file .*a-file\/known_hosts: a part of its path is a file/},
+  {name: 'ssh knownHosts a FIFO', args: ['status', ...c('ssh-known-hosts-fifo.yaml')], exit: 2, cause: /fifo is a FIFO \(named pipe\), not a known_hosts file/, withinMs: 30_000},
+  {name: 'a deployment file that is not UTF-8', args: ['status', ...c('latin1.yaml')], exit: 2, cause: /latin1\.yaml:\d+:\d+: not UTF-8 \(byte 0xe9/},
+  {name: 'a suite file that is not UTF-8', args: ['suite', '{dir}/suite-latin1.yaml', ...c('good.yaml')], exit: 2, cause: /suite-latin1\.yaml:2:\d+: not UTF-8 \(byte 0xe9/},
+  {name: 'a journal with a time out of range', args: ['report', '{dir}/journal-time-out-of-range.json'], exit: 2, cause: /journal-time-out-of-range\.json is not a pdchaos journal: startedAt: /},
+
+  // Issue 28, outputs that are not files: refused before the target is reached (exit 2, not the dead target's 5),
+  // never opened, written or replaced (assertNodesUnchanged after the table).
+  {name: 'inject --journal a character device (as /dev/full)', args: ['inject', 'drop-dest-info', '--journal', '{dir}/dev-full', ...c('good.yaml')], exit: 2, cause: /--journal .*dev-full is a character device, not a regular file/},
+  {name: 'inject --journal a FIFO', args: ['inject', 'drop-dest-info', '--journal', '{dir}/fifo', ...c('good.yaml')], exit: 2, cause: /--journal .*fifo is a FIFO \(named pipe\), not a regular file/, withinMs: 30_000},
+  {name: 'inject --journal a link to a character device', args: ['inject', 'drop-dest-info', '--journal', '{dir}/link-to-dev-full', ...c('good.yaml')], exit: 2, cause: /--journal .*link-to-dev-full is a character device/},
+  {name: 'inject --journal a link to nothing', args: ['inject', 'drop-dest-info', '--journal', '{dir}/link-to-nothing', ...c('good.yaml')], exit: 2, cause: /--journal .*link-to-nothing is a symbolic link to nothing/},
+  {name: 'suite --junit a character device', args: ['suite', '--junit', '{dir}/dev-full', ...c('good.yaml')], exit: 2, cause: /--junit .*dev-full is a character device, not a regular file/},
+  {name: 'suite --junit a FIFO', args: ['suite', '--junit', '{dir}/fifo', ...c('good.yaml')], exit: 2, cause: /--junit .*fifo is a FIFO/, withinMs: 30_000},
+  {name: 'suite --junit a socket', args: ['suite', '--junit', '{dir}/sock', ...c('good.yaml')], exit: 2, cause: /--junit .*sock is a socket, not a regular file/},
+  {name: 'suite --html a FIFO', args: ['suite', '--html', '{dir}/fifo', ...c('good.yaml')], exit: 2, cause: /--html .*fifo is a FIFO/, withinMs: 30_000},
+  {name: 'suite --html a character device', args: ['suite', '--html', '{dir}/dev-zero', ...c('good.yaml')], exit: 2, cause: /--html .*dev-zero is a character device/},
+  {name: 'suite --journal a character device', args: ['suite', '--journal', '{dir}/dev-full', ...c('good.yaml')], exit: 2, cause: /--journal .*dev-full is a character device/},
+  {name: 'restart --journal a FIFO', args: ['restart', '--journal', '{dir}/fifo', ...c('good.yaml')], exit: 2, cause: /--journal .*fifo is a FIFO/, withinMs: 30_000},
+  {name: 'report --html a FIFO', args: ['report', '--html', '{dir}/fifo', '{dir}/journal-time-out-of-range.json'], exit: 2, cause: /--html .*fifo is a FIFO/, withinMs: 30_000},
+  {name: 'report --junit a character device', args: ['report', '--junit', '{dir}/dev-full', '{dir}/journal-time-out-of-range.json'], exit: 2, cause: /--junit .*dev-full is a character device/},
+
   // Good cases from the probe: valid input that must keep working.
   {name: 'good: --help', args: ['--help'], exit: 0, modes: ['text']},
   {name: 'good: --version', args: ['--version'], exit: 0, modes: ['text']},
@@ -350,6 +428,10 @@ describe('bad input (issue 12): exit code, one line naming the cause, no stack t
     hangPort = (hang.address() as {port: number}).port
     servers.push(hang)
     writeFixtures()
+    const sock = createServer()
+    await new Promise<void>((resolve) => sock.listen(at('sock'), resolve))
+    servers.push(sock)
+    NODES.sock = {type: 'socket'}
   })
 
   afterAll(async () => {
@@ -412,4 +494,33 @@ describe('bad input (issue 12): exit code, one line naming the cause, no stack t
       })
     }
   }
+
+  // After every row above (a test that is not concurrent waits for the concurrent ones before it).
+  it('no run opened, wrote, replaced or removed a node that is not a regular file (issue 28)', () => {
+    assertNodesUnchanged()
+  })
+
+  it('inject --journal against an unreachable target writes the error as its journal and says so (issue 28)', async () => {
+    const env = {PDCHAOS_SIM_DIR: join(dir, 'default-sim'), NO_COLOR: '1'}
+    const text = await runCli(['inject', 'drop-dest-info', '--journal', `${dir}/failed/inject.json`, '-c', at('good.yaml')], {timeoutMs: 55_000, env})
+    expect(text.code, text.stderr).toBe(5)
+    expect(text.stderr).toMatch(new RegExp(`^Note: the error is recorded in the journal ${dir}/failed/inject\\.json$`, 'm'))
+    const journal = JSON.parse(readFileSync(at('failed/inject.json'), 'utf8')) as {command: string; error: {exitCode: number; message: string}}
+    expect(journal.command).toBe('inject')
+    expect(journal.error.exitCode).toBe(5)
+    expect(journal.error.message).toMatch(DEAD)
+    const json = await runCli(['inject', 'drop-dest-info', '--journal', `${dir}/failed/inject-json.json`, '-c', at('good.yaml'), '--json'], {timeoutMs: 55_000, env})
+    expect((JSON.parse(json.stdout) as {error: {note?: string}}).error.note).toMatch(/recorded in the journal .*inject-json\.json/)
+    // And `report` reads it back: the deployment is in the combined report with its reason.
+    const report = await runCli(['report', at('failed/inject.json'), '--json'], {timeoutMs: 55_000, env})
+    expect(report.code, report.stdout).toBe(5)
+  })
+
+  it('a run that writes nothing leaves no directory it made for an output (issue 28)', async () => {
+    const env = {PDCHAOS_SIM_DIR: join(dir, 'default-sim'), NO_COLOR: '1'}
+    const r = await runCli(['suite', '--junit', `${dir}/made-for-junit/deeper/j.xml`, '--html', `${dir}/made-for-html/h.html`, '-c', at('good.yaml')], {timeoutMs: 55_000, env})
+    expect(r.code, r.stderr).toBe(5)
+    expect(existsSync(at('made-for-junit'))).toBe(false)
+    expect(existsSync(at('made-for-html'))).toBe(false)
+  })
 })

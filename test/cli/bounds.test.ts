@@ -1,4 +1,4 @@
-import {mkdtempSync, rmSync, writeFileSync} from 'node:fs'
+import {existsSync, mkdtempSync, rmSync, writeFileSync} from 'node:fs'
 import {tmpdir} from 'node:os'
 import {join} from 'node:path'
 
@@ -44,11 +44,12 @@ describe('output paths and URLs, before a run', () => {
     expect(() => checkOutputFile('--junit', '/proc/nope/x')).toThrow(/--junit \/proc\/nope\/x cannot be written/)
   })
 
-  it('accepts a new file in new directories, creating the directories and leaving no file behind', () => {
+  it('accepts a new file in new directories, leaving neither the file nor the directories behind (issue 28)', () => {
     const out = join(dir, 'a', 'b', 'run.json')
     checkOutputFile('--journal', out)
-    expect(() => writeFileSync(out, '{}')).not.toThrow()
-    makeParents(join(dir, 'c', 'd', 'x'))
+    expect(existsSync(join(dir, 'a')), 'a run that then writes nothing leaves no directory').toBe(false)
+    expect(makeParents(join(dir, 'c', 'd', 'x'))).toEqual([join(dir, 'c'), join(dir, 'c', 'd')])
+    expect(() => writeFileSync(join(dir, 'c', 'd', 'x'), '{}')).not.toThrow()
   })
 
   it('checks --push as an http(s) URL, never echoing a password', () => {

@@ -112,8 +112,9 @@ describe('loadDeployment', () => {
     const e = await loadError(file('over-cap.yaml'))
     expect(e.exitCode).toBe(2)
     expect(e.message).toBe(`${file('over-cap.yaml')} is larger than 1 MiB, the most pdchaos reads from a deployment file`)
-    // A device has no size to check beforehand: reading stops at the cap.
-    expect((await loadError('/dev/zero')).message).toBe('/dev/zero is larger than 1 MiB, the most pdchaos reads from a deployment file')
+    // A device is refused by its type, never read (issue 28): a private one with /dev/zero's numbers, never /dev's own.
+    await run('mknod', [file('zero'), 'c', '1', '5'])
+    expect((await loadError(file('zero'))).message).toBe(`${file('zero')} is a character device, not a deployment file`)
     // Text handed over directly is held to the same cap.
     expect(() => parseDeployment(padded + '\n', 'inline.yaml')).toThrow(/^inline\.yaml is larger than 1 MiB/)
   })

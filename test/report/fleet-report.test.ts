@@ -1,4 +1,4 @@
-import {mkdtempSync, rmSync, writeFileSync} from 'node:fs'
+import {existsSync, mkdtempSync, rmSync, writeFileSync} from 'node:fs'
 import {tmpdir} from 'node:os'
 import {join} from 'node:path'
 
@@ -112,6 +112,18 @@ describe('pdchaos report: journals of separate runs, one combined report', () =>
     expect(notOurs?.message).toMatch(/other\.json is not a pdchaos journal: scenarios\[0\]\.kind/)
     expect(notOurs?.message).not.toMatch(/\n/)
     expect((await readJournal(join(dir, 'missing.json')).catch((error: unknown) => error as PdError))?.message).toBe(`no journal at ${join(dir, 'missing.json')}`)
+  })
+
+  it('one schema writes and reads a journal: a time out of range is refused at both ends, naming the field (issue 28)', async () => {
+    const run = runOf('pd-range', false)
+    const broken = {...run, scenarios: [{...run.scenarios[0]!, startedAt: 1e300}]} as SuiteRun
+    expect(() => writeJournal(join(dir, 'range.json'), runJournal(broken, 'suite'))).toThrow(/the journal does not match its schema: scenarios\[0\]\.startedAt: /)
+    expect(existsSync(join(dir, 'range.json')), 'a journal that could not be read back is not written').toBe(false)
+    writeFileSync(join(dir, 'range.json'), JSON.stringify({...runJournal(run, 'suite'), pdchaos: 1, finishedAt: -5}))
+    const e = await readJournal(join(dir, 'range.json')).catch((error: unknown) => error as PdError)
+    expect(e).toBeInstanceOf(PdError)
+    expect((e as PdError).exitCode).toBe(2)
+    expect((e as PdError).message).toMatch(/range\.json is not a pdchaos journal: finishedAt: Too small/)
   })
 
   it('text: one line per deployment, every failed check with its deployment, the exit code and what it means', async () => {
