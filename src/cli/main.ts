@@ -6,6 +6,7 @@ export {settings} from '@oclif/core'
 import {badInput} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import {argvWantsJson, errorDocument, isExitRequest, writeError} from './error-output.js'
+import {stoppedBySignal} from './stop-signal.js'
 
 /**
  * pdchaos's entry (bin/run.js, bin/dev.js): oclif's run, with the errors raised before any command runs (an unknown
@@ -20,6 +21,8 @@ export async function main(load: Interfaces.LoadOptions, argv: string[] = proces
     else await run(argv, load)
     // flush() waits for stdout to drain, which a closed pipe never does.
     await Promise.race([flush(), outputClosed])
+    // Stopped by a signal and reported: leftover probes (each with its deadline) do not hold the exit back.
+    if (stoppedBySignal()) process.exit(process.exitCode ?? ExitCode.stopped)
   } catch (error) {
     if (isExitRequest(error)) {
       process.exitCode = (error as {oclif?: {exit?: number}}).oclif?.exit ?? 0
@@ -38,16 +41,16 @@ export async function main(load: Interfaces.LoadOptions, argv: string[] = proces
  * then leaves the signal to it.
  */
 function exitOnUnhandledStop(): void {
-  if (stopInstalled) return
-  stopInstalled = true
+  // bin/run.js installs the same handlers before it loads anything (a signal during the load is heard too).
+  const mark = Symbol.for('pdchaos.unhandled-stop')
+  if ((process as unknown as Record<symbol, unknown>)[mark]) return
+  ;(process as unknown as Record<symbol, unknown>)[mark] = true
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.on(signal, () => {
       if (process.listenerCount(signal) === 1) process.exit(ExitCode.stopped)
     })
   }
 }
-
-let stopInstalled = false
 
 /** --help or -h before any `--`. */
 function argvWantsHelp(argv: string[]): boolean {

@@ -23,6 +23,7 @@ export async function withStopSignal<R>(fn: (stop: StopSignal) => Promise<R>, o:
     if (!controller.signal.aborted) controller.abort(reason)
   }
   const onSignal = (signal: NodeJS.Signals): void => {
+    signalled = true
     o.onSignal?.(signal, controller.signal.aborted)
     stop(`interrupted (${signal})`)
   }
@@ -34,4 +35,15 @@ export async function withStopSignal<R>(fn: (stop: StopSignal) => Promise<R>, o:
     process.removeListener('SIGINT', onSignal)
     process.removeListener('SIGTERM', onSignal)
   }
+}
+
+let signalled = false
+
+/**
+ * A process signal stopped a command. Once the command has reported (its error or its stopped run, its journal),
+ * main ends the process at once: a probe or a host read still under way (each bounded by its deadline) must not keep
+ * it alive for seconds after the user asked it to stop.
+ */
+export function stoppedBySignal(): boolean {
+  return signalled
 }

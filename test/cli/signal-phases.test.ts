@@ -68,9 +68,9 @@ async function until(ready: () => boolean, what: string, child?: {done: Promise<
 }
 
 /** Send the signal once `ready`, then the exit code and the time from the signal to the exit. */
-async function interrupt(args: string[], ready: (stderr: () => string) => boolean, what: string, signal: NodeJS.Signals = 'SIGINT'): Promise<CliResult & {afterSignalMs: number}> {
+async function interrupt(args: string[], ready: (stderr: () => string) => boolean, what: string, signal: NodeJS.Signals = 'SIGINT', json = true): Promise<CliResult & {afterSignalMs: number}> {
   let stderr = ''
-  const cli = startCli([...args, '--json'], {NO_COLOR: '1'})
+  const cli = startCli(json ? [...args, '--json'] : args, {NO_COLOR: '1'})
   cli.child.stderr!.on('data', (d: Buffer) => { stderr += d.toString() })
   const killer = setTimeout(() => cli.child.kill('SIGKILL'), 60_000)
   try {
@@ -176,6 +176,48 @@ describe('signals in each phase (issue 28): exit 3 within a second, nothing left
     const r = await interrupt(['inject', 'drop-dest-info', '--dry-run', '-c', file], () => held.includes('/server_info'), 'discovery under way')
     expectStopped(r, /interrupted \(SIGINT\) during discovery/)
     expectNothingHeld(at('state-inject-discovery'))
+  })
+
+  it.concurrent('suite, SIGINT while planning 1000 scenarios: the run stops before its first batch, exit 3', async () => {
+    const file = deployment('suite-planning', healthyPort, {probeTimeout: 5})
+    const suite = at('suite-1000.yaml')
+    writeFileSync(suite, 'name: big\nstop: {kernelXid: false}\nscenarios:\n' +
+      Array.from({length: 1000}, (_, i) => `  - {name: "s${i}", fault: drop-dest-info, params: {rank: ${i % 4}}, pins: 1}`).join('\n') + '\n')
+    // Text mode: the planning line is the sign (under --json progress is quiet).
+    const r = await interrupt(['suite', suite, '-c', file], (err) => /planning 1000 scenarios into batches/.test(err()), 'planning under way', 'SIGINT', false)
+    const shown = `exit ${r.code} ${Math.round(r.afterSignalMs)} ms after the signal\nstdout: ${r.stdout.slice(0, 600)}\nstderr: ${r.stderr.slice(-800)}`
+    expect(r.code, shown).toBe(3)
+    expect(r.afterSignalMs, shown).toBeLessThan(1000)
+    expect(r.stdout, shown).toMatch(/STOPPED: interrupted \(SIGINT\)/i)
+    expect(r.stderr, shown).not.toMatch(/^plan \(checked/m)
+    expectNothingHeld(at('state-suite-planning'))
+  })
+
+  it.concurrent('a suite of 10,000 scenarios is refused at once, exit 2, before any planning', async () => {
+    const file = deployment('suite-huge', deadPort)
+    const suite = at('suite-10000.yaml')
+    writeFileSync(suite, 'scenarios:\n' + Array.from({length: 10_000}, (_, i) => `  - {name: "s${i}", fault: drop-dest-info}`).join('\n') + '\n')
+    const cli = startCli(['suite', suite, '-c', file, '--json'], {NO_COLOR: '1'})
+    const r = await cli.done
+    expect(r.code, r.stdout).toBe(2)
+    expect(r.stdout).toMatch(/10000 scenarios to plan \(scenarios × repetitions\) is more than the 1000 a run plans/)
+    expect(r.ms, 'refused before validating 10,000 scenarios (about 3 s) or planning them (minutes)').toBeLessThan(15_000)
+  })
+
+  it.concurrent('SIGINT while pdchaos starts and reads its files (suite file of 1000 scenarios): exit 3, not death by signal', async () => {
+    // The health check holds (a server that never answers) whatever comes first: the signal decides the exit.
+    const file = deployment('startup', hangPort)
+    const suite = at('suite-1000-startup.yaml')
+    writeFileSync(suite, 'scenarios:\n' + Array.from({length: 1000}, (_, i) => `  - {name: "s${i}", fault: drop-dest-info, params: {rank: ${i % 4}}}`).join('\n') + '\n')
+    const started = performance.now()
+    // Whichever of loading the command, parsing the files or the health check is under way after 1 s (node itself
+    // must have started: a signal in its first ~50 ms, before any of pdchaos runs, is node's): each answers with 3.
+    const r = await interrupt(['suite', suite, '-c', file], () => performance.now() - started > 1000, 'start-up')
+    const shown = `exit ${r.code} (${r.signal ?? 'no signal'}) ${Math.round(r.afterSignalMs)} ms after the signal\nstdout: ${r.stdout.slice(0, 600)}\nstderr: ${r.stderr.slice(0, 600)}`
+    expect(r.signal, shown).toBeNull()
+    expect(r.code, shown).toBe(3)
+    expect(r.afterSignalMs, shown).toBeLessThan(1000)
+    expectNothingHeld(at('state-startup'))
   })
 
   it.concurrent('restart, SIGINT while the restart command runs: its process group is killed, the lock released', async () => {
