@@ -208,7 +208,10 @@ export class SshHost implements Host {
           finish(err)
         })
       }
-      const onAbort = (): void => end(stoppedError(opts.signal!, `\`${describeArgv(argv)}\` on ${where} (the remote command was killed)`))
+      const onAbort = (): void => {
+        timedOut = true
+        end(stoppedError(opts.signal!, `\`${describeArgv(argv)}\` on ${where} (the remote command was killed)`))
+      }
       const timer = setTimeout(() => {
         timedOut = true
         const err = channel
