@@ -1,5 +1,5 @@
 import {execFileSync} from 'node:child_process'
-import {existsSync, mkdtempSync, readdirSync, rmSync} from 'node:fs'
+import {existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync} from 'node:fs'
 import {tmpdir} from 'node:os'
 import {join} from 'node:path'
 
@@ -15,6 +15,7 @@ import {startCli} from './cli.js'
  * once (the run says STOP and starts reverting within a second), the run exits 3, and nothing is left: no nft table of
  * the run, no armed lease, no reverter, no run lock. The exit itself waits for the revert to be verified on the host
  * (host commands): 1.2-1.4 s on this 2-core machine at load 26, so it is bounded here with a margin, not at 1 s.
+ * A co-restart's pin watch (nothing held) is stopped and exits within a second, naming what was restarted.
  */
 
 let dir: string
@@ -90,5 +91,26 @@ describe('signals while a fault is held (issue 28): acted on at once, exit 3, no
     expect(r.revertMs, r.stderr).toBeLessThan(1000)
     expect(r.exitMs, r.stderr).toBeLessThan(10_000)
     expectNothingLeft(r.stderr)
+  }, 120_000)
+
+  it('suite, SIGINT while observing the pins: the run is recorded as stopped, its journal written', async () => {
+    const suite = join(dir, 'one.yaml')
+    const journal = join(dir, 'run.json')
+    writeFileSync(suite, 'scenarios:\n  - {name: dd, fault: drop-dest-info, pins: 2}\nstop: {kernelXid: false}\n')
+    const r = await interruptAt(['suite', suite, '--journal', journal], /waiting for evictions/)
+    expect(r.code, r.stderr).toBe(3)
+    expect(r.stopMs, r.stderr).toBeLessThan(1000)
+    expect(r.revertMs, r.stderr).toBeLessThan(1000)
+    expect(r.exitMs, r.stderr).toBeLessThan(10_000)
+    expect(JSON.parse(readFileSync(journal, 'utf8'))).toMatchObject({stopped: {reason: 'interrupted (SIGINT)'}})
+    expectNothingLeft(r.stderr)
+  }, 120_000)
+
+  it('restart, SIGINT in the pin watch after a co-restart: exit 3 within a second, saying what was restarted', async () => {
+    const r = await interruptAt(['restart', '--service', 'router', '--settle', '0', '--watch', '60'], /watching for pins/)
+    expect(r.code, r.stderr).toBe(3)
+    expect(r.exitMs, r.stderr).toBeLessThan(1000)
+    expect(r.stderr).toMatch(/^Error: interrupted \(SIGINT\) during the pin watch: restarted router; nothing after$/m)
+    expect(readdirSync(stateDir).filter((f) => /lock/.test(f)), 'run lock').toEqual([])
   }, 120_000)
 })
