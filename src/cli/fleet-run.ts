@@ -45,7 +45,9 @@ export async function runFleetHere(plan: FleetPlan, o: FleetHereOptions): Promis
   let done = 0
   const phase = () => progress.setPhase(`fleet ${plan.name}: ${running.size} running (${[...running].join(', ')}), ${done}/${plan.entries.length} done`)
   const onSignal = (signal: NodeJS.Signals, again: boolean) => {
-    if (again) return progress.say(`${signal} again: waiting for ${running.size} deployment(s) to revert their faults and stop`)
+    if (again) {
+      return progress.say(`${signal} again: waiting for ${running.size} deployment(s) to revert their faults and stop`)
+    }
     progress.say(`${signal}: stopping the fleet; each running deployment reverts its faults and stops, no other starts`)
   }
   try {

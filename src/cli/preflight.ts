@@ -11,8 +11,8 @@ import {stoppedError} from '../util/stop.js'
  * A suite whose scenarios act on several instance pairs checks the services of each (`more`: the other pairs' views,
  * each service probed once), so a pair that is down is exit 5 before the run, not one scenario's error in it.
  */
-export async function preflight(deployment: Deployment, more: Deployment[] = [], timeoutMs = (deployment.probeTimeoutSeconds ?? DEFAULT_PROBE_TIMEOUT_MS / 1000) * 1000,
-  signal?: AbortSignal): Promise<void> {
+export async function preflight(deployment: Deployment, more: Deployment[] = [],
+  timeoutMs = (deployment.probeTimeoutSeconds ?? DEFAULT_PROBE_TIMEOUT_MS / 1000) * 1000, signal?: AbortSignal): Promise<void> {
   const seen = new Set<string>()
   const services = [deployment, ...more].flatMap((d) => ([['prefill', d.services.prefill], ['decode', d.services.decode], ['router', d.services.router]] as const))
     .filter(([, svc]) => !seen.has(svc.url) && seen.add(svc.url))

@@ -79,7 +79,8 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
     const signal = this.stopSignal
     try {
       if (opts.disturb) assertMayDisturb(target.deployment, Boolean(flags['allow-production']), opts.disturb)
-      if (opts.preflight) await preflight(target.deployment, typeof opts.preflight === 'function' ? opts.preflight(target) : [], undefined, signal)
+      const others = typeof opts.preflight === 'function' ? opts.preflight(target) : []
+      if (opts.preflight) await preflight(target.deployment, others, undefined, signal)
       if (!opts.lock) return await fn(target)
       const spec = opts.lock(target)
       // One run lock for the deployment: on every host it spans (each in its own state dir), taken in the file's

@@ -96,7 +96,8 @@ export async function resolveTarget(flags: TargetFlags, opts: {
     if (opts.signal) opening.then((h) => {
       if (opts.signal!.aborted) h.close().catch(() => {})
     }, () => {})
-    return abortable(opening, opts.signal, config.kind === 'ssh' ? `connecting to ${config.alias ?? config.hostname ?? 'the host'}` : 'opening the host')
+    const phase = config.kind === 'ssh' ? `connecting to ${config.alias ?? config.hostname ?? 'the host'}` : 'opening the host'
+    return abortable(opening, opts.signal, phase)
   }
   const placed = acrossHosts(model)
   const pair = opts.pair ? {pair: opts.pair} : {}

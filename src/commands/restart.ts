@@ -32,7 +32,10 @@ export default class Restart extends TargetCommand<typeof Restart> {
     const order = (f.service ?? ['prefill', 'decode', 'router']) as ServiceName[]
     // A service named twice would be restarted twice behind two gates: a typo, not a plan.
     const twice = order.find((s, i) => order.indexOf(s) !== i)
-    if (twice) throw badInput(`--service ${twice} is given twice`, `name each service once, in the order to restart them: --service ${[...new Set(order)].join(' --service ')}`)
+    if (twice) {
+      throw badInput(`--service ${twice} is given twice`,
+        `name each service once, in the order to restart them: --service ${[...new Set(order)].join(' --service ')}`)
+    }
     if (f.journal !== undefined) checkOutputFile('--journal', f.journal)
     let deployment = ''
     // Ctrl-C (or SIGTERM) in any phase ends the run within a second, exit 3: a restart command under way is killed
@@ -45,7 +48,8 @@ export default class Restart extends TargetCommand<typeof Restart> {
       // Every instance, where the file lists several: in its restartOrder:, else prefill[0], prefill[1], … decode's, the router.
       return coRestart(t.deployment, t.host, {
         targets: restartTargetsOf(t, order), order, healthTimeoutS: f['health-timeout'], commandTimeoutS: f['command-timeout'],
-        canaries: f.canaries, watchS: f.watch, sampleS: f.sample, settleS: f.settle, onProgress: (l) => this.progress(l), signal,
+        canaries: f.canaries, watchS: f.watch, sampleS: f.sample, settleS: f.settle, onProgress: (l) => this.progress(l),
+        signal,
       })
     }))
     if (!this.jsonEnabled()) this.log(renderRestart(result))

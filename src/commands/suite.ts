@@ -62,11 +62,13 @@ export default class Suite extends TargetCommand<typeof Suite> {
     const f = this.flags
     // An empty run id would name no run: the Pushgateway grouping and the reports need one.
     if (f['run-id'] !== undefined && f['run-id'].trim() === '') {
-      throw badInput('--run-id is empty', 'give the run a name, e.g. --run-id nightly-2026-12-04, or leave the flag out for one from the start time')
+      throw badInput('--run-id is empty',
+        'give the run a name, e.g. --run-id nightly-2026-12-04, or leave the flag out for one from the start time')
     }
     // SIGINT (Ctrl-C) or SIGTERM (a scheduler's deadline) stops the run in any phase, from reading the suite file on;
     // a run that started has its journal still written (exit 3).
-    return this.withStopSignal(({signal}) => (f.fleet === undefined ? this.runOne(signal) : this.runFleet(f.fleet, signal)))
+    return this.withStopSignal(({signal}) =>
+      (f.fleet === undefined ? this.runOne(signal) : this.runFleet(f.fleet, signal)))
   }
 
   private async runOne(signal: AbortSignal): Promise<Record<string, unknown>> {

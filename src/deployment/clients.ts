@@ -15,7 +15,8 @@ export interface ServiceClients {
  * The one place the prefill, decode and router clients are built from the deployment file: service names for messages,
  * the router's Prometheus endpoint, and one probe deadline for all three (default DEFAULT_PROBE_TIMEOUT_MS).
  */
-export function serviceClients(deployment: Pick<Deployment, 'services'>, opts: {timeoutMs?: number; signal?: AbortSignal} = {}): ServiceClients {
+export function serviceClients(deployment: Pick<Deployment, 'services'>,
+  opts: {timeoutMs?: number; signal?: AbortSignal} = {}): ServiceClients {
   const svc = deployment.services
   const timeoutMs = opts.timeoutMs ?? DEFAULT_PROBE_TIMEOUT_MS
   const stop = opts.signal ? {signal: opts.signal} : {}
