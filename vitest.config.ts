@@ -22,6 +22,7 @@ export const SYSTEM_TESTS = [
   'test/suite/suite-over-ssh.test.ts',
   'test/suite/cli-input.test.ts',
   'test/cli/bad-input.test.ts',
+  'test/cli/signal-phases.test.ts',
   'test/cli/closed-output.test.ts',
   'test/deployment/load.test.ts',
   // a real sshd

@@ -2,6 +2,7 @@ import {Command, Flags, Interfaces} from '@oclif/core'
 
 import {errorDocument, isExitRequest, writeError} from './error-output.js'
 import {spinnable, startSpinner} from './spinner.js'
+import {type StopSignal, type StopSignalOptions, withStopSignal} from './stop-signal.js'
 
 export type BaseFlags<T extends typeof Command> = Interfaces.InferredFlags<(typeof BaseCommand)['baseFlags'] & T['flags']>
 export type BaseArgs<T extends typeof Command> = Interfaces.InferredArgs<T['args']>
@@ -34,6 +35,24 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
     this.flags = flags as BaseFlags<T>
     this.args = args as BaseArgs<T>
     this.positionals = argv as string[]
+  }
+
+  /** The run's stop while inside withStopSignal: every phase of the command honours it (withTarget passes it on). */
+  protected stopSignal?: AbortSignal
+
+  /**
+   * Run fn with SIGINT and SIGTERM stopping it (cli/stop-signal.ts): its signal is `this.stopSignal` meanwhile, so
+   * resolving the target, the health checks and the run all end within a second of it (exit 3).
+   */
+  protected async withStopSignal<R>(fn: (stop: StopSignal) => Promise<R>, o: StopSignalOptions = {}): Promise<R> {
+    return withStopSignal(async (stop) => {
+      this.stopSignal = stop.signal
+      try {
+        return await fn(stop)
+      } finally {
+        this.stopSignal = undefined
+      }
+    }, o)
   }
 
   /** A spinner on stderr when it is a TTY and not --json; undefined otherwise. */

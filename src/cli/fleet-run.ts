@@ -9,6 +9,7 @@ import {runFleet} from '../suite/fleet.js'
 import {type ChildOptions, journalPath, runMemberChild} from './fleet-member.js'
 import {checkOutputFile} from './outputs.js'
 import type {Progress} from './progress.js'
+import {withStopSignal} from './stop-signal.js'
 
 /**
  * `suite --fleet` on this machine: every deployment as its own pdchaos process (cli/fleet-member.ts says why), at most
@@ -40,20 +41,18 @@ export function checkFleet(plan: FleetPlan, o: {allowProduction: boolean; journa
 export async function runFleetHere(plan: FleetPlan, o: FleetHereOptions): Promise<FleetRun> {
   const dir = o.journalDir ?? mkdtempSync(join(tmpdir(), 'pdchaos-fleet-'))
   const {progress} = o
-  const stop = new AbortController()
   const running = new Set<string>()
   let done = 0
   const phase = () => progress.setPhase(`fleet ${plan.name}: ${running.size} running (${[...running].join(', ')}), ${done}/${plan.entries.length} done`)
-  const onSignal = (signal: NodeJS.Signals) => {
-    if (stop.signal.aborted) return progress.say(`${signal} again: waiting for ${running.size} deployment(s) to revert their faults and stop`)
+  const onSignal = (signal: NodeJS.Signals, again: boolean) => {
+    if (again) {
+      return progress.say(`${signal} again: waiting for ${running.size} deployment(s) to revert their faults and stop`)
+    }
     progress.say(`${signal}: stopping the fleet; each running deployment reverts its faults and stops, no other starts`)
-    stop.abort(`interrupted (${signal})`)
   }
-  process.on('SIGINT', onSignal)
-  process.on('SIGTERM', onSignal)
   try {
-    return await runFleet(plan, {
-      ...(o.maxParallel ? {maxParallel: o.maxParallel} : {}), runId: o.runId, signal: stop.signal,
+    return await withStopSignal(({signal}) => runFleet(plan, {
+      ...(o.maxParallel ? {maxParallel: o.maxParallel} : {}), runId: o.runId, signal,
       runMember: (e, ctx) => runMemberChild(e, {
         cli: o.cli ?? [process.execPath, ...process.execArgv, process.argv[1]!], journalDir: dir, keepJournal: o.journalDir !== undefined,
         runId: o.runId, pass: o.pass, say: (line) => progress.say(`[${e.name}] ${line}`), ...o.child,
@@ -69,10 +68,8 @@ export async function runFleetHere(plan: FleetPlan, o: FleetHereOptions): Promis
         progress.print([`[${m.name}] ${m.status.toUpperCase()} (exit ${m.exitCode})${m.reason ? `: ${m.reason}` : ''}`])
         phase()
       },
-    })
+    }), {onSignal})
   } finally {
-    process.removeListener('SIGINT', onSignal)
-    process.removeListener('SIGTERM', onSignal)
     if (o.journalDir === undefined) rmSync(dir, {recursive: true, force: true})
   }
 }

@@ -2,6 +2,7 @@ import {DEFAULT_PROBE_TIMEOUT_MS} from '../deployment/clients.js'
 import type {Deployment} from '../deployment/config.js'
 import {httpRequest, joinUrl} from '../deployment/http.js'
 import {PdError, unreachable} from '../errors.js'
+import {stoppedError} from '../util/stop.js'
 
 /**
  * Before a run reaches for anything else: each service must answer its health path (any HTTP status) within the
@@ -10,7 +11,8 @@ import {PdError, unreachable} from '../errors.js'
  * A suite whose scenarios act on several instance pairs checks the services of each (`more`: the other pairs' views,
  * each service probed once), so a pair that is down is exit 5 before the run, not one scenario's error in it.
  */
-export async function preflight(deployment: Deployment, more: Deployment[] = [], timeoutMs = (deployment.probeTimeoutSeconds ?? DEFAULT_PROBE_TIMEOUT_MS / 1000) * 1000): Promise<void> {
+export async function preflight(deployment: Deployment, more: Deployment[] = [],
+  timeoutMs = (deployment.probeTimeoutSeconds ?? DEFAULT_PROBE_TIMEOUT_MS / 1000) * 1000, signal?: AbortSignal): Promise<void> {
   const seen = new Set<string>()
   const services = [deployment, ...more].flatMap((d) => ([['prefill', d.services.prefill], ['decode', d.services.decode], ['router', d.services.router]] as const))
     .filter(([, svc]) => !seen.has(svc.url) && seen.add(svc.url))
@@ -18,10 +20,12 @@ export async function preflight(deployment: Deployment, more: Deployment[] = [],
     // Where pairs differ, a service is named by its URL too (prefill at http://…): the role alone would not say which.
     const service = more.length > 0 ? `${role} at ${svc.url}` : role
     try {
-      await httpRequest({service, url: joinUrl(svc.url, svc.healthPath), timeoutMs})
+      // The run's stop ends every probe at once (exit 3), not at the probe's deadline.
+      await httpRequest({service, url: joinUrl(svc.url, svc.healthPath), timeoutMs, ...(signal ? {signal} : {})})
       return undefined
     } catch (error) {
       if (!(error instanceof PdError)) throw error
+      if (signal?.aborted) throw stoppedError(signal, 'the health check')
       return error
     }
   })

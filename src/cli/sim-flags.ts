@@ -3,7 +3,7 @@ import {resolve} from 'node:path'
 
 import {Flags} from '@oclif/core'
 
-import {MAX_DEADLINE_SECONDS} from '../deployment/limits.js'
+import {MAX_DEADLINE_SECONDS, MIN_DEADLINE_SECONDS, MIN_POLL_SECONDS} from '../deployment/limits.js'
 import {badInput} from '../errors.js'
 import type {RouterUpOptions} from '../sim/lifecycle/index.js'
 import {POLICY_NAMES} from '../sim/router/policy.js'
@@ -152,6 +152,13 @@ export function suiteTwin(f: {sim: boolean; 'sim-deadline'?: string; 'sim-poll'?
   const deadlineS = seconds('--sim-deadline', f['sim-deadline']) ?? 3
   const pollS = seconds('--sim-poll', f['sim-poll']) ?? 0.5
   if (!(deadlineS > 0 && pollS > 0)) throw badInput('--sim-deadline and --sim-poll must be above 0 seconds', 'e.g. --sim-deadline 3 --sim-poll 0.5')
+  if (deadlineS < MIN_DEADLINE_SECONDS) {
+    throw badInput(`--sim-deadline must be at least ${MIN_DEADLINE_SECONDS} seconds, got ${deadlineS}`, 'e.g. --sim-deadline 3')
+  }
+  if (pollS < MIN_POLL_SECONDS) {
+    throw badInput(`--sim-poll must be at least ${MIN_POLL_SECONDS} seconds (10 ms; shorter is a busy loop), got ${pollS}`,
+      'e.g. --sim-poll 0.5')
+  }
   if (deadlineS > MAX_DEADLINE_SECONDS) throw badInput(`--sim-deadline must be at most ${MAX_DEADLINE_SECONDS} seconds, got ${deadlineS}`, `pass --sim-deadline ${MAX_DEADLINE_SECONDS} or less`)
   if (pollS > deadlineS) throw badInput(`--sim-poll (${pollS} s) is longer than --sim-deadline (${deadlineS} s)`, 'give a poll interval at most the deadline')
   return {deadlineS, pollS, cbTimeoutS: SUITE_TWIN_CB_TIMEOUT_S}

@@ -22,6 +22,7 @@ import {preflight} from './preflight.js'
 import type {TwinStart} from './sim-flags.js'
 import {closeTarget, everyHostOf, resolveTarget, type Target} from './target.js'
 import {onSignalExit} from '../faults/lease/lease-guard.js'
+import {throwIfStopped} from '../util/stop.js'
 
 /** Where a run's results go: files, and a Pushgateway URL. */
 export interface RunOutputs {
@@ -74,10 +75,13 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
       command: this.id ?? 'pdchaos',
       ...(opts.startTwin === undefined ? {} : {startTwin: opts.startTwin}), ...(opts.twin ? {twin: opts.twin} : {}), onProgress: opts.say ?? ((l) => this.progress(l)),
       ...(opts.check ? {check: opts.check} : {}), ...(opts.pair ? {pair: opts.pair} : {}),
+      ...(this.stopSignal ? {signal: this.stopSignal} : {}),
     })
+    const signal = this.stopSignal
     try {
       if (opts.disturb) assertMayDisturb(target.deployment, Boolean(flags['allow-production']), opts.disturb)
-      if (opts.preflight) await preflight(target.deployment, typeof opts.preflight === 'function' ? opts.preflight(target) : [])
+      const others = typeof opts.preflight === 'function' ? opts.preflight(target) : []
+      if (opts.preflight) await preflight(target.deployment, others, undefined, signal)
       if (!opts.lock) return await fn(target)
       const spec = opts.lock(target)
       // One run lock for the deployment: on every host it spans (each in its own state dir), taken in the file's
@@ -90,6 +94,8 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
       const off = spec.untilExpiry ? () => {} : onSignalExit(release)
       try {
         for (const h of hosts) locks.push(await acquireHostLock(h.host, h.stateDir, spec))
+        // Taking a lock is short and is let finish, so that it is released below; a stop during it is heard here.
+        throwIfStopped(signal, 'taking the run lock')
         return await fn(target)
       } finally {
         off()

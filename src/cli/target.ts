@@ -14,6 +14,7 @@ import {openHost} from '../hosts/open-host.js'
 import {Placement} from '../experiment/placement.js'
 import {defaultSimDir} from '../state-dir.js'
 import {badInput} from '../errors.js'
+import {abortable, throwIfStopped} from '../util/stop.js'
 import {simStateDir, type TwinStart} from './sim-flags.js'
 
 /**
@@ -57,6 +58,8 @@ export async function resolveTarget(flags: TargetFlags, opts: {
   check?: (deployment: Deployment, model: DeploymentModel) => void
   /** The instance pair a run acts on, where the file lists several instances of a role (exit 2 when it names none). */
   pair?: InstancePair
+  /** The command's stop (SIGINT): reading the file and reaching the hosts end with exit 3 when it fires. */
+  signal?: AbortSignal
 } = {}): Promise<Target> {
   let file = resolve(flags.config)
   let startedTwin: string | undefined
@@ -80,11 +83,22 @@ export async function resolveTarget(flags: TargetFlags, opts: {
       startedTwin = stateDir
     }
   }
+  // A twin being started is let finish (it keeps running, as after any suite that started it), then the stop is heard.
+  throwIfStopped(opts.signal, 'starting the twin')
   const model = await loadDeploymentModel(file)
+  throwIfStopped(opts.signal, `reading ${file}`)
   // Before any host is reached: a command never acts on one host of a deployment that spans several.
   const deployment = singleHostView(model, {command: opts.command ?? 'pdchaos', file, ...(opts.pair ? {pair: opts.pair} : {})})
   opts.check?.(deployment, model)
-  const open = (config: Deployment['host']): Promise<Host> => openHost(config, {sudo: deployment.sudo, acceptNewHostKey: flags['accept-new-host-key']})
+  // Connecting has its own deadline; a stop ends the wait at once (a connection that opens later is dropped).
+  const open = (config: Deployment['host']): Promise<Host> => {
+    const opening = openHost(config, {sudo: deployment.sudo, acceptNewHostKey: flags['accept-new-host-key']})
+    if (opts.signal) opening.then((h) => {
+      if (opts.signal!.aborted) h.close().catch(() => {})
+    }, () => {})
+    const phase = config.kind === 'ssh' ? `connecting to ${config.alias ?? config.hostname ?? 'the host'}` : 'opening the host'
+    return abortable(opening, opts.signal, phase)
+  }
   const placed = acrossHosts(model)
   const pair = opts.pair ? {pair: opts.pair} : {}
   if (placed.length <= 1) return {deployment, model, file, host: await open(deployment.host), startedTwin, ...pair}

@@ -1,5 +1,5 @@
 import type {DeploymentInput} from '../deployment/config.js'
-import {MAX_DEADLINE_SECONDS} from '../deployment/limits.js'
+import {MAX_DEADLINE_SECONDS, MIN_DEADLINE_SECONDS, MIN_POLL_SECONDS} from '../deployment/limits.js'
 import {PdError, badInput} from '../errors.js'
 import {ExitCode, type ExitCodeValue} from '../exit-codes.js'
 import * as lifecycle from '../sim/lifecycle/index.js'
@@ -41,6 +41,14 @@ export const simUp = async (options: SimUpOptions): Promise<lifecycle.SimUpResul
 
 /** The twin writes a deployment file for pdchaos: its watchdog must be one that file may hold (the twin checks the rest). */
 function checkTwinWatchdog(deadlineS: number | undefined, pollS: number | undefined): void {
+  if (deadlineS !== undefined && !(deadlineS >= MIN_DEADLINE_SECONDS)) {
+    throw badInput(`--deadline must be at least ${MIN_DEADLINE_SECONDS} seconds, got ${deadlineS}`,
+      'pass a deadline in seconds, e.g. --deadline 30')
+  }
+  if (pollS !== undefined && !(pollS >= MIN_POLL_SECONDS)) {
+    throw badInput(`--poll must be at least ${MIN_POLL_SECONDS} seconds (10 ms; shorter is a busy loop), got ${pollS}`,
+      'pass a poll interval in seconds, e.g. --poll 1')
+  }
   if (deadlineS !== undefined && deadlineS > MAX_DEADLINE_SECONDS) {
     throw badInput(`--deadline must be at most ${MAX_DEADLINE_SECONDS} seconds (the longest watchdog a run can judge under its lease), got ${deadlineS}`, `pass --deadline ${MAX_DEADLINE_SECONDS} or less`)
   }

@@ -66,22 +66,15 @@ export default class Inject extends TargetCommand<typeof Inject> {
     }
     const suite = oneScenarioSuite({fault: this.args.fault, params, pins: f.pins, ...(f['gpu-host'] === undefined ? {} : {gpuHost: f['gpu-host']}), load: {intervalMs: f['load-interval'], promptTokens: f['prompt-tokens'], canaries: f.canaries}})
     const holdMs = (f.ttl ?? 60) * 1000
-    // Ctrl-C (or SIGTERM) stops the run: its faults are reverted through the run's own flow and the verdicts so far,
-    // the journal included, are kept (exit 3); a second signal is the lease guard's (revert and exit at once).
-    const stop = new AbortController()
-    const onSignal = (signal: NodeJS.Signals) => stop.abort(`interrupted (${signal})`)
-    process.on('SIGINT', onSignal)
-    process.on('SIGTERM', onSignal)
+    // Ctrl-C (or SIGTERM) stops the run in any phase: its faults are reverted through the run's own flow and the
+    // verdicts so far, the journal included, are kept (exit 3); a second signal is the lease guard's.
     const t0 = Date.now()
     try {
-      return await this.injectRun(mode, suite, holdMs, stop.signal)
+      return await this.withStopSignal(({signal}) => this.injectRun(mode, suite, holdMs, signal))
     } catch (error) {
       // A run that reached no verdict (an unreachable target) still leaves its journal, as suite's does.
       this.writeFailureJournal(f.journal, 'inject', {name: suite.name, ...(f.sim ? {} : {config: resolve(f.config)}), startedAt: t0}, error)
       throw error
-    } finally {
-      process.removeListener('SIGINT', onSignal)
-      process.removeListener('SIGTERM', onSignal)
     }
   }
 

@@ -3,7 +3,7 @@ import {Flags} from '@oclif/core'
 import {checkOutputFile} from '../cli/outputs.js'
 import {TargetCommand} from '../cli/target-command.js'
 import {restartTargetsOf} from '../cli/target.js'
-import {oneLine} from '../errors.js'
+import {badInput, oneLine} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import {renderRestart} from '../report/restart-text.js'
 import {coRestart, type RestartResult, type ServiceName} from '../restart/co-restart.js'
@@ -30,9 +30,17 @@ export default class Restart extends TargetCommand<typeof Restart> {
     const f = this.flags
     // --service picks roles in the order given; by default the file's order (restartOrder:, else prefill, decode, router).
     const order = (f.service ?? ['prefill', 'decode', 'router']) as ServiceName[]
+    // A service named twice would be restarted twice behind two gates: a typo, not a plan.
+    const twice = order.find((s, i) => order.indexOf(s) !== i)
+    if (twice) {
+      throw badInput(`--service ${twice} is given twice`,
+        `name each service once, in the order to restart them: --service ${[...new Set(order)].join(' --service ')}`)
+    }
     if (f.journal !== undefined) checkOutputFile('--journal', f.journal)
     let deployment = ''
-    const result = await this.withTarget({
+    // Ctrl-C (or SIGTERM) in any phase ends the run within a second, exit 3: a restart command under way is killed
+    // (its process group), a health gate or the watch stops waiting, and the message says what was restarted.
+    const result = await this.withStopSignal(({signal}) => this.withTarget({
       disturb: 'restart',
       lock: (t) => ({command: `restart ${order.join(' ')}`, ttlMs: (restartTargetsOf(t, order).length * (f['health-timeout'] + f['command-timeout']) + f.watch + 120) * 1000}),
     }, (t) => {
@@ -41,8 +49,9 @@ export default class Restart extends TargetCommand<typeof Restart> {
       return coRestart(t.deployment, t.host, {
         targets: restartTargetsOf(t, order), order, healthTimeoutS: f['health-timeout'], commandTimeoutS: f['command-timeout'],
         canaries: f.canaries, watchS: f.watch, sampleS: f.sample, settleS: f.settle, onProgress: (l) => this.progress(l),
+        signal,
       })
-    })
+    }))
     if (!this.jsonEnabled()) this.log(renderRestart(result))
     if (result.verdicts.some((v) => v.verdict === 'fail')) process.exitCode = ExitCode.checkFailed
     // After the verdict: a journal that cannot be written is reported, the verdict and its exit code kept.

@@ -17,6 +17,7 @@ import {renderSuite} from '../report/suite-text.js'
 import {loadFleet} from '../suite/fleet-file.js'
 import {runSuite} from '../suite/runner.js'
 import {defaultSuite, GateSchema, loadSuite} from '../suite/suite-file.js'
+import {throwIfStopped} from '../util/stop.js'
 
 export default class Suite extends TargetCommand<typeof Suite> {
   static override summary = 'Run a suite of fault scenarios and co-restarts, in conflict-free concurrent batches: the nightly run and the release gate.'
@@ -60,18 +61,26 @@ export default class Suite extends TargetCommand<typeof Suite> {
 
   async run(): Promise<Record<string, unknown>> {
     const f = this.flags
-    if (f.fleet !== undefined) return this.runFleet(f.fleet)
+    // An empty run id would name no run: the Pushgateway grouping and the reports need one.
+    if (f['run-id'] !== undefined && f['run-id'].trim() === '') {
+      throw badInput('--run-id is empty',
+        'give the run a name, e.g. --run-id nightly-2026-12-04, or leave the flag out for one from the start time')
+    }
+    // SIGINT (Ctrl-C) or SIGTERM (a scheduler's deadline) stops the run in any phase, from reading the suite file on;
+    // a run that started has its journal still written (exit 3).
+    return this.withStopSignal(({signal}) =>
+      (f.fleet === undefined ? this.runOne(signal) : this.runFleet(f.fleet, signal)))
+  }
+
+  private async runOne(signal: AbortSignal): Promise<Record<string, unknown>> {
+    const f = this.flags
     const suiteFile = this.args.file ? resolve(this.args.file) : undefined
     const suite = suiteFile ? await loadSuite(suiteFile) : defaultSuite()
+    throwIfStopped(signal, suiteFile ? `reading ${suiteFile}` : 'the start')
     const twin = suiteTwin(f)
     // Every output checked before the run: a long run must not end in a write that was bound to fail.
     this.checkRunOutputs(f)
     const progress = new Progress({json: this.jsonEnabled()})
-    const stop = new AbortController()
-    // SIGINT (Ctrl-C) or SIGTERM (a scheduler's deadline) stops the run; its journal is still written (exit 3).
-    const onSigint = (signal: NodeJS.Signals) => stop.abort(`interrupted (${signal})`)
-    process.on('SIGINT', onSigint)
-    process.on('SIGTERM', onSigint)
     let deployment: string | undefined
     let config = f.sim ? undefined : resolve(f.config)
     let started: string | undefined
@@ -100,7 +109,7 @@ export default class Suite extends TargetCommand<typeof Suite> {
         const pairs = pairViews(t)
         return runSuite(t.deployment, placementOf(t), suite, {
           restartTargets: (order) => restartTargetsOf(t, order), ...(pairs ? {pairs} : {}),
-          gate: suite.gate ?? (f.gate ? GateSchema.parse({}) : undefined), say: progress.say, signal: stop.signal, runId: f['run-id'], oneAtATime: f['one-at-a-time'],
+          gate: suite.gate ?? (f.gate ? GateSchema.parse({}) : undefined), say: progress.say, signal, runId: f['run-id'], oneAtATime: f['one-at-a-time'],
           ...(f['allow-competing-timeout'] ? {batch: {allowCompetingTimeout: true}} : {}),
           onPlan: (lines) => progress.print(['plan (checked: no two scenarios in a batch interfere):', ...lines.map((x) => `  ${x}`)]),
           onPhase: progress.setPhase,
@@ -122,16 +131,15 @@ export default class Suite extends TargetCommand<typeof Suite> {
       throw error
     } finally {
       progress.stop()
-      process.removeListener('SIGINT', onSigint)
-      process.removeListener('SIGTERM', onSigint)
     }
   }
 
   /** --fleet: each deployment its own run (cli/fleet-run.ts), one combined report and exit code. */
-  private async runFleet(file: string): Promise<Record<string, unknown>> {
+  private async runFleet(file: string, signal: AbortSignal): Promise<Record<string, unknown>> {
     const f = this.flags
     if (this.args.file !== undefined) throw badInput(`with --fleet the suite of each deployment comes from the fleet file, not ${this.args.file}`, 'name it as `suite:` in the fleet file (for one deployment, or for all)')
     const plan = await loadFleet(resolve(file))
+    throwIfStopped(signal, `reading ${resolve(file)}`)
     checkFleet(plan, {allowProduction: f['allow-production'], journalDir: f['journal-dir']})
     checkFleetOutputs(f)
     const progress = new Progress({json: this.jsonEnabled()})

@@ -1,7 +1,9 @@
 import {z} from 'zod'
 
 import {HostSchema, SudoPolicySchema} from '../hosts/host-spec.js'
-import {MAX_DEADLINE_SECONDS, MAX_POLL_SECONDS, MAX_PROBE_TIMEOUT_SECONDS} from './limits.js'
+import {
+  MAX_DEADLINE_SECONDS, MAX_POLL_SECONDS, MAX_PROBE_TIMEOUT_SECONDS, MIN_DEADLINE_SECONDS, MIN_POLL_SECONDS, MIN_PROBE_TIMEOUT_SECONDS,
+} from './limits.js'
 
 /**
  * The deployment file (pdchaos.yaml): where the PD deployment lives, how to reach it, and the
@@ -19,7 +21,9 @@ export const LogSourceSchema = z.union([
   z.object({journald: z.string().min(1).describe('systemd unit whose journal holds the service log.')}).strict(),
 ], {error: 'expected {file: PATH} or {journald: UNIT}'})
 
-export {MAX_DEADLINE_SECONDS, MAX_POLL_SECONDS, MAX_PROBE_TIMEOUT_SECONDS} from './limits.js'
+export {
+  MAX_DEADLINE_SECONDS, MAX_POLL_SECONDS, MAX_PROBE_TIMEOUT_SECONDS, MIN_DEADLINE_SECONDS, MIN_POLL_SECONDS, MIN_PROBE_TIMEOUT_SECONDS,
+} from './limits.js'
 
 /** A service URL pdchaos can probe: http or https with a host and a port from 1 to 65535 (refused before any probe). */
 const serviceUrl = (what: string) => z.url({protocol: /^https?$/, error: `${what} must be an http:// or https:// URL`})
@@ -52,8 +56,11 @@ export const RouterServiceSchema = ServiceSchema.extend({
 
 export const WatchdogSchema = z.object({
   scope: z.enum(['all', 'inflight', 'off']).default('all').describe('all: every prefill PD queue; inflight: only the inflight queue.'),
-  deadlineSeconds: z.number().positive().max(MAX_DEADLINE_SECONDS),
-  pollSeconds: z.number().positive().max(MAX_POLL_SECONDS).describe('At most deadlineSeconds.'),
+  deadlineSeconds: z.number()
+    .min(MIN_DEADLINE_SECONDS, `at least ${MIN_DEADLINE_SECONDS} s: no watchdog evicts that fast (write seconds, e.g. 30)`)
+    .max(MAX_DEADLINE_SECONDS, `at most ${MAX_DEADLINE_SECONDS} s: the longest watchdog a run can judge under its lease`),
+  pollSeconds: z.number().min(MIN_POLL_SECONDS, `at least ${MIN_POLL_SECONDS} s (10 ms): a shorter poll is a busy loop (write seconds, e.g. 1)`)
+    .max(MAX_POLL_SECONDS, `at most ${MAX_POLL_SECONDS} s`).describe('At most deadlineSeconds.'),
   logPattern: z.string().min(1).max(1000).superRefine((p, ctx) => {
     const why = watchdogPatternError(p)
     if (why) ctx.addIssue({code: 'custom', message: why})
@@ -90,7 +97,8 @@ export const DeploymentFields = {
   }).strict().default({nvidiaSmi: 'nvidia-smi'}),
   watchdog: WatchdogSchema,
   sglangVersion: z.string().min(1).optional().describe('The SGLang version expected; status warns when the server reports another.'),
-  probeTimeoutSeconds: z.number().positive().max(MAX_PROBE_TIMEOUT_SECONDS).optional()
+  probeTimeoutSeconds: z.number().min(MIN_PROBE_TIMEOUT_SECONDS, `at least ${MIN_PROBE_TIMEOUT_SECONDS} s: every probe would time out (write seconds, e.g. 5)`)
+    .max(MAX_PROBE_TIMEOUT_SECONDS, `at most ${MAX_PROBE_TIMEOUT_SECONDS} s`).optional()
     .describe("How long each service has to answer pdchaos's probes (default 5): the check before inject and suite, and status (its --timeout overrides it)."),
 }
 

@@ -22,8 +22,11 @@ export class RouterClient {
     this.timeoutMs = opts.timeoutMs ?? DEFAULT_PROBE_TIMEOUT_MS
     this.generateTimeoutMs = opts.generateTimeoutMs ?? 600_000
     this.metricsUrl = opts.metricsUrl ? (new URL(opts.metricsUrl).pathname === '/' ? joinUrl(opts.metricsUrl, '/metrics') : opts.metricsUrl) : joinUrl(baseUrl, '/metrics')
-    this.probe = new SglangClient(baseUrl, {service: this.service, timeoutMs: this.timeoutMs})
+    this.probe = new SglangClient(baseUrl, {service: this.service, timeoutMs: this.timeoutMs, ...(opts.signal ? {signal: opts.signal} : {})})
+    this.signal = opts.signal
   }
+
+  private readonly signal?: AbortSignal
 
   /** POST /generate through the router with pdchaos's own rid; the router adds the bootstrap host, port and room. */
   generate(req: Omit<GenerateRequest, 'bootstrap_host' | 'bootstrap_port' | 'bootstrap_room'>, opts: {timeoutMs?: number; signal?: AbortSignal} = {}): Promise<GenerateResult> {
@@ -48,6 +51,6 @@ export class RouterClient {
   }
 
   metrics(): Promise<ParsedMetrics> {
-    return fetchMetrics(this.service, this.metricsUrl, this.timeoutMs)
+    return fetchMetrics(this.service, this.metricsUrl, this.timeoutMs, this.signal)
   }
 }

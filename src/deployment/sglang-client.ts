@@ -20,6 +20,8 @@ export interface ClientOptions {
   generateTimeoutMs?: number
   /** Named in errors: "prefill", "decode", "router". */
   service?: string
+  /** The run's stop: every probe of this client ends at once when it aborts (exit 3), not at its deadline. */
+  signal?: AbortSignal
 }
 
 export interface GenerateRequest {
@@ -141,11 +143,13 @@ export class SglangClient {
   readonly service: string
   readonly timeoutMs: number
   readonly generateTimeoutMs: number
+  private readonly stop: {signal?: AbortSignal}
 
   constructor(readonly baseUrl: string, opts: ClientOptions = {}) {
     this.service = opts.service ?? 'sglang server'
     this.timeoutMs = opts.timeoutMs ?? DEFAULT_PROBE_TIMEOUT_MS
     this.generateTimeoutMs = opts.generateTimeoutMs ?? 600_000
+    this.stop = opts.signal ? {signal: opts.signal} : {}
   }
 
   private url(path: string): string {
@@ -161,7 +165,7 @@ export class SglangClient {
   async abort(rid: string): Promise<{status: number; ms: number}> {
     if (!rid) throw badInput('abort needs a rid (an empty rid is silently ignored by SGLang)')
     const url = this.url('/abort_request')
-    const res = await httpRequest({service: this.service, url, method: 'POST', body: JSON.stringify({rid, abort_all: false}), timeoutMs: this.timeoutMs})
+    const res = await httpRequest({service: this.service, url, method: 'POST', body: JSON.stringify({rid, abort_all: false}), timeoutMs: this.timeoutMs, ...this.stop})
     if (res.status < 200 || res.status > 299) throw statusError(this.service, url, res)
     return {status: res.status, ms: res.ms}
   }
@@ -171,7 +175,7 @@ export class SglangClient {
     const url = this.url(path)
     const started = performance.now()
     try {
-      const res = await httpRequest({service: this.service, url, timeoutMs: this.timeoutMs})
+      const res = await httpRequest({service: this.service, url, timeoutMs: this.timeoutMs, ...this.stop})
       const ok = res.status >= 200 && res.status <= 299
       return ok ? {ok, status: res.status, ms: res.ms} : {ok, status: res.status, ms: res.ms, error: statusError(this.service, url, res).message}
     } catch (error) {
@@ -190,9 +194,9 @@ export class SglangClient {
   /** GET /server_info, falling back to the deprecated /get_server_info on older servers. */
   async serverInfo(): Promise<Record<string, unknown>> {
     const url = this.url('/server_info')
-    const res = await httpRequest({service: this.service, url, timeoutMs: this.timeoutMs})
+    const res = await httpRequest({service: this.service, url, timeoutMs: this.timeoutMs, ...this.stop})
     if (res.status === 404) {
-      const {json} = await requestJson({service: this.service, url: this.url('/get_server_info'), timeoutMs: this.timeoutMs})
+      const {json} = await requestJson({service: this.service, url: this.url('/get_server_info'), timeoutMs: this.timeoutMs, ...this.stop})
       return asObject(this.service, this.url('/get_server_info'), json)
     }
     if (res.status < 200 || res.status > 299) throw statusError(this.service, url, res)
@@ -201,12 +205,12 @@ export class SglangClient {
 
   /** GET /v1/loads?include=disagg: the per-DP-rank load snapshot with the PD queue lengths. */
   async loads(): Promise<unknown> {
-    return (await requestJson({service: this.service, url: this.url('/v1/loads?include=disagg'), timeoutMs: this.timeoutMs})).json
+    return (await requestJson({service: this.service, url: this.url('/v1/loads?include=disagg'), timeoutMs: this.timeoutMs, ...this.stop})).json
   }
 
   /** GET /metrics, parsed. A malformed page is a PdError (exit 5) naming the service and the line. */
   async metrics(): Promise<ParsedMetrics> {
-    return fetchMetrics(this.service, this.url('/metrics'), this.timeoutMs)
+    return fetchMetrics(this.service, this.url('/metrics'), this.timeoutMs, this.stop.signal)
   }
 
   /**
@@ -217,7 +221,7 @@ export class SglangClient {
     const q = {prefill_dp_rank: -1, prefill_cp_rank: -1, target_tp_rank: -1, target_pp_rank: -1, ...query}
     const params = new URLSearchParams(Object.entries(q).map(([k, v]) => [k, String(v)]))
     const url = joinUrl(bootstrapUrl, '/route') + '?' + params.toString()
-    const res = await httpRequest({service: 'bootstrap server', url, timeoutMs: this.timeoutMs})
+    const res = await httpRequest({service: 'bootstrap server', url, timeoutMs: this.timeoutMs, ...this.stop})
     if (res.status === 503) {
       throw statusError('bootstrap server', url, res, 'not every prefill rank has registered yet: wait for the prefill to finish starting, or check its log')
     }
@@ -227,8 +231,8 @@ export class SglangClient {
 }
 
 /** GET a Prometheus page and parse it; the content-type tells OpenMetrics from the text format. */
-export async function fetchMetrics(service: string, url: string, timeoutMs: number): Promise<ParsedMetrics> {
-  const res = await requestText({service, url, timeoutMs, headers: {accept: 'text/plain;version=0.0.4;q=1.0,*/*;q=0.1'}})
+export async function fetchMetrics(service: string, url: string, timeoutMs: number, signal?: AbortSignal): Promise<ParsedMetrics> {
+  const res = await requestText({service, url, timeoutMs, headers: {accept: 'text/plain;version=0.0.4;q=1.0,*/*;q=0.1'}, ...(signal ? {signal} : {})})
   const openMetrics = (res.headers.get('content-type') ?? '').includes('application/openmetrics-text') || undefined
   return parsePromText(res.text, {openMetrics, source: `${service} at ${url}`})
 }

@@ -133,6 +133,8 @@ export interface DiscoverOptions {
    * process table, ranks, launch arguments and environment are read for these only. Default: all three.
    */
   here?: ServiceName[]
+  /** The run's stop: the service probes end at once when it aborts (each also has its deadline). */
+  signal?: AbortSignal
 }
 
 /** The process view restricted to the services on this host: a process of another host's role here is not theirs. */
@@ -157,7 +159,7 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
   const timeoutMs = opts.timeoutMs ?? DEFAULT_PROBE_TIMEOUT_MS
   const warnings: string[] = []
   const svc = deployment.services
-  const {prefill, decode, router} = serviceClients(deployment, {timeoutMs})
+  const {prefill, decode, router} = serviceClients(deployment, {timeoutMs, ...(opts.signal ? {signal: opts.signal} : {})})
   const soft = async <T>(what: string, p: Promise<T>, o: {fatal?: (error: unknown) => boolean} = {}): Promise<T | undefined> => {
     try {
       return await p
@@ -170,7 +172,7 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
 
   // The host itself is not optional: an unreachable host, a refused key or a changed host key stops here (exit 5),
   // before any service probe can make a half-report look like an answer.
-  await host.run(['true'], {timeoutMs})
+  await host.run(['true'], {timeoutMs, ...(opts.signal ? {signal: opts.signal} : {})})
 
   const here = new Set<ServiceName>(opts.here ?? ['prefill', 'decode', 'router'])
   const [pHealth, dHealth, rHealth, rReady, pInfo, dInfo, pMetrics, dMetrics, allProcs, hostState] = await Promise.all([

@@ -16,6 +16,7 @@ import {type SampledServer, sampleOnce, startSampler} from '../workload/sampler.
 import {sendDirect, sendRequest, type SendOptions, type Sent} from '../workload/send.js'
 import {type LogMark, markLogs, readLogs} from '../workload/service-log.js'
 import {SteadyLoad} from '../workload/steady-load.js'
+import {abortable, throwIfStopped} from '../util/stop.js'
 import {sleep, sleepUntil, within} from '../util/time.js'
 import {type Entry, type EntryPart, injectedEverywhere, judgeBatch, leasesOf, scenarioShell} from './judge.js'
 import {injectUnderLease, revertAndVerify} from './lease-steps.js'
@@ -113,16 +114,17 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
   // Each pair is calibrated on its own servers (RunSession keeps it); its lag probes hold as many requests at once as
   // its pins, paced as they will be (none in hold mode).
   const calibrations = new Map<RunSession, Calibrated>()
+  const stopOpt = settings.signal ? {signal: settings.signal} : {}
   if (settings.mode !== 'dry-run') {
     for (const p of pairs) {
       const lagProbes = {count: settings.mode === 'hold' ? 0 : batch.filter((s) => pairOf(s) === p).reduce((n, s) => n + s.pins, 0), ...settings.pinPacing}
-      calibrations.set(p.session, await p.session.calibration({promptTokens: settings.promptTokens, say, lagProbes, ...(settings.mode === 'hold' ? {requests: 1} : {})}))
+      calibrations.set(p.session, await p.session.calibration({promptTokens: settings.promptTokens, say, lagProbes, ...(settings.mode === 'hold' ? {requests: 1} : {}), ...stopOpt}))
     }
   }
   const calibration = calibrations.get(main.session)
-  if (settings.mode === 'dry-run') await warmUp(session)
+  if (settings.mode === 'dry-run') await abortable(warmUp(session, settings.signal), settings.signal, 'the warm-up request')
   const discoveries = new Map<RunSession, FaultDiscovery>()
-  for (const p of pairs) discoveries.set(p.session, await p.session.discovery(say))
+  for (const p of pairs) discoveries.set(p.session, await p.session.discovery(say, settings.signal))
 
   // Plan every scenario before anything is injected.
   const entries: Entry[] = []
@@ -141,7 +143,7 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
       const leaseId = newLeaseId(s.fault)
       const on = hostForFault(placement, params as Record<string, unknown>, discovery.ranks, s.gpuHost)
       const seen = onHost(discovery, on, placement)
-      const facts = await fault.gather(on.host, seen, params, {timeoutMs: PROBE_TIMEOUT_MS})
+      const facts = await abortable(fault.gather(on.host, seen, params, {timeoutMs: PROBE_TIMEOUT_MS}), settings.signal, `planning ${s.name}`)
       e.plan = fault.plan({discovery: seen, params, leaseId, facts, calibration: calibrations.get(on0), contract})
       // SGLang's own timeouts that could release these pins: one firing before the window closes means the experiment
       // cannot exercise the watchdog. Refused before anything is injected, unless the caller allows it (its pins are
@@ -164,7 +166,7 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
         for (const name of others) {
           const at = placement.named(name)
           const seenThere = onHost(discovery, at, placement)
-          const factsThere = await fault.gather(at.host, seenThere, params, {timeoutMs: PROBE_TIMEOUT_MS})
+          const factsThere = await abortable(fault.gather(at.host, seenThere, params, {timeoutMs: PROBE_TIMEOUT_MS}), settings.signal, `planning ${s.name}`)
           const part: EntryPart = {host: name, plan: fault.plan({discovery: seenThere, params, leaseId: newLeaseId(s.fault), facts: factsThere, calibration: calibrations.get(on0), contract})}
           ;(e.parts ??= []).push(part)
           partHost.set(part, at)
@@ -184,8 +186,12 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
     }
     entries.push(e)
   }
+  // Stopped while planning: nothing was injected; the run records it (a suite) or ends with it (inject), exit 3.
+  throwIfStopped(settings.signal, 'planning the batch')
   const planned = entries.filter((e) => e.plan)
-  if (settings.mode === 'dry-run') return {scenarios: await dryRun(entries, hostOf, partHost, calibration, contract), floorMs: 0}
+  if (settings.mode === 'dry-run') {
+    return {scenarios: await abortable(dryRun(entries, hostOf, partHost, calibration, contract), settings.signal, 'the dry run\'s probes'), floorMs: 0}
+  }
   // Nothing could be planned (each scenario refused, with its reason): nothing to inject, load or judge.
   if (planned.length === 0) return {scenarios: entries.map((e) => scenarioShell(e, contract, calibration, now())), floorMs: 0}
 
@@ -449,8 +455,9 @@ async function recover(session: RunSession, servers: SampledServer[], rec: Recor
 }
 
 /** A dry run sends one unfaulted request through the router first: a fresh deployment opens its routes on first use. */
-async function warmUp(session: RunSession): Promise<void> {
-  await session.router.generate({rid: `pdchaos-warmup-${Date.now().toString(36)}`, text: 'warm up', max_new_tokens: 1}, {timeoutMs: 30_000}).catch(() => undefined)
+async function warmUp(session: RunSession, signal?: AbortSignal): Promise<void> {
+  await session.router.generate({rid: `pdchaos-warmup-${Date.now().toString(36)}`, text: 'warm up', max_new_tokens: 1}, {timeoutMs: 30_000, ...(signal ? {signal} : {})})
+    .catch(() => undefined)
 }
 
 async function dryRun(entries: Entry[], hostOf: Map<Entry, PlacedHost>, partHost: Map<EntryPart, PlacedHost>, calibration: Calibrated | undefined, contract: ScenarioRun['contract']): Promise<ScenarioRun[]> {

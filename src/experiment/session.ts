@@ -9,6 +9,7 @@ import {faultDiscovery, type FaultDiscovery} from '../faults/fault.js'
 import type {Host} from '../hosts/host.js'
 import {describeLags} from '../model/lags.js'
 import type {Calibration} from '../model/timeline.js'
+import {abortable} from '../util/stop.js'
 import {sleep} from '../util/time.js'
 import {calibrate, type LagProbeShape} from './calibrate.js'
 import {Placement} from './placement.js'
@@ -62,12 +63,14 @@ export class RunSession {
 
   /** Discovery, once per run while the processes stay the same. After calibration: a fresh deployment publishes its
    * ranks' ZMQ ports on the bootstrap route only once it has served a request. */
-  async discovery(say?: (l: string) => void): Promise<FaultDiscovery> {
+  async discovery(say?: (l: string) => void, signal?: AbortSignal): Promise<FaultDiscovery> {
     if (!this.discovered) {
       say?.('discovering the deployment')
-      const report = this.placement.spansHosts
-        ? await discoverAcrossHosts(this.placement.hosts, {timeoutMs: PROBE_TIMEOUT_MS})
-        : await discover(this.deployment, this.host, {timeoutMs: PROBE_TIMEOUT_MS})
+      // Each of discovery's host commands has its deadline; the run's stop ends the wait at once (exit 3).
+      const o = {timeoutMs: PROBE_TIMEOUT_MS, ...(signal ? {signal} : {})}
+      const report = await abortable(this.placement.spansHosts
+        ? discoverAcrossHosts(this.placement.hosts, o)
+        : discover(this.deployment, this.host, o), signal, 'discovery')
       this.discovered = faultDiscovery(report, this.deployment)
     }
     return this.discovered

@@ -81,6 +81,13 @@ function check(info: ParamInfo, raw: unknown): {value: unknown} | {why: string} 
   return {why: `must be ${describeKind(k)} (got ${JSON.stringify(raw)})`}
 }
 
+/** A value in range for a param, written as its source takes it: `--trials 6`, `params.trials: 6`. */
+function example(info: ParamInfo, label: string, source: ParamSource): string {
+  const k = info.kind
+  const v = info.default ?? (k.type === 'enum' ? k.options[0] : k.type === 'boolean' ? true : k.min ?? 1)
+  return source === 'flags' ? `pass for example ${label} ${String(v)}` : `write for example ${label}: ${String(v)}`
+}
+
 /** One thing wrong with a fault's params: the param it concerns (when one does) and a one-line message. */
 export interface ParamIssue {
   key?: string
@@ -107,7 +114,7 @@ export function checkFaultParams<P>(fault: Fault<P>, raw: Record<string, unknown
       return {issue: {key, message: `${fault.name} takes no ${label(key)}`, suggestion: `${fault.name} takes ${takes}`}}
     }
     const c = check(info, value)
-    if ('why' in c) return {issue: {key, message: `${fault.name}: ${label(key)} ${c.why}`}}
+    if ('why' in c) return {issue: {key, message: `${fault.name}: ${label(key)} ${c.why}`, suggestion: example(info, label(key), source)}}
     out[key] = c.value
   }
   const parsed = fault.params.safeParse(out)

@@ -17,6 +17,8 @@ export interface RunOptions {
   stdin?: string | Buffer
   /** Extra environment for the command (passed through `env`, so it needs no sshd AcceptEnv). */
   env?: Record<string, string>
+  /** The run's stop (SIGINT): the command's process group is killed at once and run() rejects with exit 3. */
+  signal?: AbortSignal
 }
 
 export interface RunResult {

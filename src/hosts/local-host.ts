@@ -3,6 +3,7 @@ import {type ChildProcessWithoutNullStreams, spawn} from 'node:child_process'
 
 import {PdError} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
+import {stoppedError} from '../util/stop.js'
 import {within} from '../util/time.js'
 import {
   DETACH_SCRIPT, UPLOAD_SCRIPT, buildArgv, checkTimeout, envPrefix, modeString, sudoPrefix,
@@ -48,14 +49,26 @@ export class LocalHost implements Host {
       child.once('close', (code, signal) => resolve({code, signal}))
     })
     let timer: NodeJS.Timeout | undefined
-    const expired = new Promise<'timeout'>((resolve) => {
+    let onAbort: (() => void) | undefined
+    const expired = new Promise<'timeout' | 'stopped'>((resolve) => {
       timer = setTimeout(() => {
         killGroup(child.pid)
         resolve('timeout')
       }, opts.timeoutMs)
+      // Stopped (SIGINT): the command's group is killed as at its deadline, and nothing it started is left running.
+      onAbort = () => {
+        killGroup(child.pid)
+        resolve('stopped')
+      }
+      if (opts.signal?.aborted) onAbort()
+      else opts.signal?.addEventListener('abort', onAbort, {once: true})
     })
     try {
       const result = await Promise.race([ended, expired])
+      if (result === 'stopped') {
+        await within(ended, REAP_MS)
+        throw stoppedError(opts.signal!, `\`${describeArgv(argv)}\` on local (its process group was killed)`)
+      }
       if (result === 'timeout') {
         await within(ended, REAP_MS)
         throw new PdError(`\`${describeArgv(argv)}\` timed out after ${opts.timeoutMs} ms on local; its process group was killed`, {
@@ -70,6 +83,7 @@ export class LocalHost implements Host {
       return {code: result.code, ...(result.signal ? {signal: result.signal} : {}), stdout: out.text(), stderr: err.text(), durationMs}
     } finally {
       clearTimeout(timer)
+      if (onAbort) opts.signal?.removeEventListener('abort', onAbort)
     }
   }
 

@@ -8,6 +8,7 @@ import {PdError, badInput, oneLine} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import {lazyRequire} from '../util/lazy-require.js'
 import {readInputFile} from '../util/safe-file.js'
+import {stoppedError} from '../util/stop.js'
 import {within} from '../util/time.js'
 import {
   DETACH_SCRIPT, UPLOAD_SCRIPT, buildArgv, checkTimeout, envPrefix, modeString, sudoPrefix,
@@ -193,10 +194,23 @@ export class SshHost implements Host {
         if (settled) return
         settled = true
         clearTimeout(timer)
+        opts.signal?.removeEventListener('abort', onAbort)
         release?.()
         conn?.inflight.delete(onDrop)
         if (err) reject(err)
         else resolve(res!)
+      }
+      // At its deadline, or stopped (SIGINT): the remote group is killed, so nothing the command started runs on.
+      const end = (err: PdError): void => {
+        const killing = pid !== undefined && conn?.alive ? this.killRemote(pid, opts.sudo) : Promise.resolve()
+        killing.finally(() => {
+          try { channel?.close() } catch { /* already closed */ }
+          finish(err)
+        })
+      }
+      const onAbort = (): void => {
+        timedOut = true
+        end(stoppedError(opts.signal!, `\`${describeArgv(argv)}\` on ${where} (the remote command was killed)`))
       }
       const timer = setTimeout(() => {
         timedOut = true
@@ -207,12 +221,10 @@ export class SshHost implements Host {
           : new PdError(`\`${describeArgv(argv)}\` timed out after ${opts.timeoutMs} ms on ${where} before it started (connecting or queued behind other commands)`, {
             exit: ExitCode.unreachable, suggestion: 'raise the timeout, or check the network path and how many commands run at once',
           })
-        const killing = pid !== undefined && conn?.alive ? this.killRemote(pid, opts.sudo) : Promise.resolve()
-        killing.finally(() => {
-          try { channel?.close() } catch { /* already closed */ }
-          finish(err)
-        })
+        end(err)
       }, opts.timeoutMs)
+      if (opts.signal?.aborted) queueMicrotask(onAbort)
+      else opts.signal?.addEventListener('abort', onAbort, {once: true})
 
       const start = async (attempt: number): Promise<void> => {
         conn = await this.connection()

@@ -11,6 +11,7 @@ import type {Host} from '../hosts/host.js'
 import {displayArgv} from '../hosts/quote.js'
 import type {RestartResult, RestartStep, ServiceName, WatchSample} from '../model/restart.js'
 import {fail, pass, type Verdict} from '../model/verdict.js'
+import {abortable, stoppedError, throwIfStopped} from '../util/stop.js'
 import {sleep} from '../util/time.js'
 
 export type {RestartResult, RestartStep, ServiceName, WatchSample} from '../model/restart.js'
@@ -79,6 +80,7 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
   const say = opts.onProgress ?? (() => {})
   const {router, ...clients} = serviceClients(deployment)
   const targets = opts.targets ?? roleTargets(deployment, hosts, opts.order)
+  const stopOpt = opts.signal ? {signal: opts.signal} : {}
   for (const t of targets) {
     if (!t.service.restart) throw badInput(`the deployment file has no restart command for ${t.name}`, `add ${t.path}.restart (an argv list) to the deployment file`)
   }
@@ -91,6 +93,12 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
   const canaries: RestartResult['canaries'] = []
   const samples: WatchSample[] = []
   let watchRequests: RestartResult['watch']['requests'] = []
+  // Stopped (SIGINT): what was restarted so far is said; a restart command under way is killed (exit 3).
+  const done = (): string => {
+    const restarted = steps.filter((x) => x.exitCode === 0).map((x) => x.instance ?? x.service)
+    return restarted.length > 0 ? `restarted ${restarted.join(', ')}; nothing after` : 'nothing was restarted'
+  }
+  const stopped = (phase: string): void => throwIfStopped(opts.signal, phase, done())
   const finish = (): RestartResult =>
     ({steps, totalMs: Math.round(now() - started), canaries, watch: {samples, requests: watchRequests}, verdicts, observations: rec.sorted()})
   for (const t of targets) {
@@ -103,10 +111,11 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
     const runOn = async (host: Host, where: string): Promise<number | null> => {
       try {
         // Privileged only as the deployment's sudo: policy says (never: as the login user).
-        const res = await host.run(command, {timeoutMs: opts.commandTimeoutS * 1000, sudo: deployment.sudo === 'passwordless'})
+        const res = await host.run(command, {timeoutMs: opts.commandTimeoutS * 1000, sudo: deployment.sudo === 'passwordless', ...stopOpt})
         if (res.code !== 0) say(`${name}${where} restart command exited ${res.code}: ${oneLine(res.stderr).slice(0, 200)}`)
         return res.code
       } catch (error) {
+        if (opts.signal?.aborted) throw stoppedError(opts.signal, `${name}'s restart command (killed)`, done())
         say(`${name}${where} restart command failed: ${oneLine(error)}`)
         return null
       }
@@ -129,13 +138,14 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
     let last: HealthResult | undefined
     const deadline = t0 + opts.healthTimeoutS * 1000
     while (now() < deadline && !opts.signal?.aborted) {
-      last = await gate(t)
+      last = await abortable(gate(t), opts.signal, `${name}'s health gate`, `${name}'s restart command ran; ${done()}`)
       if (last.ok) {
         healthyAfterMs = now() - t0
         break
       }
       await sleep(200, opts.signal)
     }
+    throwIfStopped(opts.signal, `${name}'s health gate`, `${name}'s restart command ran; ${done()}`)
     steps.push({service: t.role, ...(name === t.role ? {} : {instance: t.path}), command, exitCode, ...(nodeCodes ? {nodes: nodeCodes} : {}), commandMs: Math.round(commandMs), healthyAfterMs: healthyAfterMs === null ? null : Math.round(healthyAfterMs), lastHealth: last})
     const evidence = {command, exitCode, ...(nodeCodes ? {nodes: nodeCodes} : {}), commandMs: Math.round(commandMs), healthyAfterMs, gate: t.role === 'router' ? t.service.readinessPath : t.service.healthPath, lastHealth: last}
     if (healthyAfterMs === null) {
@@ -149,11 +159,12 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
   if (opts.settleS > 0) {
     say(`settling ${opts.settleS}s (one decode heartbeat) before the canaries`)
     await sleep(opts.settleS * 1000, opts.signal)
+    stopped('the settle')
   }
   // A restarted instance opens its routes and KV connections on its first request, which can outlast a short watchdog
   // deadline: warm it up directly (as calibration does) before the canaries judge it through the router. Several
   // instances: pairs that reach every restarted one, since the router may send a canary to any of them.
-  const warmed = await warmUpPairs(deployment, targets)
+  const warmed = await abortable(warmUpPairs(deployment, targets, opts.signal), opts.signal, 'the warm-up', done())
   rec.marker('warm-up', `${warmed.ok ? 'succeeded' : 'did not succeed'} after ${warmed.tries} request(s)`)
   say(`warm-up after the restart: ${warmed.ok ? 'ok' : 'no success'} after ${warmed.tries} request(s)`)
   // Canaries end to end: the pair works again through the router.
@@ -164,6 +175,7 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
     const r = await s.done
     canaries.push({rid: s.rid, status: r.status, ms: Math.round(r.at - s.sentAt)})
   }
+  stopped('the canaries')
   const badCanaries = canaries.filter((c) => c.status !== 200)
   verdicts.push(badCanaries.length === 0
     ? pass('restart', 'canaries', `${canaries.length} of ${canaries.length} canary requests succeeded end to end`, {canaries})
@@ -177,7 +189,8 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
   while (now() - watchStart < opts.watchS * 1000 && !opts.signal?.aborted) {
     inWatch.push(sendRequest(router, rec, {role: 'load', timeoutMs: requestTimeoutMs, signal: opts.signal}))
     const atS = (now() - watchStart) / 1000
-    const [pm, dm] = await Promise.all([clients.prefill.metrics().catch(() => undefined), clients.decode.metrics().catch(() => undefined)])
+    const [pm, dm] = await abortable(Promise.all([clients.prefill.metrics().catch(() => undefined), clients.decode.metrics().catch(() => undefined)]),
+      opts.signal, 'the pin watch', done())
     const sample: WatchSample = {
       atS: Math.round(atS * 10) / 10,
       inflight: pm && sampleValue(pm.samples, PREFILL_INFLIGHT_QUEUE),
@@ -190,6 +203,7 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
     say(sample.line)
     await sleep(opts.sampleS * 1000, opts.signal)
   }
+  stopped('the pin watch')
   // Every watch request must finish; one held past the deadline is a pin the restart left behind.
   const settled = await Promise.all(inWatch.map(async (s) => ({s, r: await s.done})))
   watchRequests = settled.map(({s, r}) => ({rid: s.rid, sentAtS: Math.round(((s.sentAt - watchStart) / 1000) * 10) / 10, status: r.status, ms: r.status === null ? null : Math.round(r.at - s.sentAt)}))
@@ -210,7 +224,7 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
  * Warm up every restarted prefill and decode instance: pair i is prefill instance i and decode instance i (each list
  * taken round), so max(prefills, decodes) pairs reach them all; a role not restarted is the deployment's own instance.
  */
-async function warmUpPairs(deployment: Deployment, targets: RestartTarget[]): Promise<{ok: boolean; tries: number}> {
+async function warmUpPairs(deployment: Deployment, targets: RestartTarget[], signal?: AbortSignal): Promise<{ok: boolean; tries: number}> {
   const of = (role: 'prefill' | 'decode') => {
     const restarted = targets.filter((t) => t.role === role).map((t) => ({...deployment.services[role], ...t.service}))
     return restarted.length > 0 ? restarted : [deployment.services[role]]
@@ -222,7 +236,7 @@ async function warmUpPairs(deployment: Deployment, targets: RestartTarget[]): Pr
     const prefill = prefills[i % prefills.length] as Deployment['services']['prefill']
     const decode = decodes[i % decodes.length]!
     const view = {...deployment, services: {...deployment.services, prefill, decode}}
-    const w = await warmUp(view, serviceClients(view))
+    const w = await warmUp(view, serviceClients(view), undefined, signal)
     ok &&= w.ok
     tries += w.tries
   }

@@ -11,7 +11,7 @@ import type {RestartResult} from '../model/restart.js'
 import {coRestart, type RestartTarget, type ServiceName} from '../restart/co-restart.js'
 import {now} from '../workload/recorder.js'
 import {evaluateGate} from './gate.js'
-import {type Batch, expand, lagLimit, pairOfScenario, type PlannedScenario, type PlanOptions, planBatches, planConflicts, renderPlanText} from './planner.js'
+import {type Batch, expand, lagLimit, pairOfScenario, type PlannedScenario, type PlanOptions, planBatchesInTurns, planConflicts, renderPlanText} from './planner.js'
 import {startStopWatch, type StopWatch} from './stop.js'
 import type {GateSpec, SuiteFile} from './suite-file.js'
 
@@ -81,12 +81,21 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
   }
   // The stop conditions watch every host a scenario acts on (the kernel log of each), whichever pair it belongs to.
   const hosts = unionOfHosts([session.placement.hosts, ...scenarios.filter((s) => !s.spec.restart).map((s) => sessionOf(s).session.placement.hosts)])
-  const batches: Batch[] = opts.oneAtATime ? scenarios.map((s, i) => ({index: i + 1, scenarios: [s]})) : planBatches(scenarios, planOpts)
+  // Planning compares every pair of scenarios: a large suite (up to MAX_PLANNED_SCENARIOS) says so and hears a stop.
+  if (scenarios.length > 50) say(`planning ${scenarios.length} scenarios into batches`)
+  // A stop before or while planning: no plan, and the run stops before its first batch (every scenario "not run").
+  const batches: Batch[] = opts.signal?.aborted ? []
+    : opts.oneAtATime ? scenarios.map((s, i) => ({index: i + 1, scenarios: [s]}))
+    : await planBatchesInTurns(scenarios, planOpts, {...(opts.signal ? {signal: opts.signal} : {}),
+      onProgress: (n, of) => opts.onPhase?.(`planning: ${n} of ${of} scenarios placed`)}).catch((error: unknown) => {
+      if (opts.signal?.aborted) return []
+      throw error
+    })
   const conflicts = planConflicts(batches, planOpts)
   if (conflicts.length > 0) throw new PdError(`the batch plan has conflicts: ${conflicts.join('; ')}`, {exit: 5, suggestion: 'report this: the planner must never batch conflicting scenarios'})
   const plan = renderPlanText(batches, planOpts)
   if (planOpts.maxPerBatch !== undefined && !opts.oneAtATime) plan.push(`batch size: ${planLimitWhy ?? ''}`)
-  opts.onPlan?.(plan)
+  if (batches.length > 0) opts.onPlan?.(plan)
 
   const watch = await startStopWatch(deployment, hosts, suite.stop, {say})
   const onOuter = () => watch.stop(String(opts.signal?.reason ?? 'interrupted'))
@@ -185,7 +194,14 @@ async function planOptions(session: RunSession, scenarios: PlannedScenario[], o:
     if (o.signal?.aborted) return {}
     throw error
   }
-  const d = await session.discovery(o.say)
+  let d: Awaited<ReturnType<RunSession['discovery']>>
+  try {
+    d = await session.discovery(o.say, o.signal)
+  } catch (error) {
+    // Stopped while discovering: as while calibrating, the run stops before its first batch.
+    if (o.signal?.aborted) return {}
+    throw error
+  }
   return {
     autoMechanism: classifyDataPath(d.transport).kind === 'tcp' ? 'packet-filter' : 'nic',
     ...(limit ? {maxPerBatch: limit.maxPerBatch, limitWhy: limit.why} : {}),

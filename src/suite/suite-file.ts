@@ -32,7 +32,10 @@ const PairSchema = z.object({prefill: instanceIndex('prefill'), decode: instance
 )
 
 export const ScenarioSchema = z.object({
-  name: z.string().min(1).max(80).regex(/^[A-Za-z0-9][A-Za-z0-9 _.:#@-]*$/, 'letters, digits, space and _ . : # @ - only'),
+  // Names are refused, not normalized, where two could read alike: no trailing space ("a" and "a " would be two
+  // scenarios that print the same), and duplicates are compared with runs of spaces collapsed (below).
+  name: z.string().min(1).max(80).regex(/^[A-Za-z0-9][A-Za-z0-9 _.:#@-]*$/, 'letters, digits, space and _ . : # @ - only')
+    .refine((n) => !n.endsWith(' '), 'a scenario name must not end with a space (two names differing only by it read the same)'),
   fault: z.enum(FAULT_NAMES).optional(),
   params: ParamsSchema.default({}),
   pins: z.number().int().min(1).max(10_000).default(2).describe('Pinned requests (abort-mid-transfer uses trials instead).'),
@@ -66,7 +69,26 @@ export const GateSchema = z.object({
     .describe('Checks whose unverified verdicts (the check lacked its data) fail the gate. Default: eviction.'),
 }).strict()
 
-export const SuiteSchema = z.object({
+/**
+ * The most scenarios a run plans (each scenario times its repetitions): planning compares every pair, and a run of
+ * this many already takes hours. Counted on the file's raw text, before any scenario is validated, so a file of 10,000
+ * is refused at once (exit 2), not after seconds of validation and a minute of planning.
+ */
+export const MAX_PLANNED_SCENARIOS = 1000
+
+/** Scenarios × repetitions as the file writes them (a repetitions that is not a number counts 1; its own check says). */
+function plannedCount(raw: unknown): number {
+  const scenarios = (raw as {scenarios?: unknown} | null)?.scenarios
+  if (!Array.isArray(scenarios)) return 0
+  let n = 0
+  for (const s of scenarios) {
+    const r = (s as {repetitions?: unknown} | null)?.repetitions
+    n += typeof r === 'number' && Number.isInteger(r) && r > 1 ? Math.min(r, 100) : 1
+  }
+  return n
+}
+
+const SuiteObjectSchema = z.object({
   version: z.literal(1).default(1),
   name: z.string().min(1).default('suite'),
   scenarios: z.array(ScenarioSchema).min(1),
@@ -80,12 +102,26 @@ export const SuiteSchema = z.object({
     canaries: z.number().int().min(1).max(100).default(2),
   }).strict().default({intervalMs: 500, promptTokens: 128, canaries: 2}),
 }).strict().superRefine((s, ctx) => {
-  const seen = new Set<string>()
+  const seen = new Map<string, string>()
   s.scenarios.forEach((sc, i) => {
-    if (seen.has(sc.name)) ctx.addIssue({code: 'custom', path: ['scenarios', i, 'name'], message: `duplicate scenario name ${JSON.stringify(sc.name)}`})
-    seen.add(sc.name)
+    // "a  b" and "a b" print alike: a duplicate too.
+    const key = sc.name.replace(/ +/g, ' ')
+    const other = seen.get(key)
+    if (other !== undefined) {
+      const alike = other === sc.name ? '' : ` (reads as ${JSON.stringify(other)})`
+      ctx.addIssue({code: 'custom', path: ['scenarios', i, 'name'], message: `duplicate scenario name ${JSON.stringify(sc.name)}${alike}`})
+    }
+    seen.set(key, sc.name)
   })
 })
+
+export const SuiteSchema = z.preprocess((raw, ctx) => {
+  const n = plannedCount(raw)
+  if (n <= MAX_PLANNED_SCENARIOS) return raw
+  ctx.addIssue({code: 'custom', path: ['scenarios'], input: raw,
+    message: `${n} scenarios to plan (scenarios × repetitions) is more than the ${MAX_PLANNED_SCENARIOS} a run plans; split the suite into several files`})
+  return z.NEVER
+}, SuiteObjectSchema)
 
 export type SuiteFile = z.infer<typeof SuiteSchema>
 export type ScenarioSpec = z.infer<typeof ScenarioSchema>

@@ -29,6 +29,8 @@ interface Case {
   /** The most this case may take, ms (the hang cases are bounded by their probe timeout; generous: a loaded 2-core
    * machine takes seconds just to start the CLI). */
   withinMs?: number
+  /** The suggestion (`Try this:` line, or the JSON document's suggestions) must say this. */
+  suggestion?: RegExp
 }
 
 const dir = mkdtempSync(join(tmpdir(), 'pdchaos-bad-input-'))
@@ -117,6 +119,17 @@ function writeFixtures(): void {
     'suite-load-interval.yaml': 'scenarios:\n  - {name: one, fault: drop-dest-info}\nload: {intervalMs: 999999999999}\n',
     'suite-gate-check.yaml': 'scenarios:\n  - {name: one, fault: drop-dest-info}\ngate: {requiredChecks: [vibes]}\n',
     'suite-name-chars.yaml': 'scenarios:\n  - {name: "a;rm -rf /", fault: drop-dest-info}\n',
+    // Issue 28 (items 4, 5): confusable labels and values out of range.
+    'label-zwsp.yaml': deployment({extra: 'labels: {environment: "production\\u200b"}'}),
+    'label-fullwidth.yaml': deployment({extra: 'labels: {environment: "\uff50\uff52\uff4f\uff44\uff55\uff43\uff54\uff49\uff4f\uff4e"}'}),
+    'label-key-confusable.yaml': deployment({extra: 'labels: {" Environment\\u2060": "\\u00adPRODUCTION "}'}),
+    'poll-1e-300.yaml': deployment({watchdog: '{deadlineSeconds: 2, pollSeconds: 1e-300}'}),
+    'deadline-1e-300.yaml': deployment({watchdog: '{deadlineSeconds: 1e-300, pollSeconds: 1e-300}'}),
+    'poll-5ms.yaml': deployment({watchdog: '{deadlineSeconds: 2, pollSeconds: 0.005}'}),
+    'probe-timeout-1e-300.yaml': deployment({extra: 'probeTimeoutSeconds: 1e-300'}).replace('probeTimeoutSeconds: 0.5\n', ''),
+    'suite-trailing-space.yaml': 'scenarios:\n  - {name: one, fault: drop-dest-info}\n  - {name: "one ", fault: drop-dest-info}\n',
+    'suite-double-space.yaml': 'scenarios:\n  - {name: "a b", fault: drop-dest-info}\n  - {name: "a  b", fault: drop-dest-info}\n',
+    'suite-too-many.yaml': 'scenarios:\n' + Array.from({length: 11}, (_, i) => `  - {name: s${i}, fault: drop-dest-info, repetitions: 100}`).join('\n') + '\n',
   }
   for (const [name, text] of Object.entries(files)) writeFileSync(at(name), text)
   // 8 MB and 400k keys: refused at the 1 MiB cap before any parsing.
@@ -373,6 +386,26 @@ const CASES: Case[] = [
   {name: 'report --html a FIFO', args: ['report', '--html', '{dir}/fifo', '{dir}/journal-time-out-of-range.json'], exit: 2, cause: /--html .*fifo is a FIFO/, withinMs: 30_000},
   {name: 'report --junit a character device', args: ['report', '--junit', '{dir}/dev-full', '{dir}/journal-time-out-of-range.json'], exit: 2, cause: /--junit .*dev-full is a character device/},
 
+  // Issue 28 (p28b): confusable labels, values out of range, and the low items (signals in each phase: signal-phases.test.ts).
+  {name: 'production label with a zero-width space after it', args: ['inject', 'drop-dest-info', ...c('label-zwsp.yaml')], exit: 2, cause: /labelled environment: production/},
+  {name: 'production label in full-width letters', args: ['suite', ...c('label-fullwidth.yaml')], exit: 2, cause: /labelled environment: production/},
+  {name: 'production label: key and value with invisible characters and case', args: ['restart', ...c('label-key-confusable.yaml')], exit: 2, cause: /labelled environment: production/},
+  {name: 'pollSeconds 1e-300', args: ['status', ...c('poll-1e-300.yaml')], exit: 2, cause: /watchdog\.pollSeconds: at least 0\.01 s/, suggestion: /./},
+  {name: 'deadlineSeconds 1e-300', args: ['status', ...c('deadline-1e-300.yaml')], exit: 2, cause: /watchdog\.deadlineSeconds: at least 0\.1 s/},
+  {name: 'pollSeconds 5 ms', args: ['inject', 'drop-dest-info', ...c('poll-5ms.yaml')], exit: 2, cause: /watchdog\.pollSeconds: at least 0\.01 s \(10 ms\)/},
+  {name: 'probeTimeoutSeconds 1e-300', args: ['status', ...c('probe-timeout-1e-300.yaml')], exit: 2, cause: /probeTimeoutSeconds: at least 0\.1 s/},
+  {name: 'sim up --poll 1e-300', args: ['sim', 'up', '--state-dir', '{dir}/twin-j', '--poll', '1e-300'], exit: 2, cause: /--poll must be at least 0\.01 seconds/, suggestion: /--poll 1/},
+  {name: 'sim up --deadline 1e-300', args: ['sim', 'up', '--state-dir', '{dir}/twin-k', '--deadline', '1e-300', '--poll', '1e-300'], exit: 2, cause: /--deadline must be at least 0\.1 seconds/},
+  {name: 'suite --sim-poll 1e-300', args: ['suite', '--sim', '--state-dir', '{dir}/empty-state', '--sim-poll', '1e-300'], exit: 2, cause: /--sim-poll must be at least 0\.01 seconds/},
+  {name: 'suite scenario names differing by a trailing space', args: ['suite', '{dir}/suite-trailing-space.yaml', ...c('good.yaml')], exit: 2, cause: /scenarios\[1\]\.name: a scenario name must not end with a space/},
+  {name: 'suite scenario names differing by a double space', args: ['suite', '{dir}/suite-double-space.yaml', ...c('good.yaml')], exit: 2, cause: /duplicate scenario name "a  b" \(reads as "a b"\)/},
+  {name: 'suite of 1100 scenarios x repetitions', args: ['suite', '{dir}/suite-too-many.yaml', ...c('good.yaml')], exit: 2, cause: /1100 scenarios to plan \(scenarios × repetitions\) is more than the 1000 a run plans/},
+  {name: 'abort-mid-transfer --trials=-1', args: ['inject', 'abort-mid-transfer', '--trials=-1', ...c('good.yaml')], exit: 2, cause: /--trials must be an integer from 1 to 200/, suggestion: /--trials \d+/},
+  {name: 'restart --service prefill --service prefill', args: ['restart', '--service', 'prefill', '--service', 'prefill', ...c('good.yaml')], exit: 2, cause: /--service prefill is given twice/, suggestion: /--service prefill/},
+  {name: "suite --run-id ''", args: ['suite', '--run-id', '', ...c('good.yaml')], exit: 2, cause: /--run-id is empty/, suggestion: /--run-id/},
+  {name: 'status --sim -c FILE', args: ['status', '--sim', '--state-dir', '{dir}/empty-state', ...c('good.yaml')], exit: 2, cause: /--sim=true cannot also be provided when using --config|--config=.* cannot also be provided when using --sim/},
+  {name: 'good: status --json --help prints the help as one JSON document', args: ['status', '--json', '--help'], exit: 0, modes: ['json']},
+
   // Good cases from the probe: valid input that must keep working.
   {name: 'good: --help', args: ['--help'], exit: 0, modes: ['text']},
   {name: 'good: --version', args: ['--version'], exit: 0, modes: ['text']},
@@ -483,6 +516,7 @@ describe('bad input (issue 12): exit code, one line naming the cause, no stack t
           expect(doc.error?.exitCode, shown).toBe(k.exit)
           expect(doc.error?.message, shown).toMatch(k.cause!)
           expect(doc.error?.message, shown).not.toContain('\n')
+          if (k.suggestion) expect((doc.error as {suggestions?: string[]}).suggestions?.join(' '), shown).toMatch(k.suggestion)
         } else {
           expect(r.stdout, shown).toBe('')
           const lines = r.stderr.split('\n').filter((l) => l.trim() !== '')
@@ -490,6 +524,7 @@ describe('bad input (issue 12): exit code, one line naming the cause, no stack t
           expect(lines[0], shown).toMatch(k.cause!)
           expect(lines.length, shown).toBeLessThanOrEqual(2)
           if (lines[1] !== undefined) expect(lines[1], shown).toMatch(/^Try this: /)
+          if (k.suggestion) expect(lines[1], shown).toMatch(k.suggestion)
         }
       })
     }

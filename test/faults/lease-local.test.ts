@@ -1,6 +1,7 @@
 import {existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync} from 'node:fs'
 import {tmpdir} from 'node:os'
 import {join} from 'node:path'
+import {spawn} from 'node:child_process'
 import {runCommand} from '@oclif/test'
 import {afterAll, afterEach, describe, expect, it} from 'vitest'
 
@@ -54,6 +55,30 @@ describe('lease on a host (LocalHost)', () => {
     const again = await revertLease(host, dir, lease.id)
     expect(again).toMatchObject({reverted: false, status: 'already-reverted', byWhom: 'reverter', exitCode: 0})
     expect(markerCount(marker)).toBe(1)
+  })
+
+  // Issue 28: the reverter's pid and start time come from a file on the host; a file that names another process (forged,
+  // or a mistake) with that process's true start time must not get its group signalled. As `sim down` checks what it
+  // stops, the revert checks that the process is this lease's reverter (its command line) before it signals it.
+  it('a revert signals only the lease\'s own reverter, never another process a lease file names', async () => {
+    const {dir, marker} = fresh()
+    const lease = await createLease(host, dir, {fault: 'drop-dest-info', params: {rank: 0}, ttlMs: 60_000, revert: markerRevert(marker), command: 'test'})
+    // A decoy leading its own process group, as the reverter does.
+    const decoy = spawn('sleep', ['60'], {stdio: 'ignore', detached: true})
+    await eventually(() => decoy.pid !== undefined && alive(decoy.pid), 2000)
+    const pid = decoy.pid!
+    const ticks = Number(readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[19])
+    const file = join(dir, 'leases', `${lease.id}.json`)
+    writeFileSync(file, readFileSync(file, 'utf8').replace(/"reverter":\{[^}]*\}/, `"reverter":{"pid":${pid},"startTicks":${ticks}}`))
+    try {
+      expect(await revertLease(host, dir, lease.id)).toMatchObject({reverted: true, status: 'reverted'})
+      expect(markerCount(marker)).toBe(1)
+      await sleep(300)
+      expect(alive(pid), 'the decoy named by the lease file was signalled').toBe(true)
+    } finally {
+      try { process.kill(-pid, 'SIGKILL') } catch { /* gone */ }
+      killAll([lease.reverter!.pid])
+    }
   })
 
   it('a normal revert runs the script once and cancels the reverter', async () => {

@@ -46,6 +46,25 @@ describe('LocalHost', () => {
     expect(big.stderr).toMatch(/E2BIG/)
   })
 
+  it('a stop (the run\'s signal) rejects at once with exit 3 and kills the whole process group (issue 28)', async () => {
+    const m = marker()
+    const stop = new AbortController()
+    const running = host.run(['sh', '-c', `sleep ${m} & sleep ${m}; wait`], {timeoutMs: 60_000, signal: stop.signal}).catch((e: unknown) => e)
+    // The shell and its two sleeps (the shell's command line names them too).
+    await eventually(() => pidsMatching(`sleep ${m}`).length >= 3, 5000)
+    const t0 = performance.now()
+    stop.abort('interrupted (SIGINT)')
+    const err = await running
+    const elapsed = performance.now() - t0
+    expect(err).toBeInstanceOf(PdError)
+    expect((err as PdError).exitCode).toBe(3)
+    expect((err as PdError).message).toMatch(/^interrupted \(SIGINT\) during `sh -c .*` on local \(its process group was killed\)/)
+    expect(elapsed).toBeLessThan(1000)
+    const gone = await eventually(() => pidsMatching(`sleep ${m}`).length === 0, 3000)
+    killAll(pidsMatching(`sleep ${m}`))
+    expect(gone).toBe(true)
+  })
+
   it('a timeout rejects fast with exit 5 and kills the whole process group', async () => {
     const m = marker()
     const t0 = performance.now()

@@ -79,6 +79,24 @@ describe('SshHost against a real sshd', () => {
     expect((await h.run(['echo', 'ok'], {timeoutMs: 10_000})).stdout).toBe('ok\n')
   })
 
+  it('a stop (the run\'s signal) returns at once with exit 3 and kills the remote process group (issue 28)', async () => {
+    const h = await open()
+    await h.connect()
+    const m = marker()
+    strays.push(`sleep ${m}`)
+    const stop = new AbortController()
+    const running = failure(h.run(['sh', '-c', `sleep ${m} & sleep ${m}; wait`], {timeoutMs: 60_000, signal: stop.signal}))
+    await eventually(() => pidsMatching(`sleep ${m}`).length >= 3, 5000)
+    const t0 = performance.now()
+    stop.abort('interrupted (SIGINT)')
+    const err = await running
+    expect(err.exitCode).toBe(3)
+    expect(err.message).toMatch(/^interrupted \(SIGINT\) during `sh -c .*` on ssh root@127\.0\.0\.1:\d+ \(the remote command was killed\)/)
+    expect(performance.now() - t0).toBeLessThan(1000)
+    expect(await eventually(() => pidsMatching(`sleep ${m}`).length === 0, 3000)).toBe(true)
+    expect((await h.run(['echo', 'ok'], {timeoutMs: 10_000})).stdout).toBe('ok\n')
+  })
+
   it('multiplexes 100 sequential and 20 concurrent commands over one connection (queued under MaxSessions)', async () => {
     const h = await open()
     const before = logins(sshd)

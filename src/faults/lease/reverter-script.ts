@@ -78,14 +78,22 @@ finalize() {
   rm -f "$L/$id.json" "$L/$id.claim"
 }
 
+# The lease's own reverter: its command line is this script's watch for this lease id (a lease file that names
+# another process, forged or mistaken, never gets it signalled).
+our_reverter() {
+  c=$(tr '\000' '\n' < "/proc/$1/cmdline" 2>/dev/null) || return 1
+  printf '%s\n' "$c" | grep -qx 'pdchaos-reverter' && printf '%s\n' "$c" | grep -qx 'watch' && printf '%s\n' "$c" | grep -qxF -- "$id"
+}
+
 # After a revert by pdchaos or recover, the reverter has nothing left to do: stop it, but only if the pid still
-# names the process that was started (same start time); a recycled pid is never signalled.
+# names the process that was started (same start time) and that process is this lease's reverter (as sim down checks
+# its services); a recycled pid, or one a lease file names falsely, is never signalled.
 stop_reverter() {
   r=$(sed -n 's/.*"reverter":{"pid":\([0-9][0-9]*\),"startTicks":\([0-9][0-9]*\)}.*/\1 \2/p' "$L/done/$id.json" 2>/dev/null)
   [ -n "$r" ] || return 0
   p=${'${r% *}'} t=${'${r#* }'}
   [ "$p" != "$$" ] || return 0
-  if [ "$(ticks "$p")" = "$t" ]; then kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; fi
+  if [ "$(ticks "$p")" = "$t" ] && our_reverter "$p"; then kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; fi
   return 0
 }
 
