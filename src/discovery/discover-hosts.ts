@@ -87,7 +87,7 @@ export async function discoverAcrossHosts(hosts: HostToRead[], opts: Omit<Discov
       const instance = node?.path ?? x.instances?.find((i) => i.role === k.service)?.path
       return {...k, host: x.name, ...(instance ? {instance} : {}), ...(node ? {nodeRank: node.nodeRank} : {})}
     })),
-    watchdog: {contract: p.report.watchdog.contract, ...(p.report.watchdog.prefillEnv ? {prefillEnv: p.report.watchdog.prefillEnv} : {}), ...(timeouts ? {timeouts} : {})},
+    watchdog: {contract: p.report.watchdog.contract, ...(p.report.watchdog.prefillEnv ? {prefillEnv: p.report.watchdog.prefillEnv} : {}), ...(timeouts ? {timeouts} : {}), ...(d.report.watchdog.heartbeat ? {heartbeat: d.report.watchdog.heartbeat} : {})},
     transport: transportAcross(p.report, d.report),
     ...(p.report.topology ? {topology: p.report.topology} : {}),
     ...(p.report.topologyError ? {topologyError: p.report.topologyError} : {}),

@@ -14,6 +14,7 @@ import {isRouterCommand, type RouterSettings, routerSettingsFromArgv} from './ro
 import {parseNvidiaTopo, type Topology} from './topo.js'
 import {healthCheckFromEnv, KEPT_ENV, type HealthCheckSettings} from './transport-env.js'
 import {timeoutsFromServices, watchdogFromEnv, watchdogWarnings, type EnvTimeouts, type EnvWatchdog} from './watchdog-env.js'
+import {heartbeatFromEnv, type HeartbeatSettings} from './heartbeat-bound.js'
 
 /**
  * Discovery: what a PD deployment is right now, read the way an operator would read it — the services' HTTP APIs,
@@ -106,7 +107,7 @@ export interface StatusReport {
   deployment: {name: string; host: string; labels: Record<string, string>; backend: string}
   services: Record<ServiceName, ServiceStatus>
   ranks: RankInfo[]
-  watchdog: {contract: Deployment['watchdog']; prefillEnv?: EnvWatchdog; timeouts?: EnvTimeouts}
+  watchdog: {contract: Deployment['watchdog']; prefillEnv?: EnvWatchdog; timeouts?: EnvTimeouts; heartbeat?: HeartbeatSettings}
   /** env: the prefill rank's transport variables (UCX_*, MC_*, NIXL_*), which tell whether the KV path is TCP. */
   transport: {backend: string; source: string; env?: Record<string, string>; dataPath?: string; rails?: TwinRail[]}
   /** `nvidia-smi topo -m`: which NIC shares a PCIe switch with each GPU (undefined, with topologyError, if it failed). */
@@ -262,6 +263,7 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
   // Each from its owner: bootstrap from prefill, waiting and heartbeat from decode (its server, else its first rank).
   const decodeEnv = procs?.serviceEnv.decode ?? procs?.ranks.find((r) => r.service === 'decode')?.env
   if (procs?.prefillEnv || decodeEnv) timeouts = timeoutsFromServices({prefill: procs?.prefillEnv, decode: decodeEnv})
+  const heartbeat = heartbeatFromEnv(decodeEnv)
   if (procs?.prefillEnv) {
     prefillEnv = watchdogFromEnv(procs.prefillEnv)
     warnings.push(...watchdogWarnings(prefillEnv, contract, timeouts!, 'prefill'))
@@ -285,7 +287,7 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
     deployment: {name: deployment.name, host: host.describe(), labels: deployment.labels, backend: deployment.backend},
     services,
     ranks,
-    watchdog: {contract, prefillEnv, timeouts},
+    watchdog: {contract, prefillEnv, timeouts, ...(heartbeat ? {heartbeat} : {})},
     transport,
     ...(procs?.topology ? {topology: procs.topology} : {}),
     ...(procs?.topologyError ? {topologyError: procs.topologyError} : {}),

@@ -5,6 +5,7 @@ import type {FaultExpectation} from '../checks/expectation.js'
 import type {RankInfo, StatusReport} from '../discovery/discover.js'
 import type {Topology} from '../discovery/topo.js'
 import type {HealthCheckSettings} from '../discovery/transport-env.js'
+import type {HeartbeatSettings} from '../discovery/heartbeat-bound.js'
 import {badInput, oneLine} from '../errors.js'
 import type {Host} from '../hosts/host.js'
 import {shellCommand} from '../hosts/quote.js'
@@ -77,6 +78,8 @@ export interface FaultDiscovery {
   topologyError?: string
   /** How each server's /health judges it (SGLANG_HEALTH_CHECK_TIMEOUT, generation on or off). */
   health?: Partial<Record<'prefill' | 'decode', HealthCheckSettings>>
+  /** Decode's heartbeat toward prefill (its environment), when it was read: how soon decode notices a lost prefill. */
+  heartbeat?: HeartbeatSettings
 }
 
 export function faultDiscovery(report: StatusReport, deployment: Deployment): FaultDiscovery {
@@ -96,6 +99,7 @@ export function faultDiscovery(report: StatusReport, deployment: Deployment): Fa
     ...(report.topology ? {topology: report.topology} : {}),
     ...(report.topologyError ? {topologyError: report.topologyError} : {}),
     ...(Object.keys(health).length ? {health} : {}),
+    ...(report.watchdog.heartbeat ? {heartbeat: report.watchdog.heartbeat} : {}),
   }
 }
 

@@ -8,7 +8,8 @@ import {classifyDataPath} from '../faults/mechanisms/data-path.js'
 import type {Host} from '../hosts/host.js'
 import type {ScenarioRun, SuiteRun} from '../model/run.js'
 import type {RestartResult} from '../model/restart.js'
-import {coRestart, type RestartTarget, type ServiceName} from '../restart/co-restart.js'
+import {coRestart, type RestartTarget, roleTargets, type ServiceName} from '../restart/co-restart.js'
+import {ALONE_DEFAULTS, aloneProbePlan, restartAlone} from '../restart/role-restart.js'
 import {now} from '../workload/recorder.js'
 import {evaluateGate} from './gate.js'
 import {type Batch, expand, pairOfScenario, type PlannedScenario, type PlanOptions, planBatches, planConflicts, renderPlanText} from './planner.js'
@@ -188,6 +189,7 @@ async function runRestart(session: RunSession, s: PlannedScenario, watch: StopWa
   const startedAt = Date.now()
   watch.setRestarting(true)
   try {
+    if (r.only) return await runAlone(session, s, r.only, watch, say, targets)
     const res = await coRestart(session.deployment, (service) => session.placement.of(service).host, {
       order: r.services as ServiceName[], healthTimeoutS: r.healthTimeoutSeconds, commandTimeoutS: r.commandTimeoutSeconds,
       canaries: r.canaries, watchS: r.watchSeconds, sampleS: 1, settleS: r.settleSeconds, onProgress: (l) => say(`${s.name}: ${l}`), signal: watch.signal,
@@ -200,6 +202,25 @@ async function runRestart(session: RunSession, s: PlannedScenario, watch: StopWa
     session.forget()
     watch.setRestarting(false)
   }
+}
+
+/** A role restarted alone (`restart: {only: prefill}`): canaries judged against decode's heartbeat bound. */
+async function runAlone(session: RunSession, s: PlannedScenario, role: 'prefill' | 'decode', watch: StopWatch, say: (l: string) => void, targets?: RunOptions['restartTargets']): Promise<{scenarios: ScenarioRun[]; floorMs: number}> {
+  const r = s.spec.restart!
+  const startedAt = Date.now()
+  const d = await session.discovery((l) => say(`${s.name}: ${l}`))
+  const shape = {role, ...(d.heartbeat ? {heartbeat: d.heartbeat} : {}), ...ALONE_DEFAULTS}
+  for (const l of aloneProbePlan(shape)) say(`${s.name}: ${l}`)
+  const hosts = (service: ServiceName) => session.placement.of(service).host
+  const res = await restartAlone(session.deployment, hosts, {
+    ...shape, healthTimeoutS: r.healthTimeoutSeconds, commandTimeoutS: r.commandTimeoutSeconds, onProgress: (l) => say(`${s.name}: ${l}`), signal: watch.signal,
+    targets: targets ? targets([role]) : roleTargets(session.deployment, hosts, [role]),
+    repairTargets: targets ? targets(['prefill', 'decode', 'router']) : roleTargets(session.deployment, hosts, ['prefill', 'decode', 'router']),
+  })
+  const healthWaits = res.steps.reduce((a, step) => a + (step.healthyAfterMs ?? 0), 0)
+  const run = restartScenario(s.name, res, {contract: session.deployment.watchdog, startedAt, finishedAt: Date.now()})
+  // The floor: the health waits and the canaries' span, which the heartbeat bound sets.
+  return {scenarios: [run], floorMs: healthWaits + ((d.heartbeat?.boundSeconds ?? 10) + ALONE_DEFAULTS.epsilonS + ALONE_DEFAULTS.tailS) * 1000}
 }
 
 /** Each host once, by name, in the order first seen. */

@@ -21,6 +21,9 @@ const RestartSchema = z.object({
   commandTimeoutSeconds: z.number().positive().max(3600).default(120),
   canaries: z.number().int().min(0).max(100).default(2),
   settleSeconds: z.number().min(0).max(600).default(5).describe('Wait after the last health gate before the canaries (one decode heartbeat interval).'),
+  only: z.enum(['prefill', 'decode']).optional().describe(
+    "Restart this role alone (a pod replaced behind its Service, SGLang #34289) instead of the co-restart, then judge how long canaries fail against decode's heartbeat bound (services, canaries, settle and watch do not apply).",
+  ),
 }).strict()
 
 /** Instances are numbered from 0 in the deployment file's order; whether one exists is known once it is read. */
