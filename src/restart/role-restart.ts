@@ -39,8 +39,8 @@ export interface AloneOptions {
   signal?: AbortSignal
 }
 
-/** A canary round every 500 ms, kept up 2 s past the bound; ε 1 s for a canary's own round trip. */
-export const ALONE_DEFAULTS = {probeIntervalMs: 500, tailS: 2, epsilonS: 1}
+/** A canary round every 500 ms, kept up 0.5 s past the bound (two rounds judged); ε 0.5 s: the health gate's 200 ms poll and a canary's round trip. */
+export const ALONE_DEFAULTS = {probeIntervalMs: 500, tailS: 0.5, epsilonS: 0.5}
 
 /** Without a readable bound the canaries still run for SGLang's default (5 s × 2), so the report says what happened. */
 const DEFAULT_BOUND_S = 10

@@ -190,19 +190,24 @@ async function runRestart(session: RunSession, s: PlannedScenario, watch: StopWa
   watch.setRestarting(true)
   try {
     if (r.only) return await runAlone(session, s, r.only, watch, say, targets)
+    // One decode heartbeat interval, as discovery read it, unless the file says (decode notices a new prefill then).
+    const settleS = r.settleSeconds ?? (await session.discovery((l) => say(`${s.name}: ${l}`)).catch(() => undefined))?.heartbeat?.intervalSeconds ?? DEFAULT_SETTLE_S
     const res = await coRestart(session.deployment, (service) => session.placement.of(service).host, {
       order: r.services as ServiceName[], healthTimeoutS: r.healthTimeoutSeconds, commandTimeoutS: r.commandTimeoutSeconds,
-      canaries: r.canaries, watchS: r.watchSeconds, sampleS: 1, settleS: r.settleSeconds, onProgress: (l) => say(`${s.name}: ${l}`), signal: watch.signal,
+      canaries: r.canaries, watchS: r.watchSeconds, sampleS: 1, settleS, onProgress: (l) => say(`${s.name}: ${l}`), signal: watch.signal,
       ...(targets ? {targets: targets(r.services as ServiceName[])} : {}),
     })
     const healthWaits = res.steps.reduce((a, step) => a + (step.healthyAfterMs ?? 0), 0)
     // The restart's floor: its health waits, the settle and the watch it was told to hold.
-    return {scenarios: [restartScenario(s.name, res, {contract: session.deployment.watchdog, startedAt, finishedAt: Date.now()})], floorMs: healthWaits + (r.settleSeconds + r.watchSeconds) * 1000}
+    return {scenarios: [restartScenario(s.name, res, {contract: session.deployment.watchdog, startedAt, finishedAt: Date.now()})], floorMs: healthWaits + (settleS + r.watchSeconds) * 1000}
   } finally {
     session.forget()
     watch.setRestarting(false)
   }
 }
+
+/** A co-restart's settle where neither the file nor decode's environment says: SGLang's default heartbeat interval. */
+const DEFAULT_SETTLE_S = 5
 
 /** A role restarted alone (`restart: {only: prefill}`): canaries judged against decode's heartbeat bound. */
 async function runAlone(session: RunSession, s: PlannedScenario, role: 'prefill' | 'decode', watch: StopWatch, say: (l: string) => void, targets?: RunOptions['restartTargets']): Promise<{scenarios: ScenarioRun[]; floorMs: number}> {
