@@ -58,6 +58,14 @@ describe('restart --only: a role replaced alone, judged against decode\'s heartb
     expect(after.code, after.stdout.slice(0, 500)).toBe(0)
   }, 600_000)
 
+  it('sim up --heartbeat off: decode never notices the replaced prefill, and the run fails the same way', async () => {
+    // The twin's decode still states 2 s × 2 in its environment: pdchaos expects the release that never comes.
+    const h = await twin({args: ['--heartbeat-interval', '2', '--cb-timeout-duration-secs', '10', '--heartbeat', 'off']})
+    const a = await alone(h.deploymentFile, 'prefill')
+    expect(a.code).toBe(1)
+    expect(recoveryOf(a)?.summary).toMatch(/did not complete/)
+  }, 600_000)
+
   it('--dry-run prints the plan with the bound and restarts nothing', async () => {
     const h = await twin({})
     const r = await runCli(['restart', '-c', h.deploymentFile, '--only', 'prefill', '--dry-run'], {timeoutMs: 60_000})

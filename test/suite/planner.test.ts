@@ -14,6 +14,7 @@ describe('batch planner', () => {
     expect(names(batches)).toEqual([
       ['stall-kv gpu1', 'stall-kv gpu2', 'stall-kv gpu3', 'abort-mid-transfer gpu0'],
       ['drop-dest-info rank0', 'drop-dest-info rank1', 'drop-dest-info rank2', 'drop-dest-info rank3'],
+      ['restart prefill alone'],
       ['co-restart'],
     ])
     expect(planConflicts(batches, {autoMechanism: 'packet-filter'})).toEqual([])
