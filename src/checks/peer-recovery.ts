@@ -48,34 +48,46 @@ export function checkPeerRecovery(tl: Timeline, o: PeerRecoveryOptions): Verdict
       (lastBad >= 0 ? ` (the last that did not was sent at +${r1(brokenFor)} s)` : ' (none failed)')
     : 'no canary completed after the last failure'
   const evidence = {
-    clock: `${o.role}'s first healthy answer after its restart command (its health gate); each canary by its own answer`,
+    clock: `${o.role}'s first healthy answer after its restart command (its health gate); ` +
+      'each canary by its own answer',
     healthyAt: o.healthyAt, canaries, firstGoodSentAfterS: firstGood?.sentAfterS ?? null, brokenForS: brokenFor,
     ...(o.heartbeat ? {heartbeat: o.heartbeat} : {}), epsilonS: o.epsilonS,
   }
   if (!o.heartbeat) {
     return [unverified('recovery', subject, `decode's heartbeat bound is unknown: ${measured}`, {
       ...evidence,
-      why: "decode's environment was not read, so SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL and _MAX_FAILURE are unknown",
-      toVerify: "let pdchaos read decode's /proc/<pid>/environ (the deployment's sudo policy), or run as the user that runs decode",
+      why: "decode's environment was not read, so SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL and _MAX_FAILURE " +
+        'are unknown',
+      toVerify: "let pdchaos read decode's /proc/<pid>/environ (the deployment's sudo policy), " +
+        'or run as the user that runs decode',
     })]
   }
   const limitS = o.heartbeat.boundSeconds + o.epsilonS
-  const bound = `${o.heartbeat.intervalSeconds} s × ${o.heartbeat.maxFailure} = ${o.heartbeat.boundSeconds} s (+ ε ${o.epsilonS} s; ${o.heartbeat.source})`
+  const hb = o.heartbeat
+  const bound = `${hb.intervalSeconds} s × ${hb.maxFailure} = ${hb.boundSeconds} s (+ ε ${o.epsilonS} s; ${hb.source})`
   const after = canaries.filter((c) => c.sentAfterS >= limitS)
   if (after.length === 0) {
     return [unverified('recovery', subject, `no canary was sent after the bound ${bound}: ${measured}`, {
-      ...evidence, why: 'the canaries ended before the heartbeat bound', toVerify: 'send canaries for longer than the bound',
+      ...evidence,
+      why: 'the canaries ended before the heartbeat bound',
+      toVerify: 'send canaries for longer than the bound',
     })]
   }
   const bad = after.filter((c) => !ok(c))
   if (bad.length > 0) {
     const first = bad[0]!
+    const goodAfter = firstGood
+      ? `the first good request after it was sent at +${r1(firstGood.sentAfterS)} s`
+      : 'no good request followed'
     return [fail('recovery', subject,
       `${bad.length} of ${after.length} canaries sent after decode's heartbeat bound ${bound} did not complete ` +
       `(first: ${first.rid} via ${first.path} at +${r1(first.sentAfterS)} s, ${first.status ?? 'no answer'}` +
       `${first.tookS === null ? '' : ` after ${r1(first.tookS)} s`}); ` +
-      (firstGood ? `the first good request after it was sent at +${r1(firstGood.sentAfterS)} s` : 'no good request followed') +
-      `: decode still uses the replaced ${o.role === 'prefill' ? "prefill's endpoints" : 'peer'} (SGLang #34289)`, {...evidence, failedAfterBound: bad})]
+      goodAfter +
+      `: decode still uses the replaced ${o.role === 'prefill' ? "prefill's endpoints" : 'peer'} (SGLang #34289)`,
+    {...evidence, failedAfterBound: bad})]
   }
-  return [pass('recovery', subject, `${after.length} of ${after.length} canaries sent after decode's heartbeat bound ${bound} completed; ${measured}`, evidence)]
+  const summary = `${after.length} of ${after.length} canaries sent after decode's heartbeat bound ${bound} ` +
+    `completed; ${measured}`
+  return [pass('recovery', subject, summary, evidence)]
 }

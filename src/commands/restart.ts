@@ -76,19 +76,21 @@ export default class Restart extends TargetCommand<typeof Restart> {
     try {
       const out = await this.withTarget({
         disturb: 'restart',
-        ...(f['dry-run'] ? {} : {lock: (t: Parameters<typeof restartTargetsOf>[0]) => ({command: `restart --only ${role}`, ttlMs: (4 * (f['health-timeout'] + f['command-timeout']) + 600) * 1000})}),
+        // The role, perhaps the repair's three, and the canaries: each behind its gate and command deadline.
+        ...(f['dry-run'] ? {} : {lock: () => ({command: `restart --only ${role}`, ttlMs: (4 * (f['health-timeout'] + f['command-timeout']) + 600) * 1000})}),
       }, async (t) => {
         deployment = t.deployment.name
         // The bound from decode's environment, read before the restart (decode keeps it; a restarted decode is started
         // by the same command).
         const d = await new RunSession(t.deployment, placementOf(t)).discovery((l) => this.progress(l))
-        const shape = {role, ...(d.heartbeat ? {heartbeat: d.heartbeat} : {}), probeIntervalMs: f['probe-interval'], tailS: ALONE_DEFAULTS.tailS, epsilonS: ALONE_DEFAULTS.epsilonS}
+        const shape = {...ALONE_DEFAULTS, role, ...(d.heartbeat ? {heartbeat: d.heartbeat} : {}), probeIntervalMs: f['probe-interval']}
         const plan = aloneProbePlan(shape)
         if (f['dry-run']) return {plan}
         for (const l of plan) this.progress(l)
         return restartAlone(t.deployment, t.host, {
           ...shape, targets: restartTargetsOf(t, [role]), repairTargets: restartTargetsOf(t, ['prefill', 'decode', 'router']),
-          healthTimeoutS: f['health-timeout'], commandTimeoutS: f['command-timeout'], onProgress: (l) => this.progress(l), signal: stop.signal,
+          healthTimeoutS: f['health-timeout'], commandTimeoutS: f['command-timeout'],
+          onProgress: (l) => this.progress(l), signal: stop.signal,
         })
       })
       if ('plan' in out) {

@@ -191,7 +191,8 @@ async function runRestart(session: RunSession, s: PlannedScenario, watch: StopWa
   try {
     if (r.only) return await runAlone(session, s, r.only, watch, say, targets)
     // One decode heartbeat interval, as discovery read it, unless the file says (decode notices a new prefill then).
-    const settleS = r.settleSeconds ?? (await session.discovery((l) => say(`${s.name}: ${l}`)).catch(() => undefined))?.heartbeat?.intervalSeconds ?? DEFAULT_SETTLE_S
+    const discovered = r.settleSeconds === undefined ? await session.discovery((l) => say(`${s.name}: ${l}`)).catch(() => undefined) : undefined
+    const settleS = r.settleSeconds ?? discovered?.heartbeat?.intervalSeconds ?? DEFAULT_SETTLE_S
     const res = await coRestart(session.deployment, (service) => session.placement.of(service).host, {
       order: r.services as ServiceName[], healthTimeoutS: r.healthTimeoutSeconds, commandTimeoutS: r.commandTimeoutSeconds,
       canaries: r.canaries, watchS: r.watchSeconds, sampleS: 1, settleS, onProgress: (l) => say(`${s.name}: ${l}`), signal: watch.signal,
@@ -210,22 +211,27 @@ async function runRestart(session: RunSession, s: PlannedScenario, watch: StopWa
 const DEFAULT_SETTLE_S = 5
 
 /** A role restarted alone (`restart: {only: prefill}`): canaries judged against decode's heartbeat bound. */
-async function runAlone(session: RunSession, s: PlannedScenario, role: 'prefill' | 'decode', watch: StopWatch, say: (l: string) => void, targets?: RunOptions['restartTargets']): Promise<{scenarios: ScenarioRun[]; floorMs: number}> {
+async function runAlone(
+  session: RunSession, s: PlannedScenario, role: 'prefill' | 'decode', watch: StopWatch, say: (l: string) => void,
+  targets?: RunOptions['restartTargets'],
+): Promise<{scenarios: ScenarioRun[]; floorMs: number}> {
   const r = s.spec.restart!
   const startedAt = Date.now()
-  const d = await session.discovery((l) => say(`${s.name}: ${l}`))
+  const tell = (l: string) => say(`${s.name}: ${l}`)
+  const d = await session.discovery(tell)
   const shape = {role, ...(d.heartbeat ? {heartbeat: d.heartbeat} : {}), ...ALONE_DEFAULTS}
-  for (const l of aloneProbePlan(shape)) say(`${s.name}: ${l}`)
+  for (const l of aloneProbePlan(shape)) tell(l)
   const hosts = (service: ServiceName) => session.placement.of(service).host
+  const of = (order: ServiceName[]) => (targets ? targets(order) : roleTargets(session.deployment, hosts, order))
   const res = await restartAlone(session.deployment, hosts, {
-    ...shape, healthTimeoutS: r.healthTimeoutSeconds, commandTimeoutS: r.commandTimeoutSeconds, onProgress: (l) => say(`${s.name}: ${l}`), signal: watch.signal,
-    targets: targets ? targets([role]) : roleTargets(session.deployment, hosts, [role]),
-    repairTargets: targets ? targets(['prefill', 'decode', 'router']) : roleTargets(session.deployment, hosts, ['prefill', 'decode', 'router']),
+    ...shape, healthTimeoutS: r.healthTimeoutSeconds, commandTimeoutS: r.commandTimeoutSeconds, onProgress: tell, signal: watch.signal,
+    targets: of([role]), repairTargets: of(['prefill', 'decode', 'router']),
   })
   const healthWaits = res.steps.reduce((a, step) => a + (step.healthyAfterMs ?? 0), 0)
   const run = restartScenario(s.name, res, {contract: session.deployment.watchdog, startedAt, finishedAt: Date.now()})
   // The floor: the health waits and the canaries' span, which the heartbeat bound sets.
-  return {scenarios: [run], floorMs: healthWaits + ((d.heartbeat?.boundSeconds ?? 10) + ALONE_DEFAULTS.epsilonS + ALONE_DEFAULTS.tailS) * 1000}
+  const spanS = (d.heartbeat?.boundSeconds ?? 10) + ALONE_DEFAULTS.epsilonS + ALONE_DEFAULTS.tailS
+  return {scenarios: [run], floorMs: healthWaits + spanS * 1000}
 }
 
 /** Each host once, by name, in the order first seen. */
