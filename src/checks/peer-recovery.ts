@@ -26,17 +26,27 @@ const r3 = (x: number) => Math.round(x * 1000) / 1000
 export function canaryOutcomes(tl: Timeline, healthyAt: number): CanaryOutcome[] {
   return requestsOf(tl, 'canary').filter((c) => c.t >= healthyAt).map((c) => {
     const a = answerOf(tl, c.rid)
+    const path = c.path === 'direct' ? 'direct' : 'router'
+    // The gateway refused it before any worker saw it (its breaker open, or no worker available): sgl-model-gateway's
+    // handle_server_selection_error, a 503 "No available servers". That says nothing about decode's endpoints.
+    const refused = path === 'router' && a?.status === 503 && GATEWAY_REFUSAL.test(a.detail ?? '')
     return {
-      rid: c.rid, path: c.path === 'direct' ? 'direct' : 'router', sentAfterS: r3((c.t - healthyAt) / 1000),
-      status: a?.status ?? null, tookS: a ? r3((a.t - c.t) / 1000) : null,
+      rid: c.rid, path, sentAfterS: r3((c.t - healthyAt) / 1000),
+      status: a?.status ?? null, tookS: a ? r3((a.t - c.t) / 1000) : null, ...(refused ? {refusedByGateway: true} : {}),
     }
   })
 }
 
+const GATEWAY_REFUSAL = /no available servers|server_selection_failed|circuit.?breaker/i
+
 const ok = (c: CanaryOutcome) => c.status !== null && c.status >= 200 && c.status < 300
 
 export function checkPeerRecovery(tl: Timeline, o: PeerRecoveryOptions): Verdict[] {
-  const canaries = canaryOutcomes(tl, o.healthyAt).sort((a, b) => a.sentAfterS - b.sentAfterS)
+  const all = canaryOutcomes(tl, o.healthyAt).sort((a, b) => a.sentAfterS - b.sentAfterS)
+  // A canary the gateway refused (its breaker opened on the failures before decode noticed) is no evidence either way:
+  // judged are the others; the direct ones bypass the gateway and always count.
+  const canaries = all.filter((c) => !c.refusedByGateway)
+  const refused = all.filter((c) => c.refusedByGateway)
   const subject = `${o.role} restarted alone`
   // The first canary after which every later one completed: when the deployment was whole again.
   let lastBad = -1
@@ -47,10 +57,13 @@ export function checkPeerRecovery(tl: Timeline, o: PeerRecoveryOptions): Verdict
     ? `every canary from +${r1(firstGood.sentAfterS)} s after ${o.role} was healthy completed` +
       (lastBad >= 0 ? ` (the last that did not was sent at +${r1(brokenFor)} s)` : ' (none failed)')
     : 'no canary completed after the last failure'
+  const refusals = refused.length > 0
+    ? `; ${refused.length} router canaries refused by the gateway (its circuit breaker open, 503 before any worker) not judged`
+    : ''
   const evidence = {
     clock: `${o.role}'s first healthy answer after its restart command (its health gate); ` +
       'each canary by its own answer',
-    healthyAt: o.healthyAt, canaries, firstGoodSentAfterS: firstGood?.sentAfterS ?? null, brokenForS: brokenFor,
+    healthyAt: o.healthyAt, canaries: all, refusedByGateway: refused.length, firstGoodSentAfterS: firstGood?.sentAfterS ?? null, brokenForS: brokenFor,
     ...(o.heartbeat ? {heartbeat: o.heartbeat} : {}), epsilonS: o.epsilonS,
   }
   if (!o.heartbeat) {
@@ -88,6 +101,6 @@ export function checkPeerRecovery(tl: Timeline, o: PeerRecoveryOptions): Verdict
     {...evidence, failedAfterBound: bad})]
   }
   const summary = `${after.length} of ${after.length} canaries sent after decode's heartbeat bound ${bound} ` +
-    `completed; ${measured}`
+    `completed; ${measured}${refusals}`
   return [pass('recovery', subject, summary, evidence)]
 }

@@ -36,6 +36,8 @@ export interface CanaryOutcome {
   status: number | null
   /** Seconds the answer took (null: abandoned at our deadline). */
   tookS: number | null
+  /** A router canary the gateway refused before any worker saw it (503, no available server: its breaker open). */
+  refusedByGateway?: true
 }
 
 /** `restart --only ROLE`: the canaries after the role's health gate, judged against decode's heartbeat bound. */

@@ -7,14 +7,14 @@ import type {Observation, Timeline} from '../../src/model/timeline.js'
 const T0 = 1_000_000
 
 /** Canaries sent at these seconds after the role was healthy, each answered with its status (null: abandoned). */
-function timeline(canaries: Array<[number, number | null, 'router' | 'direct']>): Timeline {
+function timeline(canaries: Array<[number, number | null, 'router' | 'direct', string?]>): Timeline {
   const observations: Observation[] = []
-  canaries.forEach(([s, status, path], i) => {
+  canaries.forEach(([s, status, path, detail], i) => {
     const rid = `c${i}`
     const t = T0 + s * 1000
     observations.push({kind: 'request-sent', t, rid, role: 'canary', ...(path === 'direct' ? {path: 'direct' as const} : {})})
     if (status === null) observations.push({kind: 'request-abandoned', t: t + 15_000, rid, detail: 'timeout'})
-    else observations.push({kind: 'request-answered', t: t + 100, rid, status})
+    else observations.push({kind: 'request-answered', t: t + 100, rid, status, ...(detail ? {detail} : {})})
   })
   return {contract: {scope: 'all', deadlineSeconds: 3, pollSeconds: 0.5}, calibration: {prefillMs: 0, prefillSpreadMs: 0, observeMs: 0, samples: 0}, observations}
 }
@@ -45,6 +45,17 @@ describe('checkPeerRecovery', () => {
     const [v] = checkPeerRecovery(timeline([[0, 200, 'router'], [4.6, null, 'direct'], [5, 200, 'router']]), opts)
     expect(v!.verdict).toBe('fail')
     expect(v!.summary).toMatch(/1 of 2 canaries .* did not complete \(first: c1 via direct at \+4.6 s, no answer\); the first good request after it was sent at \+5 s/)
+  })
+
+  it('a router canary the gateway refused (its breaker open) is not judged; the direct ones are', () => {
+    const refused = '{"error":{"code":"server_selection_failed","message":"No available servers: circuit breaker open"}}'
+    const tl = timeline([[0, 500, 'router'], [4.6, 503, 'router', refused], [4.6, 200, 'direct'], [5, 200, 'direct']])
+    const [v] = checkPeerRecovery(tl, opts)
+    expect(v!.verdict).toBe('pass')
+    expect(v!.summary).toMatch(/1 router canaries refused by the gateway .* not judged/)
+    // A 503 that a worker gave (decode or prefill failing) is judged.
+    const [w] = checkPeerRecovery(timeline([[4.6, 503, 'router', 'prefill_unavailable'], [5, 200, 'direct']]), opts)
+    expect(w!.verdict).toBe('fail')
   })
 
   it('a canary inside the bound + ε is not judged against it', () => {
