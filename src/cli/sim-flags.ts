@@ -136,9 +136,18 @@ export interface TwinStart {
   deadlineS: number
   pollS: number
   cbTimeoutS?: number
+  /** Decode's SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL / _MAX_FAILURE (absent: SGLang's 5 s × 2). */
+  heartbeatIntervalS?: number
+  heartbeatMaxFailure?: number
 }
 
 const SUITE_TWIN_CB_TIMEOUT_S = 10
+/**
+ * Decode's heartbeat on a twin the suite starts: 2 s (SGLang's minimum) × 2 misses, a 4 s bound instead of 10 s, so the
+ * scenario that restarts prefill alone waits 4 s for it, not 10 (two misses, not one: a probe slowed by a loaded host
+ * must not fail the rooms of other scenarios).
+ */
+const SUITE_TWIN_HEARTBEAT = {heartbeatIntervalS: 2, heartbeatMaxFailure: 2}
 
 /**
  * A twin the suite starts itself: a short watchdog, and a gateway breaker that half-opens after 10 s, not 60 (a
@@ -161,5 +170,5 @@ export function suiteTwin(f: {sim: boolean; 'sim-deadline'?: string; 'sim-poll'?
   }
   if (deadlineS > MAX_DEADLINE_SECONDS) throw badInput(`--sim-deadline must be at most ${MAX_DEADLINE_SECONDS} seconds, got ${deadlineS}`, `pass --sim-deadline ${MAX_DEADLINE_SECONDS} or less`)
   if (pollS > deadlineS) throw badInput(`--sim-poll (${pollS} s) is longer than --sim-deadline (${deadlineS} s)`, 'give a poll interval at most the deadline')
-  return {deadlineS, pollS, cbTimeoutS: SUITE_TWIN_CB_TIMEOUT_S}
+  return {deadlineS, pollS, cbTimeoutS: SUITE_TWIN_CB_TIMEOUT_S, ...SUITE_TWIN_HEARTBEAT}
 }

@@ -22,7 +22,7 @@ import {throwIfStopped} from '../util/stop.js'
 export default class Suite extends TargetCommand<typeof Suite> {
   static override summary = 'Run a suite of fault scenarios and co-restarts, in conflict-free concurrent batches: the nightly run and the release gate.'
   static override description = [
-    'Without FILE the built-in suite runs: stall-kv on GPUs 1-3 and abort-mid-transfer on GPU 0 together, then drop-dest-info on each prefill rank together, then a co-restart.',
+    'Without FILE the built-in suite runs: stall-kv on GPUs 1-3 and abort-mid-transfer on GPU 0 together, then drop-dest-info on each prefill rank together, then prefill restarted alone (SGLang #34289), then a co-restart.',
     'The batch plan is printed and checked for conflicts before any injection. Stop conditions (router health, collateral loss, a new Xid line in the kernel log)',
     'and SIGINT stop the run, revert everything and exit 3; a stopped run is never resumed.',
     'Exit 0 all checks passed (or the gate passed), 1 a check failed (or the gate failed), 2 bad input, 3 stopped, 4 cleanup unverified, 5 unreachable.',
@@ -116,7 +116,7 @@ export default class Suite extends TargetCommand<typeof Suite> {
         })
       })
       const wallMs = Date.now() - t0
-      const twinNote = started && `started the twin in ${started} with a short watchdog (deadline ${twin.deadlineS}s, poll ${twin.pollS}s) and a circuit breaker that half-opens after ${twin.cbTimeoutS}s so the suite is quick; ` +
+      const twinNote = started && `started the twin in ${started} with a short watchdog (deadline ${twin.deadlineS}s, poll ${twin.pollS}s), a circuit breaker that half-opens after ${twin.cbTimeoutS}s and decode's heartbeat at ${twin.heartbeatIntervalS}s x ${twin.heartbeatMaxFailure} so the suite is quick; ` +
         `it keeps running: \`pdchaos sim down${f['state-dir'] ? ` --state-dir ${started}` : ''}\` stops it`
       if (twinNote) run.notes = [...(run.notes ?? []), twinNote]
       progress.stop()

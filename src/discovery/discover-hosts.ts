@@ -91,7 +91,7 @@ export async function discoverAcrossHosts(hosts: HostToRead[], opts: Omit<Discov
     sglangTimeouts: {...d.report.sglangTimeouts, bootstrap: p.report.sglangTimeouts.bootstrap, version: p.report.sglangTimeouts.version ?? d.report.sglangTimeouts.version,
       versionSource: p.report.sglangTimeouts.version ? p.report.sglangTimeouts.versionSource : d.report.sglangTimeouts.versionSource,
       ...(p.report.sglangTimeouts.backend ? {backend: p.report.sglangTimeouts.backend} : {})},
-    watchdog: {contract: p.report.watchdog.contract, ...(p.report.watchdog.prefillEnv ? {prefillEnv: p.report.watchdog.prefillEnv} : {}), ...(timeouts ? {timeouts} : {})},
+    watchdog: {contract: p.report.watchdog.contract, ...(p.report.watchdog.prefillEnv ? {prefillEnv: p.report.watchdog.prefillEnv} : {}), ...(timeouts ? {timeouts} : {}), ...(d.report.watchdog.heartbeat ? {heartbeat: d.report.watchdog.heartbeat} : {})},
     transport: transportAcross(p.report, d.report),
     ...(p.report.topology ? {topology: p.report.topology} : {}),
     ...(p.report.topologyError ? {topologyError: p.report.topologyError} : {}),

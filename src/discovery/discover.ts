@@ -15,6 +15,7 @@ import {parseNvidiaTopo, type Topology} from './topo.js'
 import {healthCheckFromEnv, KEPT_ENV, type HealthCheckSettings} from './transport-env.js'
 import {launchVarsOf, type RoleReads, type SglangTimeouts, sglangTimeoutsOf} from './sglang-timeouts.js'
 import {watchdogFromEnv, watchdogWarnings, type EnvTimeouts, type EnvWatchdog} from './watchdog-env.js'
+import {heartbeatFromEnv, type HeartbeatSettings} from './heartbeat-bound.js'
 
 /**
  * Discovery: what a PD deployment is right now, read the way an operator would read it — the services' HTTP APIs,
@@ -107,7 +108,7 @@ export interface StatusReport {
   deployment: {name: string; host: string; labels: Record<string, string>; backend: string}
   services: Record<ServiceName, ServiceStatus>
   ranks: RankInfo[]
-  watchdog: {contract: Deployment['watchdog']; prefillEnv?: EnvWatchdog; timeouts?: EnvTimeouts}
+  watchdog: {contract: Deployment['watchdog']; prefillEnv?: EnvWatchdog; timeouts?: EnvTimeouts; heartbeat?: HeartbeatSettings}
   /** SGLang's own PD timeouts, each with where it was read (the one place the plan, the checks and status read them). */
   sglangTimeouts: SglangTimeouts
   /** env: the prefill rank's transport variables (UCX_*, MC_*, NIXL_*), which tell whether the KV path is TCP. */
@@ -287,6 +288,8 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
     bootstrapTimeout: sglangTimeouts.bootstrap.seconds ?? Number.POSITIVE_INFINITY, waitingTimeout: sglangTimeouts.waiting.seconds!,
     heartbeatInterval: sglangTimeouts.heartbeat.intervalSeconds, heartbeatMaxFailure: sglangTimeouts.heartbeat.maxFailure,
   } : undefined
+  // Decode's heartbeat toward prefill: read from decode's environment (its server, else its first rank).
+  const heartbeat = heartbeatFromEnv(procs?.serviceEnv.decode ?? procs?.ranks.find((r) => r.service === 'decode')?.env)
   if (procs?.prefillEnv) {
     prefillEnv = watchdogFromEnv(procs.prefillEnv)
     warnings.push(...watchdogWarnings(prefillEnv, contract, timeouts!, 'prefill'))
@@ -310,7 +313,7 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
     deployment: {name: deployment.name, host: host.describe(), labels: deployment.labels, backend: deployment.backend},
     services,
     ranks,
-    watchdog: {contract, prefillEnv, timeouts},
+    watchdog: {contract, prefillEnv, timeouts, ...(heartbeat ? {heartbeat} : {})},
     sglangTimeouts,
     transport,
     ...(procs?.topology ? {topology: procs.topology} : {}),

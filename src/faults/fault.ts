@@ -6,6 +6,7 @@ import type {RankInfo, StatusReport} from '../discovery/discover.js'
 import type {Topology} from '../discovery/topo.js'
 import type {HealthCheckSettings} from '../discovery/transport-env.js'
 import type {SglangTimeouts} from '../discovery/sglang-timeouts.js'
+import type {HeartbeatSettings} from '../discovery/heartbeat-bound.js'
 import {badInput, oneLine} from '../errors.js'
 import type {Host} from '../hosts/host.js'
 import {shellCommand} from '../hosts/quote.js'
@@ -80,6 +81,8 @@ export interface FaultDiscovery {
   health?: Partial<Record<'prefill' | 'decode', HealthCheckSettings>>
   /** SGLang's own PD timeouts, each with where it was read (discovery/sglang-timeouts.ts). */
   sglangTimeouts?: SglangTimeouts
+  /** Decode's heartbeat toward prefill (its environment), when it was read: how soon decode notices a lost prefill. */
+  heartbeat?: HeartbeatSettings
 }
 
 export function faultDiscovery(report: StatusReport, deployment: Deployment): FaultDiscovery {
@@ -100,6 +103,7 @@ export function faultDiscovery(report: StatusReport, deployment: Deployment): Fa
     ...(report.topologyError ? {topologyError: report.topologyError} : {}),
     ...(Object.keys(health).length ? {health} : {}),
     ...(report.sglangTimeouts ? {sglangTimeouts: report.sglangTimeouts} : {}),
+    ...(report.watchdog.heartbeat ? {heartbeat: report.watchdog.heartbeat} : {}),
   }
 }
 

@@ -27,6 +27,30 @@ export interface WatchSample {
   line: string
 }
 
+/** One canary after a role restarted alone: through the router or direct to the pair, timed from the role's health. */
+export interface CanaryOutcome {
+  rid: string
+  path: 'router' | 'direct'
+  /** Seconds after the restarted role was healthy. */
+  sentAfterS: number
+  status: number | null
+  /** Seconds the answer took (null: abandoned at our deadline). */
+  tookS: number | null
+  /** A router canary the gateway refused before any worker saw it (503, no available server: its breaker open). */
+  refusedByGateway?: true
+}
+
+/** `restart --only ROLE`: the canaries after the role's health gate, judged against decode's heartbeat bound. */
+export interface AloneRecovery {
+  role: 'prefill' | 'decode'
+  healthyAt: number
+  /** Decode's heartbeat from its environment; absent when it could not be read (the verdict is then unverified). */
+  heartbeat?: {intervalSeconds: number; maxFailure: number; boundSeconds: number; source: string}
+  canaries: CanaryOutcome[]
+  /** The co-restart run afterwards to bring a deployment the role's restart left broken back (its steps' names). */
+  repaired?: string[]
+}
+
 export interface RestartResult {
   steps: RestartStep[]
   totalMs: number
@@ -34,4 +58,6 @@ export interface RestartResult {
   watch: {samples: WatchSample[]; requests: Array<{rid: string; sentAtS: number; status: number | null; ms: number | null}>}
   verdicts: Verdict[]
   observations: Observation[]
+  /** `restart --only ROLE` only. */
+  alone?: AloneRecovery
 }

@@ -44,6 +44,8 @@ export interface RestartOptions {
   signal?: AbortSignal
   /** Every instance to restart, in order (several of a role); default: `order`, one instance per role on `hosts`. */
   targets?: RestartTarget[]
+  /** Stop after the health gates: no settle, warm-up, canaries or watch (`restart --only` sends its own canaries). */
+  gatesOnly?: boolean
 }
 
 /** The host a service's restart command runs on: the one host, or each service's own (a deployment over several). */
@@ -156,6 +158,7 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
     say(`${name} healthy after ${(healthyAfterMs / 1000).toFixed(2)}s`)
   }
 
+  if (opts.gatesOnly) return finish()
   if (opts.settleS > 0) {
     say(`settling ${opts.settleS}s (one decode heartbeat) before the canaries`)
     await sleep(opts.settleS * 1000, opts.signal)

@@ -15,8 +15,8 @@ import type {PolicyName} from './router/policy.js'
  * nothing in /metrics), `no-disagg-loads` (an SGLang whose /v1/loads has no disagg section, as before it had one) and
  * `no-loads` (no /v1/loads at all, as before entrypoints/v1_loads.py: only the per-batch /metrics gauges remain).
  */
-export const BUG_NAMES = ['abort-race', 'early-evict', 'late-evict', 'leak-on-evict', 'stale-prefill-ports', 'no-watchdog-counter', 'no-disagg-loads',
-  'no-loads'] as const
+export const BUG_NAMES = ['abort-race', 'early-evict', 'late-evict', 'leak-on-evict', 'stale-prefill-ports', 'stale-peer', 'no-watchdog-counter',
+  'no-disagg-loads', 'no-loads'] as const
 export type BugName = (typeof BUG_NAMES)[number]
 export type WatchdogScope = 'all' | 'inflight' | 'off'
 export type Backend = 'nixl' | 'mooncake'
@@ -39,6 +39,11 @@ export interface SimConfig {
   timeouts: {bootstrapS: number; waitingS: number; heartbeatIntervalS: number; heartbeatMaxFailure: number
     /** Decode's own SGLANG_DISAGGREGATION_WAITING_TIMEOUT (`sim up --decode-waiting-timeout`); absent: waitingS. */
     decodeWaitingS?: number}
+  /**
+   * Not SGLang (`sim up --heartbeat off`): decode never probes its prefill peers, while its environment still states the
+   * interval. SGLang has no such switch; it shows what a deployment whose heartbeat never fires looks like.
+   */
+  heartbeat?: 'off'
   /** Simulated cost model. */
   timing: {
     forwardMsPerKToken: number

@@ -214,7 +214,7 @@ export function renderPlanText(batches: Batch[], opts: PlanOptions = {}): string
     const what = b.scenarios.map((s) => {
       const f = footprint(s, opts)
       const on = opts.showPairs && !s.spec.restart ? ` on ${pairText(pairOfScenario(s, opts))}` : ''
-      const detail = s.spec.restart ? `restart ${s.spec.restart.services.join('→')}` : `${s.spec.fault}${on}${f.gpus.length ? ` GPU ${f.gpus.join(',')}` : ''}${f.ports.length ? ` [${f.ports.join(',')}]` : ''}${f.queue ? ` pins in ${f.queue}` : ''}`
+      const detail = s.spec.restart ? (s.spec.restart.only ? `restart ${s.spec.restart.only} alone, canaries against decode's heartbeat bound` : `restart ${s.spec.restart.services.join('→')}`) : `${s.spec.fault}${on}${f.gpus.length ? ` GPU ${f.gpus.join(',')}` : ''}${f.ports.length ? ` [${f.ports.join(',')}]` : ''}${f.queue ? ` pins in ${f.queue}` : ''}`
       return `${s.name} (${detail})`
     })
     return `batch ${b.index}: ${what.join(' | ')}`

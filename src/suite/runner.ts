@@ -8,7 +8,8 @@ import {classifyDataPath} from '../faults/mechanisms/data-path.js'
 import type {Host} from '../hosts/host.js'
 import type {ScenarioRun, SuiteRun} from '../model/run.js'
 import type {RestartResult} from '../model/restart.js'
-import {coRestart, type RestartTarget, type ServiceName} from '../restart/co-restart.js'
+import {coRestart, type RestartTarget, roleTargets, type ServiceName} from '../restart/co-restart.js'
+import {ALONE_DEFAULTS, aloneProbePlan, restartAlone} from '../restart/role-restart.js'
 import {now} from '../workload/recorder.js'
 import {evaluateGate} from './gate.js'
 import {type Batch, expand, lagLimit, pairOfScenario, type PlannedScenario, type PlanOptions, planBatchesInTurns, planConflicts, renderPlanText} from './planner.js'
@@ -214,18 +215,49 @@ async function runRestart(session: RunSession, s: PlannedScenario, watch: StopWa
   const startedAt = Date.now()
   watch.setRestarting(true)
   try {
+    if (r.only) return await runAlone(session, s, r.only, watch, say, targets)
+    // One decode heartbeat interval, as discovery read it, unless the file says (decode notices a new prefill then).
+    const discovered = r.settleSeconds === undefined ? await session.discovery((l) => say(`${s.name}: ${l}`)).catch(() => undefined) : undefined
+    const settleS = r.settleSeconds ?? discovered?.heartbeat?.intervalSeconds ?? DEFAULT_SETTLE_S
     const res = await coRestart(session.deployment, (service) => session.placement.of(service).host, {
       order: r.services as ServiceName[], healthTimeoutS: r.healthTimeoutSeconds, commandTimeoutS: r.commandTimeoutSeconds,
-      canaries: r.canaries, watchS: r.watchSeconds, sampleS: 1, settleS: r.settleSeconds, onProgress: (l) => say(`${s.name}: ${l}`), signal: watch.signal,
+      canaries: r.canaries, watchS: r.watchSeconds, sampleS: 1, settleS, onProgress: (l) => say(`${s.name}: ${l}`), signal: watch.signal,
       ...(targets ? {targets: targets(r.services as ServiceName[])} : {}),
     })
     const healthWaits = res.steps.reduce((a, step) => a + (step.healthyAfterMs ?? 0), 0)
     // The restart's floor: its health waits, the settle and the watch it was told to hold.
-    return {scenarios: [restartScenario(s.name, res, {contract: session.deployment.watchdog, startedAt, finishedAt: Date.now()})], floorMs: healthWaits + (r.settleSeconds + r.watchSeconds) * 1000}
+    return {scenarios: [restartScenario(s.name, res, {contract: session.deployment.watchdog, startedAt, finishedAt: Date.now()})], floorMs: healthWaits + (settleS + r.watchSeconds) * 1000}
   } finally {
     session.forget()
     watch.setRestarting(false)
   }
+}
+
+/** A co-restart's settle where neither the file nor decode's environment says: SGLang's default heartbeat interval. */
+const DEFAULT_SETTLE_S = 5
+
+/** A role restarted alone (`restart: {only: prefill}`): canaries judged against decode's heartbeat bound. */
+async function runAlone(
+  session: RunSession, s: PlannedScenario, role: 'prefill' | 'decode', watch: StopWatch, say: (l: string) => void,
+  targets?: RunOptions['restartTargets'],
+): Promise<{scenarios: ScenarioRun[]; floorMs: number}> {
+  const r = s.spec.restart!
+  const startedAt = Date.now()
+  const tell = (l: string) => say(`${s.name}: ${l}`)
+  const d = await session.discovery(tell)
+  const shape = {role, ...(d.heartbeat ? {heartbeat: d.heartbeat} : {}), ...ALONE_DEFAULTS}
+  for (const l of aloneProbePlan(shape)) tell(l)
+  const hosts = (service: ServiceName) => session.placement.of(service).host
+  const of = (order: ServiceName[]) => (targets ? targets(order) : roleTargets(session.deployment, hosts, order))
+  const res = await restartAlone(session.deployment, hosts, {
+    ...shape, healthTimeoutS: r.healthTimeoutSeconds, commandTimeoutS: r.commandTimeoutSeconds, onProgress: tell, signal: watch.signal,
+    targets: of([role]), repairTargets: of(['prefill', 'decode', 'router']),
+  })
+  const healthWaits = res.steps.reduce((a, step) => a + (step.healthyAfterMs ?? 0), 0)
+  const run = restartScenario(s.name, res, {contract: session.deployment.watchdog, startedAt, finishedAt: Date.now()})
+  // The floor: the health waits and the canaries' span, which the heartbeat bound sets.
+  const spanS = (d.heartbeat?.boundSeconds ?? 10) + ALONE_DEFAULTS.epsilonS + ALONE_DEFAULTS.tailS
+  return {scenarios: [run], floorMs: healthWaits + spanS * 1000}
 }
 
 /** Each host once, by name, in the order first seen. */

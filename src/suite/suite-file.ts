@@ -20,7 +20,10 @@ const RestartSchema = z.object({
   healthTimeoutSeconds: z.number().positive().max(3600).default(60),
   commandTimeoutSeconds: z.number().positive().max(3600).default(120),
   canaries: z.number().int().min(0).max(100).default(2),
-  settleSeconds: z.number().min(0).max(600).default(5).describe('Wait after the last health gate before the canaries (one decode heartbeat interval).'),
+  settleSeconds: z.number().min(0).max(600).optional().describe("Wait after the last health gate before the canaries. Default: one decode heartbeat interval (SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL from decode's environment, else 5 s)."),
+  only: z.enum(['prefill', 'decode']).optional().describe(
+    "Restart this role alone (a pod replaced behind its Service, SGLang #34289) instead of the co-restart, then judge how long canaries fail against decode's heartbeat bound (services, canaries, settle and watch do not apply).",
+  ),
 }).strict()
 
 /** Instances are numbered from 0 in the deployment file's order; whether one exists is known once it is read. */
@@ -128,7 +131,7 @@ export type ScenarioSpec = z.infer<typeof ScenarioSchema>
 export type GateSpec = z.infer<typeof GateSchema>
 export type StopSpec = z.infer<typeof StopSchema>
 
-/** The built-in suite: the three faults on several GPUs, then a co-restart. */
+/** The built-in suite: the three faults on several GPUs, then prefill restarted alone, then a co-restart. */
 export const DEFAULT_SUITE_INPUT = {
   name: 'default',
   scenarios: [
@@ -146,6 +149,8 @@ export const DEFAULT_SUITE_INPUT = {
     {name: 'drop-dest-info rank1', fault: 'drop-dest-info', params: {rank: 1}, pins: 2},
     {name: 'drop-dest-info rank2', fault: 'drop-dest-info', params: {rank: 2}, pins: 2},
     {name: 'drop-dest-info rank3', fault: 'drop-dest-info', params: {rank: 3}, pins: 2},
+    // Prefill replaced alone behind its address (SGLang #34289): decode must drop the old endpoints within its heartbeat bound.
+    {name: 'restart prefill alone', restart: {only: 'prefill'}},
     {name: 'co-restart', restart: {services: ['prefill', 'decode', 'router'], watchSeconds: 3, canaries: 2}},
   ],
   stop: {routerUnhealthySeconds: 30, kernelXid: true},

@@ -9,9 +9,10 @@ import {PdError} from '../../src/errors.js'
  * that made the quick start take 90-200 s instead of under a minute).
  */
 describe('the twin suite --sim starts', () => {
-  it('has a 3 s watchdog polled every 0.5 s, and a breaker open for 10 s', () => {
-    expect(suiteTwin({sim: true})).toEqual({deadlineS: 3, pollS: 0.5, cbTimeoutS: 10})
-    expect(suiteTwin({sim: true, 'sim-deadline': '5', 'sim-poll': '1'})).toEqual({deadlineS: 5, pollS: 1, cbTimeoutS: 10})
+  it('has a 3 s watchdog polled every 0.5 s, a breaker open for 10 s, and decode\'s heartbeat at 2 s x 2', () => {
+    const hb = {heartbeatIntervalS: 2, heartbeatMaxFailure: 2}
+    expect(suiteTwin({sim: true})).toEqual({deadlineS: 3, pollS: 0.5, cbTimeoutS: 10, ...hb})
+    expect(suiteTwin({sim: true, 'sim-deadline': '5', 'sim-poll': '1'})).toEqual({deadlineS: 5, pollS: 1, cbTimeoutS: 10, ...hb})
   })
 
   it('refuses flags that cannot start a twin (exit 2, one line)', () => {

@@ -16,6 +16,7 @@ describe('batch planner', () => {
       // The prefill-only abort set widens the same GPU: a window of its own.
       ['abort-mid-transfer gpu0 prefill'],
       ['drop-dest-info rank0', 'drop-dest-info rank1', 'drop-dest-info rank2', 'drop-dest-info rank3'],
+      ['restart prefill alone'],
       ['co-restart'],
     ])
     expect(planConflicts(batches, {autoMechanism: 'packet-filter'})).toEqual([])

@@ -39,6 +39,8 @@ export interface SimUpOptions extends DistUpOptions {
   bootstrapTimeoutS?: number
   heartbeatIntervalS?: number
   heartbeatMaxFailure?: number
+  /** Not SGLang: 'off' stops decode's heartbeat (its environment still states the interval). */
+  heartbeat?: 'on' | 'off'
   /** Deadline for the whole twin to become healthy. */
   waitS?: number
   /** The router's worker health-check interval (sgl-model-gateway --health-check-interval-secs, 60 by default). */
@@ -236,6 +238,7 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
     ...(lags ? {lags} : {}),
     watchdog: {scope, deadlineS, pollS},
     bugs,
+    ...(o.heartbeat === 'off' ? {heartbeat: 'off' as const} : {}),
     ports: portsFor(basePort),
     timeouts: {bootstrapS, waitingS, heartbeatIntervalS, heartbeatMaxFailure, ...(decodeWaitingS === undefined ? {} : {decodeWaitingS})},
     timing: {...UP_DEFAULTS.timing, ...o.timing},

@@ -242,6 +242,11 @@ export class DecodeRank {
 
   /** _handle_node_failure: forget the prefill's route info and sockets, fail every non-Success room of it. */
   private nodeFailure(addr: string): void {
+    // --bug stale-peer: the rooms fail, but the dead instance's endpoints stay cached: decode never re-resolves.
+    if (this.cfg.bugs.includes('stale-peer')) {
+      for (const r of this.receivers.values()) if (r.addr === addr && r.status !== KVPoll.Success) r.status = KVPoll.Failed
+      return
+    }
     const info = this.infoTable.get(addr)
     this.infoTable.delete(addr)
     for (const key of [...this.registered]) if (key.startsWith(`${addr}|`)) this.registered.delete(key)

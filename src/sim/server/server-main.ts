@@ -108,7 +108,8 @@ async function runServer(): Promise<void> {
       sched = p
     } else {
       const d = new DecodeScheduler(role, cfg, env, ranks, schedLog, stateDir)
-      heartbeat = new Heartbeat(d, env, schedLog, !cfg.bugs.includes('stale-prefill-ports'))
+      // `sim up --heartbeat off` (not SGLang): no liveness check at all. `stale-peer`: no instance-id check either.
+      if (cfg.heartbeat !== 'off') heartbeat = new Heartbeat(d, env, schedLog, !cfg.bugs.includes('stale-prefill-ports') && !cfg.bugs.includes('stale-peer'))
       sched = d
     }
     const s = sched

@@ -1,0 +1,39 @@
+import {TIMEOUT_DEFAULTS, TIMEOUT_ENV} from './watchdog-env.js'
+
+/**
+ * Decode's liveness check of its prefill peers, as decode's own environment sets it: the bound SGLang promises for
+ * noticing a lost (or replaced) prefill. SGLang reads both variables in decode's KV manager only
+ * (common/conn.py CommonKVManager.__init__: `max(HEARTBEAT_INTERVAL, 2.0)`, `max(HEARTBEAT_MAX_FAILURE, 1)`; defaults
+ * environ.py 5.0 and 2), and the checker thread (~882) fails a peer after that many missed `/health` probes, one per
+ * interval; `_handle_node_failure` (~932) then drops the peer's cached endpoints and fails its rooms.
+ */
+export interface HeartbeatSettings {
+  intervalSeconds: number
+  maxFailure: number
+  /** interval × max failures: how long decode may take to notice a lost prefill. */
+  boundSeconds: number
+  /** Where each value came from (decode's environment, or SGLang's default where decode leaves it unset). */
+  source: string
+}
+
+const num = (v: string | undefined): number | undefined => {
+  if (v === undefined || v.trim() === '') return undefined
+  const n = Number(v)
+  return Number.isFinite(n) ? n : undefined
+}
+
+/** From decode's environment as read; undefined when it was not read (then the bound is unknown, not the default). */
+export function heartbeatFromEnv(decodeEnv: Record<string, string> | undefined): HeartbeatSettings | undefined {
+  if (decodeEnv === undefined) return undefined
+  const i = num(decodeEnv[TIMEOUT_ENV.heartbeatInterval])
+  const f = num(decodeEnv[TIMEOUT_ENV.heartbeatMaxFailure])
+  const intervalSeconds = Math.max(i ?? TIMEOUT_DEFAULTS.heartbeatInterval, 2)
+  const maxFailure = Math.max(Math.floor(f ?? TIMEOUT_DEFAULTS.heartbeatMaxFailure), 1)
+  const said = (v: number | undefined, name: string) =>
+    (v === undefined ? `${name} unset (SGLang's default)` : `${name}=${v}`)
+  return {
+    intervalSeconds, maxFailure, boundSeconds: Math.round(intervalSeconds * maxFailure * 1000) / 1000,
+    source: `decode's environment: ${said(i, TIMEOUT_ENV.heartbeatInterval)}, ` +
+      said(f, TIMEOUT_ENV.heartbeatMaxFailure),
+  }
+}
