@@ -14,7 +14,7 @@ import type {PolicyName} from './router/policy.js'
  * Known defects, and two surfaces pdchaos must cope with: `no-watchdog-counter` (a watchdog that evicts but counts
  * nothing in /metrics) and `no-disagg-loads` (an SGLang whose /v1/loads has no disagg section, as before it had one).
  */
-export const BUG_NAMES = ['abort-race', 'early-evict', 'late-evict', 'leak-on-evict', 'stale-prefill-ports', 'no-watchdog-counter', 'no-disagg-loads'] as const
+export const BUG_NAMES = ['abort-race', 'early-evict', 'late-evict', 'leak-on-evict', 'stale-prefill-ports', 'no-watchdog-counter', 'no-disagg-loads', 'half-dispatch'] as const
 export type BugName = (typeof BUG_NAMES)[number]
 export type WatchdogScope = 'all' | 'inflight' | 'off'
 export type Backend = 'nixl' | 'mooncake'
