@@ -1,6 +1,6 @@
 import {setMaxListeners} from 'node:events'
 
-import type {WedgeExpectation} from '../checks/expectation.js'
+import type {BreakerExpectation, WedgeExpectation} from '../checks/expectation.js'
 import {serviceClients} from '../deployment/clients.js'
 import type {SglangClient} from '../deployment/sglang-client.js'
 import {oneLine} from '../errors.js'
@@ -20,6 +20,7 @@ import {type Entry, type EntryPart, injectedEverywhere, judgeBatch, leasesOf, sc
 import {injectUnderLease, revertAndVerify} from './lease-steps.js'
 import {type Calibrated, openBreakers, PROBE_TIMEOUT_MS, type RunSession, untilBreakersClose} from './session.js'
 import {drained, type PairInBatch, pairsOf, serversOf} from './batch-pairs.js'
+import {type BreakerTrial, tripAndProbe, watchBreakerClose} from './breaker-trial.js'
 import {hostForFault, onHost, type PlacedHost, withLeasesOn} from './placement.js'
 
 /**
@@ -194,6 +195,8 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
       setMaxListeners(0, pinController.signal)
       const pins: Array<{e: Entry; sent: Sent}> = []
       let health: HealthWatch | undefined
+      // trip-breaker runs alone (its footprint is exclusive): its trial, and the watch for the close after the revert.
+      let breaker: {e: Entry; x: BreakerExpectation; trial: BreakerTrial} | undefined
       try {
         // Let the load show the deployment healthy before the fault, and take the counters' baseline.
         if (settings.loadIntervalMs > 0 && settings.mode !== 'hold') await sleep(Math.min(500, settings.loadIntervalMs * 2), signal)
@@ -216,7 +219,13 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
           return
         }
         const wedges = active.filter((e) => e.plan!.expected?.kind === 'wedge' && getFault(e.plan!.fault).observe === 'health')
-        if (!signal.aborted && wedges.length > 0) {
+        const trips = active.filter((e) => e.plan!.expected?.kind === 'breaker' && getFault(e.plan!.fault).observe === 'breaker')
+        if (!signal.aborted && trips.length > 0) {
+          const e = trips[0]!
+          const x = e.plan!.expected as BreakerExpectation
+          const trial = await tripAndProbe(pairOf(e.s).session, rec, x, {promptTokens: settings.promptTokens, scenario: e.s.name, signal, say})
+          breaker = {e, x, trial}
+        } else if (!signal.aborted && wedges.length > 0) {
           // A wedged instance holds no pin and runs no watchdog: hold it, watching health, for the detection bound.
           const hold = Math.max(...wedges.map((e) => (e.plan!.expected as WedgeExpectation).holdSeconds)) * 1000
           say(`holding the wedge for ${(hold / 1000).toFixed(1)}s, sampling health`)
@@ -255,6 +264,7 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
           say('waiting for the wedged instance to answer healthy again')
           await health.resumed(signal)
         }
+        if (breaker) await watchBreakerClose(pairOf(breaker.e.s).session, rec, breaker.x, breaker.trial, {promptTokens: settings.promptTokens, scenario: breaker.e.s.name, signal, say})
         // A pin is let go of on its own pair's servers; the load went through the gateway, to any pair's.
         const everyServer = servers.map((x) => x.client)
         await releaseHeld(rec, [...pins.map((p) => ({sent: p.sent, on: [pairOf(p.e.s).session.prefill, pairOf(p.e.s).session.decode]})), ...load.sent.map((sent) => ({sent, on: everyServer}))], Math.max(0, ...planned.flatMap((e) => leasesOf(e).map((l) => l.revertedAt ?? 0))))
