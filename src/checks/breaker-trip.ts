@@ -92,21 +92,24 @@ export function checkBreakerTrip(tl: Timeline, x: BreakerExpectation | undefined
   const before = [...readings].reverse().find((r) => r.t <= (probes[0]?.t ?? probesFrom))
   const during = readings.filter((r) => r.t > (probes[0]?.t ?? probesFrom) && r.t <= probesTo)
   const qSubject = "decode's prealloc and transfer queues"
-  if (decodeOpen) {
+  const peak = during.length > 0 ? during.reduce((m, r) => (r.reqs > m.reqs ? r : m), during[0]!) : undefined
+  if (before && peak && peak.reqs > before.reqs) {
+    // Growth is evidence whatever decode's own breaker read: only a request sent to decode puts one in its queues.
+    verdicts.push(fail('breaker', qSubject, `grew from ${before.reqs} to ${peak.reqs} with prefill's breaker open: decode was sent requests alone (SGLang #31206)`, {
+      before: before.reqs, beforeAt: before.t, peak: peak.reqs, peakAt: peak.t, readings: during.length, source: 'decode /v1/loads (fresh snapshot)',
+      state: 'decode waiting for KV from a prefill that never got the request'}))
+  } else if (decodeOpen) {
     verdicts.push(unverified('breaker', qSubject, "decode's own breaker was open too: a decode-only dispatch could not have happened", {
-      why: 'the gateway counted the refused prefill attempts against decode as well (an older dispatch that ticks both workers)',
-      toVerify: "a gateway that ticks prefill's breaker alone on a prefill failure (dispatch.rs, BreakerOutcomesRecorded)"}))
-  } else if (!before || during.length === 0) {
+      why: "decode's breaker opened while the probes were out, so the gateway could not send decode anything",
+      toVerify: "a run in which decode's breaker stays closed (dispatch.rs ticks prefill's breaker alone on a prefill failure)"}))
+  } else if (!before || !peak) {
     verdicts.push(unverified('breaker', qSubject, "no fresh reading of decode's queues around the probes", {
       readings: readings.length,
       why: "decode's /v1/loads?include=disagg answered no disagg queues; its /metrics gauges are written per batch and are not fresh (assumed per DESIGN.md's freshness rule)",
       toVerify: "an SGLang whose /v1/loads has the disagg section (sglang_disagg_decode_{prealloc,transfer}_queue_reqs)"}))
   } else {
-    const peak = during.reduce((m, r) => (r.reqs > m.reqs ? r : m), during[0]!)
-    const ev = {before: before.reqs, beforeAt: before.t, peak: peak.reqs, peakAt: peak.t, readings: during.length, source: 'decode /v1/loads (fresh snapshot)'}
-    verdicts.push(peak.reqs > before.reqs
-      ? fail('breaker', qSubject, `grew from ${before.reqs} to ${peak.reqs} with prefill's breaker open: decode was sent requests alone (SGLang #31206)`, {...ev, state: 'decode waiting for KV from a prefill that never got the request'})
-      : pass('breaker', qSubject, `stayed at or below ${before.reqs} over ${during.length} fresh reading(s) while the probes were out`, ev))
+    verdicts.push(pass('breaker', qSubject, `stayed at or below ${before.reqs} over ${during.length} fresh reading(s) while the probes were out`,
+      {before: before.reqs, beforeAt: before.t, peak: peak.reqs, peakAt: peak.t, readings: during.length, source: 'decode /v1/loads (fresh snapshot)'}))
   }
 
   // Half-open after the open duration, then closed.

@@ -8,6 +8,7 @@ import {badInput} from '../errors.js'
 import type {Host} from '../hosts/host.js'
 import {checkLeaseId, type Fault, type FaultContext, type FaultPlan, type HostFacts} from './fault.js'
 import {buildFilter, detectFilterTool, noFilterTool} from './mechanisms/packet-filter.js'
+import {buildTwinFailpoint} from './mechanisms/twin-failpoint.js'
 
 /**
  * trip-breaker: the gateway's circuit breaker of the prefill worker, opened the way a real outage opens it. Prefill's
@@ -21,6 +22,8 @@ import {buildFilter, detectFilterTool, noFilterTool} from './mechanisms/packet-f
 
 const Params = z.object({
   role: z.enum(['prefill']).default('prefill').describe("trip-breaker: whose breaker to open (prefill: decode's half must never be sent alone)."),
+  mechanism: z.enum(['auto', 'packet-filter', 'twin-failpoint']).default('auto')
+    .describe("trip-breaker: auto uses the host's packet filter, or the twin's own failure point where none is usable (twin only)."),
   probes: z.number().int().min(1).max(20).default(3).describe('trip-breaker: requests sent at the open breaker.'),
 }).strict()
 
@@ -45,7 +48,7 @@ export const tripBreaker: Fault<TripBreakerParams> = {
   name: 'trip-breaker',
   summary: "prefill refuses the gateway's connections until its circuit breaker opens; requests must then get 503 at once",
   params: Params,
-  mechanisms: ['packet-filter'],
+  mechanisms: ['packet-filter', 'twin-failpoint'],
   observe: 'breaker',
 
   footprint() {
@@ -67,10 +70,14 @@ export const tripBreaker: Fault<TripBreakerParams> = {
     if (cb && !cb.enabled) {
       throw badInput('the gateway runs with --disable-circuit-breaker: there is no breaker to trip', 'run the gateway with its circuit breaker, or leave trip-breaker out')
     }
-    if (!ctx.facts.filterTool) throw noFilterTool(ctx.facts.filterEvidence)
+    const twinUrl = ctx.discovery.twinFailpointUrl
+    const mech = ctx.params.mechanism ?? 'auto'
+    if (mech === 'twin-failpoint' && !twinUrl) throw badInput("--mechanism twin-failpoint works only against pdchaos's twin, and this prefill is not it", 'use --mechanism packet-filter')
+    const useTwin = mech === 'twin-failpoint' || (mech === 'auto' && !ctx.facts.filterTool && twinUrl !== undefined)
+    if (!useTwin && !ctx.facts.filterTool) throw noFilterTool(ctx.facts.filterEvidence)
     const prefill = new URL(gateway.prefillUrl)
     const port = Number(prefill.port || (prefill.protocol === 'https:' ? 443 : 80))
-    const from = routerSource(gateway)
+    const from = useTwin ? {addr: '*', why: "the twin's failure point resets every /generate connection"} : routerSource(gateway)
     const failureThreshold = cb?.failureThreshold ?? GATEWAY_DEFAULTS.failureThreshold
     const openSeconds = cb?.openSeconds ?? GATEWAY_DEFAULTS.openSeconds
     const successThreshold = cb?.successThreshold ?? GATEWAY_DEFAULTS.successThreshold
@@ -80,7 +87,8 @@ export const tripBreaker: Fault<TripBreakerParams> = {
     // A refusal is immediate: every attempt fails at selection, so the answer takes the backoffs and a round trip.
     const refuseWithinMs = Math.ceil(backoffMs + 1000)
     const tripRequests = Math.ceil(failureThreshold / attempts) + 2
-    const filter = buildFilter({tool: ctx.facts.filterTool, leaseId: ctx.leaseId, matches: [{kind: 'to', port, from: from.addr}], action: {kind: 'reject'}})
+    const filter = useTwin ? buildTwinFailpoint(twinUrl!, 'refuse-generate', [0])
+      : buildFilter({tool: ctx.facts.filterTool!, leaseId: ctx.leaseId, matches: [{kind: 'to', port, from: from.addr}], action: {kind: 'reject'}})
     const expected: BreakerExpectation = {
       kind: 'breaker', role: 'prefill', workerUrl: gateway.prefillUrl, decodeUrl: gateway.decodeUrl,
       failureThreshold, successThreshold, openSeconds, attempts, tripRequests, tripTimeoutMs: refuseWithinMs + 5000,
@@ -92,21 +100,22 @@ export const tripBreaker: Fault<TripBreakerParams> = {
     }
     return {
       fault: 'trip-breaker',
-      mechanism: 'packet-filter',
+      mechanism: useTwin ? 'twin-failpoint' : 'packet-filter',
       leaseId: ctx.leaseId,
       targets: [],
       inject: filter.inject,
       revert: filter.revert,
-      sudo: true,
+      sudo: !useTwin,
       verifyInjected: [filter.verifyInjected],
       verifyClean: [filter.verifyClean],
       readOnlyProbes: filter.readOnlyProbes,
       description: `refuse (TCP reset) the gateway's connections to prefill's HTTP port ${port} from ${from.addr} (${from.why}); ${filter.summary}. ` +
         `Then ${tripRequests} requests through the gateway open prefill's breaker, ${expected.probes} more must each get 503 within ` +
         `${refuseWithinMs} ms without decode's queue growing, and after the revert the breaker must half-open and close within ${expected.closeWithinSeconds} s.`,
+      ...(useTwin && mech === 'auto' ? {refusals: [`packet filter not usable here (${ctx.facts.filterEvidence ?? 'not probed'}): using the twin's own failure point instead`]} : {}),
       notes: [
         `gateway settings: ${expected.settingsSource}`,
-        `packet filter: ${ctx.facts.filterEvidence ?? ctx.facts.filterTool}`,
+        useTwin ? "the twin's failure point, not a host mechanism: it exists only on the twin" : `packet filter: ${ctx.facts.filterEvidence ?? ctx.facts.filterTool}`,
         "only the gateway's source address is refused: decode's bootstrap and KV traffic to prefill are untouched; the gateway's own health " +
           'checks of prefill are refused too (a slow health interval leaves prefill healthy; the breaker is read from the gateway\'s metrics)',
       ],

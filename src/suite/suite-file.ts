@@ -90,7 +90,7 @@ export type ScenarioSpec = z.infer<typeof ScenarioSchema>
 export type GateSpec = z.infer<typeof GateSchema>
 export type StopSpec = z.infer<typeof StopSchema>
 
-/** The built-in suite: the three faults on several GPUs, then a co-restart. */
+/** The built-in suite: the three faults on several GPUs, the gateway's breaker tripped, then a co-restart. */
 export const DEFAULT_SUITE_INPUT = {
   name: 'default',
   scenarios: [
@@ -105,6 +105,8 @@ export const DEFAULT_SUITE_INPUT = {
     {name: 'drop-dest-info rank1', fault: 'drop-dest-info', params: {rank: 1}, pins: 2},
     {name: 'drop-dest-info rank2', fault: 'drop-dest-info', params: {rank: 2}, pins: 2},
     {name: 'drop-dest-info rank3', fault: 'drop-dest-info', params: {rank: 3}, pins: 2},
+    // Batch 3, alone: prefill refuses the gateway until its breaker opens; requests must then get 503 at once (SGLang #31206).
+    {name: 'trip-breaker prefill', fault: 'trip-breaker', params: {role: 'prefill'}},
     {name: 'co-restart', restart: {services: ['prefill', 'decode', 'router'], watchSeconds: 3, canaries: 2}},
   ],
   stop: {routerUnhealthySeconds: 30, kernelXid: true},
