@@ -57,7 +57,7 @@ export function checkBreakerTrip(tl: Timeline, x: BreakerExpectation | undefined
     })]
   }
   const lastClosed = [...reads].reverse().find((r) => r.t < firstOpen.t && r.state !== 'open')
-  const verdicts: Verdict[] = [pass('fault-effect', subject, `opened after ${trips.length} refused request(s) (threshold ${x.failureThreshold}, ${x.attempts} attempt(s) each)`,
+  const verdicts: Verdict[] = [pass('fault-effect', subject, `read open after ${trips.length} trip request(s) of pdchaos's (the gateway refused by prefill counts the steady load's too; threshold ${x.failureThreshold}, ${x.attempts} attempt(s) each)`,
     {openedReadAt: firstOpen.t, trips: tripEvidence, settings, clock: "the gateway's smg_worker_cb_state read after each trip request"})]
 
   // Requests at the open breaker: each a 503 within the bound.
