@@ -8,12 +8,13 @@ const one = (s: Record<string, unknown>): PlannedScenario => ({name: String(s.na
 const names = (batches: ReturnType<typeof planBatches>) => batches.map((b) => b.scenarios.map((s) => s.name))
 
 describe('batch planner', () => {
-  it('batches the default suite: the stall-kv GPUs with the abort scenario, the per-rank drop-dest-info together apart, the restart alone', () => {
+  it('batches the default suite: the stall-kv GPUs with the abort scenario, the per-rank drop-dest-info together apart, trip-breaker and the restart alone', () => {
     // On the twin (a TCP data path) stall-kv's auto mechanism is the packet filter (or the twin's failure point): no SIGSTOP.
     const batches = planBatches(expand(defaultSuite().scenarios), {autoMechanism: 'packet-filter'})
     expect(names(batches)).toEqual([
       ['stall-kv gpu1', 'stall-kv gpu2', 'stall-kv gpu3', 'abort-mid-transfer gpu0'],
       ['drop-dest-info rank0', 'drop-dest-info rank1', 'drop-dest-info rank2', 'drop-dest-info rank3'],
+      ['trip-breaker prefill'],
       ['co-restart'],
     ])
     expect(planConflicts(batches, {autoMechanism: 'packet-filter'})).toEqual([])

@@ -81,7 +81,7 @@ describe('pdchaos suite over SSH into the namespace host', () => {
 
     const j = JSON.parse(readFileSync(join(out, 'run.json'), 'utf8')) as Record<string, any>
     expect(j.scenarios.map((s: any) => s.name)).toEqual(['stall-kv gpu1', 'stall-kv gpu2', 'stall-kv gpu3', 'abort-mid-transfer gpu0',
-      'drop-dest-info rank0', 'drop-dest-info rank1', 'drop-dest-info rank2', 'drop-dest-info rank3', 'co-restart'])
+      'drop-dest-info rank0', 'drop-dest-info rank1', 'drop-dest-info rank2', 'drop-dest-info rank3', 'trip-breaker prefill', 'co-restart'])
     expect(j.scenarios.filter((s: any) => s.error !== undefined || s.verdicts.length === 0).map((s: any) => `${s.name}: ${s.error ?? 'no verdicts'}`)).toEqual([])
     // An abort trial that did not land in the transfer window (released from the bootstrap queue: its abort came
     // first) is honestly unverified, not counted; enough others must land for the abort check to stand.
