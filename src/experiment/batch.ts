@@ -219,11 +219,13 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
           return
         }
         const wedges = active.filter((e) => e.plan!.expected?.kind === 'wedge' && getFault(e.plan!.fault).observe === 'health')
-        const trips = active.filter((e) => e.plan!.expected?.kind === 'breaker' && getFault(e.plan!.fault).observe === 'breaker')
+        const trips = active.filter((e) =>
+          e.plan!.expected?.kind === 'breaker' && getFault(e.plan!.fault).observe === 'breaker')
         if (!signal.aborted && trips.length > 0) {
           const e = trips[0]!
           const x = e.plan!.expected as BreakerExpectation
-          const trial = await tripAndProbe(pairOf(e.s).session, rec, x, {promptTokens: settings.promptTokens, scenario: e.s.name, signal, say})
+          const on = {promptTokens: settings.promptTokens, scenario: e.s.name, signal, say}
+          const trial = await tripAndProbe(pairOf(e.s).session, rec, x, on)
           breaker = {e, x, trial}
         } else if (!signal.aborted && wedges.length > 0) {
           // A wedged instance holds no pin and runs no watchdog: hold it, watching health, for the detection bound.
@@ -264,7 +266,10 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
           say('waiting for the wedged instance to answer healthy again')
           await health.resumed(signal)
         }
-        if (breaker) await watchBreakerClose(pairOf(breaker.e.s).session, rec, breaker.x, breaker.trial, {promptTokens: settings.promptTokens, scenario: breaker.e.s.name, signal, say})
+        if (breaker) {
+          const on = {promptTokens: settings.promptTokens, scenario: breaker.e.s.name, signal, say}
+          await watchBreakerClose(pairOf(breaker.e.s).session, rec, breaker.x, breaker.trial, on)
+        }
         // A pin is let go of on its own pair's servers; the load went through the gateway, to any pair's.
         const everyServer = servers.map((x) => x.client)
         await releaseHeld(rec, [...pins.map((p) => ({sent: p.sent, on: [pairOf(p.e.s).session.prefill, pairOf(p.e.s).session.decode]})), ...load.sent.map((sent) => ({sent, on: everyServer}))], Math.max(0, ...planned.flatMap((e) => leasesOf(e).map((l) => l.revertedAt ?? 0))))

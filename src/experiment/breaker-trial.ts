@@ -24,7 +24,9 @@ const CB_TRANSITIONS = 'smg_worker_cb_transitions_total'
 const DECODE_SAMPLE_MS = 200
 
 /** The deployment service a gateway worker label names: same host and port, else the same port alone. */
-export function workerRole(worker: string, x: Pick<BreakerExpectation, 'workerUrl' | 'decodeUrl'>): BreakerObservation['role'] {
+type Urls = Pick<BreakerExpectation, 'workerUrl' | 'decodeUrl'>
+
+export function workerRole(worker: string, x: Urls): BreakerObservation['role'] {
   const parse = (u: string): {host: string; port: string} | undefined => {
     try {
       const url = new URL(u)
@@ -42,8 +44,9 @@ export function workerRole(worker: string, x: Pick<BreakerExpectation, 'workerUr
   return byPort.length === 1 ? byPort[0]![0] : 'other'
 }
 
-/** One read of every worker's breaker, recorded; the prefill worker's state (undefined: metrics unreadable or absent). */
-export async function readBreakers(router: RouterClient, rec: Recorder, x: BreakerExpectation): Promise<State | undefined> {
+/** One read of every worker's breaker, recorded; the prefill worker's state (undefined: unreadable or absent). */
+export async function readBreakers(router: RouterClient, rec: Recorder, x: BreakerExpectation):
+  Promise<State | undefined> {
   const m = await router.metrics().catch(() => undefined)
   if (!m) return undefined
   const t = now()
@@ -51,9 +54,12 @@ export async function readBreakers(router: RouterClient, rec: Recorder, x: Break
   for (const s of m.samples.filter((x) => x.name === ROUTER_CB_STATE)) {
     const worker = s.labels.worker ?? ''
     const state = STATES[s.value] ?? 'closed'
-    const count = (to: string): number => m.samples.filter((c) => c.name === CB_TRANSITIONS && c.labels.worker === worker && c.labels.to === to).reduce((a, c) => a + c.value, 0)
+    const count = (to: string): number => m.samples
+      .filter((c) => c.name === CB_TRANSITIONS && c.labels.worker === worker && c.labels.to === to)
+      .reduce((a, c) => a + c.value, 0)
     const role = workerRole(worker, x)
-    rec.add({kind: 'breaker', t, worker, role, state, transitions: {toOpen: count('open'), toHalfOpen: count('half_open'), toClosed: count('closed')}})
+    const transitions = {toOpen: count('open'), toHalfOpen: count('half_open'), toClosed: count('closed')}
+    rec.add({kind: 'breaker', t, worker, role, state, transitions})
     if (role === 'prefill') prefill = state
   }
   return prefill
@@ -72,7 +78,8 @@ export async function tripAndProbe(session: RunSession, rec: Recorder, x: Breake
   o: {promptTokens: number; scenario: string; signal: AbortSignal; say: (l: string) => void}): Promise<BreakerTrial> {
   const base = {fault: 'trip-breaker', scenario: o.scenario, promptTokens: o.promptTokens, signal: o.signal}
   let state = await readBreakers(session.router, rec, x)
-  o.say(`tripping prefill's breaker: up to ${x.tripRequests} requests through the gateway (${x.failureThreshold} failures open it)`)
+  o.say(`tripping prefill's breaker: up to ${x.tripRequests} requests through the gateway `
+    + `(${x.failureThreshold} failures open it)`)
   for (let i = 0; i < x.tripRequests && state !== 'open' && !o.signal.aborted; i++) {
     await sendRequest(session.router, rec, {...base, role: 'trip', timeoutMs: x.tripTimeoutMs}).done
     state = await readBreakers(session.router, rec, x)
@@ -120,7 +127,8 @@ export async function watchBreakerClose(session: RunSession, rec: Recorder, x: B
   o: {promptTokens: number; scenario: string; signal: AbortSignal; say: (l: string) => void}): Promise<void> {
   if (trial.openedAt === undefined || o.signal.aborted) return
   const halfOpenAt = trial.openedAt + x.openSeconds * 1000
-  o.say(`waiting for prefill's breaker to half-open (${Math.max(0, (halfOpenAt - now()) / 1000).toFixed(1)} s) and close`)
+  const inS = Math.max(0, (halfOpenAt - now()) / 1000).toFixed(1)
+  o.say(`waiting for prefill's breaker to half-open (${inS} s) and close`)
   rec.marker('breaker-close-watch')
   await sleep(Math.max(0, halfOpenAt - now()), o.signal)
   const by = trial.openedAt + (x.closeWithinSeconds + 2) * 1000

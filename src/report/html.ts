@@ -137,7 +137,8 @@ function requestDots(s: ScenarioRun, scale: Scale, y: number): {svg: string; cou
   const parts = sent.slice(0, 2000).map((o) => {
     const a = answers.get(o.rid)
     // trip-breaker: a trip request is meant to fail; a probe at the open breaker is meant to be refused with 503.
-    const ok = a !== undefined && ((a.status >= 200 && a.status < 300) || o.role === 'trip' || (o.role === 'probe' && a.status === 503))
+    const ok = a !== undefined
+      && ((a.status >= 200 && a.status < 300) || o.role === 'trip' || (o.role === 'probe' && a.status === 503))
     const x = scale.x(o.t).toFixed(1)
     const cy = o.role === 'canary' ? y - 6 : y + 4
     const fill = ok ? (o.role === 'canary' ? COLOR.pass : COLOR.load) : COLOR.fail

@@ -1,4 +1,4 @@
-import {mkdtempSync, rmSync} from 'node:fs'
+import {mkdtempSync, readFileSync, rmSync} from 'node:fs'
 import {tmpdir} from 'node:os'
 import {join} from 'node:path'
 
@@ -35,8 +35,8 @@ afterAll(async () => {
   }
 }, 60_000)
 
-const inject = async (dir: string) => {
-  const r = await runCli(['inject', 'trip-breaker', '--sim', '--state-dir', dir, '--json'], {timeoutMs: 150_000})
+const inject = async (dir: string, extra: string[] = []) => {
+  const r = await runCli(['inject', 'trip-breaker', '--sim', '--state-dir', dir, '--json', ...extra], {timeoutMs: 150_000})
   const j = JSON.parse(r.stdout) as {mechanism: string; verdicts: V[]}
   const row = (check: string, subject: RegExp | string): V[] => j.verdicts.filter((v) => v.check === check && (typeof subject === 'string' ? v.subject === subject : subject.test(v.subject)))
   return {r, j, row}
@@ -44,8 +44,11 @@ const inject = async (dir: string) => {
 
 describe('trip-breaker against the twin', () => {
   it('a correct gateway: every row passes, with 0 false alarms over 3 repetitions', async () => {
+    const out = join(good, 'out')
     for (let rep = 0; rep < 3; rep++) {
-      const {r, j, row} = await inject(good)
+      // The last repetition also writes the journal, JUnit and HTML, as a suite would.
+      const files = rep === 2 ? ['--journal', join(out, 'run.json'), '--junit', join(out, 'run.xml'), '--html', join(out, 'run.html')] : []
+      const {r, j, row} = await inject(good, files)
       const why = JSON.stringify(j.verdicts.filter((v) => v.verdict !== 'pass'))
       expect(j.mechanism, why).toBe('packet-filter')
       expect(j.verdicts.filter((v) => v.verdict !== 'pass'), `repetition ${rep + 1}: ${why}`).toEqual([])
@@ -57,6 +60,10 @@ describe('trip-breaker against the twin', () => {
       expect(row('recovery', "prefill's circuit breaker half-opens and closes")[0]?.verdict).toBe('pass')
       expect(r.code).toBe(0)
     }
+    const journal = JSON.parse(readFileSync(join(out, 'run.json'), 'utf8')) as {scenarios: Array<{timeline?: {observations: Array<{kind: string}>}}>}
+    expect(journal.scenarios[0]!.timeline!.observations.some((o) => o.kind === 'breaker')).toBe(true)
+    expect(readFileSync(join(out, 'run.xml'), 'utf8')).toMatch(/decode&apos;s prealloc and transfer queues|decode's prealloc and transfer queues/)
+    expect(readFileSync(join(out, 'run.html'), 'utf8')).toMatch(/gateway breaker of prefill/)
     // The twin's truth agrees: the gateway never sent decode a request alone.
     expect(truth(good, 'router').filter((e) => e.event === 'half-dispatch')).toEqual([])
   }, 600_000)

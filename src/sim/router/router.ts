@@ -351,7 +351,8 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
        * The attempt's answer, and what each breaker of the pair records (dispatch.rs: per leg where the leg decided the
        * outcome, BreakerOutcomesRecorded; else the final status for both): 2xx and 4xx are not a worker's fault.
        */
-      const outcome = (answer: Answer, prefillStatus: number | null, decodeStatus: number | null, records?: Array<[Worker, boolean]>): void => {
+      const outcome = (answer: Answer, prefillStatus: number | null, decodeStatus: number | null,
+        records?: Array<[Worker, boolean]>): void => {
         const ok = (answer.status >= 200 && answer.status < 300) || (answer.status >= 400 && answer.status < 500)
         for (const [w, good] of records ?? chosen.map((w) => [w, ok] as [Worker, boolean])) {
           w.cb.record(good)
@@ -368,7 +369,8 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
         else r.destroy()
       }
       const clientFault = (status: number): boolean => status >= 400 && status < 500
-      const failed = (l: Leg | undefined): boolean => l !== undefined && ('error' in l || (l.res.statusCode ?? 0) < 200 || (l.res.statusCode ?? 0) >= 300)
+      const failed = (l: Leg | undefined): boolean =>
+        l !== undefined && ('error' in l || (l.res.statusCode ?? 0) < 200 || (l.res.statusCode ?? 0) >= 300)
 
       /** handle_decode_error_response: decode's transport error or error status as the router answers it. */
       const decodeError = async (leg: Leg): Promise<Answer | undefined> => {
@@ -403,7 +405,9 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
 
       /** process_prefill_response on a failed prefill: its transport error or error status as the router answers it. */
       const prefillError = async (leg: Leg): Promise<Answer | undefined> => {
-        if ('error' in leg) return built(502, 'prefill_server_error', `Prefill server error: ${leg.error}. This will cause decode timeout.`)
+        if ('error' in leg) {
+          return built(502, 'prefill_server_error', `Prefill server error: ${leg.error}. This will cause decode timeout.`)
+        }
         const ps = leg.res.statusCode ?? 0
         const read = await readAll(leg.res)
         if (clientGone) return undefined
@@ -472,14 +476,16 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
       }
       if (pair.decodeOnly) {
         // --bug half-dispatch: no prefill leg; decode's answer (whenever it gives up waiting for KV) is the attempt's.
-        record({event: 'half-dispatch', rid, room: room.toString(), attempt: n, prefill: pair.prefill.url, decode: pair.decode.url})
+        record({event: 'half-dispatch', rid, room: room.toString(), attempt: n, prefill: pair.prefill.url,
+          decode: pair.decode.url})
         const whole = (r: http.IncomingMessage): void => {
           metrics.inc('smg_router_upstream_responses_total', {worker: pair.decode.url, status: String(r.statusCode)})
           const ds = r.statusCode ?? 0
           if (ds >= 200 && ds < 300) return outcome({kind: 'pass', status: ds, res: r}, null, ds)
           void decodeError({res: r}).then((a) => a && outcome(a, null, ds))
         }
-        legs.push(upstream(pair.decode.url, text, whole, (e) => outcome(built(502, 'decode_server_error', `Decode server error: ${e.message}`), null, null)))
+        const lost = (e: Error): void => outcome(built(502, 'decode_server_error', `Decode server error: ${e.message}`), null, null)
+        legs.push(upstream(pair.decode.url, text, whole, lost))
         return
       }
       legs.push(upstream(pair.prefill.url, text, onLeg('prefill', pair.prefill.url), onErr('prefill', pair.prefill.url)))
