@@ -130,12 +130,12 @@ export interface TwinStart {
   cbTimeoutS?: number
 }
 
-const SUITE_TWIN_CB_TIMEOUT_S = 10
+const SUITE_TWIN_CB_TIMEOUT_S = 5
 
 /**
- * A twin the suite starts itself: a short watchdog, and a gateway breaker that half-opens after 10 s, not 60 (a
- * fault's failed steady load can open it, and the suite waits for it before its canaries), so the built-in suite
- * takes well under a minute.
+ * A twin the suite starts itself: a short watchdog, and a gateway breaker that half-opens after 5 s, not 60 (a
+ * fault's failed steady load can open it, and the suite waits for it before its canaries; trip-breaker waits out its
+ * open duration to see it half-open and close), so the built-in suite takes well under a minute.
  */
 export function suiteTwin(f: {sim: boolean; 'sim-deadline'?: string; 'sim-poll'?: string}): TwinStart {
   for (const flag of ['sim-deadline', 'sim-poll'] as const) {
