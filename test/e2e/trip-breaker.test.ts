@@ -22,7 +22,7 @@ let bad: string
 beforeAll(async () => {
   good = mkdtempSync(join(tmpdir(), 'pdchaos-test-tb-'))
   bad = mkdtempSync(join(tmpdir(), 'pdchaos-test-tb-bug-'))
-  // The breaker half-opens after 10 s here instead of 60, as in `suite --sim`.
+  // The breaker half-opens after 10 s here instead of 60 (`suite --sim` uses 5 s).
   await upOnFreePorts({stateDir: good, deadlineS: 3, pollS: 0.5, waitS: 60, router: {cbTimeoutDurationS: 10}})
   await upOnFreePorts({stateDir: bad, deadlineS: 3, pollS: 0.5, waitS: 60, router: {cbTimeoutDurationS: 10}, bugs: ['half-dispatch']})
 }, 180_000)
