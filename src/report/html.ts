@@ -161,14 +161,15 @@ function seriesCharts(s: ScenarioRun, scale: Scale, top: number, maxSeries: numb
   const bySeries = new Map<string, Array<{t: number; v: number}>>()
   // The gateway's breaker states (trip-breaker) as a series: 0 closed, 1 open, 2 half-open (smg_worker_cb_state).
   const CB: Record<string, number> = {closed: 0, open: 1, half_open: 2}
+  // First, so that the series limit never hides them.
   for (const o of s.timeline?.observations ?? []) {
-    if (o.kind === 'breaker') {
-      const key = `gateway breaker of ${o.role === 'other' ? o.worker : o.role} (0 closed, 1 open, 2 half-open)`
-      let arr = bySeries.get(key)
-      if (!arr) bySeries.set(key, (arr = []))
-      arr.push({t: o.t, v: CB[o.state] ?? 0})
-      continue
-    }
+    if (o.kind !== 'breaker') continue
+    const key = `gateway breaker of ${o.role === 'other' ? o.worker : o.role} (0 closed, 1 open, 2 half-open)`
+    let arr = bySeries.get(key)
+    if (!arr) bySeries.set(key, (arr = []))
+    arr.push({t: o.t, v: CB[o.state] ?? 0})
+  }
+  for (const o of s.timeline?.observations ?? []) {
     if (o.kind !== 'metric' || !Number.isFinite(o.value)) continue
     const key = `${o.instance ?? o.service} ${o.name}`
     let arr = bySeries.get(key)

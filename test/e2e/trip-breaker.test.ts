@@ -1,4 +1,4 @@
-import {mkdtempSync, readFileSync, rmSync} from 'node:fs'
+import {mkdirSync, mkdtempSync, readFileSync, rmSync} from 'node:fs'
 import {tmpdir} from 'node:os'
 import {join} from 'node:path'
 
@@ -45,9 +45,10 @@ const inject = async (dir: string, extra: string[] = []) => {
 describe('trip-breaker against the twin', () => {
   it('a correct gateway: every row passes, with 0 false alarms over 3 repetitions', async () => {
     const out = join(good, 'out')
+    mkdirSync(out, {recursive: true})
     for (let rep = 0; rep < 3; rep++) {
-      // The last repetition also writes the journal, JUnit and HTML, as a suite would.
-      const files = rep === 2 ? ['--journal', join(out, 'run.json'), '--junit', join(out, 'run.xml'), '--html', join(out, 'run.html')] : []
+      // The last repetition also writes its journal (rendered as JUnit and HTML below).
+      const files = rep === 2 ? ['--journal', join(out, 'run.json')] : []
       const {r, j, row} = await inject(good, files)
       const why = JSON.stringify(j.verdicts.filter((v) => v.verdict !== 'pass'))
       expect(j.mechanism, why).toBe('packet-filter')
@@ -60,10 +61,13 @@ describe('trip-breaker against the twin', () => {
       expect(row('recovery', "prefill's circuit breaker half-opens and closes")[0]?.verdict).toBe('pass')
       expect(r.code).toBe(0)
     }
+    // The journal rendered as JUnit and HTML, as a nightly run's reports are.
+    const rendered = await runCli(['report', join(out, 'run.json'), '--junit', join(out, 'run.xml'), '--html', join(out, 'run.html')])
+    expect(rendered.code, rendered.stderr).toBe(0)
     const journal = JSON.parse(readFileSync(join(out, 'run.json'), 'utf8')) as {scenarios: Array<{timeline?: {observations: Array<{kind: string}>}}>}
     expect(journal.scenarios[0]!.timeline!.observations.some((o) => o.kind === 'breaker')).toBe(true)
     expect(readFileSync(join(out, 'run.xml'), 'utf8')).toMatch(/decode&apos;s prealloc and transfer queues|decode's prealloc and transfer queues/)
-    expect(readFileSync(join(out, 'run.html'), 'utf8')).toMatch(/gateway breaker of prefill/)
+    expect(readFileSync(join(out, 'run.html'), 'utf8')).toMatch(/breaker of prefill \(0 closed, 1 open, 2 half-open\)/)
     // The twin's truth agrees: the gateway never sent decode a request alone.
     expect(truth(good, 'router').filter((e) => e.event === 'half-dispatch')).toEqual([])
   }, 600_000)
