@@ -46,4 +46,35 @@ export interface WedgeExpectation {
   why: string
 }
 
-export type FaultExpectation = StallExpectation | WedgeExpectation
+/**
+ * trip-breaker: the gateway's breaker of one prefill worker opened by failing its requests, then requests sent at it.
+ * Each must be refused (503) within refuseWithinMs without a decode-only dispatch; after openSeconds the breaker must
+ * turn half-open and close on successThreshold successes. From the gateway's settings as `status` reads them.
+ */
+export interface BreakerExpectation {
+  kind: 'breaker'
+  role: 'prefill'
+  /** The deployment's URLs of the worker whose breaker is tripped and of the decode worker. */
+  workerUrl: string
+  decodeUrl: string
+  failureThreshold: number
+  successThreshold: number
+  openSeconds: number
+  /** Attempts per client request (the retry loop): each failed attempt counts once. */
+  attempts: number
+  /** Requests sent through the gateway to open it: enough attempts for the threshold, and two more. */
+  tripRequests: number
+  /** How long each tripping request may take before pdchaos gives up on it (a gateway that awaits decode holds it). */
+  tripTimeoutMs: number
+  /** Requests sent at the open breaker. */
+  probes: number
+  /** Each probe's bound: every attempt refused at selection, with the worst backoff between them, plus a margin. */
+  refuseWithinMs: number
+  /** After the revert, the breaker must have closed within this long of its opening (openSeconds plus a margin). */
+  closeWithinSeconds: number
+  /** Where the figures came from (the gateway's command line, or its defaults). */
+  settingsSource: string
+  why: string
+}
+
+export type FaultExpectation = StallExpectation | WedgeExpectation | BreakerExpectation

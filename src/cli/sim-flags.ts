@@ -141,7 +141,7 @@ export interface TwinStart {
   heartbeatMaxFailure?: number
 }
 
-const SUITE_TWIN_CB_TIMEOUT_S = 10
+const SUITE_TWIN_CB_TIMEOUT_S = 5
 /**
  * Decode's heartbeat on a twin the suite starts: 2 s (SGLang's minimum) × 2 misses, a 4 s bound instead of 10 s, so the
  * scenario that restarts prefill alone waits 4 s for it, not 10 (two misses, not one: a probe slowed by a loaded host
@@ -150,9 +150,9 @@ const SUITE_TWIN_CB_TIMEOUT_S = 10
 const SUITE_TWIN_HEARTBEAT = {heartbeatIntervalS: 2, heartbeatMaxFailure: 2}
 
 /**
- * A twin the suite starts itself: a short watchdog, and a gateway breaker that half-opens after 10 s, not 60 (a
- * fault's failed steady load can open it, and the suite waits for it before its canaries), so the built-in suite
- * takes well under a minute.
+ * A twin the suite starts itself: a short watchdog, and a gateway breaker that half-opens after 5 s, not 60 (a
+ * fault's failed steady load can open it, and the suite waits for it before its canaries; trip-breaker waits out its
+ * open duration to see it half-open and close), so the built-in suite takes well under a minute.
  */
 export function suiteTwin(f: {sim: boolean; 'sim-deadline'?: string; 'sim-poll'?: string}): TwinStart {
   for (const flag of ['sim-deadline', 'sim-poll'] as const) {

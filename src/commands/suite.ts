@@ -26,7 +26,7 @@ export default class Suite extends TargetCommand<typeof Suite> {
     'The batch plan is printed and checked for conflicts before any injection. Stop conditions (router health, collateral loss, a new Xid line in the kernel log)',
     'and SIGINT stop the run, revert everything and exit 3; a stopped run is never resumed.',
     'Exit 0 all checks passed (or the gate passed), 1 a check failed (or the gate failed), 2 bad input, 3 stopped, 4 cleanup unverified, 5 unreachable.',
-    'With --sim and no twin running, the twin is started with a short watchdog (deadline 3 s, poll 0.5 s) and a gateway circuit breaker that half-opens after 10 s (60 by default) so the suite takes well under a minute.',
+    'With --sim and no twin running, the twin is started with a short watchdog (deadline 3 s, poll 0.5 s) and a gateway circuit breaker that half-opens after 5 s (60 by default) so the suite takes well under a minute.',
     'With --fleet each deployment of the fleet file runs as its own suite run; the exit code is the most urgent of theirs: 4 > 3 > 1 > 5 > 2 > 0.',
   ].join(' ')
   static override examples = [

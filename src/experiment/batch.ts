@@ -1,6 +1,6 @@
 import {setMaxListeners} from 'node:events'
 
-import type {WedgeExpectation} from '../checks/expectation.js'
+import type {BreakerExpectation, WedgeExpectation} from '../checks/expectation.js'
 import {serviceClients} from '../deployment/clients.js'
 import {IDLE_REFRESH_S} from '../deployment/freshness.js'
 import type {SglangClient} from '../deployment/sglang-client.js'
@@ -22,6 +22,7 @@ import {type Entry, type EntryPart, injectedEverywhere, judgeBatch, leasesOf, sc
 import {injectUnderLease, revertAndVerify} from './lease-steps.js'
 import {type Calibrated, openBreakers, PROBE_TIMEOUT_MS, type RunSession, untilBreakersClose} from './session.js'
 import {drained, gaugesOnly, type PairInBatch, pairsOf, serversOf} from './batch-pairs.js'
+import {type BreakerTrial, tripAndProbe, watchBreakerClose} from './breaker-trial.js'
 import {hostForFault, onHost, type PlacedHost, withLeasesOn} from './placement.js'
 import {COMPETING_CODE, competingRefusal, competingText, competingTimeoutsFor, firingInWindow} from './competing.js'
 
@@ -223,6 +224,8 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
       setMaxListeners(0, pinController.signal)
       const pins: Array<{e: Entry; sent: Sent}> = []
       let health: HealthWatch | undefined
+      // trip-breaker runs alone (its footprint is exclusive): its trial, and the watch for the close after the revert.
+      let breaker: {e: Entry; x: BreakerExpectation; trial: BreakerTrial} | undefined
       try {
         // Let the load show the deployment healthy before the fault, and take the counters' baseline.
         if (settings.loadIntervalMs > 0 && settings.mode !== 'hold') await sleep(Math.min(500, settings.loadIntervalMs * 2), signal)
@@ -245,7 +248,15 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
           return
         }
         const wedges = active.filter((e) => e.plan!.expected?.kind === 'wedge' && getFault(e.plan!.fault).observe === 'health')
-        if (!signal.aborted && wedges.length > 0) {
+        const trips = active.filter((e) =>
+          e.plan!.expected?.kind === 'breaker' && getFault(e.plan!.fault).observe === 'breaker')
+        if (!signal.aborted && trips.length > 0) {
+          const e = trips[0]!
+          const x = e.plan!.expected as BreakerExpectation
+          const on = {promptTokens: settings.promptTokens, scenario: e.s.name, signal, say}
+          const trial = await tripAndProbe(pairOf(e.s).session, rec, x, on)
+          breaker = {e, x, trial}
+        } else if (!signal.aborted && wedges.length > 0) {
           // A wedged instance holds no pin and runs no watchdog: hold it, watching health, for the detection bound.
           const hold = Math.max(...wedges.map((e) => (e.plan!.expected as WedgeExpectation).holdSeconds)) * 1000
           say(`holding the wedge for ${(hold / 1000).toFixed(1)}s, sampling health`)
@@ -283,6 +294,10 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
         if (health) {
           say('waiting for the wedged instance to answer healthy again')
           await health.resumed(signal)
+        }
+        if (breaker) {
+          const on = {promptTokens: settings.promptTokens, scenario: breaker.e.s.name, signal, say}
+          await watchBreakerClose(pairOf(breaker.e.s).session, rec, breaker.x, breaker.trial, on)
         }
         // A pin is let go of on its own pair's servers; the load went through the gateway, to any pair's.
         const everyServer = servers.map((x) => x.client)

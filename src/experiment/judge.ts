@@ -3,6 +3,7 @@ import {checkCollateral} from '../checks/collateral.js'
 import {checkEvictions} from '../checks/eviction.js'
 import {checkRecovery} from '../checks/recovery.js'
 import {checkScope} from '../checks/scope.js'
+import {checkBreakerTrip} from '../checks/breaker-trip.js'
 import {checkWedge} from '../checks/wedge.js'
 import {WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js'
 import {type FaultPlan, renderPlan} from '../faults/fault.js'
@@ -123,6 +124,7 @@ export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
         if (ab.coverage) run.abortCoverage = ab.coverage
       }
       else if (observe === 'health') run.verdicts.push(...checkWedge(run.timeline, e.plan!.expected?.kind === 'wedge' ? e.plan!.expected : undefined))
+      else if (observe === 'breaker') run.verdicts.push(...checkBreakerTrip(run.timeline, e.plan!.expected?.kind === 'breaker' ? e.plan!.expected : undefined))
       else {
         const ev = checkEvictions(run.timeline, {
           expected: e.plan!.expected, ...(e.competing ? {competing: e.competing} : {}), competingAllowed: e.competingAllowed === true, batchPins,

@@ -4,6 +4,7 @@ import type {Deployment} from '../deployment/config.js'
 import type {FaultExpectation} from '../checks/expectation.js'
 import type {RankInfo, StatusReport} from '../discovery/discover.js'
 import type {Topology} from '../discovery/topo.js'
+import type {RouterSettings} from '../discovery/router-settings.js'
 import type {HealthCheckSettings} from '../discovery/transport-env.js'
 import type {SglangTimeouts} from '../discovery/sglang-timeouts.js'
 import type {HeartbeatSettings} from '../discovery/heartbeat-bound.js'
@@ -31,9 +32,10 @@ export type MechanismName = 'packet-filter' | 'tc-flower' | 'link-down' | 'ib-po
 
 /**
  * What the runner observes while a fault is in place: pins (requests the fault holds, judged by the eviction check),
- * abort trials, or the services' health (a fault whose expected outcome is a wedged instance: checkWedge).
+ * abort trials, the services' health (a fault whose expected outcome is a wedged instance: checkWedge), or the
+ * gateway's circuit breaker and requests sent at it (trip-breaker: checkBreakerTrip).
  */
-export type Observe = 'pins' | 'trials' | 'health'
+export type Observe = 'pins' | 'trials' | 'health' | 'breaker'
 
 export interface Judgement {
   ok: boolean
@@ -83,6 +85,8 @@ export interface FaultDiscovery {
   sglangTimeouts?: SglangTimeouts
   /** Decode's heartbeat toward prefill (its environment), when it was read: how soon decode notices a lost prefill. */
   heartbeat?: HeartbeatSettings
+  /** The gateway: its URL, the workers' URLs as the deployment file names them, and its settings as `status` reads them. */
+  gateway?: {routerUrl: string; prefillUrl: string; decodeUrl: string; settings?: RouterSettings}
 }
 
 export function faultDiscovery(report: StatusReport, deployment: Deployment): FaultDiscovery {
@@ -104,6 +108,8 @@ export function faultDiscovery(report: StatusReport, deployment: Deployment): Fa
     ...(Object.keys(health).length ? {health} : {}),
     ...(report.sglangTimeouts ? {sglangTimeouts: report.sglangTimeouts} : {}),
     ...(report.watchdog.heartbeat ? {heartbeat: report.watchdog.heartbeat} : {}),
+    gateway: {routerUrl: s.router.url, prefillUrl: s.prefill.url, decodeUrl: s.decode.url,
+      ...(report.services.router.routerSettings ? {settings: report.services.router.routerSettings} : {})},
   }
 }
 

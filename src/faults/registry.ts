@@ -3,6 +3,7 @@ import {abortMidTransfer} from './abort-mid-transfer.js'
 import {dropDestInfo} from './drop-dest-info.js'
 import type {Fault} from './fault.js'
 import {stallKv} from './stall-kv.js'
+import {tripBreaker} from './trip-breaker.js'
 import {wedgeRank} from './wedge-rank.js'
 
 /** Every fault pdchaos can inject, by the name users type. Adding a fault: its file, and one line here. */
@@ -11,6 +12,7 @@ export const FAULTS = {
   'stall-kv': stallKv,
   'abort-mid-transfer': abortMidTransfer,
   'wedge-rank': wedgeRank,
+  'trip-breaker': tripBreaker,
 } as const satisfies Record<string, Fault>
 
 export type FaultName = keyof typeof FAULTS

@@ -6,7 +6,9 @@ import type {MeasuredLags} from './lags.js'
  * the journal alone.
  */
 
-export type RequestRole = 'pin' | 'load' | 'canary' | 'baseline'
+/** trip: a request sent through the gateway to open a breaker (trip-breaker); probe: one sent at the open breaker, or
+ * after the revert to turn it half-open and close it. */
+export type RequestRole = 'pin' | 'load' | 'canary' | 'baseline' | 'trip' | 'probe'
 
 /** Where a pinned request sits, as SGLang names it: the prefill queue and the KVPoll state. */
 export interface PinState {
@@ -52,6 +54,12 @@ export type Observation =
    */
   | {kind: 'transfer-window'; t: number; scenario: string; leaseId: string; startMs: number; endMs: number; why: string;
     widening: 'packet-filter' | 'twin-failpoint' | 'none'; trials: Array<{rid: string; offsetMs: number}>}
+  /**
+   * One read of the gateway's circuit breaker of one worker (smg_worker_cb_state, labelled by the worker's URL): role
+   * as pdchaos matched the URL to the deployment's services; transitions: smg_worker_cb_transitions_total so far.
+   */
+  | {kind: 'breaker'; t: number; worker: string; role: 'prefill' | 'decode' | 'other'; state: 'closed' | 'open' | 'half_open';
+    transitions: {toOpen: number; toHalfOpen: number; toClosed: number}}
   /** A lease's packet-filter rules, read once more just before the revert: how many packets they matched while in place. */
   | {kind: 'filter-matched'; t: number; leaseId: string; packets: number; evidence: string}
 

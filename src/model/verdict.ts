@@ -6,7 +6,7 @@
  */
 export type Outcome = 'pass' | 'fail' | 'unverified'
 
-export const CHECKS = ['eviction', 'abort', 'scope', 'recovery', 'collateral', 'fault-effect', 'cleanup', 'restart'] as const
+export const CHECKS = ['eviction', 'abort', 'scope', 'recovery', 'collateral', 'fault-effect', 'cleanup', 'restart', 'breaker'] as const
 export type CheckName = (typeof CHECKS)[number]
 
 export interface Verdict {

@@ -133,10 +133,12 @@ function requestDots(s: ScenarioRun, scale: Scale, y: number): {svg: string; cou
   const obs = s.timeline?.observations ?? []
   const answers = new Map<string, Answered>()
   for (const o of obs) if (o.kind === 'request-answered') answers.set(o.rid, o)
-  const sent = obs.filter((o): o is Sent => o.kind === 'request-sent' && (o.role === 'load' || o.role === 'canary' || o.role === 'baseline'))
+  const sent = obs.filter((o): o is Sent => o.kind === 'request-sent' && o.role !== 'pin')
   const parts = sent.slice(0, 2000).map((o) => {
     const a = answers.get(o.rid)
-    const ok = a !== undefined && a.status >= 200 && a.status < 300
+    // trip-breaker: a trip request is meant to fail; a probe at the open breaker is meant to be refused with 503.
+    const ok = a !== undefined
+      && ((a.status >= 200 && a.status < 300) || o.role === 'trip' || (o.role === 'probe' && a.status === 503))
     const x = scale.x(o.t).toFixed(1)
     const cy = o.role === 'canary' ? y - 6 : y + 4
     const fill = ok ? (o.role === 'canary' ? COLOR.pass : COLOR.load) : COLOR.fail
@@ -157,6 +159,16 @@ function markers(s: ScenarioRun, scale: Scale, top: number, bottom: number): str
 
 function seriesCharts(s: ScenarioRun, scale: Scale, top: number, maxSeries: number): {svg: string; height: number; hidden: number} {
   const bySeries = new Map<string, Array<{t: number; v: number}>>()
+  // The gateway's breaker states (trip-breaker) as a series: 0 closed, 1 open, 2 half-open (smg_worker_cb_state).
+  const CB: Record<string, number> = {closed: 0, open: 1, half_open: 2}
+  // First, so that the series limit never hides them.
+  for (const o of s.timeline?.observations ?? []) {
+    if (o.kind !== 'breaker') continue
+    const key = `gateway breaker of ${o.role === 'other' ? o.worker : o.role} (0 closed, 1 open, 2 half-open)`
+    let arr = bySeries.get(key)
+    if (!arr) bySeries.set(key, (arr = []))
+    arr.push({t: o.t, v: CB[o.state] ?? 0})
+  }
   for (const o of s.timeline?.observations ?? []) {
     if (o.kind !== 'metric' || !Number.isFinite(o.value)) continue
     const key = `${o.instance ?? o.service} ${o.name}`

@@ -16,7 +16,7 @@ import type {PolicyName} from './router/policy.js'
  * `no-loads` (no /v1/loads at all, as before entrypoints/v1_loads.py: only the per-batch /metrics gauges remain).
  */
 export const BUG_NAMES = ['abort-race', 'early-evict', 'late-evict', 'leak-on-evict', 'stale-prefill-ports', 'stale-peer', 'no-watchdog-counter',
-  'no-disagg-loads', 'no-loads'] as const
+  'no-disagg-loads', 'no-loads', 'half-dispatch'] as const
 export type BugName = (typeof BUG_NAMES)[number]
 export type WatchdogScope = 'all' | 'inflight' | 'off'
 export type Backend = 'nixl' | 'mooncake'

@@ -131,7 +131,7 @@ export type ScenarioSpec = z.infer<typeof ScenarioSchema>
 export type GateSpec = z.infer<typeof GateSchema>
 export type StopSpec = z.infer<typeof StopSchema>
 
-/** The built-in suite: the three faults on several GPUs, then prefill restarted alone, then a co-restart. */
+/** The built-in suite: the three faults on several GPUs, the gateway's breaker tripped, prefill restarted alone, then a co-restart. */
 export const DEFAULT_SUITE_INPUT = {
   name: 'default',
   scenarios: [
@@ -149,6 +149,8 @@ export const DEFAULT_SUITE_INPUT = {
     {name: 'drop-dest-info rank1', fault: 'drop-dest-info', params: {rank: 1}, pins: 2},
     {name: 'drop-dest-info rank2', fault: 'drop-dest-info', params: {rank: 2}, pins: 2},
     {name: 'drop-dest-info rank3', fault: 'drop-dest-info', params: {rank: 3}, pins: 2},
+    // Batch 3, alone: prefill refuses the gateway until its breaker opens; requests must then get 503 at once (SGLang #31206).
+    {name: 'trip-breaker prefill', fault: 'trip-breaker', params: {role: 'prefill'}},
     // Prefill replaced alone behind its address (SGLang #34289): decode must drop the old endpoints within its heartbeat bound.
     {name: 'restart prefill alone', restart: {only: 'prefill'}},
     {name: 'co-restart', restart: {services: ['prefill', 'decode', 'router'], watchSeconds: 3, canaries: 2}},

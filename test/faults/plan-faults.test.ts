@@ -73,7 +73,7 @@ function expectRenderable(plan: FaultPlan): void {
 
 describe('registry', () => {
   it('knows the four faults and refuses others with exit 2', () => {
-    expect(FAULT_NAMES).toEqual(['drop-dest-info', 'stall-kv', 'abort-mid-transfer', 'wedge-rank'])
+    expect(FAULT_NAMES).toEqual(['drop-dest-info', 'stall-kv', 'abort-mid-transfer', 'wedge-rank', 'trip-breaker'])
     expect(getFault('stall-kv').name).toBe('stall-kv')
     expectBadInput(() => getFault('drop-everything'), /unknown fault "drop-everything"/)
   })

@@ -1,7 +1,7 @@
 import {describe, expect, it} from 'vitest'
 
 import {CB_DEFAULTS, CircuitBreaker, type CircuitState} from '../../src/sim/router/circuit-breaker.js'
-import {fails, ok, post, type RouterRig, routerRig, sample, sleep} from './router-fakes.js'
+import {fails, json, ok, post, type RouterRig, routerRig, sample, sleep} from './router-fakes.js'
 
 /**
  * The router's per-worker circuit breakers, as sgl-model-gateway's core/circuit_breaker.rs and the PD router use them:
@@ -78,17 +78,18 @@ async function withRig(extra: Parameters<typeof routerRig>[0], body: (rig: Route
 }
 
 describe('router circuit breakers', () => {
-  it('opens both breakers after the threshold, answers 503 without contacting a worker, then recovers', async () => {
+  it("opens prefill's breaker alone after the threshold, answers 503 without contacting a worker, then recovers", async () => {
     await withRig({retry: {disabled: true}, circuitBreaker: {failureThreshold: 3, successThreshold: 2, timeoutDurationS: 1.5}}, async (rig) => {
       rig.prefill.behaviour = fails(500)
       for (let i = 0; i < 3; i++) expect((await post(rig.router.url, {rid: `f-${i}`, text: 'x'})).status).toBe(500)
       let page = await rig.metrics()
-      for (const w of [rig.prefill, rig.decode]) {
-        expect(sample(page, 'smg_worker_cb_state', {worker: w.url})).toBe(1)
-        expect(sample(page, 'smg_worker_cb_transitions_total', {from: 'closed', to: 'open', worker: w.url})).toBe(1)
-        expect(sample(page, 'smg_worker_cb_outcomes_total', {outcome: 'failure', worker: w.url})).toBe(3)
-        expect(sample(page, 'smg_worker_cb_consecutive_failures', {worker: w.url})).toBe(3)
-      }
+      expect(sample(page, 'smg_worker_cb_state', {worker: rig.prefill.url})).toBe(1)
+      expect(sample(page, 'smg_worker_cb_transitions_total', {from: 'closed', to: 'open', worker: rig.prefill.url})).toBe(1)
+      expect(sample(page, 'smg_worker_cb_outcomes_total', {outcome: 'failure', worker: rig.prefill.url})).toBe(3)
+      expect(sample(page, 'smg_worker_cb_consecutive_failures', {worker: rig.prefill.url})).toBe(3)
+      // dispatch.rs: decode was dropped for prefill's fault and ticks nothing, so a prefill error storm leaves it closed.
+      expect(sample(page, 'smg_worker_cb_state', {worker: rig.decode.url})).toBe(0)
+      expect(sample(page, 'smg_worker_cb_outcomes_total', {outcome: 'failure', worker: rig.decode.url}) ?? 0).toBe(0)
 
       rig.prefill.behaviour = ok()
       const sentBefore = [rig.prefill.bodies.length, rig.decode.bodies.length]
@@ -102,19 +103,33 @@ describe('router circuit breakers', () => {
       expect([rig.prefill.bodies.length, rig.decode.bodies.length]).toEqual(sentBefore)
       expect(rig.truth().find((t) => t.rid === 'while-open' && t.event === 'answered')).toMatchObject({status: 503, room: null})
 
-      await sleep(1600) // past --cb-timeout-duration-secs: the next selection finds both half-open
+      await sleep(1600) // past --cb-timeout-duration-secs: the next selection finds prefill's half-open
       expect((await post(rig.router.url, {rid: 'probe-1', text: 'x'})).status).toBe(200)
       page = await rig.metrics()
       expect(sample(page, 'smg_worker_cb_state', {worker: rig.prefill.url})).toBe(2)
       expect((await post(rig.router.url, {rid: 'probe-2', text: 'x'})).status).toBe(200)
       page = await rig.metrics()
-      for (const w of [rig.prefill, rig.decode]) {
-        expect(sample(page, 'smg_worker_cb_state', {worker: w.url})).toBe(0)
-        expect(sample(page, 'smg_worker_cb_transitions_total', {from: 'open', to: 'half_open', worker: w.url})).toBe(1)
-        expect(sample(page, 'smg_worker_cb_transitions_total', {from: 'half_open', to: 'closed', worker: w.url})).toBe(1)
-      }
+      expect(sample(page, 'smg_worker_cb_state', {worker: rig.prefill.url})).toBe(0)
+      expect(sample(page, 'smg_worker_cb_transitions_total', {from: 'open', to: 'half_open', worker: rig.prefill.url})).toBe(1)
+      expect(sample(page, 'smg_worker_cb_transitions_total', {from: 'half_open', to: 'closed', worker: rig.prefill.url})).toBe(1)
       const breaker = rig.truth().filter((t) => t.event === 'breaker' && t.workerType === 'prefill').map((t) => `${t.from}>${t.to}`)
       expect(breaker).toEqual(['closed>open', 'open>half_open', 'half_open>closed'])
+    })
+  })
+
+  it('--bug half-dispatch: with prefill\'s breaker open, the request goes to decode alone and waits there', async () => {
+    await withRig({retry: {disabled: true}, circuitBreaker: {failureThreshold: 2, timeoutDurationS: 60}, halfDispatch: true}, async (rig) => {
+      rig.prefill.behaviour = fails(500)
+      for (let i = 0; i < 2; i++) expect((await post(rig.router.url, {rid: `f-${i}`, text: 'x'})).status).toBe(500)
+      rig.decode.behaviour = (_b, _q, res) => json(res, 500, {error: {message: 'waited for KV'}}, 300)
+      const prefillBefore = rig.prefill.bodies.length
+      const decodeBefore = rig.decode.bodies.length
+      const r = await post(rig.router.url, {rid: 'half', text: 'x'})
+      expect(r.status).toBe(500)
+      expect(r.ms).toBeGreaterThanOrEqual(280)
+      expect(rig.prefill.bodies.length).toBe(prefillBefore)
+      expect(rig.decode.bodies.length).toBe(decodeBefore + 1)
+      expect(rig.truth().find((t) => t.rid === 'half' && t.event === 'half-dispatch')).toBeDefined()
     })
   })
 

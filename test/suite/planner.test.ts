@@ -8,7 +8,7 @@ const one = (s: Record<string, unknown>): PlannedScenario => ({name: String(s.na
 const names = (batches: ReturnType<typeof planBatches>) => batches.map((b) => b.scenarios.map((s) => s.name))
 
 describe('batch planner', () => {
-  it('batches the default suite: the stall-kv GPUs with the abort scenario, the per-rank drop-dest-info together apart, the restart alone', () => {
+  it('batches the default suite: the stall-kv GPUs with the abort scenario, the per-rank drop-dest-info together apart, trip-breaker and the restart alone', () => {
     // On the twin (a TCP data path) stall-kv's auto mechanism is the packet filter (or the twin's failure point): no SIGSTOP.
     const batches = planBatches(expand(defaultSuite().scenarios), {autoMechanism: 'packet-filter'})
     expect(names(batches)).toEqual([
@@ -16,6 +16,7 @@ describe('batch planner', () => {
       // The prefill-only abort set widens the same GPU: a window of its own.
       ['abort-mid-transfer gpu0 prefill'],
       ['drop-dest-info rank0', 'drop-dest-info rank1', 'drop-dest-info rank2', 'drop-dest-info rank3'],
+      ['trip-breaker prefill'],
       ['restart prefill alone'],
       ['co-restart'],
     ])

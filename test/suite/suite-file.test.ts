@@ -41,9 +41,9 @@ describe('suite file', () => {
     expect(bad('scenarios:\n  - name: [a\n').message).toMatch(/^nightly\.yaml:\d+:\d+: YAML syntax error/)
   })
 
-  it('the built-in suite covers the three faults on several GPUs and a co-restart', () => {
+  it("the built-in suite covers the three faults on several GPUs, the gateway's breaker and a co-restart", () => {
     const s = defaultSuite()
-    expect(new Set(s.scenarios.map((x) => x.fault ?? 'restart'))).toEqual(new Set(['stall-kv', 'abort-mid-transfer', 'drop-dest-info', 'restart']))
+    expect(new Set(s.scenarios.map((x) => x.fault ?? 'restart'))).toEqual(new Set(['stall-kv', 'abort-mid-transfer', 'drop-dest-info', 'trip-breaker', 'restart']))
     expect(new Set(s.scenarios.map((x) => x.params.gpu).filter((g) => g !== undefined)).size).toBeGreaterThanOrEqual(3)
   })
 

@@ -81,7 +81,7 @@ describe('pdchaos suite over SSH into the namespace host', () => {
 
     const j = JSON.parse(readFileSync(join(out, 'run.json'), 'utf8')) as Record<string, any>
     expect(j.scenarios.map((s: any) => s.name)).toEqual(['stall-kv gpu1', 'stall-kv gpu2', 'stall-kv gpu3', 'abort-mid-transfer gpu0',
-      'drop-dest-info rank0', 'drop-dest-info rank1', 'drop-dest-info rank2', 'drop-dest-info rank3', 'restart prefill alone', 'co-restart'])
+      'drop-dest-info rank0', 'drop-dest-info rank1', 'drop-dest-info rank2', 'drop-dest-info rank3', 'trip-breaker prefill', 'restart prefill alone', 'co-restart'])
     expect(j.scenarios.filter((s: any) => s.error !== undefined || s.verdicts.length === 0).map((s: any) => `${s.name}: ${s.error ?? 'no verdicts'}`)).toEqual([])
     // An abort trial that did not land in the transfer window (released from the bootstrap queue: its abort came
     // first) is honestly unverified, not counted; enough others must land for the abort check to stand.
@@ -122,6 +122,9 @@ describe('pdchaos suite over SSH into the namespace host', () => {
     }
     for (const l of j.scenarios.flatMap((s: any) => s.leases)) expect(l).toMatchObject({injectedAt: expect.any(Number), revertedAt: expect.any(Number), verifiedClean: true})
     expect(j.scenarios[3].verdicts.filter((v: any) => v.check === 'abort')).toHaveLength(6)
+    // trip-breaker over SSH: prefill refused the gateway (nft from its address), its breaker opened, probes got 503.
+    const trip = j.scenarios.find((s: any) => s.name === 'trip-breaker prefill')
+    expect(trip.verdicts.filter((v: any) => v.check === 'breaker' && v.verdict === 'pass').length).toBeGreaterThanOrEqual(2)
     const named = (name: string) => j.scenarios.find((s: any) => s.name === name)
     expect(named('co-restart').verdicts.map((v: any) => v.subject)).toEqual(expect.arrayContaining(['prefill', 'decode', 'router', 'canaries', 'pin watch']))
     // Prefill replaced alone: judged against decode's heartbeat bound, read from decode's environment.

@@ -21,15 +21,19 @@ import type {Endpoint, FilterTool, Judgement, MechanismPlan, Probe} from '../fau
  * 4791 — never a hardware RoCE NIC, whose traffic netfilter never sees).
  */
 export type FilterMatch =
-  | {kind: 'to'; port: number; addr?: string}
+  /** from: only packets from this source address (trip-breaker: the gateway's connections to prefill's HTTP port). */
+  | {kind: 'to'; port: number; addr?: string; from?: string}
   | {kind: 'flow'; a: Endpoint; b: Endpoint}
   | {kind: 'iface-udp'; iface: string; port: number}
 
 /** A Linux interface name as netfilter matches it (IFNAMSIZ 16, plain characters: it is quoted into an nft script). */
 export const IFACE_NAME = /^[A-Za-z0-9_.:-]{1,15}$/
 
-/** Drop every matching packet, or only what exceeds a rate (slows a connection down instead of stopping it). */
-export type FilterAction = {kind: 'drop'} | {kind: 'rate'; kbytesPerSecond: number}
+/**
+ * Drop every matching packet, or only what exceeds a rate (slows a connection down instead of stopping it), or refuse
+ * it with a TCP reset (the sender's connect fails at once instead of waiting out its own timeout).
+ */
+export type FilterAction = {kind: 'drop'} | {kind: 'rate'; kbytesPerSecond: number} | {kind: 'reject'}
 
 export interface FilterSpec {
   tool: FilterTool
@@ -94,7 +98,11 @@ function rulesOf(matches: FilterMatch[]): Rule[] {
   for (const m of matches) {
     if (m.kind === 'to') {
       const port = checkPort(m.port)
-      if (m.addr === undefined) {
+      if (m.from !== undefined) {
+        if (m.addr !== undefined) throw badInput('a packet-filter match names a source or a destination address, not both')
+        const f = family(m.from)
+        push({key: `from-${m.from}-to-${port}`, nft: `${f} saddr ${m.from} tcp dport ${port}`, ipt: ['-p', 'tcp', '-s', m.from, '--dport', String(port)]})
+      } else if (m.addr === undefined) {
         push({key: `to-${port}`, nft: `tcp dport ${port}`, ipt: ['-p', 'tcp', '--dport', String(port)]})
       } else {
         const f = family(m.addr)
@@ -127,7 +135,7 @@ function rulesOf(matches: FilterMatch[]): Rule[] {
 }
 
 function describeMatch(m: FilterMatch): string {
-  if (m.kind === 'to') return `tcp to ${m.addr ?? '*'}:${m.port}`
+  if (m.kind === 'to') return `tcp ${m.from === undefined ? '' : `from ${m.from} `}to ${m.addr ?? '*'}:${m.port}`
   if (m.kind === 'iface-udp') return `udp port ${m.port} in and out of ${m.iface}`
   return `tcp ${m.a.addr}:${m.a.port} <-> ${m.b.addr}:${m.b.port}`
 }
@@ -138,7 +146,8 @@ export function buildFilter(spec: FilterSpec): FilterPlan {
     throw badInput(`invalid rate ${action.kbytesPerSecond} kbytes/s`, 'give an integer from 1 to 10000000')
   }
   const rules = rulesOf(spec.matches)
-  const what = `${action.kind === 'drop' ? 'drop' : `limit to ${action.kbytesPerSecond} kbytes/s`} ${spec.matches.map(describeMatch).join(', ')}`
+  const verb = action.kind === 'drop' ? 'drop' : action.kind === 'reject' ? 'refuse (TCP reset)' : `limit to ${action.kbytesPerSecond} kbytes/s`
+  const what = `${verb} ${spec.matches.map(describeMatch).join(', ')}`
   return spec.tool === 'nft' ? nftFilter(spec.leaseId, rules, action, what) : iptablesFilter(spec.leaseId, rules, action, what)
 }
 
@@ -146,7 +155,8 @@ export function buildFilter(spec: FilterSpec): FilterPlan {
 
 function nftFilter(leaseId: string, rules: Rule[], action: FilterAction, what: string): FilterPlan {
   const table = nftTableName(leaseId)
-  const verdict = action.kind === 'drop' ? 'counter drop' : `limit rate over ${action.kbytesPerSecond} kbytes/second burst 64 kbytes counter drop`
+  const verdict = action.kind === 'drop' ? 'counter drop' : action.kind === 'reject' ? 'counter reject with tcp reset'
+    : `limit rate over ${action.kbytesPerSecond} kbytes/second burst 64 kbytes counter drop`
   // One nft invocation = one transaction: the table appears with every rule, or not at all.
   const lines = [
     `add table inet ${table}`,
@@ -245,11 +255,12 @@ export const IPTABLES_REVERT_SCRIPT = [
 
 function iptablesFilter(leaseId: string, rules: Rule[], action: FilterAction, what: string): FilterPlan {
   const chain = iptablesChainName(leaseId)
-  if (action.kind !== 'drop') throw badInput('rate limiting needs nftables on the host (the iptables fallback only drops)', 'install nftables, or run without widening the window')
+  if (action.kind === 'rate') throw badInput('rate limiting needs nftables on the host (the iptables fallback only drops)', 'install nftables, or run without widening the window')
+  const target = action.kind === 'reject' ? ['REJECT', '--reject-with', 'tcp-reset'] : ['DROP']
   const v6 = rules.find((r) => r.nft.startsWith('ip6 ') || r.nft.includes(' ip6 '))
   if (v6) throw badInput(`the iptables fallback handles IPv4 only, and ${v6.key} is IPv6`, 'install nftables on the host')
   const inject: string[][] = [['iptables', ...IPT_WAIT, '-N', chain]]
-  for (const r of rules) inject.push(['iptables', ...IPT_WAIT, '-A', chain, ...r.ipt, '-m', 'comment', '--comment', r.key, '-j', 'DROP'])
+  for (const r of rules) inject.push(['iptables', ...IPT_WAIT, '-A', chain, ...r.ipt, '-m', 'comment', '--comment', r.key, '-j', ...target])
   // Jumps last: the chain is complete before any packet is sent into it.
   inject.push(['iptables', ...IPT_WAIT, '-I', 'INPUT', '1', '-j', chain], ['iptables', ...IPT_WAIT, '-I', 'OUTPUT', '1', '-j', chain])
   return {
@@ -259,7 +270,7 @@ function iptablesFilter(leaseId: string, rules: Rule[], action: FilterAction, wh
     revert: [['sh', '-c', IPTABLES_REVERT_SCRIPT, 'sh', chain]],
     verifyInjected: {
       name: `iptables chain ${chain} holds its rules and is jumped to`, argv: ['iptables-save', '-c', '-t', 'filter'], sudo: true,
-      judge: (stdout, code) => judgeIptablesInjected(chain, rules.map((r) => r.key), stdout, code),
+      judge: (stdout, code) => judgeIptablesInjected(chain, rules.map((r) => r.key), stdout, code, target[0]),
     },
     verifyClean: {
       name: `iptables chain ${chain} is gone`, argv: ['iptables-save', '-t', 'filter'], sudo: true,
@@ -295,7 +306,7 @@ function commentOf(words: string[]): string | undefined {
   return i >= 0 ? words[i + 1]?.replace(/^"|"$/g, '') : undefined
 }
 
-export function judgeIptablesInjected(chain: string, keys: string[], stdout: string, code: number | null): Judgement {
+export function judgeIptablesInjected(chain: string, keys: string[], stdout: string, code: number | null, target = 'DROP'): Judgement {
   if (code !== 0) return {ok: false, evidence: `iptables-save exit ${code}`}
   const lines = parseSave(stdout)
   const missing: string[] = []
@@ -305,12 +316,12 @@ export function judgeIptablesInjected(chain: string, keys: string[], stdout: str
   }
   let packets = 0
   for (const key of keys) {
-    const rule = lines.find((l) => l.words[0] === '-A' && l.words[1] === chain && commentOf(l.words) === key && l.words.at(-1) === 'DROP')
+    const rule = lines.find((l) => l.words[0] === '-A' && l.words[1] === chain && commentOf(l.words) === key && l.words[l.words.indexOf('-j') + 1] === target)
     if (!rule) missing.push(`rule ${key}`)
     else packets += rule.counter
   }
   if (missing.length > 0) return {ok: false, evidence: `iptables lacks ${missing.join(', ')} of ${chain}`}
-  return {ok: true, evidence: `iptables chain ${chain}: ${keys.length} DROP rule(s), jumped from INPUT and OUTPUT, ${packets} packet(s) matched so far`, matchedPackets: packets}
+  return {ok: true, evidence: `iptables chain ${chain}: ${keys.length} ${target} rule(s), jumped from INPUT and OUTPUT, ${packets} packet(s) matched so far`, matchedPackets: packets}
 }
 
 export function judgeIptablesClean(chain: string, stdout: string, code: number | null): Judgement {

@@ -7,7 +7,7 @@ import type {Judgement, MechanismPlan} from '../fault.js'
  * the URL and body as arguments, so the lease's reverter can take the fault out by itself.
  */
 
-export type TwinFailpointName = 'drop-dest-info' | 'stall-kv'
+export type TwinFailpointName = 'drop-dest-info' | 'stall-kv' | 'refuse-generate'
 
 // argv[1] URL, argv[2] optional JSON body (POST when given). Prints the answer; exit 1 unless 2xx.
 const SCRIPT = [

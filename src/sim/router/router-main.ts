@@ -51,6 +51,7 @@ try {
     retry: args.retry,
     circuitBreaker: args.circuitBreaker,
     truthFile: paths.truth('router'),
+    halfDispatch: config.bugs.includes('half-dispatch'),
     log,
   })
   const serviceFile = paths.service('router')

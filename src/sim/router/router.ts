@@ -47,6 +47,11 @@ export interface RouterOptions {
   log?: (line: string) => void
   /** The backoff jitter's random source, [0, 1) (tests). */
   random?: () => number
+  /**
+   * `sim up --bug half-dispatch` (SGLang #31206, sgl-router v0.2.4 as reported): with every prefill's breaker open, the
+   * request still goes to decode alone, which then waits for KV that never comes.
+   */
+  halfDispatch?: boolean
 }
 
 export interface RunningRouter {
@@ -238,14 +243,20 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
     ({kind: 'built', status, contentType: 'application/json', body: JSON.stringify(gatewayError(status, code, message)), error: message})
 
   /** select_pd_pair → pick_worker_by_policy_arc: each role among its workers that are healthy and whose breaker lets requests through. */
-  const selectPair = (text: string): {prefill: Worker; decode: Worker} | {error: string} => {
+  const selectPair = (text: string): {prefill: Worker; decode: Worker; decodeOnly?: boolean} | {error: string} => {
     const pick = (role: 'prefill' | 'decode'): Worker | string => {
       const available = ofRole(role).filter((w) => w.h.healthy && w.cb.canExecute())
       if (available.length === 0) return `No available ${role} workers (all circuits open or unhealthy)`
       return available[policies[role].select(available, text)]!
     }
     const prefill = pick('prefill')
-    if (typeof prefill === 'string') return {error: prefill}
+    if (typeof prefill === 'string') {
+      // The defect: a healthy prefill behind an open breaker is still named in the body, and decode is sent alone.
+      const shut = opts.halfDispatch ? ofRole('prefill').find((w) => w.h.healthy && !w.cb.canExecute()) : undefined
+      const decode = shut ? pick('decode') : undefined
+      if (shut && decode !== undefined && typeof decode !== 'string') return {prefill: shut, decode, decodeOnly: true}
+      return {error: prefill}
+    }
     const decode = pick('decode')
     if (typeof decode === 'string') return {error: decode}
     return {prefill, decode}
@@ -310,7 +321,7 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
         settle({answer: built(503, 'server_selection_failed', `No available servers: ${pair.error}`), room: null, prefillStatus: null, decodeStatus: null})
         return
       }
-      chosen = [pair.prefill, pair.decode]
+      chosen = pair.decodeOnly ? [pair.decode] : [pair.prefill, pair.decode]
       // WorkerLoadGuard: the pair's load counts this attempt until it settles.
       for (const w of chosen) w.load++
       const room = randomRoom()
@@ -336,82 +347,117 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
         }
       }
 
-      const outcome = (answer: Answer, prefillStatus: number | null, decodeStatus: number | null): void => {
-        // The pair's breakers record the attempt's status: 2xx and 4xx are not a worker's fault.
+      /**
+       * The attempt's answer, and what each breaker of the pair records (dispatch.rs: per leg where the leg decided the
+       * outcome, BreakerOutcomesRecorded; else the final status for both): 2xx and 4xx are not a worker's fault.
+       */
+      const outcome = (answer: Answer, prefillStatus: number | null, decodeStatus: number | null,
+        records?: Array<[Worker, boolean]>): void => {
         const ok = (answer.status >= 200 && answer.status < 300) || (answer.status >= 400 && answer.status < 500)
-        for (const w of chosen) {
-          w.cb.record(ok)
-          metrics.inc('smg_worker_cb_outcomes_total', {worker: w.url, outcome: ok ? 'success' : 'failure'})
+        for (const [w, good] of records ?? chosen.map((w) => [w, ok] as [Worker, boolean])) {
+          w.cb.record(good)
+          metrics.inc('smg_worker_cb_outcomes_total', {worker: w.url, outcome: good ? 'success' : 'failure'})
         }
         if (answer.status >= 500) {
           for (const role of ROLES) metrics.inc('smg_worker_errors_total', {worker_type: role, connection_mode: 'http', error_type: errorTypeFromStatus(answer.status)})
         }
         settle({answer, room, prefillStatus, decodeStatus})
       }
+      /** A finished answer is drained (its connection goes back to the pool intact); one still streaming is closed. */
+      const letGo = (r: http.IncomingMessage): void => {
+        if (r.complete) r.resume()
+        else r.destroy()
+      }
+      const clientFault = (status: number): boolean => status >= 400 && status < 500
+      const failed = (l: Leg | undefined): boolean =>
+        l !== undefined && ('error' in l || (l.res.statusCode ?? 0) < 200 || (l.res.statusCode ?? 0) >= 300)
 
-      const join = async (): Promise<void> => {
-        if (joined || p === undefined || d === undefined) return
-        joined = true
-        const prefillStatus = 'res' in p ? (p.res.statusCode ?? 0) : null
-        const decodeStatus = 'res' in d ? (d.res.statusCode ?? 0) : null
-        // Decode first: a transport error is a 502, an error status is mapped (or, streaming, sent as one SSE line).
-        if ('error' in d) {
-          if ('res' in p) p.res.destroy()
-          outcome(built(502, 'decode_server_error', `Decode server error: ${d.error}`), prefillStatus, null)
-          return
-        }
-        const dres = d.res
+      /** handle_decode_error_response: decode's transport error or error status as the router answers it. */
+      const decodeError = async (leg: Leg): Promise<Answer | undefined> => {
+        if ('error' in leg) return built(502, 'decode_server_error', `Decode server error: ${leg.error}`)
+        const dres = leg.res
         const ds = dres.statusCode ?? 0
-        if (ds < 200 || ds >= 300) {
-          if ('res' in p) p.res.destroy()
-          const read = await readAll(dres)
-          if (clientGone) return
-          if (stream) {
-            let message: unknown
-            if ('error' in read) message = `Decode server error: ${read.error}`
-            else {
-              try {
-                message = JSON.parse(read.text)
-              } catch {
-                message = read.text
-              }
+        const read = await readAll(dres)
+        if (clientGone) return undefined
+        if (stream) {
+          let message: unknown
+          if ('error' in read) message = `Decode server error: ${read.error}`
+          else {
+            try {
+              message = JSON.parse(read.text)
+            } catch {
+              message = read.text
             }
-            const sse = `data: {'error': ${JSON.stringify({message, status: ds})}}`
-            outcome({kind: 'built', status: ds, contentType: 'text/event-stream', body: sse, error: `decode status ${ds}`}, prefillStatus, ds)
-            return
           }
-          const mapped = mapWorkerError(ds, 'decode')
-          if ('error' in read) {
-            outcome(built(mapped.status, 'decode_read_failed', `Decode server error: ${read.error}`), prefillStatus, ds)
-            return
-          }
-          let message = read.text
-          try {
-            const j = JSON.parse(read.text) as {error?: {message?: unknown}; message?: unknown}
-            if (typeof j?.error?.message === 'string') message = j.error.message
-            else if (typeof j?.message === 'string') message = j.message
-          } catch {}
-          outcome(built(mapped.status, mapped.code, message), prefillStatus, ds)
+          const sse = `data: {'error': ${JSON.stringify({message, status: ds})}}`
+          return {kind: 'built', status: ds, contentType: 'text/event-stream', body: sse, error: `decode status ${ds}`}
+        }
+        const mapped = mapWorkerError(ds, 'decode')
+        if ('error' in read) return built(mapped.status, 'decode_read_failed', `Decode server error: ${read.error}`)
+        let message = read.text
+        try {
+          const j = JSON.parse(read.text) as {error?: {message?: unknown}; message?: unknown}
+          if (typeof j?.error?.message === 'string') message = j.error.message
+          else if (typeof j?.message === 'string') message = j.message
+        } catch {}
+        return built(mapped.status, mapped.code, message)
+      }
+
+      /** process_prefill_response on a failed prefill: its transport error or error status as the router answers it. */
+      const prefillError = async (leg: Leg): Promise<Answer | undefined> => {
+        if ('error' in leg) {
+          return built(502, 'prefill_server_error', `Prefill server error: ${leg.error}. This will cause decode timeout.`)
+        }
+        const ps = leg.res.statusCode ?? 0
+        const read = await readAll(leg.res)
+        if (clientGone) return undefined
+        const mapped = mapWorkerError(ps, 'prefill')
+        const text = 'error' in read ? 'Unknown prefill error' : read.text
+        return built(mapped.status, mapped.code, `Prefill server error (${statusDisplay(ps)}): ${text}`)
+      }
+
+      /**
+       * execute_dual_dispatch_internal: both legs are polled until prefill resolves. Decode failing first drops prefill
+       * and ticks decode alone; prefill failing drops decode (it would wait for KV that never comes) and ticks prefill
+       * alone, so a prefill error storm cannot trip a healthy decode's breaker. Prefill ok: decode's answer decides.
+       */
+      const join = async (): Promise<void> => {
+        if (joined) return
+        const statusOf = (l: Leg | undefined): number | null => (l && 'res' in l ? (l.res.statusCode ?? 0) : null)
+        if (p === undefined) {
+          if (!failed(d)) return
+          joined = true
+          legs[0]?.destroy()
+          const ds = statusOf(d)
+          const answer = await decodeError(d!)
+          if (answer) outcome(answer, null, ds, [[pair.decode, ds !== null && clientFault(ds)]])
           return
         }
-        // Decode answered 2xx: now prefill decides (process_prefill_response).
-        if ('error' in p) {
-          dres.destroy()
-          outcome(built(502, 'prefill_server_error', `Prefill server error: ${p.error}. This will cause decode timeout.`), null, ds)
+        const ps = statusOf(p)
+        if (failed(p)) {
+          joined = true
+          // Decode is dropped: its connection closed (decode aborts the request), or an answer it already gave drained.
+          if (d && 'res' in d) letGo(d.res)
+          else legs[1]?.destroy()
+          const answer = await prefillError(p)
+          if (answer) outcome(answer, ps, statusOf(d), [[pair.prefill, ps !== null && clientFault(ps)]])
           return
         }
-        const pres = p.res
-        const ps = pres.statusCode ?? 0
-        const read = await readAll(pres)
+        if (d === undefined) return
+        joined = true
+        const ds = statusOf(d)
+        const pres = (p as {res: http.IncomingMessage}).res
+        if (failed(d)) {
+          letGo(pres)
+          const answer = await decodeError(d)
+          if (answer) outcome(answer, ps, ds, [[pair.prefill, true], [pair.decode, ds !== null && clientFault(ds)]])
+          return
+        }
+        // Both answered 2xx: prefill's body is read to its end, then decode's answer passes through.
+        const dres = (d as {res: http.IncomingMessage}).res
+        await readAll(pres)
         if (clientGone) return
-        if (ps < 200 || ps >= 300) {
-          dres.destroy()
-          const mapped = mapWorkerError(ps, 'prefill')
-          const text = 'error' in read ? 'Unknown prefill error' : read.text
-          outcome(built(mapped.status, mapped.code, `Prefill server error (${statusDisplay(ps)}): ${text}`), ps, ds)
-          return
-        }
-        outcome({kind: 'pass', status: ds, res: dres}, ps, ds)
+        outcome({kind: 'pass', status: ds!, res: dres}, ps, ds)
       }
 
       const onLeg = (side: 'prefill' | 'decode', url: string) => (r: http.IncomingMessage): void => {
@@ -427,6 +473,20 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
         if (side === 'prefill') p = {error: e.message}
         else d = {error: e.message}
         void join()
+      }
+      if (pair.decodeOnly) {
+        // --bug half-dispatch: no prefill leg; decode's answer (whenever it gives up waiting for KV) is the attempt's.
+        record({event: 'half-dispatch', rid, room: room.toString(), attempt: n, prefill: pair.prefill.url,
+          decode: pair.decode.url})
+        const whole = (r: http.IncomingMessage): void => {
+          metrics.inc('smg_router_upstream_responses_total', {worker: pair.decode.url, status: String(r.statusCode)})
+          const ds = r.statusCode ?? 0
+          if (ds >= 200 && ds < 300) return outcome({kind: 'pass', status: ds, res: r}, null, ds)
+          void decodeError({res: r}).then((a) => a && outcome(a, null, ds))
+        }
+        const lost = (e: Error): void => outcome(built(502, 'decode_server_error', `Decode server error: ${e.message}`), null, null)
+        legs.push(upstream(pair.decode.url, text, whole, lost))
+        return
       }
       legs.push(upstream(pair.prefill.url, text, onLeg('prefill', pair.prefill.url), onErr('prefill', pair.prefill.url)))
       legs.push(upstream(pair.decode.url, text, onLeg('decode', pair.decode.url), onErr('decode', pair.decode.url)))

@@ -89,7 +89,11 @@ async function handle(deps: ApiDeps, req: IncomingMessage, res: ServerResponse):
     return text(res, 200, '')
   }
   if (path === FAILPOINT_PATH && deps.role === 'prefill') return failpoint(deps, sched, req, res, method)
-  if (path === '/generate' && method === 'POST') return generate(deps, sched, req, res)
+  if (path === '/generate' && method === 'POST') {
+    // The twin's stand-in for a packet filter refusing the gateway (trip-breaker without root): the connection is reset.
+    if (deps.role === 'prefill' && (failpoints.get('refuse-generate')?.size ?? 0) > 0) return void req.socket.resetAndDestroy()
+    return generate(deps, sched, req, res)
+  }
   return json(res, 404, {detail: 'Not Found'})
 }
 
@@ -160,7 +164,7 @@ function loads(deps: ApiDeps, sched: SchedulerCore, url: URL, res: ServerRespons
 
 /** The twin's control endpoint: its failure points, for users without root. Not an SGLang route. */
 export const FAILPOINT_PATH = '/_pdchaos/twin/failpoint'
-const failpoints = new Map<TwinFailpoint, Set<number>>([['drop-dest-info', new Set()], ['stall-kv', new Set()]])
+const failpoints = new Map<TwinFailpoint, Set<number>>([['drop-dest-info', new Set()], ['stall-kv', new Set()], ['refuse-generate', new Set()]])
 
 async function failpoint(deps: ApiDeps, sched: SchedulerCore, req: IncomingMessage, res: ServerResponse, method: string | undefined): Promise<void> {
   const state = () => Object.fromEntries([...failpoints].map(([k, v]) => [k, [...v].sort((a, b) => a - b)]))
@@ -168,7 +172,7 @@ async function failpoint(deps: ApiDeps, sched: SchedulerCore, req: IncomingMessa
   let body: {name?: unknown; enabled?: unknown; tpRanks?: unknown}
   try { body = JSON.parse((await readBody(req)) || '{}') as typeof body } catch { return json(res, 400, {error: {message: 'body must be JSON', code: 400}}) }
   const name = body.name as TwinFailpoint
-  if (!failpoints.has(name) || typeof body.enabled !== 'boolean') return json(res, 400, {error: {message: 'need {name: drop-dest-info|stall-kv, enabled: boolean, tpRanks?: number[]}', code: 400}})
+  if (!failpoints.has(name) || typeof body.enabled !== 'boolean') return json(res, 400, {error: {message: 'need {name: drop-dest-info|stall-kv|refuse-generate, enabled: boolean, tpRanks?: number[]}', code: 400}})
   const all = Array.from({length: deps.cfg.prefillTp}, (_, k) => k)
   const tpRanks = Array.isArray(body.tpRanks) ? body.tpRanks.filter((k): k is number => Number.isInteger(k) && all.includes(k as number)) : all
   const set = failpoints.get(name)!

@@ -4,7 +4,8 @@
  * answer: that round trip is the twin's gloo all-reduce.
  */
 /** The twin's own failure points, for users who cannot change the host's packet filter (no root). */
-export type TwinFailpoint = 'drop-dest-info' | 'stall-kv'
+/** refuse-generate: the prefill HTTP server resets every /generate connection (as a packet filter's TCP reset would). */
+export type TwinFailpoint = 'drop-dest-info' | 'stall-kv' | 'refuse-generate'
 
 export type PrefillOp =
   | {op: 'create'; room: string; rid: string}
