@@ -152,4 +152,17 @@ describe('report --trend over ten nights of a watchdog drifting late', () => {
     expect(dom).toMatch(/late margin fell from/)
     expect(existsSync(page)).toBe(true)
   }, 180_000)
+
+  it('refuses what a trend cannot use: exit 2, one line, a suggestion', async () => {
+    const empty = join(dir, 'empty')
+    mkdirSync(empty)
+    const none = await runCli(['report', '--trend', empty], {timeoutMs: 30_000})
+    expect(none.code).toBe(2)
+    expect(none.stderr).toMatch(/holds no journal/)
+    expect(none.stderr).toMatch(/Try this/i)
+    expect(none.stderr).not.toMatch(/\n\s+at /)
+    const junit = await runCli(['report', '--trend', journals, '--junit', join(dir, 'j.xml')], {timeoutMs: 30_000})
+    expect(junit.code).toBe(2)
+    expect(junit.stderr).toMatch(/--junit does not apply to --trend/)
+  })
 })
