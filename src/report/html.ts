@@ -203,14 +203,23 @@ function markerLines(ms: Array<Extract<Observation, {kind: 'marker'}>>, scale: S
 
 function seriesCharts(s: ScenarioRun, scale: Scale, top: number, maxSeries: number): {svg: string; height: number; hidden: number} {
   const bySeries = new Map<string, Array<{t: number; v: number}>>()
+  // Before the span only the value a series holds at the span's start matters: its last sample before it.
+  const before = new Map<string, number>()
   for (const o of s.timeline?.observations ?? []) {
     if (o.kind !== 'metric' || !Number.isFinite(o.value) || o.t > scale.to) continue
     const key = `${o.instance ?? o.service} ${o.name}`
+    if (o.t < scale.from) {
+      before.set(key, o.value)
+      if (!bySeries.has(key)) bySeries.set(key, [])
+      continue
+    }
     let arr = bySeries.get(key)
     if (!arr) bySeries.set(key, (arr = []))
-    // Before the span only the value it holds at the span's start matters.
-    if (o.t < scale.from && arr.length > 0 && arr.at(-1)!.t < scale.from) arr.pop()
-    arr.push({t: Math.max(o.t, scale.from), v: o.value})
+    arr.push({t: o.t, v: o.value})
+  }
+  for (const [key, v] of before) {
+    const arr = bySeries.get(key)!
+    if (arr.length === 0 || arr[0]!.t > scale.from) arr.unshift({t: scale.from, v})
   }
   const keys = [...bySeries.keys()].slice(0, maxSeries)
   const H = 56

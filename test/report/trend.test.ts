@@ -108,8 +108,14 @@ describe('the single-run timeline', () => {
     expect(span.to).toBeGreaterThanOrEqual(Math.max(...action))
     expect(span.to - span.from).toBeLessThan(1.3 * (s.pins[0]!.sentAt + 2500 - Math.min(...action)) + 1000)
     expect(span.from).toBeGreaterThan(stretched.startedAt + 15_000)
+    // A gauge sampled before the span starts at its left edge with the value it held, not off the plot.
+    stretched.timeline!.observations.unshift({kind: 'metric', t: s.startedAt - 19_000, service: 'prefill', name: 'sglang:token_usage', value: 0.25})
     const html = renderHtml({...run, scenarios: [stretched]})
     expect(html).toMatch(/data-from="\d+" data-to="\d+"/)
+    const paths = [...html.matchAll(/<path d="M([\d.]+),/g)].map((m) => Number(m[1]))
+    expect(paths.length).toBeGreaterThan(0)
+    for (const x of paths) expect(x).toBeGreaterThanOrEqual(170)
+    expect(html).toContain('sglang:token_usage (min 0.25, max 0.25)')
   })
 
   it('puts labels that would overlap in separate lanes', () => {
