@@ -14,7 +14,7 @@ import {fleetFromJournals} from '../suite/fleet-journals.js'
 import {trendFromJournals} from '../suite/trend-journals.js'
 
 export default class Report extends BaseCommand<typeof Report> {
-  static override summary = 'Combine the journals of separate runs (one per deployment) into one report: summary, JUnit, HTML, Pushgateway push and exit code.'
+  static override summary = 'Combine the journals of separate runs (one per deployment) into one report: summary, JUnit, HTML, Pushgateway push and exit code; with --trend, many runs over time into trends.'
   static override description = [
     'Each JOURNAL is a file written by `pdchaos suite --journal FILE` (or inject, or `suite --fleet --journal-dir DIR`), e.g. by a CronJob or a CI job per deployment.',
     'A run that reached no verdict (an unreachable deployment) writes its error as its journal and is reported with its reason.',
@@ -29,12 +29,12 @@ export default class Report extends BaseCommand<typeof Report> {
   ]
   static override strict = false
   static override args = {
-    journals: Args.string({description: 'Journal files (JSON), one per deployment (any number).'}),
+    journals: Args.string({description: 'Journal files (JSON), one per deployment (any number); with --trend, journals of many runs or directories of them.'}),
   }
   static override flags = {
     name: Flags.string({summary: 'Name of the combined report.', default: 'fleet'}),
     junit: Flags.string({summary: 'Write JUnit XML (one testsuite per deployment) to this file.'}),
-    html: Flags.string({summary: 'Write the single-file HTML report (an index, then each deployment\'s report) to this file.'}),
+    html: Flags.string({summary: 'Write the single-file HTML report (an index, then each deployment\'s report; with --trend, the trend page) to this file.'}),
     push: Flags.string({summary: 'Push every deployment\'s metrics, labelled deployment=NAME, to this Pushgateway URL.'}),
     'run-id': Flags.string({summary: 'The Pushgateway grouping of the push. Default: derived from the earliest run\'s start.'}),
     trend: Flags.boolean({summary: 'The journals are many runs over time (files or directories): verdicts run by run, eviction margins and their drift.'}),
