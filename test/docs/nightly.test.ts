@@ -84,7 +84,7 @@ describe('Run it every night', () => {
     // The service runs the script the README says to install, and the script runs the README's commands.
     expect(read(join(NIGHTLY, 'pdchaos-nightly.service'))).toMatch(/^ExecStart=\/bin\/sh \/usr\/local\/lib\/pdchaos\/pdchaos-nightly\.sh$/m)
     const script = pdchaosLines(read(join(NIGHTLY, 'pdchaos-nightly.sh')))
-    expect(script).toEqual([commands[0], commands[2]])
+    expect(script).toEqual([commands[0], commands[1], commands[2]])
     const sh = spawnSync('sh', ['-n', join(NIGHTLY, 'pdchaos-nightly.sh')], {encoding: 'utf8'})
     expect(sh.status, sh.stderr).toBe(0)
   })

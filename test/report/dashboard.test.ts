@@ -10,8 +10,9 @@ import {freePort, type Gateway, startPushgateway} from './gateway.js'
 import {ensureTool} from './tools.js'
 
 // Issue 32 item 3: the Grafana dashboard (docs/grafana/pdchaos.json) proven against a real Prometheus (Debian's) that
-// scrapes the real Pushgateway after a real suite push on the twin, and the twin's own /metrics as it scrapes SGLang:
-// every query of every panel returns series, each with the labels its legend and grouping use.
+// scrapes the real Pushgateway, after a real suite on the twin pushed as the README's nightly runs push (the night's
+// `pdchaos report JOURNAL --push`: every series labelled with its deployment), and the twin's own /metrics as it
+// scrapes SGLang: every query of every panel returns series, each with the labels its legend and grouping use.
 //
 // Prometheus listens on 127.0.0.1 on a free port, keeps its TSDB in a temp dir, scrapes every second, and is killed on
 // every path (afterAll, and the process's exit).
@@ -20,14 +21,15 @@ interface Panel {title: string; targets: Array<{expr: string; legendFormat: stri
 
 /** What each panel's queries must return: the labels every series carries (by panel title, one list per target). */
 const EXPECTED: Record<string, string[][]> = {
-  'Runs passed': [['job', 'run_id']],
-  'Failed checks (latest run)': [['scenario', 'check']],
-  'Unverified checks (latest run)': [['scenario', 'check']],
-  'Eviction margin to each bound (latest run)': [['scenario', 'bound']],
-  'Mean eviction seconds per run': [['run_id', 'scenario', 'fault']],
-  'Abort trials in the transfer window': [['scenario', 'run_id']],
-  'Faults left behind': [['run_id']],
-  'Run duration': [['run_id']],
+  'Runs passed': [['job', 'run_id', 'deployment']],
+  'Deployments: exit code': [['deployment', 'run_id']],
+  'Failed checks (latest run)': [['deployment', 'scenario', 'check']],
+  'Unverified checks (latest run)': [['deployment', 'scenario', 'check']],
+  'Eviction margin to each bound (latest run)': [['deployment', 'scenario', 'bound']],
+  'Mean eviction seconds per run': [['deployment', 'run_id', 'scenario', 'fault']],
+  'Abort trials in the transfer window': [['deployment', 'scenario', 'run_id']],
+  'Faults left behind': [['deployment', 'run_id']],
+  'Run duration': [['deployment', 'run_id']],
   'Prefill PD queues': [['engine_type', 'instance', 'model_name'], ['engine_type', 'instance', 'model_name']],
   'Decode PD queues': [['engine_type', 'instance', 'model_name'], ['engine_type', 'instance', 'model_name']],
   'Watchdog evictions': [['instance']],
@@ -125,8 +127,12 @@ beforeAll(async () => {
     'stop: {kernelXid: false}',
     '',
   ].join('\n'))
-  const r = await runCli(['suite', suite, '--sim', '--push', gw.url, '--run-id', 'r-dashboard'], {timeoutMs: 120_000, env: {PDCHAOS_SIM_DIR: twinDir}})
-  expect(r.stderr).toMatch(/pushed \d+ series/)
+  // As the README's nightly runs push: the suite writes its journal, the night's report pushes it labelled by deployment.
+  const journal = join(dir, 'twin-night.json')
+  const r = await runCli(['suite', suite, '--sim', '--label', 'twin', '--journal', journal], {timeoutMs: 120_000, env: {PDCHAOS_SIM_DIR: twinDir}})
+  expect([0, 1], r.stderr).toContain(r.code)
+  const pushed = await runCli(['report', journal, '--push', gw.url, '--run-id', 'r-dashboard'], {timeoutMs: 60_000})
+  expect(pushed.stderr).toMatch(/pushed \d+ series/)
   // Scraped after the push, and twice more, so that increase() and rate() over the twin's counters have two samples.
   await until('the pushed run in Prometheus', 30_000, async () => ((await query('pdchaos_run_passed')).length > 0 ? true : undefined))
   await new Promise((r) => setTimeout(r, 2500))
@@ -150,7 +156,7 @@ describe('the Grafana dashboard against a real Prometheus, Pushgateway and twin'
         const series = await query(target.expr)
         report.push(`${panel.title} [${i}]: ${series.length} series`)
         expect(series.length, `${panel.title}: ${target.expr}`).toBeGreaterThan(0)
-        const want = new Set([...EXPECTED[panel.title]![i]!, ...legendLabels(target.legendFormat).filter((l) => l !== 'deployment')])
+        const want = new Set([...EXPECTED[panel.title]![i]!, ...legendLabels(target.legendFormat)])
         for (const s of series) for (const label of want) expect(s.metric, `${panel.title}: ${target.expr} lacks ${label}`).toHaveProperty(label)
       }
     }
@@ -159,7 +165,8 @@ describe('the Grafana dashboard against a real Prometheus, Pushgateway and twin'
 
   it('the pushed run reads back as pdchaos computed it: the margin to each bound, the scenarios, the run id', async () => {
     const margins = await query('pdchaos_eviction_margin_seconds{job="pdchaos", run_id="r-dashboard"}')
-    expect(margins.map((m) => `${m.metric.scenario} ${m.metric.bound}`).sort()).toEqual(['stall-kv gpu1 deadline', 'stall-kv gpu1 deadline_plus_poll'])
+    expect(margins.map((m) => `${m.metric.deployment} ${m.metric.scenario} ${m.metric.bound}`).sort())
+      .toEqual(['twin stall-kv gpu1 deadline', 'twin stall-kv gpu1 deadline_plus_poll'])
     // The two margins of one eviction sum to the poll (0.5 s); the smallest of each comes from possibly different pins.
     const sum = margins.reduce((a, m) => a + Number(m.value[1]), 0)
     expect(sum).toBeLessThanOrEqual(0.5 + 1e-6)
