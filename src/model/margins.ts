@@ -19,12 +19,14 @@ export type MarginBound = (typeof MARGIN_BOUNDS)[number]
 /** What each bound is, as people read it. */
 export const BOUND_TEXT: Record<MarginBound, string> = {early: 'deadline', late: 'deadline + poll'}
 
-/** The margins of one pin evicted under `contract`; undefined for a pin never evicted (it has no eviction to measure). */
-export function pinMargin(p: Pick<PinRecord, 'rid' | 'evictionSeconds'>, contract: Contract): EvictionMargin | undefined {
+/** The margins of one pin evicted under `contract`; undefined for a pin never evicted (no eviction to measure). */
+export function pinMargin(p: Pick<PinRecord, 'rid' | 'evictionSeconds'>, contract: Contract):
+  EvictionMargin | undefined {
   if (p.evictionSeconds === null || !Number.isFinite(p.evictionSeconds)) return undefined
   const ms = p.evictionSeconds * 1000
   const deadline = contract.deadlineSeconds * 1000
-  return {rid: p.rid, evictionSeconds: p.evictionSeconds, earlyMs: round(ms - deadline), lateMs: round(deadline + contract.pollSeconds * 1000 - ms)}
+  const late = deadline + contract.pollSeconds * 1000
+  return {rid: p.rid, evictionSeconds: p.evictionSeconds, earlyMs: round(ms - deadline), lateMs: round(late - ms)}
 }
 
 /** Every evicted pin's margins in a scenario, in pin order. */

@@ -82,7 +82,8 @@ export function trendOf(input: SuiteRun[], o: TrendOptions = {}): Trend {
   const driftMs = o.driftMs ?? DEFAULT_DRIFT_MS
   const order = input.map((run, i) => ({run, source: o.sources?.[i]})).sort((a, b) => a.run.startedAt - b.run.startedAt)
   const runs: TrendRun[] = order.map(({run, source}, index) => ({
-    index, runId: runIdOf(run), startedAt: run.startedAt, deployment: run.deployment, passed: runPassed(run), ...(source ? {source} : {}),
+    index, runId: runIdOf(run), startedAt: run.startedAt, deployment: run.deployment, passed: runPassed(run),
+    ...(source ? {source} : {}),
   }))
   const deployments = [...new Set(runs.map((r) => r.deployment))]
   const checks = new Map<string, CheckTrend>()
@@ -93,7 +94,10 @@ export function trendOf(input: SuiteRun[], o: TrendOptions = {}): Trend {
       for (const v of s.verdicts) {
         const ck = `${key}\u0000${v.check}`
         let c = checks.get(ck)
-        if (!c) checks.set(ck, (c = {deployment: run.deployment, scenario: s.name, check: v.check, perRun: runs.map(() => null)}))
+        if (!c) {
+          c = {deployment: run.deployment, scenario: s.name, check: v.check, perRun: runs.map(() => null)}
+          checks.set(ck, c)
+        }
         const cell = (c.perRun[index] ??= {pass: 0, fail: 0, unverified: 0})
         cell[v.verdict as Outcome]++
       }
@@ -103,7 +107,10 @@ export function trendOf(input: SuiteRun[], o: TrendOptions = {}): Trend {
       if (!m) margins.set(key, (m = {deployment: run.deployment, scenario: s.name, runs: []}))
       const same = m.runs.find((r) => r.run === index)
       if (same) same.margins.push(...ms)
-      else m.runs.push({run: index, margins: ms, deadlineSeconds: s.contract.deadlineSeconds, pollSeconds: s.contract.pollSeconds})
+      else {
+        const {deadlineSeconds, pollSeconds} = s.contract
+        m.runs.push({run: index, margins: ms, deadlineSeconds, pollSeconds})
+      }
     }
   })
   const named = (d: string, s: string) => (deployments.length > 1 ? `${d} · ${s}` : s)
@@ -125,9 +132,11 @@ export function trendOf(input: SuiteRun[], o: TrendOptions = {}): Trend {
       // Only a margin that shrinks is drift towards a bound (the other margin then grows: they sum to the poll).
       if (change < 0 && -change >= driftMs && -change > noiseMs) {
         const lastMs = pts.at(-1)!.y
-        const text = `${named(m.deployment, m.scenario)}: ${bound} margin fell from ${ms(fromMs)} to ${ms(toMs)} over ${pts.length} runs` +
+        const text = `${named(m.deployment, m.scenario)}: ${bound} margin fell from ${ms(fromMs)} to ${ms(toMs)}` +
+          ` over ${pts.length} runs` +
           ` (to ${BOUND_TEXT[bound]}; smallest in the last run ${ms(lastMs)}${lastMs < 0 ? ', past the bound' : ''})`
-        drifts.push({deployment: m.deployment, scenario: m.scenario, bound, fromMs: round(fromMs), toMs: round(toMs), lastMs, runs: pts.length, noiseMs: round(noiseMs), text})
+        drifts.push({deployment: m.deployment, scenario: m.scenario, bound, fromMs: round(fromMs), toMs: round(toMs),
+          lastMs,           runs: pts.length, noiseMs: round(noiseMs), text})
       }
     }
   }
@@ -140,7 +149,8 @@ export function smallest(r: MarginRun): {earlyMs: number; lateMs: number} {
 }
 
 /** Least squares y = a + b x, with the standard error of b; undefined below three points or without spread in x. */
-export function linearFit(pts: Array<{x: number; y: number}>): {at: (x: number) => number; slope: number; slopeError: number} | undefined {
+export function linearFit(pts: Array<{x: number; y: number}>):
+  {at: (x: number) => number; slope: number; slopeError: number} | undefined {
   const n = pts.length
   if (n < 3) return undefined
   const mx = pts.reduce((s, p) => s + p.x, 0) / n

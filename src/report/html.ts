@@ -45,8 +45,8 @@ interface Scale {
 }
 
 /**
- * The span the timeline draws: the action (fault windows, pins with their deadline + poll, abort trials, markers) with a
- * little room, not the whole scenario (calibration and the steady load before and after would squeeze seven seconds of
+ * The span the timeline draws: the action (fault windows, pins with their deadline + poll, abort trials, markers)
+ * with a little room, not the whole scenario (calibration and the steady load before and after would squeeze seven seconds of
  * action into a corner of thirty). A scenario without action (nothing recorded but requests) is drawn whole.
  */
 export function timelineSpan(s: ScenarioRun): {from: number; to: number} {
@@ -59,9 +59,11 @@ export function timelineSpan(s: ScenarioRun): {from: number; to: number} {
   for (const l of s.leases) for (const t of [l.injectedAt, l.revertedAt]) if (t !== null) action.push(t)
   for (const a of s.aborts ?? []) action.push(a.sentAt, a.abortedAt, ...(a.releasedAt === null ? [] : [a.releasedAt]))
   for (const o of s.timeline?.observations ?? []) {
-    if ((o.kind === 'marker' && o.name !== 'end') || o.kind === 'fault-injected' || o.kind === 'fault-reverted') action.push(o.t)
+    const acts = (o.kind === 'marker' && o.name !== 'end') || o.kind === 'fault-injected' || o.kind === 'fault-reverted'
+    if (acts) action.push(o.t)
   }
-  const all = [s.startedAt, s.finishedAt, ...(s.timeline?.observations ?? []).map((o) => o.t), ...action].filter(Number.isFinite)
+  const observed = (s.timeline?.observations ?? []).map((o) => o.t)
+  const all = [s.startedAt, s.finishedAt, ...observed, ...action].filter(Number.isFinite)
   const times = action.filter(Number.isFinite).length > 0 ? action.filter(Number.isFinite) : all
   const lo = Math.min(...times)
   const hi = Math.max(...times)
@@ -194,10 +196,13 @@ function markerList(s: ScenarioRun, scale: Scale): Array<Extract<Observation, {k
     o.kind === 'marker' && o.name !== 'end' && scale.inside(o.t)).slice(0, 30)
 }
 
-function markerLines(ms: Array<Extract<Observation, {kind: 'marker'}>>, scale: Scale, top: number, bottom: number): string {
+type Marker = Extract<Observation, {kind: 'marker'}>
+
+function markerLines(ms: Marker[], scale: Scale, top: number, bottom: number): string {
   return ms.map((m) => {
     const x = scale.x(m.t).toFixed(1)
-    return `<line x1="${x}" y1="${top}" x2="${x}" y2="${bottom}" stroke="${COLOR.marker}" stroke-dasharray="2,3"><title>${esc(m.name)}</title></line>`
+    return `<line x1="${x}" y1="${top}" x2="${x}" y2="${bottom}" stroke="${COLOR.marker}" stroke-dasharray="2,3">` +
+      `<title>${esc(m.name)}</title></line>`
   }).join('')
 }
 
@@ -283,7 +288,8 @@ function timelineSvg(s: ScenarioRun, opts: Required<HtmlOptions>): string {
   const marks = markerList(s, scale)
   // Fault and marker labels share a band above the requests, each in the first lane where it overlaps nothing.
   const labels = [
-    ...wins.map((w) => ({x: scale.x(w.from) + 4, text: clip(`${w.label}${w.open ? ' — not reverted' : ''}`, 100), cls: 'fault-label'})),
+    ...wins.map((w) => ({x: scale.x(w.from) + 4, text: clip(`${w.label}${w.open ? ' — not reverted' : ''}`, 100),
+      cls: 'fault-label'})),
     ...marks.map((m) => ({x: scale.x(m.t) + 3, text: clip(m.name, 28), cls: 'marker'})),
   ]
   const lanes = labelLanes(labels)
@@ -302,15 +308,19 @@ function timelineSvg(s: ScenarioRun, opts: Required<HtmlOptions>): string {
     const x1 = scale.x(w.to)
     return `<rect x="${x0.toFixed(1)}" y="${top}" width="${Math.max(1, x1 - x0).toFixed(1)}" height="${(axisY - top).toFixed(1)}" fill="${COLOR.fault}" fill-opacity="0.35"><title>${esc(`${w.label}: ${iso(w.from)} → ${w.open ? 'not reverted' : iso(w.to)}`)}</title></rect>`
   }).join('')
-  const labelSvg = labels.map((l, i) => `<text x="${l.x.toFixed(1)}" y="${top + 11 + lanes[i]! * LANE}" class="${l.cls}">${esc(l.text)}</text>`).join('')
+  const labelSvg = labels.map((l, i) =>
+    `<text x="${l.x.toFixed(1)}" y="${top + 11 + lanes[i]! * LANE}" class="${l.cls}">${esc(l.text)}</text>`).join('')
   const rowLabels = `<text x="${LEFT - 8}" y="${reqY + 4}" text-anchor="end" class="label">requests (${dots.count})</text>`
   const pinNote = s.pins.length === 0 ? `<text x="${LEFT + 6}" y="${pinsTop + 13}" class="note">no pins in this scenario</text>` : ''
   const caption = `<text x="${LEFT}" y="${axisY + 32}" class="tick">seconds after ${esc(iso(scale.from))}` +
-    `${scale.from > s.startedAt + 1 ? ` (${fmt((scale.from - s.startedAt) / 1000, 1)} s into the scenario; the span drawn is the fault's action)` : ''}</text>`
+    `${scale.from > s.startedAt + 1
+      ? ` (${fmt((scale.from - s.startedAt) / 1000, 1)} s into the scenario; the span drawn is the fault's action)` : ''}` +
+    '</text>'
   return [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${height.toFixed(0)}" viewBox="0 0 ${W} ${height.toFixed(0)}" role="img" aria-label="${attr(`timeline of ${s.name}`)}"` +
       ` data-from="${scale.from.toFixed(0)}" data-to="${scale.to.toFixed(0)}">`,
-    key.svg, windows, markerLines(marks, scale, top, axisY), labelSvg, rowLabels, dots.svg, pinNote, pins.svg, axis(scale, axisY, top), caption, series.svg,
+    key.svg, windows, markerLines(marks, scale, top, axisY), labelSvg, rowLabels, dots.svg, pinNote, pins.svg,
+    axis(scale, axisY, top), caption, series.svg,
     '</svg>',
     pins.hidden > 0 ? `<p class="note">${pins.hidden} more passing pins not drawn; every pin is in the table below.</p>` : '',
     series.hidden > 0 ? `<p class="note">${series.hidden} more metric series not drawn.</p>` : '',

@@ -12,7 +12,8 @@ const prom = lazyRequire<typeof promClient>('prom-client')
 
 /**
  * The run's numbers pushed to a Prometheus Pushgateway, for dashboards and alerts across nights: eviction seconds
- * (a histogram per scenario and fault), the smallest margin of an eviction to each bound, pass/fail per check and subject, abort trials in the transfer window, faults left
+ * (a histogram per scenario and fault), the smallest margin of an eviction to each bound, pass/fail per check and
+ * subject, abort trials in the transfer window, faults left
  * behind, run duration, run passed.
  * One grouping per run (job + run_id), replaced as a whole (PUT), so a re-push never mixes two runs.
  */
@@ -90,7 +91,8 @@ function metricsFor(extra: string[], buckets: number[]) {
   // Across nights a dashboard shows this falling long before a pin fails (docs/metrics.md).
   const margin = new Gauge({
     name: 'pdchaos_eviction_margin_seconds',
-    help: 'The smallest margin of the scenario\'s evictions to a bound: bound="deadline" (eviction - deadline), bound="deadline_plus_poll" (deadline + poll - eviction); negative: outside.',
+    help: 'The smallest margin of the scenario\'s evictions to a bound: bound="deadline" (eviction - deadline),' +
+      ' bound="deadline_plus_poll" (deadline + poll - eviction); negative: outside.',
     labelNames: names('scenario', 'fault', 'bound'), registers: [registry],
   })
   const checkPassed = new Gauge({

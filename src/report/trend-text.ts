@@ -6,7 +6,8 @@ export function renderTrend(t: Trend): string {
   const first = t.runs[0]
   const last = t.runs.at(-1)
   const span = first && last ? `${iso(first.startedAt)} … ${iso(last.startedAt)}` : 'no runs'
-  lines.push(`Trend over ${t.runs.length} run(s) (${span}), deployment${t.deployments.length > 1 ? 's' : ''} ${t.deployments.join(', ')}`)
+  const deployments = `deployment${t.deployments.length > 1 ? 's' : ''} ${t.deployments.join(', ')}`
+  lines.push(`Trend over ${t.runs.length} run(s) (${span}), ${deployments}`)
   if (t.drifts.length === 0) {
     lines.push(`No drift: no eviction margin fell by ${t.driftMs} ms or more beyond the runs' noise.`)
   } else {
@@ -16,7 +17,10 @@ export function renderTrend(t: Trend): string {
   const named = (d: string, s: string) => (t.deployments.length > 1 ? `${d} · ${s}` : s)
   if (t.latest.length > 0) {
     lines.push('Smallest eviction margin in the newest run (to deadline / to deadline + poll):')
-    for (const l of t.latest) lines.push(`  ${named(l.deployment, l.scenario)}: ${Math.round(l.earlyMs)} ms / ${Math.round(l.lateMs)} ms (run ${l.run + 1})`)
+    for (const l of t.latest) {
+      const both = `${Math.round(l.earlyMs)} ms / ${Math.round(l.lateMs)} ms`
+      lines.push(`  ${named(l.deployment, l.scenario)}: ${both} (run ${l.run + 1})`)
+    }
   }
   if (t.checks.length > 0) {
     lines.push('Verdicts per run, oldest first (P passed, F failed, U unverified, - not judged):')
@@ -24,7 +28,8 @@ export function renderTrend(t: Trend): string {
     const width = Math.max(...t.checks.map((c) => label(c).length))
     for (const c of t.checks) lines.push(`  ${label(c).padEnd(width)}  ${c.perRun.map(verdictLetter).join('')}`)
   }
-  lines.push(`Runs: ${t.runs.map((r) => r.passed ? 'P' : 'F').join('')} (${t.runs.filter((r) => r.passed).length}/${t.runs.length} passed)`)
+  const passed = t.runs.filter((r) => r.passed).length
+  lines.push(`Runs: ${t.runs.map((r) => (r.passed ? 'P' : 'F')).join('')} (${passed}/${t.runs.length} passed)`)
   return lines.join('\n')
 }
 

@@ -30,7 +30,7 @@ export interface SimConfig {
   prefillTp: number
   decodeTp: number
   backend: Backend
-  /** lateMs: not SGLang (`sim up --watchdog-late-ms`): the watchdog evicts that much past its deadline (docs/twin.md). */
+  /** lateMs: not SGLang (`sim up --watchdog-late-ms`): the watchdog evicts that much past its deadline (twin.md). */
   watchdog: {scope: WatchdogScope; deadlineS: number; pollS: number; lateMs?: number}
   bugs: BugName[]
   ports: {router: number; routerMetrics: number; prefill: number; decode: number; bootstrap: number}

@@ -44,9 +44,11 @@ function marginReasons(run: SuiteRun, minMs: number): string[] {
     for (const p of s.pins) {
       const m = pinMargin(p, s.contract)
       if (!m) continue
-      const [bound, ms] = m.lateMs <= m.earlyMs ? ['deadline + poll', m.lateMs] as const : ['the deadline', m.earlyMs] as const
+      const [bound, ms] = m.lateMs <= m.earlyMs ? ['deadline + poll', m.lateMs] as const
+        : ['the deadline', m.earlyMs] as const
       if (ms < minMs) {
-        out.push(`MARGIN eviction [${s.name}] ${p.rid}: evicted after ${m.evictionSeconds} s, ${Math.round(ms)} ms from ${bound} (gate.minMarginMs ${minMs})`)
+        out.push(`MARGIN eviction [${s.name}] ${p.rid}: evicted after ${m.evictionSeconds} s, ${Math.round(ms)} ms from` +
+          ` ${bound} (gate.minMarginMs ${minMs})`)
       }
     }
   }

@@ -178,7 +178,8 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
   const pollS = positive('--poll', o.pollS, UP_DEFAULTS.pollS, 3600)
   const lateMs = o.watchdogLateMs ?? 0
   if (!Number.isInteger(lateMs) || lateMs < 0 || lateMs > 3_600_000) {
-    throw badInput(`--watchdog-late-ms must be a whole number of ms from 0 to 3600000, got ${lateMs}`, 'pass --watchdog-late-ms 200')
+    throw badInput(`--watchdog-late-ms must be a whole number of ms from 0 to 3600000, got ${lateMs}`,
+      'pass --watchdog-late-ms 200')
   }
   const bugs: BugName[] = []
   for (const b of o.bugs ?? []) {

@@ -6,8 +6,10 @@ import type {BugName, WatchdogScope} from '../sim-config.js'
  */
 export interface Held {queue: 'bootstrap' | 'waiting' | 'inflight'; bootstrapAt: number; inflightAt?: number}
 
-/** lateMs: a watchdog made slower on purpose (`sim up --watchdog-late-ms`), e.g. to show a margin drifting across nights. */
-export interface WatchdogPolicy {scope: WatchdogScope; deadlineS: number; pollS: number; bugs: readonly BugName[]; lateMs?: number}
+/** lateMs: a watchdog made slower on purpose (`sim up --watchdog-late-ms`), e.g. a margin drifting across nights. */
+export interface WatchdogPolicy {
+  scope: WatchdogScope; deadlineS: number; pollS: number; bugs: readonly BugName[]; lateMs?: number
+}
 
 /** Seconds a request must have been held before this watchdog evicts it. */
 export function evictionThresholdS(p: WatchdogPolicy): number {
