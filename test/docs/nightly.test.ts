@@ -54,7 +54,8 @@ afterAll(() => {
 })
 
 function verify(files: string[]): {status: number | null; out: string} {
-  const r = spawnSync(analyze, ['verify', ...files], {encoding: 'utf8', timeout: 60_000, env: {...process.env, SYSTEMD_LOG_COLOR: '0'}})
+  const r = spawnSync(analyze, ['verify', ...files],
+    {encoding: 'utf8', timeout: 60_000, env: {...process.env, SYSTEMD_LOG_COLOR: '0'}})
   return {status: r.status, out: (r.stdout + r.stderr).trim()}
 }
 
@@ -75,14 +76,17 @@ describe('Run it every night', () => {
     const ok = verify(units)
     expect(ok, ok.out).toEqual({status: 0, out: ''})
     // The check has teeth: a typo in a key or a calendar is reported.
-    writeFileSync(join(dir, 'pdchaos-nightly.timer'), read(join(NIGHTLY, 'pdchaos-nightly.timer')).replace('OnCalendar=*-*-* 02:30:00 UTC', 'OnCalendar=nightly at 2'))
-    writeFileSync(join(dir, 'pdchaos-nightly.service'), read(join(NIGHTLY, 'pdchaos-nightly.service')).replace('TimeoutStartSec=', 'TimeoutStartSecs='))
+    const timer = read(join(NIGHTLY, 'pdchaos-nightly.timer'))
+    const badTimer = timer.replace('OnCalendar=*-*-* 02:30:00 UTC', 'OnCalendar=nightly at 2')
+    writeFileSync(join(dir, 'pdchaos-nightly.timer'), badTimer)
+    const service = read(join(NIGHTLY, 'pdchaos-nightly.service'))
+    writeFileSync(join(dir, 'pdchaos-nightly.service'), service.replace('TimeoutStartSec=', 'TimeoutStartSecs='))
     const bad = verify(units)
     expect(bad.status).not.toBe(0)
     expect(bad.out).toMatch(/OnCalendar|calendar/i)
     expect(bad.out).toMatch(/TimeoutStartSecs/)
     // The service runs the script the README says to install, and the script runs the README's commands.
-    expect(read(join(NIGHTLY, 'pdchaos-nightly.service'))).toMatch(/^ExecStart=\/bin\/sh \/usr\/local\/lib\/pdchaos\/pdchaos-nightly\.sh$/m)
+    expect(service).toMatch(/^ExecStart=\/bin\/sh \/usr\/local\/lib\/pdchaos\/pdchaos-nightly\.sh$/m)
     const script = pdchaosLines(read(join(NIGHTLY, 'pdchaos-nightly.sh')))
     expect(script).toEqual([commands[0], commands[1], commands[2]])
     const sh = spawnSync('sh', ['-n', join(NIGHTLY, 'pdchaos-nightly.sh')], {encoding: 'utf8'})
@@ -91,18 +95,21 @@ describe('Run it every night', () => {
 
   it('the CronJobs are valid YAML: one suite per indexed job, then the report combining them and the trend', () => {
     const docs = yamlDocs(join(NIGHTLY, 'cronjob.yaml')) as Array<Record<string, any>>
-    expect(docs.map((d) => [d.apiVersion, d.kind, d.metadata.name])).toEqual([['batch/v1', 'CronJob', 'pdchaos-nightly'], ['batch/v1', 'CronJob', 'pdchaos-report']])
+    expect(docs.map((d) => [d.apiVersion, d.kind, d.metadata.name]))
+      .toEqual([['batch/v1', 'CronJob', 'pdchaos-nightly'], ['batch/v1', 'CronJob', 'pdchaos-report']])
     const job = docs[0]!.spec.jobTemplate.spec
     expect(job.completionMode).toBe('Indexed')
-    const names = job.template.spec.containers[0].env.find((e: {name: string}) => e.name === 'DEPLOYMENTS').value.split(' ')
+    const env = job.template.spec.containers[0].env as Array<{name: string; value: string}>
+    const names = env.find((e) => e.name === 'DEPLOYMENTS')!.value.split(' ')
     expect(job.completions).toBe(names.length)
-    const scripts = docs.map((d) => d.spec.jobTemplate.spec.template.spec.containers.flatMap((c: Record<string, unknown>) => yamlStrings(c.args)).join('\n'))
+    const scripts = docs.map((d) => (d.spec.jobTemplate.spec.template.spec.containers as Array<Record<string, unknown>>)
+      .flatMap((c) => yamlStrings(c.args)).join('\n'))
     expect(pdchaosLines(scripts[0]!)).toEqual([commands[0]])
     expect(pdchaosLines(scripts[1]!)).toEqual([commands[1], commands[2]])
     for (const s of scripts) expect(spawnSync('sh', ['-n', '-c', s], {encoding: 'utf8'}).status).toBe(0)
   })
 
-  it('the CI workflow is valid YAML: the gate\'s exit code fails the job, the JUnit is published whatever the verdict', () => {
+  it('the CI workflow is valid YAML: the gate\'s exit code fails the job, the JUnit is published always', () => {
     const [wf] = yamlDocs(join(NIGHTLY, 'release-gate.yml')) as Array<Record<string, any>>
     const steps = wf!.jobs['release-gate'].steps as Array<Record<string, any>>
     const gate = steps.find((s) => typeof s.run === 'string' && s.run.includes('pdchaos '))!

@@ -14,8 +14,8 @@ import {runCli} from './cli.js'
 // in headless Chromium with every eviction drawn inside an axis fitted to the data.
 //
 // Cheap on purpose: one stall-kv scenario of two pins, deadline 1 s, poll 0.5 s, no steady load (about 6 s a night).
-// The poll tick's phase moves each run's evictions by up to one poll (0.5 s) at random: lateness grows to 900 ms so that
-// the fall stands well clear of that noise (runs late in the series fail: the drift crossed the bound).
+// The poll tick's phase moves each run's evictions by up to one poll (0.5 s) at random: lateness grows to 900 ms so
+// that the fall stands well clear of that noise (runs late in the series fail: the drift crossed the bound).
 
 const NIGHTS = 10
 const STEP_MS = 100
@@ -31,7 +31,8 @@ const started = Date.now()
 async function simUp(lateMs: number): Promise<void> {
   for (let attempt = 0; ; attempt++) {
     const basePort = 20_000 + Math.floor(Math.random() * 400) * 100
-    const r = await runCli(['sim', 'up', '--state-dir', twinDir, '--base-port', String(basePort), '--deadline', String(DEADLINE), '--poll', String(POLL),
+    const r = await runCli(['sim', 'up', '--state-dir', twinDir, '--base-port', String(basePort),
+      '--deadline', String(DEADLINE), '--poll', String(POLL),
       '--watchdog-late-ms', String(lateMs), '--wait', '60', '--json'], {timeoutMs: 90_000})
     if (r.code === 0) {
       twinUp = true
@@ -64,7 +65,8 @@ beforeAll(async () => {
   ].join('\n'))
   for (let night = 0; night < NIGHTS; night++) {
     await simUp(night * STEP_MS)
-    const r = await runCli(['suite', suite, '--sim', '--journal', join(journals, `night-${String(night).padStart(2, '0')}.json`)],
+    const journal = join(journals, `night-${String(night).padStart(2, '0')}.json`)
+    const r = await runCli(['suite', suite, '--sim', '--journal', journal],
       {timeoutMs: 90_000, env: {PDCHAOS_SIM_DIR: twinDir}})
     // 0 while the evictions land in the window, 1 once the drift has crossed deadline + poll: both are nights to trend.
     expect([0, 1], r.stderr).toContain(r.code)
@@ -83,7 +85,8 @@ describe('report --trend over ten nights of a watchdog drifting late', () => {
     const text = await runCli(['report', '--trend', journals], {timeoutMs: 60_000})
     expect(text.code, text.stderr).toBe(0)
     console.log(text.stdout)
-    const line = text.stdout.split('\n').find((l) => /stall-kv gpu1: late margin fell from -?\d+ ms to -?\d+ ms over 10 runs/.test(l))
+    const drift = /stall-kv gpu1: late margin fell from -?\d+ ms to -?\d+ ms over 10 runs/
+    const line = text.stdout.split('\n').find((l) => drift.test(l))
     expect(line, text.stdout).toBeDefined()
     const [, from, to] = /fell from (-?\d+) ms to (-?\d+) ms/.exec(line!)!
     // Ten steps of 100 ms: the fitted line falls by about 900 ms (the tick phase adds noise of up to a poll).
@@ -94,12 +97,13 @@ describe('report --trend over ten nights of a watchdog drifting late', () => {
     expect(text.stdout).toMatch(/stall-kv gpu1 eviction +[PFU]{10}/)
 
     const json = await runCli(['report', '--trend', journals, '--json'], {timeoutMs: 60_000})
-    const trend = (JSON.parse(json.stdout) as {trend: {runs: unknown[]; drifts: Array<{bound: string; scenario: string; fromMs: number; toMs: number}>}}).trend
+    type Drifts = Array<{bound: string; scenario: string; fromMs: number; toMs: number}>
+    const trend = (JSON.parse(json.stdout) as {trend: {runs: unknown[]; drifts: Drifts}}).trend
     expect(trend.runs).toHaveLength(NIGHTS)
     expect(trend.drifts.map((d) => [d.scenario, d.bound])).toEqual([['stall-kv gpu1', 'late']])
   }, 120_000)
 
-  it('renders its page in headless Chromium with no console error; every eviction is a point inside the fitted axis', async () => {
+  it('renders in headless Chromium, no console error; every eviction a point inside the fitted axis', async () => {
     const page = join(dir, 'trend.html')
     const r = await runCli(['report', '--trend', journals, '--html', page], {timeoutMs: 60_000})
     expect(r.code, r.stderr).toBe(0)
@@ -107,8 +111,10 @@ describe('report --trend over ten nights of a watchdog drifting late', () => {
     expect(html).not.toMatch(/<script|<link|<img|<iframe|src=|@import|url\(/i)
     const chromium = ensureTool('chromium', 'chromium')
     const browse = (file: string, name: string) => spawnSync(chromium, [
-      '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', `--user-data-dir=${join(dir, `profile-${name}`)}`, '--enable-logging=stderr', '--v=0',
+      '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', `--user-data-dir=${join(dir, `profile-${name}`)}`,
+      '--enable-logging=stderr', '--v=0',
       '--dump-dom', pathToFileURL(file).href,
     ], {encoding: 'utf8', timeout: 60_000, killSignal: 'SIGKILL', maxBuffer: 64 * 1024 * 1024})
     // The console check sees a console error where there is one (else "no error" would prove nothing).
@@ -126,8 +132,10 @@ describe('report --trend over ten nights of a watchdog drifting late', () => {
     const attrOf = (tag: string, name: string) => Number(new RegExp(`${name}="(-?[\\d.]+)"`).exec(tag)![1])
     const yMin = attrOf(plots[0]!, 'data-y-min')
     const yMax = attrOf(plots[0]!, 'data-y-max')
-    const points = [...dom.matchAll(/<circle class="pt (early|late)"[^>]*>/g)].map((m) => ({bound: m[1], run: attrOf(m[0], 'data-run'), ms: attrOf(m[0], 'data-ms'), cy: attrOf(m[0], 'cy')}))
-    const evictions = JSON.parse((await runCli(['report', '--trend', journals, '--json'], {timeoutMs: 60_000})).stdout).trend.margins[0].runs
+    const points = [...dom.matchAll(/<circle class="pt (early|late)"[^>]*>/g)].map((m) =>
+      ({bound: m[1], run: attrOf(m[0], 'data-run'), ms: attrOf(m[0], 'data-ms'), cy: attrOf(m[0], 'cy')}))
+    const json = await runCli(['report', '--trend', journals, '--json'], {timeoutMs: 60_000})
+    const evictions = JSON.parse(json.stdout).trend.margins[0].runs
       .reduce((n: number, run: {margins: unknown[]}) => n + run.margins.length, 0) as number
     expect(evictions).toBeGreaterThanOrEqual(NIGHTS)
     expect(points.filter((p) => p.bound === 'late')).toHaveLength(evictions)
@@ -143,7 +151,7 @@ describe('report --trend over ten nights of a watchdog drifting late', () => {
     expect(yMax - hi).toBeLessThanOrEqual(Math.max(10, (hi - lo) * 0.1))
     // Drawn inside the plot's box (y from 30 to 250).
     for (const p of points) expect(p.cy).toBeGreaterThanOrEqual(30), expect(p.cy).toBeLessThanOrEqual(250)
-    // The later a night, the lower its late points: the drift is visible (smaller margin, lower on the page = larger cy).
+    // The later a night, the lower its late points: the drift is visible (a smaller margin is lower: a larger cy).
     const meanCy = (run: number) => {
       const cys = points.filter((p) => p.bound === 'late' && p.run === run).map((p) => p.cy)
       return cys.reduce((a, c) => a + c, 0) / cys.length

@@ -48,7 +48,8 @@ let prom: ChildProcess | undefined
 let promUrl: string
 let twinDir: string
 let twinUp = false
-const dashboard = JSON.parse(readFileSync(join(import.meta.dirname, '../../docs/grafana/pdchaos.json'), 'utf8')) as {panels: Panel[]}
+const dashboardFile = join(import.meta.dirname, '../../docs/grafana/pdchaos.json')
+const dashboard = JSON.parse(readFileSync(dashboardFile, 'utf8')) as {panels: Panel[]}
 
 function killProm(): void {
   if (prom && prom.exitCode === null && prom.signalCode === null) prom.kill('SIGKILL')
@@ -69,7 +70,8 @@ async function startPrometheus(targets: {gateway: string; sglang: string[]}): Pr
   for (let attempt = 0; attempt < 5; attempt++) {
     const port = await freePort()
     promUrl = `http://127.0.0.1:${port}`
-    prom = spawn(bin, [`--config.file=${config}`, `--storage.tsdb.path=${join(dir, `tsdb-${attempt}`)}`, `--web.listen-address=127.0.0.1:${port}`,
+    prom = spawn(bin, [`--config.file=${config}`, `--storage.tsdb.path=${join(dir, `tsdb-${attempt}`)}`,
+      `--web.listen-address=127.0.0.1:${port}`,
       '--storage.tsdb.retention.time=1h', '--log.level=warn'], {stdio: ['ignore', 'pipe', 'pipe']})
     prom.stdout?.on('data', (d) => (log += d))
     prom.stderr?.on('data', (d) => (log += d))
@@ -86,8 +88,10 @@ async function startPrometheus(targets: {gateway: string; sglang: string[]}): Pr
 }
 
 async function query(expr: string): Promise<Array<{metric: Record<string, string>; value: [number, string]}>> {
-  const r = await fetch(`${promUrl}/api/v1/query?query=${encodeURIComponent(expr)}`, {signal: AbortSignal.timeout(10_000)})
-  const body = await r.json() as {status: string; error?: string; data: {resultType: string; result: Array<{metric: Record<string, string>; value: [number, string]}>}}
+  const r = await fetch(`${promUrl}/api/v1/query?query=${encodeURIComponent(expr)}`,
+    {signal: AbortSignal.timeout(10_000)})
+  type Series = {metric: Record<string, string>; value: [number, string]}
+  const body = await r.json() as {status: string; error?: string; data: {resultType: string; result: Series[]}}
   if (body.status !== 'success') throw new Error(`${expr}: ${body.error}`)
   return body.data.result
 }
@@ -110,9 +114,12 @@ beforeAll(async () => {
   let up: {endpoints: {prefill: string; decode: string}} | undefined
   for (let attempt = 0; !up; attempt++) {
     const basePort = 20_000 + Math.floor(Math.random() * 400) * 100
-    const r = await runCli(['sim', 'up', '--state-dir', twinDir, '--base-port', String(basePort), '--deadline', '1', '--poll', '0.5', '--wait', '60', '--json'], {timeoutMs: 90_000})
+    const r = await runCli(['sim', 'up', '--state-dir', twinDir, '--base-port', String(basePort), '--deadline', '1',
+      '--poll', '0.5', '--wait', '60', '--json'], {timeoutMs: 90_000})
     if (r.code === 0) up = JSON.parse(r.stdout) as typeof up
-    else if (attempt >= 5 || !/already in use/.test(r.stderr + r.stdout)) throw new Error(`sim up failed (exit ${r.code}): ${r.stderr || r.stdout}`)
+    else if (attempt >= 5 || !/already in use/.test(r.stderr + r.stdout)) {
+      throw new Error(`sim up failed (exit ${r.code}): ${r.stderr || r.stdout}`)
+    }
   }
   twinUp = true
   const host = (u: string) => new URL(u).host
@@ -127,14 +134,17 @@ beforeAll(async () => {
     'stop: {kernelXid: false}',
     '',
   ].join('\n'))
-  // As the README's nightly runs push: the suite writes its journal, the night's report pushes it labelled by deployment.
+  // As the README's nightly runs push: the suite writes its journal, the night's report pushes it labelled by
+  // deployment.
   const journal = join(dir, 'twin-night.json')
-  const r = await runCli(['suite', suite, '--sim', '--label', 'twin', '--journal', journal], {timeoutMs: 120_000, env: {PDCHAOS_SIM_DIR: twinDir}})
+  const r = await runCli(['suite', suite, '--sim', '--label', 'twin', '--journal', journal],
+    {timeoutMs: 120_000, env: {PDCHAOS_SIM_DIR: twinDir}})
   expect([0, 1], r.stderr).toContain(r.code)
   const pushed = await runCli(['report', journal, '--push', gw.url, '--run-id', 'r-dashboard'], {timeoutMs: 60_000})
   expect(pushed.stderr).toMatch(/pushed \d+ series/)
   // Scraped after the push, and twice more, so that increase() and rate() over the twin's counters have two samples.
-  await until('the pushed run in Prometheus', 30_000, async () => ((await query('pdchaos_run_passed')).length > 0 ? true : undefined))
+  await until('the pushed run in Prometheus', 30_000,
+    async () => ((await query('pdchaos_run_passed')).length > 0 ? true : undefined))
   await new Promise((r) => setTimeout(r, 2500))
 }, 300_000)
 
@@ -157,13 +167,17 @@ describe('the Grafana dashboard against a real Prometheus, Pushgateway and twin'
         report.push(`${panel.title} [${i}]: ${series.length} series`)
         expect(series.length, `${panel.title}: ${target.expr}`).toBeGreaterThan(0)
         const want = new Set([...EXPECTED[panel.title]![i]!, ...legendLabels(target.legendFormat)])
-        for (const s of series) for (const label of want) expect(s.metric, `${panel.title}: ${target.expr} lacks ${label}`).toHaveProperty(label)
+        for (const s of series) {
+          for (const label of want) {
+            expect(s.metric, `${panel.title}: ${target.expr} lacks ${label}`).toHaveProperty(label)
+          }
+        }
       }
     }
     console.log(report.join('\n'))
   }, 120_000)
 
-  it('the pushed run reads back as pdchaos computed it: the margin to each bound, the scenarios, the run id', async () => {
+  it('the pushed run reads back as pdchaos computed it: the margin to each bound, the scenarios', async () => {
     const margins = await query('pdchaos_eviction_margin_seconds{job="pdchaos", run_id="r-dashboard"}')
     expect(margins.map((m) => `${m.metric.deployment} ${m.metric.scenario} ${m.metric.bound}`).sort())
       .toEqual(['twin stall-kv gpu1 deadline', 'twin stall-kv gpu1 deadline_plus_poll'])
