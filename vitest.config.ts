@@ -45,8 +45,10 @@ export const SYSTEM_TESTS = [
   'test/sim/server-watchdog.test.ts',
   'test/sim/server-lags.test.ts',
   'test/sim/multinode.test.ts',
-  // Debian tools: chromium, xmllint, prometheus-pushgateway
+  // Debian tools: chromium, xmllint, prometheus-pushgateway, prometheus, systemd-analyze
   'test/report/html.test.ts',
+  'test/report/dashboard.test.ts',
+  'test/docs/nightly.test.ts',
   'test/report/junit.test.ts',
   'test/report/push.test.ts',
 ]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what the tests need, only where missing; idempotent and quiet.
-#   Debian packages (as root): openssh-server openssh-client iptables nftables iproute2 prometheus-pushgateway chromium procps libxml2-utils tcsh fish
+#   Debian packages (as root): openssh-server openssh-client iptables nftables iproute2 prometheus-pushgateway prometheus systemd chromium procps libxml2-utils tcsh fish
 #   /run/sshd (sshd refuses to start as root without it)
 #   npm packages of this repo: `npm ci` (or `npm install` without a lock file), skipped when node_modules already
 #   matches the lock file (npm ci would wipe node_modules under any test running at the same time).
@@ -34,7 +34,7 @@ run() { # run quietly, keep the output for the failure message
   "$@" >>"$log" 2>&1
 }
 
-packages=(openssh-server openssh-client iptables nftables iproute2 prometheus-pushgateway chromium procps libxml2-utils tcsh fish)
+packages=(openssh-server openssh-client iptables nftables iproute2 prometheus-pushgateway prometheus systemd chromium procps libxml2-utils tcsh fish)
 missing=()
 for p in "${packages[@]}"; do
   status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)

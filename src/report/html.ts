@@ -39,32 +39,77 @@ type Answered = Extract<Observation, {kind: 'request-answered'}>
 interface Scale {
   from: number
   to: number
+  /** Clamped to the plot: what happened before or after the drawn span sits at its edge. */
   x: (t: number) => number
+  inside: (t: number) => boolean
+}
+
+/**
+ * The span the timeline draws: the action (fault windows, pins with their deadline + poll, abort trials, markers)
+ * with a little room, not the whole scenario (calibration and the steady load before and after would squeeze seven seconds of
+ * action into a corner of thirty). A scenario without action (nothing recorded but requests) is drawn whole.
+ */
+export function timelineSpan(s: ScenarioRun): {from: number; to: number} {
+  const action: number[] = []
+  const {deadlineSeconds, pollSeconds} = s.contract
+  for (const p of s.pins) {
+    action.push(p.sentAt, p.sentAt + (deadlineSeconds + pollSeconds) * 1000, p.sentAt + p.bounds[1] * 1000)
+    if (p.evictedAt !== null) action.push(p.evictedAt)
+  }
+  for (const l of s.leases) for (const t of [l.injectedAt, l.revertedAt]) if (t !== null) action.push(t)
+  for (const a of s.aborts ?? []) action.push(a.sentAt, a.abortedAt, ...(a.releasedAt === null ? [] : [a.releasedAt]))
+  for (const o of s.timeline?.observations ?? []) {
+    const acts = (o.kind === 'marker' && o.name !== 'end') || o.kind === 'fault-injected' || o.kind === 'fault-reverted'
+    if (acts) action.push(o.t)
+  }
+  const observed = (s.timeline?.observations ?? []).map((o) => o.t)
+  const all = [s.startedAt, s.finishedAt, ...observed, ...action].filter(Number.isFinite)
+  const times = action.filter(Number.isFinite).length > 0 ? action.filter(Number.isFinite) : all
+  const lo = Math.min(...times)
+  const hi = Math.max(...times)
+  const pad = Math.max(200, (hi - lo) * 0.04)
+  const from = Math.max(Math.min(...all), lo - pad)
+  return {from, to: Math.max(from + 1000, hi + pad)}
 }
 
 function scaleFor(s: ScenarioRun): Scale {
-  const times = [s.startedAt, s.finishedAt]
-  for (const o of s.timeline?.observations ?? []) times.push(o.t)
-  const {deadlineSeconds, pollSeconds} = s.contract
-  for (const p of s.pins) {
-    times.push(p.sentAt + (deadlineSeconds + pollSeconds) * 1000, p.sentAt + p.bounds[1] * 1000)
-    if (p.evictedAt !== null) times.push(p.evictedAt)
-  }
-  for (const l of s.leases) for (const t of [l.injectedAt, l.revertedAt]) if (t !== null) times.push(t)
-  const from = Math.min(...times)
-  const to = Math.max(from + 1000, Math.max(...times) + 200)
-  return {from, to, x: (t: number) => LEFT + ((t - from) / (to - from)) * PLOT}
+  const {from, to} = timelineSpan(s)
+  const x = (t: number) => LEFT + ((Math.min(to, Math.max(from, t)) - from) / (to - from)) * PLOT
+  return {from, to, x, inside: (t: number) => t >= from && t <= to}
 }
 
-/** Axis ticks every 1, 2 or 5 × 10^k seconds, about ten of them. */
-function ticks(scale: Scale): number[] {
-  const span = (scale.to - scale.from) / 1000
-  const raw = span / 10
+/** Round steps (1, 2 or 5 × 10^k) from lo to hi, about `count` of them. */
+export function niceTicks(lo: number, hi: number, count: number): number[] {
+  const raw = (hi - lo) / count
+  if (!(raw > 0) || !Number.isFinite(raw)) return [lo]
   const mag = 10 ** Math.floor(Math.log10(raw))
   const step = [1, 2, 5, 10].map((m) => m * mag).find((v) => v >= raw) ?? raw
   const out: number[] = []
-  for (let s = 0; s <= span + 1e-9 && out.length < 50; s += step) out.push(s)
+  for (let v = Math.ceil(lo / step) * step; v <= hi + 1e-9 && out.length < 50; v += step) out.push(Number(v.toFixed(9)))
   return out
+}
+
+/** Axis ticks, seconds from the span's start, about ten of them. */
+function ticks(scale: Scale): number[] {
+  return niceTicks(0, (scale.to - scale.from) / 1000, 10)
+}
+
+/**
+ * Lanes for labels along the time axis, so that none overlaps another: each label goes to the first lane whose last
+ * label ends before it starts (text width estimated from its length at the labels' font size).
+ */
+export function labelLanes(items: Array<{x: number; text: string}>, charPx = 6.2, gap = 6): number[] {
+  const ends: number[] = []
+  const order = items.map((it, i) => ({...it, i})).sort((a, b) => a.x - b.x)
+  const lanes = new Array<number>(items.length).fill(0)
+  for (const it of order) {
+    const width = it.text.length * charPx
+    let lane = ends.findIndex((end) => end + gap <= it.x)
+    if (lane < 0) lane = ends.push(-Infinity) - 1
+    ends[lane] = it.x + width
+    lanes[it.i] = lane
+  }
+  return lanes
 }
 
 function axis(scale: Scale, y: number, top: number): string {
@@ -133,7 +178,7 @@ function requestDots(s: ScenarioRun, scale: Scale, y: number): {svg: string; cou
   const obs = s.timeline?.observations ?? []
   const answers = new Map<string, Answered>()
   for (const o of obs) if (o.kind === 'request-answered') answers.set(o.rid, o)
-  const sent = obs.filter((o): o is Sent => o.kind === 'request-sent' && o.role !== 'pin')
+  const sent = obs.filter((o): o is Sent => o.kind === 'request-sent' && o.role !== 'pin' && scale.inside(o.t))
   const parts = sent.slice(0, 2000).map((o) => {
     const a = answers.get(o.rid)
     // trip-breaker: a trip request is meant to fail; a probe at the open breaker is meant to be refused with 503.
@@ -148,12 +193,18 @@ function requestDots(s: ScenarioRun, scale: Scale, y: number): {svg: string; cou
   return {svg: parts.join(''), count: sent.length}
 }
 
-function markers(s: ScenarioRun, scale: Scale, top: number, bottom: number): string {
-  const ms = (s.timeline?.observations ?? []).filter((o): o is Extract<Observation, {kind: 'marker'}> => o.kind === 'marker' && o.name !== 'end').slice(0, 30)
+function markerList(s: ScenarioRun, scale: Scale): Array<Extract<Observation, {kind: 'marker'}>> {
+  return (s.timeline?.observations ?? []).filter((o): o is Extract<Observation, {kind: 'marker'}> =>
+    o.kind === 'marker' && o.name !== 'end' && scale.inside(o.t)).slice(0, 30)
+}
+
+type Marker = Extract<Observation, {kind: 'marker'}>
+
+function markerLines(ms: Marker[], scale: Scale, top: number, bottom: number): string {
   return ms.map((m) => {
     const x = scale.x(m.t).toFixed(1)
-    return `<line x1="${x}" y1="${top}" x2="${x}" y2="${bottom}" stroke="${COLOR.marker}" stroke-dasharray="2,3"/>` +
-      `<text x="${x}" y="${top - 3}" class="marker" text-anchor="middle">${esc(clip(m.name, 28))}</text>`
+    return `<line x1="${x}" y1="${top}" x2="${x}" y2="${bottom}" stroke="${COLOR.marker}" stroke-dasharray="2,3">` +
+      `<title>${esc(m.name)}</title></line>`
   }).join('')
 }
 
@@ -163,18 +214,29 @@ function seriesCharts(s: ScenarioRun, scale: Scale, top: number, maxSeries: numb
   const CB: Record<string, number> = {closed: 0, open: 1, half_open: 2}
   // First, so that the series limit never hides them.
   for (const o of s.timeline?.observations ?? []) {
-    if (o.kind !== 'breaker') continue
+    if (o.kind !== 'breaker' || !scale.inside(o.t)) continue
     const key = `gateway breaker of ${o.role === 'other' ? o.worker : o.role} (0 closed, 1 open, 2 half-open)`
     let arr = bySeries.get(key)
     if (!arr) bySeries.set(key, (arr = []))
     arr.push({t: o.t, v: CB[o.state] ?? 0})
   }
+  // Before the span only the value a series holds at the span's start matters: its last sample before it.
+  const before = new Map<string, number>()
   for (const o of s.timeline?.observations ?? []) {
-    if (o.kind !== 'metric' || !Number.isFinite(o.value)) continue
+    if (o.kind !== 'metric' || !Number.isFinite(o.value) || o.t > scale.to) continue
     const key = `${o.instance ?? o.service} ${o.name}`
+    if (o.t < scale.from) {
+      before.set(key, o.value)
+      if (!bySeries.has(key)) bySeries.set(key, [])
+      continue
+    }
     let arr = bySeries.get(key)
     if (!arr) bySeries.set(key, (arr = []))
     arr.push({t: o.t, v: o.value})
+  }
+  for (const [key, v] of before) {
+    const arr = bySeries.get(key)!
+    if (arr.length === 0 || arr[0]!.t > scale.from) arr.unshift({t: scale.from, v})
   }
   const keys = [...bySeries.keys()].slice(0, maxSeries)
   const H = 56
@@ -234,25 +296,43 @@ function timelineSvg(s: ScenarioRun, opts: Required<HtmlOptions>): string {
   const scale = scaleFor(s)
   const key = legend(18)
   const top = 18 + key.height + 10
-  const reqY = top + 22
-  const pinsTop = top + 42
+  const wins = windowsOf(s, scale)
+  const marks = markerList(s, scale)
+  // Fault and marker labels share a band above the requests, each in the first lane where it overlaps nothing.
+  const labels = [
+    ...wins.map((w) => ({x: scale.x(w.from) + 4, text: clip(`${w.label}${w.open ? ' — not reverted' : ''}`, 100),
+      cls: 'fault-label'})),
+    ...marks.map((m) => ({x: scale.x(m.t) + 3, text: clip(m.name, 28), cls: 'marker'})),
+  ]
+  const lanes = labelLanes(labels)
+  const laneCount = labels.length === 0 ? 1 : Math.max(...lanes) + 1
+  const LANE = 13
+  const reqY = top + laneCount * LANE + 14
+  const pinsTop = reqY + 20
   const dots = requestDots(s, scale, reqY)
   const pins = pinRows(s, scale, pinsTop, opts.maxPinRows)
   const pinsBottom = pinsTop + Math.max(pins.height, 18)
   const axisY = pinsBottom + 8
-  const series = seriesCharts(s, scale, axisY + 26, opts.maxSeries)
-  const height = axisY + 30 + series.height + 10
-  const windows = windowsOf(s, scale).map((w) => {
+  const series = seriesCharts(s, scale, axisY + 40, opts.maxSeries)
+  const height = axisY + 44 + series.height + 10
+  const windows = wins.map((w) => {
     const x0 = scale.x(w.from)
     const x1 = scale.x(w.to)
-    return `<rect x="${x0.toFixed(1)}" y="${top}" width="${Math.max(1, x1 - x0).toFixed(1)}" height="${(axisY - top).toFixed(1)}" fill="${COLOR.fault}" fill-opacity="0.35"><title>${esc(`${w.label}: ${iso(w.from)} → ${w.open ? 'not reverted' : iso(w.to)}`)}</title></rect>` +
-      `<text x="${(x0 + 4).toFixed(1)}" y="${top + 12}" class="fault-label">${esc(clip(`${w.label}${w.open ? ' — not reverted' : ''}`, 100))}</text>`
+    return `<rect x="${x0.toFixed(1)}" y="${top}" width="${Math.max(1, x1 - x0).toFixed(1)}" height="${(axisY - top).toFixed(1)}" fill="${COLOR.fault}" fill-opacity="0.35"><title>${esc(`${w.label}: ${iso(w.from)} → ${w.open ? 'not reverted' : iso(w.to)}`)}</title></rect>`
   }).join('')
+  const labelSvg = labels.map((l, i) =>
+    `<text x="${l.x.toFixed(1)}" y="${top + 11 + lanes[i]! * LANE}" class="${l.cls}">${esc(l.text)}</text>`).join('')
   const rowLabels = `<text x="${LEFT - 8}" y="${reqY + 4}" text-anchor="end" class="label">requests (${dots.count})</text>`
   const pinNote = s.pins.length === 0 ? `<text x="${LEFT + 6}" y="${pinsTop + 13}" class="note">no pins in this scenario</text>` : ''
+  const caption = `<text x="${LEFT}" y="${axisY + 32}" class="tick">seconds after ${esc(iso(scale.from))}` +
+    `${scale.from > s.startedAt + 1
+      ? ` (${fmt((scale.from - s.startedAt) / 1000, 1)} s into the scenario; the span drawn is the fault's action)` : ''}` +
+    '</text>'
   return [
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${height.toFixed(0)}" viewBox="0 0 ${W} ${height.toFixed(0)}" role="img" aria-label="${attr(`timeline of ${s.name}`)}">`,
-    key.svg, windows, markers(s, scale, top + 16, axisY), rowLabels, dots.svg, pinNote, pins.svg, axis(scale, axisY, top), series.svg,
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${height.toFixed(0)}" viewBox="0 0 ${W} ${height.toFixed(0)}" role="img" aria-label="${attr(`timeline of ${s.name}`)}"` +
+      ` data-from="${scale.from.toFixed(0)}" data-to="${scale.to.toFixed(0)}">`,
+    key.svg, windows, markerLines(marks, scale, top, axisY), labelSvg, rowLabels, dots.svg, pinNote, pins.svg,
+    axis(scale, axisY, top), caption, series.svg,
     '</svg>',
     pins.hidden > 0 ? `<p class="note">${pins.hidden} more passing pins not drawn; every pin is in the table below.</p>` : '',
     series.hidden > 0 ? `<p class="note">${series.hidden} more metric series not drawn.</p>` : '',

@@ -4,6 +4,7 @@ import {oneLine, PdError} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import {lazyRequire} from '../util/lazy-require.js'
 import type {FleetRun} from '../model/fleet.js'
+import {scenarioMargins, smallestMargins} from '../model/margins.js'
 import {faultsLeftBehind, runIdOf, runPassed, type SuiteRun} from '../model/run.js'
 
 // prom-client only when metrics are pushed (src/util/lazy-require.ts).
@@ -11,7 +12,8 @@ const prom = lazyRequire<typeof promClient>('prom-client')
 
 /**
  * The run's numbers pushed to a Prometheus Pushgateway, for dashboards and alerts across nights: eviction seconds
- * (a histogram per scenario and fault), pass/fail per check and subject, abort trials in the transfer window, faults left
+ * (a histogram per scenario and fault), the smallest margin of an eviction to each bound, pass/fail per check and
+ * subject, abort trials in the transfer window, faults left
  * behind, run duration, run passed.
  * One grouping per run (job + run_id), replaced as a whole (PUT), so a re-push never mixes two runs.
  */
@@ -86,6 +88,13 @@ function metricsFor(extra: string[], buckets: number[]) {
     name: 'pdchaos_eviction_seconds', help: 'Seconds from a pin\'s send to its eviction by the watchdog.',
     labelNames: names('scenario', 'fault'), buckets, registers: [registry],
   })
+  // Across nights a dashboard shows this falling long before a pin fails (docs/metrics.md).
+  const margin = new Gauge({
+    name: 'pdchaos_eviction_margin_seconds',
+    help: 'The smallest margin of the scenario\'s evictions to a bound: bound="deadline" (eviction - deadline),' +
+      ' bound="deadline_plus_poll" (deadline + poll - eviction); negative: outside.',
+    labelNames: names('scenario', 'fault', 'bound'), registers: [registry],
+  })
   const checkPassed = new Gauge({
     name: 'pdchaos_check_passed', help: '1 when the check passed for this subject, 0 when it failed or is unverified.',
     labelNames: names('scenario', 'check', 'subject'), registers: [registry],
@@ -116,6 +125,13 @@ function metricsFor(extra: string[], buckets: number[]) {
         const fault = p.fault ?? s.fault ?? 'none'
         eviction.observe({...labels, scenario: s.name, fault}, p.evictionSeconds)
         histograms.add(`${s.name}\u0000${fault}`)
+      }
+      const smallest = smallestMargins(scenarioMargins(s))
+      if (smallest) {
+        const fault = s.fault ?? 'none'
+        margin.set({...labels, scenario: s.name, fault, bound: 'deadline'}, smallest.earlyMs / 1000)
+        margin.set({...labels, scenario: s.name, fault, bound: 'deadline_plus_poll'}, smallest.lateMs / 1000)
+        series += 2
       }
       if (s.abortCoverage) {
         abortTrials.set({...labels, scenario: s.name}, s.abortCoverage.trials)

@@ -32,7 +32,8 @@ export interface SimConfig {
   prefillTp: number
   decodeTp: number
   backend: Backend
-  watchdog: {scope: WatchdogScope; deadlineS: number; pollS: number}
+  /** lateMs: not SGLang (`sim up --watchdog-late-ms`): the watchdog evicts that much past its deadline (twin.md). */
+  watchdog: {scope: WatchdogScope; deadlineS: number; pollS: number; lateMs?: number}
   bugs: BugName[]
   ports: {router: number; routerMetrics: number; prefill: number; decode: number; bootstrap: number}
   /** SGLang's timeouts (SGLANG_DISAGGREGATION_*): the env of the server processes carries them. */

@@ -1,11 +1,13 @@
+import {pinMargin} from '../model/margins.js'
 import {blockingUnverified, failedChecks, faultsLeftBehind, type SuiteRun} from '../model/run.js'
 import type {GateSpec} from './suite-file.js'
 
 /**
  * The release gate: the run passes when at most maxFailedChecks checks failed, at most maxFaultsLeftBehind faults
  * were left on the host, every required check ran and never failed, no check the gate names stayed unverified
- * (eviction by default), no scenario errored and the run was not stopped. Each reason names the scenario, the
- * check, its subject and the evidence's one line.
+ * (eviction by default), no scenario errored, the run was not stopped and, with minMarginMs, every eviction landed at
+ * least that far from the deadline and from deadline + poll. Each reason names the scenario, the check, its subject and
+ * the evidence's one line.
  */
 export function evaluateGate(run: SuiteRun, spec: GateSpec): {passed: boolean; reasons: string[]} {
   const reasons: string[] = []
@@ -29,7 +31,26 @@ export function evaluateGate(run: SuiteRun, spec: GateSpec): {passed: boolean; r
       reasons.push(`required check ${check} failed ${bad.length} time(s)`)
     }
   }
+  if (spec.minMarginMs !== undefined) reasons.push(...marginReasons(run, spec.minMarginMs))
   for (const s of run.scenarios) if (s.error !== undefined) reasons.push(`scenario ${s.name} did not reach a verdict: ${s.error}`)
   if (run.stopped) reasons.push(`the run was stopped: ${run.stopped.reason}`)
   return {passed: reasons.length === 0, reasons}
+}
+
+/** Each eviction closer than minMs to a bound of its contract (one that crossed it fails its check as well). */
+function marginReasons(run: SuiteRun, minMs: number): string[] {
+  const out: string[] = []
+  for (const s of run.scenarios) {
+    for (const p of s.pins) {
+      const m = pinMargin(p, s.contract)
+      if (!m) continue
+      const [bound, ms] = m.lateMs <= m.earlyMs ? ['deadline + poll', m.lateMs] as const
+        : ['the deadline', m.earlyMs] as const
+      if (ms < minMs) {
+        out.push(`MARGIN eviction [${s.name}] ${p.rid}: evicted after ${m.evictionSeconds} s, ${Math.round(ms)} ms from` +
+          ` ${bound} (gate.minMarginMs ${minMs})`)
+      }
+    }
+  }
+  return out
 }

@@ -70,6 +70,9 @@ export const GateSchema = z.object({
     .describe('Checks that must have run and passed every time.'),
   unverifiedBlocks: z.array(z.enum(CHECKS)).default([...UNVERIFIED_BLOCKS_BY_DEFAULT])
     .describe('Checks whose unverified verdicts (the check lacked its data) fail the gate. Default: eviction.'),
+  minMarginMs: z.number().min(0).max(3_600_000).optional()
+    .describe('Fail the gate when an eviction lands closer than this (ms) to the deadline or to deadline + poll:' +
+      ' a watchdog drifting towards a bound fails before a pin does.'),
 }).strict()
 
 /**

@@ -40,6 +40,12 @@ describe('watchdog thresholds and KVPoll rules', () => {
     expect(evictionThresholdS({...base, bugs: ['early-evict']})).toBe(5)
     expect(evictionThresholdS({...base, bugs: ['late-evict']})).toBe(12)
   })
+  it('a watchdog made late (sim up --watchdog-late-ms) evicts that much past its deadline, still at a tick', () => {
+    expect(evictionThresholdS({...base, lateMs: 300})).toBeCloseTo(10.3)
+    const h = {queue: 'bootstrap' as const, bootstrapAt: 0}
+    expect(shouldEvict({...base, lateMs: 300}, h, 10_200)).toBe(false)
+    expect(shouldEvict({...base, lateMs: 300}, h, 10_300)).toBe(true)
+  })
   it('counts from the watched queue entry', () => {
     const h = {queue: 'inflight' as const, bootstrapAt: 0, inflightAt: 5000}
     expect(shouldEvict(base, h, 10_000)).toBe(true)

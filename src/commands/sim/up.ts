@@ -41,6 +41,8 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
     watchdog: Flags.option({options: ['all', 'inflight', 'off'] as const, summary: 'Scope of the prefill watchdog under test.', default: 'all'})(),
     deadline: Flags.string({summary: 'Watchdog deadline in seconds.', default: '60'}),
     poll: Flags.string({summary: 'Watchdog poll interval in seconds.', default: '1'}),
+    'watchdog-late-ms': Flags.integer({min: 0, max: 3_600_000,
+      summary: 'Not SGLang: the watchdog evicts this many ms past its deadline (a watchdog drifting late; docs/twin.md).'}),
     bug: Flags.option({options: BUG_NAMES, multiple: true, summary: 'Switch on a known defect, or a surface pdchaos must cope with (no-watchdog-counter, no-disagg-loads, no-loads); repeatable.'})(),
     'kv-pool-tokens': Flags.integer({summary: "KV pool per instance in tokens (SGLang's max_total_num_tokens): each request's share of sglang:token_usage.", default: 1_000_000, min: 1024}),
     'base-port': Flags.integer({summary: 'Router port; prefill +100, decode +200, bootstrap +500, router metrics +900.', default: 30_000}),
@@ -79,6 +81,7 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
         watchdog: f.watchdog,
         deadlineS: seconds('--deadline', f.deadline),
         pollS: seconds('--poll', f.poll),
+        ...(f['watchdog-late-ms'] === undefined ? {} : {watchdogLateMs: f['watchdog-late-ms']}),
         bugs: f.bug ?? [],
         kvPoolTokens: f['kv-pool-tokens'],
         basePort: f['base-port'],
@@ -109,7 +112,7 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
     ]
     const dist = config.dist ? ` (node rank ${config.dist.nodeRank} of ${config.dist.nnodes}, dist-init-addr ${config.dist.distInitAddr})` : ''
     const node = config.node ? `, this node runs ${config.node.services.join(', ')}${dist}; ${Object.entries(config.node.peers).map(([s, a]) => `${s} at ${(a ?? []).join(' and ')}`).join(', ')}` : ''
-    this.log(`Twin healthy in ${(out.healthyMs / 1000).toFixed(1)} s (prefill ${layoutText(config, 'prefill')}, decode ${layoutText(config, 'decode')}, ${config.backend}, watchdog ${config.watchdog.scope} ${config.watchdog.deadlineS}s/${config.watchdog.pollS}s${config.bugs.length ? `, bugs: ${config.bugs.join(', ')}` : ''}${node})`)
+    this.log(`Twin healthy in ${(out.healthyMs / 1000).toFixed(1)} s (prefill ${layoutText(config, 'prefill')}, decode ${layoutText(config, 'decode')}, ${config.backend}, watchdog ${config.watchdog.scope} ${config.watchdog.deadlineS}s/${config.watchdog.pollS}s${config.watchdog.lateMs ? ` +${config.watchdog.lateMs}ms late` : ''}${config.bugs.length ? `, bugs: ${config.bugs.join(', ')}` : ''}${node})`)
     for (const [name, url] of rows) this.log(`  ${name.padEnd(15)} ${url}`)
     this.log(`  deployment file ${out.deploymentFile}`)
     this.log(`Stop it with: pdchaos sim down --state-dir ${out.stateDir}`)

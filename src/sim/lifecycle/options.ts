@@ -31,6 +31,8 @@ export interface SimUpOptions extends DistUpOptions {
   watchdog?: WatchdogScope
   deadlineS?: number
   pollS?: number
+  /** Not SGLang: the watchdog evicts this many ms past its deadline (a watchdog drifting late, step by step). */
+  watchdogLateMs?: number
   bugs?: string[]
   basePort?: number
   waitingTimeoutS?: number
@@ -187,6 +189,11 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
   if (!['all', 'inflight', 'off'].includes(scope)) throw badInput(`--watchdog must be all, inflight or off, got "${scope}"`, 'pass --watchdog all')
   const deadlineS = positive('--deadline', o.deadlineS, UP_DEFAULTS.deadlineS)
   const pollS = positive('--poll', o.pollS, UP_DEFAULTS.pollS, 3600)
+  const lateMs = o.watchdogLateMs ?? 0
+  if (!Number.isInteger(lateMs) || lateMs < 0 || lateMs > 3_600_000) {
+    throw badInput(`--watchdog-late-ms must be a whole number of ms from 0 to 3600000, got ${lateMs}`,
+      'pass --watchdog-late-ms 200')
+  }
   const bugs: BugName[] = []
   for (const b of o.bugs ?? []) {
     if (!(BUG_NAMES as readonly string[]).includes(b)) throw badInput(`--bug "${b}" is not a known defect`, `use one of: ${BUG_NAMES.join(', ')}`)
@@ -236,7 +243,7 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
     ...(rails ? {rails} : {}),
     ...(ucx ? {ucx} : {}),
     ...(lags ? {lags} : {}),
-    watchdog: {scope, deadlineS, pollS},
+    watchdog: {scope, deadlineS, pollS, ...(lateMs > 0 ? {lateMs} : {})},
     bugs,
     ...(o.heartbeat === 'off' ? {heartbeat: 'off' as const} : {}),
     ports: portsFor(basePort),

@@ -24,7 +24,8 @@ export class PrefillScheduler extends SchedulerCore {
   private policy!: WatchdogPolicy
 
   init(): void {
-    this.policy = {...this.env.watchdog, bugs: this.cfg.bugs}
+    const lateMs = this.cfg.watchdog.lateMs
+    this.policy = {...this.env.watchdog, bugs: this.cfg.bugs, ...(lateMs ? {lateMs} : {})}
     this.nextTick = nowMs() + this.policy.pollS * 1000
   }
 

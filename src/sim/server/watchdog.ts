@@ -6,13 +6,17 @@ import type {BugName, WatchdogScope} from '../sim-config.js'
  */
 export interface Held {queue: 'bootstrap' | 'waiting' | 'inflight'; bootstrapAt: number; inflightAt?: number}
 
-export interface WatchdogPolicy {scope: WatchdogScope; deadlineS: number; pollS: number; bugs: readonly BugName[]}
+/** lateMs: a watchdog made slower on purpose (`sim up --watchdog-late-ms`), e.g. a margin drifting across nights. */
+export interface WatchdogPolicy {
+  scope: WatchdogScope; deadlineS: number; pollS: number; bugs: readonly BugName[]; lateMs?: number
+}
 
 /** Seconds a request must have been held before this watchdog evicts it. */
 export function evictionThresholdS(p: WatchdogPolicy): number {
-  if (p.bugs.includes('early-evict')) return p.deadlineS / 2
-  if (p.bugs.includes('late-evict')) return p.deadlineS + 2 * p.pollS
-  return p.deadlineS
+  const late = (p.lateMs ?? 0) / 1000
+  if (p.bugs.includes('early-evict')) return p.deadlineS / 2 + late
+  if (p.bugs.includes('late-evict')) return p.deadlineS + 2 * p.pollS + late
+  return p.deadlineS + late
 }
 
 /** How long `h` has been held in the watched queues at `now` (ms), or undefined when it is not watched. */
