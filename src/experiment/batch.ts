@@ -20,7 +20,10 @@ import {type Entry, type EntryPart, injectedEverywhere, judgeBatch, leasesOf, sc
 import {injectUnderLease, revertAndVerify} from './lease-steps.js'
 import {type Calibrated, openBreakers, PROBE_TIMEOUT_MS, type RunSession, untilBreakersClose} from './session.js'
 import {drained, type PairInBatch, pairsOf, serversOf} from './batch-pairs.js'
+import type {BatchScenario} from './batch-scenario.js'
 import {hostForFault, onHost, type PlacedHost, withLeasesOn} from './placement.js'
+
+export type {BatchScenario} from './batch-scenario.js'
 
 /**
  * The one runner: a batch of fault scenarios sharing one window. Pins and abort trials go to prefill and decode
@@ -32,21 +35,6 @@ import {hostForFault, onHost, type PlacedHost, withLeasesOn} from './placement.j
  * batch of one scenario; the suite runs batches in order. Faults act, the Recorder keeps the timeline, checks judge
  * (judge.ts): this module only sequences them.
  */
-
-export interface BatchScenario {
-  /** Unique in the run. */
-  name: string
-  fault: string
-  /** Raw params, validated against the fault's schema here (named as flags or as the file's keys in errors). */
-  params: Record<string, unknown>
-  pins: number
-  /** The host whose GPU params.gpu names, where ranks on several hosts use that index (a multi-node instance). */
-  gpuHost?: string
-  /** The session of the instance pair it acts on (clients, calibration, discovery, hosts); absent: the batch's own. */
-  session?: RunSession
-  /** Where the file states that pair's two instances: labels its servers' samples where a batch spans several pairs. */
-  pair?: {prefill: string; decode: string}
-}
 
 export interface BatchSettings {
   /** run: the whole experiment; dry-run: plan and read-only probes only; hold: inject, verify, leave it to its lease. */

@@ -17,9 +17,6 @@ import {sleep} from '../util/time.js'
  * host's state. Faults never judge the deployment; they only say what they changed and how to see it.
  */
 
-/** A fault's name as users type it: the keys of the registry. */
-export type {FaultName} from './registry.js'
-import type {FaultName} from './registry.js'
 /**
  * packet-filter: netfilter (nft, iptables) on kernel traffic (TCP connections, or a kernel UDP interface).
  * tc-flower: a hardware-offloaded tc flower drop of RoCEv2 on a NIC. link-down: `ip link set DEV down`.
@@ -219,7 +216,8 @@ export interface TransferWindow {
 }
 
 export interface FaultPlan {
-  fault: FaultName
+  /** The fault's name as users type it (a key of registry.ts, which checks it before any plan is made). */
+  fault: string
   mechanism: MechanismName
   leaseId: string
   targets: FaultTarget[]
