@@ -4,12 +4,12 @@ import type {WedgeExpectation} from '../checks/expectation.js'
 import {serviceClients} from '../deployment/clients.js'
 import type {SglangClient} from '../deployment/sglang-client.js'
 import {oneLine} from '../errors.js'
-import {type FaultDiscovery, type FaultPlan, renderPlan} from '../faults/fault.js'
-import {type LeaseGuard, withLeases} from '../faults/lease/lease-guard.js'
+import {type FaultDiscovery, renderPlan} from '../faults/fault.js'
+import type {LeaseGuard} from '../faults/lease/lease-guard.js'
 import {leaseTtlMs, newLeaseId} from '../faults/lease/lease.js'
 import {type ParamSource, parseFaultParams} from '../faults/params.js'
 import {getFault} from '../faults/registry.js'
-import type {LeaseRecord, ScenarioRun} from '../model/run.js'
+import type {ScenarioRun} from '../model/run.js'
 import {now, Recorder} from '../workload/recorder.js'
 import {type SampledServer, sampleOnce, startSampler} from '../workload/sampler.js'
 import {sendDirect, sendRequest, type SendOptions, type Sent} from '../workload/send.js'
@@ -136,7 +136,8 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
           const seenThere = onHost(discovery, at, placement)
           const factsThere = await fault.gather(at.host, seenThere, params, {timeoutMs: PROBE_TIMEOUT_MS})
           const part: EntryPart = {host: name, plan: fault.plan({discovery: seenThere, params, leaseId: newLeaseId(s.fault), facts: factsThere, calibration: calibrations.get(on0), contract})}
-          ;(e.parts ??= []).push(part)
+          e.parts ??= []
+          e.parts.push(part)
           partHost.set(part, at)
         }
       }

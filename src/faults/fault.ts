@@ -273,6 +273,7 @@ export interface FootprintContext {
  * are derived from it), where its pins are held, its footprint for the planner, the mechanisms it may use, and
  * plan/verify/revert (plan() returns the commands and the probes that prove each step).
  */
+// biome-ignore lint/suspicious/noExplicitAny: the registry holds faults of every params type side by side
 export interface Fault<P = any> {
   name: string
   summary: string

@@ -161,7 +161,10 @@ function seriesCharts(s: ScenarioRun, scale: Scale, top: number, maxSeries: numb
     if (o.kind !== 'metric' || !Number.isFinite(o.value)) continue
     const key = `${o.instance ?? o.service} ${o.name}`
     let arr = bySeries.get(key)
-    if (!arr) bySeries.set(key, (arr = []))
+    if (!arr) {
+      arr = []
+      bySeries.set(key, arr)
+    }
     arr.push({t: o.t, v: o.value})
   }
   const keys = [...bySeries.keys()].slice(0, maxSeries)

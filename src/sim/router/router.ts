@@ -353,7 +353,6 @@ export async function startRouter(opts: RouterOptions): Promise<RunningRouter> {
         if (joined || p === undefined || d === undefined) return
         joined = true
         const prefillStatus = 'res' in p ? (p.res.statusCode ?? 0) : null
-        const decodeStatus = 'res' in d ? (d.res.statusCode ?? 0) : null
         // Decode first: a transport error is a 502, an error status is mapped (or, streaming, sent as one SSE line).
         if ('error' in d) {
           if ('res' in p) p.res.destroy()
