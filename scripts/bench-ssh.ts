@@ -64,12 +64,12 @@ function row(name: string, s: Stats): string {
 async function main(): Promise<void> {
   const ver = (await execa('ssh', ['-V'], {reject: false})).stderr.trim()
   const clean = await startSshd()
-  let primary
+  let primary: Awaited<ReturnType<typeof measure>>
   try { primary = await measure(clean, COUNT) } finally { await clean.stop() }
   // The same with the machine's own root dotfiles (bash sources ~/.bashrc for every ssh command).
   const dotCount = Math.min(COUNT, 20)
   const dotted = await startSshd({home: null})
-  let withRc
+  let withRc: Awaited<ReturnType<typeof measure>>
   try { withRc = await measure(dotted, dotCount) } finally { await dotted.stop() }
 
   const ratio = primary.spawn.median / primary.ssh2.median

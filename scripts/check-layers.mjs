@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // Data flows one way: command → plan → effects → timeline → checks → reports. This reads every import in src/
 // and fails when one runs back up that flow, or when the twin (src/sim) and the CLI reach into each other.
-//   node scripts/check-layers.mjs        (also: npm run check:layers; test/layers.test.ts runs it)
+// It also fails on an import circle (type-only imports included): a circle makes the layering meaningless inside
+// a folder and is how two modules end up knowing each other's internals.
+//   node scripts/check-layers.mjs        (also: npm run check:layers; test/architecture/layers.test.ts runs it)
 import {readdirSync, readFileSync, statSync} from 'node:fs'
 import {dirname, join, relative, resolve} from 'node:path'
 import {fileURLToPath} from 'node:url'
@@ -58,12 +60,62 @@ export function violations() {
       else if (typeof from === 'number' && typeof to === 'number' && to > from) out.push(`${rel} (layer ${from}) → ${target} (layer ${to}): runs back up the flow`)
     }
   }
-  return out
+  return out.concat(circles())
+}
+
+/** Relative imports of every module in src/, as paths relative to src/. */
+function importGraph() {
+  const graph = new Map()
+  for (const file of walk(src)) {
+    const rel = relative(src, file)
+    const deps = new Set()
+    for (const m of readFileSync(file, 'utf8').matchAll(IMPORT)) {
+      const spec = m[1] ?? m[2]
+      if (spec.startsWith('.')) deps.add(relative(src, resolve(dirname(file), spec)).replace(/\.js$/, '.ts'))
+    }
+    graph.set(rel, [...deps])
+  }
+  return graph
+}
+
+/** Every import circle (a strongly connected set of modules, Tarjan), one line each, modules in a stable order. */
+export function circles() {
+  const graph = importGraph()
+  const index = new Map()
+  const low = new Map()
+  const stack = []
+  const onStack = new Set()
+  const found = []
+  let next = 0
+  const visit = v => {
+    index.set(v, next)
+    low.set(v, next++)
+    stack.push(v)
+    onStack.add(v)
+    for (const w of graph.get(v) ?? []) {
+      if (!graph.has(w)) continue
+      if (!index.has(w)) {
+        visit(w)
+        low.set(v, Math.min(low.get(v), low.get(w)))
+      } else if (onStack.has(w)) low.set(v, Math.min(low.get(v), index.get(w)))
+    }
+    if (low.get(v) !== index.get(v)) return
+    const scc = []
+    let w
+    do {
+      w = stack.pop()
+      onStack.delete(w)
+      scc.push(w)
+    } while (w !== v)
+    if (scc.length > 1 || (graph.get(v) ?? []).includes(v)) found.push(scc.sort())
+  }
+  for (const v of [...graph.keys()].sort()) if (!index.has(v)) visit(v)
+  return found.map(scc => `import circle: ${scc.join(' ↔ ')} (move the shared type or function to a module both import)`)
 }
 
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   const v = violations()
   for (const line of v) console.log(line)
-  console.log(v.length === 0 ? 'layers: no import runs back up the flow' : `layers: ${v.length} import(s) run back up the flow`)
+  console.log(v.length === 0 ? 'layers: no import runs back up the flow, no import circle' : `layers: ${v.length} problem(s)`)
   process.exit(v.length === 0 ? 0 : 1)
 }

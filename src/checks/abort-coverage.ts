@@ -77,7 +77,7 @@ export function notInWindow(tl: Timeline, w: TransferWindowObs | undefined, pack
 }
 
 /** Coverage of the scenario's trials: the window, the filter's count, the offsets, and whether enough landed. */
-export function coverageOf(tl: Timeline, w: TransferWindowObs | undefined, packets: number | undefined,
+export function coverageOf(_tl: Timeline, w: TransferWindowObs | undefined, packets: number | undefined,
   trials: Array<{rid: string; offsetMs: number; notInWindow?: string}>): AbortCoverage {
   const inWindow = trials.filter((t) => t.notInWindow === undefined).length
   const required = requiredInWindow(trials.length)

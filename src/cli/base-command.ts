@@ -1,4 +1,4 @@
-import {Command, Flags, Interfaces} from '@oclif/core'
+import {Command, Flags, type Interfaces} from '@oclif/core'
 
 import {errorDocument, isExitRequest, writeError} from './error-output.js'
 import {spinnable, startSpinner} from './spinner.js'

@@ -105,7 +105,7 @@ function metaLine(line: string, families: Map<string, Family>, openMetrics: bool
   if (!NAME.test(name) || NAME.exec(name)![0] !== name) throw new LineError(`invalid metric name ${JSON.stringify(name)}`)
   const fam = families.get(name) ?? {name, type: 'untyped' as MetricType}
   if (kind === 'HELP') {
-    fam.help = openMetrics ? unescape(rest, true) : unescape(rest, false)
+    fam.help = openMetrics ? unescapeHelp(rest, true) : unescapeHelp(rest, false)
   } else if (kind === 'UNIT') {
     fam.unit = rest.trim()
   } else {
@@ -118,7 +118,7 @@ function metaLine(line: string, families: Map<string, Family>, openMetrics: bool
 }
 
 /** HELP escapes: \\ and \n (and \" in OpenMetrics). */
-function unescape(s: string, quotes: boolean): string {
+function unescapeHelp(s: string, quotes: boolean): string {
   return s.replace(/\\([\\n"])/g, (all, c: string) => (c === 'n' ? '\n' : c === '"' && !quotes ? all : c))
 }
 
@@ -265,7 +265,10 @@ export function histogramSeries(samples: readonly Sample[], family: string, subs
   const seriesFor = (labels: Labels): HistogramSeries => {
     const key = JSON.stringify(Object.entries(labels).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
     let s = byKey.get(key)
-    if (!s) byKey.set(key, (s = {labels, buckets: []}))
+    if (!s) {
+      s = {labels, buckets: []}
+      byKey.set(key, s)
+    }
     return s
   }
   for (const s of samples) {

@@ -10,7 +10,7 @@ import {type LeaseGuard, withLeases} from '../faults/lease/lease-guard.js'
 import {leaseTtlMs, newLeaseId} from '../faults/lease/lease.js'
 import {type ParamSource, parseFaultParams} from '../faults/params.js'
 import {getFault} from '../faults/registry.js'
-import type {LeaseRecord, ScenarioRun} from '../model/run.js'
+import type {ScenarioRun} from '../model/run.js'
 import {now, Recorder} from '../workload/recorder.js'
 import {type SampledServer, sampleOnce, startSampler} from '../workload/sampler.js'
 import {sendDirect, sendRequest, type SendOptions, type Sent} from '../workload/send.js'
@@ -23,8 +23,11 @@ import {injectUnderLease, revertAndVerify} from './lease-steps.js'
 import {type Calibrated, openBreakers, PROBE_TIMEOUT_MS, type RunSession, untilBreakersClose} from './session.js'
 import {drained, gaugesOnly, type PairInBatch, pairsOf, serversOf} from './batch-pairs.js'
 import {type BreakerTrial, tripAndProbe, watchBreakerClose} from './breaker-trial.js'
+import type {BatchScenario} from './batch-scenario.js'
 import {hostForFault, onHost, type PlacedHost, withLeasesOn} from './placement.js'
 import {COMPETING_CODE, competingRefusal, competingText, competingTimeoutsFor, firingInWindow} from './competing.js'
+
+export type {BatchScenario} from './batch-scenario.js'
 
 /**
  * The one runner: a batch of fault scenarios sharing one window. Pins and abort trials go to prefill and decode
@@ -36,21 +39,6 @@ import {COMPETING_CODE, competingRefusal, competingText, competingTimeoutsFor, f
  * batch of one scenario; the suite runs batches in order. Faults act, the Recorder keeps the timeline, checks judge
  * (judge.ts): this module only sequences them.
  */
-
-export interface BatchScenario {
-  /** Unique in the run. */
-  name: string
-  fault: string
-  /** Raw params, validated against the fault's schema here (named as flags or as the file's keys in errors). */
-  params: Record<string, unknown>
-  pins: number
-  /** The host whose GPU params.gpu names, where ranks on several hosts use that index (a multi-node instance). */
-  gpuHost?: string
-  /** The session of the instance pair it acts on (clients, calibration, discovery, hosts); absent: the batch's own. */
-  session?: RunSession
-  /** Where the file states that pair's two instances: labels its servers' samples where a batch spans several pairs. */
-  pair?: {prefill: string; decode: string}
-}
 
 export interface BatchSettings {
   /** run: the whole experiment; dry-run: plan and read-only probes only; hold: inject, verify, leave it to its lease. */
@@ -169,7 +157,8 @@ export async function runBatch(session: RunSession, batch: BatchScenario[], sett
           const seenThere = onHost(discovery, at, placement)
           const factsThere = await abortable(fault.gather(at.host, seenThere, params, {timeoutMs: PROBE_TIMEOUT_MS}), settings.signal, `planning ${s.name}`)
           const part: EntryPart = {host: name, plan: fault.plan({discovery: seenThere, params, leaseId: newLeaseId(s.fault), facts: factsThere, calibration: calibrations.get(on0), contract})}
-          ;(e.parts ??= []).push(part)
+          e.parts ??= []
+          e.parts.push(part)
           partHost.set(part, at)
         }
       }

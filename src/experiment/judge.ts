@@ -12,7 +12,7 @@ import type {CompetingTimeout} from '../model/competing.js'
 import type {LeaseRecord, ScenarioRun} from '../model/run.js'
 import type {Observation, Timeline} from '../model/timeline.js'
 import {fail, pass, type Verdict} from '../model/verdict.js'
-import type {BatchScenario} from './batch.js'
+import type {BatchScenario} from './batch-scenario.js'
 import type {Calibrated} from './session.js'
 
 /**

@@ -20,9 +20,6 @@ import {sleep} from '../util/time.js'
  * host's state. Faults never judge the deployment; they only say what they changed and how to see it.
  */
 
-/** A fault's name as users type it: the keys of the registry. */
-export type {FaultName} from './registry.js'
-import type {FaultName} from './registry.js'
 /**
  * packet-filter: netfilter (nft, iptables) on kernel traffic (TCP connections, or a kernel UDP interface).
  * tc-flower: a hardware-offloaded tc flower drop of RoCEv2 on a NIC. link-down: `ip link set DEV down`.
@@ -233,7 +230,8 @@ export interface TransferWindow {
 }
 
 export interface FaultPlan {
-  fault: FaultName
+  /** The fault's name as users type it (a key of registry.ts, which checks it before any plan is made). */
+  fault: string
   mechanism: MechanismName
   leaseId: string
   targets: FaultTarget[]
@@ -289,6 +287,7 @@ export interface FootprintContext {
  * are derived from it), where its pins are held, its footprint for the planner, the mechanisms it may use, and
  * plan/verify/revert (plan() returns the commands and the probes that prove each step).
  */
+// biome-ignore lint/suspicious/noExplicitAny: the registry holds faults of every params type side by side
 export interface Fault<P = any> {
   name: string
   summary: string

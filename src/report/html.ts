@@ -231,7 +231,10 @@ function seriesCharts(s: ScenarioRun, scale: Scale, top: number, maxSeries: numb
       continue
     }
     let arr = bySeries.get(key)
-    if (!arr) bySeries.set(key, (arr = []))
+    if (!arr) {
+      arr = []
+      bySeries.set(key, arr)
+    }
     arr.push({t: o.t, v: o.value})
   }
   for (const [key, v] of before) {

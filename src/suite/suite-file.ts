@@ -190,6 +190,7 @@ export function parseSuite(text: string, file: string): SuiteFile {
 }
 
 export function suiteJsonSchema(): Record<string, unknown> {
+  // biome-ignore lint/suspicious/noExplicitAny: zod's JSON Schema, edited in place
   const schema = z.toJSONSchema(SuiteSchema, {io: 'input', unrepresentable: 'any'}) as Record<string, any>
   // Each fault's params, from the fault's own schema: one entry per fault, titled with its name.
   const params = schema.properties?.scenarios?.items?.properties?.params

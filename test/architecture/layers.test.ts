@@ -1,11 +1,15 @@
 import {describe, expect, it} from 'vitest'
 
 // @ts-expect-error: a plain .mjs script with no type declarations; anyone can run it with `npm run check:layers`.
-import {layerOf, violations} from '../../scripts/check-layers.mjs'
+import {circles, layerOf, violations} from '../../scripts/check-layers.mjs'
 
 describe('data flows one way', () => {
   it('no import in src/ runs back up command → plan → effects → timeline → checks → reports', () => {
     expect(violations()).toEqual([])
+  })
+
+  it('has no import circle, type-only imports included', () => {
+    expect(circles()).toEqual([])
   })
 
   it('knows every folder, and keeps the twin a world of its own', () => {

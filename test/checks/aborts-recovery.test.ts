@@ -190,7 +190,7 @@ describe('recovery check', () => {
   })
 
   it('a canary held past the deadline after the revert (a path still in its retransmission backoff) may have been evicted and retried by the gateway', () => {
-    const after = (canaryMs: number, evicted: number) => {
+    const countersAfter = (canaryMs: number, evicted: number) => {
       const tl = new TimelineBuilder().fault(100, 3000)
         .metric('prefill', 'sglang:num_watchdog_evicted_reqs_total', 50, 4)
         .pin('p1', 200, {ms: 2400, status: 500}).pin('p2', 210, {ms: 2410, status: 500})
@@ -201,10 +201,10 @@ describe('recovery check', () => {
       return checkRecovery(tl).find((x) => x.subject === 'counters')!
     }
     // Held 2.5 s (past the 2 s deadline) and answered 200: one more eviction than pdchaos saw fail is not a watchdog fault.
-    expect(after(2500, 3)).toMatchObject({verdict: 'unverified', summary: expect.stringMatching(/moved by 3, 1 more than the 2 pdchaos can attribute/)})
-    expect(after(2500, 3).evidence).toMatchObject({routedInReach: 1, why: expect.stringMatching(/took at least the deadline/)})
+    expect(countersAfter(2500, 3)).toMatchObject({verdict: 'unverified', summary: expect.stringMatching(/moved by 3, 1 more than the 2 pdchaos can attribute/)})
+    expect(countersAfter(2500, 3).evidence).toMatchObject({routedInReach: 1, why: expect.stringMatching(/took at least the deadline/)})
     // Answered in 50 ms: it never held an attempt long enough to be evicted, so the extra move is a failure.
-    expect(after(50, 3)).toMatchObject({verdict: 'fail', summary: expect.stringMatching(/moved by 3, expected 2/)})
+    expect(countersAfter(50, 3)).toMatchObject({verdict: 'fail', summary: expect.stringMatching(/moved by 3, expected 2/)})
   })
 
   it('fails undrained queues (by the fresh /v1/loads snapshot) and failing canaries', () => {

@@ -67,7 +67,10 @@ function peak(log: string): number {
     .map(([what, , t]) => ({what, t: Number(t)})).sort((a, b) => a.t - b.t || (a.what === 'end' ? -1 : 1))
   let now = 0
   let most = 0
-  for (const e of events) most = Math.max(most, (now += e.what === 'start' ? 1 : -1))
+  for (const e of events) {
+    now += e.what === 'start' ? 1 : -1
+    most = Math.max(most, now)
+  }
   return most
 }
 

@@ -3,7 +3,7 @@ import {createServer} from 'node:net'
 import {tmpdir} from 'node:os'
 import {join} from 'node:path'
 
-import {type Config} from '@oclif/core'
+import type {Config} from '@oclif/core'
 import {afterAll, describe, expect, it} from 'vitest'
 
 import {TargetCommand} from '../../src/cli/target-command.js'
@@ -39,7 +39,10 @@ describe('a run ends: verdict first, outputs after (issue 12)', () => {
     const before = process.exitCode
     const stderr: string[] = []
     const write = process.stderr.write.bind(process.stderr)
-    process.stderr.write = ((chunk: string) => (stderr.push(String(chunk)), true)) as typeof process.stderr.write
+    process.stderr.write = ((chunk: string) => {
+      stderr.push(String(chunk))
+      return true
+    }) as typeof process.stderr.write
     try {
       probe.decide(run)
       expect(process.exitCode ?? 0).toBe(0)

@@ -1,7 +1,7 @@
 import {describe, expect, it} from 'vitest'
 
 import {suiteTwin} from '../../src/cli/sim-flags.js'
-import {PdError} from '../../src/errors.js'
+import type {PdError} from '../../src/errors.js'
 
 /**
  * The twin `suite --sim` starts when none runs (README command 1): a short watchdog, and a gateway whose breaker

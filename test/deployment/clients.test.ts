@@ -210,7 +210,7 @@ describe('a service that misbehaves gives one clear line naming it, within the t
   })
 
   it('answers 503: health is not ok, ensureHealthy and the bootstrap route say why', async () => {
-    const busy = await track(startHttp((req, res) => {
+    const busy = await track(startHttp((_req, res) => {
       res.writeHead(503, {'content-type': 'text/plain'})
       res.end('Service Unavailable\n')
     }))
@@ -227,7 +227,7 @@ describe('a service that misbehaves gives one clear line naming it, within the t
   })
 
   it('serves a malformed metrics page: the error names the service and the line', async () => {
-    const bad = await track(startHttp((req, res) => {
+    const bad = await track(startHttp((_req, res) => {
       res.writeHead(200, {'content-type': 'text/plain'})
       res.end('# TYPE a gauge\na{x="1"} 1\na{x="2" 2\n')
     }))
@@ -245,7 +245,7 @@ describe('RouterClient', () => {
       if (req.url === '/liveness' || req.url === '/health') return res.end('OK')
       res.writeHead(404).end()
     }))
-    const prom = await track(startHttp((req, res) => {
+    const prom = await track(startHttp((_req, res) => {
       res.writeHead(200, {'content-type': 'text/plain'})
       res.end('# TYPE smg_router_requests_total counter\nsmg_router_requests_total{route="/generate"} 12\n')
     }))

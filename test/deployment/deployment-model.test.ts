@@ -176,7 +176,7 @@ describe('the new forms load to the model of their hosts and instances', () => {
       .replace('  router:\n', '  router:\n    host: gpu-1\n')
     expect(parseDeployment(named, 'f.yaml')).toStrictEqual(expected)
     expect(modelOf(named).hosts.map((h) => h.name)).toEqual(['gpu-1'])
-    const listed = GOOD.replace('  prefill:\n    url', '  prefill:\n  - url').replace(/\n    (bootstrapPort|restart|logs: \{journald)/g, '\n    $1')
+    const listed = GOOD.replace('  prefill:\n    url', '  prefill:\n  - url').replace(/\n {4}(bootstrapPort|restart|logs: \{journald)/g, '\n    $1')
       .replace('  decode:\n    url: http://10.0.0.5:30001\n    logs', '  decode:\n    - url: http://10.0.0.5:30001\n      logs')
     expect(modelOf(listed).services.decode[0].path).toBe('services.decode[0]')
     expect(parseDeployment(listed, 'f.yaml')).toStrictEqual(expected)

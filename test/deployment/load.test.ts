@@ -17,7 +17,7 @@ const run = promisify(execFile)
 const root = join(import.meta.dirname, '..', '..')
 
 
-const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
+const escapeRe = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
 
 async function loadError(file: string): Promise<PdError> {
   try {
@@ -187,7 +187,7 @@ describe('loadDeployment', () => {
     await writeFile(file('dangling.yaml'), GOOD.replace('name: h100-pd', 'name: *nowhere'))
     const d = await loadError(file('dangling.yaml'))
     expect(d.exitCode).toBe(2)
-    expect(d.message).toMatch(new RegExp(`^${escape(file('dangling.yaml'))}: YAML cannot be resolved: Unresolved alias .*nowhere$`))
+    expect(d.message).toMatch(new RegExp(`^${escapeRe(file('dangling.yaml'))}: YAML cannot be resolved: Unresolved alias .*nowhere$`))
   })
 
   it('the JSON Schema describes the file as written (defaults optional) and accepts the good file', () => {

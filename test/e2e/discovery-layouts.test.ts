@@ -84,7 +84,9 @@ function truth(twin: Twin): {gpuOf: Map<number, number>; zmqOf: Map<number, numb
   for (const role of ['prefill', 'decode'] as const) {
     const s = JSON.parse(readFileSync(join(twin.dir, 'services', `${role}.json`), 'utf8')) as {pid: number; rankPids: number[]; rankPorts: Array<{zmqPort: number}>}
     serverPid[role] = s.pid
-    s.rankPids.forEach((pid, k) => zmqOf.set(pid, s.rankPorts[k]!.zmqPort))
+    s.rankPids.forEach((pid, k) => {
+      zmqOf.set(pid, s.rankPorts[k]!.zmqPort)
+    })
   }
   return {gpuOf, zmqOf, serverPid}
 }

@@ -15,7 +15,7 @@ afterAll(async () => { await Promise.all(servers.map((s) => new Promise<void>((r
 /** A gateway's /metrics answering, in turn, each of `script`: 'open', 'closed', or 'fail' (a 500). */
 async function gateway(script: Array<'open' | 'closed' | 'fail'>): Promise<{router: RouterClient; scrapes: () => number}> {
   let n = 0
-  const server = createServer((req, res) => {
+  const server = createServer((_req, res) => {
     const step = script[Math.min(n++, script.length - 1)]
     if (step === 'fail') { res.writeHead(500).end('busy'); return }
     res.writeHead(200, {'content-type': 'text/plain'}).end(`smg_worker_cb_state{worker="http://p:1"} ${step === 'open' ? 1 : 0}\n`)

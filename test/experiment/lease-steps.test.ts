@@ -18,7 +18,7 @@ const ok = (stdout: string): RunResult => ({code: 0, stdout, stderr: '', duratio
 
 /** nft's JSON listing of lease t1's table, each rule's counter at `packets`; after the revert, no table at all. */
 function nftHost(packets: number): Host {
-  let reverted = false
+  const reverted = false
   const table = 'pdchaos_t1'
   const listing = JSON.stringify({nftables: [
     {table: {family: 'inet', name: table}},

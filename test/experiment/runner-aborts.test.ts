@@ -1,4 +1,4 @@
-import {join} from 'node:path'
+
 import {describe, expect, it, type TestContext} from 'vitest'
 
 import {type BatchSettings, runBatch} from '../../src/experiment/batch.js'

@@ -4,7 +4,7 @@ import {join} from 'node:path'
 
 import {afterAll, describe, expect, it} from 'vitest'
 
-import {PdError} from '../../src/errors.js'
+import type {PdError} from '../../src/errors.js'
 import {acquireHostLock, heldUntil} from '../../src/faults/lease/host-lock.js'
 import type {Host, RunOptions} from '../../src/hosts/host.js'
 import {LocalHost} from '../../src/hosts/local-host.js'

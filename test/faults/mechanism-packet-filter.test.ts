@@ -40,8 +40,7 @@ function startPeer(ns: Netns, args: string[]): Peer {
   let buf = ''
   child.stdout!.on('data', (d: Buffer) => {
     buf += d.toString()
-    let i
-    while ((i = buf.indexOf('\n')) >= 0) { lines.push(buf.slice(0, i)); buf = buf.slice(i + 1) }
+    for (let i = buf.indexOf('\n'); i >= 0; i = buf.indexOf('\n')) { lines.push(buf.slice(0, i)); buf = buf.slice(i + 1) }
   })
   return {
     child, lines, pid: child.pid!,

@@ -17,8 +17,7 @@ if (mode === 'server') {
   let buf = ''
   s.on('data', (d) => {
     buf += d
-    let i
-    while ((i = buf.indexOf('\n')) >= 0) { out(buf.slice(0, i).replace('ping', 'pong')); buf = buf.slice(i + 1) }
+    for (let i = buf.indexOf('\n'); i >= 0; i = buf.indexOf('\n')) { out(buf.slice(0, i).replace('ping', 'pong')); buf = buf.slice(i + 1) }
   })
   s.on('error', (e) => { out(`error ${e.code}`); process.exit(1) })
 } else {

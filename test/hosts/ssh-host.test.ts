@@ -8,7 +8,7 @@ import type {SshHostConfig} from '../../src/deployment/config.js'
 import {PdError} from '../../src/errors.js'
 import {hashedToken} from '../../src/hosts/known-hosts.js'
 import {openHost} from '../../src/hosts/open-host.js'
-import {SshHost, openSshHost, type SshHostOptions} from '../../src/hosts/ssh-host.js'
+import {type SshHost, openSshHost, type SshHostOptions} from '../../src/hosts/ssh-host.js'
 import {descendants, freePort, startSshd, type Sshd} from '../harness/sshd.js'
 import {alive, eventually, killAll, marker, pidsMatching} from './proc.js'
 

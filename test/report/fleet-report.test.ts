@@ -4,7 +4,7 @@ import {join} from 'node:path'
 
 import {afterAll, describe, expect, it} from 'vitest'
 
-import {type Config} from '@oclif/core'
+import type {Config} from '@oclif/core'
 
 import {errorDocument} from '../../src/cli/error-output.js'
 import {TargetCommand} from '../../src/cli/target-command.js'

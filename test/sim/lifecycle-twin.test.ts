@@ -89,8 +89,8 @@ describe('twin lifecycle (8 ranks)', () => {
     expect(env).toContain('SGLANG_DISAGGREGATION_TRANSFER_BACKEND=nixl')
     const out = await new Promise<string>((resolve, reject) => execFile(join(simPaths(dir).bin, 'nvidia-smi'), ['--query-compute-apps=pid,gpu_uuid', '--format=csv,noheader'], (e, so) => (e ? reject(e) : resolve(so))))
     const map = new Map(out.trim().split('\n').map((l) => l.split(', ')).map(([pid, uuid]) => [Number(pid), uuid]))
-    up.rankPids.prefill.forEach((pid, k) => expect(map.get(pid)).toBe(gpuUuid(dir, k)))
-    up.rankPids.decode.forEach((pid, k) => expect(map.get(pid)).toBe(gpuUuid(dir, 4 + k)))
+    for (const [k, pid] of up.rankPids.prefill.entries()) expect(map.get(pid)).toBe(gpuUuid(dir, k))
+    for (const [k, pid] of up.rankPids.decode.entries()) expect(map.get(pid)).toBe(gpuUuid(dir, 4 + k))
     expect(map.size).toBe(8)
   })
 

@@ -227,7 +227,7 @@ describe('nvidia-smi topo -m', () => {
     for (let g = 0; g < 8; g++) {
       const row = t.rows.get(`GPU${g}`)!
       expect(row[g]).toBe(' X ')
-      expect(row.filter((c, i) => i < 8 && i !== g).every((c) => c === 'NV18')).toBe(true)
+      expect(row.filter((_c, i) => i < 8 && i !== g).every((c) => c === 'NV18')).toBe(true)
       const nicCells = row.slice(8, 16)
       expect(nicCells.indexOf('PIX')).toBe(g)
       expect(nicCells.filter((c) => c === 'PIX')).toHaveLength(1)

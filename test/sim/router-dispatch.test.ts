@@ -85,12 +85,18 @@ describe('router dispatch', () => {
     expect((await fetch(rig.router.url + '/readiness')).status).toBe(200)
     rig.prefill.healthStatus = 503
     let status = 200
-    await until(async () => (status = (await fetch(rig.router.url + '/readiness')).status) !== 200)
+    await until(async () => {
+      status = (await fetch(rig.router.url + '/readiness')).status
+      return status !== 200
+    })
     expect(status).toBe(503)
     expect((await fetch(rig.router.url + '/liveness')).status).toBe(200)
     expect(sample(await rig.metrics(), 'smg_worker_health', {worker: rig.prefill.url})).toBe(0)
     rig.prefill.healthStatus = 200
-    await until(async () => (status = (await fetch(rig.router.url + '/readiness')).status) === 200)
+    await until(async () => {
+      status = (await fetch(rig.router.url + '/readiness')).status
+      return status === 200
+    })
     expect(status).toBe(200)
   })
 

@@ -1,6 +1,6 @@
 import {describe, expect, it} from 'vitest'
 
-import {PdError} from '../../src/errors.js'
+import type {PdError} from '../../src/errors.js'
 import {defaultSuite, parseSuite, suiteJsonSchema} from '../../src/suite/suite-file.js'
 
 const bad = (text: string): PdError => {

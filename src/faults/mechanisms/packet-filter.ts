@@ -3,7 +3,7 @@ import {isIP} from 'node:net'
 
 import {badInput, oneLine} from '../../errors.js'
 import type {Host} from '../../hosts/host.js'
-import type {Endpoint, FilterTool, Judgement, MechanismPlan, Probe} from '../fault.js'
+import type {Endpoint, FilterTool, Judgement, MechanismPlan, } from '../fault.js'
 
 /**
  * Packet-filter mechanism: drop (or rate-limit) chosen TCP traffic in objects pdchaos owns alone, one per lease,

@@ -1,4 +1,4 @@
-import type {MechanismPlan, Probe} from '../fault.js'
+import type {MechanismPlan, } from '../fault.js'
 import {notStoppedProbe, stoppedProbe, type ProcIdentity} from './proc-identity.js'
 
 /**

@@ -1,4 +1,4 @@
-import {existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync} from 'node:fs'
+import {existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, type Stats, statSync, writeFileSync} from 'node:fs'
 import {join} from 'node:path'
 
 import {simPaths} from '../sim-config.js'
@@ -75,7 +75,7 @@ export function assertOwnDeploymentFile(file: string): void {
  * or owned by another user than this one (or root), or writable by group or others. Checked for the dir too.
  */
 export function untrustedBecause(path: string): string | undefined {
-  let st
+  let st: Stats
   try {
     st = lstatSync(path)
   } catch {

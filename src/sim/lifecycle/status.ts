@@ -1,9 +1,9 @@
 import {readdirSync} from 'node:fs'
 import {join} from 'node:path'
 
-import {simPaths, servicesHere} from '../sim-config.js'
+import {type SimConfig, simPaths, servicesHere} from '../sim-config.js'
 import {endpoints, readJson, readServiceFile, readSimConfig} from './files.js'
-import {readLock, type Service, SERVICES} from './lock.js'
+import {readLock, type Service, } from './lock.js'
 import {gpuUuid} from './nvidia-smi.js'
 import {isSameProcess, procStart} from './procs.js'
 import {probeHealth} from './services.js'
@@ -29,7 +29,7 @@ export interface SimStatusResult {
 
 /** The twin's own view of itself: which services run, pids, health, ports, ranks and GPUs. */
 export async function simStatus(stateDir: string): Promise<SimStatusResult> {
-  let config
+  let config: SimConfig
   try {
     config = readSimConfig(stateDir)
   } catch {

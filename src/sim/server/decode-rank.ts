@@ -102,7 +102,7 @@ export class DecodeRank {
       const r = this.receivers.get(n.room)
       if (!r || r.status === KVPoll.Failed) continue
       r.done.add(n.prefillRank)
-      if (r.sources && r.sources.every((j) => r.done.has(j))) r.status = nextStatus(r.status, KVPoll.Success)
+      if (r.sources?.every((j) => r.done.has(j))) r.status = nextStatus(r.status, KVPoll.Success)
     }
   }
 

@@ -1,23 +1,6 @@
-import type {Role, SimConfig} from '../sim-config.js'
+import type {Role, ServerLayout, SimConfig} from '../sim-config.js'
 
-/**
- * One server's parallel layout, as SGLang's flags state it (`sim up --prefill-dp 2 --prefill-dp-attention …`), and
- * what follows from it for each of its scheduler processes: title, GPU and bootstrap route key. The twin's data path
- * still runs the server's schedulers as one group numbered 0..N-1 (the flat rank k); only these surfaces change.
- */
-export interface ServerLayout {
-  /** --tp-size: with DP attention the TP group spans every DP rank; with plain DP it is one replica's. */
-  tp: number
-  dp: number
-  pp: number
-  dpAttention: boolean
-  ep: number
-  baseGpuId: number
-  /** CUDA_VISIBLE_DEVICES of the server (GPU indices), when set. */
-  cudaVisibleDevices?: number[]
-  /** --nnodes > 1: the TP ranks each node runs (tp_size // nnodes); a rank's GPU counts from its node's base. */
-  tpPerNode?: number
-}
+export type {ServerLayout} from '../sim-config.js'
 
 export interface RankCoords {
   /** The DP rank in the title: the attention DP rank with DP attention, the replica with plain DP, else none. */

@@ -61,7 +61,9 @@ export class Metrics {
       out.push(`# HELP ${name} ${help}`, `# TYPE ${name} counter`, `${name}{${L}} ${fmt(this.counters.get(name) ?? 0)}`)
     }
     out.push(`# HELP ${LATENCY} The transfer latency of the KV cache in ms.`, `# TYPE ${LATENCY} histogram`)
-    BUCKETS.forEach((b, i) => out.push(`${LATENCY}_bucket{${L},le="${fmt(b)}"} ${fmt(this.bucketCounts[i]!)}`))
+    BUCKETS.forEach((b, i) => {
+      out.push(`${LATENCY}_bucket{${L},le="${fmt(b)}"} ${fmt(this.bucketCounts[i]!)}`)
+    })
     out.push(`${LATENCY}_bucket{${L},le="+Inf"} ${fmt(this.histCount)}`)
     out.push(`${LATENCY}_count{${L}} ${fmt(this.histCount)}`, `${LATENCY}_sum{${L}} ${fmt(this.histSum)}`)
     return out.join('\n') + '\n'

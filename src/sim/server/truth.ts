@@ -18,7 +18,7 @@ export interface TruthEvent {
 export class TruthLog {
   private fd: number | undefined
 
-  constructor(private readonly file: string, private readonly role: string) {
+  constructor(file: string, private readonly role: string) {
     mkdirSync(dirname(file), {recursive: true})
     this.fd = openSync(file, 'a')
   }
