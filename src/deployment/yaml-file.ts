@@ -1,7 +1,7 @@
 import {isScalar, LineCounter, parseDocument, type Scalar} from 'yaml'
 import {z} from 'zod'
 
-import {PdError, badInput, oneLine} from '../errors.js'
+import {type PdError, badInput, oneLine} from '../errors.js'
 import {readInputText} from '../util/safe-file.js'
 
 /**

@@ -1,6 +1,6 @@
 import {ExitCode, type ExitCodeValue} from '../exit-codes.js'
 import type {CompetingTimeout} from './competing.js'
-import type {Calibration, Observation, PinState, Timeline} from './timeline.js'
+import type {Calibration, PinState, Timeline} from './timeline.js'
 import {type CheckName, type Outcome, UNVERIFIED_BLOCKS_BY_DEFAULT, type Verdict} from './verdict.js'
 
 /**

@@ -1,6 +1,6 @@
 import {basename} from 'node:path'
 
-import {z} from 'zod'
+import type {z} from 'zod'
 
 import {badInput} from '../errors.js'
 import {type FleetMember, type FleetRun, fleetOf, memberOfFailure, memberOfRun} from '../model/fleet.js'

@@ -15,7 +15,9 @@ describe('abort trials counted from entry into prefill', () => {
   it('an abort fired before its request entered is "not landed", with the watchdog\'s count as evidence, never lost', () => {
     const rids = ['r0', 'r1']
     const b = new TimelineBuilder().transferWindow(0, rids.map((rid, i) => ({rid, offsetMs: 630 + 200 * i})), HELD).filterMatched(5000, 300)
-    rids.forEach((rid, i) => b.pin(rid, 0, {ms: 1030 + 2050, status: 500, detail: evictedAfter(rid, 2.05)}, inflight).abort(rid, 630 + 200 * i, 'both'))
+    for (const [i, rid] of rids.entries()) {
+      b.pin(rid, 0, {ms: 1030 + 2050, status: 500, detail: evictedAfter(rid, 2.05)}, inflight).abort(rid, 630 + 200 * i, 'both')
+    }
     const {verdicts, trials} = checkAborts(b.end(6000).build())
     expect(verdicts.filter((v) => v.verdict === 'fail')).toEqual([])
     const aborts = verdicts.filter((v) => v.check === 'abort')

@@ -398,7 +398,7 @@ const CASES: Case[] = [
   {name: 'sim up --deadline 1e-300', args: ['sim', 'up', '--state-dir', '{dir}/twin-k', '--deadline', '1e-300', '--poll', '1e-300'], exit: 2, cause: /--deadline must be at least 0\.1 seconds/},
   {name: 'suite --sim-poll 1e-300', args: ['suite', '--sim', '--state-dir', '{dir}/empty-state', '--sim-poll', '1e-300'], exit: 2, cause: /--sim-poll must be at least 0\.01 seconds/},
   {name: 'suite scenario names differing by a trailing space', args: ['suite', '{dir}/suite-trailing-space.yaml', ...c('good.yaml')], exit: 2, cause: /scenarios\[1\]\.name: a scenario name must not end with a space/},
-  {name: 'suite scenario names differing by a double space', args: ['suite', '{dir}/suite-double-space.yaml', ...c('good.yaml')], exit: 2, cause: /duplicate scenario name "a  b" \(reads as "a b"\)/},
+  {name: 'suite scenario names differing by a double space', args: ['suite', '{dir}/suite-double-space.yaml', ...c('good.yaml')], exit: 2, cause: /duplicate scenario name "a {2}b" \(reads as "a b"\)/},
   {name: 'suite of 1100 scenarios x repetitions', args: ['suite', '{dir}/suite-too-many.yaml', ...c('good.yaml')], exit: 2, cause: /1100 scenarios to plan \(scenarios × repetitions\) is more than the 1000 a run plans/},
   {name: 'abort-mid-transfer --trials=-1', args: ['inject', 'abort-mid-transfer', '--trials=-1', ...c('good.yaml')], exit: 2, cause: /--trials must be an integer from 1 to 200/, suggestion: /--trials \d+/},
   {name: 'restart --service prefill --service prefill', args: ['restart', '--service', 'prefill', '--service', 'prefill', ...c('good.yaml')], exit: 2, cause: /--service prefill is given twice/, suggestion: /--service prefill/},

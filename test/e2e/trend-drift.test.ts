@@ -150,7 +150,10 @@ describe('report --trend over ten nights of a watchdog drifting late', () => {
     expect(lo - yMin).toBeLessThanOrEqual(Math.max(10, (hi - lo) * 0.1))
     expect(yMax - hi).toBeLessThanOrEqual(Math.max(10, (hi - lo) * 0.1))
     // Drawn inside the plot's box (y from 30 to 250).
-    for (const p of points) expect(p.cy).toBeGreaterThanOrEqual(30), expect(p.cy).toBeLessThanOrEqual(250)
+    for (const p of points) {
+      expect(p.cy).toBeGreaterThanOrEqual(30)
+      expect(p.cy).toBeLessThanOrEqual(250)
+    }
     // The later a night, the lower its late points: the drift is visible (a smaller margin is lower: a larger cy).
     const meanCy = (run: number) => {
       const cys = points.filter((p) => p.bound === 'late' && p.run === run).map((p) => p.cy)

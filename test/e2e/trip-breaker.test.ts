@@ -73,7 +73,7 @@ describe('trip-breaker against the twin', () => {
   }, 600_000)
 
   it('--bug half-dispatch: the requests at the open breaker fail, and the twin shows decode sent its half alone', async () => {
-    const {r, j, row} = await inject(bad)
+    const {r, row} = await inject(bad)
     expect(row('fault-effect', "prefill's circuit breaker")[0]?.verdict).toBe('pass')
     const probes = row('breaker', /^pdchaos-probe-/)
     expect(probes.length).toBeGreaterThanOrEqual(1)

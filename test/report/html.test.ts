@@ -9,7 +9,7 @@ import type {Observation} from '../../src/model/timeline.js'
 import {renderHtml} from '../../src/report/html.js'
 import type {SuiteRun} from '../../src/model/run.js'
 import {decodePng, distinctColours, inkShare, pixelsNear, type Image} from './png.js'
-import {NASTY, syntheticRun, T0} from './synthetic-run.js'
+import {syntheticRun, T0} from './synthetic-run.js'
 import {TIMEOUTS_READ} from '../checks/synthetic.js'
 import {ensureTool} from './tools.js'
 

@@ -75,7 +75,7 @@ describe('trendOf', () => {
     const runs = [night(0, [2.1], 'eu1'), night(1, [2.1], 'us2'), night(2, [null], 'eu1')]
     const t = trendOf(runs)
     expect(t.deployments).toEqual(['eu1', 'us2'])
-    expect(t.checks.map((c) => [c.deployment, c.perRun.map((x) => x && x.fail)]))
+    expect(t.checks.map((c) => [c.deployment, c.perRun.map((x) => x?.fail)]))
       .toEqual([['eu1', [0, null, 1]], ['us2', [null, 0, null]]])
     expect(renderTrend(t)).toContain('eu1 · stall-kv gpu1 eviction  P-F')
   })
