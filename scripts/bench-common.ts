@@ -11,7 +11,8 @@ import {fileURLToPath} from 'node:url'
 export const repo = fileURLToPath(new URL('../', import.meta.url))
 
 /**
- * Build src/ as `npm run build` does (tsc, then scripts/bundle.mjs) into node_modules/.cache/<name> (never dist/, which others use) next to a copy of bin/run.js
+ * Build src/ as `npm run build` does (tsc, then scripts/bundle.mjs) into node_modules/.cache/<name> (never dist/, which
+ * others use) next to a copy of bin/run.js
  * and package.json, so oclif finds the commands at ./dist/commands of that private root, and write its
  * oclif.manifest.json as `npm run build` does. Dependencies resolve from the repo's node_modules (a parent directory).
  * Returns the path of the private bin/run.js.
@@ -21,39 +22,68 @@ export function compiledCli(name = 'pdchaos-bench-cli'): string {
   rmSync(out, {recursive: true, force: true})
   mkdirSync(join(out, 'bin'), {recursive: true})
   const pkg = JSON.parse(readFileSync(join(repo, 'package.json'), 'utf8')) as Record<string, unknown>
-  writeFileSync(join(out, 'package.json'), JSON.stringify({name: pkg.name, version: pkg.version, type: 'module', files: pkg.files, oclif: pkg.oclif}, null, 2) + '\n')
+  writeFileSync(
+    join(out, 'package.json'),
+    JSON.stringify(
+      {name: pkg.name, version: pkg.version, type: 'module', files: pkg.files, oclif: pkg.oclif},
+      null,
+      2,
+    ) + '\n',
+  )
   copyFileSync(join(repo, 'bin', 'run.js'), join(out, 'bin', 'run.js'))
   try {
-    execFileSync(join(repo, 'node_modules', '.bin', 'tsc'), ['-p', repo, '--outDir', join(out, 'dist'), '--declaration', 'false', '--sourceMap', 'false'], {stdio: 'pipe'})
+    execFileSync(
+      join(repo, 'node_modules', '.bin', 'tsc'),
+      ['-p', repo, '--outDir', join(out, 'dist'), '--declaration', 'false', '--sourceMap', 'false'],
+      {stdio: 'pipe'},
+    )
   } catch {
     // Type errors elsewhere in the tree (other work in progress) do not stop tsc from emitting.
   }
-  if (!existsSync(join(out, 'dist', 'commands', 'status.js'))) throw new Error(`tsc emitted no commands into ${out}/dist`)
+  if (!existsSync(join(out, 'dist', 'commands', 'status.js')))
+    throw new Error(`tsc emitted no commands into ${out}/dist`)
   // Bundled as `npm run build` bundles it: the figures are those of the CLI users run.
   execFileSync(process.execPath, [join(repo, 'scripts', 'bundle.mjs'), join(out, 'dist')], {stdio: 'pipe'})
   // In the private root: `oclif manifest` first deletes ./oclif.manifest.json of its working directory.
-  execFileSync(join(repo, 'node_modules', '.bin', 'oclif'), ['manifest', out], {cwd: out, stdio: 'pipe', env: {...process.env, OCLIF_SKIP_NEW_VERSION_CHECK: '1'}})
+  execFileSync(join(repo, 'node_modules', '.bin', 'oclif'), ['manifest', out], {
+    cwd: out,
+    stdio: 'pipe',
+    env: {...process.env, OCLIF_SKIP_NEW_VERSION_CHECK: '1'},
+  })
   return join(out, 'bin', 'run.js')
 }
 
 /** The manifest of a compiledCli's root (rename it away to time oclif without one). */
 export const manifestOf = (cli: string): string => join(cli, '..', '..', 'oclif.manifest.json')
 
-export interface Line {t: number; line: string}
-export interface Run {code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string; ms: number; lines: Line[]}
+export interface Line {
+  t: number
+  line: string
+}
+export interface Run {
+  code: number | null
+  signal: NodeJS.Signals | null
+  stdout: string
+  stderr: string
+  ms: number
+  lines: Line[]
+}
 
 /** node <entry> args, with a deadline (SIGKILL); every stderr line stamped with Date.now() when it arrives. */
 export function runNode(entryArgs: string[], opts: {timeoutMs?: number; env?: NodeJS.ProcessEnv} = {}): Promise<Run> {
-  return new Promise((resolve) => {
+  return new Promise(resolve => {
     const t0 = performance.now()
     const child = spawn(process.execPath, entryArgs, {
-      env: {...process.env, OCLIF_SKIP_NEW_VERSION_CHECK: '1', NO_COLOR: '1', ...opts.env}, stdio: ['ignore', 'pipe', 'pipe'],
+      env: {...process.env, OCLIF_SKIP_NEW_VERSION_CHECK: '1', NO_COLOR: '1', ...opts.env},
+      stdio: ['ignore', 'pipe', 'pipe'],
     })
     let stdout = ''
     let stderr = ''
     let partial = ''
     const lines: Line[] = []
-    child.stdout.on('data', (d: Buffer) => { stdout += d.toString() })
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString()
+    })
     child.stderr.on('data', (d: Buffer) => {
       const t = Date.now()
       stderr += d.toString()
@@ -69,14 +99,30 @@ export function runNode(entryArgs: string[], opts: {timeoutMs?: number; env?: No
   })
 }
 
-export interface Stats {n: number; min: number; p50: number; p90: number; p99: number; max: number; mean: number}
+export interface Stats {
+  n: number
+  min: number
+  p50: number
+  p90: number
+  p99: number
+  max: number
+  mean: number
+}
 export function quantile(xs: number[], q: number): number {
   const s = [...xs].sort((a, b) => a - b)
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!
 }
 export function stats(xs: number[]): Stats {
   const s = [...xs].sort((a, b) => a - b)
-  return {n: s.length, min: s[0]!, p50: quantile(s, 0.5), p90: quantile(s, 0.9), p99: quantile(s, 0.99), max: s.at(-1)!, mean: s.reduce((a, b) => a + b, 0) / s.length}
+  return {
+    n: s.length,
+    min: s[0]!,
+    p50: quantile(s, 0.5),
+    p90: quantile(s, 0.9),
+    p99: quantile(s, 0.99),
+    max: s.at(-1)!,
+    mean: s.reduce((a, b) => a + b, 0) / s.length,
+  }
 }
 export const median = (xs: number[]): number => {
   const s = [...xs].sort((a, b) => a - b)

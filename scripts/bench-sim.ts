@@ -45,7 +45,15 @@ const quantile = (xs: number[], q: number): number => {
   return s[Math.min(s.length - 1, Math.ceil(q * s.length) - 1)]
 }
 
-interface LoadResult {ok: number; failed: number; elapsedMs: number; rps: number; p50: number; p99: number; capped: boolean}
+interface LoadResult {
+  ok: number
+  failed: number
+  elapsedMs: number
+  rps: number
+  p50: number
+  p99: number
+  capped: boolean
+}
 
 /** A fixed number of POST /generate with a fixed concurrency over keep-alive connections, capped in time. */
 async function load(url: string, total = REQUESTS): Promise<LoadResult> {
@@ -57,32 +65,50 @@ async function load(url: string, total = REQUESTS): Promise<LoadResult> {
   let failed = 0
   const t0 = performance.now()
   const deadline = t0 + TIME_CAP_MS
-  const one = (i: number): Promise<void> => new Promise((resolve) => {
-    const body = JSON.stringify({rid: `bench-${i}`, text: PROMPT, sampling_params: {max_new_tokens: MAX_NEW_TOKENS}})
-    const start = performance.now()
-    const req = http.request(target, {method: 'POST', agent, headers: {'content-type': 'application/json', 'content-length': Buffer.byteLength(body)}, timeout: 30_000}, (res) => {
-      res.resume()
-      res.on('end', () => {
-        latencies.push(performance.now() - start)
-        if (res.statusCode === 200) ok++
-        else failed++
+  const one = (i: number): Promise<void> =>
+    new Promise(resolve => {
+      const body = JSON.stringify({rid: `bench-${i}`, text: PROMPT, sampling_params: {max_new_tokens: MAX_NEW_TOKENS}})
+      const start = performance.now()
+      const req = http.request(
+        target,
+        {
+          method: 'POST',
+          agent,
+          headers: {'content-type': 'application/json', 'content-length': Buffer.byteLength(body)},
+          timeout: 30_000,
+        },
+        res => {
+          res.resume()
+          res.on('end', () => {
+            latencies.push(performance.now() - start)
+            if (res.statusCode === 200) ok++
+            else failed++
+            resolve()
+          })
+        },
+      )
+      req.on('timeout', () => req.destroy(new Error('timeout')))
+      req.on('error', () => {
+        failed++
         resolve()
       })
+      req.end(body)
     })
-    req.on('timeout', () => req.destroy(new Error('timeout')))
-    req.on('error', () => {
-      failed++
-      resolve()
-    })
-    req.end(body)
-  })
   const worker = async (): Promise<void> => {
     while (next < total && performance.now() < deadline) await one(next++)
   }
   await Promise.all(Array.from({length: CONCURRENCY}, worker))
   const elapsedMs = performance.now() - t0
   agent.destroy()
-  return {ok, failed, elapsedMs, rps: ((ok + failed) / elapsedMs) * 1000, p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99), capped: next < total}
+  return {
+    ok,
+    failed,
+    elapsedMs,
+    rps: ((ok + failed) / elapsedMs) * 1000,
+    p50: quantile(latencies, 0.5),
+    p99: quantile(latencies, 0.99),
+    capped: next < total,
+  }
 }
 
 /** A bare Node HTTP server in its own process that answers every POST with a small JSON body. */
@@ -117,13 +143,16 @@ function twinRssKiB(up: SimUpResult): {total: number; count: number} {
 }
 
 function pidsMentioning(dir: string): number[] {
-  return readdirSync('/proc').filter((d) => /^\d+$/.test(d)).map(Number).filter((pid) => {
-    try {
-      return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').includes(dir)
-    } catch {
-      return false
-    }
-  })
+  return readdirSync('/proc')
+    .filter(d => /^\d+$/.test(d))
+    .map(Number)
+    .filter(pid => {
+      try {
+        return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').includes(dir)
+      } catch {
+        return false
+      }
+    })
 }
 
 const repo = fileURLToPath(new URL('../', import.meta.url))
@@ -135,7 +164,11 @@ async function compiledTwin(): Promise<Twin> {
   mkdirSync(out, {recursive: true})
   writeFileSync(join(out, 'package.json'), '{"type": "module"}\n')
   try {
-    execFileSync(join(repo, 'node_modules', '.bin', 'tsc'), ['-p', repo, '--outDir', join(out, 'dist'), '--declaration', 'false'], {stdio: 'pipe'})
+    execFileSync(
+      join(repo, 'node_modules', '.bin', 'tsc'),
+      ['-p', repo, '--outDir', join(out, 'dist'), '--declaration', 'false'],
+      {stdio: 'pipe'},
+    )
   } catch {
     // Type errors elsewhere in the tree (other work in progress) do not stop tsc from emitting.
   }
@@ -178,7 +211,10 @@ async function main(): Promise<void> {
     const idleRss = twinRssKiB(twin)
     const twinLoad = await load(twin.endpoints.router)
     const loadedRss = twinRssKiB(twin)
-    process.stderr.write(`twin: ${fmt(twinLoad.rps)} req/s, p50 ${fmt(twinLoad.p50)} ms, p99 ${fmt(twinLoad.p99)} ms, ${twinLoad.failed} failed\n`)
+    process.stderr.write(
+      `twin: ${fmt(twinLoad.rps)} req/s, p50 ${fmt(twinLoad.p50)} ms, p99 ${fmt(twinLoad.p99)} ` +
+        `ms, ${twinLoad.failed} failed\n`,
+    )
     await twinJs.simDown(dir)
 
     // The same twin from the TypeScript sources through tsx (how the tests run it): start-up and memory only.
@@ -197,21 +233,33 @@ async function main(): Promise<void> {
     const rssMiB = Math.max(idleRss.total, loadedRss.total) / 1024
     const verdict = (met: boolean): string => (met ? 'met' : '**not met**')
     const body = [
-      `\`node --import tsx scripts/bench-sim.ts\`: the default twin (8 GPUs, prefill TP 4 + decode TP 4, nixl, 11 processes), compiled to`,
-      `JavaScript as an installed pdchaos runs it (tsc into node_modules/.cache/pdchaos-bench). Load: ${REQUESTS} POST /generate through the router, ${CONCURRENCY} concurrent over keep-alive, 128-token prompts`,
-      `(512 chars), max_new_tokens ${MAX_NEW_TOKENS}, capped at ${TIME_CAP_MS / 1000} s. Baseline: the same load loop against a bare Node HTTP server`,
-      `answering a fixed JSON body, in the same run. Measured ${new Date().toISOString().slice(0, 10)} on ${cpus().length} cores with other work running.`,
+      `\`node --import tsx scripts/bench-sim.ts\`: the default twin (8 GPUs, prefill TP 4 + decode TP 4, nixl, 11 ` +
+        `processes), compiled to`,
+      `JavaScript as an installed pdchaos runs it (tsc into node_modules/.cache/pdchaos-bench). Load: ${REQUESTS} ` +
+        `POST /generate through the router, ${CONCURRENCY} concurrent over keep-alive, 128-token prompts`,
+      `(512 chars), max_new_tokens ${MAX_NEW_TOKENS}, capped at ${TIME_CAP_MS / 1000} s. Baseline: the same load ` +
+        `loop against a bare Node HTTP server`,
+      `answering a fixed JSON body, in the same run. Measured ${new Date().toISOString().slice(0, 10)} ` +
+        `on ${cpus().length} cores with other work running.`,
       '',
       '| measure | twin | baseline | ratio | goal |',
       '|---|---|---|---|---|',
-      `| \`sim up\` to healthy (median of ${UP_RUNS}) | ${fmt(upMedian / 1000, 2)} s (runs: ${upMs.map((m) => fmt(m / 1000, 2)).join(', ')} s) | - | - | within 3 s: ${verdict(upMedian <= 3000)} |`,
-      `| requests/s | ${fmt(twinLoad.rps)} (${twinLoad.ok} ok, ${twinLoad.failed} failed${twinLoad.capped ? ', time cap hit' : ''}) | ${fmt(base.rps)} | ${fmt(twinLoad.rps / base.rps, 3)}x of baseline | >= 200: ${verdict(twinLoad.rps >= 200 && twinLoad.failed === 0)} |`,
+      `| \`sim up\` to healthy (median of ${UP_RUNS}) | ${fmt(upMedian / 1000, 2)} s ` +
+        `(runs: ${upMs.map(m => fmt(m / 1000, 2)).join(', ')} s) | - | - | within 3 s: ${verdict(upMedian <= 3000)} |`,
+      `| requests/s | ${fmt(twinLoad.rps)} (${twinLoad.ok} ok, ${twinLoad.failed} ` +
+        `failed${twinLoad.capped ? ', time cap hit' : ''}) | ${fmt(base.rps)} ` +
+        `| ${fmt(twinLoad.rps / base.rps, 3)}x of baseline | >= ` +
+        `200: ${verdict(twinLoad.rps >= 200 && twinLoad.failed === 0)} |`,
       `| latency p50 | ${fmt(twinLoad.p50)} ms | ${fmt(base.p50, 2)} ms | ${fmt(twinLoad.p50 / base.p50)}x | - |`,
       `| latency p99 | ${fmt(twinLoad.p99)} ms | ${fmt(base.p99, 2)} ms | ${fmt(twinLoad.p99 / base.p99)}x | - |`,
-      `| RSS of all twin processes (${loadedRss.count}) | ${fmt(rssMiB, 0)} MiB (idle ${fmt(idleRss.total / 1024, 0)}, after load ${fmt(loadedRss.total / 1024, 0)}) | - | - | < 1 GiB: ${verdict(rssMiB < 1024)} |`,
+      `| RSS of all twin processes (${loadedRss.count}) | ${fmt(rssMiB, 0)} MiB ` +
+        `(idle ${fmt(idleRss.total / 1024, 0)}, after load ${fmt(loadedRss.total / 1024, 0)}) | - | - | < 1 ` +
+        `GiB: ${verdict(rssMiB < 1024)} |`,
       '',
-      `From the TypeScript sources through tsx (how the tests and \`bin/dev.js\` run it), one run: healthy in ${fmt(upTsMs / 1000, 2)} s,`,
-      `RSS ${fmt(tsRss.total / 1024, 0)} MiB after a warm-up (tsx's loader adds about ${fmt((tsRss.total - idleRss.total) / 1024 / tsRss.count, 0)} MiB per process).`,
+      `From the TypeScript sources through tsx (how the tests and \`bin/dev.js\` run it), one run: healthy ` +
+        `in ${fmt(upTsMs / 1000, 2)} s,`,
+      `RSS ${fmt(tsRss.total / 1024, 0)} MiB after a warm-up (tsx's loader adds ` +
+        `about ${fmt((tsRss.total - idleRss.total) / 1024 / tsRss.count, 0)} MiB per process).`,
       '',
     ].join('\n')
 

@@ -12,12 +12,12 @@ import {fileURLToPath} from 'node:url'
 const BENCHMARKS = ['ssh', 'sim', 'cli', 'faults', 'suite', 'accuracy', 'fleet'] as const
 
 const asked = process.argv.slice(2)
-const unknown = asked.filter((name) => !(BENCHMARKS as readonly string[]).includes(name))
+const unknown = asked.filter(name => !(BENCHMARKS as readonly string[]).includes(name))
 if (unknown.length > 0) {
   process.stderr.write(`unknown benchmark: ${unknown.join(', ')} (known: ${BENCHMARKS.join(', ')})\n`)
   process.exit(2)
 }
-const chosen = asked.length > 0 ? BENCHMARKS.filter((name) => asked.includes(name)) : [...BENCHMARKS]
+const chosen = asked.length > 0 ? BENCHMARKS.filter(name => asked.includes(name)) : [...BENCHMARKS]
 
 let current: ChildProcess | undefined
 let interrupted: NodeJS.Signals | undefined
@@ -29,9 +29,9 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
 }
 
 function run(script: string): Promise<{code: number | null; signal: NodeJS.Signals | null; error?: Error}> {
-  return new Promise((resolve) => {
+  return new Promise(resolve => {
     current = spawn(process.execPath, ['--import', 'tsx', script], {stdio: 'inherit'})
-    current.once('error', (error) => resolve({code: null, signal: null, error}))
+    current.once('error', error => resolve({code: null, signal: null, error}))
     current.once('exit', (code, signal) => resolve({code, signal}))
   })
 }
@@ -49,7 +49,10 @@ for (const name of chosen) {
   if (r.code === 0) {
     process.stderr.write(`=== bench ${name}: done in ${took}\n`)
   } else {
-    process.stderr.write(`=== bench ${name}: FAILED (${r.error ? r.error.message : r.signal ? `signal ${r.signal}` : `exit ${r.code}`}) after ${took}\n`)
+    process.stderr.write(
+      `=== bench ${name}: FAILED ` +
+        `(${r.error ? r.error.message : r.signal ? `signal ${r.signal}` : `exit ${r.code}`}) after ${took}\n`,
+    )
     failed.push(name)
   }
 }
@@ -57,4 +60,6 @@ if (failed.length > 0) {
   process.stderr.write(`\nbench: ${failed.length} of ${chosen.length} failed: ${failed.join(', ')}\n`)
   process.exit(1)
 }
-process.stderr.write(`\nbench: ${chosen.length} done; their sections are in ${process.env.BENCHMARKS_FILE || 'BENCHMARKS.md'}\n`)
+process.stderr.write(
+  `\nbench: ${chosen.length} done; their sections are in ${process.env.BENCHMARKS_FILE || 'BENCHMARKS.md'}\n`,
+)

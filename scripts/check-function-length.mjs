@@ -89,11 +89,14 @@ export function problems(max = MAX) {
   const out = []
   for (const [key, f] of long) {
     const allowed = listed.get(key)
-    if (allowed === undefined) out.push(`${f.key.replace(' ', ':' + f.line + ' ')}: ${f.lines} lines, over ${max}: split it by its phases`)
-    else if (f.lines > allowed) out.push(`${f.key}: ${f.lines} lines, grew past the ${allowed} that long-functions.txt allows`)
+    if (allowed === undefined)
+      out.push(`${f.key.replace(' ', ':' + f.line + ' ')}: ${f.lines} lines, over ${max}: split it by its phases`)
+    else if (f.lines > allowed)
+      out.push(`${f.key}: ${f.lines} lines, grew past the ${allowed} that long-functions.txt allows`)
   }
   for (const key of listed.keys()) {
-    if (!long.has(key)) out.push(`${key}: listed in scripts/long-functions.txt but no longer over ${max} lines: remove it`)
+    if (!long.has(key))
+      out.push(`${key}: listed in scripts/long-functions.txt but no longer over ${max} lines: remove it`)
   }
   return out
 }
@@ -101,19 +104,27 @@ export function problems(max = MAX) {
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   if (args.includes('--write-list')) {
     const long = [...longFunctions().values()].sort((a, b) => b.lines - a.lines)
-    const head = `# Functions in src/ still over ${MAX} lines, each with the length it may not grow past (scripts/check-function-length.mjs).\n# The list only shrinks: split one, then delete its line.\n`
+    const head =
+      `# Functions in src/ still over ${MAX} lines, each with the length it may not grow past ` +
+      `(scripts/check-function-length.mjs).\n# The list only shrinks: split one, then delete its line.\n`
     writeFileSync(LIST, head + long.map(f => `${f.key} ${f.lines}`).join('\n') + (long.length ? '\n' : ''))
     console.log(`wrote ${long.length} entries to scripts/long-functions.txt`)
     process.exit(0)
   }
   if (TOP > 0) {
     const all = []
-    for (const file of walk(join(root, 'src'))) for (const f of functionsOf(file)) all.push({...f, file: relative(root, file)})
-    for (const f of all.sort((a, b) => b.lines - a.lines).slice(0, TOP)) console.log(`${f.file}:${f.line} ${f.name}: ${f.lines} lines`)
+    for (const file of walk(join(root, 'src')))
+      for (const f of functionsOf(file)) all.push({...f, file: relative(root, file)})
+    for (const f of all.sort((a, b) => b.lines - a.lines).slice(0, TOP))
+      console.log(`${f.file}:${f.line} ${f.name}: ${f.lines} lines`)
   }
   const p = problems()
   for (const line of p) console.log(line)
   const waiting = readList().size
-  console.log(p.length === 0 ? `functions: none over ${MAX} lines${waiting ? ` but the ${waiting} listed in scripts/long-functions.txt` : ''}` : `functions: ${p.length} problem(s)`)
+  console.log(
+    p.length === 0
+      ? `functions: none over ${MAX} lines${waiting ? ` but the ${waiting} listed in scripts/long-functions.txt` : ''}`
+      : `functions: ${p.length} problem(s)`,
+  )
   process.exit(p.length === 0 ? 0 : 1)
 }

@@ -47,17 +47,23 @@ export function violations() {
   for (const file of walk(src)) {
     const rel = relative(src, file)
     const from = layerOf(rel)
-    if (from === undefined) { out.push(`${rel}: not in any layer (add its folder to LAYERS)`); continue }
+    if (from === undefined) {
+      out.push(`${rel}: not in any layer (add its folder to LAYERS)`)
+      continue
+    }
     const text = readFileSync(file, 'utf8')
     for (const m of text.matchAll(IMPORT)) {
       const spec = m[1] ?? m[2]
-      if (from === 'sim' && spec === '@oclif/core') out.push(`${rel} imports @oclif/core: the twin imports nothing of the CLI`)
+      if (from === 'sim' && spec === '@oclif/core')
+        out.push(`${rel} imports @oclif/core: the twin imports nothing of the CLI`)
       if (!spec.startsWith('.')) continue
       const target = relative(src, resolve(dirname(file), spec))
       const to = layerOf(target)
       if (from === 'sim' && to !== 'sim') out.push(`${rel} → ${target}: the twin imports nothing outside src/sim`)
-      else if (to === 'sim' && from !== 'sim' && from !== 9) out.push(`${rel} → ${target}: only the CLI (cli/, commands/) may start the twin`)
-      else if (typeof from === 'number' && typeof to === 'number' && to > from) out.push(`${rel} (layer ${from}) → ${target} (layer ${to}): runs back up the flow`)
+      else if (to === 'sim' && from !== 'sim' && from !== 9)
+        out.push(`${rel} → ${target}: only the CLI (cli/, commands/) may start the twin`)
+      else if (typeof from === 'number' && typeof to === 'number' && to > from)
+        out.push(`${rel} (layer ${from}) → ${target} (layer ${to}): runs back up the flow`)
     }
   }
   return out.concat(circles())
@@ -110,12 +116,16 @@ export function circles() {
     if (scc.length > 1 || (graph.get(v) ?? []).includes(v)) found.push(scc.sort())
   }
   for (const v of [...graph.keys()].sort()) if (!index.has(v)) visit(v)
-  return found.map(scc => `import circle: ${scc.join(' ↔ ')} (move the shared type or function to a module both import)`)
+  return found.map(
+    scc => `import circle: ${scc.join(' ↔ ')} (move the shared type or function to a module both import)`,
+  )
 }
 
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   const v = violations()
   for (const line of v) console.log(line)
-  console.log(v.length === 0 ? 'layers: no import runs back up the flow, no import circle' : `layers: ${v.length} problem(s)`)
+  console.log(
+    v.length === 0 ? 'layers: no import runs back up the flow, no import circle' : `layers: ${v.length} problem(s)`,
+  )
   process.exit(v.length === 0 ? 0 : 1)
 }

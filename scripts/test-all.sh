@@ -11,6 +11,7 @@ trap cleanup EXIT
 trap 'cleanup; exit 130' INT TERM
 
 bash scripts/install-test-deps.sh || { echo "install of test dependencies failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+npm run --silent lint || { echo "lint failed (npm run lint)"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 npm run --silent build || { echo "build failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 cleanup
 mkdir -p test-results

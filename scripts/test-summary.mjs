@@ -20,16 +20,21 @@ try {
 
 const results = report.testResults ?? []
 // A file that failed before any test ran (an import error, a throw while collecting) has no test results.
-const failedFiles = results.filter((r) => r.status === 'failed' && (r.assertionResults ?? []).length === 0)
-for (const r of failedFiles) console.log(`FAILED FILE ${relative(process.cwd(), r.name)}: ${(r.message ?? '').split('\n')[0]}`)
+const failedFiles = results.filter(r => r.status === 'failed' && (r.assertionResults ?? []).length === 0)
+for (const r of failedFiles)
+  console.log(`FAILED FILE ${relative(process.cwd(), r.name)}: ${(r.message ?? '').split('\n')[0]}`)
 
-const skippedTests = results.flatMap((r) => (r.assertionResults ?? [])
-  .filter((a) => a.status === 'pending' || a.status === 'skipped' || a.status === 'todo')
-  .map((a) => `${relative(process.cwd(), r.name)} > ${a.fullName}`))
+const skippedTests = results.flatMap(r =>
+  (r.assertionResults ?? [])
+    .filter(a => a.status === 'pending' || a.status === 'skipped' || a.status === 'todo')
+    .map(a => `${relative(process.cwd(), r.name)} > ${a.fullName}`),
+)
 if (skippedTests.length > 0) {
-  console.log(inCi
-    ? `CI=true, and nothing may skip under CI: ${skippedTests.length} skipped test(s) counted as failed:`
-    : `${skippedTests.length} skipped test(s):`)
+  console.log(
+    inCi
+      ? `CI=true, and nothing may skip under CI: ${skippedTests.length} skipped test(s) counted as failed:`
+      : `${skippedTests.length} skipped test(s):`,
+  )
   for (const t of skippedTests) console.log(`  ${t}`)
 }
 
@@ -38,7 +43,8 @@ if (existsSync(durationsFile)) {
     const rows = JSON.parse(readFileSync(durationsFile, 'utf8'))
     const total = rows.reduce((s, r) => s + r.ms, 0)
     console.log(`slowest test files (of ${rows.length}, ${(total / 1000).toFixed(0)} s in all):`)
-    for (const r of rows.slice(0, 10)) console.log(`  ${(r.ms / 1000).toFixed(1).padStart(6)} s  ${r.project.padEnd(6)} ${r.file}`)
+    for (const r of rows.slice(0, 10))
+      console.log(`  ${(r.ms / 1000).toFixed(1).padStart(6)} s  ${r.project.padEnd(6)} ${r.file}`)
   } catch (error) {
     console.log(`cannot read ${durationsFile}: ${error.message}`)
   }

@@ -23,12 +23,18 @@ export class PdError extends Error {
 /** The error code of an exit code, for --json error documents. */
 export function codeForExit(exit: number): string {
   switch (exit) {
-    case ExitCode.badInput: return 'E_INPUT'
-    case ExitCode.unreachable: return 'E_UNREACHABLE'
-    case ExitCode.stopped: return 'E_STOPPED'
-    case ExitCode.cleanupUnverified: return 'E_CLEANUP'
-    case ExitCode.checkFailed: return 'E_CHECK'
-    default: return 'E_PDCHAOS'
+    case ExitCode.badInput:
+      return 'E_INPUT'
+    case ExitCode.unreachable:
+      return 'E_UNREACHABLE'
+    case ExitCode.stopped:
+      return 'E_STOPPED'
+    case ExitCode.cleanupUnverified:
+      return 'E_CLEANUP'
+    case ExitCode.checkFailed:
+      return 'E_CHECK'
+    default:
+      return 'E_PDCHAOS'
   }
 }
 
@@ -41,5 +47,9 @@ export const unreachable = (message: string, suggestion?: string, cause?: unknow
 /** One line, whatever the thrown value was, with any URL's credentials redacted. */
 export function oneLine(err: unknown): string {
   const text = redactText(err instanceof Error ? err.message : String(err))
-  return text.split('\n').map((l) => l.trim()).filter(Boolean).join(' ')
+  return text
+    .split('\n')
+    .map(l => l.trim())
+    .filter(Boolean)
+    .join(' ')
 }

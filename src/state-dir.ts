@@ -1,7 +1,9 @@
 import {homedir} from 'node:os'
 import {join} from 'node:path'
 
-/** The twin's default state dir: $PDCHAOS_SIM_DIR, else $XDG_STATE_HOME/pdchaos/sim, else ~/.local/state/pdchaos/sim. */
+/**
+ * The twin's default state dir: $PDCHAOS_SIM_DIR, else $XDG_STATE_HOME/pdchaos/sim, else ~/.local/state/pdchaos/sim.
+ */
 export function defaultSimDir(env: NodeJS.ProcessEnv = process.env): string {
   if (env.PDCHAOS_SIM_DIR) return env.PDCHAOS_SIM_DIR
   const base = env.XDG_STATE_HOME || join(homedir(), '.local', 'state')
@@ -19,6 +21,6 @@ export function stateDirProblem(dir: string): string | undefined {
   if (/[\u0000-\u001f\u007f]/.test(dir)) return 'contains a control character'
   if (dir === '/' || /^\/+$/.test(dir)) return 'is the root directory'
   if (dir.endsWith('/') || dir.includes('//')) return 'is not normalised (a doubled or trailing slash)'
-  if (dir.split('/').some((seg) => seg === '.' || seg === '..')) return 'has a . or .. segment'
+  if (dir.split('/').some(seg => seg === '.' || seg === '..')) return 'has a . or .. segment'
   return undefined
 }

@@ -16,7 +16,8 @@ import type {Timeline} from '../model/timeline.js'
 const WATCHDOG_HELD = /watchdog\b[^.]*?\bafter (\d+(?:\.\d+)?)\s*s\b/i
 
 export function heldSecondsOf(
-  detail: string | undefined, released?: Pick<Attribution, 'watchdogHeldSeconds'>,
+  detail: string | undefined,
+  released?: Pick<Attribution, 'watchdogHeldSeconds'>,
 ): number | undefined {
   if (released?.watchdogHeldSeconds !== undefined) return released.watchdogHeldSeconds
   const m = WATCHDOG_HELD.exec(detail ?? '')
@@ -38,7 +39,7 @@ export function entryOf(tl: Timeline, f: EntryFacts): AbortEntry {
   const offset = f.abortAt - f.sentAt
   // An abort that released the request found it there (prefill's own words, or decode's ABORT failing its room).
   if (f.answer && f.answer.t > f.abortAt && (f.released?.cause === 'abort' || f.released?.cause === 'decode-abort')) {
-    const evidence = 'the abort released it (the answer\'s words): the request was there when it arrived'
+    const evidence = "the abort released it (the answer's words): the request was there when it arrived"
     return {shown: 'before', source: 'answer', evidence}
   }
   const held = heldSecondsOf(f.answer?.detail, f.released)
@@ -46,9 +47,10 @@ export function entryOf(tl: Timeline, f: EntryFacts): AbortEntry {
     // The watchdog counts from the request's entry into its watched queue: entry = eviction - held. The answer
     // reaches pdchaos up to one answer lag after the eviction, so the entry read this way is at most that late.
     const entryAt = f.answer.t - held * 1000
-    const queue = tl.contract.scope === 'inflight' ? 'the inflight queue' : 'prefill\'s bootstrap queue'
+    const queue = tl.contract.scope === 'inflight' ? 'the inflight queue' : "prefill's bootstrap queue"
     const atMs = Math.round(entryAt - f.sentAt)
-    const said = `the watchdog held it ${held.toFixed(3)} s, so it entered ${queue} by +${ms(entryAt - f.sentAt)} ` +
+    const said =
+      `the watchdog held it ${held.toFixed(3)} s, so it entered ${queue} by +${ms(entryAt - f.sentAt)} ` +
       'after the send'
     const abort = `its abort (+${ms(offset)})`
     const lag = `${ms(f.answerLagMs)} answer lag allowed`
@@ -62,12 +64,18 @@ export function entryOf(tl: Timeline, f: EntryFacts): AbortEntry {
   // No count for this request: the entry lags measured at calibration, when the host offers a live queue count.
   const entry = tl.calibration.lags?.entry
   if (entry && offset > entry.maxMs) {
-    return {shown: 'before', source: 'calibration', evidence: `inferred: the abort was fired +${ms(offset)} after the ` +
-      `send, later than the slowest of ${entry.samples} entries measured at calibration (${ms(entry.maxMs)}, ` +
-      '/v1/loads?include=disagg)'}
+    return {
+      shown: 'before',
+      source: 'calibration',
+      evidence:
+        `inferred: the abort was fired +${ms(offset)} after the ` +
+        `send, later than the slowest of ${entry.samples} entries measured at calibration (${ms(entry.maxMs)}, ` +
+        '/v1/loads?include=disagg)',
+    }
   }
   return {
-    shown: 'unknown', source: 'none',
+    shown: 'unknown',
+    source: 'none',
     evidence: entry
       ? `the abort was fired +${ms(offset)} after the send, within the slowest entry measured at calibration ` +
         `(${ms(entry.maxMs)}), and nothing counts this request's own entry`

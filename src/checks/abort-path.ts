@@ -8,31 +8,32 @@ import type {ReleasePath} from '../model/run.js'
  * notification."); the watchdog and SGLang's timeouts name themselves; decode's own log line says why decode let go.
  */
 const PATH_OF: Partial<Record<ReleaseCause, ReleasePath>> = {
-  'abort': 'prefill-abort',
+  abort: 'prefill-abort',
   'decode-abort': 'decode-abort',
-  'watchdog': 'watchdog',
+  watchdog: 'watchdog',
   'bootstrap-timeout': 'timeout',
   'waiting-timeout': 'timeout',
-  'heartbeat': 'timeout',
-  'timeout': 'timeout',
+  heartbeat: 'timeout',
+  timeout: 'timeout',
   'transport-error': 'other',
-  'revert': 'other',
-  'gateway': 'other',
+  revert: 'other',
+  gateway: 'other',
 }
 
 export const PATH_NAMES: Record<ReleasePath, string> = {
   'prefill-abort': "prefill's own abort",
   'decode-abort': "decode's ABORT reaching prefill over ZMQ",
-  'watchdog': 'the watchdog',
-  'timeout': 'an SGLang timeout',
-  'other': 'something other than an abort',
-  'completed': 'its own completion',
+  watchdog: 'the watchdog',
+  timeout: 'an SGLang timeout',
+  other: 'something other than an abort',
+  completed: 'its own completion',
   'not-released': 'nothing (still held)',
-  'unknown': 'unknown',
+  unknown: 'unknown',
 }
 
 export function releasePathOf(
-  answer: {status: number} | undefined, released: Attribution | undefined,
+  answer: {status: number} | undefined,
+  released: Attribution | undefined,
 ): {path: ReleasePath; evidence: string[]} {
   if (!answer) return {path: 'not-released', evidence: ['no answer before the end of the run']}
   if (answer.status >= 200 && answer.status < 300) return {path: 'completed', evidence: [`answered ${answer.status}`]}

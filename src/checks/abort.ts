@@ -24,12 +24,14 @@ export function checkAborts(tl: Timeline): {verdicts: Verdict[]; trials: AbortRe
     if (a.target !== 'prefill' && a.target !== 'decode') continue
     sidesOf.set(a.rid, (sidesOf.get(a.rid) ?? new Set()).add(a.target))
   }
-  const end = Math.max(...tl.observations.map((o) => o.t))
+  const end = Math.max(...tl.observations.map(o => o.t))
 
   const judged: Array<Judged> = []
   for (const [rid, abortAt] of byRid) {
-    const sent = tl.observations.find((o): o is Extract<Observation, {kind: 'request-sent'}> => o.kind === 'request-sent' && o.rid === rid)
-    if (sent) judged.push(judgeTrial(tl, sent, abortAt, end, [...sidesOf.get(rid) ?? []].sort()))
+    const sent = tl.observations.find(
+      (o): o is Extract<Observation, {kind: 'request-sent'}> => o.kind === 'request-sent' && o.rid === rid,
+    )
+    if (sent) judged.push(judgeTrial(tl, sent, abortAt, end, [...(sidesOf.get(rid) ?? [])].sort()))
   }
   if (judged.length === 0) return {verdicts: [], trials: []}
 
@@ -38,14 +40,28 @@ export function checkAborts(tl: Timeline): {verdicts: Verdict[]; trials: AbortRe
   const packets = w ? matchedPackets(tl, w.leaseId) : undefined
   for (const j of judged) {
     // A lost trial counts only once its request is shown to have entered prefill before the abort (abort-entry.ts).
-    const why = notInWindow(tl, w, packets, {offsetMs: j.record.offsetMs, abortAt: j.record.abortedAt, releasedFrom: j.record.releasedFrom,
-      ...(j.record.releasedAt === null ? {} : {answeredAt: j.record.releasedAt}), ...(j.record.releaseStatus === null ? {} : {status: j.record.releaseStatus})})
-      ?? (j.record.entry && NOT_ENTERED.includes(j.record.outcome) ? notEnteredWhy(j.record.entry) : undefined)
+    const why =
+      notInWindow(tl, w, packets, {
+        offsetMs: j.record.offsetMs,
+        abortAt: j.record.abortedAt,
+        releasedFrom: j.record.releasedFrom,
+        ...(j.record.releasedAt === null ? {} : {answeredAt: j.record.releasedAt}),
+        ...(j.record.releaseStatus === null ? {} : {status: j.record.releaseStatus}),
+      }) ?? (j.record.entry && NOT_ENTERED.includes(j.record.outcome) ? notEnteredWhy(j.record.entry) : undefined)
     j.record.inWindow = why === undefined
     if (why !== undefined) j.record.notInWindow = why
-    j.record.plannedOffsetMs = w?.trials.find((x) => x.rid === j.record.rid)?.offsetMs ?? null
+    j.record.plannedOffsetMs = w?.trials.find(x => x.rid === j.record.rid)?.offsetMs ?? null
   }
-  const coverage = coverageOf(tl, w, packets, judged.map((j) => ({rid: j.record.rid, offsetMs: j.record.offsetMs, ...(j.record.notInWindow ? {notInWindow: j.record.notInWindow} : {})})))
+  const coverage = coverageOf(
+    tl,
+    w,
+    packets,
+    judged.map(j => ({
+      rid: j.record.rid,
+      offsetMs: j.record.offsetMs,
+      ...(j.record.notInWindow ? {notInWindow: j.record.notInWindow} : {}),
+    })),
+  )
 
   const verdicts: Verdict[] = []
   for (const j of judged) {
@@ -54,10 +70,16 @@ export function checkAborts(tl: Timeline): {verdicts: Verdict[]; trials: AbortRe
       // A pass that coverage does not back proves nothing: a trial outside the window, or too few trials inside it.
       const why = j.record.notInWindow ?? (coverage.verified ? undefined : coverage.why)
       if (why !== undefined) {
-        // The summary names this trial's reason (the gate and the failure lists print only summaries); why gives the coverage.
-        const short = j.record.notInWindow ?? `too few aborts landed in the transfer window (${coverage.inWindow}/${coverage.trials}, at least ${coverage.required} needed)`
+        // The summary names this trial's reason (the gate and the failure lists print only summaries); why gives the
+        // coverage.
+        const short =
+          j.record.notInWindow ??
+          `too few aborts landed in the transfer window (${coverage.inWindow}/${coverage.trials}, at ` +
+            `least ${coverage.required} needed)`
         v = unverified('abort', v.subject, `${v.summary} — not counted: ${short}`, {
-          ...v.evidence, inWindow: j.record.inWindow, coverage: coverage.summary,
+          ...v.evidence,
+          inWindow: j.record.inWindow,
+          coverage: coverage.summary,
           why: coverage.why ?? `only an abort that lands in the transfer window counts (${coverage.summary})`,
           toVerify: coverage.toVerify ?? 'nothing for this trial: the other trials of this run covered the window',
         })
@@ -67,7 +89,7 @@ export function checkAborts(tl: Timeline): {verdicts: Verdict[]; trials: AbortRe
     j.record.evidence = {...v.evidence, summary: v.summary}
     verdicts.push(v, ...j.verdicts.slice(1))
   }
-  return {verdicts, trials: judged.map((j) => j.record), coverage}
+  return {verdicts, trials: judged.map(j => j.record), coverage}
 }
 
 /**
@@ -87,9 +109,16 @@ interface Judged {
   record: AbortRecord
 }
 
-/** One trial judged by its timing and what released it (honoured, lost, late, pinned, …), with its record; coverage comes after. */
+/**
+ * One trial judged by its timing and what released it (honoured, lost, late, pinned, …), with its record; coverage
+ * comes after.
+ */
 function judgeTrial(
-  tl: Timeline, sent: Extract<Observation, {kind: 'request-sent'}>, abortAt: number, end: number, sides: Array<'prefill' | 'decode'>,
+  tl: Timeline,
+  sent: Extract<Observation, {kind: 'request-sent'}>,
+  abortAt: number,
+  end: number,
+  sides: Array<'prefill' | 'decode'>,
 ): Judged {
   const rid = sent.rid
   const pollMs = tl.contract.pollSeconds * 1000
@@ -101,16 +130,34 @@ function judgeTrial(
   const windowHigh = sent.t + eps.entryOffsetMs + deadlineMs + pollMs + eps.highMs
   const releasedFrom = releasedFromOf(answer?.detail)
   const evidence = {
-    clock: 'the request\'s own answer', abortOffsetMs: round(abortAt - sent.t), epsilonMs: round(eps.highMs), epsilonWhy: eps.why,
-    status: answer?.status, detail: answer?.detail, releasedFrom,
+    clock: "the request's own answer",
+    abortOffsetMs: round(abortAt - sent.t),
+    epsilonMs: round(eps.highMs),
+    epsilonWhy: eps.why,
+    status: answer?.status,
+    detail: answer?.detail,
+    releasedFrom,
   }
   const record: AbortRecord = {
-    rid, ...(sent.fault === undefined ? {} : {fault: sent.fault}), sentAt: sent.t, abortedAt: abortAt, offsetMs: round(abortAt - sent.t),
-    plannedOffsetMs: null, releasedAt: answer?.t ?? null, releaseStatus: answer?.status ?? null,
-    targeted: sent.expectedState ?? {queue: 'inflight', kvPoll: 'Transferring'}, releasedFrom,
+    rid,
+    ...(sent.fault === undefined ? {} : {fault: sent.fault}),
+    sentAt: sent.t,
+    abortedAt: abortAt,
+    offsetMs: round(abortAt - sent.t),
+    plannedOffsetMs: null,
+    releasedAt: answer?.t ?? null,
+    releaseStatus: answer?.status ?? null,
+    targeted: sent.expectedState ?? {queue: 'inflight', kvPoll: 'Transferring'},
+    releasedFrom,
     ...(sides.length > 0 ? {sides} : {}),
-    bounds: {honourBySeconds: round((pollMs + eps.highMs) / 1000, 3), watchdog: [round((windowLow - sent.t) / 1000, 3), round((windowHigh - sent.t) / 1000, 3)]},
-    inWindow: false, verdict: 'unverified', outcome: '', evidence: {},
+    bounds: {
+      honourBySeconds: round((pollMs + eps.highMs) / 1000, 3),
+      watchdog: [round((windowLow - sent.t) / 1000, 3), round((windowHigh - sent.t) / 1000, 3)],
+    },
+    inWindow: false,
+    verdict: 'unverified',
+    outcome: '',
+    evidence: {},
   }
   const out = (outcome: string, ...verdicts: Verdict[]): Judged => {
     record.outcome = outcome
@@ -122,7 +169,11 @@ function judgeTrial(
   const released = failed ? attributeRelease(tl, rid, answer) : undefined
   record.releasedBy = releasePathOf(answer, released)
   const entry = entryOf(tl, {
-    sentAt: sent.t, abortAt, ...(answer ? {answer} : {}), ...(released ? {released} : {}), answerLagMs: answerLagOf(tl, eps.highMs),
+    sentAt: sent.t,
+    abortAt,
+    ...(answer ? {answer} : {}),
+    ...(released ? {released} : {}),
+    answerLagMs: answerLagOf(tl, eps.highMs),
   })
   record.entry = entry
   const path = {releasePath: record.releasedBy.path, entry: entry.shown, entryEvidence: entry.evidence}
@@ -131,85 +182,190 @@ function judgeTrial(
     if (entry.shown === 'before') return out(outcome, {...v, evidence: {...v.evidence, ...path}}, ...more)
     const after = entry.shown === 'after'
     const was = after ? 'its abort having arrived first' : 'after its abort was fired'
-    more = more.map((m) => ({...m, summary: m.summary.replace(/after its abort was lost$/, was)}))
+    more = more.map(m => ({...m, summary: m.summary.replace(/after its abort was lost$/, was)}))
     const because = after
       ? 'not landed: the abort arrived before the request entered prefill'
       : 'not shown to have entered prefill before its abort'
     const summary = `${v.summary.replace(/^abort lost/, 'abort not shown lost')} — ${because}`
-    return out(after ? 'not-landed' : 'entry-unknown', unverified('abort', rid, summary, {
-      ...v.evidence, ...path, outcome: after ? 'not-landed' : 'entry-unknown',
-      why: `${notEnteredWhy(entry)!}; SGLang drops an abort for a rid it does not know yet`,
-      toVerify: 'abort later after the send (a longer transfer window), read /v1/loads?include=disagg, or give the ' +
-        'deployment file the services\' logs (logs:, watchdog.logPattern) so the entry is shown',
-    }), ...more)
+    return out(
+      after ? 'not-landed' : 'entry-unknown',
+      unverified('abort', rid, summary, {
+        ...v.evidence,
+        ...path,
+        outcome: after ? 'not-landed' : 'entry-unknown',
+        why: `${notEnteredWhy(entry)!}; SGLang drops an abort for a rid it does not know yet`,
+        toVerify:
+          'abort later after the send (a longer transfer window), read /v1/loads?include=disagg, or give the ' +
+          "deployment file the services' logs (logs:, watchdog.logPattern) so the entry is shown",
+      }),
+      ...more,
+    )
   }
 
   if (answer && answer.status >= 200 && answer.status < 300) {
     const before = answer.t <= abortAt
-    return out('completed', pass('abort', rid, before
-      ? `completed before the abort (${secs(answer.t - sent.t)}): the abort missed the transfer window`
-      : `completed with ${answer.status} ${secs(answer.t - abortAt)} after the abort: the transfer won the race`, evidence))
+    return out(
+      'completed',
+      pass(
+        'abort',
+        rid,
+        before
+          ? `completed before the abort (${secs(answer.t - sent.t)}): the abort missed the transfer window`
+          : `completed with ${answer.status} ${secs(answer.t - abortAt)} after the abort: the transfer won the race`,
+        evidence,
+      ),
+    )
   }
   if (answer && answer.t <= abortAt) {
-    // Released (not completed) before any abort was fired: something else let it go, and the abort had nothing to act on.
-    return out('released-before-abort', unverified('abort', rid, `released with ${answer.status} ${secs(abortAt - answer.t)} before its abort was fired`, {
-      ...evidence, outcome: 'released-before-abort', why: 'the request was released before its abort was fired: the abort had nothing to act on',
-      toVerify: 'a trial whose request is still held when its abort fires (a held window: a TCP data path, --gpu N)',
-    }))
+    // Released (not completed) before any abort was fired: something else let it go, and the abort had nothing to act
+    // on.
+    return out(
+      'released-before-abort',
+      unverified(
+        'abort',
+        rid,
+        `released with ${answer.status} ${secs(abortAt - answer.t)} before its abort was fired`,
+        {
+          ...evidence,
+          outcome: 'released-before-abort',
+          why: 'the request was released before its abort was fired: the abort had nothing to act on',
+          toVerify:
+            'a trial whose request is still held when its abort fires (a held window: a TCP data path, --gpu N)',
+        },
+      ),
+    )
   }
   if (answer && released && answer.t <= honourBy && released.cause !== 'watchdog') {
     if (released.cause === 'decode-abort' && !sides.includes('decode')) {
       // The abort went to prefill alone, yet decode's ABORT released it: decode let go for its own reasons (a
       // timeout, a lost peer); prefill's own abort path is not what was shown to work.
-      const summary = `released ${secs(answer.t - abortAt)} after an abort sent to prefill alone, but by decode's ABORT, ` +
-        'not prefill\'s own abort path'
-      return out('rescued-by-decode', unverified('abort', rid, summary, {
-        ...evidence, ...path, outcome: 'rescued-by-decode', releaseEvidence: released.evidence,
-        why: 'the answer names decode\'s ABORT: prefill\'s own abort may have been lost, and decode let go at the same time',
-        toVerify: 'a decode whose waiting timeout and heartbeat fire well after the window ' +
-          '(SGLANG_DISAGGREGATION_WAITING_TIMEOUT), or the services\' logs (logs:)',
-      }))
+      const summary =
+        `released ${secs(answer.t - abortAt)} after an abort sent to prefill alone, but by decode's ABORT, ` +
+        "not prefill's own abort path"
+      return out(
+        'rescued-by-decode',
+        unverified('abort', rid, summary, {
+          ...evidence,
+          ...path,
+          outcome: 'rescued-by-decode',
+          releaseEvidence: released.evidence,
+          why:
+            "the answer names decode's ABORT: prefill's own abort may have been lost, and decode let go at the " +
+            'same time',
+          toVerify:
+            'a decode whose waiting timeout and heartbeat fire well after the window ' +
+            "(SGLANG_DISAGGREGATION_WAITING_TIMEOUT), or the services' logs (logs:)",
+        }),
+      )
     }
     if (answer.t >= windowLow && released.cause !== 'abort') {
-      return out('ambiguous', unverified('abort', rid, `released ${secs(answer.t - abortAt)} after the abort, inside both one poll of it and the watchdog's window; nothing names the abort`, {
-        ...evidence, outcome: 'ambiguous', releasedBy: released.cause, releaseEvidence: released.evidence,
-        why: 'the release falls inside both the abort\'s bound (one poll + ε) and the watchdog\'s window, and neither the answer nor a log line says the abort released it',
-        toVerify: 'abort earlier than the deadline minus one poll (a longer deadline or a shorter poll), or give the deployment file the services\' logs (logs:) so the release is named',
-      }))
+      return out(
+        'ambiguous',
+        unverified(
+          'abort',
+          rid,
+          `released ${secs(answer.t - abortAt)} after the abort, inside both one poll of it and the watchdog's ` +
+            `window; nothing names the abort`,
+          {
+            ...evidence,
+            outcome: 'ambiguous',
+            releasedBy: released.cause,
+            releaseEvidence: released.evidence,
+            why:
+              "the release falls inside both the abort's bound (one poll + ε) and the watchdog's window, and " +
+              'neither the answer nor a log line says the abort released it',
+            toVerify:
+              'abort earlier than the deadline minus one poll (a longer deadline or a shorter poll), or give the ' +
+              "deployment file the services' logs (logs:) so the release is named",
+          },
+        ),
+      )
     }
-    const summary = `abort honoured: released ${secs(answer.t - abortAt)} after the abort by ${PATH_NAMES[record.releasedBy.path]} ` +
+    const summary =
+      `abort honoured: released ${secs(answer.t - abortAt)} after the abort by ${PATH_NAMES[record.releasedBy.path]} ` +
       `(bound one poll + ε = ${secs(pollMs + eps.highMs)})`
     return out('honoured', pass('abort', rid, summary, {...evidence, ...path, outcome: 'honoured'}))
   }
   if (answer && released && answer.t <= windowHigh) {
     if (answer.t >= windowLow) {
       const by = released.cause === 'watchdog' ? 'the watchdog' : 'something other than the abort'
-      const eviction = pass('eviction', rid, `evicted after ${secs(answer.t - sent.t)}, inside [${secs(windowLow - sent.t)}, ${secs(windowHigh - sent.t)}], after its abort was fired`, {...evidence, releasedBy: released.cause})
+      const eviction = pass(
+        'eviction',
+        rid,
+        `evicted after ${secs(answer.t - sent.t)}, inside ` +
+          `[${secs(windowLow - sent.t)}, ${secs(windowHigh - sent.t)}], after its abort was fired`,
+        {...evidence, releasedBy: released.cause},
+      )
       if (released.cause === 'watchdog' && answer.t - abortAt <= eps.highMs) {
         // The watchdog's release was seen within one observation delay of the abort: the abort may have reached the
         // server only after the watchdog had acted, so it was not shown lost.
-        return out('raced', unverified('abort', rid, `released by the watchdog ${secs(answer.t - abortAt)} after the abort was fired, within the observation delay (ε ${secs(eps.highMs)}): the abort may have arrived after the eviction`, {
-          ...evidence, outcome: 'raced', releasedBy: released.cause, releaseEvidence: released.evidence,
-          why: 'the watchdog released the request within one observation delay of the abort, so whether the abort reached the server first is unknown',
-          toVerify: 'abort earlier in the window (well before the watchdog deadline), on a less loaded host (a smaller ε)',
-        }), eviction)
+        return out(
+          'raced',
+          unverified(
+            'abort',
+            rid,
+            `released by the watchdog ${secs(answer.t - abortAt)} after the abort was fired, within the ` +
+              `observation delay (ε ${secs(eps.highMs)}): the abort may have arrived after the eviction`,
+            {
+              ...evidence,
+              outcome: 'raced',
+              releasedBy: released.cause,
+              releaseEvidence: released.evidence,
+              why:
+                'the watchdog released the request within one observation delay of the abort, so whether the ' +
+                'abort reached the server first is unknown',
+              toVerify:
+                'abort earlier in the window (well before the watchdog deadline), on a less loaded host (a smaller ε)',
+            },
+          ),
+          eviction,
+        )
       }
       const past = answer.t > honourBy ? `, past one poll + ε = ${secs(pollMs + eps.highMs)}` : ''
-      return lost('lost-then-evicted',
-        fail('abort', rid, `abort lost; released by ${by} after ${secs(answer.t - sent.t)} (${secs(answer.t - abortAt)} after the abort${past})`, {
-          ...evidence, outcome: 'lost-then-evicted', releasedBy: released.cause, releaseEvidence: released.evidence,
-        }),
-        {...eviction, summary: eviction.summary.replace(/was fired$/, 'was lost')})
+      return lost(
+        'lost-then-evicted',
+        fail(
+          'abort',
+          rid,
+          `abort lost; released by ${by} after ${secs(answer.t - sent.t)} (${secs(answer.t - abortAt)} after the ` +
+            `abort${past})`,
+          {
+            ...evidence,
+            outcome: 'lost-then-evicted',
+            releasedBy: released.cause,
+            releaseEvidence: released.evidence,
+          },
+        ),
+        {...eviction, summary: eviction.summary.replace(/was fired$/, 'was lost')},
+      )
     }
     const unexplained = released.cause === 'watchdog' ? lost : out
-    return unexplained('unexplained', fail('abort', rid, released.cause === 'watchdog'
-      ? `abort lost; released by the watchdog ${secs(answer.t - sent.t)} after the send, before its window opens (${secs(windowLow - sent.t)})`
-      : `released ${secs(answer.t - abortAt)} after the abort: later than one poll, earlier than the watchdog deadline — neither an honoured abort nor an eviction`,
-    {...evidence, outcome: 'unexplained', releasedBy: released.cause, releaseEvidence: released.evidence}))
+    return unexplained(
+      'unexplained',
+      fail(
+        'abort',
+        rid,
+        released.cause === 'watchdog'
+          ? `abort lost; released by the watchdog ${secs(answer.t - sent.t)} after the send, before its window ` +
+              `opens (${secs(windowLow - sent.t)})`
+          : `released ${secs(answer.t - abortAt)} after the abort: later than one poll, earlier than the watchdog ` +
+              `deadline — neither an honoured abort nor an eviction`,
+        {...evidence, outcome: 'unexplained', releasedBy: released.cause, releaseEvidence: released.evidence},
+      ),
+    )
   }
   const heldFor = (answer?.t ?? end) - sent.t
   const outcome = answer ? 'late' : 'pinned'
-  return lost(outcome, fail('abort', rid, answer
-    ? `abort lost and the pin was released only after ${secs(heldFor)}, past deadline + poll + ε (${secs(windowHigh - sent.t)})`
-    : `abort lost and the pin is still held after ${secs(heldFor)}: nothing released it`, {...evidence, outcome, heldSeconds: round(heldFor / 1000, 3)}))
+  return lost(
+    outcome,
+    fail(
+      'abort',
+      rid,
+      answer
+        ? `abort lost and the pin was released only after ${secs(heldFor)}, past deadline + poll + ε ` +
+            `(${secs(windowHigh - sent.t)})`
+        : `abort lost and the pin is still held after ${secs(heldFor)}: nothing released it`,
+      {...evidence, outcome, heldSeconds: round(heldFor / 1000, 3)},
+    ),
+  )
 }

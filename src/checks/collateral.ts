@@ -10,7 +10,7 @@ import {fail, pass, type Verdict} from '../model/verdict.js'
  * reaches every request through the router: those are in reach too.
  */
 export function checkCollateral(tl: Timeline): Verdict {
-  const end = Math.max(...tl.observations.map((o) => o.t))
+  const end = Math.max(...tl.observations.map(o => o.t))
   const windows: Array<{from: number; to?: number}> = [...faultWindows(tl), ...breakerWindows(tl, end)]
   const lost: Array<{rid: string; status?: number; detail?: string; sentAt: number}> = []
   const inReach: string[] = []
@@ -18,7 +18,7 @@ export function checkCollateral(tl: Timeline): Verdict {
   for (const sent of requestsOf(tl, 'load')) {
     const answer = answerOf(tl, sent.rid)
     const doneAt = answer?.t ?? end
-    const overlaps = windows.some((w) => sent.t <= (w.to ?? end) && doneAt >= w.from)
+    const overlaps = windows.some(w => sent.t <= (w.to ?? end) && doneAt >= w.from)
     if (overlaps) {
       inReach.push(sent.rid)
       continue
@@ -26,11 +26,30 @@ export function checkCollateral(tl: Timeline): Verdict {
     if (answer && answer.status >= 200 && answer.status < 300) ok++
     else lost.push({rid: sent.rid, status: answer?.status, detail: answer?.detail, sentAt: round(sent.t)})
   }
-  const evidence = {judged: ok + lost.length, succeeded: ok, lost, inFaultReach: inReach.length, inFaultReachRids: inReach.slice(0, 50)}
-  if (lost.length > 0) {
-    return fail('collateral', 'steady load', `${lost.length} of ${ok + lost.length} requests outside the fault's reach failed: ${lost.slice(0, 5).map((l) => `${l.rid} (${l.status ?? 'no answer'})`).join(', ')}${lost.length > 5 ? ', …' : ''}`, evidence)
+  const evidence = {
+    judged: ok + lost.length,
+    succeeded: ok,
+    lost,
+    inFaultReach: inReach.length,
+    inFaultReachRids: inReach.slice(0, 50),
   }
-  return pass('collateral', 'steady load', `${ok} of ${ok} requests outside the fault's reach succeeded (${inReach.length} in reach, not judged)`, evidence)
+  if (lost.length > 0) {
+    return fail(
+      'collateral',
+      'steady load',
+      `${lost.length} of ${ok + lost.length} requests outside the fault's reach failed: ${lost
+        .slice(0, 5)
+        .map(l => `${l.rid} (${l.status ?? 'no answer'})`)
+        .join(', ')}${lost.length > 5 ? ', …' : ''}`,
+      evidence,
+    )
+  }
+  return pass(
+    'collateral',
+    'steady load',
+    `${ok} of ${ok} requests outside the fault's reach succeeded (${inReach.length} in reach, not judged)`,
+    evidence,
+  )
 }
 
 /**
@@ -39,8 +58,12 @@ export function checkCollateral(tl: Timeline): Verdict {
  * request that saw it closed; each until it closed again (or the end).
  */
 export function breakerWindows(tl: Timeline, end: number): Array<{from: number; to: number}> {
-  const markers = tl.observations.filter((o) => o.kind === 'marker' && (o.name === 'router-breaker-open' || o.name === 'router-breaker-closed'))
-  const reverted = faultWindows(tl).map((w) => w.to).filter((t): t is number => t !== undefined)
+  const markers = tl.observations.filter(
+    o => o.kind === 'marker' && (o.name === 'router-breaker-open' || o.name === 'router-breaker-closed'),
+  )
+  const reverted = faultWindows(tl)
+    .map(w => w.to)
+    .filter((t): t is number => t !== undefined)
   const out: Array<{from: number; to: number}> = []
   let prevClose: number | undefined
   markers.forEach((o, i) => {

@@ -19,15 +19,22 @@ export interface Epsilon {
 /** The smallest ε ever allowed: timers and the scheduler loop's own iteration. */
 export const EPSILON_FLOOR_MS = 5
 
-export function epsilonFor(tl: Timeline, queue: 'bootstrap' | 'waiting' | 'inflight' | 'unknown', pin?: {sentAt: number; answeredAt?: number}): Epsilon {
+export function epsilonFor(
+  tl: Timeline,
+  queue: 'bootstrap' | 'waiting' | 'inflight' | 'unknown',
+  pin?: {sentAt: number; answeredAt?: number},
+): Epsilon {
   const c = tl.calibration
   const d = observeDelayMs(tl, pin)
   const observe = d.ms
-  const measured = d.source === 'near'
-    ? `observation delay ${observe.toFixed(1)} ms, the slowest of ${d.probes} probe(s) around this request's send and answer (${c.observeMs.toFixed(1)} ms idle, p99 over ${c.samples} unfaulted requests)`
-    : d.source === 'window'
-      ? `observation delay p99 ${observe.toFixed(1)} ms while the pins were out (${c.observeMs.toFixed(1)} ms idle, over ${c.samples} unfaulted requests)`
-      : `observation delay p99 ${observe.toFixed(1)} ms over ${c.samples} unfaulted requests`
+  const measured =
+    d.source === 'near'
+      ? `observation delay ${observe.toFixed(1)} ms, the slowest of ${d.probes} probe(s) around this request's ` +
+        `send and answer (${c.observeMs.toFixed(1)} ms idle, p99 over ${c.samples} unfaulted requests)`
+      : d.source === 'window'
+        ? `observation delay p99 ${observe.toFixed(1)} ms while the pins were out (${c.observeMs.toFixed(1)} ms ` +
+          `idle, over ${c.samples} unfaulted requests)`
+        : `observation delay p99 ${observe.toFixed(1)} ms over ${c.samples} unfaulted requests`
   const late = lateAllowance(tl, observe, measured)
   if (tl.contract.scope === 'inflight' && queue === 'inflight') {
     const spread = Math.max(c.prefillSpreadMs, 1)
@@ -38,15 +45,27 @@ export function epsilonFor(tl: Timeline, queue: 'bootstrap' | 'waiting' | 'infli
       lowMs: EPSILON_FLOOR_MS + spread / 2 + carried,
       highMs: EPSILON_FLOOR_MS + late.ms + spread / 2,
       entryOffsetMs: c.prefillMs,
-      why: `entry into the inflight queue = send + ${c.prefillMs.toFixed(1)} ms calibrated prefill time (spread ${spread.toFixed(1)} ms over ${c.samples} unfaulted requests` +
-        `${carried > 0 ? `; the early side also allows the ${carried.toFixed(1)} ms of median lags that time carries` : ''}); ${late.why}; floor ${EPSILON_FLOOR_MS} ms`,
+      why:
+        `entry into the inflight queue = send + ${c.prefillMs.toFixed(1)} ms calibrated prefill time ` +
+        `(spread ${spread.toFixed(1)} ms over ${c.samples} unfaulted requests` +
+        `${
+          carried > 0
+            ? `; the early side also allows the ${carried.toFixed(1)} ms of median lags that time ` + `carries`
+            : ''
+        }); ${late.why}; floor ${EPSILON_FLOOR_MS} ms`,
     }
   }
   return {
     lowMs: EPSILON_FLOOR_MS,
     highMs: EPSILON_FLOOR_MS + late.ms,
     entryOffsetMs: 0,
-    why: `entry into the bootstrap queue = send time${c.lags ? ' (the entry lag after it is allowed on the late side)' : ' (the request reaches prefill within one observation delay)'}; ` +
+    why:
+      `entry into the bootstrap queue = send ` +
+      `time${
+        c.lags
+          ? ' (the entry lag after it is allowed on the late ' + 'side)'
+          : ' (the request reaches prefill within one observation delay)'
+      }; ` +
       `${late.why}; floor ${EPSILON_FLOOR_MS} ms`,
   }
 }
@@ -55,7 +74,8 @@ export function epsilonFor(tl: Timeline, queue: 'bootstrap' | 'waiting' | 'infli
  * What the late side allows beyond the floor. Without measured lags: the observation delay twice (arrival, answer).
  * With them: the slowest entry lag plus the slowest answer lag measured at calibration, plus what the observation
  * delay around this pin exceeded its idle value by (a moment busier than calibration: a probe is two round trips, so
- * its excess already covers the request's way in and the answer's way out), never less than the observation delay twice.
+ * its excess already covers the request's way in and the answer's way out), never less than the observation delay
+ * twice.
  */
 function lateAllowance(tl: Timeline, observe: number, measured: string): {ms: number; why: string} {
   const c = tl.calibration
@@ -64,8 +84,23 @@ function lateAllowance(tl: Timeline, observe: number, measured: string): {ms: nu
   const lagged = lagAllowanceMs(c.lags) + busier
   const twice = 2 * observe
   return lagged >= twice
-    ? {ms: lagged, why: `late side widened by the measured lags, ${lagAllowanceMs(c.lags).toFixed(1)} ms (${describeLags(c.lags)})${busier > 0 ? `, plus the ${busier.toFixed(1)} ms by which the observation delay around this pin exceeded idle (${measured})` : ''}`}
-    : {ms: twice, why: `${measured}, counted twice (more than the measured lags, ${lagAllowanceMs(c.lags).toFixed(1)} ms: ${describeLags(c.lags)})`}
+    ? {
+        ms: lagged,
+        why:
+          `late side widened by the measured lags, ${lagAllowanceMs(c.lags).toFixed(1)} ms ` +
+          `(${describeLags(c.lags)})${
+            busier > 0
+              ? `, plus the ${busier.toFixed(1)} ms by which the observation ` +
+                `delay around this pin exceeded idle (${measured})`
+              : ''
+          }`,
+      }
+    : {
+        ms: twice,
+        why:
+          `${measured}, counted twice (more than the measured lags, ${lagAllowanceMs(c.lags).toFixed(1)} ` +
+          `ms: ${describeLags(c.lags)})`,
+      }
 }
 
 /** A pin whose measured time is within ε of a bound: judged as it is, but the verdict rests on ε being right. */
@@ -89,14 +124,27 @@ export function edgeOf(answeredAt: number, low: number, high: number, eps: Epsil
   const nearLow = fromLow >= -eps.lowMs && fromLow <= e
   const nearHigh = toHigh >= -e && toHigh <= e
   if (nearHigh && (!nearLow || toHigh <= fromLow)) {
-    return {bound: 'high', marginMs: r(toHigh), note: toHigh >= 0
-      ? `at the edge: ${r(toHigh)} ms inside the window's close, within ε (${r(e)} ms): a watchdog up to that late would look the same`
-      : `at the edge: ${r(-toHigh)} ms past the window's close, within ε (${r(e)} ms): a lag that much larger than measured would put it inside`}
+    return {
+      bound: 'high',
+      marginMs: r(toHigh),
+      note:
+        toHigh >= 0
+          ? `at the edge: ${r(toHigh)} ms inside the window's close, within ε (${r(e)} ms): a watchdog up to that ` +
+            `late would look the same`
+          : `at the edge: ${r(-toHigh)} ms past the window's close, within ε (${r(e)} ms): a lag that much larger ` +
+            `than measured would put it inside`,
+    }
   }
   if (nearLow) {
-    return {bound: 'low', marginMs: r(fromLow), note: fromLow >= 0
-      ? `at the edge: ${r(fromLow)} ms after the window opens, within ε (${r(e)} ms): an eviction up to that much early would look the same`
-      : `at the edge: ${r(-fromLow)} ms before the window opens, within ε (${r(eps.lowMs)} ms)`}
+    return {
+      bound: 'low',
+      marginMs: r(fromLow),
+      note:
+        fromLow >= 0
+          ? `at the edge: ${r(fromLow)} ms after the window opens, within ε (${r(e)} ms): an eviction up to that ` +
+            `much early would look the same`
+          : `at the edge: ${r(-fromLow)} ms before the window opens, within ε (${r(eps.lowMs)} ms)`,
+    }
   }
   return undefined
 }

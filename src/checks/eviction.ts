@@ -1,10 +1,22 @@
 import {
-  DECODE_PREALLOC_QUEUE, DECODE_TRANSFER_QUEUE, PREFILL_BOOTSTRAP_QUEUE, PREFILL_INFLIGHT_QUEUE, WATCHDOG_EVICTED_TOTAL,
+  DECODE_PREALLOC_QUEUE,
+  DECODE_TRANSFER_QUEUE,
+  PREFILL_BOOTSTRAP_QUEUE,
+  PREFILL_INFLIGHT_QUEUE,
+  WATCHDOG_EVICTED_TOTAL,
 } from '../deployment/sglang-metrics.js'
 import {edgeOf, epsilonFor, type Edge} from './epsilon.js'
 import type {FaultExpectation, StallExpectation} from './expectation.js'
 import {attributeRelease, type Attribution, CAUSE_NAMES, type ReleaseCause, releaseCauseOf} from './release-cause.js'
-import {abandonedOf, answerOf, metricAt, requestsOf, type Observation, type PinState, type Timeline} from '../model/timeline.js'
+import {
+  abandonedOf,
+  answerOf,
+  metricAt,
+  requestsOf,
+  type Observation,
+  type PinState,
+  type Timeline,
+} from '../model/timeline.js'
 import type {PinRecord} from '../model/run.js'
 import {fail, pass, unverified, type Verdict} from '../model/verdict.js'
 import type {CompetingTimeout} from '../model/competing.js'
@@ -20,7 +32,9 @@ export type {PinRecord} from '../model/run.js'
 const UNKNOWN_STATE: PinState = {queue: 'unknown', kvPoll: 'unknown'}
 
 export interface EvictionOptions {
-  /** The plan's expectation (FaultPlan.expected): names the transport's limits when a transport error releases a pin. */
+  /**
+   * The plan's expectation (FaultPlan.expected): names the transport's limits when a transport error releases a pin.
+   */
   expected?: FaultExpectation
   /**
    * SGLang's own timeouts that could release these pins, as discovery read them (experiment/competing.ts). A release
@@ -47,9 +61,9 @@ export type ReleasePath =
 function counterNamesWatchdog(tl: Timeline, batchPins: number | undefined): string | undefined {
   const pins = requestsOf(tl, 'pin')
   if (pins.length === 0 || batchPins === undefined || batchPins <= 0) return undefined
-  const from = Math.min(...pins.map((p) => p.t))
-  const answers = pins.map((p) => answerOf(tl, p.rid)?.t)
-  if (answers.some((t) => t === undefined)) return undefined
+  const from = Math.min(...pins.map(p => p.t))
+  const answers = pins.map(p => answerOf(tl, p.rid)?.t)
+  if (answers.some(t => t === undefined)) return undefined
   const to = Math.max(...(answers as number[]))
   let before: number | undefined
   let after: {t: number; value: number} | undefined
@@ -61,8 +75,10 @@ function counterNamesWatchdog(tl: Timeline, batchPins: number | undefined): stri
   if (before === undefined || !after) return undefined
   const d = after.value - before
   if (d < batchPins) return undefined
-  return `prefill ${WATCHDOG_EVICTED_TOTAL} +${d} from before the first pin to after the last answer: ` +
+  return (
+    `prefill ${WATCHDOG_EVICTED_TOTAL} +${d} from before the first pin to after the last answer: ` +
     `at least one per pin of the batch (${batchPins})`
+  )
 }
 
 /** Each competing timeout against this pin's window: excluded (fires after it, or not in force) or a candidate. */
@@ -81,44 +97,100 @@ function competingFor(competing: CompetingTimeout[], sentAt: number, limit: numb
   return {excluded, open}
 }
 
-const candidateText = (c: CompetingTimeout) => (c.known
-  ? `${c.name} (${c.setting} = ${c.seconds} s, read from ${c.source})`
-  : `${c.name} (${c.setting}: not read from the server, ${c.source})`)
+const candidateText = (c: CompetingTimeout) =>
+  c.known
+    ? `${c.name} (${c.setting} = ${c.seconds} s, read from ${c.source})`
+    : `${c.name} (${c.setting}: not read from the server, ${c.source})`
 
 /** Nothing was read of SGLang's own timeouts (a timeline judged without the plan's discovery): none can be excluded. */
-const NOT_ASSESSED: CompetingTimeout[] = [{
-  cause: 'waiting-timeout', name: "SGLang's own timeouts", setting: 'SGLANG_DISAGGREGATION_*_TIMEOUT',
-  seconds: null, source: 'not read: the run did not discover them', known: false,
-}]
+const NOT_ASSESSED: CompetingTimeout[] = [
+  {
+    cause: 'waiting-timeout',
+    name: "SGLang's own timeouts",
+    setting: 'SGLANG_DISAGGREGATION_*_TIMEOUT',
+    seconds: null,
+    source: 'not read: the run did not discover them',
+    known: false,
+  },
+]
 
 /** A transport error (or a transfer failure) before or inside the window: the watchdog was not exercised. */
-function transportRelease(after: number, released: ReturnType<typeof releaseCauseOf>, where: 'before' | 'inside', expected: StallExpectation | undefined) {
-  const what = released.cause === 'transport-error' ? 'a transport error' : 'a KV transfer failure (its reason not stated: it came from another TP rank)'
+function transportRelease(
+  after: number,
+  released: ReturnType<typeof releaseCauseOf>,
+  where: 'before' | 'inside',
+  expected: StallExpectation | undefined,
+) {
+  const what =
+    released.cause === 'transport-error'
+      ? 'a transport error'
+      : 'a KV transfer failure (its reason not stated: it came from another TP rank)'
   const toVerify = expected
-    ? `raise ${expected.raise.join(' / ')} so that a stall outlasts the watchdog deadline${expected.deadlineSeconds === undefined ? '' : ` (${expected.deadlineSeconds} s)`} (now ${expected.limits}: the transport gives up after about ${expected.afterSeconds ?? '?'} s), or stall the KV over a TCP data path`
-    : 'raise the transport\'s stall limit above the watchdog deadline (UCX_RC_MLX5_TIMEOUT / UCX_RC_TIMEOUT and UCX_RC_RETRY_COUNT for NIXL over RDMA, MC_TRANSFER_TIMEOUT for Mooncake), or stall the KV over a TCP data path'
+    ? `raise ${expected.raise.join(' / ')} so that a stall outlasts the watchdog ` +
+      `deadline${expected.deadlineSeconds === undefined ? '' : ` (${expected.deadlineSeconds} s)`} ` +
+      `(now ${expected.limits}: the transport gives up after about ${expected.afterSeconds ?? '?'} s), or stall ` +
+      `the KV over a TCP data path`
+    : "raise the transport's stall limit above the watchdog deadline (UCX_RC_MLX5_TIMEOUT / UCX_RC_TIMEOUT and " +
+      'UCX_RC_RETRY_COUNT for NIXL over RDMA, MC_TRANSFER_TIMEOUT for Mooncake), or stall the KV over a TCP data path'
   return {
-    summary: `released by ${what} after ${secs(after)}${where === 'inside' ? ', inside the deadline window' : ''}; the watchdog was not exercised`,
+    summary:
+      `released by ${what} after ${secs(after)}${where === 'inside' ? ', inside the deadline window' : ''}; ` +
+      `the watchdog was not exercised`,
     evidence: {
-      why: `the pin's answer says the transfer failed (${released.evidence}), not that the watchdog evicted it: ${where === 'before' ? 'it left before the deadline window, so the watchdog never had to act' : 'a release by the transport cannot be told from an eviction'}`,
+      why:
+        `the pin's answer says the transfer failed (${released.evidence}), not that the watchdog evicted ` +
+        `it: ${
+          where === 'before'
+            ? 'it left before the deadline window, so the watchdog never had ' + 'to act'
+            : 'a release by the transport cannot be told from an eviction'
+        }`,
       toVerify,
       releasedBy: released.cause,
-      ...(expected ? {expectedOutcome: expected.outcome, transportGivesUpAfterSeconds: expected.afterSeconds, transportLimits: expected.limits} : {}),
+      ...(expected
+        ? {
+            expectedOutcome: expected.outcome,
+            transportGivesUpAfterSeconds: expected.afterSeconds,
+            transportLimits: expected.limits,
+          }
+        : {}),
     },
   }
 }
 
 /** Causes the evidence names that are not the watchdog (transport errors and unexplained transfer failures aside). */
-const OTHER_CAUSES: ReleaseCause[] = ['bootstrap-timeout', 'waiting-timeout', 'heartbeat', 'abort', 'decode-abort', 'revert', 'timeout']
+const OTHER_CAUSES: ReleaseCause[] = [
+  'bootstrap-timeout',
+  'waiting-timeout',
+  'heartbeat',
+  'abort',
+  'decode-abort',
+  'revert',
+  'timeout',
+]
 
 function toVerifyOther(cause: ReleaseCause, deadlineSeconds: number, pollSeconds: number): string {
   const above = `above the watchdog's deadline + poll (${deadlineSeconds + pollSeconds} s)`
   switch (cause) {
-    case 'waiting-timeout': case 'decode-abort': return `raise SGLANG_DISAGGREGATION_WAITING_TIMEOUT in decode's environment ${above}, so that decode does not let go first`
-    case 'bootstrap-timeout': return `raise SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT in prefill's environment ${above}`
-    case 'heartbeat': return "keep prefill's bootstrap server answering decode's heartbeat during the fault (SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL × HEARTBEAT_MAX_FAILURE on decode)"
-    case 'abort': return 'find who aborted it (the gateway, a client that left, an operator); if the watchdog evicts through an abort, set watchdog.logPattern so that its own log line names the eviction'
-    default: return 'remove what released the pin before the watchdog could, then run again'
+    case 'waiting-timeout':
+    case 'decode-abort':
+      return (
+        `raise SGLANG_DISAGGREGATION_WAITING_TIMEOUT in decode's environment ${above}, so that decode does ` +
+        `not let go first`
+      )
+    case 'bootstrap-timeout':
+      return `raise SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT in prefill's environment ${above}`
+    case 'heartbeat':
+      return (
+        "keep prefill's bootstrap server answering decode's heartbeat during the fault " +
+        '(SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL × HEARTBEAT_MAX_FAILURE on decode)'
+      )
+    case 'abort':
+      return (
+        'find who aborted it (the gateway, a client that left, an operator); if the watchdog evicts through ' +
+        'an abort, set watchdog.logPattern so that its own log line names the eviction'
+      )
+    default:
+      return 'remove what released the pin before the watchdog could, then run again'
   }
 }
 
@@ -128,16 +200,27 @@ function toVerifyOther(cause: ReleaseCause, deadlineSeconds: number, pollSeconds
  * answer's ε, at least 100 ms and at most half a poll.
  * Not used when it cannot be right: held longer than the request existed.
  */
-function serverClock(released: Attribution, o: {after: number; entryOffsetMs: number; deadlineMs: number; pollMs: number; epsHighMs: number}) {
+function serverClock(
+  released: Attribution,
+  o: {after: number; entryOffsetMs: number; deadlineMs: number; pollMs: number; epsHighMs: number},
+) {
   if (released.watchdogHeldSeconds === undefined) return undefined
   const heldMs = released.watchdogHeldSeconds * 1000
-  const clock = {clock: "the watchdog's own log line (held time, the server's clock)", watchdogHeldSeconds: released.watchdogHeldSeconds}
+  const clock = {
+    clock: "the watchdog's own log line (held time, the server's clock)",
+    watchdogHeldSeconds: released.watchdogHeldSeconds,
+  }
   // Printed to the ms: allow its rounding, never the observation delay (the server measured it, not pdchaos).
   if (heldMs > o.after + 5) return undefined
   // Up to half a poll: a loaded host's loop can run that late, and a watchdog two polls late still shows.
   const slackMs = Math.max(SERVER_SLACK_MIN_MS, Math.min(o.epsHighMs, o.pollMs / 2))
   const verdict = heldMs < o.deadlineMs - 1 ? 'early' : heldMs > o.deadlineMs + o.pollMs + slackMs ? 'late' : 'inside'
-  return {verdict, heldMs, slackMs, evidence: {...clock, serverSlackMs: Math.round(slackMs), answerClockSeconds: round(o.after / 1000, 3)}} as const
+  return {
+    verdict,
+    heldMs,
+    slackMs,
+    evidence: {...clock, serverSlackMs: Math.round(slackMs), answerClockSeconds: round(o.after / 1000, 3)},
+  } as const
 }
 
 /** The least slack given to the watchdog's own clock: a loop iteration on a busy host. */
@@ -150,7 +233,7 @@ export function checkEvictions(tl: Timeline, opts: EvictionOptions = {}): {verdi
   const {deadlineSeconds, pollSeconds, scope} = tl.contract
   const deadlineMs = deadlineSeconds * 1000
   const pollMs = pollSeconds * 1000
-  const end = Math.max(...tl.observations.map((o) => o.t))
+  const end = Math.max(...tl.observations.map(o => o.t))
 
   for (const sent of requestsOf(tl, 'pin')) {
     const state = sent.expectedState ?? UNKNOWN_STATE
@@ -161,7 +244,7 @@ export function checkEvictions(tl: Timeline, opts: EvictionOptions = {}): {verdi
     const high = entry + deadlineMs + pollMs + eps.highMs
     const bounds: [number, number] = [(low - sent.t) / 1000, (high - sent.t) / 1000]
     const base = {
-      clock: 'the request\'s own answer',
+      clock: "the request's own answer",
       contract: {scope, deadlineSeconds, pollSeconds},
       epsilonMs: {low: round(eps.lowMs), high: round(eps.highMs)},
       epsilonWhy: eps.why,
@@ -171,21 +254,40 @@ export function checkEvictions(tl: Timeline, opts: EvictionOptions = {}): {verdi
     const record = (verdict: Verdict, evictedAt: number | null, edge?: Edge) => {
       // At the edge: judged as it is, but said, in the summary and the evidence, so the risk is visible.
       if (edge) {
-        verdict = {...verdict, summary: `${verdict.summary} (at the edge)`, evidence: {...verdict.evidence, atEdge: edge}}
+        verdict = {
+          ...verdict,
+          summary: `${verdict.summary} (at the edge)`,
+          evidence: {...verdict.evidence, atEdge: edge},
+        }
       }
       verdicts.push(verdict)
       pins.push({
-        rid: sent.rid, fault: sent.fault, sentAt: sent.t, evictedAt,
+        rid: sent.rid,
+        fault: sent.fault,
+        sentAt: sent.t,
+        evictedAt,
         evictionSeconds: evictedAt === null ? null : round((evictedAt - sent.t) / 1000, 3),
-        bounds: [round(bounds[0], 3), round(bounds[1], 3)], verdict: verdict.verdict, evidence: verdict.evidence,
+        bounds: [round(bounds[0], 3), round(bounds[1], 3)],
+        verdict: verdict.verdict,
+        evidence: verdict.evidence,
         ...(edge ? {atEdge: {bound: edge.bound, marginMs: edge.marginMs}} : {}),
       })
     }
 
     if (answer && answer.status >= 200 && answer.status < 300) {
-      record(fail('fault-effect', sent.rid, `not pinned: completed with ${answer.status} after ${secs(answer.t - sent.t)} — the fault did not hold it`, {
-        ...base, status: answer.status, answeredAfterSeconds: round((answer.t - sent.t) / 1000, 3),
-      }), null)
+      record(
+        fail(
+          'fault-effect',
+          sent.rid,
+          `not pinned: completed with ${answer.status} after ${secs(answer.t - sent.t)} — the fault did not hold it`,
+          {
+            ...base,
+            status: answer.status,
+            answeredAfterSeconds: round((answer.t - sent.t) / 1000, 3),
+          },
+        ),
+        null,
+      )
       continue
     }
     if (answer) {
@@ -193,15 +295,23 @@ export function checkEvictions(tl: Timeline, opts: EvictionOptions = {}): {verdi
       const released = attributeRelease(tl, sent.rid, answer)
       const text = releaseCauseOf(answer.detail)
       const evidence: Record<string, unknown> = {
-        ...base, status: answer.status, detail: answer.detail, evictedAfterSeconds: round(after / 1000, 3),
-        ...(released.cause === 'unknown' ? {} : {releasedBy: released.cause, releaseEvidence: released.evidence.join(' | ')}),
+        ...base,
+        status: answer.status,
+        detail: answer.detail,
+        evictedAfterSeconds: round(after / 1000, 3),
+        ...(released.cause === 'unknown'
+          ? {}
+          : {releasedBy: released.cause, releaseEvidence: released.evidence.join(' | ')}),
         ...(released.logsUnread.length > 0 ? {logsUnread: released.logsUnread} : {}),
       }
       const byText = {cause: released.cause, evidence: released.evidence.join(' | ') || text.evidence}
       // A transport error released it (before or inside the window), or a transfer failure whose reason nothing shows
       // released it before the window: either way not the watchdog. (Inside the window an unexplained transfer failure
       // passes only with positive evidence: below.)
-      if ((released.cause === 'transport-error' && answer.t <= high) || (released.cause === 'transfer-failed' && answer.t < low)) {
+      if (
+        (released.cause === 'transport-error' && answer.t <= high) ||
+        (released.cause === 'transfer-failed' && answer.t < low)
+      ) {
         const r = transportRelease(after, byText, answer.t < low ? 'before' : 'inside', stallExpected)
         record(unverified('eviction', sent.rid, r.summary, {...evidence, ...r.evidence}), answer.t)
         continue
@@ -209,13 +319,28 @@ export function checkEvictions(tl: Timeline, opts: EvictionOptions = {}): {verdi
       // Released by something named that is not the watchdog (a timeout, decode letting go, a heartbeat failure, an
       // abort pdchaos did not send) before the window closed: what it was, never a watchdog pass.
       // (An abort before the window stays a false timeout below: a watchdog may evict through an abort.)
-      if (OTHER_CAUSES.includes(released.cause) && answer.t <= high && (answer.t >= low || released.cause !== 'abort')) {
+      if (
+        OTHER_CAUSES.includes(released.cause) &&
+        answer.t <= high &&
+        (answer.t >= low || released.cause !== 'abort')
+      ) {
         const where = answer.t < low ? 'before the deadline window' : 'inside the deadline window'
-        record(unverified('eviction', sent.rid, `released by ${CAUSE_NAMES[released.cause]} after ${secs(after)}, ${where}: not a watchdog eviction; the watchdog was not exercised`, {
-          ...evidence,
-          why: `the evidence names ${CAUSE_NAMES[released.cause]}, not the watchdog: ${released.evidence.join(' | ')}`,
-          toVerify: toVerifyOther(released.cause, deadlineSeconds, pollSeconds),
-        }), answer.t)
+        record(
+          unverified(
+            'eviction',
+            sent.rid,
+            `released by ${CAUSE_NAMES[released.cause]} after ${secs(after)}, ${where}: not a watchdog eviction; ` +
+              `the watchdog was not exercised`,
+            {
+              ...evidence,
+              why:
+                `the evidence names ${CAUSE_NAMES[released.cause]}, not the ` +
+                `watchdog: ${released.evidence.join(' | ')}`,
+              toVerify: toVerifyOther(released.cause, deadlineSeconds, pollSeconds),
+            },
+          ),
+          answer.t,
+        )
         continue
       }
       // A pass needs positive evidence: the watchdog named (its log line or its words in the answer, or its counter
@@ -237,59 +362,151 @@ export function checkEvictions(tl: Timeline, opts: EvictionOptions = {}): {verdi
           const candidates = open.map(candidateText)
           const toDecide = [
             'set logs: for prefill and decode in the deployment file (their lines name what released each rid)',
-            'set watchdog.logPattern so that the watchdog\'s own line names its evictions',
+            "set watchdog.logPattern so that the watchdog's own line names its evictions",
             `export ${WATCHDOG_EVICTED_TOTAL} from prefill (it must move by every pin)`,
-            ...open.map((c) => `or raise ${c.setting} above ${secs(high - sent.t)} in the ` +
-              `${c.cause === 'bootstrap-timeout' ? 'prefill' : 'decode'} server's environment`),
+            ...open.map(
+              c =>
+                `or raise ${c.setting} above ${secs(high - sent.t)} in the ` +
+                `${c.cause === 'bootstrap-timeout' ? 'prefill' : 'decode'} server's environment`,
+            ),
           ]
           const path: ReleasePath = {path: 'unknown', candidates}
           const where = `${early ? 'before' : 'inside'} [${bounds[0].toFixed(3)}s, ${bounds[1].toFixed(3)}s]`
-          const could = candidates.length > 0 ? open.map((c) => c.name).join(' or ')
-            : 'something other than the watchdog'
-          const says = released.cause === 'unknown' ? 'the answer says nothing of its cause'
-            : `the evidence says only ${CAUSE_NAMES[released.cause]}`
+          const could = candidates.length > 0 ? open.map(c => c.name).join(' or ') : 'something other than the watchdog'
+          const says =
+            released.cause === 'unknown'
+              ? 'the answer says nothing of its cause'
+              : `the evidence says only ${CAUSE_NAMES[released.cause]}`
           const unread = released.logsUnread.length > 0 ? `; ${released.logsUnread.join('; ')}` : ''
-          const fires = candidates.length > 0
-            ? `${candidates.join('; ')} can fire ${early ? 'by then' : 'inside the window'}` +
-              (opts.competingAllowed ? ' (run with --allow-competing-timeout)' : '')
-            : 'the run was allowed with a competing timeout'
-          const summary = `released after ${secs(after)}, ${where}, by a path nothing names: ` +
+          const fires =
+            candidates.length > 0
+              ? `${candidates.join('; ')} can fire ${early ? 'by then' : 'inside the window'}` +
+                (opts.competingAllowed ? ' (run with --allow-competing-timeout)' : '')
+              : 'the run was allowed with a competing timeout'
+          const summary =
+            `released after ${secs(after)}, ${where}, by a path nothing names: ` +
             `it could be ${could}, not only the watchdog`
-          record(unverified('eviction', sent.rid, summary, {
-            ...evidence, releasePath: path,
-            why: `no evidence names the watchdog (${says}${unread}), and ${fires}`,
-            toVerify: toDecide.join('; '),
-            ...(excluded.length > 0 ? {excluded} : {}),
-          }), answer.t)
+          record(
+            unverified('eviction', sent.rid, summary, {
+              ...evidence,
+              releasePath: path,
+              why: `no evidence names the watchdog (${says}${unread}), and ${fires}`,
+              toVerify: toDecide.join('; '),
+              ...(excluded.length > 0 ? {excluded} : {}),
+            }),
+            answer.t,
+          )
           continue
         }
       }
       if (releasePath) evidence.releasePath = releasePath
-      const clocked = serverClock(released, {after, entryOffsetMs: eps.entryOffsetMs, deadlineMs, pollMs, epsHighMs: eps.highMs})
+      const clocked = serverClock(released, {
+        after,
+        entryOffsetMs: eps.entryOffsetMs,
+        deadlineMs,
+        pollMs,
+        epsHighMs: eps.highMs,
+      })
       if (clocked) {
         const e = {...evidence, ...clocked.evidence}
-        if (clocked.verdict === 'early') record(fail('eviction', sent.rid, `evicted early: the watchdog held it ${secs(clocked.heldMs)} by its own clock, before the deadline (${deadlineSeconds}s) — a false timeout`, e), answer.t)
-        else if (clocked.verdict === 'late') record(fail('eviction', sent.rid, `evicted late: the watchdog held it ${secs(clocked.heldMs)} by its own clock, past deadline + poll (${secs(deadlineMs + pollMs)}) + ${Math.round(clocked.slackMs)} ms`, e), answer.t)
-        else record(pass('eviction', sent.rid, `evicted after ${secs(clocked.heldMs)} by the watchdog's own clock, inside [${secs(deadlineMs)}, ${secs(deadlineMs + pollMs)}] (+${Math.round(clocked.slackMs)} ms); answered ${secs(after)} after send`, e), answer.t)
+        if (clocked.verdict === 'early')
+          record(
+            fail(
+              'eviction',
+              sent.rid,
+              `evicted early: the watchdog held it ${secs(clocked.heldMs)} by its own clock, before the deadline ` +
+                `(${deadlineSeconds}s) — a false timeout`,
+              e,
+            ),
+            answer.t,
+          )
+        else if (clocked.verdict === 'late')
+          record(
+            fail(
+              'eviction',
+              sent.rid,
+              `evicted late: the watchdog held it ${secs(clocked.heldMs)} by its own clock, past deadline + poll ` +
+                `(${secs(deadlineMs + pollMs)}) + ${Math.round(clocked.slackMs)} ms`,
+              e,
+            ),
+            answer.t,
+          )
+        else
+          record(
+            pass(
+              'eviction',
+              sent.rid,
+              `evicted after ${secs(clocked.heldMs)} by the watchdog's own clock, inside ` +
+                `[${secs(deadlineMs)}, ${secs(deadlineMs + pollMs)}] (+${Math.round(clocked.slackMs)} ms); ` +
+                `answered ${secs(after)} after send`,
+              e,
+            ),
+            answer.t,
+          )
         continue
       }
       // The pin's own answer is the clock: within ε of a bound the verdict rests on ε (checks/epsilon.ts edgeOf).
       const edge = edgeOf(answer.t, low, high, eps)
       if (answer.t < low) {
-        record(fail('eviction', sent.rid, `evicted early: after ${secs(after)}, before the deadline window [${bounds[0].toFixed(3)}s, ${bounds[1].toFixed(3)}s] — a false timeout`, evidence), answer.t, edge)
+        record(
+          fail(
+            'eviction',
+            sent.rid,
+            `evicted early: after ${secs(after)}, before the deadline window ` +
+              `[${bounds[0].toFixed(3)}s, ${bounds[1].toFixed(3)}s] — a false timeout`,
+            evidence,
+          ),
+          answer.t,
+          edge,
+        )
       } else if (answer.t > high) {
-        const by = OTHER_CAUSES.includes(released.cause) ? `; released by ${CAUSE_NAMES[released.cause]}, not the watchdog` : ''
-        record(fail('eviction', sent.rid, `evicted late: after ${secs(after)}, past deadline + poll + ε (${bounds[1].toFixed(3)}s)${by}`, evidence), answer.t, edge)
+        const by = OTHER_CAUSES.includes(released.cause)
+          ? `; released by ${CAUSE_NAMES[released.cause]}, not the watchdog`
+          : ''
+        record(
+          fail(
+            'eviction',
+            sent.rid,
+            `evicted late: after ${secs(after)}, past deadline + poll + ε (${bounds[1].toFixed(3)}s)${by}`,
+            evidence,
+          ),
+          answer.t,
+          edge,
+        )
       } else if (eps.highMs >= pollMs) {
         // Answers reach pdchaos as late as a poll interval: a watchdog one poll late (or a little early) looks the
         // same as a punctual one answered late. Only clearly early or clearly late evictions can be judged.
-        record(unverified('eviction', sent.rid, `evicted after ${secs(after)}, inside [${bounds[0].toFixed(3)}s, ${bounds[1].toFixed(3)}s] only because ε is a whole poll wide (${Math.round(eps.highMs)} ms)`, {
-          ...evidence,
-          why: `answers reached pdchaos up to ${Math.round(eps.highMs)} ms late (${eps.why}), as long as the poll interval (${pollMs} ms): an eviction one poll late cannot be told from a punctual one answered late`,
-          toVerify: 'run again when the host (and the machine pdchaos runs on) is less loaded, or from a machine nearer the servers; the observation delay must stay well under the poll interval; or set watchdog.logPattern so that the watchdog\'s own log line gives the held time',
-        }), answer.t)
+        record(
+          unverified(
+            'eviction',
+            sent.rid,
+            `evicted after ${secs(after)}, inside [${bounds[0].toFixed(3)}s, ${bounds[1].toFixed(3)}s] only ` +
+              `because ε is a whole poll wide (${Math.round(eps.highMs)} ms)`,
+            {
+              ...evidence,
+              why:
+                `answers reached pdchaos up to ${Math.round(eps.highMs)} ms late (${eps.why}), as long as the ` +
+                `poll interval (${pollMs} ms): an eviction one poll late cannot be told from a punctual one ` +
+                `answered late`,
+              toVerify:
+                'run again when the host (and the machine pdchaos runs on) is less loaded, or from a machine ' +
+                'nearer the servers; the observation delay must stay well under the poll interval; or set ' +
+                "watchdog.logPattern so that the watchdog's own log line gives the held time",
+            },
+          ),
+          answer.t,
+        )
       } else {
-        record(pass('eviction', sent.rid, `evicted after ${secs(after)}, inside [${bounds[0].toFixed(3)}s, ${bounds[1].toFixed(3)}s]`, evidence), answer.t, edge)
+        record(
+          pass(
+            'eviction',
+            sent.rid,
+            `evicted after ${secs(after)}, inside [${bounds[0].toFixed(3)}s, ${bounds[1].toFixed(3)}s]`,
+            evidence,
+          ),
+          answer.t,
+          edge,
+        )
       }
       continue
     }
@@ -297,9 +514,22 @@ export function checkEvictions(tl: Timeline, opts: EvictionOptions = {}): {verdi
     const gaveUp = abandonedOf(tl, sent.rid)
     const heldFor = (gaveUp?.t ?? end) - sent.t
     const signals = stateSignals(tl, gaveUp?.t ?? end)
-    record(fail('eviction', sent.rid, `never evicted: still held after ${secs(heldFor)} (window ended at ${bounds[1].toFixed(3)}s), in the ${state.queue} queue (${state.kvPoll})`, {
-      ...base, heldSeconds: round(heldFor / 1000, 3), leftIn: state, deploymentSignals: signals, stoppedWatching: gaveUp?.detail ?? 'end of observation',
-    }), null)
+    record(
+      fail(
+        'eviction',
+        sent.rid,
+        `never evicted: still held after ${secs(heldFor)} (window ended at ${bounds[1].toFixed(3)}s), in ` +
+          `the ${state.queue} queue (${state.kvPoll})`,
+        {
+          ...base,
+          heldSeconds: round(heldFor / 1000, 3),
+          leftIn: state,
+          deploymentSignals: signals,
+          stoppedWatching: gaveUp?.detail ?? 'end of observation',
+        },
+      ),
+      null,
+    )
   }
   return {verdicts, pins}
 }

@@ -11,7 +11,10 @@
 export interface StallExpectation {
   kind: 'stall'
   outcome: 'transport-error' | 'watchdog' | 'either'
-  /** About when the transport fails a stalled transfer, seconds after it stalls (null: it never does, or is not modelled). */
+  /**
+   * About when the transport fails a stalled transfer, seconds after it stalls (null: it never does, or is not
+   * modelled).
+   */
   afterSeconds: number | null
   /** The give-up time's range where the implementations differ ([low, high] seconds). */
   afterSecondsRange?: [number, number]

@@ -3,7 +3,16 @@ import {PD_QUEUES, WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js
 import {round} from './eviction.js'
 import {checkKvTokens} from './kv-tokens.js'
 import {releaseCauseOf} from './release-cause.js'
-import {abandonedOf, answerOf, faultWindows, metricAt, type Observation, requestsOf, sampledInstances, type Timeline} from '../model/timeline.js'
+import {
+  abandonedOf,
+  answerOf,
+  faultWindows,
+  metricAt,
+  type Observation,
+  requestsOf,
+  sampledInstances,
+  type Timeline,
+} from '../model/timeline.js'
 import {fail, pass, unverified, type Verdict} from '../model/verdict.js'
 
 /**
@@ -26,7 +35,7 @@ export interface RecoveryOptions {
 
 /** The instances of a service to judge: those the batch spans and any sampled ([undefined]: one pair, unlabelled). */
 function instancesOf(tl: Timeline, service: 'prefill' | 'decode', opts: RecoveryOptions): Array<string | undefined> {
-  const stated = (opts.instances ?? []).filter((i) => i.service === service).map((i) => i.instance)
+  const stated = (opts.instances ?? []).filter(i => i.service === service).map(i => i.instance)
   const sampled = sampledInstances(tl, service).filter((i): i is string => i !== undefined)
   const all = [...new Set([...stated, ...sampled])]
   return all.length > 0 ? all : [undefined]
@@ -39,25 +48,56 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
   const out: Verdict[] = []
   out.push(...checkBreaker(tl))
   const windows = faultWindows(tl)
-  const injectedAt = Math.min(...windows.map((w) => w.from))
-  const revertedAt = Math.max(...windows.map((w) => w.to ?? Number.POSITIVE_INFINITY))
-  const end = Math.max(...tl.observations.map((o) => o.t))
+  const injectedAt = Math.min(...windows.map(w => w.from))
+  const revertedAt = Math.max(...windows.map(w => w.to ?? Number.POSITIVE_INFINITY))
+  const end = Math.max(...tl.observations.map(o => o.t))
 
   // 1. The next requests succeed: the last round of canaries (a round the gateway's breaker refused was sent again
   // once it closed, marker canaries-again; the refused round is in the evidence).
-  const again = tl.observations.filter((o) => o.kind === 'marker' && o.name === 'canaries-again').map((o) => o.t)
+  const again = tl.observations.filter(o => o.kind === 'marker' && o.name === 'canaries-again').map(o => o.t)
   const from = Math.max(revertedAt, ...again)
-  const refusedRound = again.length > 0 ? requestsOf(tl, 'canary').filter((c) => c.t >= revertedAt && c.t < from).map((c) => ({rid: c.rid, status: answerOf(tl, c.rid)?.status ?? null})) : []
-  const canaries = requestsOf(tl, 'canary').filter((c) => c.t >= from)
-  const bad = canaries.filter((c) => {
+  const refusedRound =
+    again.length > 0
+      ? requestsOf(tl, 'canary')
+          .filter(c => c.t >= revertedAt && c.t < from)
+          .map(c => ({rid: c.rid, status: answerOf(tl, c.rid)?.status ?? null}))
+      : []
+  const canaries = requestsOf(tl, 'canary').filter(c => c.t >= from)
+  const bad = canaries.filter(c => {
     const a = answerOf(tl, c.rid)
     return !a || a.status < 200 || a.status > 299
   })
   const firstRound = refusedRound.length > 0 ? {refusedByOpenBreaker: refusedRound} : {}
-  const sentAgain = refusedRound.length > 0 ? ', sent again once the circuit breaker that refused the first ones had closed' : ''
-  if (canaries.length === 0) out.push(fail('recovery', 'requests', 'no request was sent after the revert: recovery unproven', {revertedAt, ...firstRound}))
-  else if (bad.length > 0) out.push(fail('recovery', 'requests', `${bad.length} of ${canaries.length} requests after the revert failed${sentAgain}: ${bad.slice(0, 5).map((b) => `${b.rid} (${answerOf(tl, b.rid)?.status ?? 'no answer'})`).join(', ')}`, {canaries: canaries.length, failed: bad.map((b) => b.rid), ...firstRound}))
-  else out.push(pass('recovery', 'requests', `${canaries.length} of ${canaries.length} requests after the revert succeeded${sentAgain}`, {canaries: canaries.length, ...firstRound}))
+  const sentAgain =
+    refusedRound.length > 0 ? ', sent again once the circuit breaker that refused the first ones had closed' : ''
+  if (canaries.length === 0)
+    out.push(
+      fail('recovery', 'requests', 'no request was sent after the revert: recovery unproven', {
+        revertedAt,
+        ...firstRound,
+      }),
+    )
+  else if (bad.length > 0)
+    out.push(
+      fail(
+        'recovery',
+        'requests',
+        `${bad.length} of ${canaries.length} requests after the revert failed${sentAgain}: ${bad
+          .slice(0, 5)
+          .map(b => `${b.rid} (${answerOf(tl, b.rid)?.status ?? 'no answer'})`)
+          .join(', ')}`,
+        {canaries: canaries.length, failed: bad.map(b => b.rid), ...firstRound},
+      ),
+    )
+  else
+    out.push(
+      pass(
+        'recovery',
+        'requests',
+        `${canaries.length} of ${canaries.length} requests after the revert succeeded${sentAgain}`,
+        {canaries: canaries.length, ...firstRound},
+      ),
+    )
 
   // 2. The queues drain (judged at the last sample, taken after the canaries so the gauges were refreshed by a batch).
   // Each PD queue: the /v1/loads snapshot (fresh once idle) first, the /metrics gauge as fallback. SGLang writes those
@@ -78,11 +118,16 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
       else {
         queues[named(inst, gauge)] = metricAt(tl, svc, gauge, end, inst)
         staleNames.add(named(inst, gauge))
-        const last = readingsOf(tl, svc, gauge, inst).filter((r) => r.t <= end).at(-1)
+        const last = readingsOf(tl, svc, gauge, inst)
+          .filter(r => r.t <= end)
+          .at(-1)
         const written = writtenSince(tl, svc, gauge, releasedAt, inst)
         if (last && (written === undefined || last.t < written.at)) unshown.push(named(inst, gauge))
       }
-      seenOf.set(inst, (seenOf.get(inst) ?? false) || queues[named(inst, v === undefined ? gauge : fresh)] !== undefined)
+      seenOf.set(
+        inst,
+        (seenOf.get(inst) ?? false) || queues[named(inst, v === undefined ? gauge : fresh)] !== undefined,
+      )
     }
   }
   const stuck = Object.entries(queues).filter(([, v]) => v !== undefined && v > 0)
@@ -90,32 +135,75 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
   const unseen = [...seenOf].filter(([, seen]) => !seen).map(([inst]) => inst)
   const noLoads = 'read /v1/loads?include=disagg (an SGLang that serves it), which is fresh once the server is idle'
   if (stuckFresh.length > 0) {
-    out.push(fail('recovery', 'queues', `queues not drained: ${stuckFresh.map(([n, v]) => `${n}=${v}`).join(', ')}`, {queues}))
+    out.push(
+      fail('recovery', 'queues', `queues not drained: ${stuckFresh.map(([n, v]) => `${n}=${v}`).join(', ')}`, {queues}),
+    )
   } else if (unseen.length > 0) {
-    const which = unseen.every((i) => i === undefined) ? 'no PD queue was sampled' : `no PD queue of ${unseen.join(', ')} was sampled`
-    out.push(unverified('recovery', 'queues', `${which} after the revert: drain unproven`, {
-      why: 'neither /v1/loads?include=disagg nor the /metrics queue gauges answered with the PD queues', toVerify: noLoads,
-    }))
+    const which = unseen.every(i => i === undefined)
+      ? 'no PD queue was sampled'
+      : `no PD queue of ${unseen.join(', ')} was sampled`
+    out.push(
+      unverified('recovery', 'queues', `${which} after the revert: drain unproven`, {
+        why: 'neither /v1/loads?include=disagg nor the /metrics queue gauges answered with the PD queues',
+        toVerify: noLoads,
+      }),
+    )
   } else if (stuck.length > 0) {
-    out.push(unverified('recovery', 'queues', `queues shown nonzero only by gauges that may be stale: ${stuck.map(([n, v]) => `${n}=${v}`).join(', ')}`, {
-      queues, staleGauges: [...staleNames],
-      why: 'SGLang writes the PD queue gauges of /metrics only per batch (report_prefill_stats) or every 30 s from on_idle(), which returns early while a queue holds a request: a gauge can lag by up to about 30 s',
-      toVerify: noLoads,
-    }))
+    out.push(
+      unverified(
+        'recovery',
+        'queues',
+        `queues shown nonzero only by gauges that may be stale: ${stuck.map(([n, v]) => `${n}=${v}`).join(', ')}`,
+        {
+          queues,
+          staleGauges: [...staleNames],
+          why:
+            'SGLang writes the PD queue gauges of /metrics only per batch (report_prefill_stats) or every 30 s ' +
+            'from on_idle(), which returns early while a queue holds a request: a gauge can lag by up to about 30 s',
+          toVerify: noLoads,
+        },
+      ),
+    )
   } else if (unshown.length > 0) {
-    out.push(unverified('recovery', 'queues', `queues read 0 only by gauges not shown written since the fault's last request ended: ${unshown.join(', ')}`, {
-      queues, staleGauges: [...staleNames], releasedAt,
-      why: `${freshnessOf(PD_QUEUES[0].gauge).rule}: a 0 written before a request entered hides it`,
-      toVerify: noLoads,
-    }))
+    out.push(
+      unverified(
+        'recovery',
+        'queues',
+        `queues read 0 only by gauges not shown written since the fault's last request ended: ${unshown.join(', ')}`,
+        {
+          queues,
+          staleGauges: [...staleNames],
+          releasedAt,
+          why: `${freshnessOf(PD_QUEUES[0].gauge).rule}: a 0 written before a request entered hides it`,
+          toVerify: noLoads,
+        },
+      ),
+    )
   } else {
-    out.push(pass('recovery', 'queues', `every PD queue drained to 0${staleNames.size > 0 ? ` (${staleNames.size} of them from /metrics gauges written after the fault's last request ended)` : ''}`, {queues}))
+    out.push(
+      pass(
+        'recovery',
+        'queues',
+        `every PD queue drained to ` +
+          `0${
+            staleNames.size > 0
+              ? ` (${staleNames.size} of them from /metrics gauges written after the fault's ` + `last request ended)`
+              : ''
+          }`,
+        {queues},
+      ),
+    )
   }
 
   // 3. KV tokens in use back at their baseline, judged only from readings fresh enough to show a leak (kv-tokens.ts).
   for (const svc of ['prefill', 'decode'] as const) {
     for (const inst of instancesOf(tl, svc, opts)) {
-      const v = checkKvTokens(tl, svc, inst, {injectedAt, revertedAt, end, usedTokensTolerance: opts.usedTokensTolerance})
+      const v = checkKvTokens(tl, svc, inst, {
+        injectedAt,
+        revertedAt,
+        end,
+        usedTokensTolerance: opts.usedTokensTolerance,
+      })
       if (v) out.push(v)
     }
   }
@@ -125,10 +213,14 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
   // (the watchdog can evict it after pdchaos let go): each widens the range by one, and the evidence says so.
   // An empty counter list skips this part (abort trials move several counters through several paths).
   const counters = opts.failureCounters ?? [WATCHDOG_EVICTED_TOTAL]
-  const cleaned = new Set(tl.observations.filter((o) => o.kind === 'marker' && o.name === 'cleanup-abort').map((o) => (o as {detail?: string}).detail))
+  const cleaned = new Set(
+    tl.observations
+      .filter(o => o.kind === 'marker' && o.name === 'cleanup-abort')
+      .map(o => (o as {detail?: string}).detail),
+  )
   // The watchdog's counter moves only for its own evictions: a request its answer says something else released (a
   // transport error, an abort, SGLang's timeout) moved another counter, and is not expected here.
-  const watchdogOnly = counters.length > 0 && counters.every((c) => c === WATCHDOG_EVICTED_TOTAL)
+  const watchdogOnly = counters.length > 0 && counters.every(c => c === WATCHDOG_EVICTED_TOTAL)
   let certain = 0
   let uncertain = 0
   let otherCause = 0
@@ -168,19 +260,38 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
   }
   const have = missing.length === 0
   if (!have) {
-    out.push(unverified('recovery', 'counters', `the failure counter balance is unverified: prefill does not export ${missing.join(', ')}`, {
-      missing,
-      why: `pdchaos checks that the failure counters moved by exactly the requests that failed, and ${missing.join(', ')} was not in prefill's /metrics before and after the fault`,
-      toVerify: missing.some((m) => m.endsWith(WATCHDOG_EVICTED_TOTAL))
-        ? `have the watchdog count its evictions in ${WATCHDOG_EVICTED_TOTAL} (the counter pdchaos proposes for it), and enable --enable-metrics`
-        : 'start prefill with --enable-metrics',
-    }))
+    out.push(
+      unverified(
+        'recovery',
+        'counters',
+        `the failure counter balance is unverified: prefill does not export ${missing.join(', ')}`,
+        {
+          missing,
+          why:
+            `pdchaos checks that the failure counters moved by exactly the requests that failed, ` +
+            `and ${missing.join(', ')} was not in prefill's /metrics before and after the fault`,
+          toVerify: missing.some(m => m.endsWith(WATCHDOG_EVICTED_TOTAL))
+            ? `have the watchdog count its evictions in ${WATCHDOG_EVICTED_TOTAL} (the counter pdchaos proposes ` +
+              `for it), and enable --enable-metrics`
+            : 'start prefill with --enable-metrics',
+        },
+      ),
+    )
   }
   if (have && counters.length > 0) {
     const moved = Math.round(delta)
-    const evidence = {counters: per, failedRequests: certain, releasedByPdchaos: uncertain, ...(otherCause ? {releasedByOtherCauses: otherCause} : {}),
-      ...(refused ? {refusedByGateway: refused} : {})}
-    const plus = ['requests that failed', ...(uncertain ? ['those pdchaos let go of'] : []), ...(refused ? ['those the gateway refused with no worker to send to'] : [])].join(', plus ')
+    const evidence = {
+      counters: per,
+      failedRequests: certain,
+      releasedByPdchaos: uncertain,
+      ...(otherCause ? {releasedByOtherCauses: otherCause} : {}),
+      ...(refused ? {refusedByGateway: refused} : {}),
+    }
+    const plus = [
+      'requests that failed',
+      ...(uncertain ? ['those pdchaos let go of'] : []),
+      ...(refused ? ['those the gateway refused with no worker to send to'] : []),
+    ].join(', plus ')
     uncertain += refused
     const expected = uncertain === 0 ? `${certain}` : `${certain} to ${certain + uncertain}`
     // Requests sent through the router (load, canaries) while a fault was in place, or that took at least the deadline
@@ -189,36 +300,79 @@ export function checkRecovery(tl: Timeline, opts: RecoveryOptions = {}): Verdict
     // counters once more, unseen by pdchaos.
     const windows = faultWindows(tl)
     const deadlineMs = tl.contract.deadlineSeconds * 1000
-    const routedInReach = tl.observations.filter((o) => {
+    const routedInReach = tl.observations.filter(o => {
       if (o.kind !== 'request-sent' || o.path === 'direct') return false
       const answeredAt = answerOf(tl, o.rid)?.t ?? end
-      return windows.some((w) => o.t <= (w.to ?? end) && answeredAt >= w.from) || answeredAt - o.t >= deadlineMs
+      return windows.some(w => o.t <= (w.to ?? end) && answeredAt >= w.from) || answeredAt - o.t >= deadlineMs
     }).length
-    if (moved < certain) out.push(fail('recovery', 'counters', `failure counters moved by ${moved}, expected ${expected} (${plus})`, evidence))
+    if (moved < certain)
+      out.push(
+        fail('recovery', 'counters', `failure counters moved by ${moved}, expected ${expected} (${plus})`, evidence),
+      )
     else if (moved > certain + uncertain && routedInReach > 0) {
-      out.push(unverified('recovery', 'counters', `failure counters moved by ${moved}, ${moved - certain - uncertain} more than the ${expected} pdchaos can attribute`, {
-        ...evidence, routedInReach,
-        why: `${routedInReach} request(s) went through the router while a fault was in place or took at least the deadline, and a retrying gateway sends a failed one again (each failed attempt moves the counters once more, out of pdchaos's sight)`,
-        toVerify: 'run the steady load with --load-interval 0, or against a gateway started with --disable-retries',
-      }))
-    } else if (moved > certain + uncertain) out.push(fail('recovery', 'counters', `failure counters moved by ${moved}, expected ${expected} (${plus})`, evidence))
-    else out.push(pass('recovery', 'counters', `failure counters moved by ${moved}, as expected (${expected})`, evidence))
+      out.push(
+        unverified(
+          'recovery',
+          'counters',
+          `failure counters moved by ${moved}, ${moved - certain - uncertain} more than the ${expected} pdchaos ` +
+            `can attribute`,
+          {
+            ...evidence,
+            routedInReach,
+            why:
+              `${routedInReach} request(s) went through the router while a fault was in place or took at least ` +
+              `the deadline, and a retrying gateway sends a failed one again (each failed attempt moves the ` +
+              `counters once more, out of pdchaos's sight)`,
+            toVerify: 'run the steady load with --load-interval 0, or against a gateway started with --disable-retries',
+          },
+        ),
+      )
+    } else if (moved > certain + uncertain)
+      out.push(
+        fail('recovery', 'counters', `failure counters moved by ${moved}, expected ${expected} (${plus})`, evidence),
+      )
+    else
+      out.push(pass('recovery', 'counters', `failure counters moved by ${moved}, as expected (${expected})`, evidence))
   }
   return out
 }
 
-/** The gateway's circuit breaker, each time it was found open after a fault: reported, and it must have closed again. */
+/**
+ * The gateway's circuit breaker, each time it was found open after a fault: reported, and it must have closed again.
+ */
 function checkBreaker(tl: Timeline): Verdict[] {
-  const markers = tl.observations.filter((o): o is Extract<Observation, {kind: 'marker'}> => o.kind === 'marker' && (o.name === 'router-breaker-open' || o.name === 'router-breaker-closed'))
-  const end = Math.max(...tl.observations.map((o) => o.t))
+  const markers = tl.observations.filter(
+    (o): o is Extract<Observation, {kind: 'marker'}> =>
+      o.kind === 'marker' && (o.name === 'router-breaker-open' || o.name === 'router-breaker-closed'),
+  )
+  const end = Math.max(...tl.observations.map(o => o.t))
   const out: Verdict[] = []
   markers.forEach((opened, i) => {
     if (opened.name !== 'router-breaker-open') return
     const closed = markers[i + 1]?.name === 'router-breaker-closed' ? markers[i + 1] : undefined
-    const evidence = {workers: opened.detail, foundOpenAt: opened.t, closedAt: closed?.t ?? null, metric: 'smg_worker_cb_state'}
-    out.push(closed
-      ? pass('recovery', 'router circuit breaker', `the fault opened the router's circuit breaker (${opened.detail}); it closed again ${((closed.t - opened.t) / 1000).toFixed(1)}s later, before the canaries`, evidence)
-      : fail('recovery', 'router circuit breaker', `the fault opened the router's circuit breaker (${opened.detail}) and it was still open ${((end - opened.t) / 1000).toFixed(1)}s later: healthy requests get 503`, evidence))
+    const evidence = {
+      workers: opened.detail,
+      foundOpenAt: opened.t,
+      closedAt: closed?.t ?? null,
+      metric: 'smg_worker_cb_state',
+    }
+    out.push(
+      closed
+        ? pass(
+            'recovery',
+            'router circuit breaker',
+            `the fault opened the router's circuit breaker (${opened.detail}); it closed ` +
+              `again ${((closed.t - opened.t) / 1000).toFixed(1)}s later, before the canaries`,
+            evidence,
+          )
+        : fail(
+            'recovery',
+            'router circuit breaker',
+            `the fault opened the router's circuit breaker (${opened.detail}) and it was still ` +
+              `open ${((end - opened.t) / 1000).toFixed(1)}s later: healthy requests get 503`,
+            evidence,
+          ),
+    )
   })
   return out
 }

@@ -24,23 +24,33 @@ import {logLinesOf, logReadOf, type Timeline} from '../model/timeline.js'
  */
 
 export type ReleaseCause =
-  | 'watchdog' | 'bootstrap-timeout' | 'waiting-timeout' | 'heartbeat' | 'transport-error' | 'transfer-failed' | 'abort'
-  | 'decode-abort' | 'revert' | 'timeout' | 'gateway' | 'unknown'
+  | 'watchdog'
+  | 'bootstrap-timeout'
+  | 'waiting-timeout'
+  | 'heartbeat'
+  | 'transport-error'
+  | 'transfer-failed'
+  | 'abort'
+  | 'decode-abort'
+  | 'revert'
+  | 'timeout'
+  | 'gateway'
+  | 'unknown'
 
 /** How a report names each cause. */
 export const CAUSE_NAMES: Record<ReleaseCause, string> = {
-  'watchdog': 'the watchdog',
+  watchdog: 'the watchdog',
   'bootstrap-timeout': "SGLang's bootstrap timeout (prefill, SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT)",
   'waiting-timeout': "decode's waiting timeout (SGLANG_DISAGGREGATION_WAITING_TIMEOUT)",
-  'heartbeat': "decode's heartbeat failure (it lost the prefill instance)",
+  heartbeat: "decode's heartbeat failure (it lost the prefill instance)",
   'transport-error': 'a transport error',
   'transfer-failed': 'a KV transfer failure (its reason not stated: it came from another TP rank)',
-  'abort': 'an abort (/abort_request)',
-  'decode-abort': 'decode letting go of its half (its ABORT reached prefill; decode\'s own reason not shown)',
-  'revert': 'the revert of the fault',
-  'timeout': 'an SGLang timeout',
-  'gateway': 'the gateway (no worker available)',
-  'unknown': 'an unknown cause',
+  abort: 'an abort (/abort_request)',
+  'decode-abort': "decode letting go of its half (its ABORT reached prefill; decode's own reason not shown)",
+  revert: 'the revert of the fault',
+  timeout: 'an SGLang timeout',
+  gateway: 'the gateway (no worker available)',
+  unknown: 'an unknown cause',
 }
 
 const TRANSPORT = [
@@ -70,7 +80,12 @@ export function releaseCauseOf(detail: string | undefined): {cause: ReleaseCause
   m = /was aborted by decode|Aborted by decode-side abort notification|Aborted by peer notification/i.exec(text)
   if (m) return {cause: 'decode-abort', evidence: quote(m)}
   m = /timed out after [\d.]+\s*s in KVPoll\.(\w+)/i.exec(text)
-  if (m) return {cause: m[1] === 'Bootstrapping' ? 'bootstrap-timeout' : m[1] === 'WaitingForInput' ? 'waiting-timeout' : 'timeout', evidence: quote(m)}
+  if (m)
+    return {
+      cause:
+        m[1] === 'Bootstrapping' ? 'bootstrap-timeout' : m[1] === 'WaitingForInput' ? 'waiting-timeout' : 'timeout',
+      evidence: quote(m),
+    }
   m = /Lost connection with prefill instance/i.exec(text)
   if (m) return {cause: 'heartbeat', evidence: quote(m)}
   for (const re of TRANSPORT) {
@@ -95,14 +110,23 @@ export interface Attribution {
 
 /** Counters that move with each cause, on the service that counts it. */
 const CAUSE_COUNTERS: Partial<Record<ReleaseCause, Array<['prefill' | 'decode', string]>>> = {
-  'watchdog': [['prefill', WATCHDOG_EVICTED_TOTAL]],
+  watchdog: [['prefill', WATCHDOG_EVICTED_TOTAL]],
   'bootstrap-timeout': [['prefill', BOOTSTRAP_FAILED_TOTAL]],
-  'waiting-timeout': [['decode', TRANSFER_FAILED_TOTAL], ['prefill', TRANSFER_FAILED_TOTAL]],
-  'heartbeat': [['decode', TRANSFER_FAILED_TOTAL], ['prefill', TRANSFER_FAILED_TOTAL]],
-  'decode-abort': [['decode', TRANSFER_FAILED_TOTAL], ['prefill', TRANSFER_FAILED_TOTAL]],
+  'waiting-timeout': [
+    ['decode', TRANSFER_FAILED_TOTAL],
+    ['prefill', TRANSFER_FAILED_TOTAL],
+  ],
+  heartbeat: [
+    ['decode', TRANSFER_FAILED_TOTAL],
+    ['prefill', TRANSFER_FAILED_TOTAL],
+  ],
+  'decode-abort': [
+    ['decode', TRANSFER_FAILED_TOTAL],
+    ['prefill', TRANSFER_FAILED_TOTAL],
+  ],
   'transport-error': [['prefill', TRANSFER_FAILED_TOTAL]],
   'transfer-failed': [['prefill', TRANSFER_FAILED_TOTAL]],
-  'abort': [['prefill', TRANSFER_FAILED_TOTAL]],
+  abort: [['prefill', TRANSFER_FAILED_TOTAL]],
 }
 
 /** Causes decode states in its own line, more precise than prefill's "aborted by decode". */
@@ -117,15 +141,16 @@ const DECODE_CAUSES: ReleaseCause[] = ['waiting-timeout', 'heartbeat', 'transpor
 export function attributeRelease(tl: Timeline, rid: string, answer: {t: number; detail?: string}): Attribution {
   const evidence: string[] = []
   const lines = logLinesOf(tl, rid)
-  const quote = (l: {service: string; source: string; line: string}) => `${l.service} log (${l.source}): "${l.line.length > 400 ? `${l.line.slice(0, 400)}…` : l.line}"`
-  const logsUnread = (['prefill', 'decode'] as const).flatMap((s) => {
+  const quote = (l: {service: string; source: string; line: string}) =>
+    `${l.service} log (${l.source}): "${l.line.length > 400 ? `${l.line.slice(0, 400)}…` : l.line}"`
+  const logsUnread = (['prefill', 'decode'] as const).flatMap(s => {
     const r = logReadOf(tl, s)
     if (!r) return [`${s}'s log was not read`]
     return r.ok ? [] : [`${s}'s log could not be read: ${r.detail}`]
   })
   let cause: ReleaseCause
   let watchdogHeldSeconds: number | undefined
-  const wd = lines.find((l) => l.watchdog?.rid === rid)
+  const wd = lines.find(l => l.watchdog?.rid === rid)
   const text = releaseCauseOf(answer.detail)
   if (wd) {
     cause = 'watchdog'
@@ -134,8 +159,9 @@ export function attributeRelease(tl: Timeline, rid: string, answer: {t: number; 
   } else {
     cause = text.cause
     // Prefill's own line for the rid says more than a 500 cut short, or one from another rank.
-    const prefillLine = lines.find((l) => l.service === 'prefill' && releaseCauseOf(l.line).cause !== 'unknown')
-    if (prefillLine && (cause === 'unknown' || cause === 'transfer-failed')) cause = releaseCauseOf(prefillLine.line).cause
+    const prefillLine = lines.find(l => l.service === 'prefill' && releaseCauseOf(l.line).cause !== 'unknown')
+    if (prefillLine && (cause === 'unknown' || cause === 'transfer-failed'))
+      cause = releaseCauseOf(prefillLine.line).cause
     if (prefillLine) evidence.push(quote(prefillLine))
   }
   if (answer.detail) evidence.push(`the answer: ${text.evidence}`)
@@ -143,18 +169,21 @@ export function attributeRelease(tl: Timeline, rid: string, answer: {t: number; 
     // An unexplained prefill failure is decode's doing only by decode's own timeout or heartbeat: an abort on decode
     // after prefill failed is pdchaos (or the gateway) letting go of decode's half.
     const allowed: ReleaseCause[] = cause === 'decode-abort' ? DECODE_CAUSES : ['waiting-timeout', 'heartbeat']
-    const decodeLine = lines.filter((l) => l.service === 'decode').map((l) => ({l, c: releaseCauseOf(l.line).cause}))
-      .filter((x) => allowed.includes(x.c)).sort((a, b) => DECODE_CAUSES.indexOf(a.c) - DECODE_CAUSES.indexOf(b.c))[0]
+    const decodeLine = lines
+      .filter(l => l.service === 'decode')
+      .map(l => ({l, c: releaseCauseOf(l.line).cause}))
+      .filter(x => allowed.includes(x.c))
+      .sort((a, b) => DECODE_CAUSES.indexOf(a.c) - DECODE_CAUSES.indexOf(b.c))[0]
     if (decodeLine) {
       cause = decodeLine.c === 'abort' ? 'decode-abort' : decodeLine.c
       evidence.push(quote(decodeLine.l))
     } else if (cause === 'decode-abort') {
-      const unread = logsUnread.find((u) => u.startsWith('decode'))
+      const unread = logsUnread.find(u => u.startsWith('decode'))
       evidence.push(unread ? `decode's reason unknown: ${unread}` : "decode's log names no failure of this rid")
     }
   }
   // Answered only after the fault was taken out, with nothing else named: the revert let it go.
-  const reverted = tl.observations.find((o) => o.kind === 'fault-reverted' && o.t <= answer.t)
+  const reverted = tl.observations.find(o => o.kind === 'fault-reverted' && o.t <= answer.t)
   if (reverted && (cause === 'unknown' || cause === 'transfer-failed')) {
     cause = 'revert'
     evidence.push(`answered ${((answer.t - reverted.t) / 1000).toFixed(3)} s after the fault was reverted`)
@@ -177,5 +206,8 @@ export function counterChange(tl: Timeline, service: string, name: string, t: nu
   }
   if (!before || !after) return undefined
   const d = after.value - before.value
-  return `${service} ${name} ${d >= 0 ? '+' : ''}${d} between ${((before.t - t) / 1000).toFixed(1)} s and +${((after.t - t) / 1000).toFixed(1)} s of the answer (a count of every request, not of this one)`
+  return (
+    `${service} ${name} ${d >= 0 ? '+' : ''}${d} between ${((before.t - t) / 1000).toFixed(1)} s and ` +
+    `+${((after.t - t) / 1000).toFixed(1)} s of the answer (a count of every request, not of this one)`
+  )
 }

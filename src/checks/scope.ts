@@ -11,9 +11,22 @@ export function checkScope(tl: Timeline): Verdict[] {
   for (const pin of requestsOf(tl, 'pin')) {
     const state = pin.expectedState
     if (scope === 'off') {
-      out.push(fail('scope', pin.rid, 'the watchdog is off: nothing evicts a pin before SGLang\'s own timeouts', {scope, expectedState: state}))
+      out.push(
+        fail('scope', pin.rid, "the watchdog is off: nothing evicts a pin before SGLang's own timeouts", {
+          scope,
+          expectedState: state,
+        }),
+      )
     } else if (scope === 'inflight' && state && state.queue !== 'inflight' && state.queue !== 'unknown') {
-      out.push(fail('scope', pin.rid, `pin outside the watchdog's scope: held in the ${state.queue} queue (${state.kvPoll}) while the watchdog watches only the inflight queue`, {scope, expectedState: state, fault: pin.fault}))
+      out.push(
+        fail(
+          'scope',
+          pin.rid,
+          `pin outside the watchdog's scope: held in the ${state.queue} queue (${state.kvPoll}) while the watchdog ` +
+            `watches only the inflight queue`,
+          {scope, expectedState: state, fault: pin.fault},
+        ),
+      )
     }
   }
   return out

@@ -10,12 +10,18 @@ import {type CheckName, fail, pass, unverified, type Verdict} from '../model/ver
  * cannot run it.
  */
 
-export const WATCHDOG_NOT_JUDGED = 'a wedged instance cannot run its watchdog: this experiment judges detection and recovery only'
+export const WATCHDOG_NOT_JUDGED =
+  'a wedged instance cannot run its watchdog: this experiment judges detection and recovery only'
 
 /** The check names its verdicts are reported under (detection: did the fault show; resumption: recovery). */
-export const WEDGE_CHECKS = {detection: 'fault-effect', resumption: 'recovery'} as const satisfies Record<string, CheckName>
+export const WEDGE_CHECKS = {detection: 'fault-effect', resumption: 'recovery'} as const satisfies Record<
+  string,
+  CheckName
+>
 
-/** Without the plan's expectation: SGLang's default health-check timeout (20 s) + 2 × its 1 s tick + a 250 ms sample. */
+/**
+ * Without the plan's expectation: SGLang's default health-check timeout (20 s) + 2 × its 1 s tick + a 250 ms sample.
+ */
 const DEFAULT_BOUND_S = 22.25
 
 type Health = Extract<Observation, {kind: 'health'}>
@@ -23,95 +29,262 @@ type Health = Extract<Observation, {kind: 'health'}>
 const healthOf = (tl: Timeline, service: string): Health[] =>
   tl.observations.filter((o): o is Health => o.kind === 'health' && o.service === service).sort((a, b) => a.t - b.t)
 
-const describe = (h: Health): string => (h.status === undefined ? `no answer after ${round(h.ms)} ms` : `${h.status} after ${round(h.ms)} ms`)
+const describe = (h: Health): string =>
+  h.status === undefined ? `no answer after ${round(h.ms)} ms` : `${h.status} after ${round(h.ms)} ms`
 
 export function checkWedge(tl: Timeline, expected?: WedgeExpectation): Verdict[] {
   const window = faultWindows(tl)[0]
-  if (!window) return [unverified(WEDGE_CHECKS.detection, 'wedge', 'no wedge was injected: nothing to judge', {why: 'the timeline has no fault-injected observation', toVerify: 'inject wedge-rank and let it take effect', watchdog: WATCHDOG_NOT_JUDGED})]
-  const end = Math.max(...tl.observations.map((o) => o.t))
+  if (!window)
+    return [
+      unverified(WEDGE_CHECKS.detection, 'wedge', 'no wedge was injected: nothing to judge', {
+        why: 'the timeline has no fault-injected observation',
+        toVerify: 'inject wedge-rank and let it take effect',
+        watchdog: WATCHDOG_NOT_JUDGED,
+      }),
+    ]
+  const end = Math.max(...tl.observations.map(o => o.t))
   const from = window.from
   const to = window.to ?? end
   // The wedged side: the plan's, else the one whose health went red while the wedge was held.
-  const service = expected?.service ?? (['prefill', 'decode'] as const).find((s) => healthOf(tl, s).some((h) => !h.ok && h.t >= from && h.t - h.ms < to))
+  const service =
+    expected?.service ??
+    (['prefill', 'decode'] as const).find(s => healthOf(tl, s).some(h => !h.ok && h.t >= from && h.t - h.ms < to))
   const detectBound = expected?.detectWithinSeconds ?? DEFAULT_BOUND_S
   const resumeBound = expected?.resumeWithinSeconds ?? DEFAULT_BOUND_S
   const epsMs = 5 + 2 * observeDelayMs(tl).ms
   const base = {
-    clock: 'the health probes\' own answers (arrival time; each was sent its duration earlier)',
+    clock: "the health probes' own answers (arrival time; each was sent its duration earlier)",
     watchdog: WATCHDOG_NOT_JUDGED,
     epsilonMs: round(epsMs),
-    ...(expected ? {healthTimeoutSeconds: expected.healthTimeoutSeconds, healthTimeoutSource: expected.healthTimeoutSource, probePath: expected.probePath, boundWhy: expected.why}
-      : {boundWhy: `no plan expectation: SGLang's default health-check timeout (20 s) + 2 × 1 s + 0.25 s = ${DEFAULT_BOUND_S} s`}),
+    ...(expected
+      ? {
+          healthTimeoutSeconds: expected.healthTimeoutSeconds,
+          healthTimeoutSource: expected.healthTimeoutSource,
+          probePath: expected.probePath,
+          boundWhy: expected.why,
+        }
+      : {
+          boundWhy:
+            `no plan expectation: SGLang's default health-check timeout (20 s) + 2 × 1 s + 0.25 s ` +
+            `= ${DEFAULT_BOUND_S} s`,
+        }),
   }
   if (!service) {
-    const sampled = (['prefill', 'decode'] as const).filter((s) => healthOf(tl, s).some((h) => h.t >= from && h.t - h.ms < to))
+    const sampled = (['prefill', 'decode'] as const).filter(s =>
+      healthOf(tl, s).some(h => h.t >= from && h.t - h.ms < to),
+    )
     if (sampled.length === 0) {
-      return [unverified(WEDGE_CHECKS.detection, 'health: detection', 'no health sample while the wedge was held: detection unverified', {
-        ...base, why: 'the timeline has no health observation inside the fault window', toVerify: 'sample /health of prefill and decode every 250 ms while the wedge is held and after the revert'})]
+      return [
+        unverified(
+          WEDGE_CHECKS.detection,
+          'health: detection',
+          'no health sample while the wedge was held: detection unverified',
+          {
+            ...base,
+            why: 'the timeline has no health observation inside the fault window',
+            toVerify: 'sample /health of prefill and decode every 250 ms while the wedge is held and after the revert',
+          },
+        ),
+      ]
     }
-    return [fail(WEDGE_CHECKS.detection, 'health: detection', `never detected: ${sampled.join(' and ')} /health stayed ok for the ${secs(to - from)} the wedge was held`, {...base, heldSeconds: round((to - from) / 1000, 3)})]
+    return [
+      fail(
+        WEDGE_CHECKS.detection,
+        'health: detection',
+        `never detected: ${sampled.join(' and ')} /health stayed ok for the ${secs(to - from)} the wedge was held`,
+        {...base, heldSeconds: round((to - from) / 1000, 3)},
+      ),
+    ]
   }
 
   const samples = healthOf(tl, service)
   const other = service === 'prefill' ? 'decode' : 'prefill'
-  const others = healthOf(tl, other).filter((h) => h.t >= from && h.t - h.ms < to)
-  const otherSeen = others.length ? {otherService: other, otherSamples: others.length, otherRed: others.filter((h) => !h.ok).length} : {}
+  const others = healthOf(tl, other).filter(h => h.t >= from && h.t - h.ms < to)
+  const otherSeen = others.length
+    ? {otherService: other, otherSamples: others.length, otherRed: others.filter(h => !h.ok).length}
+    : {}
   const verdicts: Verdict[] = []
 
   // Detection.
   const subjectD = `${service} health: detection`
-  const before = samples.filter((h) => h.t < from)
-  const during = samples.filter((h) => h.t >= from && h.t - h.ms < to)
-  const red = during.find((h) => !h.ok)
+  const before = samples.filter(h => h.t < from)
+  const during = samples.filter(h => h.t >= from && h.t - h.ms < to)
+  const red = during.find(h => !h.ok)
   const heldMs = to - from
   const boundMs = detectBound * 1000
   if (before.length && !before.at(-1)!.ok) {
-    verdicts.push(unverified(WEDGE_CHECKS.detection, subjectD, `${service} was already unhealthy before the wedge (${describe(before.at(-1)!)}): detection cannot be told`, {
-      ...base, ...otherSeen, why: 'the last health sample before the wedge was not ok', toVerify: 'start from a healthy deployment (`pdchaos status`), then inject'}))
+    verdicts.push(
+      unverified(
+        WEDGE_CHECKS.detection,
+        subjectD,
+        `${service} was already unhealthy before the wedge (${describe(before.at(-1)!)}): detection cannot be told`,
+        {
+          ...base,
+          ...otherSeen,
+          why: 'the last health sample before the wedge was not ok',
+          toVerify: 'start from a healthy deployment (`pdchaos status`), then inject',
+        },
+      ),
+    )
   } else if (red) {
     const after = red.t - from
-    const ev = {...base, ...otherSeen, detectedAfterSeconds: round(after / 1000, 3), boundSeconds: detectBound, firstRed: describe(red), samplesWhileHeld: during.length}
-    verdicts.push(after <= boundMs + epsMs
-      ? pass(WEDGE_CHECKS.detection, subjectD, `detected: ${service} /health went red ${secs(after)} after the wedge (${describe(red)}; bound ${detectBound} s); the watchdog is not judged`, ev)
-      : fail(WEDGE_CHECKS.detection, subjectD, `detected late: ${service} /health went red only ${secs(after)} after the wedge (bound ${detectBound} s)`, ev))
+    const ev = {
+      ...base,
+      ...otherSeen,
+      detectedAfterSeconds: round(after / 1000, 3),
+      boundSeconds: detectBound,
+      firstRed: describe(red),
+      samplesWhileHeld: during.length,
+    }
+    verdicts.push(
+      after <= boundMs + epsMs
+        ? pass(
+            WEDGE_CHECKS.detection,
+            subjectD,
+            `detected: ${service} /health went red ${secs(after)} after the wedge (${describe(red)}; ` +
+              `bound ${detectBound} s); the watchdog is not judged`,
+            ev,
+          )
+        : fail(
+            WEDGE_CHECKS.detection,
+            subjectD,
+            `detected late: ${service} /health went red only ${secs(after)} after the wedge (bound ${detectBound} s)`,
+            ev,
+          ),
+    )
   } else if (during.length === 0) {
-    verdicts.push(unverified(WEDGE_CHECKS.detection, subjectD, `no ${service} health sample while the wedge was held: detection unverified`, {
-      ...base, ...otherSeen, why: `no health observation of ${service} inside the fault window`, toVerify: `sample ${service} /health every 250 ms while the wedge is held`}))
+    verdicts.push(
+      unverified(
+        WEDGE_CHECKS.detection,
+        subjectD,
+        `no ${service} health sample while the wedge was held: detection unverified`,
+        {
+          ...base,
+          ...otherSeen,
+          why: `no health observation of ${service} inside the fault window`,
+          toVerify: `sample ${service} /health every 250 ms while the wedge is held`,
+        },
+      ),
+    )
   } else if (heldMs < boundMs) {
-    verdicts.push(unverified(WEDGE_CHECKS.detection, subjectD, `${service} /health stayed ok, but the wedge was held only ${secs(heldMs)}, less than the detection bound ${detectBound} s`, {
-      ...base, ...otherSeen, why: 'the wedge ended before the deployment was due to notice it', toVerify: `hold the wedge at least ${expected?.holdSeconds ?? Math.ceil(detectBound + 3)} s`}))
+    verdicts.push(
+      unverified(
+        WEDGE_CHECKS.detection,
+        subjectD,
+        `${service} /health stayed ok, but the wedge was held only ${secs(heldMs)}, less than the detection ` +
+          `bound ${detectBound} s`,
+        {
+          ...base,
+          ...otherSeen,
+          why: 'the wedge ended before the deployment was due to notice it',
+          toVerify: `hold the wedge at least ${expected?.holdSeconds ?? Math.ceil(detectBound + 3)} s`,
+        },
+      ),
+    )
   } else {
-    verdicts.push(fail(WEDGE_CHECKS.detection, subjectD, `never detected: ${service} /health stayed ok for the ${secs(heldMs)} the wedge was held (bound ${detectBound} s)`, {
-      ...base, ...otherSeen, heldSeconds: round(heldMs / 1000, 3), boundSeconds: detectBound, samplesWhileHeld: during.length}))
+    verdicts.push(
+      fail(
+        WEDGE_CHECKS.detection,
+        subjectD,
+        `never detected: ${service} /health stayed ok for the ${secs(heldMs)} the wedge was held ` +
+          `(bound ${detectBound} s)`,
+        {
+          ...base,
+          ...otherSeen,
+          heldSeconds: round(heldMs / 1000, 3),
+          boundSeconds: detectBound,
+          samplesWhileHeld: during.length,
+        },
+      ),
+    )
   }
 
   // Resumption: after SIGCONT, the first ok answer after which nothing is red again.
   const subjectR = `${service} health: resumption`
   if (window.to === undefined) {
-    verdicts.push(unverified(WEDGE_CHECKS.resumption, subjectR, 'the wedge was not reverted: resumption unverified', {...base, why: 'no fault-reverted observation', toVerify: 'revert the lease (SIGCONT) and keep sampling health'}))
+    verdicts.push(
+      unverified(WEDGE_CHECKS.resumption, subjectR, 'the wedge was not reverted: resumption unverified', {
+        ...base,
+        why: 'no fault-reverted observation',
+        toVerify: 'revert the lease (SIGCONT) and keep sampling health',
+      }),
+    )
     return verdicts
   }
-  const afterRevert = samples.filter((h) => h.t >= window.to!)
+  const afterRevert = samples.filter(h => h.t >= window.to!)
   let lastRed = -1
-  afterRevert.forEach((h, i) => { if (!h.ok) lastRed = i })
+  afterRevert.forEach((h, i) => {
+    if (!h.ok) lastRed = i
+  })
   const okAt = afterRevert.slice(lastRed + 1)[0]
   const rBoundMs = resumeBound * 1000
   const watched = end - window.to
   if (okAt) {
     const after = okAt.t - window.to
-    const ev = {...base, resumedAfterSeconds: round(after / 1000, 3), boundSeconds: resumeBound, samplesAfterRevert: afterRevert.length, redAfterRevert: afterRevert.filter((h) => !h.ok).length}
-    verdicts.push(after <= rBoundMs + epsMs
-      ? pass(WEDGE_CHECKS.resumption, subjectR, `resumed: ${service} /health ok ${secs(after)} after SIGCONT and stayed ok (bound ${resumeBound} s)`, ev)
-      : fail(WEDGE_CHECKS.resumption, subjectR, `resumed late: ${service} /health ok only ${secs(after)} after SIGCONT (bound ${resumeBound} s)`, ev))
+    const ev = {
+      ...base,
+      resumedAfterSeconds: round(after / 1000, 3),
+      boundSeconds: resumeBound,
+      samplesAfterRevert: afterRevert.length,
+      redAfterRevert: afterRevert.filter(h => !h.ok).length,
+    }
+    verdicts.push(
+      after <= rBoundMs + epsMs
+        ? pass(
+            WEDGE_CHECKS.resumption,
+            subjectR,
+            `resumed: ${service} /health ok ${secs(after)} after SIGCONT and stayed ok (bound ${resumeBound} s)`,
+            ev,
+          )
+        : fail(
+            WEDGE_CHECKS.resumption,
+            subjectR,
+            `resumed late: ${service} /health ok only ${secs(after)} after SIGCONT (bound ${resumeBound} s)`,
+            ev,
+          ),
+    )
   } else if (afterRevert.length === 0) {
-    verdicts.push(unverified(WEDGE_CHECKS.resumption, subjectR, `no ${service} health sample after SIGCONT: resumption unverified`, {
-      ...base, why: 'no health observation after the revert', toVerify: `keep sampling ${service} /health after the revert for ${resumeBound} s`}))
+    verdicts.push(
+      unverified(
+        WEDGE_CHECKS.resumption,
+        subjectR,
+        `no ${service} health sample after SIGCONT: resumption unverified`,
+        {
+          ...base,
+          why: 'no health observation after the revert',
+          toVerify: `keep sampling ${service} /health after the revert for ${resumeBound} s`,
+        },
+      ),
+    )
   } else if (watched < rBoundMs) {
-    verdicts.push(unverified(WEDGE_CHECKS.resumption, subjectR, `${service} /health still red when sampling stopped ${secs(watched)} after SIGCONT, before the bound ${resumeBound} s`, {
-      ...base, why: 'sampling stopped before the deployment was due to recover', toVerify: `keep sampling ${service} /health for ${resumeBound} s after the revert`}))
+    verdicts.push(
+      unverified(
+        WEDGE_CHECKS.resumption,
+        subjectR,
+        `${service} /health still red when sampling stopped ${secs(watched)} after SIGCONT, before the ` +
+          `bound ${resumeBound} s`,
+        {
+          ...base,
+          why: 'sampling stopped before the deployment was due to recover',
+          toVerify: `keep sampling ${service} /health for ${resumeBound} s after the revert`,
+        },
+      ),
+    )
   } else {
-    verdicts.push(fail(WEDGE_CHECKS.resumption, subjectR, `never resumed: ${service} /health still red ${secs(watched)} after SIGCONT (bound ${resumeBound} s; last: ${describe(afterRevert.at(-1)!)})`, {
-      ...base, watchedSeconds: round(watched / 1000, 3), boundSeconds: resumeBound, samplesAfterRevert: afterRevert.length}))
+    verdicts.push(
+      fail(
+        WEDGE_CHECKS.resumption,
+        subjectR,
+        `never resumed: ${service} /health still red ${secs(watched)} after SIGCONT (bound ${resumeBound} s; ` +
+          `last: ${describe(afterRevert.at(-1)!)})`,
+        {
+          ...base,
+          watchedSeconds: round(watched / 1000, 3),
+          boundSeconds: resumeBound,
+          samplesAfterRevert: afterRevert.length,
+        },
+      ),
+    )
   }
   return verdicts
 }

@@ -4,7 +4,9 @@ import {errorDocument, isExitRequest, writeError} from './error-output.js'
 import {spinnable, startSpinner} from './spinner.js'
 import {type StopSignal, type StopSignalOptions, withStopSignal} from './stop-signal.js'
 
-export type BaseFlags<T extends typeof Command> = Interfaces.InferredFlags<(typeof BaseCommand)['baseFlags'] & T['flags']>
+export type BaseFlags<T extends typeof Command> = Interfaces.InferredFlags<
+  (typeof BaseCommand)['baseFlags'] & T['flags']
+>
 export type BaseArgs<T extends typeof Command> = Interfaces.InferredArgs<T['args']>
 
 /**
@@ -45,7 +47,7 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
    * resolving the target, the health checks and the run all end within a second of it (exit 3).
    */
   protected async withStopSignal<R>(fn: (stop: StopSignal) => Promise<R>, o: StopSignalOptions = {}): Promise<R> {
-    return withStopSignal(async (stop) => {
+    return withStopSignal(async stop => {
       this.stopSignal = stop.signal
       try {
         return await fn(stop)
@@ -65,12 +67,18 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
     if (!this.jsonEnabled()) process.stderr.write(line + '\n')
   }
 
-  protected override async catch(err: Error & {exitCode?: number; oclif?: {exit?: number}; code?: string}): Promise<unknown> {
+  protected override async catch(
+    err: Error & {exitCode?: number; oclif?: {exit?: number}; code?: string},
+  ): Promise<unknown> {
     // this.exit(n) is a request, not an error: oclif turns it into the exit code.
     if (isExitRequest(err)) return super.catch(err)
     // Every other error, PdError or oclif's own (a parse error) or unexpected (exit 5), the same way: one line, a
     // suggestion, --json's document with a code, the stack only with --verbose.
-    writeError(errorDocument(err, this.id?.replaceAll(':', ' ')), {json: this.jsonEnabled(), verbose: Boolean(this.flags?.verbose), stack: err.stack})
+    writeError(errorDocument(err, this.id?.replaceAll(':', ' ')), {
+      json: this.jsonEnabled(),
+      verbose: Boolean(this.flags?.verbose),
+      stack: err.stack,
+    })
     // A parse error was reported above: oclif must not also warn that the command never parsed its arguments.
     this.parsed = true
     return undefined

@@ -12,7 +12,13 @@ export interface ErrorDocument {
   error: {code: string; exitCode: number; message: string; name: string; suggestions?: string[]; note?: string}
 }
 
-type AnyError = Error & {code?: unknown; exitCode?: number; suggestion?: string; suggestions?: string[]; oclif?: {exit?: number}}
+type AnyError = Error & {
+  code?: unknown
+  exitCode?: number
+  suggestion?: string
+  suggestions?: string[]
+  oclif?: {exit?: number}
+}
 
 /** oclif's parse and lookup errors end with this advice; the suggestion says it instead, naming the command. */
 const OCLIF_HELP_TAIL = /\s*See more help with --help\.?\s*$/
@@ -32,7 +38,15 @@ export function errorDocument(err: unknown, helpCommand?: string): ErrorDocument
 function errorDocumentOf(err: unknown, helpCommand?: string): ErrorDocument {
   const e = (err instanceof Error ? err : new Error(String(err))) as AnyError
   if (err instanceof PdError) {
-    return {error: {code: err.code, exitCode: err.exitCode, message: oneLine(err), name: err.name, ...(err.suggestion ? {suggestions: [err.suggestion]} : {})}}
+    return {
+      error: {
+        code: err.code,
+        exitCode: err.exitCode,
+        message: oneLine(err),
+        name: err.name,
+        ...(err.suggestion ? {suggestions: [err.suggestion]} : {}),
+      },
+    }
   }
   const oclifExit = e.oclif?.exit
   // oclif's exit 2 is bad input (a parse error, an unknown command or flag); its other errors (a command module that
@@ -40,12 +54,32 @@ function errorDocumentOf(err: unknown, helpCommand?: string): ErrorDocument {
   if (oclifExit === ExitCode.badInput) {
     // oclif's own: a parse error, an unknown command or flag (exit 2 by oclif's convention, as the README's).
     const exitCode = oclifExit
-    const help = helpCommand ? `\`pdchaos ${helpCommand} --help\` lists what it takes` : '`pdchaos --help` lists the commands'
+    const help = helpCommand
+      ? `\`pdchaos ${helpCommand} --help\` lists what it takes`
+      : '`pdchaos --help` lists the commands'
     const suggestions = e.suggestions?.length ? e.suggestions : [help]
-    return {error: {code: codeForExit(exitCode), exitCode, message: oneLine(e.message).replace(OCLIF_HELP_TAIL, '').replace(/^The following errors? occurred:\s*/, ''), name: e.name, suggestions}}
+    return {
+      error: {
+        code: codeForExit(exitCode),
+        exitCode,
+        message: oneLine(e.message)
+          .replace(OCLIF_HELP_TAIL, '')
+          .replace(/^The following errors? occurred:\s*/, ''),
+        name: e.name,
+        suggestions,
+      },
+    }
   }
   // Anything else is unexpected: infrastructure (exit 5), never a verdict.
-  return {error: {code: 'E_INTERNAL', exitCode: ExitCode.unreachable, message: oneLine(e), name: e.name, suggestions: ['re-run with --verbose for details']}}
+  return {
+    error: {
+      code: 'E_INTERNAL',
+      exitCode: ExitCode.unreachable,
+      message: oneLine(e),
+      name: e.name,
+      suggestions: ['re-run with --verbose for details'],
+    },
+  }
 }
 
 /** Render an error document: JSON on stdout, or `Error:` and `Try this:` lines on stderr; sets the exit code. */

@@ -35,8 +35,8 @@ function helpValue(info: ParamInfo): string | undefined {
 
 function summaryOf(s: FlagSource): string {
   // Each fault's own description, prefixed with its name where the text does not already start with one.
-  const texts = s.faults.map((f) => {
-    const d = paramsOf(getFault(f)).find((i) => i.flag === s.info.flag)?.description ?? ''
+  const texts = s.faults.map(f => {
+    const d = paramsOf(getFault(f)).find(i => i.flag === s.info.flag)?.description ?? ''
     return d.startsWith(`${f}:`) ? d : `${f}: ${d}`
   })
   return [...new Set(texts)].join(' ')
@@ -44,10 +44,14 @@ function summaryOf(s: FlagSource): string {
 
 /** Every value the flag takes for any fault (each fault checks its own). */
 function enumOptions(s: FlagSource, flag: string): string[] {
-  return [...new Set(s.faults.flatMap((f) => {
-    const k = paramsOf(getFault(f)).find((i) => i.flag === flag)?.kind
-    return k?.type === 'enum' ? k.options : []
-  }))]
+  return [
+    ...new Set(
+      s.faults.flatMap(f => {
+        const k = paramsOf(getFault(f)).find(i => i.flag === flag)?.kind
+        return k?.type === 'enum' ? k.options : []
+      }),
+    ),
+  ]
 }
 
 export function faultFlags(): Record<string, Interfaces.OptionFlag<string | undefined>> {
@@ -56,12 +60,23 @@ export function faultFlags(): Record<string, Interfaces.OptionFlag<string | unde
     const k = s.info.kind
     // A boolean param is a switch (`--allow-link-down`): given means true.
     if (k.type === 'boolean') {
-      out[flag] = Flags.boolean({helpGroup: 'FAULT', summary: summaryOf(s)}) as unknown as Interfaces.OptionFlag<string | undefined>
+      out[flag] = Flags.boolean({helpGroup: 'FAULT', summary: summaryOf(s)}) as unknown as Interfaces.OptionFlag<
+        string | undefined
+      >
       continue
     }
-    out[flag] = k.type === 'enum'
-      ? Flags.string({helpGroup: 'FAULT', summary: summaryOf(s), options: enumOptions(s, flag)}) as Interfaces.OptionFlag<string | undefined>
-      : Flags.string({helpGroup: 'FAULT', summary: summaryOf(s), ...(helpValue(s.info) ? {helpValue: helpValue(s.info)} : {})}) as Interfaces.OptionFlag<string | undefined>
+    out[flag] =
+      k.type === 'enum'
+        ? (Flags.string({
+            helpGroup: 'FAULT',
+            summary: summaryOf(s),
+            options: enumOptions(s, flag),
+          }) as Interfaces.OptionFlag<string | undefined>)
+        : (Flags.string({
+            helpGroup: 'FAULT',
+            summary: summaryOf(s),
+            ...(helpValue(s.info) ? {helpValue: helpValue(s.info)} : {}),
+          }) as Interfaces.OptionFlag<string | undefined>)
   }
   return out
 }
@@ -76,8 +91,11 @@ export function faultParamsFromFlags(flags: Record<string, unknown>, fault: stri
     // A switch not given may read as false: only a given one is a param (other faults take no such flag).
     if (flags[flag] === undefined || (s.info.kind.type === 'boolean' && flags[flag] === false)) continue
     if (!s.faults.includes(fault)) {
-      const takes = paramsOf(getFault(fault)).map((i) => `--${i.flag}`)
-      throw badInput(`${fault} takes no --${flag}`, `${fault} takes ${takes.length ? takes.join(', ') : 'no fault flags'}`)
+      const takes = paramsOf(getFault(fault)).map(i => `--${i.flag}`)
+      throw badInput(
+        `${fault} takes no --${flag}`,
+        `${fault} takes ${takes.length ? takes.join(', ') : 'no fault flags'}`,
+      )
     }
     raw[s.info.key] = flags[flag]
   }

@@ -47,10 +47,19 @@ export const journalPath = (dir: string, name: string): string => join(dir, `${n
 /** The command line of one deployment's run (after the CLI itself). */
 export function memberArgv(e: FleetEntry, o: Pick<ChildOptions, 'journalDir' | 'runId' | 'pass'>): string[] {
   return [
-    'suite', ...(e.suiteFile ? [e.suiteFile] : []), '-c', e.deploymentFile, '--journal', journalPath(o.journalDir, e.name), '--label', e.name,
+    'suite',
+    ...(e.suiteFile ? [e.suiteFile] : []),
+    '-c',
+    e.deploymentFile,
+    '--journal',
+    journalPath(o.journalDir, e.name),
+    '--label',
+    e.name,
     ...(o.runId ? ['--run-id', `${o.runId}.${e.name}`] : []),
-    ...(o.pass.gate ? ['--gate'] : []), ...(o.pass.oneAtATime ? ['--one-at-a-time'] : []),
-    ...(o.pass.allowProduction ? ['--allow-production'] : []), ...(o.pass.acceptNewHostKey ? ['--accept-new-host-key'] : []),
+    ...(o.pass.gate ? ['--gate'] : []),
+    ...(o.pass.oneAtATime ? ['--one-at-a-time'] : []),
+    ...(o.pass.allowProduction ? ['--allow-production'] : []),
+    ...(o.pass.acceptNewHostKey ? ['--accept-new-host-key'] : []),
   ]
 }
 
@@ -64,7 +73,9 @@ function removeOldJournal(journal: string): void {
   try {
     const s = lstatSync(journal)
     if (s.isFile() || s.isSymbolicLink()) unlinkSync(journal)
-  } catch { /* none */ }
+  } catch {
+    /* none */
+  }
 }
 
 export async function runMemberChild(e: FleetEntry, o: ChildOptions, ctx: MemberContext): Promise<FleetMember> {
@@ -72,9 +83,13 @@ export async function runMemberChild(e: FleetEntry, o: ChildOptions, ctx: Member
   // A journal left by an earlier run must never be read as this run's; a node that is not a file is never removed.
   removeOldJournal(journal)
   const startedAt = Date.now()
-  const child = spawn(o.cli[0]!, [...o.cli.slice(1), ...memberArgv(e, o)], {detached: true, stdio: ['ignore', 'pipe', 'pipe'], ...(o.env ? {env: o.env} : {})})
+  const child = spawn(o.cli[0]!, [...o.cli.slice(1), ...memberArgv(e, o)], {
+    detached: true,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    ...(o.env ? {env: o.env} : {}),
+  })
   const tail: string[] = []
-  createInterface({input: child.stderr}).on('line', (line) => {
+  createInterface({input: child.stderr}).on('line', line => {
     tail.push(line)
     if (tail.length > 40) tail.shift()
     o.say?.(line)
@@ -97,23 +112,45 @@ export async function runMemberChild(e: FleetEntry, o: ChildOptions, ctx: Member
   const onAbort = () => stop('the fleet was stopped')
   ctx.signal.addEventListener('abort', onAbort, {once: true})
   if (ctx.signal.aborted) onAbort()
-  const ended = await new Promise<{code: number | null; signal: string | null; error?: Error}>((resolve) => {
-    child.once('error', (error) => resolve({code: null, signal: null, error}))
+  const ended = await new Promise<{code: number | null; signal: string | null; error?: Error}>(resolve => {
+    child.once('error', error => resolve({code: null, signal: null, error}))
     child.once('close', (code, signal) => resolve({code, signal}))
   })
   clearTimeout(deadline)
   clearTimeout(killTimer)
   ctx.signal.removeEventListener('abort', onAbort)
 
-  const more: Partial<FleetMember> = {...describeEntry(e), ...(o.keepJournal ? {journal} : {}), startedAt, finishedAt: Date.now()}
-  if (ended.error) return memberOfFailure(e.name, {exitCode: ExitCode.unreachable, code: 'E_INTERNAL', reason: `could not start pdchaos for it: ${oneLine(ended.error)}`}, more)
+  const more: Partial<FleetMember> = {
+    ...describeEntry(e),
+    ...(o.keepJournal ? {journal} : {}),
+    startedAt,
+    finishedAt: Date.now(),
+  }
+  if (ended.error)
+    return memberOfFailure(
+      e.name,
+      {
+        exitCode: ExitCode.unreachable,
+        code: 'E_INTERNAL',
+        reason: `could not start pdchaos for it: ${oneLine(ended.error)}`,
+      },
+      more,
+    )
   const code = ended.code ?? undefined
   if (existsSync(journal)) {
     let member: FleetMember
     try {
       member = await readJournal(journal, e.name)
     } catch (error) {
-      return memberOfFailure(e.name, {exitCode: ExitCode.unreachable, code: 'E_INTERNAL', reason: `its run exited ${code ?? ended.signal} and its journal cannot be read: ${oneLine(error)}`}, more)
+      return memberOfFailure(
+        e.name,
+        {
+          exitCode: ExitCode.unreachable,
+          code: 'E_INTERNAL',
+          reason: `its run exited ${code ?? ended.signal} and its journal cannot be read: ${oneLine(error)}`,
+        },
+        more,
+      )
     }
     // A temporary journal is gone once the report is written: not named.
     if (!o.keepJournal) delete member.journal
@@ -124,20 +161,36 @@ export async function runMemberChild(e: FleetEntry, o: ChildOptions, ctx: Member
 }
 
 /** A run that wrote no journal: the error line it printed, else how it ended. */
-function withoutJournal(tail: string[], code: number | undefined, signal: string | null, s: {stoppedBy?: string; killed: boolean}): {exitCode: number; reason: string; suggestion?: string} {
-  const error = [...tail].reverse().find((l) => l.startsWith('Error: '))
-  const hint = [...tail].reverse().find((l) => l.startsWith('Try this: '))
+function withoutJournal(
+  tail: string[],
+  code: number | undefined,
+  signal: string | null,
+  s: {stoppedBy?: string; killed: boolean},
+): {exitCode: number; reason: string; suggestion?: string} {
+  const error = [...tail].reverse().find(l => l.startsWith('Error: '))
+  const hint = [...tail].reverse().find(l => l.startsWith('Try this: '))
   const why = s.stoppedBy ? ` (stopped: ${s.stoppedBy})` : ''
   // pdchaos handles SIGINT from the start of its run on: one that ended by ours had not begun (it held no fault).
-  if (signal === 'SIGINT' && s.stoppedBy !== undefined && !s.killed) return {exitCode: ExitCode.stopped, reason: `stopped before its run began${why}`}
+  if (signal === 'SIGINT' && s.stoppedBy !== undefined && !s.killed)
+    return {exitCode: ExitCode.stopped, reason: `stopped before its run began${why}`}
   if (signal !== null) {
-    // Killed mid-run (by us after the grace, or by something else: the OOM killer): a fault it held is the host's to revert.
-    return {exitCode: ExitCode.cleanupUnverified, reason: `${s.killed ? 'killed after it did not stop in time' : `ended by ${signal}`}${why}: any fault it held is reverted by the host at its lease's expiry`,
-      suggestion: 'run `pdchaos recover` against it'}
+    // Killed mid-run (by us after the grace, or by something else: the OOM killer): a fault it held is the host's to
+    // revert.
+    return {
+      exitCode: ExitCode.cleanupUnverified,
+      reason:
+        `${s.killed ? 'killed after it did not stop in time' : `ended by ${signal}`}${why}: any fault it ` +
+        `held is reverted by the host at its lease's expiry`,
+      suggestion: 'run `pdchaos recover` against it',
+    }
   }
   const exitCode = code !== undefined && FLEET_EXIT_PRECEDENCE.includes(code) ? code : ExitCode.unreachable
   // Without an error line, the lease guard's last word says what became of the faults ("stopped; 2 lease(s) reverted").
-  const guard = [...tail].reverse().find((l) => l.startsWith('pdchaos: '))
-  const reason = error ? error.slice('Error: '.length) : guard ? `exited ${code} without a journal: ${guard.slice('pdchaos: '.length)}` : `pdchaos exited ${code} without a journal`
+  const guard = [...tail].reverse().find(l => l.startsWith('pdchaos: '))
+  const reason = error
+    ? error.slice('Error: '.length)
+    : guard
+      ? `exited ${code} without a journal: ${guard.slice('pdchaos: '.length)}`
+      : `pdchaos exited ${code} without a journal`
   return {exitCode, reason: reason + why, ...(hint ? {suggestion: hint.slice('Try this: '.length)} : {})}
 }

@@ -24,18 +24,28 @@ export function checkFleetOutputs(o: FleetOutputs): void {
   if (o.push !== undefined) checkPushUrl('--push', o.push)
 }
 
-export async function finishFleet(fleet: FleetRun, o: {json: boolean; log: (text: string) => void; files: FleetOutputs; runId: string; wallMs?: number}): Promise<Record<string, unknown>> {
+export async function finishFleet(
+  fleet: FleetRun,
+  o: {json: boolean; log: (text: string) => void; files: FleetOutputs; runId: string; wallMs?: number},
+): Promise<Record<string, unknown>> {
   if (!o.json) o.log(renderFleet(fleet, o.wallMs === undefined ? {} : {wallMs: o.wallMs}))
   process.exitCode = fleet.exitCode
   const {errors, attempt, write} = outputWriter()
   const {junit, html, push} = o.files
   if (junit) await attempt(`JUnit to ${junit}`, () => write(junit, renderFleetJUnit(fleet)))
   if (html) await attempt(`the HTML report to ${html}`, () => write(html, renderFleetHtml(fleet)))
-  let pushed = push ? await attempt(`metrics to the Pushgateway at ${redactText(push)}`, () => pushFleet(push, fleet, o.runId)) : undefined
+  let pushed = push
+    ? await attempt(`metrics to the Pushgateway at ${redactText(push)}`, () => pushFleet(push, fleet, o.runId))
+    : undefined
   // The gateway URL may carry basic-auth credentials: never printed, never in the JSON result.
   if (pushed) {
     pushed = {...pushed, url: redactText(pushed.url)}
     if (!o.json) process.stderr.write(`pushed ${pushed.series} series to ${pushed.url}\n`)
   }
-  return {...fleetJson(fleet), ...(fleet.runId ? {} : {runId: o.runId}), ...(pushed ? {pushed} : {}), ...(errors.length ? {outputErrors: errors} : {})}
+  return {
+    ...fleetJson(fleet),
+    ...(fleet.runId ? {} : {runId: o.runId}),
+    ...(pushed ? {pushed} : {}),
+    ...(errors.length ? {outputErrors: errors} : {}),
+  }
 }

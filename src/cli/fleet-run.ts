@@ -30,7 +30,9 @@ export interface FleetHereOptions {
   child?: Partial<Pick<ChildOptions, 'deadlineMs' | 'killGraceMs' | 'env'>>
 }
 
-/** Checks before anything runs (exit 2): production deployments need --allow-production; every journal can be written. */
+/**
+ * Checks before anything runs (exit 2): production deployments need --allow-production; every journal can be written.
+ */
 export function checkFleet(plan: FleetPlan, o: {allowProduction: boolean; journalDir?: string}): void {
   for (const e of plan.entries) {
     assertMayDisturb(e.deployment, o.allowProduction, `run fleet ${plan.name} (deployment ${e.name}) against`)
@@ -43,7 +45,10 @@ export async function runFleetHere(plan: FleetPlan, o: FleetHereOptions): Promis
   const {progress} = o
   const running = new Set<string>()
   let done = 0
-  const phase = () => progress.setPhase(`fleet ${plan.name}: ${running.size} running (${[...running].join(', ')}), ${done}/${plan.entries.length} done`)
+  const phase = () =>
+    progress.setPhase(
+      `fleet ${plan.name}: ${running.size} running (${[...running].join(', ')}), ${done}/${plan.entries.length} done`,
+    )
   const onSignal = (signal: NodeJS.Signals, again: boolean) => {
     if (again) {
       return progress.say(`${signal} again: waiting for ${running.size} deployment(s) to revert their faults and stop`)
@@ -51,24 +56,42 @@ export async function runFleetHere(plan: FleetPlan, o: FleetHereOptions): Promis
     progress.say(`${signal}: stopping the fleet; each running deployment reverts its faults and stops, no other starts`)
   }
   try {
-    return await withStopSignal(({signal}) => runFleet(plan, {
-      ...(o.maxParallel ? {maxParallel: o.maxParallel} : {}), runId: o.runId, signal,
-      runMember: (e, ctx) => runMemberChild(e, {
-        cli: o.cli ?? [process.execPath, ...process.execArgv, process.argv[1]!], journalDir: dir, keepJournal: o.journalDir !== undefined,
-        runId: o.runId, pass: o.pass, say: (line) => progress.say(`[${e.name}] ${line}`), ...o.child,
-      }, ctx),
-      onStart: (e) => {
-        running.add(e.name)
-        progress.say(`[${e.name}] starting: deployment ${e.deployment.name}, suite ${e.suite.name}`)
-        phase()
-      },
-      onEnd: (m) => {
-        running.delete(m.name)
-        done++
-        progress.print([`[${m.name}] ${m.status.toUpperCase()} (exit ${m.exitCode})${m.reason ? `: ${m.reason}` : ''}`])
-        phase()
-      },
-    }), {onSignal})
+    return await withStopSignal(
+      ({signal}) =>
+        runFleet(plan, {
+          ...(o.maxParallel ? {maxParallel: o.maxParallel} : {}),
+          runId: o.runId,
+          signal,
+          runMember: (e, ctx) =>
+            runMemberChild(
+              e,
+              {
+                cli: o.cli ?? [process.execPath, ...process.execArgv, process.argv[1]!],
+                journalDir: dir,
+                keepJournal: o.journalDir !== undefined,
+                runId: o.runId,
+                pass: o.pass,
+                say: line => progress.say(`[${e.name}] ${line}`),
+                ...o.child,
+              },
+              ctx,
+            ),
+          onStart: e => {
+            running.add(e.name)
+            progress.say(`[${e.name}] starting: deployment ${e.deployment.name}, suite ${e.suite.name}`)
+            phase()
+          },
+          onEnd: m => {
+            running.delete(m.name)
+            done++
+            progress.print([
+              `[${m.name}] ${m.status.toUpperCase()} (exit ${m.exitCode})${m.reason ? `: ${m.reason}` : ''}`,
+            ])
+            phase()
+          },
+        }),
+      {onSignal},
+    )
   } finally {
     if (o.journalDir === undefined) rmSync(dir, {recursive: true, force: true})
   }

@@ -81,8 +81,10 @@ async function helpAsJson(show: () => Promise<unknown>): Promise<void> {
 function beforeCommand(argv: string[]): Error | undefined {
   const first = argv[0]
   if (first === undefined || !first.startsWith('-')) return undefined
-  return badInput(`${first} comes before the command: pdchaos takes its flags after the command`,
-    `write the command first, then its flags: \`pdchaos <command> ${first} …\` (\`pdchaos --help\` lists the commands)`)
+  return badInput(
+    `${first} comes before the command: pdchaos takes its flags after the command`,
+    `write the command first, then its flags: \`pdchaos <command> ${first} …\` (\`pdchaos --help\` lists the commands)`,
+  )
 }
 
 /**
@@ -92,7 +94,7 @@ function beforeCommand(argv: string[]): Error | undefined {
  */
 function keepRunningWhenOutputCloses(): Promise<void> {
   // Once per process: a caller that runs main more than once (a test running the CLI in-process) adds no listeners.
-  outputClosed ??= new Promise((resolve) => {
+  outputClosed ??= new Promise(resolve => {
     for (const stream of [process.stdout, process.stderr]) {
       stream.on('error', (error: NodeJS.ErrnoException) => {
         if (error.code !== 'EPIPE' && error.code !== 'ERR_STREAM_DESTROYED') throw error

@@ -19,8 +19,10 @@ export function checkOutputFile(flag: string, file: string): void {
     target = outputTarget(file)
   } catch (error) {
     if (error instanceof OutputNotAFile) {
-      const hint = error.kind === 'a directory' ? `give ${flag} a file name, e.g. ${file.replace(/\/+$/, '')}/out`
-        : `give ${flag} the path of a regular file; pdchaos writes only files`
+      const hint =
+        error.kind === 'a directory'
+          ? `give ${flag} a file name, e.g. ${file.replace(/\/+$/, '')}/out`
+          : `give ${flag} the path of a regular file; pdchaos writes only files`
       throw badInput(`${flag} ${file} is ${error.kind}, not a regular file`, hint)
     }
     rethrowBad(flag, file, error)
@@ -29,7 +31,12 @@ export function checkOutputFile(flag: string, file: string): void {
   try {
     made = makeParents(target)
     const existed = existsSync(target)
-    const flags = constants.O_WRONLY | constants.O_APPEND | constants.O_NONBLOCK | constants.O_NOCTTY | (existed ? 0 : constants.O_CREAT | constants.O_EXCL)
+    const flags =
+      constants.O_WRONLY |
+      constants.O_APPEND |
+      constants.O_NONBLOCK |
+      constants.O_NOCTTY |
+      (existed ? 0 : constants.O_CREAT | constants.O_EXCL)
     const fd = openSync(target, flags, 0o666)
     const isFile = fstatSync(fd).isFile()
     closeSync(fd)
@@ -55,9 +62,13 @@ export function checkPushUrl(flag: string, raw: string): void {
   try {
     u = new URL(raw)
   } catch {
-    throw badInput(`${flag} ${JSON.stringify(redactText(raw))} is not a URL`, `give ${flag} the Pushgateway's address, e.g. http://127.0.0.1:9091`)
+    throw badInput(
+      `${flag} ${JSON.stringify(redactText(raw))} is not a URL`,
+      `give ${flag} the Pushgateway's address, e.g. http://127.0.0.1:9091`,
+    )
   }
-  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw badInput(`${flag} must be an http:// or https:// URL, got ${u.protocol}`, 'e.g. http://127.0.0.1:9091')
+  if (u.protocol !== 'http:' && u.protocol !== 'https:')
+    throw badInput(`${flag} must be an http:// or https:// URL, got ${u.protocol}`, 'e.g. http://127.0.0.1:9091')
   if (u.port === '0') throw badInput(`${flag} must have a port from 1 to 65535`, 'e.g. http://127.0.0.1:9091')
 }
 
@@ -65,7 +76,11 @@ export function checkPushUrl(flag: string, raw: string): void {
  * Writes a run's outputs (journal, JUnit, HTML, Pushgateway) after its verdict is printed and its exit code decided:
  * a failed write never loses the verdict. Each failure is said on stderr and kept (for --json); the others still run.
  */
-export function outputWriter(): {errors: string[]; attempt: <T>(what: string, write: () => T | Promise<T>) => Promise<T | undefined>; write: (file: string, text: string) => void} {
+export function outputWriter(): {
+  errors: string[]
+  attempt: <T>(what: string, write: () => T | Promise<T>) => Promise<T | undefined>
+  write: (file: string, text: string) => void
+} {
   const errors: string[] = []
   return {
     errors,

@@ -11,10 +11,22 @@ import {stoppedError} from '../util/stop.js'
  * A suite whose scenarios act on several instance pairs checks the services of each (`more`: the other pairs' views,
  * each service probed once), so a pair that is down is exit 5 before the run, not one scenario's error in it.
  */
-export async function preflight(deployment: Deployment, more: Deployment[] = [],
-  timeoutMs = (deployment.probeTimeoutSeconds ?? DEFAULT_PROBE_TIMEOUT_MS / 1000) * 1000, signal?: AbortSignal): Promise<void> {
+export async function preflight(
+  deployment: Deployment,
+  more: Deployment[] = [],
+  timeoutMs = (deployment.probeTimeoutSeconds ?? DEFAULT_PROBE_TIMEOUT_MS / 1000) * 1000,
+  signal?: AbortSignal,
+): Promise<void> {
   const seen = new Set<string>()
-  const services = [deployment, ...more].flatMap((d) => ([['prefill', d.services.prefill], ['decode', d.services.decode], ['router', d.services.router]] as const))
+  const services = [deployment, ...more]
+    .flatMap(
+      d =>
+        [
+          ['prefill', d.services.prefill],
+          ['decode', d.services.decode],
+          ['router', d.services.router],
+        ] as const,
+    )
     .filter(([, svc]) => !seen.has(svc.url) && seen.add(svc.url))
   const probes = services.map(async ([role, svc]) => {
     // Where pairs differ, a service is named by its URL too (prefill at http://…): the role alone would not say which.
@@ -32,7 +44,17 @@ export async function preflight(deployment: Deployment, more: Deployment[] = [],
   const failed = (await Promise.all(probes)).filter((e): e is PdError => e !== undefined)
   if (failed.length === 0) return
   const first = failed[0]!
-  const others = failed.length > 1 ? ` (and ${failed.length - 1} more: ${failed.slice(1).map((e) => e.message).join('; ')})` : ''
-  throw unreachable(`${first.message}${others}`,
-    `is it up? \`pdchaos status\` shows every service; a slow one may need a longer probeTimeoutSeconds in the deployment file (now ${timeoutMs / 1000} s)`, first)
+  const others =
+    failed.length > 1
+      ? ` (and ${failed.length - 1} more: ${failed
+          .slice(1)
+          .map(e => e.message)
+          .join('; ')})`
+      : ''
+  throw unreachable(
+    `${first.message}${others}`,
+    `is it up? \`pdchaos status\` shows every service; a slow one may need a longer probeTimeoutSeconds in the ` +
+      `deployment file (now ${timeoutMs / 1000} s)`,
+    first,
+  )
 }

@@ -46,8 +46,8 @@ export class Progress {
 
   private paint(): void {
     if (!this.spin) return
-    const left = this.deadlineAt === undefined ? '' : ` (${Math.max(0, (this.deadlineAt - Date.now()) / 1000).toFixed(1)}s left)`
+    const left =
+      this.deadlineAt === undefined ? '' : ` (${Math.max(0, (this.deadlineAt - Date.now()) / 1000).toFixed(1)}s left)`
     this.spin.text = `${this.phase}${left}${this.last ? ` — ${this.last}` : ''}`
   }
 }
-

@@ -28,7 +28,11 @@ export function simStateDir(raw: string): string {
   } catch {
     // Absent: `sim up` creates it, the others find no twin there.
   }
-  if (!isDir) throw badInput(`--state-dir ${raw} is not a directory`, "give the twin's state dir (`pdchaos sim up --state-dir DIR` creates one)")
+  if (!isDir)
+    throw badInput(
+      `--state-dir ${raw} is not a directory`,
+      "give the twin's state dir (`pdchaos sim up --state-dir DIR` creates one)",
+    )
   return dir
 }
 
@@ -36,7 +40,8 @@ export function simStateDir(raw: string): string {
 export function seconds(flag: string, raw: string | undefined): number | undefined {
   if (raw === undefined) return undefined
   const v = Number(raw)
-  if (raw.trim() === '' || !Number.isFinite(v)) throw badInput(`${flag} must be a number of seconds, got "${raw}"`, `pass for example ${flag} 30`)
+  if (raw.trim() === '' || !Number.isFinite(v))
+    throw badInput(`${flag} must be a number of seconds, got "${raw}"`, `pass for example ${flag} 30`)
   return v
 }
 
@@ -44,7 +49,8 @@ export function seconds(flag: string, raw: string | undefined): number | undefin
 function decimal(flag: string, raw: string | undefined): number | undefined {
   if (raw === undefined) return undefined
   const v = Number(raw)
-  if (raw.trim() === '' || !Number.isFinite(v)) throw badInput(`${flag} must be a number, got "${raw}"`, `pass for example ${flag} 1.5`)
+  if (raw.trim() === '' || !Number.isFinite(v))
+    throw badInput(`${flag} must be a number, got "${raw}"`, `pass for example ${flag} 1.5`)
   return v
 }
 
@@ -53,25 +59,79 @@ function decimal(flag: string, raw: string | undefined): number | undefined {
  * and defaulting to its defaults (docs/twin.md, "Router"). The twin's router runs with them on its command line.
  */
 export const routerFlags = {
-  'retry-max-retries': Flags.integer({summary: "Router: attempts per request in all, the first included (sgl-model-gateway's --retry-max-retries).", default: 5, helpGroup: 'ROUTER'}),
-  'retry-initial-backoff-ms': Flags.integer({summary: 'Router: backoff after the first failed attempt, ms.', default: 50, helpGroup: 'ROUTER'}),
-  'retry-max-backoff-ms': Flags.integer({summary: 'Router: cap of the backoff, ms.', default: 30_000, helpGroup: 'ROUTER'}),
-  'retry-backoff-multiplier': Flags.string({summary: 'Router: backoff growth per attempt.', default: '1.5', helpGroup: 'ROUTER'}),
-  'retry-jitter-factor': Flags.string({summary: 'Router: backoff jitter, a fraction (0-1) either way.', default: '0.2', helpGroup: 'ROUTER'}),
+  'retry-max-retries': Flags.integer({
+    summary: "Router: attempts per request in all, the first included (sgl-model-gateway's --retry-max-retries).",
+    default: 5,
+    helpGroup: 'ROUTER',
+  }),
+  'retry-initial-backoff-ms': Flags.integer({
+    summary: 'Router: backoff after the first failed attempt, ms.',
+    default: 50,
+    helpGroup: 'ROUTER',
+  }),
+  'retry-max-backoff-ms': Flags.integer({
+    summary: 'Router: cap of the backoff, ms.',
+    default: 30_000,
+    helpGroup: 'ROUTER',
+  }),
+  'retry-backoff-multiplier': Flags.string({
+    summary: 'Router: backoff growth per attempt.',
+    default: '1.5',
+    helpGroup: 'ROUTER',
+  }),
+  'retry-jitter-factor': Flags.string({
+    summary: 'Router: backoff jitter, a fraction (0-1) either way.',
+    default: '0.2',
+    helpGroup: 'ROUTER',
+  }),
   'disable-retries': Flags.boolean({summary: 'Router: one attempt per request.', default: false, helpGroup: 'ROUTER'}),
-  'cb-failure-threshold': Flags.integer({summary: "Router: consecutive failures that open a worker's circuit breaker.", default: 10, helpGroup: 'ROUTER'}),
-  'cb-success-threshold': Flags.integer({summary: 'Router: successes in half-open that close it.', default: 3, helpGroup: 'ROUTER'}),
-  'cb-timeout-duration-secs': Flags.integer({summary: 'Router: seconds a breaker stays open before half-open.', default: 60, helpGroup: 'ROUTER'}),
-  'cb-window-duration-secs': Flags.integer({summary: 'Router: the breaker window, seconds (accepted and shown; unused upstream too).', default: 120, helpGroup: 'ROUTER'}),
-  'disable-circuit-breaker': Flags.boolean({summary: 'Router: no circuit breaker.', default: false, helpGroup: 'ROUTER'}),
-  policy: Flags.string({summary: 'Router: how it picks among several instances of a role (--prefill-host/--decode-host lists).', options: [...POLICY_NAMES], default: 'cache_aware', helpGroup: 'ROUTER'}),
+  'cb-failure-threshold': Flags.integer({
+    summary: "Router: consecutive failures that open a worker's circuit breaker.",
+    default: 10,
+    helpGroup: 'ROUTER',
+  }),
+  'cb-success-threshold': Flags.integer({
+    summary: 'Router: successes in half-open that close it.',
+    default: 3,
+    helpGroup: 'ROUTER',
+  }),
+  'cb-timeout-duration-secs': Flags.integer({
+    summary: 'Router: seconds a breaker stays open before half-open.',
+    default: 60,
+    helpGroup: 'ROUTER',
+  }),
+  'cb-window-duration-secs': Flags.integer({
+    summary: 'Router: the breaker window, seconds (accepted and shown; unused upstream too).',
+    default: 120,
+    helpGroup: 'ROUTER',
+  }),
+  'disable-circuit-breaker': Flags.boolean({
+    summary: 'Router: no circuit breaker.',
+    default: false,
+    helpGroup: 'ROUTER',
+  }),
+  policy: Flags.string({
+    summary: 'Router: how it picks among several instances of a role (--prefill-host/--decode-host lists).',
+    options: [...POLICY_NAMES],
+    default: 'cache_aware',
+    helpGroup: 'ROUTER',
+  }),
 }
 
 /** routerFlags' values as `sim up` options (SimUpOptions.router). */
 export function routerUpOptions(f: {
-  'retry-max-retries': number; 'retry-initial-backoff-ms': number; 'retry-max-backoff-ms': number; 'retry-backoff-multiplier': string
-  'retry-jitter-factor': string; 'disable-retries': boolean; 'cb-failure-threshold': number; 'cb-success-threshold': number
-  'cb-timeout-duration-secs': number; 'cb-window-duration-secs': number; 'disable-circuit-breaker': boolean; policy: string
+  'retry-max-retries': number
+  'retry-initial-backoff-ms': number
+  'retry-max-backoff-ms': number
+  'retry-backoff-multiplier': string
+  'retry-jitter-factor': string
+  'disable-retries': boolean
+  'cb-failure-threshold': number
+  'cb-success-threshold': number
+  'cb-timeout-duration-secs': number
+  'cb-window-duration-secs': number
+  'disable-circuit-breaker': boolean
+  policy: string
 }): RouterUpOptions {
   return {
     policy: f.policy as NonNullable<RouterUpOptions['policy']>,
@@ -94,13 +154,27 @@ export function routerUpOptions(f: {
  * 4791, and UCX's RC retransmission limits, put in the services' environment as UCX_RC_TIMEOUT / UCX_RC_RETRY_COUNT.
  */
 export const railFlags = {
-  'rail-nics': Flags.boolean({summary: 'One NIC per GPU (interfaces rail0..railN-1, needs root): KV moves as UDP 4791 over the GPU\'s rail.', default: false, helpGroup: 'RAIL NICS'}),
-  'ucx-rc-timeout': Flags.string({summary: "UCX_RC_TIMEOUT for the services, UCX's syntax (300ms, 1s); unset: UCX's 1.0s.", helpGroup: 'RAIL NICS'}),
-  'ucx-rc-retry-count': Flags.integer({summary: "UCX_RC_RETRY_COUNT for the services (UCX caps it at 7); unset: UCX's 7.", helpGroup: 'RAIL NICS'}),
+  'rail-nics': Flags.boolean({
+    summary: "One NIC per GPU (interfaces rail0..railN-1, needs root): KV moves as UDP 4791 over the GPU's rail.",
+    default: false,
+    helpGroup: 'RAIL NICS',
+  }),
+  'ucx-rc-timeout': Flags.string({
+    summary: "UCX_RC_TIMEOUT for the services, UCX's syntax (300ms, 1s); unset: UCX's 1.0s.",
+    helpGroup: 'RAIL NICS',
+  }),
+  'ucx-rc-retry-count': Flags.integer({
+    summary: "UCX_RC_RETRY_COUNT for the services (UCX caps it at 7); unset: UCX's 7.",
+    helpGroup: 'RAIL NICS',
+  }),
 }
 
 /** railFlags' values as `sim up` options. */
-export function railUpOptions(f: {'rail-nics': boolean; 'ucx-rc-timeout'?: string; 'ucx-rc-retry-count'?: number}): {railNics: boolean; ucxRcTimeout?: string; ucxRcRetryCount?: number} {
+export function railUpOptions(f: {'rail-nics': boolean; 'ucx-rc-timeout'?: string; 'ucx-rc-retry-count'?: number}): {
+  railNics: boolean
+  ucxRcTimeout?: string
+  ucxRcRetryCount?: number
+} {
   return {
     railNics: f['rail-nics'],
     ...(f['ucx-rc-timeout'] === undefined ? {} : {ucxRcTimeout: f['ucx-rc-timeout']}),
@@ -111,19 +185,30 @@ export function railUpOptions(f: {'rail-nics': boolean; 'ucx-rc-timeout'?: strin
 /** The twin's lag flags (docs/twin.md, "Not SGLang: the twin's own surfaces"): delays a busy host puts between
  * pdchaos and the scheduler, so that ε can be shown to cover them. */
 export const lagFlags = {
-  'entry-lag-ms': Flags.string({summary: 'Not SGLang: the schedulers receive new requests and aborts only every N ms (N[:JITTER]), as behind a long forward pass.', helpGroup: 'LAGS'}),
-  'answer-lag-ms': Flags.string({summary: "Not SGLang: a released request's HTTP answer is held N ms (N[:JITTER], drawn per answer).", helpGroup: 'LAGS'}),
+  'entry-lag-ms': Flags.string({
+    summary:
+      'Not SGLang: the schedulers receive new requests and aborts only every N ms (N[:JITTER]), as behind a long ' +
+      'forward pass.',
+    helpGroup: 'LAGS',
+  }),
+  'answer-lag-ms': Flags.string({
+    summary: "Not SGLang: a released request's HTTP answer is held N ms (N[:JITTER], drawn per answer).",
+    helpGroup: 'LAGS',
+  }),
   'tokenize-ms': Flags.string({
-    summary: 'Each request is tokenized N ms (N[:JITTER]), one at a time; an abort of a rid not yet tokenized is dropped, ' +
+    summary:
+      'Each request is tokenized N ms (N[:JITTER]), one at a time; an abort of a rid not yet tokenized is dropped, ' +
       'as SGLang drops an unknown rid.',
     helpGroup: 'LAGS',
   }),
 }
 
 /** lagFlags' values as `sim up` options. */
-export function lagUpOptions(
-  f: {'entry-lag-ms'?: string; 'answer-lag-ms'?: string; 'tokenize-ms'?: string},
-): {entryLagMs?: string; answerLagMs?: string; tokenizeMs?: string} {
+export function lagUpOptions(f: {'entry-lag-ms'?: string; 'answer-lag-ms'?: string; 'tokenize-ms'?: string}): {
+  entryLagMs?: string
+  answerLagMs?: string
+  tokenizeMs?: string
+} {
   return {
     ...(f['tokenize-ms'] === undefined ? {} : {tokenizeMs: f['tokenize-ms']}),
     ...(f['entry-lag-ms'] === undefined ? {} : {entryLagMs: f['entry-lag-ms']}),
@@ -131,7 +216,9 @@ export function lagUpOptions(
   }
 }
 
-/** A twin a command starts itself: its watchdog, and how long its gateway's circuit breaker stays open (absent: 60 s). */
+/**
+ * A twin a command starts itself: its watchdog, and how long its gateway's circuit breaker stays open (absent: 60 s).
+ */
 export interface TwinStart {
   deadlineS: number
   pollS: number
@@ -156,19 +243,34 @@ const SUITE_TWIN_HEARTBEAT = {heartbeatIntervalS: 2, heartbeatMaxFailure: 2}
  */
 export function suiteTwin(f: {sim: boolean; 'sim-deadline'?: string; 'sim-poll'?: string}): TwinStart {
   for (const flag of ['sim-deadline', 'sim-poll'] as const) {
-    if (f[flag] !== undefined && !f.sim) throw badInput(`--${flag} applies only with --sim`, `add --sim, or drop --${flag}`)
+    if (f[flag] !== undefined && !f.sim)
+      throw badInput(`--${flag} applies only with --sim`, `add --sim, or drop --${flag}`)
   }
   const deadlineS = seconds('--sim-deadline', f['sim-deadline']) ?? 3
   const pollS = seconds('--sim-poll', f['sim-poll']) ?? 0.5
-  if (!(deadlineS > 0 && pollS > 0)) throw badInput('--sim-deadline and --sim-poll must be above 0 seconds', 'e.g. --sim-deadline 3 --sim-poll 0.5')
+  if (!(deadlineS > 0 && pollS > 0))
+    throw badInput('--sim-deadline and --sim-poll must be above 0 seconds', 'e.g. --sim-deadline 3 --sim-poll 0.5')
   if (deadlineS < MIN_DEADLINE_SECONDS) {
-    throw badInput(`--sim-deadline must be at least ${MIN_DEADLINE_SECONDS} seconds, got ${deadlineS}`, 'e.g. --sim-deadline 3')
+    throw badInput(
+      `--sim-deadline must be at least ${MIN_DEADLINE_SECONDS} seconds, got ${deadlineS}`,
+      'e.g. --sim-deadline 3',
+    )
   }
   if (pollS < MIN_POLL_SECONDS) {
-    throw badInput(`--sim-poll must be at least ${MIN_POLL_SECONDS} seconds (10 ms; shorter is a busy loop), got ${pollS}`,
-      'e.g. --sim-poll 0.5')
+    throw badInput(
+      `--sim-poll must be at least ${MIN_POLL_SECONDS} seconds (10 ms; shorter is a busy loop), got ${pollS}`,
+      'e.g. --sim-poll 0.5',
+    )
   }
-  if (deadlineS > MAX_DEADLINE_SECONDS) throw badInput(`--sim-deadline must be at most ${MAX_DEADLINE_SECONDS} seconds, got ${deadlineS}`, `pass --sim-deadline ${MAX_DEADLINE_SECONDS} or less`)
-  if (pollS > deadlineS) throw badInput(`--sim-poll (${pollS} s) is longer than --sim-deadline (${deadlineS} s)`, 'give a poll interval at most the deadline')
+  if (deadlineS > MAX_DEADLINE_SECONDS)
+    throw badInput(
+      `--sim-deadline must be at most ${MAX_DEADLINE_SECONDS} seconds, got ${deadlineS}`,
+      `pass --sim-deadline ${MAX_DEADLINE_SECONDS} or less`,
+    )
+  if (pollS > deadlineS)
+    throw badInput(
+      `--sim-poll (${pollS} s) is longer than --sim-deadline (${deadlineS} s)`,
+      'give a poll interval at most the deadline',
+    )
   return {deadlineS, pollS, cbTimeoutS: SUITE_TWIN_CB_TIMEOUT_S, ...SUITE_TWIN_HEARTBEAT}
 }

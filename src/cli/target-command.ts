@@ -39,7 +39,10 @@ export interface RunOutputs {
 export abstract class TargetCommand<T extends typeof Command> extends BaseCommand<T> {
   static readonly targetFlags = {
     ...targetFlags,
-    'accept-new-host-key': Flags.boolean({helpGroup: 'TARGET', summary: 'Trust and record the host key of a host not yet in known_hosts.'}),
+    'accept-new-host-key': Flags.boolean({
+      helpGroup: 'TARGET',
+      summary: 'Trust and record the host key of a host not yet in known_hosts.',
+    }),
   }
 
   /** For commands that change the deployment. */
@@ -51,29 +54,35 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
    * Resolve the target (starting the twin for --sim unless told not to), refuse production unless allowed when the
    * command disturbs it, hold the host's run lock when asked, run fn, and always close the target.
    */
-  protected async withTarget<R>(opts: {
-    startTwin?: boolean
-    twin?: TwinStart
-    /** What the command does to the deployment, for the production refusal ("inject a fault into"). */
-    disturb?: string
-    /** The run lock: its command line and TTL (`runLockTtlMs`); held until expiry for --hold. */
-    lock?: (target: Target) => {command: string; ttlMs: number; untilExpiry?: boolean}
-    say?: (line: string) => void
-    /** Checks of the flags against the deployment file (a TTL against its watchdog), before the host is reached. */
-    check?: (deployment: Deployment, model: DeploymentModel) => void
-    /**
-     * Every service must answer its health path within the deployment's probeTimeoutSeconds first (exit 5 naming it);
-     * a function gives the views of the other instance pairs the run acts on, whose services are checked too.
-     */
-    preflight?: boolean | ((target: Target) => Deployment[])
-    /** The instance pair a run acts on (--prefill-instance, --decode-instance). */
-    pair?: InstancePair
-  }, fn: (target: Target) => Promise<R>): Promise<R> {
+  protected async withTarget<R>(
+    opts: {
+      startTwin?: boolean
+      twin?: TwinStart
+      /** What the command does to the deployment, for the production refusal ("inject a fault into"). */
+      disturb?: string
+      /** The run lock: its command line and TTL (`runLockTtlMs`); held until expiry for --hold. */
+      lock?: (target: Target) => {command: string; ttlMs: number; untilExpiry?: boolean}
+      say?: (line: string) => void
+      /** Checks of the flags against the deployment file (a TTL against its watchdog), before the host is reached. */
+      check?: (deployment: Deployment, model: DeploymentModel) => void
+      /**
+       * Every service must answer its health path within the deployment's probeTimeoutSeconds first (exit 5 naming it);
+       * a function gives the views of the other instance pairs the run acts on, whose services are checked too.
+       */
+      preflight?: boolean | ((target: Target) => Deployment[])
+      /** The instance pair a run acts on (--prefill-instance, --decode-instance). */
+      pair?: InstancePair
+    },
+    fn: (target: Target) => Promise<R>,
+  ): Promise<R> {
     const flags = this.flags as Record<string, unknown>
     const target = await resolveTarget(flags as never, {
       command: this.id ?? 'pdchaos',
-      ...(opts.startTwin === undefined ? {} : {startTwin: opts.startTwin}), ...(opts.twin ? {twin: opts.twin} : {}), onProgress: opts.say ?? ((l) => this.progress(l)),
-      ...(opts.check ? {check: opts.check} : {}), ...(opts.pair ? {pair: opts.pair} : {}),
+      ...(opts.startTwin === undefined ? {} : {startTwin: opts.startTwin}),
+      ...(opts.twin ? {twin: opts.twin} : {}),
+      onProgress: opts.say ?? (l => this.progress(l)),
+      ...(opts.check ? {check: opts.check} : {}),
+      ...(opts.pair ? {pair: opts.pair} : {}),
       ...(this.stopSignal ? {signal: this.stopSignal} : {}),
     })
     const signal = this.stopSignal
@@ -88,7 +97,7 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
       // naming the holder).
       const hosts = everyHostOf(target).hosts
       const locks: Array<Awaited<ReturnType<typeof acquireHostLock>>> = []
-      const release = (): Promise<unknown> => Promise.all(locks.map((l) => l.release().catch(() => {})))
+      const release = (): Promise<unknown> => Promise.all(locks.map(l => l.release().catch(() => {})))
       // A signal ends the process from the lease guard, past this finally: release the locks there too.
       const off = spec.untilExpiry ? () => {} : onSignalExit(release)
       try {
@@ -119,15 +128,23 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
    * printed and the exit code decided, so a failed write never loses the verdict: each failure is reported on stderr
    * (and returned, for --json) and the others are still written.
    */
-  protected async writeRunOutputs(run: SuiteRun, command: string, files: RunOutputs, extra: Record<string, unknown> = {}): Promise<{pushed?: unknown; outputErrors?: string[]}> {
+  protected async writeRunOutputs(
+    run: SuiteRun,
+    command: string,
+    files: RunOutputs,
+    extra: Record<string, unknown> = {},
+  ): Promise<{pushed?: unknown; outputErrors?: string[]}> {
     const {errors, attempt, write} = outputWriter()
     const {journal, junit, html, push} = files
-    if (journal) await attempt(`the journal to ${journal}`, () => writeJournal(journal, runJournal(run, command, extra)))
+    if (journal)
+      await attempt(`the journal to ${journal}`, () => writeJournal(journal, runJournal(run, command, extra)))
     if (junit) await attempt(`JUnit to ${junit}`, () => write(junit, renderJUnit(run)))
     if (html) await attempt(`the HTML report to ${html}`, () => write(html, renderHtml(run)))
     let pushed: Awaited<ReturnType<typeof pushRun>> | undefined
     if (push) {
-      pushed = await attempt(`metrics to the Pushgateway at ${redactText(push)}`, () => pushRun(push, run)) as typeof pushed
+      pushed = (await attempt(`metrics to the Pushgateway at ${redactText(push)}`, () =>
+        pushRun(push, run),
+      )) as typeof pushed
       // The gateway URL may carry basic-auth credentials: never printed, never in the JSON result (issue 12, S4).
       if (pushed) pushed = {...pushed, url: redactText(pushed.url)}
       if (pushed) this.progress(`pushed ${pushed.series} series to ${pushed.url}`)
@@ -140,17 +157,26 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
    * when one was asked for: the error it ended with, so a combined report (`pdchaos report`) names this deployment and
    * why instead of missing it. Never throws: the error itself is what the user must see.
    */
-  protected writeFailureJournal(file: string | undefined, command: string, fields: {name?: string; runId?: string; label?: string; config?: string; deployment?: string; startedAt: number}, error: unknown): void {
+  protected writeFailureJournal(
+    file: string | undefined,
+    command: string,
+    fields: {name?: string; runId?: string; label?: string; config?: string; deployment?: string; startedAt: number},
+    error: unknown,
+  ): void {
     if (file === undefined) return
     // Said after the error (error-output.ts): where its journal is, or why there is none.
     let note: string
     try {
-      writeJournal(file, failureJournal(command, {...fields, finishedAt: Date.now()}, errorDocument(error, command).error))
+      writeJournal(
+        file,
+        failureJournal(command, {...fields, finishedAt: Date.now()}, errorDocument(error, command).error),
+      )
       note = `the error is recorded in the journal ${file}`
     } catch (writeError) {
       note = `could not write the journal to ${file}: ${oneLine(writeError)}`
     }
-    if (typeof error === 'object' && error !== null) Object.defineProperty(error, 'journalNote', {value: note, enumerable: false})
+    if (typeof error === 'object' && error !== null)
+      Object.defineProperty(error, 'journalNote', {value: note, enumerable: false})
   }
 
   /** The README's exit codes for a run (model/run.ts runExitCode). */

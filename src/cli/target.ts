@@ -4,7 +4,16 @@ import {resolve} from 'node:path'
 import type {Deployment} from '../deployment/config.js'
 import {loadDeploymentModel} from '../deployment/load.js'
 import type {DeploymentModel, PlacedService} from '../deployment/model.js'
-import {acrossHosts, FIRST_PAIR, hostView, type InstancePair, type NodeRankOn, pairPaths, pairRefusal, singleHostView} from '../deployment/single-host.js'
+import {
+  acrossHosts,
+  FIRST_PAIR,
+  hostView,
+  type InstancePair,
+  type NodeRankOn,
+  pairPaths,
+  pairRefusal,
+  singleHostView,
+} from '../deployment/single-host.js'
 import type {Host} from '../hosts/host.js'
 import type {RestartTarget, ServiceName} from '../restart/co-restart.js'
 import type {PairView} from '../suite/runner.js'
@@ -47,39 +56,58 @@ export interface Target {
   pair?: InstancePair
 }
 
-export async function resolveTarget(flags: TargetFlags, opts: {
-  /** The command acting on the target, named when a file spans more than it can act on yet (exit 2). */
-  command?: string
-  startTwin?: boolean
-  /** How to start the twin when none runs: its watchdog, and its gateway's breaker (absent: upstream's 60 s). */
-  twin?: TwinStart
-  onProgress?: (line: string) => void
-  /** Checks that need the deployment file (a TTL against its watchdog): run before the host is reached. */
-  check?: (deployment: Deployment, model: DeploymentModel) => void
-  /** The instance pair a run acts on, where the file lists several instances of a role (exit 2 when it names none). */
-  pair?: InstancePair
-  /** The command's stop (SIGINT): reading the file and reaching the hosts end with exit 3 when it fires. */
-  signal?: AbortSignal
-} = {}): Promise<Target> {
+export async function resolveTarget(
+  flags: TargetFlags,
+  opts: {
+    /** The command acting on the target, named when a file spans more than it can act on yet (exit 2). */
+    command?: string
+    startTwin?: boolean
+    /** How to start the twin when none runs: its watchdog, and its gateway's breaker (absent: upstream's 60 s). */
+    twin?: TwinStart
+    onProgress?: (line: string) => void
+    /** Checks that need the deployment file (a TTL against its watchdog): run before the host is reached. */
+    check?: (deployment: Deployment, model: DeploymentModel) => void
+    /**
+     * The instance pair a run acts on, where the file lists several instances of a role (exit 2 when it names none).
+     */
+    pair?: InstancePair
+    /** The command's stop (SIGINT): reading the file and reaching the hosts end with exit 3 when it fires. */
+    signal?: AbortSignal
+  } = {},
+): Promise<Target> {
   let file = resolve(flags.config)
   let startedTwin: string | undefined
   // --state-dir names the twin's directory: without --sim it would be silently ignored, and -c used instead.
   if (flags['state-dir'] !== undefined && !flags.sim) {
-    throw badInput('--state-dir applies only with --sim (it names the twin\'s state dir)', 'add --sim to target the twin, or drop --state-dir and pass the deployment file with -c FILE')
+    throw badInput(
+      "--state-dir applies only with --sim (it names the twin's state dir)",
+      'add --sim to target the twin, or drop --state-dir and pass the deployment file with -c FILE',
+    )
   }
   if (flags.sim) {
     // The twin's code only for --sim: a run against a deployment file does not load it (about 30 modules at start).
-    const [{readLock, liveHolders}, {simPaths}, {simUp}] = await Promise.all([import('../sim/lifecycle/lock.js'), import('../sim/sim-config.js'), import('./twin.js')])
+    const [{readLock, liveHolders}, {simPaths}, {simUp}] = await Promise.all([
+      import('../sim/lifecycle/lock.js'),
+      import('../sim/sim-config.js'),
+      import('./twin.js'),
+    ])
     const stateDir = simStateDir(flags['state-dir'] ?? defaultSimDir())
     file = simPaths(stateDir).deploymentFile
     const lock = readLock(stateDir)
     const running = lock !== undefined && liveHolders(lock).length > 0 && existsSync(file)
     if (!running && opts.startTwin !== false) {
-      const breaker = opts.twin?.cbTimeoutS === undefined ? '' : `, circuit breaker half-open after ${opts.twin.cbTimeoutS}s`
-      const watchdog = opts.twin ? ` (watchdog deadline ${opts.twin.deadlineS}s, poll ${opts.twin.pollS}s${breaker})` : ''
+      const breaker =
+        opts.twin?.cbTimeoutS === undefined ? '' : `, circuit breaker half-open after ${opts.twin.cbTimeoutS}s`
+      const watchdog = opts.twin
+        ? ` (watchdog deadline ${opts.twin.deadlineS}s, poll ${opts.twin.pollS}s${breaker})`
+        : ''
       opts.onProgress?.(`starting the twin in ${stateDir}${watchdog}`)
       const {cbTimeoutS, ...watchdogS} = opts.twin ?? {}
-      await simUp({stateDir, ...watchdogS, ...(cbTimeoutS === undefined ? {} : {router: {cbTimeoutDurationS: cbTimeoutS}})})
+      await simUp({
+        stateDir,
+        ...watchdogS,
+        ...(cbTimeoutS === undefined ? {} : {router: {cbTimeoutDurationS: cbTimeoutS}}),
+      })
       startedTwin = stateDir
     }
   }
@@ -88,15 +116,24 @@ export async function resolveTarget(flags: TargetFlags, opts: {
   const model = await loadDeploymentModel(file)
   throwIfStopped(opts.signal, `reading ${file}`)
   // Before any host is reached: a command never acts on one host of a deployment that spans several.
-  const deployment = singleHostView(model, {command: opts.command ?? 'pdchaos', file, ...(opts.pair ? {pair: opts.pair} : {})})
+  const deployment = singleHostView(model, {
+    command: opts.command ?? 'pdchaos',
+    file,
+    ...(opts.pair ? {pair: opts.pair} : {}),
+  })
   opts.check?.(deployment, model)
   // Connecting has its own deadline; a stop ends the wait at once (a connection that opens later is dropped).
   const open = (config: Deployment['host']): Promise<Host> => {
     const opening = openHost(config, {sudo: deployment.sudo, acceptNewHostKey: flags['accept-new-host-key']})
-    if (opts.signal) opening.then((h) => {
-      if (opts.signal!.aborted) h.close().catch(() => {})
-    }, () => {})
-    const phase = config.kind === 'ssh' ? `connecting to ${config.alias ?? config.hostname ?? 'the host'}` : 'opening the host'
+    if (opts.signal)
+      opening.then(
+        h => {
+          if (opts.signal!.aborted) h.close().catch(() => {})
+        },
+        () => {},
+      )
+    const phase =
+      config.kind === 'ssh' ? `connecting to ${config.alias ?? config.hostname ?? 'the host'}` : 'opening the host'
     return abortable(opening, opts.signal, phase)
   }
   const placed = acrossHosts(model)
@@ -107,15 +144,23 @@ export async function resolveTarget(flags: TargetFlags, opts: {
   try {
     for (const p of placed) across.push({...p, host: await open(hostView(model, p.name).host)})
   } catch (error) {
-    await Promise.all(across.map((a) => a.host.close().catch(() => {})))
+    await Promise.all(across.map(a => a.host.close().catch(() => {})))
     throw error
   }
-  return {deployment, model, file, host: across.find((a) => a.name === model.services.router.nodes[0])!.host, across, startedTwin, ...pair}
+  return {
+    deployment,
+    model,
+    file,
+    host: across.find(a => a.name === model.services.router.nodes[0])!.host,
+    across,
+    startedTwin,
+    ...pair,
+  }
 }
 
 /** Close every host a target opened. */
 export async function closeTarget(t: Target): Promise<void> {
-  await Promise.all((t.across?.map((a) => a.host) ?? [t.host]).map((h) => h.close().catch(() => {})))
+  await Promise.all((t.across?.map(a => a.host) ?? [t.host]).map(h => h.close().catch(() => {})))
 }
 
 /**
@@ -125,15 +170,26 @@ export async function closeTarget(t: Target): Promise<void> {
 export function placementOf(t: Target): Placement {
   if (!t.across) return Placement.single(t.deployment, t.host)
   if (!t.pair) return everyHostOf(t)
-  const of = new Map(acrossHosts(t.model, t.pair).map((h) => [h.name, h]))
-  const used = t.across.filter((a) => (of.get(a.name)?.roles.length ?? 0) + (of.get(a.name)?.nodeRanks.length ?? 0) > 0)
-  return Placement.across(t.deployment, used.map((a) => ({...a, roles: of.get(a.name)!.roles, nodeRanks: of.get(a.name)!.nodeRanks, view: hostView(t.model, a.name, t.pair)})))
+  const of = new Map(acrossHosts(t.model, t.pair).map(h => [h.name, h]))
+  const used = t.across.filter(a => (of.get(a.name)?.roles.length ?? 0) + (of.get(a.name)?.nodeRanks.length ?? 0) > 0)
+  return Placement.across(
+    t.deployment,
+    used.map(a => ({
+      ...a,
+      roles: of.get(a.name)!.roles,
+      nodeRanks: of.get(a.name)!.nodeRanks,
+      view: hostView(t.model, a.name, t.pair),
+    })),
+  )
 }
 
 /** Every host the deployment uses, whatever a run acts on: the run lock spans them, and recover visits them all. */
 export function everyHostOf(t: Target): Placement {
   return t.across
-    ? Placement.across(t.deployment, t.across.map((a) => ({...a, view: hostView(t.model, a.name)})))
+    ? Placement.across(
+        t.deployment,
+        t.across.map(a => ({...a, view: hostView(t.model, a.name)})),
+      )
     : Placement.single(t.deployment, t.host)
 }
 
@@ -143,19 +199,20 @@ export function everyHostOf(t: Target): Placement {
  * host of its node rank 0 (a role with one instance is one step, named by its role, as it always was).
  */
 export function restartTargetsOf(t: Target, roles?: ServiceName[]): RestartTarget[] {
-  const hostNamed = (name: string): Host => t.across?.find((a) => a.name === name)?.host ?? t.host
+  const hostNamed = (name: string): Host => t.across?.find(a => a.name === name)?.host ?? t.host
   const {prefill, decode, router} = t.model.services
-  const byPath = new Map([...prefill, ...decode, router].map((s) => [s.path, s]))
+  const byPath = new Map([...prefill, ...decode, router].map(s => [s.path, s]))
   // The file's order (restartOrder:, else prefill, decode, router) for the whole co-restart, also when all three roles
-  // are named in SGLang's order (the default of restart --service and of a suite's restart); roles named otherwise go in
+  // are named in SGLang's order (the default of restart --service and of a suite's restart); roles named otherwise go
+  // in
   // the order given, the instances of each in the file's order.
-  const inFileOrder = t.model.restartOrder.map((p) => byPath.get(p)!)
+  const inFileOrder = t.model.restartOrder.map(p => byPath.get(p)!)
   const whole = roles === undefined || roles.join() === 'prefill,decode,router'
-  const ordered = whole ? inFileOrder : roles.flatMap((role) => inFileOrder.filter((s) => s.role === role))
-  return ordered.map((inst) => {
+  const ordered = whole ? inFileOrder : roles.flatMap(role => inFileOrder.filter(s => s.role === role))
+  return ordered.map(inst => {
     const ofRole: PlacedService<unknown>[] = inst.role === 'router' ? [router] : t.model.services[inst.role]
     const name = ofRole.length > 1 ? `${inst.role}[${ofRole.indexOf(inst)}]` : inst.role
-    const nodes = inst.nodes.length > 1 ? {nodes: inst.nodes.map((n) => ({name: n, host: hostNamed(n)}))} : {}
+    const nodes = inst.nodes.length > 1 ? {nodes: inst.nodes.map(n => ({name: n, host: hostNamed(n)}))} : {}
     return {name, role: inst.role, path: inst.path, service: inst.service, host: hostNamed(inst.nodes[0]!), ...nodes}
   })
 }
@@ -174,7 +231,7 @@ export function pairViews(t: Target): {default: InstancePair; viewOf: (pair: Ins
   if (t.model.services.prefill.length < 2 && t.model.services.decode.length < 2) return undefined
   return {
     default: t.pair ?? FIRST_PAIR,
-    viewOf: (pair) => {
+    viewOf: pair => {
       const deployment = hostView(t.model, t.model.services.router.nodes[0]!, pair)
       return {deployment, placement: placementOf({...t, deployment, pair}), paths: pairPaths(t.model, pair)}
     },
@@ -186,25 +243,41 @@ export function scenarioPairViews(t: Target, suite: SuiteFile): Deployment[] {
   const views = pairViews(t)
   if (!views) return []
   const d = views.default
-  const pairs = new Map(suite.scenarios.filter((s) => s.fault !== undefined && s.pair !== undefined)
-    .map((s) => pairOfSpec(s, d))
-    .filter((p) => p.prefill !== d.prefill || p.decode !== d.decode)
-    .map((p) => [`${p.prefill}/${p.decode}`, p]))
-  return [...pairs.values()].map((p) => views.viewOf(p).deployment)
+  const pairs = new Map(
+    suite.scenarios
+      .filter(s => s.fault !== undefined && s.pair !== undefined)
+      .map(s => pairOfSpec(s, d))
+      .filter(p => p.prefill !== d.prefill || p.decode !== d.decode)
+      .map(p => [`${p.prefill}/${p.decode}`, p]),
+  )
+  return [...pairs.values()].map(p => views.viewOf(p).deployment)
 }
 
 /**
  * Exit 2 when a suite scenario's pair: names an instance the deployment does not have, or its gpuHost: a host it does
  * not have (before any host is reached).
  */
-export function checkScenarioPairs(m: DeploymentModel, suite: SuiteFile, file: string, defaultPair: InstancePair): void {
+export function checkScenarioPairs(
+  m: DeploymentModel,
+  suite: SuiteFile,
+  file: string,
+  defaultPair: InstancePair,
+): void {
   for (const [i, sc] of suite.scenarios.entries()) {
-    if (sc.gpuHost !== undefined && !m.hosts.some((h) => h.name === sc.gpuHost)) {
-      throw badInput(`${file}: scenarios[${i}] (${sc.name}) gpuHost ${sc.gpuHost}: the deployment has the hosts ${m.hosts.map((h) => h.name).join(', ')}`, 'name one of the deployment file\'s hosts: (`pdchaos status` lists the ranks per host)')
+    if (sc.gpuHost !== undefined && !m.hosts.some(h => h.name === sc.gpuHost)) {
+      throw badInput(
+        `${file}: scenarios[${i}] (${sc.name}) gpuHost ${sc.gpuHost}: the deployment has the ` +
+          `hosts ${m.hosts.map(h => h.name).join(', ')}`,
+        "name one of the deployment file's hosts: (`pdchaos status` lists the ranks per host)",
+      )
     }
     if (!sc.pair) continue
     const pair = pairOfSpec(sc, defaultPair)
     const why = pairRefusal(m, pair, (role, n) => `scenarios[${i}] (${sc.name}) pair.${role} ${n}`)
-    if (why) throw badInput(`${file}: ${why}`, '`pdchaos status` lists the instances of each role, numbered from 0 in the order of the deployment file')
+    if (why)
+      throw badInput(
+        `${file}: ${why}`,
+        '`pdchaos status` lists the instances of each role, numbered from 0 in the order of the deployment file',
+      )
   }
 }

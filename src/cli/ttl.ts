@@ -18,11 +18,18 @@ export function minRunTtlSeconds(w: Pick<Watchdog, 'deadlineSeconds' | 'pollSeco
 }
 
 /** --ttl against the deployment's watchdog (a held fault may have any TTL: nothing is judged). */
-export function checkRunTtl(ttlSeconds: number | undefined, w: Pick<Watchdog, 'deadlineSeconds' | 'pollSeconds'>, mode: 'run' | 'hold' | 'dry-run'): void {
+export function checkRunTtl(
+  ttlSeconds: number | undefined,
+  w: Pick<Watchdog, 'deadlineSeconds' | 'pollSeconds'>,
+  mode: 'run' | 'hold' | 'dry-run',
+): void {
   if (ttlSeconds === undefined || mode !== 'run') return
   const min = minRunTtlSeconds(w)
   if (ttlSeconds < min) {
-    throw badInput(`--ttl ${ttlSeconds} is shorter than the run needs: ${min} s (watchdog deadline ${w.deadlineSeconds} s + poll ${w.pollSeconds} s + margin and setup)`,
-      `pass --ttl ${min} or more, or leave --ttl out (the default fits the watchdog)`)
+    throw badInput(
+      `--ttl ${ttlSeconds} is shorter than the run needs: ${min} s (watchdog deadline ${w.deadlineSeconds} s + ` +
+        `poll ${w.pollSeconds} s + margin and setup)`,
+      `pass --ttl ${min} or more, or leave --ttl out (the default fits the watchdog)`,
+    )
   }
 }

@@ -3,7 +3,13 @@ import {MAX_DEADLINE_SECONDS, MIN_DEADLINE_SECONDS, MIN_POLL_SECONDS} from '../d
 import {PdError, badInput} from '../errors.js'
 import {ExitCode, type ExitCodeValue} from '../exit-codes.js'
 import * as lifecycle from '../sim/lifecycle/index.js'
-import {type EXIT_INTERRUPTED, SimError, type SimErrorKind, type SimUpOptions, type TwinDeployment} from '../sim/lifecycle/index.js'
+import {
+  type EXIT_INTERRUPTED,
+  SimError,
+  type SimErrorKind,
+  type SimUpOptions,
+  type TwinDeployment,
+} from '../sim/lifecycle/index.js'
 import {simStateDir} from './sim-flags.js'
 
 /**
@@ -17,7 +23,10 @@ const EXIT: Record<SimErrorKind, ExitCodeValue> = {
   'cleanup-unverified': ExitCode.cleanupUnverified,
 }
 
-/** A SimError as the CLI's PdError (same message, suggestion and cause; the exit code of its kind); anything else as it is. */
+/**
+ * A SimError as the CLI's PdError (same message, suggestion and cause; the exit code of its kind); anything else as it
+ * is.
+ */
 export function fromSimError(error: unknown): unknown {
   if (!(error instanceof SimError)) return error
   const pd = new PdError(error.message, {exit: EXIT[error.kind], suggestion: error.suggestion, cause: error.cause})
@@ -39,28 +48,47 @@ export const simUp = async (options: SimUpOptions): Promise<lifecycle.SimUpResul
   return translated(() => lifecycle.simUp({...options, stateDir: simStateDir(options.stateDir)}))
 }
 
-/** The twin writes a deployment file for pdchaos: its watchdog must be one that file may hold (the twin checks the rest). */
+/**
+ * The twin writes a deployment file for pdchaos: its watchdog must be one that file may hold (the twin checks the
+ * rest).
+ */
 function checkTwinWatchdog(deadlineS: number | undefined, pollS: number | undefined): void {
   if (deadlineS !== undefined && !(deadlineS >= MIN_DEADLINE_SECONDS)) {
-    throw badInput(`--deadline must be at least ${MIN_DEADLINE_SECONDS} seconds, got ${deadlineS}`,
-      'pass a deadline in seconds, e.g. --deadline 30')
+    throw badInput(
+      `--deadline must be at least ${MIN_DEADLINE_SECONDS} seconds, got ${deadlineS}`,
+      'pass a deadline in seconds, e.g. --deadline 30',
+    )
   }
   if (pollS !== undefined && !(pollS >= MIN_POLL_SECONDS)) {
-    throw badInput(`--poll must be at least ${MIN_POLL_SECONDS} seconds (10 ms; shorter is a busy loop), got ${pollS}`,
-      'pass a poll interval in seconds, e.g. --poll 1')
+    throw badInput(
+      `--poll must be at least ${MIN_POLL_SECONDS} seconds (10 ms; shorter is a busy loop), got ${pollS}`,
+      'pass a poll interval in seconds, e.g. --poll 1',
+    )
   }
   if (deadlineS !== undefined && deadlineS > MAX_DEADLINE_SECONDS) {
-    throw badInput(`--deadline must be at most ${MAX_DEADLINE_SECONDS} seconds (the longest watchdog a run can judge under its lease), got ${deadlineS}`, `pass --deadline ${MAX_DEADLINE_SECONDS} or less`)
+    throw badInput(
+      `--deadline must be at most ${MAX_DEADLINE_SECONDS} seconds (the longest watchdog a run can judge under its ` +
+        `lease), got ${deadlineS}`,
+      `pass --deadline ${MAX_DEADLINE_SECONDS} or less`,
+    )
   }
   if (deadlineS !== undefined && pollS !== undefined && pollS > deadlineS) {
-    throw badInput(`--poll (${pollS} s) is longer than --deadline (${deadlineS} s)`, 'give a poll interval at most the deadline')
+    throw badInput(
+      `--poll (${pollS} s) is longer than --deadline (${deadlineS} s)`,
+      'give a poll interval at most the deadline',
+    )
   }
 }
 // The state dir is checked first: a file there is bad input, not "no twin is running".
-export const simDown = async (stateDir: string): Promise<lifecycle.SimDownResult> => translated(() => lifecycle.simDown(simStateDir(stateDir)))
-export const simStatus = async (stateDir: string): Promise<lifecycle.SimStatusResult> => translated(() => lifecycle.simStatus(simStateDir(stateDir)))
-export const simRestart = async (stateDir: string, service: string, waitS?: number): Promise<lifecycle.SimRestartResult> =>
-  translated(() => lifecycle.simRestart(simStateDir(stateDir), service, waitS))
+export const simDown = async (stateDir: string): Promise<lifecycle.SimDownResult> =>
+  translated(() => lifecycle.simDown(simStateDir(stateDir)))
+export const simStatus = async (stateDir: string): Promise<lifecycle.SimStatusResult> =>
+  translated(() => lifecycle.simStatus(simStateDir(stateDir)))
+export const simRestart = async (
+  stateDir: string,
+  service: string,
+  waitS?: number,
+): Promise<lifecycle.SimRestartResult> => translated(() => lifecycle.simRestart(simStateDir(stateDir), service, waitS))
 
 // Checked when compiling: an interrupted `sim up` exits with the README's "stopped", and the file the twin writes is
 // one the deployment schema reads (test/sim checks that it reads back to the very same document).

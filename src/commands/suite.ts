@@ -20,56 +20,116 @@ import {defaultSuite, GateSchema, loadSuite} from '../suite/suite-file.js'
 import {throwIfStopped} from '../util/stop.js'
 
 export default class Suite extends TargetCommand<typeof Suite> {
-  static override summary = 'Run a suite of fault scenarios and co-restarts, in conflict-free concurrent batches: the nightly run and the release gate.'
+  static override summary =
+    'Run a suite of fault scenarios and co-restarts, in conflict-free concurrent batches: the nightly run and the ' +
+    'release gate.'
   static override description = [
-    'Without FILE the built-in suite runs: stall-kv on GPUs 1-3 and abort-mid-transfer on GPU 0 together, then drop-dest-info on each prefill rank together, then prefill restarted alone (SGLang #34289), then a co-restart.',
-    'The batch plan is printed and checked for conflicts before any injection. Stop conditions (router health, collateral loss, a new Xid line in the kernel log)',
+    'Without FILE the built-in suite runs: stall-kv on GPUs 1-3 and abort-mid-transfer on GPU 0 together, then ' +
+      'drop-dest-info on each prefill rank together, then prefill restarted alone (SGLang #34289), then a co-restart.',
+    'The batch plan is printed and checked for conflicts before any injection. Stop conditions (router health, ' +
+      'collateral loss, a new Xid line in the kernel log)',
     'and SIGINT stop the run, revert everything and exit 3; a stopped run is never resumed.',
-    'Exit 0 all checks passed (or the gate passed), 1 a check failed (or the gate failed), 2 bad input, 3 stopped, 4 cleanup unverified, 5 unreachable.',
-    'With --sim and no twin running, the twin is started with a short watchdog (deadline 3 s, poll 0.5 s) and a gateway circuit breaker that half-opens after 5 s (60 by default) so the suite takes well under a minute.',
-    'With --fleet each deployment of the fleet file runs as its own suite run; the exit code is the most urgent of theirs: 4 > 3 > 1 > 5 > 2 > 0.',
+    'Exit 0 all checks passed (or the gate passed), 1 a check failed (or the gate failed), 2 bad input, 3 stopped, ' +
+      '4 cleanup unverified, 5 unreachable.',
+    'With --sim and no twin running, the twin is started with a short watchdog (deadline 3 s, poll 0.5 s) and a ' +
+      'gateway circuit breaker that half-opens after 5 s (60 by default) so the suite takes well under a minute.',
+    'With --fleet each deployment of the fleet file runs as its own suite run; the exit code is the most urgent of ' +
+      'theirs: 4 > 3 > 1 > 5 > 2 > 0.',
   ].join(' ')
   static override examples = [
     '<%= config.bin %> suite --sim',
     '<%= config.bin %> suite nightly.yaml -c pdchaos.yaml --journal run.json --junit junit.xml --html report.html',
     '<%= config.bin %> suite release.yaml -c pdchaos.yaml --gate --push http://127.0.0.1:9091',
-    '<%= config.bin %> suite --fleet fleet.yaml --max-parallel 4 --journal-dir /var/lib/pdchaos/nightly --junit junit.xml --html fleet.html',
+    '<%= config.bin %> suite --fleet fleet.yaml --max-parallel 4 --journal-dir /var/lib/pdchaos/nightly --junit ' +
+      'junit.xml --html fleet.html',
   ]
   static override args = {
-    file: Args.string({description: 'Suite file (YAML); `pdchaos schema suite` prints its shape. Default: the built-in suite.'}),
+    file: Args.string({
+      description: 'Suite file (YAML); `pdchaos schema suite` prints its shape. Default: the built-in suite.',
+    }),
   }
   static override flags = {
     ...TargetCommand.targetFlags,
     ...instanceFlags,
     ...TargetCommand.disturbFlags,
-    gate: Flags.boolean({summary: 'Make the exit code the release verdict (0 pass, 1 fail); thresholds from the file\'s gate section or: no failed check, no fault left behind.'}),
-    journal: Flags.string({summary: 'Write the run journal (JSON: every pin, lease, verdict and timeline) to this file.'}),
+    gate: Flags.boolean({
+      summary:
+        "Make the exit code the release verdict (0 pass, 1 fail); thresholds from the file's gate section or: no " +
+        'failed check, no fault left behind.',
+    }),
+    journal: Flags.string({
+      summary: 'Write the run journal (JSON: every pin, lease, verdict and timeline) to this file.',
+    }),
     junit: Flags.string({summary: 'Write JUnit XML (one testcase per check and per pin) to this file.'}),
     html: Flags.string({summary: 'Write the single-file HTML report (a timeline per scenario) to this file.'}),
-    push: Flags.string({summary: 'Push the run\'s metrics to this Prometheus Pushgateway URL.'}),
-    'allow-competing-timeout': Flags.boolean({summary: "As the suite file's allowCompetingTimeout: run a scenario although one of SGLang's own timeouts fires before its window closes (its pins are then unverified)."}),
-    'one-at-a-time': Flags.boolean({summary: 'Run every scenario in a batch of its own (no concurrency), e.g. to measure what batching saves.'}),
-    'run-id': Flags.string({summary: 'Name of this run (Pushgateway grouping, reports). Default: derived from the start time.'}),
-    'sim-deadline': Flags.string({summary: 'With --sim, when the suite starts the twin itself: its watchdog deadline in seconds (default 3).'}),
-    'sim-poll': Flags.string({summary: 'With --sim, when the suite starts the twin itself: its watchdog poll interval in seconds (default 0.5).'}),
-    label: Flags.string({summary: 'Name this deployment in a combined report (`pdchaos report`); default: the deployment file\'s name.'}),
-    fleet: Flags.string({helpGroup: 'FLEET', summary: 'Run every deployment of this fleet file (`pdchaos schema fleet`), each as its own run with its own lock and journal; one combined summary, JUnit, HTML, push and exit code.',
-      exclusive: ['config', 'sim', 'state-dir', 'journal', 'label', 'sim-deadline', 'sim-poll', 'prefill-instance', 'decode-instance']}),
-    'max-parallel': Flags.integer({helpGroup: 'FLEET', min: 1, max: 64, dependsOn: ['fleet'], summary: 'Deployments run at once at most (default: the fleet file\'s maxParallel, 4 unless it says).'}),
-    'journal-dir': Flags.string({helpGroup: 'FLEET', dependsOn: ['fleet'], summary: 'Keep each deployment\'s journal as DIR/NAME.json (`pdchaos report DIR/*.json` rebuilds the combined report).'}),
+    push: Flags.string({summary: "Push the run's metrics to this Prometheus Pushgateway URL."}),
+    'allow-competing-timeout': Flags.boolean({
+      summary:
+        "As the suite file's allowCompetingTimeout: run a scenario although one of SGLang's own timeouts fires " +
+        'before its window closes (its pins are then unverified).',
+    }),
+    'one-at-a-time': Flags.boolean({
+      summary: 'Run every scenario in a batch of its own (no concurrency), e.g. to measure what batching saves.',
+    }),
+    'run-id': Flags.string({
+      summary: 'Name of this run (Pushgateway grouping, reports). Default: derived from the start time.',
+    }),
+    'sim-deadline': Flags.string({
+      summary: 'With --sim, when the suite starts the twin itself: its watchdog deadline in seconds (default 3).',
+    }),
+    'sim-poll': Flags.string({
+      summary:
+        'With --sim, when the suite starts the twin itself: its watchdog poll interval in seconds (default 0.5).',
+    }),
+    label: Flags.string({
+      summary: "Name this deployment in a combined report (`pdchaos report`); default: the deployment file's name.",
+    }),
+    fleet: Flags.string({
+      helpGroup: 'FLEET',
+      summary:
+        'Run every deployment of this fleet file (`pdchaos schema fleet`), each as its own run with its own lock ' +
+        'and journal; one combined summary, JUnit, HTML, push and exit code.',
+      exclusive: [
+        'config',
+        'sim',
+        'state-dir',
+        'journal',
+        'label',
+        'sim-deadline',
+        'sim-poll',
+        'prefill-instance',
+        'decode-instance',
+      ],
+    }),
+    'max-parallel': Flags.integer({
+      helpGroup: 'FLEET',
+      min: 1,
+      max: 64,
+      dependsOn: ['fleet'],
+      summary: "Deployments run at once at most (default: the fleet file's maxParallel, 4 unless it says).",
+    }),
+    'journal-dir': Flags.string({
+      helpGroup: 'FLEET',
+      dependsOn: ['fleet'],
+      summary:
+        "Keep each deployment's journal as DIR/NAME.json (`pdchaos report DIR/*.json` rebuilds the combined report).",
+    }),
   }
 
   async run(): Promise<Record<string, unknown>> {
     const f = this.flags
     // An empty run id would name no run: the Pushgateway grouping and the reports need one.
     if (f['run-id'] !== undefined && f['run-id'].trim() === '') {
-      throw badInput('--run-id is empty',
-        'give the run a name, e.g. --run-id nightly-2026-12-04, or leave the flag out for one from the start time')
+      throw badInput(
+        '--run-id is empty',
+        'give the run a name, e.g. --run-id nightly-2026-12-04, or leave the flag out for one from the start time',
+      )
     }
     // SIGINT (Ctrl-C) or SIGTERM (a scheduler's deadline) stops the run in any phase, from reading the suite file on;
     // a run that started has its journal still written (exit 3).
     return this.withStopSignal(({signal}) =>
-      (f.fleet === undefined ? this.runOne(signal) : this.runFleet(f.fleet, signal)))
+      f.fleet === undefined ? this.runOne(signal) : this.runFleet(f.fleet, signal),
+    )
   }
 
   private async runOne(signal: AbortSignal): Promise<Record<string, unknown>> {
@@ -86,48 +146,91 @@ export default class Suite extends TargetCommand<typeof Suite> {
     let started: string | undefined
     const t0 = Date.now()
     try {
-      const run = await this.withTarget({
-        twin, say: progress.say, disturb: 'run a suite against',
-        check: (d, m) => {
-          deployment = d.name
-          checkScenarioPairs(m, suite, suiteFile ?? 'the built-in suite', {prefill: f['prefill-instance'], decode: f['decode-instance']})
+      const run = await this.withTarget(
+        {
+          twin,
+          say: progress.say,
+          disturb: 'run a suite against',
+          check: (d, m) => {
+            deployment = d.name
+            checkScenarioPairs(m, suite, suiteFile ?? 'the built-in suite', {
+              prefill: f['prefill-instance'],
+              decode: f['decode-instance'],
+            })
+          },
+          // A co-restart may bring back a dead service; a fault scenario needs all three answering first, on every
+          // instance pair the fault scenarios act on.
+          preflight: suite.scenarios.some(s => s.fault !== undefined) && (t => scenarioPairViews(t, suite)),
+          lock: ({deployment: d}) => ({
+            command: `suite ${suite.name}`,
+            ttlMs: runLockTtlMs({...d.watchdog, scenarios: suite.scenarios.length}),
+          }),
+          pair: {prefill: f['prefill-instance'], decode: f['decode-instance']},
         },
-        // A co-restart may bring back a dead service; a fault scenario needs all three answering first, on every
-        // instance pair the fault scenarios act on.
-        preflight: suite.scenarios.some((s) => s.fault !== undefined) && ((t) => scenarioPairViews(t, suite)),
-        lock: ({deployment: d}) => ({command: `suite ${suite.name}`, ttlMs: runLockTtlMs({...d.watchdog, scenarios: suite.scenarios.length})}),
-        pair: {prefill: f['prefill-instance'], decode: f['decode-instance']},
-      }, (t) => {
-        started = t.startedTwin
-        config = t.file
-        // Where the file lists several instances of a role, the faults act on one pair of them; a co-restart restarts all.
-        const pair = pairOf(t)
-        if (pair) {
-          const others = suite.scenarios.some((s) => s.pair) ? ' (scenarios with pair: act on theirs)' : ''
-          progress.say(`acting on the instance pair ${pair.prefill} and ${pair.decode}${others}: faults on their hosts, pins to them; a co-restart restarts every instance`)
-        }
-        const pairs = pairViews(t)
-        return runSuite(t.deployment, placementOf(t), suite, {
-          restartTargets: (order) => restartTargetsOf(t, order), ...(pairs ? {pairs} : {}),
-          gate: suite.gate ?? (f.gate ? GateSchema.parse({}) : undefined), say: progress.say, signal, runId: f['run-id'], oneAtATime: f['one-at-a-time'],
-          ...(f['allow-competing-timeout'] ? {batch: {allowCompetingTimeout: true}} : {}),
-          onPlan: (lines) => progress.print(['plan (checked: no two scenarios in a batch interfere):', ...lines.map((x) => `  ${x}`)]),
-          onPhase: progress.setPhase,
-        })
-      })
+        t => {
+          started = t.startedTwin
+          config = t.file
+          // Where the file lists several instances of a role, the faults act on one pair of them; a co-restart restarts
+          // all.
+          const pair = pairOf(t)
+          if (pair) {
+            const others = suite.scenarios.some(s => s.pair) ? ' (scenarios with pair: act on theirs)' : ''
+            progress.say(
+              `acting on the instance pair ${pair.prefill} and ${pair.decode}${others}: faults on their hosts, ` +
+                `pins to them; a co-restart restarts every instance`,
+            )
+          }
+          const pairs = pairViews(t)
+          return runSuite(t.deployment, placementOf(t), suite, {
+            restartTargets: order => restartTargetsOf(t, order),
+            ...(pairs ? {pairs} : {}),
+            gate: suite.gate ?? (f.gate ? GateSchema.parse({}) : undefined),
+            say: progress.say,
+            signal,
+            runId: f['run-id'],
+            oneAtATime: f['one-at-a-time'],
+            ...(f['allow-competing-timeout'] ? {batch: {allowCompetingTimeout: true}} : {}),
+            onPlan: lines =>
+              progress.print(['plan (checked: no two scenarios in a batch interfere):', ...lines.map(x => `  ${x}`)]),
+            onPhase: progress.setPhase,
+          })
+        },
+      )
       const wallMs = Date.now() - t0
-      const twinNote = started && `started the twin in ${started} with a short watchdog (deadline ${twin.deadlineS}s, poll ${twin.pollS}s), a circuit breaker that half-opens after ${twin.cbTimeoutS}s and decode's heartbeat at ${twin.heartbeatIntervalS}s x ${twin.heartbeatMaxFailure} so the suite is quick; ` +
-        `it keeps running: \`pdchaos sim down${f['state-dir'] ? ` --state-dir ${started}` : ''}\` stops it`
+      const twinNote =
+        started &&
+        `started the twin in ${started} with a short watchdog (deadline ${twin.deadlineS}s, poll ${twin.pollS}s), ` +
+          `a circuit breaker that half-opens after ${twin.cbTimeoutS}s and decode's heartbeat ` +
+          `at ${twin.heartbeatIntervalS}s x ${twin.heartbeatMaxFailure} so the suite is quick; ` +
+          `it keeps running: \`pdchaos sim down${f['state-dir'] ? ` --state-dir ${started}` : ''}\` stops it`
       if (twinNote) run.notes = [...(run.notes ?? []), twinNote]
       progress.stop()
       // The summary and the exit code first, then the outputs: a failed write or push is reported, the verdict kept.
       if (!this.jsonEnabled()) this.log(renderSuite(run, {wallMs, twin: twinNote || undefined}))
       this.setRunExitCode(run)
-      const {pushed, outputErrors} = await this.writeRunOutputs(run, 'suite', f, {wallMs, ...(f.label ? {label: f.label} : {}), config})
-      return {...summaryOf(run, this.runId(run)), plan: run.plan, batches: run.batches, floorMs: run.floorMs, wallMs, notes: run.notes, ...(pushed ? {pushed} : {}),
-        ...(outputErrors ? {outputErrors} : {}), scenarios: run.scenarios.map(({timeline: _t, ...s}) => s)}
+      const {pushed, outputErrors} = await this.writeRunOutputs(run, 'suite', f, {
+        wallMs,
+        ...(f.label ? {label: f.label} : {}),
+        config,
+      })
+      return {
+        ...summaryOf(run, this.runId(run)),
+        plan: run.plan,
+        batches: run.batches,
+        floorMs: run.floorMs,
+        wallMs,
+        notes: run.notes,
+        ...(pushed ? {pushed} : {}),
+        ...(outputErrors ? {outputErrors} : {}),
+        scenarios: run.scenarios.map(({timeline: _t, ...s}) => s),
+      }
     } catch (error) {
-      this.writeFailureJournal(f.journal, 'suite', {name: suite.name, runId: f['run-id'], label: f.label, config, deployment, startedAt: t0}, error)
+      this.writeFailureJournal(
+        f.journal,
+        'suite',
+        {name: suite.name, runId: f['run-id'], label: f.label, config, deployment, startedAt: t0},
+        error,
+      )
       throw error
     } finally {
       progress.stop()
@@ -137,7 +240,11 @@ export default class Suite extends TargetCommand<typeof Suite> {
   /** --fleet: each deployment its own run (cli/fleet-run.ts), one combined report and exit code. */
   private async runFleet(file: string, signal: AbortSignal): Promise<Record<string, unknown>> {
     const f = this.flags
-    if (this.args.file !== undefined) throw badInput(`with --fleet the suite of each deployment comes from the fleet file, not ${this.args.file}`, 'name it as `suite:` in the fleet file (for one deployment, or for all)')
+    if (this.args.file !== undefined)
+      throw badInput(
+        `with --fleet the suite of each deployment comes from the fleet file, not ${this.args.file}`,
+        'name it as `suite:` in the fleet file (for one deployment, or for all)',
+      )
     const plan = await loadFleet(resolve(file))
     throwIfStopped(signal, `reading ${resolve(file)}`)
     checkFleet(plan, {allowProduction: f['allow-production'], journalDir: f['journal-dir']})
@@ -145,10 +252,20 @@ export default class Suite extends TargetCommand<typeof Suite> {
     const progress = new Progress({json: this.jsonEnabled()})
     const runId = f['run-id'] ?? fleetRunId(Date.now())
     try {
-      const fleet = await runFleetHere(plan, {maxParallel: f['max-parallel'], journalDir: f['journal-dir'], runId, progress,
-        pass: {gate: f.gate, oneAtATime: f['one-at-a-time'], allowProduction: f['allow-production'], acceptNewHostKey: f['accept-new-host-key']}})
+      const fleet = await runFleetHere(plan, {
+        maxParallel: f['max-parallel'],
+        journalDir: f['journal-dir'],
+        runId,
+        progress,
+        pass: {
+          gate: f.gate,
+          oneAtATime: f['one-at-a-time'],
+          allowProduction: f['allow-production'],
+          acceptNewHostKey: f['accept-new-host-key'],
+        },
+      })
       progress.stop()
-      return await finishFleet(fleet, {json: this.jsonEnabled(), log: (t) => this.log(t), files: f, runId})
+      return await finishFleet(fleet, {json: this.jsonEnabled(), log: t => this.log(t), files: f, runId})
     } finally {
       progress.stop()
     }
@@ -157,8 +274,19 @@ export default class Suite extends TargetCommand<typeof Suite> {
 
 function summaryOf(run: SuiteRun, runId: string) {
   return {
-    name: run.name, runId, deployment: run.deployment, startedAt: run.startedAt, finishedAt: run.finishedAt,
-    summary: runCounts(run), gate: run.gate, stopped: run.stopped,
-    failedChecks: failedChecks(run).map((x) => ({scenario: x.scenario, check: x.verdict.check, subject: x.verdict.subject, summary: x.verdict.summary})),
+    name: run.name,
+    runId,
+    deployment: run.deployment,
+    startedAt: run.startedAt,
+    finishedAt: run.finishedAt,
+    summary: runCounts(run),
+    gate: run.gate,
+    stopped: run.stopped,
+    failedChecks: failedChecks(run).map(x => ({
+      scenario: x.scenario,
+      check: x.verdict.check,
+      subject: x.verdict.subject,
+      summary: x.verdict.summary,
+    })),
   }
 }

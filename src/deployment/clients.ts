@@ -15,14 +15,21 @@ export interface ServiceClients {
  * The one place the prefill, decode and router clients are built from the deployment file: service names for messages,
  * the router's Prometheus endpoint, and one probe deadline for all three (default DEFAULT_PROBE_TIMEOUT_MS).
  */
-export function serviceClients(deployment: Pick<Deployment, 'services'>,
-  opts: {timeoutMs?: number; signal?: AbortSignal} = {}): ServiceClients {
+export function serviceClients(
+  deployment: Pick<Deployment, 'services'>,
+  opts: {timeoutMs?: number; signal?: AbortSignal} = {},
+): ServiceClients {
   const svc = deployment.services
   const timeoutMs = opts.timeoutMs ?? DEFAULT_PROBE_TIMEOUT_MS
   const stop = opts.signal ? {signal: opts.signal} : {}
   return {
     prefill: new SglangClient(svc.prefill.url, {service: 'prefill', timeoutMs, ...stop}),
     decode: new SglangClient(svc.decode.url, {service: 'decode', timeoutMs, ...stop}),
-    router: new RouterClient(svc.router.url, {service: 'router', timeoutMs, metricsUrl: svc.router.metricsUrl, ...stop}),
+    router: new RouterClient(svc.router.url, {
+      service: 'router',
+      timeoutMs,
+      metricsUrl: svc.router.metricsUrl,
+      ...stop,
+    }),
   }
 }

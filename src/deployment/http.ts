@@ -84,7 +84,9 @@ export async function httpRequest(req: HttpRequest): Promise<HttpResponse> {
 
 /** A transport error on a pooled connection that was reused, before any answer: the request may be sent again. */
 class StaleSocket extends Error {
-  constructor(override readonly cause: unknown) { super('stale pooled connection') }
+  constructor(override readonly cause: unknown) {
+    super('stale pooled connection')
+  }
 }
 
 /**
@@ -123,7 +125,7 @@ function send(req: HttpRequest, signal: AbortSignal, pooled: boolean): Promise<O
     }
     let answered = false
     const agent = pooled ? pools[url.protocol as keyof typeof pools] : false
-    const outgoing: ClientRequest = request(url, {method: req.method ?? 'GET', headers, agent}, (res) => {
+    const outgoing: ClientRequest = request(url, {method: req.method ?? 'GET', headers, agent}, res => {
       answered = true
       const chunks: Buffer[] = []
       res.on('data', (c: Buffer) => chunks.push(c))
@@ -137,14 +139,18 @@ function send(req: HttpRequest, signal: AbortSignal, pooled: boolean): Promise<O
         settled = true
         signal.removeEventListener('abort', onAbort)
         const raw = res.headers
-        const headers: ResponseHeaders = {get: (name) => {
-          const v = raw[name.toLowerCase()]
-          return v === undefined ? null : Array.isArray(v) ? v.join(', ') : v
-        }}
+        const headers: ResponseHeaders = {
+          get: name => {
+            const v = raw[name.toLowerCase()]
+            return v === undefined ? null : Array.isArray(v) ? v.join(', ') : v
+          },
+        }
         resolve({status: res.statusCode ?? 0, headers, text: Buffer.concat(chunks).toString('utf8')})
       })
     })
-    outgoing.on('error', (error) => fail(pooled && outgoing.reusedSocket && !answered && !signal.aborted ? new StaleSocket(error) : error))
+    outgoing.on('error', error =>
+      fail(pooled && outgoing.reusedSocket && !answered && !signal.aborted ? new StaleSocket(error) : error),
+    )
     if (signal.aborted) {
       onAbort()
       return
@@ -156,25 +162,43 @@ function send(req: HttpRequest, signal: AbortSignal, pooled: boolean): Promise<O
 
 function transportError(where: string, req: HttpRequest, error: unknown, timeout: AbortSignal, ms: number): PdError {
   if (req.signal?.aborted && !timeout.aborted) {
-    return new PdError(`request to ${where} was cancelled after ${Math.round(ms)} ms`, {exit: ExitCode.stopped, code: 'E_ABORTED', cause: error})
+    return new PdError(`request to ${where} was cancelled after ${Math.round(ms)} ms`, {
+      exit: ExitCode.stopped,
+      code: 'E_ABORTED',
+      cause: error,
+    })
   }
   if (timeout.aborted) {
     return new PdError(`${where} did not answer within ${fmtSeconds(req.timeoutMs)}`, {
       exit: ExitCode.unreachable,
       code: 'E_TIMEOUT',
-      suggestion: `check that the ${req.service} is not hung or overloaded (its log, its process state), or raise the timeout`,
+      suggestion:
+        `check that the ${req.service} is not hung or overloaded (its log, its process state), or raise ` +
+        `the timeout`,
       cause: error,
     })
   }
   const code = causeCode(error)
   if (code === 'ECONNREFUSED') {
-    return unreachable(`${where} refused the connection`, `check that the ${req.service} is running and listening on that port`, error)
+    return unreachable(
+      `${where} refused the connection`,
+      `check that the ${req.service} is running and listening on that port`,
+      error,
+    )
   }
   if (code === 'ECONNRESET' || code === 'UND_ERR_SOCKET' || code === 'EPIPE') {
-    return unreachable(`${where} closed the connection before its answer was complete (${code})`, `check the ${req.service} log: it may have crashed or restarted`, error)
+    return unreachable(
+      `${where} closed the connection before its answer was complete (${code})`,
+      `check the ${req.service} log: it may have crashed or restarted`,
+      error,
+    )
   }
   if (code?.startsWith('HPE_')) {
-    return unreachable(`${where} answered garbage: not an HTTP response (${code})`, `check that the URL points at the ${req.service} HTTP port`, error)
+    return unreachable(
+      `${where} answered garbage: not an HTTP response (${code})`,
+      `check that the URL points at the ${req.service} HTTP port`,
+      error,
+    )
   }
   if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') {
     return unreachable(`${where}: host name not found (${code})`, 'check the URL in the deployment file', error)
@@ -199,8 +223,16 @@ export function fmtSeconds(ms: number): string {
 }
 
 /** A non-2xx answer as the error a user reads. */
-export function statusError(service: string, url: string, res: Pick<HttpResponse, 'status' | 'text'>, suggestion?: string): PdError {
-  return unreachable(`${service} at ${redactUrl(url)} answered HTTP ${res.status}: ${snippet(res.text)}`, suggestion ?? `check the ${service} log and health`)
+export function statusError(
+  service: string,
+  url: string,
+  res: Pick<HttpResponse, 'status' | 'text'>,
+  suggestion?: string,
+): PdError {
+  return unreachable(
+    `${service} at ${redactUrl(url)} answered HTTP ${res.status}: ${snippet(res.text)}`,
+    suggestion ?? `check the ${service} log and health`,
+  )
 }
 
 /** Parse a body that must be JSON; anything else is "answered garbage". */
@@ -208,7 +240,10 @@ export function parseJsonBody(service: string, url: string, res: Pick<HttpRespon
   try {
     return JSON.parse(res.text)
   } catch {
-    throw unreachable(`${service} at ${redactUrl(url)} answered garbage: ${snippet(res.text)} is not JSON`, `check that the URL points at the ${service} and not another service`)
+    throw unreachable(
+      `${service} at ${redactUrl(url)} answered garbage: ${snippet(res.text)} is not JSON`,
+      `check that the URL points at the ${service} and not another service`,
+    )
   }
 }
 
@@ -241,7 +276,7 @@ export function jsonWithBigInts(value: unknown): string {
     const text = JSON.stringify(value)
     return text === undefined ? 'null' : text
   }
-  if (Array.isArray(value)) return '[' + value.map((v) => (v === undefined ? 'null' : jsonWithBigInts(v))).join(',') + ']'
+  if (Array.isArray(value)) return '[' + value.map(v => (v === undefined ? 'null' : jsonWithBigInts(v))).join(',') + ']'
   const parts: string[] = []
   for (const [k, v] of Object.entries(value)) {
     if (v === undefined || typeof v === 'function') continue

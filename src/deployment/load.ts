@@ -56,8 +56,10 @@ export function parseDeployment(text: string, file: string, command = 'pdchaos')
 function checkContract(d: DeploymentModel, file: string): DeploymentModel {
   const w = d.watchdog
   if (w.pollSeconds > w.deadlineSeconds) {
-    throw badInput(`${file}: watchdog.pollSeconds (${w.pollSeconds}) is longer than watchdog.deadlineSeconds (${w.deadlineSeconds})`,
-      "give the watchdog's real poll interval, at most its deadline")
+    throw badInput(
+      `${file}: watchdog.pollSeconds (${w.pollSeconds}) is longer than watchdog.deadlineSeconds (${w.deadlineSeconds})`,
+      "give the watchdog's real poll interval, at most its deadline",
+    )
   }
   return d
 }

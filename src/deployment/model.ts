@@ -1,6 +1,12 @@
 import type {HostConfig} from '../hosts/host-spec.js'
 import type {Deployment, PrefillService, RouterService, Service} from './config.js'
-import {type DecodeEntry, type DeploymentFile, type PrefillEntry, type RouterEntry, serviceEntries} from './file-schema.js'
+import {
+  type DecodeEntry,
+  type DeploymentFile,
+  type PrefillEntry,
+  type RouterEntry,
+  serviceEntries,
+} from './file-schema.js'
 import {pathText, type Role} from './placement-checks.js'
 import {restartOrderPaths} from './restart-order.js'
 
@@ -47,16 +53,17 @@ export interface DeploymentModel extends Omit<Deployment, 'host' | 'services'> {
 /** The model of a file the schema accepted (file-schema.ts checks every name this relies on). */
 export function toModel(f: DeploymentFile): DeploymentModel {
   const {host, hosts, services: _services, restartOrder, ...settings} = f
-  const named: NamedHost[] = host !== undefined
-    ? [{name: SINGLE_HOST_NAME, config: host}]
-    : Object.entries(hosts ?? {}).map(([name, config]) => ({name, config}))
-  const placed = serviceEntries(f).map((e) => ({
+  const named: NamedHost[] =
+    host !== undefined
+      ? [{name: SINGLE_HOST_NAME, config: host}]
+      : Object.entries(hosts ?? {}).map(([name, config]) => ({name, config}))
+  const placed = serviceEntries(f).map(e => ({
     role: e.role,
     path: pathText(e.path),
     service: withoutPlacement(e.entry),
-    nodes: host !== undefined ? [SINGLE_HOST_NAME] : e.nodes ?? [e.host!],
+    nodes: host !== undefined ? [SINGLE_HOST_NAME] : (e.nodes ?? [e.host!]),
   }))
-  const of = (role: Role) => placed.filter((p) => p.role === role)
+  const of = (role: Role) => placed.filter(p => p.role === role)
   return {
     ...settings,
     placement: host !== undefined ? 'host' : 'hosts',
@@ -85,6 +92,6 @@ export function allServices(m: DeploymentModel): PlacedService<Service>[] {
 
 /** The names of the hosts the services run on, in the order of `hosts`. */
 export function hostsInUse(m: DeploymentModel): string[] {
-  const used = new Set(allServices(m).flatMap((s) => s.nodes))
-  return m.hosts.map((h) => h.name).filter((name) => used.has(name))
+  const used = new Set(allServices(m).flatMap(s => s.nodes))
+  return m.hosts.map(h => h.name).filter(name => used.has(name))
 }

@@ -43,16 +43,26 @@ export function placementIssues(input: PlacementInput): PlacementIssue[] {
   const {hasHost, hostNames} = input
   if (hasHost && hostNames !== undefined) {
     // Which host would a service without host: run on? Neither reading is safe to guess, so neither is taken.
-    issues.push({path: ['hosts'], message: 'give host: (one host, every service on it) or hosts: (named hosts, each service naming its own), not both'})
+    issues.push({
+      path: ['hosts'],
+      message:
+        'give host: (one host, every service on it) or hosts: (named hosts, each service naming its own), not both',
+    })
     return issues
   }
   if (!hasHost && hostNames === undefined) {
-    issues.push({path: ['host'], message: 'required: host: (the one host every service runs on) or hosts: (named hosts, each service naming its own with host: NAME)'})
+    issues.push({
+      path: ['host'],
+      message:
+        'required: host: (the one host every service runs on) or hosts: (named hosts, each service naming its own ' +
+        'with host: NAME)',
+    })
     return issues
   }
   if (hostNames === undefined) issues.push(...singleHostIssues(input.entries))
   else issues.push(...namedHostIssues(hostNames, input.entries))
-  // A file as pdchaos has always read it keeps loading as it did (test fixtures point all three services at one server).
+  // A file as pdchaos has always read it keeps loading as it did (test fixtures point all three services at one
+  // server).
   if (!input.legacy) issues.push(...duplicateUrls(input.entries), ...duplicateBootstrapAddresses(input.entries))
   return issues
 }
@@ -62,10 +72,19 @@ function singleHostIssues(entries: ServiceEntry[]): PlacementIssue[] {
   const issues: PlacementIssue[] = []
   for (const e of entries) {
     if (e.host !== undefined) {
-      issues.push({path: [...e.path, 'host'], message: `no host named ${JSON.stringify(e.host)}: this file has no hosts: map (with top-level host:, every service runs on that host; leave host: out)`})
+      issues.push({
+        path: [...e.path, 'host'],
+        message:
+          `no host named ${JSON.stringify(e.host)}: this file has no hosts: map (with top-level host:, ` +
+          `every service runs on that host; leave host: out)`,
+      })
     }
     if (e.nodes !== undefined) {
-      issues.push({path: [...e.path, 'nodes'], message: 'a multi-node instance names its nodes from hosts:, and this file has top-level host: (one host) instead'})
+      issues.push({
+        path: [...e.path, 'nodes'],
+        message:
+          'a multi-node instance names its nodes from hosts:, and this file has top-level host: (one host) instead',
+      })
     }
   }
   return issues
@@ -80,11 +99,17 @@ function namedHostIssues(hostNames: string[], entries: ServiceEntry[]): Placemen
   const used = new Set<string>()
   for (const e of entries) {
     if (e.host !== undefined && e.nodes !== undefined) {
-      issues.push({path: e.path, message: 'give host: (a single-node instance) or nodes: (one host per --node-rank, rank 0 first), not both'})
+      issues.push({
+        path: e.path,
+        message: 'give host: (a single-node instance) or nodes: (one host per --node-rank, rank 0 first), not both',
+      })
       continue
     }
     if (e.host === undefined && e.nodes === undefined) {
-      const how = e.role === 'router' ? 'name the host it runs on' : 'name the host it runs on (or nodes: for a multi-node instance)'
+      const how =
+        e.role === 'router'
+          ? 'name the host it runs on'
+          : 'name the host it runs on (or nodes: for a multi-node instance)'
       issues.push({path: [...e.path, 'host'], message: `required with hosts: ${how} ${knownText}`})
       continue
     }
@@ -95,12 +120,20 @@ function namedHostIssues(hostNames: string[], entries: ServiceEntry[]): Placemen
     for (const [rank, node] of (e.nodes ?? []).entries()) {
       used.add(node)
       if (!known.has(node)) issues.push({path: [...e.path, 'nodes', rank], message: unknown(node)})
-      else if (e.nodes!.indexOf(node) < rank) issues.push({path: [...e.path, 'nodes', rank], message: `${node} is node rank ${e.nodes!.indexOf(node)} already: each node rank runs on a host of its own`})
+      else if (e.nodes!.indexOf(node) < rank)
+        issues.push({
+          path: [...e.path, 'nodes', rank],
+          message: `${node} is node rank ${e.nodes!.indexOf(node)} already: each node rank runs on a host of its own`,
+        })
     }
   }
   // A named host no service runs on is most likely a typo elsewhere (decode put on gpu-a, meant for gpu-b).
   for (const name of hostNames) {
-    if (!used.has(name)) issues.push({path: ['hosts', name], message: 'no service runs on this host: name it in a service\'s host: or nodes:, or remove it'})
+    if (!used.has(name))
+      issues.push({
+        path: ['hosts', name],
+        message: "no service runs on this host: name it in a service's host: or nodes:, or remove it",
+      })
   }
   return issues
 }
@@ -115,14 +148,21 @@ function urlKey(url: string): string {
   }
 }
 
-/** An instance is known by its URL (to the gateway, in status, in a pin's pair): two services on one URL are one service. */
+/**
+ * An instance is known by its URL (to the gateway, in status, in a pin's pair): two services on one URL are one
+ * service.
+ */
 function duplicateUrls(entries: ServiceEntry[]): PlacementIssue[] {
   const issues: PlacementIssue[] = []
   const seen = new Map<string, ServiceEntry>()
   for (const e of entries) {
     const key = urlKey(e.url)
     const first = seen.get(key)
-    if (first) issues.push({path: [...e.path, 'url'], message: `${e.url} is already ${pathText(first.path)}.url: each service has its own URL`})
+    if (first)
+      issues.push({
+        path: [...e.path, 'url'],
+        message: `${e.url} is already ${pathText(first.path)}.url: each service has its own URL`,
+      })
     else seen.set(key, e)
   }
   return issues
@@ -142,7 +182,13 @@ function duplicateBootstrapAddresses(entries: ServiceEntry[]): PlacementIssue[] 
     }
     const key = `${hostname}:${e.bootstrapPort}`
     const first = seen.get(key)
-    if (first) issues.push({path: [...e.path, 'bootstrapPort'], message: `${key} is already the bootstrap address of ${pathText(first.path)}: decode tells prefill instances apart by URL host and bootstrap port`})
+    if (first)
+      issues.push({
+        path: [...e.path, 'bootstrapPort'],
+        message:
+          `${key} is already the bootstrap address of ${pathText(first.path)}: decode tells prefill ` +
+          `instances apart by URL host and bootstrap port`,
+      })
     else seen.set(key, e)
   }
   return issues

@@ -10,8 +10,27 @@ import {ExitCode} from '../exit-codes.js'
  * (the text format writes ms, OpenMetrics writes seconds). Exemplars are dropped.
  */
 
-export type MetricType = 'counter' | 'gauge' | 'histogram' | 'summary' | 'untyped' | 'unknown' | 'gaugehistogram' | 'info' | 'stateset'
-const TYPES = new Set<string>(['counter', 'gauge', 'histogram', 'summary', 'untyped', 'unknown', 'gaugehistogram', 'info', 'stateset'])
+export type MetricType =
+  | 'counter'
+  | 'gauge'
+  | 'histogram'
+  | 'summary'
+  | 'untyped'
+  | 'unknown'
+  | 'gaugehistogram'
+  | 'info'
+  | 'stateset'
+const TYPES = new Set<string>([
+  'counter',
+  'gauge',
+  'histogram',
+  'summary',
+  'untyped',
+  'unknown',
+  'gaugehistogram',
+  'info',
+  'stateset',
+])
 
 export type Labels = Record<string, string>
 
@@ -21,7 +40,9 @@ export interface Sample {
   value: number
   /** Epoch milliseconds, when the line carried a timestamp. */
   timestamp?: number
-  /** The family this sample belongs to (name minus _bucket/_count/_sum/_total/_created when that family is declared). */
+  /**
+   * The family this sample belongs to (name minus _bucket/_count/_sum/_total/_created when that family is declared).
+   */
   family: string
 }
 
@@ -53,7 +74,7 @@ class LineError extends Error {}
 
 export function parsePromText(text: string, opts: ParseOptions = {}): ParsedMetrics {
   const lines = text.split('\n')
-  const openMetrics = opts.openMetrics ?? lines.some((l) => l.replace(/\r$/, '') === '# EOF')
+  const openMetrics = opts.openMetrics ?? lines.some(l => l.replace(/\r$/, '') === '# EOF')
   const families = new Map<string, Family>()
   const raw: Array<Omit<Sample, 'family'>> = []
   let eofAt = 0
@@ -79,7 +100,7 @@ export function parsePromText(text: string, opts: ParseOptions = {}): ParsedMetr
       throw error
     }
   }
-  const samples = raw.map((s) => ({...s, family: familyOf(s.name, families)}))
+  const samples = raw.map(s => ({...s, family: familyOf(s.name, families)}))
   // Samples of undeclared families still have a family, of type untyped.
   for (const s of samples) if (!families.has(s.family)) families.set(s.family, {name: s.family, type: 'untyped'})
   return {format: openMetrics ? 'openmetrics' : 'text', samples, families: [...families.values()]}
@@ -87,22 +108,27 @@ export function parsePromText(text: string, opts: ParseOptions = {}): ParsedMetr
 
 function malformed(opts: ParseOptions, lineNo: number, what: string, line: string): PdError {
   const quoted = line.length > 80 ? JSON.stringify(line.slice(0, 80)) + '…' : JSON.stringify(line)
-  return new PdError(`malformed metrics${opts.source ? ` from ${opts.source}` : ''} at line ${lineNo}: ${what}: ${quoted}`, {
-    exit: ExitCode.unreachable,
-    code: 'E_METRICS',
-    suggestion: 'check that the URL serves Prometheus text format (a proxy or another service may be answering)',
-  })
+  return new PdError(
+    `malformed metrics${opts.source ? ` from ${opts.source}` : ''} at line ${lineNo}: ${what}: ${quoted}`,
+    {
+      exit: ExitCode.unreachable,
+      code: 'E_METRICS',
+      suggestion: 'check that the URL serves Prometheus text format (a proxy or another service may be answering)',
+    },
+  )
 }
 
 /** `# HELP name text`, `# TYPE name type`, `# UNIT name unit`; any other comment is ignored. */
 function metaLine(line: string, families: Map<string, Family>, openMetrics: boolean): void {
   const m = /^#[ \t]+(HELP|TYPE|UNIT)[ \t]+(\S+)(?:[ \t]+(.*))?$/.exec(line)
   if (!m) {
-    if (/^#[ \t]*(HELP|TYPE|UNIT)\b/.test(line)) throw new LineError(`incomplete ${line.replace(/^#\s*/, '').split(/\s/)[0]} line`)
+    if (/^#[ \t]*(HELP|TYPE|UNIT)\b/.test(line))
+      throw new LineError(`incomplete ${line.replace(/^#\s*/, '').split(/\s/)[0]} line`)
     return // a plain comment
   }
   const [, kind, name, rest = ''] = m
-  if (!NAME.test(name) || NAME.exec(name)![0] !== name) throw new LineError(`invalid metric name ${JSON.stringify(name)}`)
+  if (!NAME.test(name) || NAME.exec(name)![0] !== name)
+    throw new LineError(`invalid metric name ${JSON.stringify(name)}`)
   const fam = families.get(name) ?? {name, type: 'untyped' as MetricType}
   if (kind === 'HELP') {
     fam.help = openMetrics ? unescapeHelp(rest, true) : unescapeHelp(rest, false)
@@ -111,7 +137,8 @@ function metaLine(line: string, families: Map<string, Family>, openMetrics: bool
   } else {
     const type = rest.trim()
     if (!TYPES.has(type)) throw new LineError(`unknown metric type ${JSON.stringify(type)}`)
-    if (families.has(name) && fam.type !== 'untyped' && fam.type !== type) throw new LineError(`second TYPE for ${name} (${fam.type}, then ${type})`)
+    if (families.has(name) && fam.type !== 'untyped' && fam.type !== type)
+      throw new LineError(`second TYPE for ${name} (${fam.type}, then ${type})`)
     fam.type = type as MetricType
   }
   families.set(name, fam)
@@ -134,14 +161,18 @@ function sampleLine(line: string, openMetrics: boolean): Omit<Sample, 'family'> 
     pos = parsed.end
   }
   let rest = line.slice(pos)
-  if (rest !== '' && !/^[ \t]/.test(rest)) throw new LineError(`unexpected ${JSON.stringify(rest[0])} after the metric name`)
+  if (rest !== '' && !/^[ \t]/.test(rest))
+    throw new LineError(`unexpected ${JSON.stringify(rest[0])} after the metric name`)
   // An OpenMetrics exemplar follows " # ": drop it (the labels, where "#" may be quoted, are already consumed).
   const hash = rest.indexOf('#')
   if (hash >= 0) {
     if (!openMetrics && !/[ \t]$/.test(rest.slice(0, hash))) throw new LineError('unexpected "#"')
     rest = rest.slice(0, hash)
   }
-  const tokens = rest.trim().split(/[ \t]+/).filter(Boolean)
+  const tokens = rest
+    .trim()
+    .split(/[ \t]+/)
+    .filter(Boolean)
   if (tokens.length === 0) throw new LineError('missing value')
   if (tokens.length > 2) throw new LineError(`unexpected ${JSON.stringify(tokens[2])} after the value and timestamp`)
   const value = parseValue(tokens[0])
@@ -161,7 +192,8 @@ function parseLabels(line: string, start: number): {labels: Labels; end: number}
     skipSpace()
     if (line[pos] === '}') return {labels, end: pos + 1}
     const nameMatch = LABEL_NAME.exec(line.slice(pos))
-    if (!nameMatch) throw new LineError(pos >= line.length ? 'unterminated label set' : `invalid label name at column ${pos + 1}`)
+    if (!nameMatch)
+      throw new LineError(pos >= line.length ? 'unterminated label set' : `invalid label name at column ${pos + 1}`)
     const labelName = nameMatch[0]
     pos += labelName.length
     skipSpace()
@@ -209,16 +241,19 @@ function parseValue(token: string): number {
     return special[1] === '-' ? Number.NEGATIVE_INFINITY : Number.POSITIVE_INFINITY
   }
   // Number() accepts "", "0x1f" and " 1": only decimal floats are allowed here.
-  if (!/^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(token)) throw new LineError(`invalid value ${JSON.stringify(token)}`)
+  if (!/^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(token))
+    throw new LineError(`invalid value ${JSON.stringify(token)}`)
   return Number(token)
 }
 
 function parseTimestamp(token: string, openMetrics: boolean): number {
   if (openMetrics) {
-    if (!/^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(token)) throw new LineError(`invalid timestamp ${JSON.stringify(token)}`)
+    if (!/^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(token))
+      throw new LineError(`invalid timestamp ${JSON.stringify(token)}`)
     return Number(token) * 1000
   }
-  if (!/^-?\d+$/.test(token)) throw new LineError(`invalid timestamp ${JSON.stringify(token)} (the text format wants integer milliseconds)`)
+  if (!/^-?\d+$/.test(token))
+    throw new LineError(`invalid timestamp ${JSON.stringify(token)} (the text format wants integer milliseconds)`)
   return Number(token)
 }
 
@@ -241,7 +276,7 @@ const matches = (labels: Labels, subset: Labels | undefined): boolean =>
 
 /** The value of the first sample named `name` whose labels include `subset`; undefined when there is none. */
 export function sampleValue(samples: readonly Sample[], name: string, subset?: Labels): number | undefined {
-  return samples.find((s) => s.name === name && matches(s.labels, subset))?.value
+  return samples.find(s => s.name === name && matches(s.labels, subset))?.value
 }
 
 /** The sum over every sample named `name` whose labels include `subset` (0 when there is none). */

@@ -8,7 +8,11 @@ import type {Deployment} from './config.js'
  * way so that nothing a reader would take for "production" gets past it.
  */
 export function normalizeLabel(text: string): string {
-  return text.normalize('NFKC').replace(/[\p{Cf}\u180E\u115F\u1160\u3164\uFFA0]/gu, '').toLowerCase().trim()
+  return text
+    .normalize('NFKC')
+    .replace(/[\p{Cf}\u180E\u115F\u1160\u3164\uFFA0]/gu, '')
+    .toLowerCase()
+    .trim()
 }
 
 /**
@@ -17,14 +21,17 @@ export function normalizeLabel(text: string): string {
  * full-width letters count too.
  */
 export function isProduction(labels: Record<string, string>): boolean {
-  return Object.entries(labels).some(([k, v]) => normalizeLabel(k) === 'environment' && typeof v === 'string' && normalizeLabel(v) === 'production')
+  return Object.entries(labels).some(
+    ([k, v]) => normalizeLabel(k) === 'environment' && typeof v === 'string' && normalizeLabel(v) === 'production',
+  )
 }
 
 /** Commands that inject or restart refuse a deployment labelled environment: production unless told otherwise. */
 export function assertMayDisturb(deployment: Deployment, allowProduction: boolean, action: string): void {
   if (isProduction(deployment.labels) && !allowProduction) {
     throw new PdError(`refusing to ${action} deployment ${deployment.name}: it is labelled environment: production`, {
-      exit: ExitCode.badInput, code: 'E_PRODUCTION',
+      exit: ExitCode.badInput,
+      code: 'E_PRODUCTION',
       suggestion: 'pass --allow-production if you really mean to disturb production',
     })
   }

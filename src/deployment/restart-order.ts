@@ -14,9 +14,13 @@ const RESTART_REF = /^(prefill|decode|router)(?:\[(\d{1,4})\])?$/
 /** The entries a reference names, or why it names none. */
 function resolveRef(ref: string, entries: ServiceEntry[]): ServiceEntry[] | string {
   const m = RESTART_REF.exec(ref)
-  if (!m) return `${JSON.stringify(ref)} is not a service: name one as prefill, decode or router, or one instance as prefill[1]`
+  if (!m)
+    return (
+      `${JSON.stringify(ref)} is not a service: name one as prefill, decode or router, or one instance as ` +
+      `prefill[1]`
+    )
   const role = m[1] as Role
-  const ofRole = entries.filter((e) => e.role === role)
+  const ofRole = entries.filter(e => e.role === role)
   if (m[2] === undefined) return ofRole
   const i = Number(m[2])
   if (i < ofRole.length) return [ofRole[i]!]
@@ -37,15 +41,28 @@ export function restartOrderIssues(order: string[], entries: ServiceEntry[]): Pl
     for (const e of named) {
       const first = namedAt.get(e)
       if (first === undefined) namedAt.set(e, k)
-      else issues.push({path: ['restartOrder', k], message: `${pathText(e.path)} is already named at restartOrder[${first}]: each service restarts once`})
+      else
+        issues.push({
+          path: ['restartOrder', k],
+          message: `${pathText(e.path)} is already named at restartOrder[${first}]: each service restarts once`,
+        })
     }
   }
   if (issues.length > 0) return issues
-  const missing = entries.filter((e) => !namedAt.has(e)).map((e) => pathText(e.path))
-  if (missing.length > 0) issues.push({path: ['restartOrder'], message: `leaves out ${missing.join(', ')}: a co-restart restarts every service, so name each once`})
+  const missing = entries.filter(e => !namedAt.has(e)).map(e => pathText(e.path))
+  if (missing.length > 0)
+    issues.push({
+      path: ['restartOrder'],
+      message: `leaves out ${missing.join(', ')}: a co-restart restarts every service, so name each once`,
+    })
   const routerAt = [...namedAt.entries()].find(([e]) => e.role === 'router')?.[1]
   if (routerAt !== undefined && routerAt !== order.length - 1) {
-    issues.push({path: ['restartOrder', routerAt], message: 'the router restarts last, once every prefill and decode instance is healthy (the gateway waits for healthy workers): move it to the end'})
+    issues.push({
+      path: ['restartOrder', routerAt],
+      message:
+        'the router restarts last, once every prefill and decode instance is healthy (the gateway waits for ' +
+        'healthy workers): move it to the end',
+    })
   }
   return issues
 }
@@ -55,9 +72,9 @@ export function restartOrderIssues(order: string[], entries: ServiceEntry[]): Pl
  * default the file's own: the prefill instances, then the decode instances, then the router.
  */
 export function restartOrderPaths(order: string[] | undefined, entries: ServiceEntry[]): string[] {
-  if (order === undefined) return entries.map((e) => pathText(e.path))
-  return order.flatMap((ref) => {
+  if (order === undefined) return entries.map(e => pathText(e.path))
+  return order.flatMap(ref => {
     const named = resolveRef(ref, entries)
-    return typeof named === 'string' ? [] : named.map((e) => pathText(e.path))
+    return typeof named === 'string' ? [] : named.map(e => pathText(e.path))
   })
 }

@@ -1,7 +1,14 @@
 import {joinUrl} from './http.js'
 import type {ParsedMetrics} from './prom-text.js'
 import {
-  type ClientOptions, DEFAULT_PROBE_TIMEOUT_MS, fetchMetrics, type GenerateRequest, type GenerateResult, type HealthResult, postGenerate, SglangClient,
+  type ClientOptions,
+  DEFAULT_PROBE_TIMEOUT_MS,
+  fetchMetrics,
+  type GenerateRequest,
+  type GenerateResult,
+  type HealthResult,
+  postGenerate,
+  SglangClient,
 } from './sglang-client.js'
 
 /**
@@ -17,19 +24,33 @@ export class RouterClient {
   /** Health probes share SglangClient's probe (same semantics, router paths). */
   private readonly probe: SglangClient
 
-  constructor(readonly baseUrl: string, opts: ClientOptions & {metricsUrl?: string} = {}) {
+  constructor(
+    readonly baseUrl: string,
+    opts: ClientOptions & {metricsUrl?: string} = {},
+  ) {
     this.service = opts.service ?? 'router'
     this.timeoutMs = opts.timeoutMs ?? DEFAULT_PROBE_TIMEOUT_MS
     this.generateTimeoutMs = opts.generateTimeoutMs ?? 600_000
-    this.metricsUrl = opts.metricsUrl ? (new URL(opts.metricsUrl).pathname === '/' ? joinUrl(opts.metricsUrl, '/metrics') : opts.metricsUrl) : joinUrl(baseUrl, '/metrics')
-    this.probe = new SglangClient(baseUrl, {service: this.service, timeoutMs: this.timeoutMs, ...(opts.signal ? {signal: opts.signal} : {})})
+    this.metricsUrl = opts.metricsUrl
+      ? new URL(opts.metricsUrl).pathname === '/'
+        ? joinUrl(opts.metricsUrl, '/metrics')
+        : opts.metricsUrl
+      : joinUrl(baseUrl, '/metrics')
+    this.probe = new SglangClient(baseUrl, {
+      service: this.service,
+      timeoutMs: this.timeoutMs,
+      ...(opts.signal ? {signal: opts.signal} : {}),
+    })
     this.signal = opts.signal
   }
 
   private readonly signal?: AbortSignal
 
   /** POST /generate through the router with pdchaos's own rid; the router adds the bootstrap host, port and room. */
-  generate(req: Omit<GenerateRequest, 'bootstrap_host' | 'bootstrap_port' | 'bootstrap_room'>, opts: {timeoutMs?: number; signal?: AbortSignal} = {}): Promise<GenerateResult> {
+  generate(
+    req: Omit<GenerateRequest, 'bootstrap_host' | 'bootstrap_port' | 'bootstrap_room'>,
+    opts: {timeoutMs?: number; signal?: AbortSignal} = {},
+  ): Promise<GenerateResult> {
     return postGenerate(this.service, this.baseUrl, req, opts.timeoutMs ?? this.generateTimeoutMs, opts.signal)
   }
 

@@ -3,13 +3,22 @@ import {randomBytes} from 'node:crypto'
 import {badInput, PdError} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import {
-  httpRequest, type HttpResponse, jsonWithBigInts, joinUrl, parseJsonBody, requestJson, requestText, snippet, statusError,
+  httpRequest,
+  type HttpResponse,
+  jsonWithBigInts,
+  joinUrl,
+  parseJsonBody,
+  requestJson,
+  requestText,
+  snippet,
+  statusError,
 } from './http.js'
 import {type ParsedMetrics, parsePromText} from './prom-text.js'
 
 /**
  * HTTP client of one SGLang server (prefill or decode), with SGLang's own endpoint names
- * (SGLang's entrypoints/http_server.py). Probes have a short timeout; generation requests a long one of their own and a signal,
+ * (SGLang's entrypoints/http_server.py). Probes have a short timeout; generation requests a long one of their own and a
+ * signal,
  * since a pinned request is expected to hang until something evicts it.
  */
 
@@ -76,15 +85,21 @@ export function toRoom(room: bigint | string): bigint {
   let value: bigint
   if (typeof room === 'bigint') value = room
   else if (/^\d{1,19}$/.test(room)) value = BigInt(room)
-  else throw badInput(`bootstrap_room ${JSON.stringify(room)} is not a decimal integer`, 'pass the room as a decimal string or a bigint')
-  if (value < 0n || value > MAX_ROOM) throw badInput(`bootstrap_room ${value} is outside 0..2^63-1`, 'use a 63-bit room, e.g. newRoom()')
+  else
+    throw badInput(
+      `bootstrap_room ${JSON.stringify(room)} is not a decimal integer`,
+      'pass the room as a decimal string or a bigint',
+    )
+  if (value < 0n || value > MAX_ROOM)
+    throw badInput(`bootstrap_room ${value} is outside 0..2^63-1`, 'use a 63-bit room, e.g. newRoom()')
   return value
 }
 
 /** The /generate body SGLang and the router take. The room goes out as a bare 63-bit integer. */
 export function generateBody(req: GenerateRequest): string {
   if (!req.rid) throw badInput('a generate request needs a rid', 'use newRid()')
-  if ((req.text === undefined) === (req.input_ids === undefined)) throw badInput('a generate request needs exactly one of text or input_ids')
+  if ((req.text === undefined) === (req.input_ids === undefined))
+    throw badInput('a generate request needs exactly one of text or input_ids')
   const sampling = {...req.sampling_params}
   if (req.max_new_tokens !== undefined) sampling.max_new_tokens = req.max_new_tokens
   return jsonWithBigInts({
@@ -101,7 +116,11 @@ export function generateBody(req: GenerateRequest): string {
 
 /** Shared by the SGLang and router clients: POST /generate and read the whole answer (or stream). */
 export async function postGenerate(
-  service: string, baseUrl: string, req: GenerateRequest, timeoutMs: number, signal?: AbortSignal,
+  service: string,
+  baseUrl: string,
+  req: GenerateRequest,
+  timeoutMs: number,
+  signal?: AbortSignal,
 ): Promise<GenerateResult> {
   const url = joinUrl(baseUrl, '/generate')
   const res = await httpRequest({service, url, method: 'POST', body: generateBody(req), timeoutMs, signal})
@@ -124,7 +143,10 @@ function generateAnswer(service: string, url: string, res: HttpResponse, stream:
 function parseSse(service: string, url: string, text: string): unknown[] {
   const events: unknown[] = []
   if (!/^data:/m.test(text)) {
-    throw new PdError(`${service} at ${url} answered garbage: ${snippet(text)} is not an event stream`, {exit: ExitCode.unreachable, code: 'E_UNREACHABLE'})
+    throw new PdError(`${service} at ${url} answered garbage: ${snippet(text)} is not an event stream`, {
+      exit: ExitCode.unreachable,
+      code: 'E_UNREACHABLE',
+    })
   }
   for (const line of text.split('\n')) {
     if (!line.startsWith('data:')) continue
@@ -133,7 +155,10 @@ function parseSse(service: string, url: string, text: string): unknown[] {
     try {
       events.push(JSON.parse(data))
     } catch {
-      throw new PdError(`${service} at ${url} answered garbage in its stream: ${snippet(data)} is not JSON`, {exit: ExitCode.unreachable, code: 'E_UNREACHABLE'})
+      throw new PdError(`${service} at ${url} answered garbage in its stream: ${snippet(data)} is not JSON`, {
+        exit: ExitCode.unreachable,
+        code: 'E_UNREACHABLE',
+      })
     }
   }
   return events
@@ -145,7 +170,10 @@ export class SglangClient {
   readonly generateTimeoutMs: number
   private readonly stop: {signal?: AbortSignal}
 
-  constructor(readonly baseUrl: string, opts: ClientOptions = {}) {
+  constructor(
+    readonly baseUrl: string,
+    opts: ClientOptions = {},
+  ) {
     this.service = opts.service ?? 'sglang server'
     this.timeoutMs = opts.timeoutMs ?? DEFAULT_PROBE_TIMEOUT_MS
     this.generateTimeoutMs = opts.generateTimeoutMs ?? 600_000
@@ -165,7 +193,14 @@ export class SglangClient {
   async abort(rid: string): Promise<{status: number; ms: number}> {
     if (!rid) throw badInput('abort needs a rid (an empty rid is silently ignored by SGLang)')
     const url = this.url('/abort_request')
-    const res = await httpRequest({service: this.service, url, method: 'POST', body: JSON.stringify({rid, abort_all: false}), timeoutMs: this.timeoutMs, ...this.stop})
+    const res = await httpRequest({
+      service: this.service,
+      url,
+      method: 'POST',
+      body: JSON.stringify({rid, abort_all: false}),
+      timeoutMs: this.timeoutMs,
+      ...this.stop,
+    })
     if (res.status < 200 || res.status > 299) throw statusError(this.service, url, res)
     return {status: res.status, ms: res.ms}
   }
@@ -177,9 +212,12 @@ export class SglangClient {
     try {
       const res = await httpRequest({service: this.service, url, timeoutMs: this.timeoutMs, ...this.stop})
       const ok = res.status >= 200 && res.status <= 299
-      return ok ? {ok, status: res.status, ms: res.ms} : {ok, status: res.status, ms: res.ms, error: statusError(this.service, url, res).message}
+      return ok
+        ? {ok, status: res.status, ms: res.ms}
+        : {ok, status: res.status, ms: res.ms, error: statusError(this.service, url, res).message}
     } catch (error) {
-      if (error instanceof PdError && error.code !== 'E_ABORTED') return {ok: false, ms: performance.now() - started, error: error.message}
+      if (error instanceof PdError && error.code !== 'E_ABORTED')
+        return {ok: false, ms: performance.now() - started, error: error.message}
       throw error
     }
   }
@@ -187,7 +225,12 @@ export class SglangClient {
   /** health() that throws the reason (exit 5) when the service is not healthy. */
   async ensureHealthy(path = '/health'): Promise<HealthResult> {
     const h = await this.health(path)
-    if (!h.ok) throw new PdError(h.error ?? `${this.service} is not healthy`, {exit: ExitCode.unreachable, code: 'E_UNREACHABLE', suggestion: `check the ${this.service} log`})
+    if (!h.ok)
+      throw new PdError(h.error ?? `${this.service} is not healthy`, {
+        exit: ExitCode.unreachable,
+        code: 'E_UNREACHABLE',
+        suggestion: `check the ${this.service} log`,
+      })
     return h
   }
 
@@ -196,7 +239,12 @@ export class SglangClient {
     const url = this.url('/server_info')
     const res = await httpRequest({service: this.service, url, timeoutMs: this.timeoutMs, ...this.stop})
     if (res.status === 404) {
-      const {json} = await requestJson({service: this.service, url: this.url('/get_server_info'), timeoutMs: this.timeoutMs, ...this.stop})
+      const {json} = await requestJson({
+        service: this.service,
+        url: this.url('/get_server_info'),
+        timeoutMs: this.timeoutMs,
+        ...this.stop,
+      })
       return asObject(this.service, this.url('/get_server_info'), json)
     }
     if (res.status < 200 || res.status > 299) throw statusError(this.service, url, res)
@@ -205,7 +253,14 @@ export class SglangClient {
 
   /** GET /v1/loads?include=disagg: the per-DP-rank load snapshot with the PD queue lengths. */
   async loads(): Promise<unknown> {
-    return (await requestJson({service: this.service, url: this.url('/v1/loads?include=disagg'), timeoutMs: this.timeoutMs, ...this.stop})).json
+    return (
+      await requestJson({
+        service: this.service,
+        url: this.url('/v1/loads?include=disagg'),
+        timeoutMs: this.timeoutMs,
+        ...this.stop,
+      })
+    ).json
   }
 
   /** GET /metrics, parsed. A malformed page is a PdError (exit 5) naming the service and the line. */
@@ -217,13 +272,21 @@ export class SglangClient {
    * GET {bootstrapUrl}/route on the prefill's bootstrap server. Without a query, all -1: the PrefillServerInfo;
    * with target ranks, {rank_ip, rank_port}. It answers 503 until every rank has registered.
    */
-  async bootstrapRoute(bootstrapUrl: string, query: Record<string, number | string> = {}): Promise<Record<string, unknown>> {
+  async bootstrapRoute(
+    bootstrapUrl: string,
+    query: Record<string, number | string> = {},
+  ): Promise<Record<string, unknown>> {
     const q = {prefill_dp_rank: -1, prefill_cp_rank: -1, target_tp_rank: -1, target_pp_rank: -1, ...query}
     const params = new URLSearchParams(Object.entries(q).map(([k, v]) => [k, String(v)]))
     const url = joinUrl(bootstrapUrl, '/route') + '?' + params.toString()
     const res = await httpRequest({service: 'bootstrap server', url, timeoutMs: this.timeoutMs, ...this.stop})
     if (res.status === 503) {
-      throw statusError('bootstrap server', url, res, 'not every prefill rank has registered yet: wait for the prefill to finish starting, or check its log')
+      throw statusError(
+        'bootstrap server',
+        url,
+        res,
+        'not every prefill rank has registered yet: wait for the prefill to finish starting, or check its log',
+      )
     }
     if (res.status < 200 || res.status > 299) throw statusError('bootstrap server', url, res)
     return asObject('bootstrap server', url, parseJsonBody('bootstrap server', url, res))
@@ -231,15 +294,29 @@ export class SglangClient {
 }
 
 /** GET a Prometheus page and parse it; the content-type tells OpenMetrics from the text format. */
-export async function fetchMetrics(service: string, url: string, timeoutMs: number, signal?: AbortSignal): Promise<ParsedMetrics> {
-  const res = await requestText({service, url, timeoutMs, headers: {accept: 'text/plain;version=0.0.4;q=1.0,*/*;q=0.1'}, ...(signal ? {signal} : {})})
+export async function fetchMetrics(
+  service: string,
+  url: string,
+  timeoutMs: number,
+  signal?: AbortSignal,
+): Promise<ParsedMetrics> {
+  const res = await requestText({
+    service,
+    url,
+    timeoutMs,
+    headers: {accept: 'text/plain;version=0.0.4;q=1.0,*/*;q=0.1'},
+    ...(signal ? {signal} : {}),
+  })
   const openMetrics = (res.headers.get('content-type') ?? '').includes('application/openmetrics-text') || undefined
   return parsePromText(res.text, {openMetrics, source: `${service} at ${url}`})
 }
 
 function asObject(service: string, url: string, json: unknown): Record<string, unknown> {
   if (json === null || typeof json !== 'object' || Array.isArray(json)) {
-    throw new PdError(`${service} at ${url} answered garbage: expected a JSON object, got ${snippet(JSON.stringify(json) ?? '')}`, {exit: ExitCode.unreachable, code: 'E_UNREACHABLE'})
+    throw new PdError(
+      `${service} at ${url} answered garbage: expected a JSON object, got ${snippet(JSON.stringify(json) ?? '')}`,
+      {exit: ExitCode.unreachable, code: 'E_UNREACHABLE'},
+    )
   }
   return json as Record<string, unknown>
 }

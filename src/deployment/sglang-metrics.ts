@@ -1,8 +1,11 @@
 /**
  * SGLang's metric names, spelled once. Two sources on a PD server:
- * - GET /metrics (Prometheus), defined in SGLang's python/sglang/srt/observability/metrics_collector.py: counters move at
- *   once; the queue gauges are written per batch or every 30 s when idle, so they can be stale while a request is stuck.
- * - GET /v1/loads?include=disagg&format=prometheus, from python/sglang/srt/entrypoints/v1_loads.py: a snapshot published
+ * - GET /metrics (Prometheus), defined in SGLang's python/sglang/srt/observability/metrics_collector.py: counters move
+ * at
+ * once; the queue gauges are written per batch or every 30 s when idle, so they can be stale while a request is
+ * stuck.
+ * - GET /v1/loads?include=disagg&format=prometheus, from python/sglang/srt/entrypoints/v1_loads.py: a snapshot
+ * published
  *   on each batch result and when fully idle; fresher than the gauges (absent in older releases).
  * When each is fresh, and what a check may conclude from it: freshness.ts (docs/freshness.md).
  * The twin (src/sim) spells them on its own: it is a separate world and imports nothing from here.
@@ -42,7 +45,12 @@ export const LOADS_WAITING_REQS = 'sglang_num_waiting_reqs'
 export const ROUTER_CB_STATE = 'smg_worker_cb_state'
 
 /** The counters of a failed or aborted PD request, as discovery and the sampler read them. */
-export const PD_COUNTERS = [BOOTSTRAP_FAILED_TOTAL, TRANSFER_FAILED_TOTAL, ABORTED_REQUESTS_TOTAL, WATCHDOG_EVICTED_TOTAL] as const
+export const PD_COUNTERS = [
+  BOOTSTRAP_FAILED_TOTAL,
+  TRANSFER_FAILED_TOTAL,
+  ABORTED_REQUESTS_TOTAL,
+  WATCHDOG_EVICTED_TOTAL,
+] as const
 
 /** Each PD queue: the server that holds it, its /v1/loads name (fresh once idle) and its /metrics gauge (stale). */
 export const PD_QUEUES = [
@@ -53,6 +61,6 @@ export const PD_QUEUES = [
 ] as const satisfies ReadonlyArray<{service: 'prefill' | 'decode'; loads: string; gauge: string}>
 
 /** The four PD queue gauges of /metrics, prefill's first. */
-export const PD_QUEUE_GAUGES = PD_QUEUES.map((q) => q.gauge)
+export const PD_QUEUE_GAUGES = PD_QUEUES.map(q => q.gauge)
 /** The four PD queues of /v1/loads, prefill's first. */
-export const PD_QUEUE_LOADS = PD_QUEUES.map((q) => q.loads)
+export const PD_QUEUE_LOADS = PD_QUEUES.map(q => q.loads)

@@ -19,7 +19,11 @@ const ACROSS_HOSTS = new Set(['status', 'inject', 'suite', 'restart', 'recover']
 /** Why `command` cannot act on this deployment yet (undefined: it can; the view is exact). */
 export function singleHostRefusal(m: DeploymentModel, command: string): string | undefined {
   const hosts = hostsInUse(m)
-  if (hosts.length > 1 && !ACROSS_HOSTS.has(command)) return `this deployment spans ${hosts.length} hosts (${hosts.join(', ')}): ${command} acts on one host today; multi-host runs come with issue 13`
+  if (hosts.length > 1 && !ACROSS_HOSTS.has(command))
+    return (
+      `this deployment spans ${hosts.length} hosts (${hosts.join(', ')}): ${command} acts on one host today; ` +
+      `multi-host runs come with issue 13`
+    )
   return instanceRefusal(m, command)
 }
 
@@ -36,7 +40,9 @@ function instanceRefusal(m: DeploymentModel, command: string): string | undefine
   const {prefill, decode} = m.services
   const several = prefill.length > 1 || decode.length > 1
   if (several && !WITH_INSTANCES.has(command)) {
-    const counts = [prefill, decode].filter((r) => r.length > 1).map((r) => `${r.length} ${r[0].role} instances (${r.map((s) => s.path).join(', ')})`)
+    const counts = [prefill, decode]
+      .filter(r => r.length > 1)
+      .map(r => `${r.length} ${r[0].role} instances (${r.map(s => s.path).join(', ')})`)
     return `this deployment has ${counts.join(' and ')}: ${command} acts on one prefill and one decode instance`
   }
   if (several && READS_BY_HOST.has(command)) {
@@ -46,7 +52,11 @@ function instanceRefusal(m: DeploymentModel, command: string): string | undefine
       const byHost = new Map<string, string[]>()
       for (const s of role) for (const n of s.nodes) byHost.set(n, [...(byHost.get(n) ?? []), s.path])
       const shared = [...byHost.entries()].find(([, paths]) => paths.length > 1)
-      if (shared) return `${shared[1].join(' and ')} both run on host ${shared[0]}: ${command} reads several instances of a role only when each runs on hosts of its own (one per node, as SGLang is usually deployed)`
+      if (shared)
+        return (
+          `${shared[1].join(' and ')} both run on host ${shared[0]}: ${command} reads several instances of a ` +
+          `role only when each runs on hosts of its own (one per node, as SGLang is usually deployed)`
+        )
     }
   }
   return undefined
@@ -64,14 +74,19 @@ export const FIRST_PAIR: InstancePair = {prefill: 0, decode: 0}
  * Why the pair does not name instances of this deployment (undefined: it does). `said` names where the number came
  * from (the flag, or a suite scenario's pair:).
  */
-export function pairRefusal(m: DeploymentModel, pair: InstancePair, said = (role: string, i: number) => `--${role}-instance ${i}`): string | undefined {
+export function pairRefusal(
+  m: DeploymentModel,
+  pair: InstancePair,
+  said = (role: string, i: number) => `--${role}-instance ${i}`,
+): string | undefined {
   for (const role of ['prefill', 'decode'] as const) {
     const n = m.services[role].length
     const i = pair[role]
     if (i < n) continue
     return n === 1
       ? `${said(role, i)}: the deployment has one ${role} instance (${m.services[role][0]!.path}), number 0`
-      : `${said(role, i)}: the deployment has ${n} ${role} instances, numbered 0 to ${n - 1} (services.${role}[0] to services.${role}[${n - 1}])`
+      : `${said(role, i)}: the deployment has ${n} ${role} instances, numbered 0 to ${n - 1} (services.${role}[0] ` +
+          `to services.${role}[${n - 1}])`
   }
   return undefined
 }
@@ -92,14 +107,19 @@ export function hostView(m: DeploymentModel, hostName: string, pair?: InstancePa
   const decode = pair ? services.decode[pair.decode]! : instanceOn(services.decode, hostName)
   return DeploymentSchema.parse({
     ...settings,
-    host: hosts.find((h) => h.name === hostName)!.config,
+    host: hosts.find(h => h.name === hostName)!.config,
     services: {prefill: prefill.service, decode: decode.service, router: services.router.service},
   })
 }
 
-/** The instance of a role whose node rank 0 runs on the host, else one with another node rank there, else the role's first. */
+/**
+ * The instance of a role whose node rank 0 runs on the host, else one with another node rank there, else the role's
+ * first.
+ */
 export function instanceOn<S>(instances: PlacedService<S>[], hostName: string): PlacedService<S> {
-  return instances.find((s) => s.nodes[0] === hostName) ?? instances.find((s) => s.nodes.includes(hostName)) ?? instances[0]!
+  return (
+    instances.find(s => s.nodes[0] === hostName) ?? instances.find(s => s.nodes.includes(hostName)) ?? instances[0]!
+  )
 }
 
 /** A node rank other than 0 of a multi-node instance: the host runs schedulers of that instance, not its URL. */
@@ -114,12 +134,20 @@ export interface NodeRankOn {
  * node ranks of multi-node instances it runs; with a pair, the pair's instances only (a host that runs only other
  * instances has none).
  */
-export function acrossHosts(m: DeploymentModel, pair?: InstancePair): Array<{name: string; roles: Array<'prefill' | 'decode' | 'router'>; nodeRanks: NodeRankOn[]}> {
-  const of = (role: 'prefill' | 'decode' | 'router') => (role === 'router' ? [m.services.router] : pair ? [m.services[role][pair[role]]!] : m.services[role])
-  return hostsInUse(m).map((name) => ({
+export function acrossHosts(
+  m: DeploymentModel,
+  pair?: InstancePair,
+): Array<{name: string; roles: Array<'prefill' | 'decode' | 'router'>; nodeRanks: NodeRankOn[]}> {
+  const of = (role: 'prefill' | 'decode' | 'router') =>
+    role === 'router' ? [m.services.router] : pair ? [m.services[role][pair[role]]!] : m.services[role]
+  return hostsInUse(m).map(name => ({
     name,
-    roles: (['prefill', 'decode', 'router'] as const).filter((role) => of(role).some((s) => s.nodes[0] === name)),
-    nodeRanks: (['prefill', 'decode'] as const).flatMap((role) => of(role).flatMap((s) => s.nodes.flatMap((n, k) => (k > 0 && n === name ? [{role, path: s.path, nodeRank: k}] : [])))),
+    roles: (['prefill', 'decode', 'router'] as const).filter(role => of(role).some(s => s.nodes[0] === name)),
+    nodeRanks: (['prefill', 'decode'] as const).flatMap(role =>
+      of(role).flatMap(s =>
+        s.nodes.flatMap((n, k) => (k > 0 && n === name ? [{role, path: s.path, nodeRank: k}] : [])),
+      ),
+    ),
   }))
 }
 
@@ -127,12 +155,19 @@ export function acrossHosts(m: DeploymentModel, pair?: InstancePair): Array<{nam
  * The single-host view for `command`, or exit 2 naming the file and what is not supported yet. The view is what the
  * single-host schema makes of it, so a `host:` file gives exactly what pdchaos has always read from it.
  */
-export function singleHostView(m: DeploymentModel, use: {command: string; file: string; pair?: InstancePair}): Deployment {
+export function singleHostView(
+  m: DeploymentModel,
+  use: {command: string; file: string; pair?: InstancePair},
+): Deployment {
   refuseUnsupported(m, use)
   const pair = use.pair ?? FIRST_PAIR
   const why = pairRefusal(m, pair)
   if (why !== undefined) {
-    throw new PdError(`${use.file}: ${why}`, {exit: ExitCode.badInput, code: E_MULTI_HOST, suggestion: '`pdchaos status` lists the instances of each role, numbered from 0 in the order of the file'})
+    throw new PdError(`${use.file}: ${why}`, {
+      exit: ExitCode.badInput,
+      code: E_MULTI_HOST,
+      suggestion: '`pdchaos status` lists the instances of each role, numbered from 0 in the order of the file',
+    })
   }
   return hostView(m, m.services.router.nodes[0], use.pair)
 }
@@ -144,13 +179,22 @@ export function refuseUnsupported(m: DeploymentModel, use: {command: string; fil
     throw new PdError(`${use.file}: ${why}`, {
       exit: ExitCode.badInput,
       code: E_MULTI_HOST,
-      suggestion: 'the file is valid (`pdchaos schema deployment` describes it); to run now, point -c at a file with one host and one instance per role',
+      suggestion:
+        'the file is valid (`pdchaos schema deployment` describes it); to run now, point -c at a file with one ' +
+        'host and one instance per role',
     })
   }
 }
 
-/** Where the file lists several instances of a role: the prefill and decode instances whose node rank 0 is this host. */
-export function instancesOn(m: DeploymentModel, hostName: string): Array<{role: 'prefill' | 'decode'; path: string}> | undefined {
+/**
+ * Where the file lists several instances of a role: the prefill and decode instances whose node rank 0 is this host.
+ */
+export function instancesOn(
+  m: DeploymentModel,
+  hostName: string,
+): Array<{role: 'prefill' | 'decode'; path: string}> | undefined {
   if (m.services.prefill.length < 2 && m.services.decode.length < 2) return undefined
-  return [...m.services.prefill, ...m.services.decode].filter((s) => s.nodes[0] === hostName).map((s) => ({role: s.role as 'prefill' | 'decode', path: s.path}))
+  return [...m.services.prefill, ...m.services.decode]
+    .filter(s => s.nodes[0] === hostName)
+    .map(s => ({role: s.role as 'prefill' | 'decode', path: s.path}))
 }

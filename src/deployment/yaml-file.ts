@@ -32,12 +32,21 @@ export interface YamlFileKind {
 }
 
 /** Read, parse and validate a YAML input file. */
-export async function loadYamlFile<S extends z.ZodType>(file: string, schema: S, kind: YamlFileKind): Promise<z.output<S>> {
+export async function loadYamlFile<S extends z.ZodType>(
+  file: string,
+  schema: S,
+  kind: YamlFileKind,
+): Promise<z.output<S>> {
   return parseYamlText(await readCapped(file, kind), file, schema, kind)
 }
 
 /** Parse and validate YAML text; `file` only names it in errors. */
-export function parseYamlText<S extends z.ZodType>(text: string, file: string, schema: S, kind: YamlFileKind): z.output<S> {
+export function parseYamlText<S extends z.ZodType>(
+  text: string,
+  file: string,
+  schema: S,
+  kind: YamlFileKind,
+): z.output<S> {
   if (Buffer.byteLength(text, 'utf8') > MAX_YAML_BYTES) throw tooLarge(file, kind)
   const lineCounter = new LineCounter()
   const keys = duplicateKeyCheck()
@@ -55,7 +64,11 @@ export function parseYamlText<S extends z.ZodType>(text: string, file: string, s
     data = doc.toJS()
   } catch (error) {
     // An alias to an anchor not (yet) defined, or aliases that would expand the document enormously (an alias bomb).
-    throw badInput(`${file}: YAML cannot be resolved: ${oneLine(error)}`, 'each alias (*name) must come after its anchor (&name), and aliases may not multiply the document (an alias bomb)')
+    throw badInput(
+      `${file}: YAML cannot be resolved: ${oneLine(error)}`,
+      'each alias (*name) must come after its anchor (&name), and aliases may not multiply the document (an alias ' +
+        'bomb)',
+    )
   }
   if (data === null || data === undefined) throw badInput(`${file} is empty`, kind.hints.empty)
   const result = schema.safeParse(data)
@@ -63,7 +76,11 @@ export function parseYamlText<S extends z.ZodType>(text: string, file: string, s
     const issues = foldIssues(z.prettifyError({issues: pickUnionOptions(result.error.issues)}))
     const lines = issues.map((issue, i) => (i === 0 ? `${file}: ${issue}` : issue))
     // One line per issue, the first is the cause; ";" keeps the one-line rendering readable.
-    throw badInput(lines.join(';\n'), `fix ${file} at ${issues.length === 1 ? 'that path' : 'those paths'}; \`${kind.schemaCommand}\` prints the expected shape`)
+    throw badInput(
+      lines.join(';\n'),
+      `fix ${file} at ${issues.length === 1 ? 'that path' : 'those paths'}; \`${kind.schemaCommand}\` prints the ` +
+        `expected shape`,
+    )
   }
   return result.data
 }
@@ -74,10 +91,10 @@ export function parseYamlText<S extends z.ZodType>(text: string, file: string, s
  * for the whole union. A union that no option's type, or more than one, matches keeps its own message.
  */
 export function pickUnionOptions(issues: readonly z.core.$ZodIssue[], prefix: PropertyKey[] = []): z.core.$ZodIssue[] {
-  return issues.flatMap((issue) => {
+  return issues.flatMap(issue => {
     const path = [...prefix, ...issue.path]
     if (issue.code !== 'invalid_union' || issue.errors.length === 0) return [{...issue, path}]
-    const typed = issue.errors.filter((option) => !option.some((i) => i.code === 'invalid_type' && i.path.length === 0))
+    const typed = issue.errors.filter(option => !option.some(i => i.code === 'invalid_type' && i.path.length === 0))
     return typed.length === 1 ? pickUnionOptions(typed[0], path) : [{...issue, path}]
   })
 }
@@ -106,13 +123,18 @@ export function foldIssues(pretty: string): string[] {
 }
 
 function tooLarge(file: string, kind: YamlFileKind): PdError {
-  return badInput(`${file} is larger than 1 MiB, the most pdchaos reads from a ${kind.what} file`, `check that ${file} is the ${kind.what} file: one is a few kB`)
+  return badInput(
+    `${file} is larger than 1 MiB, the most pdchaos reads from a ${kind.what} file`,
+    `check that ${file} is the ${kind.what} file: one is a few kB`,
+  )
 }
 
 /** The file as text: a regular file of at most the cap, strict UTF-8 (util/safe-file.ts). */
 async function readCapped(file: string, kind: YamlFileKind): Promise<string> {
   return readInputText(file, {
-    what: `${kind.what} file`, maxBytes: MAX_YAML_BYTES, missing: {message: `no ${kind.what} file at ${file}`, suggestion: kind.hints.missing},
+    what: `${kind.what} file`,
+    maxBytes: MAX_YAML_BYTES,
+    missing: {message: `no ${kind.what} file at ${file}`, suggestion: kind.hints.missing},
     notAFile: kind.hints.directory ?? `give the path of the ${kind.what} file itself (a regular file)`,
   })!
 }
@@ -126,10 +148,14 @@ async function readCapped(file: string, kind: YamlFileKind): Promise<string> {
  * equal as yaml has them by default: scalars with strictly equal values (1 and "1" differ, and so do two NaNs).
  * test/deployment/load.test.ts holds the result to yaml's own check, so a yaml upgrade that changes the protocol shows.
  */
-export function duplicateKeyCheck(): {isEqual: (first: unknown, key: unknown) => boolean; realErrors: <E extends {code: string}>(errors: E[]) => E[]} {
+export function duplicateKeyCheck(): {
+  isEqual: (first: unknown, key: unknown) => boolean
+  realErrors: <E extends {code: string}>(errors: E[]) => E[]
+} {
   const seenByMap = new Map<unknown, Set<unknown>>()
   const verdicts: boolean[] = []
-  const comparable = (node: unknown): node is Scalar => isScalar(node) && !(typeof node.value === 'number' && Number.isNaN(node.value))
+  const comparable = (node: unknown): node is Scalar =>
+    isScalar(node) && !(typeof node.value === 'number' && Number.isNaN(node.value))
   return {
     isEqual(first, key) {
       let seen = seenByMap.get(first)
@@ -144,7 +170,7 @@ export function duplicateKeyCheck(): {isEqual: (first: unknown, key: unknown) =>
     },
     realErrors(errors) {
       let i = 0
-      return errors.filter((e) => e.code !== 'DUPLICATE_KEY' || verdicts[i++] === true)
+      return errors.filter(e => e.code !== 'DUPLICATE_KEY' || verdicts[i++] === true)
     },
   }
 }

@@ -1,6 +1,13 @@
 import type {Deployment} from '../deployment/config.js'
 import type {Host} from '../hosts/host.js'
-import {discover, type DiscoverOptions, type RankInfo, type ServiceName, type ServiceStatus, type StatusReport} from './discover.js'
+import {
+  discover,
+  type DiscoverOptions,
+  type RankInfo,
+  type ServiceName,
+  type ServiceStatus,
+  type StatusReport,
+} from './discover.js'
 import type {NodeRankOn} from '../deployment/single-host.js'
 import type {HostState} from './host-state.js'
 import type {Topology} from './topo.js'
@@ -32,7 +39,10 @@ export interface HostPart {
  */
 export type PlacedRank = RankInfo & {host: string; instance?: string}
 
-/** One instance of prefill or decode as found on its host: where the file states it (services.prefill[1]) and its status. */
+/**
+ * One instance of prefill or decode as found on its host: where the file states it (services.prefill[1]) and its
+ * status.
+ */
 export type InstanceStatus = ServiceStatus & {role: 'prefill' | 'decode'; path: string; host: string}
 
 /** The single-host report's shape, each service and rank naming its host, and the hosts themselves. */
@@ -57,50 +67,94 @@ export interface HostToRead {
   nodeRanks?: NodeRankOn[]
 }
 
-export async function discoverAcrossHosts(hosts: HostToRead[], opts: Omit<DiscoverOptions, 'here'> = {}): Promise<DeploymentReport> {
+export async function discoverAcrossHosts(
+  hosts: HostToRead[],
+  opts: Omit<DiscoverOptions, 'here'> = {},
+): Promise<DeploymentReport> {
   const started = performance.now()
   // A host is read for the roles it serves and for the schedulers of node ranks it runs for an instance elsewhere.
-  const hereOf = (h: HostToRead): ServiceName[] => [...new Set([...h.roles, ...(h.nodeRanks ?? []).map((n) => n.role)])]
-  const parts = await Promise.all(hosts.map(async (h) => ({...h, report: await discover(h.view, h.host, {...opts, here: hereOf(h)})})))
-  const of = (role: ServiceName) => parts.find((p) => p.roles.includes(role)) ?? parts[0]!
+  const hereOf = (h: HostToRead): ServiceName[] => [...new Set([...h.roles, ...(h.nodeRanks ?? []).map(n => n.role)])]
+  const parts = await Promise.all(
+    hosts.map(async h => ({...h, report: await discover(h.view, h.host, {...opts, here: hereOf(h)})})),
+  )
+  const of = (role: ServiceName) => parts.find(p => p.roles.includes(role)) ?? parts[0]!
   const [p, d, r] = [of('prefill'), of('decode'), of('router')]
-  const services = Object.fromEntries((['prefill', 'decode', 'router'] as const).map((role) => [role, {...of(role).report.services[role], host: of(role).name}])) as DeploymentReport['services']
+  const services = Object.fromEntries(
+    (['prefill', 'decode', 'router'] as const).map(role => [
+      role,
+      {...of(role).report.services[role], host: of(role).name},
+    ]),
+  ) as DeploymentReport['services']
 
   // Bootstrap timeout from prefill's environment, waiting and heartbeat from decode's: each read on its own host.
-  const pt = p.report.watchdog.timeouts as (StatusReport['watchdog']['timeouts'] & {sources?: Record<string, string>}) | undefined
+  const pt = p.report.watchdog.timeouts as
+    | (StatusReport['watchdog']['timeouts'] & {sources?: Record<string, string>})
+    | undefined
   const dt = d.report.watchdog.timeouts as typeof pt
-  const timeouts = pt && dt && p !== d
-    ? {...dt, bootstrapTimeout: pt.bootstrapTimeout, ...(dt.sources && pt.sources ? {sources: {...dt.sources, bootstrapTimeout: pt.sources.bootstrapTimeout}} : {})}
-    : pt ?? dt
+  const timeouts =
+    pt && dt && p !== d
+      ? {
+          ...dt,
+          bootstrapTimeout: pt.bootstrapTimeout,
+          ...(dt.sources && pt.sources
+            ? {sources: {...dt.sources, bootstrapTimeout: pt.sources.bootstrapTimeout}}
+            : {}),
+        }
+      : (pt ?? dt)
 
   // A warning every host gave (a service's HTTP answer) once; one only some hosts gave, with the host's name.
-  const all = parts.map((x) => x.report.warnings)
-  const everywhere = all[0]!.filter((w) => all.every((ws) => ws.includes(w)))
-  const warnings = [...everywhere, ...parts.flatMap((x) => x.report.warnings.filter((w) => !everywhere.includes(w)).map((w) => `${x.name}: ${w}`))]
+  const all = parts.map(x => x.report.warnings)
+  const everywhere = all[0]!.filter(w => all.every(ws => ws.includes(w)))
+  const warnings = [
+    ...everywhere,
+    ...parts.flatMap(x => x.report.warnings.filter(w => !everywhere.includes(w)).map(w => `${x.name}: ${w}`)),
+  ]
 
   return {
-    deployment: {...r.report.deployment, host: parts.map((x) => `${x.name} (${x.report.deployment.host})`).join(', ')},
+    deployment: {...r.report.deployment, host: parts.map(x => `${x.name} (${x.report.deployment.host})`).join(', ')},
     services,
-    ...(hosts.some((h) => h.instances?.length) ? {instances: instancesOf(parts)} : {}),
-    ranks: parts.flatMap((x) => x.report.ranks.map((k) => {
-      const node = x.nodeRanks?.find((n) => n.role === k.service && !x.roles.includes(k.service))
-      const instance = node?.path ?? x.instances?.find((i) => i.role === k.service)?.path
-      return {...k, host: x.name, ...(instance ? {instance} : {}), ...(node ? {nodeRank: node.nodeRank} : {})}
-    })),
+    ...(hosts.some(h => h.instances?.length) ? {instances: instancesOf(parts)} : {}),
+    ranks: parts.flatMap(x =>
+      x.report.ranks.map(k => {
+        const node = x.nodeRanks?.find(n => n.role === k.service && !x.roles.includes(k.service))
+        const instance = node?.path ?? x.instances?.find(i => i.role === k.service)?.path
+        return {...k, host: x.name, ...(instance ? {instance} : {}), ...(node ? {nodeRank: node.nodeRank} : {})}
+      }),
+    ),
     // Each SGLang timeout from the host of the role that reads it.
-    sglangTimeouts: {...d.report.sglangTimeouts, bootstrap: p.report.sglangTimeouts.bootstrap, version: p.report.sglangTimeouts.version ?? d.report.sglangTimeouts.version,
-      versionSource: p.report.sglangTimeouts.version ? p.report.sglangTimeouts.versionSource : d.report.sglangTimeouts.versionSource,
-      ...(p.report.sglangTimeouts.backend ? {backend: p.report.sglangTimeouts.backend} : {})},
-    watchdog: {contract: p.report.watchdog.contract, ...(p.report.watchdog.prefillEnv ? {prefillEnv: p.report.watchdog.prefillEnv} : {}), ...(timeouts ? {timeouts} : {}), ...(d.report.watchdog.heartbeat ? {heartbeat: d.report.watchdog.heartbeat} : {})},
+    sglangTimeouts: {
+      ...d.report.sglangTimeouts,
+      bootstrap: p.report.sglangTimeouts.bootstrap,
+      version: p.report.sglangTimeouts.version ?? d.report.sglangTimeouts.version,
+      versionSource: p.report.sglangTimeouts.version
+        ? p.report.sglangTimeouts.versionSource
+        : d.report.sglangTimeouts.versionSource,
+      ...(p.report.sglangTimeouts.backend ? {backend: p.report.sglangTimeouts.backend} : {}),
+    },
+    watchdog: {
+      contract: p.report.watchdog.contract,
+      ...(p.report.watchdog.prefillEnv ? {prefillEnv: p.report.watchdog.prefillEnv} : {}),
+      ...(timeouts ? {timeouts} : {}),
+      ...(d.report.watchdog.heartbeat ? {heartbeat: d.report.watchdog.heartbeat} : {}),
+    },
     transport: transportAcross(p.report, d.report),
     ...(p.report.topology ? {topology: p.report.topology} : {}),
     ...(p.report.topologyError ? {topologyError: p.report.topologyError} : {}),
     counters: {prefill: p.report.counters.prefill, decode: d.report.counters.decode},
     gauges: {prefill: p.report.gauges.prefill, decode: d.report.gauges.decode},
-    hostState: {leases: parts.flatMap((x) => x.report.hostState.leases), lock: parts.map((x) => x.report.hostState.lock).find((l) => l !== null) ?? null},
-    hosts: parts.map((x) => ({
-      name: x.name, host: x.report.deployment.host, roles: x.roles, ...(x.nodeRanks?.length ? {nodeRanks: x.nodeRanks} : {}), hostState: x.report.hostState,
-      ...(x.report.topology ? {topology: x.report.topology} : {}), ...(x.report.topologyError ? {topologyError: x.report.topologyError} : {}), ms: x.report.ms,
+    hostState: {
+      leases: parts.flatMap(x => x.report.hostState.leases),
+      lock: parts.map(x => x.report.hostState.lock).find(l => l !== null) ?? null,
+    },
+    hosts: parts.map(x => ({
+      name: x.name,
+      host: x.report.deployment.host,
+      roles: x.roles,
+      ...(x.nodeRanks?.length ? {nodeRanks: x.nodeRanks} : {}),
+      hostState: x.report.hostState,
+      ...(x.report.topology ? {topology: x.report.topology} : {}),
+      ...(x.report.topologyError ? {topologyError: x.report.topologyError} : {}),
+      ms: x.report.ms,
     })),
     warnings,
     ms: Math.round(performance.now() - started),
@@ -113,13 +167,15 @@ export async function discoverAcrossHosts(hosts: HostToRead[], opts: Omit<Discov
  */
 export function transportAcross(p: StatusReport, d: StatusReport): StatusReport['transport'] {
   const rails = [...(p.transport.rails ?? [])]
-  for (const r of d.services.decode.twinRails ?? []) if (!rails.some((x) => x.gpu === r.gpu)) rails.push(r)
+  for (const r of d.services.decode.twinRails ?? []) if (!rails.some(x => x.gpu === r.gpu)) rails.push(r)
   return rails.length > 0 ? {...p.transport, rails: rails.sort((a, b) => a.gpu - b.gpu)} : p.transport
 }
 
 /** Each host's own instances as its discovery found them, prefill before decode, in the file's order. */
 function instancesOf(parts: Array<HostToRead & {report: StatusReport}>): InstanceStatus[] {
-  const found = parts.flatMap((x) => (x.instances ?? []).map((i) => ({...x.report.services[i.role], role: i.role, path: i.path, host: x.name})))
+  const found = parts.flatMap(x =>
+    (x.instances ?? []).map(i => ({...x.report.services[i.role], role: i.role, path: i.path, host: x.name})),
+  )
   const order = (i: InstanceStatus) => [i.role === 'prefill' ? 0 : 1, Number(/\[(\d+)\]$/.exec(i.path)?.[1] ?? 0)]
   return found.sort((a, b) => order(a)[0]! - order(b)[0]! || order(a)[1]! - order(b)[1]!)
 }

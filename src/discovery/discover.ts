@@ -7,9 +7,26 @@ import {oneLine, PdError, unreachable} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import type {Host} from '../hosts/host.js'
 import {listHostState, type HostState} from './host-state.js'
-import {gpuFromLayout, gpuIndexByPid, parseComputeApps, parseGpuList, type GpuLayout, type GpuRow, type PidGpu} from './gpus.js'
+import {
+  gpuFromLayout,
+  gpuIndexByPid,
+  parseComputeApps,
+  parseGpuList,
+  type GpuLayout,
+  type GpuRow,
+  type PidGpu,
+} from './gpus.js'
 import {isServerLaunch, mergeLaunchArgs, parseConfigYaml, parseLaunchCommand, type LaunchArgs} from './launch-args.js'
-import {parseDockerProxy, parseEnviron, parseProcStat, parsePs, parseRankTitle, parseSsListeners, type Listener, type ProcessRow} from './proc.js'
+import {
+  parseDockerProxy,
+  parseEnviron,
+  parseProcStat,
+  parsePs,
+  parseRankTitle,
+  parseSsListeners,
+  type Listener,
+  type ProcessRow,
+} from './proc.js'
 import {isRouterCommand, type RouterSettings, routerSettingsFromArgv} from './router-settings.js'
 import {parseNvidiaTopo, type Topology} from './topo.js'
 import {healthCheckFromEnv, KEPT_ENV, type HealthCheckSettings} from './transport-env.js'
@@ -70,7 +87,10 @@ export interface RankInfo {
   service: 'prefill' | 'decode'
   /** The host it runs on, by its name in the deployment file (a deployment over several hosts only). */
   host?: string
-  /** Its node rank, where it runs on a node other than rank 0 of a multi-node instance (a deployment over several hosts). */
+  /**
+   * Its node rank, where it runs on a node other than rank 0 of a multi-node instance (a deployment over several
+   * hosts).
+   */
   nodeRank?: number
   tpRank: number
   dpRank?: number
@@ -108,12 +128,21 @@ export interface StatusReport {
   deployment: {name: string; host: string; labels: Record<string, string>; backend: string}
   services: Record<ServiceName, ServiceStatus>
   ranks: RankInfo[]
-  watchdog: {contract: Deployment['watchdog']; prefillEnv?: EnvWatchdog; timeouts?: EnvTimeouts; heartbeat?: HeartbeatSettings}
-  /** SGLang's own PD timeouts, each with where it was read (the one place the plan, the checks and status read them). */
+  watchdog: {
+    contract: Deployment['watchdog']
+    prefillEnv?: EnvWatchdog
+    timeouts?: EnvTimeouts
+    heartbeat?: HeartbeatSettings
+  }
+  /**
+   * SGLang's own PD timeouts, each with where it was read (the one place the plan, the checks and status read them).
+   */
   sglangTimeouts: SglangTimeouts
   /** env: the prefill rank's transport variables (UCX_*, MC_*, NIXL_*), which tell whether the KV path is TCP. */
   transport: {backend: string; source: string; env?: Record<string, string>; dataPath?: string; rails?: TwinRail[]}
-  /** `nvidia-smi topo -m`: which NIC shares a PCIe switch with each GPU (undefined, with topologyError, if it failed). */
+  /**
+   * `nvidia-smi topo -m`: which NIC shares a PCIe switch with each GPU (undefined, with topologyError, if it failed).
+   */
   topology?: Topology
   topologyError?: string
   counters: Record<'prefill' | 'decode', Record<string, number>>
@@ -141,10 +170,12 @@ export interface DiscoverOptions {
 /** The process view restricted to the services on this host: a process of another host's role here is not theirs. */
 function onlyHere(p: ProcessView, here: ReadonlySet<ServiceName>): ProcessView {
   const pick = <T>(r: Partial<Record<'prefill' | 'decode', T>>): Partial<Record<'prefill' | 'decode', T>> =>
-    Object.fromEntries(Object.entries(r).filter(([k]) => here.has(k as ServiceName))) as Partial<Record<'prefill' | 'decode', T>>
+    Object.fromEntries(Object.entries(r).filter(([k]) => here.has(k as ServiceName))) as Partial<
+      Record<'prefill' | 'decode', T>
+    >
   return {
     ...p,
-    ranks: p.ranks.filter((r) => here.has(r.service)),
+    ranks: p.ranks.filter(r => here.has(r.service)),
     servicePids: pick(p.servicePids),
     serviceEnv: pick(p.serviceEnv),
     launch: pick(p.launch),
@@ -160,8 +191,15 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
   const timeoutMs = opts.timeoutMs ?? DEFAULT_PROBE_TIMEOUT_MS
   const warnings: string[] = []
   const svc = deployment.services
-  const {prefill, decode, router} = serviceClients(deployment, {timeoutMs, ...(opts.signal ? {signal: opts.signal} : {})})
-  const soft = async <T>(what: string, p: Promise<T>, o: {fatal?: (error: unknown) => boolean} = {}): Promise<T | undefined> => {
+  const {prefill, decode, router} = serviceClients(deployment, {
+    timeoutMs,
+    ...(opts.signal ? {signal: opts.signal} : {}),
+  })
+  const soft = async <T>(
+    what: string,
+    p: Promise<T>,
+    o: {fatal?: (error: unknown) => boolean} = {},
+  ): Promise<T | undefined> => {
     try {
       return await p
     } catch (error) {
@@ -187,19 +225,31 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
     soft('decode metrics', decode.metrics()),
     // A host too slow to list its processes in time is exit 5 naming it: a report without ranks would read as "no
     // prefill rank processes" (bad input) to every fault. Other failures of the read stay warnings.
-    soft(`process table on ${host.describe()}`, readProcesses(host, deployment, timeoutMs).catch((error: unknown) => {
-      if (error instanceof PdError && error.exitCode === ExitCode.unreachable) {
-        throw unreachable(`discovery: the process table on ${host.describe()} did not answer: ${oneLine(error)}`,
-          'check the host (its load, its SSH connection); a slow one may need a longer probeTimeoutSeconds in the deployment file', error)
-      }
-      throw error
-    }), {fatal: (error) => error instanceof PdError && error.exitCode === ExitCode.unreachable}),
+    soft(
+      `process table on ${host.describe()}`,
+      readProcesses(host, deployment, timeoutMs).catch((error: unknown) => {
+        if (error instanceof PdError && error.exitCode === ExitCode.unreachable) {
+          throw unreachable(
+            `discovery: the process table on ${host.describe()} did not answer: ${oneLine(error)}`,
+            'check the host (its load, its SSH connection); a slow one may need a longer probeTimeoutSeconds in ' +
+              'the deployment file',
+            error,
+          )
+        }
+        throw error
+      }),
+      {fatal: error => error instanceof PdError && error.exitCode === ExitCode.unreachable},
+    ),
     listHostState(host, deployment.stateDir, timeoutMs).catch((error: unknown) => {
       warnings.push(`pdchaos state on ${host.describe()}: ${oneLine(error)}`)
       return {leases: [], lock: null} satisfies HostState
     }),
   ])
-  for (const [name, h] of [['prefill', pHealth], ['decode', dHealth], ['router', rHealth]] as const) {
+  for (const [name, h] of [
+    ['prefill', pHealth],
+    ['decode', dHealth],
+    ['router', rHealth],
+  ] as const) {
     if (!h.ok) warnings.push(`${name} is not healthy: ${h.error ?? h.status}`)
   }
   const procs = allProcs && onlyHere(allProcs, here)
@@ -207,96 +257,159 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
   const services: Record<ServiceName, ServiceStatus> = {
     prefill: {url: svc.prefill.url, health: pHealth, ...infoSummary(pInfo)},
     decode: {url: svc.decode.url, health: dHealth, ...infoSummary(dInfo)},
-    router: {url: svc.router.url, health: rHealth, readiness: rReady, ...(procs?.router ? {pid: procs.router.pid} : {}),
+    router: {
+      url: svc.router.url,
+      health: rHealth,
+      readiness: rReady,
+      ...(procs?.router ? {pid: procs.router.pid} : {}),
       // The gateway's retries and breaker decide what users see under a fault (pdchaos's own pins bypass them).
-      routerSettings: procs?.router ? routerSettingsFromArgv([procs.router.args], `router command line (pid ${procs.router.pid})`)
-        : {...routerSettingsFromArgv([], 'router process not found'), source: "router process not found on the host: the gateway's defaults are shown, unverified"}},
+      routerSettings: procs?.router
+        ? routerSettingsFromArgv([procs.router.args], `router command line (pid ${procs.router.pid})`)
+        : {
+            ...routerSettingsFromArgv([], 'router process not found'),
+            source: "router process not found on the host: the gateway's defaults are shown, unverified",
+          },
+    },
   }
   if (deployment.sglangVersion) {
     for (const name of ['prefill', 'decode'] as const) {
       const v = services[name].version
-      if (v && v !== deployment.sglangVersion) warnings.push(`${name} runs SGLang ${v}, the deployment file expects ${deployment.sglangVersion}`)
+      if (v && v !== deployment.sglangVersion)
+        warnings.push(`${name} runs SGLang ${v}, the deployment file expects ${deployment.sglangVersion}`)
     }
   }
 
   const ranks: RankInfo[] = procs?.ranks ?? []
-  for (const name of (['prefill', 'decode'] as const).filter((n) => here.has(n))) {
+  for (const name of (['prefill', 'decode'] as const).filter(n => here.has(n))) {
     services[name].pid = procs?.servicePids[name]
     if (procs?.launch[name]) services[name].launch = procs.launch[name]
     if (procs?.dockerProxy[name]) services[name].dockerProxy = procs.dockerProxy[name]
     const layout = layoutOf(services[name])
-    const found = ranks.filter((r) => r.service === name).length
+    const found = ranks.filter(r => r.service === name).length
     if (procs && layout) {
       // DP attention splits the TP group; plain DP runs dp_size whole TP groups (one scheduler per GPU either way).
       // Over --nnodes N each node runs its share of them.
       const nodes = layout.nnodes ?? 1
-      const expected = Math.max(1, Math.floor(layout.tpSize * layout.ppSize * (layout.enableDpAttention ? 1 : layout.dpSize) / nodes))
+      const expected = Math.max(
+        1,
+        Math.floor((layout.tpSize * layout.ppSize * (layout.enableDpAttention ? 1 : layout.dpSize)) / nodes),
+      )
       const onNode = nodes > 1 ? ` on node rank ${services[name].launch?.args.nodeRank ?? 0} of ${nodes}` : ''
-      if (found !== expected) warnings.push(`${name}: its layout (tp ${layout.tpSize}, dp ${layout.dpSize}${layout.enableDpAttention ? ' with DP attention' : ''}, pp ${layout.ppSize}${nodes > 1 ? `, nnodes ${nodes}` : ''}) means ${expected} scheduler processes${onNode} but ${found} were found`)
+      if (found !== expected)
+        warnings.push(
+          `${name}: its layout (tp ${layout.tpSize}, ` +
+            `dp ${layout.dpSize}${layout.enableDpAttention ? ' with DP attention' : ''}, ` +
+            `pp ${layout.ppSize}${nodes > 1 ? `, nnodes ${nodes}` : ''}) means ${expected} scheduler ` +
+            `processes${onNode} but ${found} were found`,
+        )
     }
   }
   if (procs) assignGpus(ranks, services, procs, warnings)
   for (const name of ['prefill', 'decode'] as const) {
     // The HTTP server process reads SGLANG_HEALTH_CHECK_TIMEOUT; its schedulers inherit the same environment.
-    const env = procs?.serviceEnv[name] ?? ranks.find((r) => r.service === name && r.env)?.env
+    const env = procs?.serviceEnv[name] ?? ranks.find(r => r.service === name && r.env)?.env
     const hc = healthCheckFromEnv(env)
     const twin = services[name].twinHealthTimeoutSeconds
-    services[name].healthCheck = env?.SGLANG_HEALTH_CHECK_TIMEOUT === undefined && twin !== undefined
-      ? {...hc, timeoutSeconds: twin, source: `the twin's server_info (pdchaos_twin.health_check_timeout_s = ${twin})`}
-      : hc
+    services[name].healthCheck =
+      env?.SGLANG_HEALTH_CHECK_TIMEOUT === undefined && twin !== undefined
+        ? {
+            ...hc,
+            timeoutSeconds: twin,
+            source: `the twin's server_info (pdchaos_twin.health_check_timeout_s = ${twin})`,
+          }
+        : hc
   }
-  for (const r of ranks) if (r.state === 'T') warnings.push(`${r.service} rank ${rankName(r)} (pid ${r.pid}) is stopped (state T): the instance is wedged`)
+  for (const r of ranks)
+    if (r.state === 'T')
+      warnings.push(`${r.service} rank ${rankName(r)} (pid ${r.pid}) is stopped (state T): the instance is wedged`)
 
   // Each prefill rank's ZMQ PULL port, from the bootstrap route under the rank's own key (it changes on every restart).
   const bootstrapUrl = bootstrapUrlOf(deployment)
-  const prefillRanks = ranks.filter((r) => r.service === 'prefill')
-  const attnTp = await attnTpSizeOf(services.prefill, prefillRanks, () => soft('bootstrap route (prefill server info)', prefill.bootstrapRoute(bootstrapUrl, {prefill_dp_rank: -1, prefill_cp_rank: -1, target_tp_rank: -1, target_pp_rank: -1})))
-  await Promise.all(prefillRanks.map(async (rank) => {
-    const key = routeKeyOf(rank, attnTp)
-    rank.routeKey = key
-    const route = await soft(`bootstrap route for prefill ${rankName(rank)} (dp ${key.dp} cp ${key.cp} tp ${key.tp} pp ${key.pp})`,
-      prefill.bootstrapRoute(bootstrapUrl, {prefill_dp_rank: key.dp, prefill_cp_rank: key.cp, target_tp_rank: key.tp, target_pp_rank: key.pp}))
-    const r = route as {rank_ip?: string; rank_port?: number} | undefined
-    if (r?.rank_port !== undefined) {
-      rank.zmqPort = Number(r.rank_port)
-      rank.zmqHost = r.rank_ip
-    }
-  }))
+  const prefillRanks = ranks.filter(r => r.service === 'prefill')
+  const attnTp = await attnTpSizeOf(services.prefill, prefillRanks, () =>
+    soft(
+      'bootstrap route (prefill server info)',
+      prefill.bootstrapRoute(bootstrapUrl, {
+        prefill_dp_rank: -1,
+        prefill_cp_rank: -1,
+        target_tp_rank: -1,
+        target_pp_rank: -1,
+      }),
+    ),
+  )
+  await Promise.all(
+    prefillRanks.map(async rank => {
+      const key = routeKeyOf(rank, attnTp)
+      rank.routeKey = key
+      const route = await soft(
+        `bootstrap route for prefill ${rankName(rank)} (dp ${key.dp} cp ${key.cp} tp ${key.tp} pp ${key.pp})`,
+        prefill.bootstrapRoute(bootstrapUrl, {
+          prefill_dp_rank: key.dp,
+          prefill_cp_rank: key.cp,
+          target_tp_rank: key.tp,
+          target_pp_rank: key.pp,
+        }),
+      )
+      const r = route as {rank_ip?: string; rank_port?: number} | undefined
+      if (r?.rank_port !== undefined) {
+        rank.zmqPort = Number(r.rank_port)
+        rank.zmqHost = r.rank_ip
+      }
+    }),
+  )
 
   const contract = deployment.watchdog
   let prefillEnv: EnvWatchdog | undefined
   // Each timeout from the role that reads it: its scheduler's environment first (the reader), else its server's.
   const readsOf = (role: 'prefill' | 'decode'): RoleReads | undefined => {
     if (!here.has(role)) return undefined
-    const rank = ranks.find((r) => r.service === role && r.env)
+    const rank = ranks.find(r => r.service === role && r.env)
     const serverPid = procs?.servicePids[role]
     const serverEnv = procs?.serviceEnv[role]
-    const env = rank?.env ? {pid: rank.pid, what: `${role} scheduler ${rankName(rank)}`, env: rank.env}
-      : serverEnv && serverPid !== undefined ? {pid: serverPid, what: `${role} server`, env: serverEnv}
-        : role === 'prefill' && procs?.prefillEnv && prefillRanks[0] ? {pid: prefillRanks[0].pid, what: 'prefill scheduler', env: procs.prefillEnv} : undefined
+    const env = rank?.env
+      ? {pid: rank.pid, what: `${role} scheduler ${rankName(rank)}`, env: rank.env}
+      : serverEnv && serverPid !== undefined
+        ? {pid: serverPid, what: `${role} server`, env: serverEnv}
+        : role === 'prefill' && procs?.prefillEnv && prefillRanks[0]
+          ? {pid: prefillRanks[0].pid, what: 'prefill scheduler', env: procs.prefillEnv}
+          : undefined
     const launch = procs?.launchVars[role]
     return env || launch ? {...(env ? {env} : {}), ...(launch ? {launch} : {})} : undefined
   }
   const backendStated = services.prefill.backend ?? (deployment.backend === 'auto' ? undefined : deployment.backend)
   const sglangTimeouts = sglangTimeoutsOf({
-    prefill: readsOf('prefill'), decode: readsOf('decode'),
-    ...(services.prefill.version ?? services.decode.version ? {version: services.prefill.version ?? services.decode.version} : {}),
-    versionSource: services.prefill.version ? "prefill's server_info" : services.decode.version ? "decode's server_info" : 'not stated by the servers',
+    prefill: readsOf('prefill'),
+    decode: readsOf('decode'),
+    ...((services.prefill.version ?? services.decode.version)
+      ? {version: services.prefill.version ?? services.decode.version}
+      : {}),
+    versionSource: services.prefill.version
+      ? "prefill's server_info"
+      : services.decode.version
+        ? "decode's server_info"
+        : 'not stated by the servers',
     ...(backendStated ? {backend: backendStated} : {}),
   })
-  const timeouts: EnvTimeouts | undefined = procs?.prefillEnv || readsOf('decode')?.env ? {
-    bootstrapTimeout: sglangTimeouts.bootstrap.seconds ?? Number.POSITIVE_INFINITY, waitingTimeout: sglangTimeouts.waiting.seconds!,
-    heartbeatInterval: sglangTimeouts.heartbeat.intervalSeconds, heartbeatMaxFailure: sglangTimeouts.heartbeat.maxFailure,
-  } : undefined
+  const timeouts: EnvTimeouts | undefined =
+    procs?.prefillEnv || readsOf('decode')?.env
+      ? {
+          bootstrapTimeout: sglangTimeouts.bootstrap.seconds ?? Number.POSITIVE_INFINITY,
+          waitingTimeout: sglangTimeouts.waiting.seconds!,
+          heartbeatInterval: sglangTimeouts.heartbeat.intervalSeconds,
+          heartbeatMaxFailure: sglangTimeouts.heartbeat.maxFailure,
+        }
+      : undefined
   // Decode's heartbeat toward prefill: read from decode's environment (its server, else its first rank).
-  const heartbeat = heartbeatFromEnv(procs?.serviceEnv.decode ?? procs?.ranks.find((r) => r.service === 'decode')?.env)
+  const heartbeat = heartbeatFromEnv(procs?.serviceEnv.decode ?? procs?.ranks.find(r => r.service === 'decode')?.env)
   if (procs?.prefillEnv) {
     prefillEnv = watchdogFromEnv(procs.prefillEnv)
     warnings.push(...watchdogWarnings(prefillEnv, contract, timeouts!, 'prefill'))
   }
 
   const backendSeen = services.prefill.backend
-  const transportEnv = Object.fromEntries(Object.entries(procs?.prefillEnv ?? {}).filter(([k]) => /^(UCX_|MC_|NIXL_)/.test(k)))
+  const transportEnv = Object.fromEntries(
+    Object.entries(procs?.prefillEnv ?? {}).filter(([k]) => /^(UCX_|MC_|NIXL_)/.test(k)),
+  )
   const transport: StatusReport['transport'] = {
     ...(backendSeen
       ? {backend: backendSeen, source: 'prefill server_info disaggregation_transfer_backend'}
@@ -335,7 +448,9 @@ function infoSummary(info: Record<string, unknown> | undefined): Partial<Service
   if (!info) return {}
   const str = (v: unknown) => (typeof v === 'string' ? v : undefined)
   const n = (v: unknown) => (typeof v === 'number' ? v : undefined)
-  const twin = info.pdchaos_twin as {failpoint_path?: unknown; kv_data_path?: unknown; rails?: unknown; health_check_timeout_s?: unknown} | undefined
+  const twin = info.pdchaos_twin as
+    | {failpoint_path?: unknown; kv_data_path?: unknown; rails?: unknown; health_check_timeout_s?: unknown}
+    | undefined
   const rails = twinRailsOf(twin?.rails)
   const healthS = n(twin?.health_check_timeout_s)
   return {
@@ -363,7 +478,13 @@ export function twinRailsOf(raw: unknown): TwinRail[] {
     if (!r || typeof r !== 'object') continue
     const gpu = r.gpu
     const iface = r.interface
-    if (typeof gpu !== 'number' || !Number.isInteger(gpu) || typeof iface !== 'string' || !/^[A-Za-z0-9_.:-]{1,15}$/.test(iface)) continue
+    if (
+      typeof gpu !== 'number' ||
+      !Number.isInteger(gpu) ||
+      typeof iface !== 'string' ||
+      !/^[A-Za-z0-9_.:-]{1,15}$/.test(iface)
+    )
+      continue
     const port = typeof r.udp_port === 'number' ? r.udp_port : 4791
     out.push({gpu, interface: iface, udpPort: port, ...(typeof r.address === 'string' ? {address: r.address} : {})})
   }
@@ -374,7 +495,11 @@ function pick(metrics: ParsedMetrics | undefined, names: readonly string[], sum:
   const out: Record<string, number> = {}
   if (!metrics) return out
   for (const name of names) {
-    const v = sum ? (metrics.samples.some((s) => s.name === name) ? sumOf(metrics.samples, name) : undefined) : sampleValue(metrics.samples, name)
+    const v = sum
+      ? metrics.samples.some(s => s.name === name)
+        ? sumOf(metrics.samples, name)
+        : undefined
+      : sampleValue(metrics.samples, name)
     if (v !== undefined) out[name] = v
   }
   return out
@@ -402,8 +527,14 @@ interface ProcessView {
 
 /** A rank's name as its title spells it: DP1 PP0 TP3. */
 export function rankName(r: Pick<RankInfo, 'tpRank' | 'dpRank' | 'ppRank' | 'attnCpRank'>): string {
-  return [r.dpRank === undefined ? '' : `DP${r.dpRank}`, r.ppRank === undefined ? '' : `PP${r.ppRank}`,
-    r.attnCpRank === undefined ? '' : `ATTN_CP${r.attnCpRank}`, `TP${r.tpRank}`].filter(Boolean).join(' ')
+  return [
+    r.dpRank === undefined ? '' : `DP${r.dpRank}`,
+    r.ppRank === undefined ? '' : `PP${r.ppRank}`,
+    r.attnCpRank === undefined ? '' : `ATTN_CP${r.attnCpRank}`,
+    `TP${r.tpRank}`,
+  ]
+    .filter(Boolean)
+    .join(' ')
 }
 
 /** A server's layout for GPU placement: its launch arguments first (what it was started with), then server_info. */
@@ -412,9 +543,12 @@ export function layoutOf(s: ServiceStatus): Omit<GpuLayout, 'cudaVisibleDevices'
   const tpSize = a.tpSize ?? s.tpSize
   if (tpSize === undefined) return undefined
   return {
-    tpSize, dpSize: a.dpSize ?? s.dpSize ?? 1, ppSize: a.ppSize ?? s.ppSize ?? 1,
+    tpSize,
+    dpSize: a.dpSize ?? s.dpSize ?? 1,
+    ppSize: a.ppSize ?? s.ppSize ?? 1,
     enableDpAttention: a.enableDpAttention ?? s.enableDpAttention ?? false,
-    baseGpuId: a.baseGpuId ?? s.baseGpuId ?? 0, gpuIdStep: a.gpuIdStep ?? s.gpuIdStep ?? 1,
+    baseGpuId: a.baseGpuId ?? s.baseGpuId ?? 0,
+    gpuIdStep: a.gpuIdStep ?? s.gpuIdStep ?? 1,
     ...(a.nnodes !== undefined && a.nnodes > 1 ? {nnodes: a.nnodes} : {}),
   }
 }
@@ -423,43 +557,75 @@ export function layoutOf(s: ServiceStatus): Omit<GpuLayout, 'cudaVisibleDevices'
  * Each rank's GPU: the compute context nvidia-smi shows it using the most memory; when nvidia-smi lists none for it (a
  * container's nvidia-smi sees no host pids), the GPU its server's layout, --base-gpu-id and CUDA_VISIBLE_DEVICES give.
  */
-function assignGpus(ranks: RankInfo[], services: Record<ServiceName, ServiceStatus>, procs: ProcessView, warnings: string[]): void {
+function assignGpus(
+  ranks: RankInfo[],
+  services: Record<ServiceName, ServiceStatus>,
+  procs: ProcessView,
+  warnings: string[],
+): void {
   for (const r of ranks) {
     const seen = procs.gpuByPid?.get(r.pid)
     const layout = layoutOf(services[r.service])
     const cvd = r.env?.CUDA_VISIBLE_DEVICES ?? procs.serviceEnv[r.service]?.CUDA_VISIBLE_DEVICES
-    const computed = layout ? gpuFromLayout({...layout, ...(cvd === undefined ? {} : {cudaVisibleDevices: cvd})}, r, procs.gpuList) : undefined
-    const how = computed && layout
-      ? `gpu_id ${computed.local} (base-gpu-id ${layout.baseGpuId} + ${rankName(r)})${cvd === undefined ? '' : ` of CUDA_VISIBLE_DEVICES=${cvd}`}`
+    const computed = layout
+      ? gpuFromLayout({...layout, ...(cvd === undefined ? {} : {cudaVisibleDevices: cvd})}, r, procs.gpuList)
       : undefined
+    const how =
+      computed && layout
+        ? `gpu_id ${computed.local} (base-gpu-id ${layout.baseGpuId} ` +
+          `+ ${rankName(r)})${cvd === undefined ? '' : ` of CUDA_VISIBLE_DEVICES=${cvd}`}`
+        : undefined
     if (seen) {
       r.gpu = seen.index
-      r.gpuSource = `nvidia-smi: the context using the most memory${seen.usedMiB === undefined ? '' : ` (${seen.usedMiB} MiB)`}, of ${seen.contexts}`
-      if (computed && computed.index !== seen.index) warnings.push(`${r.service} ${rankName(r)} (pid ${r.pid}) computes on GPU ${seen.index} (nvidia-smi) but its launch layout gives GPU ${computed.index} (${how})`)
+      r.gpuSource =
+        `nvidia-smi: the context using the most ` +
+        `memory${seen.usedMiB === undefined ? '' : ` (${seen.usedMiB} MiB)`}, of ${seen.contexts}`
+      if (computed && computed.index !== seen.index)
+        warnings.push(
+          `${r.service} ${rankName(r)} (pid ${r.pid}) computes on GPU ${seen.index} (nvidia-smi) but its launch ` +
+            `layout gives GPU ${computed.index} (${how})`,
+        )
     } else if (computed) {
       r.gpu = computed.index
       r.gpuSource = how
     }
   }
-  const missing = ranks.filter((r) => r.gpu === undefined)
+  const missing = ranks.filter(r => r.gpu === undefined)
   if (missing.length > 0 && procs.gpuWarning) warnings.push(procs.gpuWarning)
-  else if (missing.length > 0) warnings.push(`the GPU of ${missing.map((r) => `${r.service} ${rankName(r)}`).join(', ')} is unknown: nvidia-smi lists no context for it and its server's layout is unknown, so --gpu cannot be resolved`)
+  else if (missing.length > 0)
+    warnings.push(
+      `the GPU of ${missing.map(r => `${r.service} ${rankName(r)}`).join(', ')} is unknown: nvidia-smi lists no ` +
+        `context for it and its server's layout is unknown, so --gpu cannot be resolved`,
+    )
 }
 
-/** Attention TP size: tp / dp with DP attention (tp / attn_cp too), else tp; else the bootstrap server's own statement. */
-async function attnTpSizeOf(info: ServiceStatus, ranks: RankInfo[], route: () => Promise<Record<string, unknown> | undefined>): Promise<number> {
+/**
+ * Attention TP size: tp / dp with DP attention (tp / attn_cp too), else tp; else the bootstrap server's own statement.
+ */
+async function attnTpSizeOf(
+  info: ServiceStatus,
+  ranks: RankInfo[],
+  route: () => Promise<Record<string, unknown> | undefined>,
+): Promise<number> {
   const layout = layoutOf(info)
-  if (layout) return Math.max(1, Math.floor(layout.tpSize / (layout.enableDpAttention ? layout.dpSize : 1) / (info.attnCpSize ?? 1)))
+  if (layout)
+    return Math.max(
+      1,
+      Math.floor(layout.tpSize / (layout.enableDpAttention ? layout.dpSize : 1) / (info.attnCpSize ?? 1)),
+    )
   if (ranks.length === 0) return 1
   const stated = Number((await route())?.attn_tp_size)
-  return Number.isInteger(stated) && stated > 0 ? stated : Math.max(...ranks.map((r) => r.tpRank)) + 1
+  return Number.isInteger(stated) && stated > 0 ? stated : Math.max(...ranks.map(r => r.tpRank)) + 1
 }
 
 /**
  * The key a prefill scheduler registers under: dp_group (the attention DP rank, or the system DP rank with plain DP),
  * attn_cp_rank, attn_tp_rank (the title's TP rank within its attention group), pp_rank.
  */
-export function routeKeyOf(r: Pick<RankInfo, 'tpRank' | 'dpRank' | 'ppRank' | 'attnCpRank'>, attnTpSize: number): RouteKey {
+export function routeKeyOf(
+  r: Pick<RankInfo, 'tpRank' | 'dpRank' | 'ppRank' | 'attnCpRank'>,
+  attnTpSize: number,
+): RouteKey {
   return {dp: r.dpRank ?? 0, cp: r.attnCpRank ?? 0, tp: r.tpRank % attnTpSize, pp: r.ppRank ?? 0}
 }
 
@@ -473,8 +639,8 @@ export const ENVIRON_SCRIPT = [
   '  printf \'\\036%s\\n\' "$p"',
   // An environment that cannot be read (no privilege) is marked (US), so that it is not taken for an empty one.
   '  if [ -r "/proc/$p/environ" ]; then',
-  '    tr \'\\000\' \'\\n\' < "/proc/$p/environ" | grep -E \'^(UCX_|MC_|NIXL_|SGLANG_|CUDA_VISIBLE_DEVICES=)\' || true',
-  '  else printf \'\\037unreadable\\n\'; fi',
+  "    tr '\\000' '\\n' < \"/proc/$p/environ\" | grep -E '^(UCX_|MC_|NIXL_|SGLANG_|CUDA_VISIBLE_DEVICES=)' || true",
+  "  else printf '\\037unreadable\\n'; fi",
   'done',
 ].join('\n')
 
@@ -485,7 +651,7 @@ export function parseEnvironBlocks(stdout: string): Map<number, Record<string, s
     const pid = Number(lines[0]?.trim())
     if (!Number.isInteger(pid) || pid <= 0) continue
     // Not readable: no environment known for this pid (an empty one would read as "every variable unset").
-    if (lines.slice(1).some((l) => l.startsWith('\u001F'))) continue
+    if (lines.slice(1).some(l => l.startsWith('\u001F'))) continue
     const env: Record<string, string> = {}
     for (const l of lines.slice(1)) {
       const eq = l.indexOf('=')
@@ -526,17 +692,31 @@ export function parseConfigBlocks(stdout: string): Map<number, {text?: string; e
  * The process behind a service port. docker-proxy owns a published port on the host: the server is the process on
  * the proxy's container port (when this network namespace shows it), never the proxy.
  */
-export function serviceOwner(port: number, listeners: Listener[], byPid: Map<number, ProcessRow>): {pid?: number; proxy?: {pid: number; containerPort?: number}} {
+export function serviceOwner(
+  port: number,
+  listeners: Listener[],
+  byPid: Map<number, ProcessRow>,
+): {pid?: number; proxy?: {pid: number; containerPort?: number}} {
   const isProxy = (pid: number) => parseDockerProxy(byPid.get(pid)?.args ?? '') !== undefined
-  const owner = listeners.find((l) => l.port === port && l.pids.length > 0)?.pids[0]
+  const owner = listeners.find(l => l.port === port && l.pids.length > 0)?.pids[0]
   // Without pids (no privilege), ps still shows the proxy that publishes this port.
-  const proxyRow = owner !== undefined ? (isProxy(owner) ? byPid.get(owner) : undefined)
-    : [...byPid.values()].find((r) => parseDockerProxy(r.args)?.hostPort === port)
+  const proxyRow =
+    owner !== undefined
+      ? isProxy(owner)
+        ? byPid.get(owner)
+        : undefined
+      : [...byPid.values()].find(r => parseDockerProxy(r.args)?.hostPort === port)
   if (owner !== undefined && !proxyRow) return {pid: owner}
   if (!proxyRow) return {}
   const containerPort = parseDockerProxy(proxyRow.args)?.containerPort
-  const inner = containerPort === undefined ? undefined : listeners.find((l) => l.port === containerPort && l.pids.some((p) => !isProxy(p)))?.pids.find((p) => !isProxy(p))
-  return {...(inner === undefined ? {} : {pid: inner}), proxy: {pid: proxyRow.pid, ...(containerPort === undefined ? {} : {containerPort})}}
+  const inner =
+    containerPort === undefined
+      ? undefined
+      : listeners.find(l => l.port === containerPort && l.pids.some(p => !isProxy(p)))?.pids.find(p => !isProxy(p))
+  return {
+    ...(inner === undefined ? {} : {pid: inner}),
+    proxy: {pid: proxyRow.pid, ...(containerPort === undefined ? {} : {containerPort})},
+  }
 }
 
 /**
@@ -550,7 +730,7 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
   const ss = await host.run(['ss', '-Hltnp'], {timeoutMs, sudo: true})
   const listeners = ss.code === 0 ? parseSsListeners(ss.stdout) : []
   const portOf = (url: string) => Number(new URL(url).port || (url.startsWith('https') ? 443 : 80))
-  const byPid = new Map(rows.map((r) => [r.pid, r]))
+  const byPid = new Map(rows.map(r => [r.pid, r]))
   const servicePids: ProcessView['servicePids'] = {}
   const dockerProxy: ProcessView['dockerProxy'] = {}
   /** The ports a role's server may be launched with: the deployment's, or the container port behind docker-proxy. */
@@ -562,18 +742,29 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
     if (o.proxy) dockerProxy[name] = o.proxy
     launchPorts[name] = [port, ...(o.proxy?.containerPort === undefined ? [] : [o.proxy.containerPort])]
   }
-  const routerPid = listeners.find((l) => l.port === portOf(deployment.services.router.url) && l.pids.length > 0)?.pids[0]
-  const routerRow = routerPid === undefined ? rows.find((r) => isRouterCommand([r.args]) && new RegExp(`--port[ =]${portOf(deployment.services.router.url)}\\b`).test(r.args)) : byPid.get(routerPid)
+  const routerPid = listeners.find(l => l.port === portOf(deployment.services.router.url) && l.pids.length > 0)?.pids[0]
+  const routerRow =
+    routerPid === undefined
+      ? rows.find(
+          r =>
+            isRouterCommand([r.args]) &&
+            new RegExp(`--port[ =]${portOf(deployment.services.router.url)}\\b`).test(r.args),
+        )
+      : byPid.get(routerPid)
   const router = routerRow ? {pid: routerRow.pid, args: routerRow.args} : undefined
 
-  const rankRows = rows.map((r) => ({row: r, title: parseRankTitle(r.args)})).filter((x) => x.title !== undefined)
+  const rankRows = rows.map(r => ({row: r, title: parseRankTitle(r.args)})).filter(x => x.title !== undefined)
   // The launch arguments of every server a scheduler may belong to: its ancestors, and the processes on the ports.
   const candidates = new Set<number>(Object.values(servicePids))
   for (const {row} of rankRows) {
     let cur = byPid.get(row.ppid)
     for (let i = 0; i < 4 && cur; i++, cur = byPid.get(cur.ppid)) if (isServerLaunch(cur.args)) candidates.add(cur.pid)
   }
-  const launchOf = await readLaunchArgs(host, [...candidates].map((pid) => byPid.get(pid)).filter((r): r is ProcessRow => r !== undefined), timeoutMs)
+  const launchOf = await readLaunchArgs(
+    host,
+    [...candidates].map(pid => byPid.get(pid)).filter((r): r is ProcessRow => r !== undefined),
+    timeoutMs,
+  )
   const serviceOf = (row: ProcessRow): 'prefill' | 'decode' | undefined => {
     // Walk up a few parents: with DP, schedulers may sit under a data-parallel controller.
     let cur: ProcessRow | undefined = row
@@ -601,7 +792,7 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
   }
   const launch: ProcessView['launch'] = {}
   for (const name of ['prefill', 'decode'] as const) {
-    const pid = servicePids[name] ?? serverOf.get(ranks.find((r) => r.service === name)?.pid ?? -1)
+    const pid = servicePids[name] ?? serverOf.get(ranks.find(r => r.service === name)?.pid ?? -1)
     const l = pid === undefined ? undefined : launchOf.get(pid)
     if (l && pid !== undefined) launch[name] = {pid, source: l.source, args: l.args}
   }
@@ -611,15 +802,26 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
     let cur = pid === undefined ? undefined : byPid.get(pid)
     const vars: Record<string, string> = {}
     // The server's own words win over a wrapper's further up.
-    for (let i = 0; i < 4 && cur; i++, cur = byPid.get(cur.ppid)) for (const [k, v] of Object.entries(launchVarsOf(cur.args))) vars[k] ??= v
+    for (let i = 0; i < 4 && cur; i++, cur = byPid.get(cur.ppid))
+      for (const [k, v] of Object.entries(launchVarsOf(cur.args))) vars[k] ??= v
     if (pid !== undefined && Object.keys(vars).length > 0) launchVars[name] = {pid, vars}
   }
-  if (ranks.length === 0) return {ranks, servicePids, ...(router ? {router} : {}), serviceEnv: {}, launch, launchVars, dockerProxy, gpuList: []}
+  if (ranks.length === 0)
+    return {
+      ranks,
+      servicePids,
+      ...(router ? {router} : {}),
+      serviceEnv: {},
+      launch,
+      launchVars,
+      dockerProxy,
+      gpuList: [],
+    }
 
-  const stat = await host.run(['cat', ...ranks.map((r) => `/proc/${r.pid}/stat`)], {timeoutMs})
+  const stat = await host.run(['cat', ...ranks.map(r => `/proc/${r.pid}/stat`)], {timeoutMs})
   for (const line of stat.stdout.split('\n')) {
     const s = parseProcStat(line)
-    const rank = s && ranks.find((r) => r.pid === s.pid)
+    const rank = s && ranks.find(r => r.pid === s.pid)
     if (rank && s) {
       rank.startTicks = s.startTicks
       rank.state = s.state
@@ -627,9 +829,18 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
   }
 
   const [apps, gpus, topo] = await Promise.all([
-    host.run([deployment.tools.nvidiaSmi, '--query-compute-apps=pid,gpu_uuid,used_memory', '--format=csv,noheader,nounits'], {timeoutMs}).catch(() => undefined),
-    host.run([deployment.tools.nvidiaSmi, '--query-gpu=index,uuid,name', '--format=csv,noheader'], {timeoutMs}).catch(() => undefined),
-    host.run([deployment.tools.nvidiaSmi, 'topo', '-m'], {timeoutMs}).catch((error: unknown) => ({code: null, stdout: '', stderr: oneLine(error), durationMs: 0})),
+    host
+      .run(
+        [deployment.tools.nvidiaSmi, '--query-compute-apps=pid,gpu_uuid,used_memory', '--format=csv,noheader,nounits'],
+        {timeoutMs},
+      )
+      .catch(() => undefined),
+    host
+      .run([deployment.tools.nvidiaSmi, '--query-gpu=index,uuid,name', '--format=csv,noheader'], {timeoutMs})
+      .catch(() => undefined),
+    host
+      .run([deployment.tools.nvidiaSmi, 'topo', '-m'], {timeoutMs})
+      .catch((error: unknown) => ({code: null, stdout: '', stderr: oneLine(error), durationMs: 0})),
   ])
   let topology: Topology | undefined
   let topologyError: string | undefined
@@ -645,11 +856,20 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
   if (apps?.code === 0 && gpus?.code === 0) {
     gpuByPid = gpuIndexByPid(parseComputeApps(apps.stdout), gpuList)
   } else {
-    gpuWarning = `${deployment.tools.nvidiaSmi} did not answer on ${host.describe()} (${oneLine(apps?.stderr ?? 'not run') || `exit ${apps?.code}`}), and the launch layout does not give every rank's GPU: --gpu cannot be resolved for those ranks`
+    gpuWarning =
+      `${deployment.tools.nvidiaSmi} did not answer on ${host.describe()} ` +
+      `(${oneLine(apps?.stderr ?? 'not run') || `exit ${apps?.code}`}), and the launch layout does not give every ` +
+      `rank's GPU: --gpu cannot be resolved for those ranks`
   }
 
-  ranks.sort((a, b) => (a.service === b.service ? (a.dpRank ?? 0) - (b.dpRank ?? 0) || (a.ppRank ?? 0) - (b.ppRank ?? 0) || a.tpRank - b.tpRank : a.service === 'prefill' ? -1 : 1))
-  const prefill0 = ranks.find((r) => r.service === 'prefill')
+  ranks.sort((a, b) =>
+    a.service === b.service
+      ? (a.dpRank ?? 0) - (b.dpRank ?? 0) || (a.ppRank ?? 0) - (b.ppRank ?? 0) || a.tpRank - b.tpRank
+      : a.service === 'prefill'
+        ? -1
+        : 1,
+  )
+  const prefill0 = ranks.find(r => r.service === 'prefill')
   let prefillEnv: Record<string, string> | undefined
   if (prefill0) {
     const env = await host.run(['cat', `/proc/${prefill0.pid}/environ`], {timeoutMs, sudo: true})
@@ -657,8 +877,12 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
   }
   // Every rank's and server's kept variables (UCX RC limits, health-check timeout, CUDA_VISIBLE_DEVICES), in one read.
   const serviceEnv: ProcessView['serviceEnv'] = {}
-  const pids = [...new Set([...ranks.map((r) => r.pid), ...Object.values(servicePids).filter((p): p is number => p !== undefined)])]
-  const envs = await host.run(['sh', '-c', ENVIRON_SCRIPT, 'sh', ...pids.map(String)], {timeoutMs, sudo: true}).catch(() => undefined)
+  const pids = [
+    ...new Set([...ranks.map(r => r.pid), ...Object.values(servicePids).filter((p): p is number => p !== undefined)]),
+  ]
+  const envs = await host
+    .run(['sh', '-c', ENVIRON_SCRIPT, 'sh', ...pids.map(String)], {timeoutMs, sudo: true})
+    .catch(() => undefined)
   if (envs?.code === 0) {
     const byPid = parseEnvironBlocks(envs.stdout)
     for (const r of ranks) if (byPid.has(r.pid)) r.env = byPid.get(r.pid)
@@ -667,19 +891,47 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
       if (pid !== undefined && byPid.has(pid)) serviceEnv[name] = byPid.get(pid)
     }
   }
-  return {ranks, servicePids, ...(router ? {router} : {}), prefillEnv, serviceEnv, launch, launchVars, dockerProxy, ...(gpuByPid ? {gpuByPid} : {}), gpuList,
-    ...(gpuWarning ? {gpuWarning} : {}), ...(topology ? {topology} : {}), ...(topologyError ? {topologyError} : {})}
+  return {
+    ranks,
+    servicePids,
+    ...(router ? {router} : {}),
+    prefillEnv,
+    serviceEnv,
+    launch,
+    launchVars,
+    dockerProxy,
+    ...(gpuByPid ? {gpuByPid} : {}),
+    gpuList,
+    ...(gpuWarning ? {gpuWarning} : {}),
+    ...(topology ? {topology} : {}),
+    ...(topologyError ? {topologyError} : {}),
+  }
 }
 
-/** Each server's launch arguments: its command line, over its `--config` YAML file (read in one call) when it names one. */
-async function readLaunchArgs(host: Host, servers: ProcessRow[], timeoutMs: number): Promise<Map<number, {source: string; args: LaunchArgs}>> {
+/**
+ * Each server's launch arguments: its command line, over its `--config` YAML file (read in one call) when it names one.
+ */
+async function readLaunchArgs(
+  host: Host,
+  servers: ProcessRow[],
+  timeoutMs: number,
+): Promise<Map<number, {source: string; args: LaunchArgs}>> {
   const out = new Map<number, {source: string; args: LaunchArgs}>()
-  const cli = new Map(servers.map((r) => [r.pid, parseLaunchCommand(r.args)]))
-  const withFile = servers.filter((r) => cli.get(r.pid)!.configFile !== undefined)
+  const cli = new Map(servers.map(r => [r.pid, parseLaunchCommand(r.args)]))
+  const withFile = servers.filter(r => cli.get(r.pid)!.configFile !== undefined)
   type FileRead = {text?: string; error?: string}
-  const files: Map<number, FileRead> = withFile.length === 0 ? new Map<number, FileRead>()
-    : await host.run(['sh', '-c', CONFIG_SCRIPT, 'sh', ...withFile.flatMap((r) => [String(r.pid), cli.get(r.pid)!.configFile!])], {timeoutMs, sudo: true})
-      .then((res) => parseConfigBlocks(res.stdout), (error: unknown) => new Map<number, FileRead>(withFile.map((r) => [r.pid, {error: oneLine(error)}])))
+  const files: Map<number, FileRead> =
+    withFile.length === 0
+      ? new Map<number, FileRead>()
+      : await host
+          .run(
+            ['sh', '-c', CONFIG_SCRIPT, 'sh', ...withFile.flatMap(r => [String(r.pid), cli.get(r.pid)!.configFile!])],
+            {timeoutMs, sudo: true},
+          )
+          .then(
+            res => parseConfigBlocks(res.stdout),
+            (error: unknown) => new Map<number, FileRead>(withFile.map(r => [r.pid, {error: oneLine(error)}])),
+          )
   for (const r of servers) {
     const c = cli.get(r.pid)!
     if (c.configFile === undefined) {
@@ -695,7 +947,10 @@ async function readLaunchArgs(host: Host, servers: ProcessRow[], timeoutMs: numb
     } catch (error) {
       note = `; the file could not be used: ${oneLine(error)}`
     }
-    out.set(r.pid, {source: `config file ${c.configFile} under the command line (pid ${r.pid})${note}`, args: mergeLaunchArgs(fromFile, c)})
+    out.set(r.pid, {
+      source: `config file ${c.configFile} under the command line (pid ${r.pid})${note}`,
+      args: mergeLaunchArgs(fromFile, c),
+    })
   }
   return out
 }

@@ -9,16 +9,16 @@ export interface GpuRow {
 function csvRows(text: string): string[][] {
   return text
     .split('\n')
-    .map((l) => l.trim())
+    .map(l => l.trim())
     .filter(Boolean)
-    .map((l) => l.split(',').map((c) => c.trim()))
+    .map(l => l.split(',').map(c => c.trim()))
 }
 
 /** `nvidia-smi --query-gpu=index,uuid,name --format=csv[,noheader]`. */
 export function parseGpuList(text: string): GpuRow[] {
   return csvRows(text)
-    .filter((c) => /^\d+$/.test(c[0] ?? ''))
-    .map((c) => ({index: Number(c[0]), uuid: c[1] ?? '', name: c.slice(2).join(', ')}))
+    .filter(c => /^\d+$/.test(c[0] ?? ''))
+    .map(c => ({index: Number(c[0]), uuid: c[1] ?? '', name: c.slice(2).join(', ')}))
 }
 
 /** One compute context of a process, as `nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory` lists it. */
@@ -28,7 +28,10 @@ export interface ComputeContext {
   usedMiB?: number
 }
 
-/** `nvidia-smi --query-compute-apps=pid,gpu_uuid[,used_memory] --format=csv[,noheader][,nounits]`: pid -> its contexts, in listed order. */
+/**
+ * `nvidia-smi --query-compute-apps=pid,gpu_uuid[,used_memory] --format=csv[,noheader][,nounits]`: pid -> its contexts,
+ * in listed order.
+ */
 export function parseComputeApps(text: string): Map<number, ComputeContext[]> {
   const byPid = new Map<number, ComputeContext[]>()
   for (const c of csvRows(text)) {
@@ -53,14 +56,18 @@ export interface PidGpu {
  * is usually that stray one. A pid with several contexts and no memory figures is left out (ambiguous).
  */
 export function gpuIndexByPid(apps: Map<number, ComputeContext[]>, gpus: GpuRow[]): Map<number, PidGpu> {
-  const indexOf = new Map(gpus.map((g) => [g.uuid, g.index]))
+  const indexOf = new Map(gpus.map(g => [g.uuid, g.index]))
   const out = new Map<number, PidGpu>()
   for (const [pid, contexts] of apps) {
-    const known = contexts.filter((c) => indexOf.has(c.uuid))
+    const known = contexts.filter(c => indexOf.has(c.uuid))
     if (known.length === 0) continue
-    if (known.length > 1 && known.some((c) => c.usedMiB === undefined)) continue
+    if (known.length > 1 && known.some(c => c.usedMiB === undefined)) continue
     const best = known.reduce((a, b) => ((b.usedMiB ?? 0) > (a.usedMiB ?? 0) ? b : a))
-    out.set(pid, {index: indexOf.get(best.uuid)!, ...(best.usedMiB === undefined ? {} : {usedMiB: best.usedMiB}), contexts: contexts.length})
+    out.set(pid, {
+      index: indexOf.get(best.uuid)!,
+      ...(best.usedMiB === undefined ? {} : {usedMiB: best.usedMiB}),
+      contexts: contexts.length,
+    })
   }
   return out
 }
@@ -89,17 +96,22 @@ export interface GpuLayout {
  * TP rank (`entrypoints/engine.py` `_launch_subprocesses`). Undefined when the list is too short or names a device this
  * host does not list.
  */
-export function gpuFromLayout(l: GpuLayout, rank: {tpRank: number; dpRank?: number; ppRank?: number}, gpus: GpuRow[]): {index: number; local: number} | undefined {
+export function gpuFromLayout(
+  l: GpuLayout,
+  rank: {tpRank: number; dpRank?: number; ppRank?: number},
+  gpus: GpuRow[],
+): {index: number; local: number} | undefined {
   const dpOffset = !l.enableDpAttention && l.dpSize > 1 ? (rank.dpRank ?? 0) * l.tpSize * l.ppSize * l.gpuIdStep : 0
   const nnodes = Math.max(1, l.nnodes ?? 1)
   const tpPerNode = Math.max(1, Math.floor(l.tpSize / Math.max(Math.floor(nnodes / l.ppSize), 1)))
   const ppPerNode = Math.max(Math.floor(l.ppSize / nnodes), 1)
-  const local = l.baseGpuId + dpOffset + ((rank.ppRank ?? 0) % ppPerNode) * tpPerNode + (rank.tpRank % tpPerNode) * l.gpuIdStep
+  const local =
+    l.baseGpuId + dpOffset + ((rank.ppRank ?? 0) % ppPerNode) * tpPerNode + (rank.tpRank % tpPerNode) * l.gpuIdStep
   const cvd = l.cudaVisibleDevices?.trim()
   if (cvd === undefined || cvd === '') return {index: local, local}
-  const entry = cvd.split(',').map((x) => x.trim())[local]
+  const entry = cvd.split(',').map(x => x.trim())[local]
   if (entry === undefined) return undefined
   if (/^\d+$/.test(entry)) return {index: Number(entry), local}
-  const byUuid = gpus.find((g) => g.uuid === entry || g.uuid === `GPU-${entry}` || g.uuid.startsWith(entry))
+  const byUuid = gpus.find(g => g.uuid === entry || g.uuid === `GPU-${entry}` || g.uuid.startsWith(entry))
   return byUuid ? {index: byUuid.index, local} : undefined
 }

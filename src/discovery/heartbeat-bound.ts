@@ -30,10 +30,12 @@ export function heartbeatFromEnv(decodeEnv: Record<string, string> | undefined):
   const intervalSeconds = Math.max(i ?? TIMEOUT_DEFAULTS.heartbeatInterval, 2)
   const maxFailure = Math.max(Math.floor(f ?? TIMEOUT_DEFAULTS.heartbeatMaxFailure), 1)
   const said = (v: number | undefined, name: string) =>
-    (v === undefined ? `${name} unset (SGLang's default)` : `${name}=${v}`)
+    v === undefined ? `${name} unset (SGLang's default)` : `${name}=${v}`
   return {
-    intervalSeconds, maxFailure, boundSeconds: Math.round(intervalSeconds * maxFailure * 1000) / 1000,
-    source: `decode's environment: ${said(i, TIMEOUT_ENV.heartbeatInterval)}, ` +
-      said(f, TIMEOUT_ENV.heartbeatMaxFailure),
+    intervalSeconds,
+    maxFailure,
+    boundSeconds: Math.round(intervalSeconds * maxFailure * 1000) / 1000,
+    source:
+      `decode's environment: ${said(i, TIMEOUT_ENV.heartbeatInterval)}, ` + said(f, TIMEOUT_ENV.heartbeatMaxFailure),
   }
 }

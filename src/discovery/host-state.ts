@@ -1,6 +1,8 @@
 import type {Host} from '../hosts/host.js'
 
-/** What pdchaos itself left on the host: leases of injected faults and the run lock, under the deployment's state dir. */
+/**
+ * What pdchaos itself left on the host: leases of injected faults and the run lock, under the deployment's state dir.
+ */
 
 export interface HostState {
   leases: Array<Record<string, unknown> & {file: string}>
@@ -10,7 +12,8 @@ export interface HostState {
 // A constant script: the state dir arrives as $1, so nothing user-supplied is parsed by the shell. A symlink, or a
 // file not owned by the user it runs as (or root), is never read: status must not print what another user pointed
 // it at (issue 12, S1; recover names such files, faults/lease/host-safety.ts).
-const LIST_SCRIPT = 'for f in "$1"/leases/*.json "$1"/lock.json; do [ -f "$f" ] && [ ! -L "$f" ] || continue; ' +
+const LIST_SCRIPT =
+  'for f in "$1"/leases/*.json "$1"/lock.json; do [ -f "$f" ] && [ ! -L "$f" ] || continue; ' +
   '[ -O "$f" ] || [ "$(ls -ldn -- "$f" | { read -r _ _ u _; echo "$u"; })" = 0 ] || continue; ' +
   'printf "%s\\n" "$f"; cat "$f"; printf "\\n\\036\\n"; done'
 

@@ -31,7 +31,10 @@ export interface LaunchArgs {
 }
 
 /** SGLang's spellings of each flag (server_args.py add_cli_args), the first the canonical one. */
-const FLAGS: Record<Exclude<keyof LaunchArgs, 'configFile' | 'enableDpAttention' | 'mode' | 'host' | 'distInitAddr'>, string[]> = {
+const FLAGS: Record<
+  Exclude<keyof LaunchArgs, 'configFile' | 'enableDpAttention' | 'mode' | 'host' | 'distInitAddr'>,
+  string[]
+> = {
   port: ['port'],
   tpSize: ['tp-size', 'tensor-parallel-size', 'tp'],
   dpSize: ['dp-size', 'data-parallel-size', 'dp'],
@@ -49,7 +52,10 @@ function words(args: string): string[] {
   return args.trim().split(/\s+/).filter(Boolean)
 }
 
-/** `--name value` / `--name=value` pairs of an argv, later ones winning (argparse's rule). Names without dashes, `_` as `-`. */
+/**
+ * `--name value` / `--name=value` pairs of an argv, later ones winning (argparse's rule). Names without dashes, `_` as
+ * `-`.
+ */
 function flagValues(argv: string[]): Map<string, string | true> {
   const out = new Map<string, string | true>()
   for (let i = 0; i < argv.length; i++) {
@@ -69,7 +75,10 @@ function fromFlags(values: Map<string, string | true>): LaunchArgs {
   for (const [key, names] of Object.entries(FLAGS) as Array<[keyof typeof FLAGS, string[]]>) {
     for (const n of names) {
       const v = values.get(n)
-      if (typeof v === 'string' && /^\d+$/.test(v)) { out[key] = Number(v); break }
+      if (typeof v === 'string' && /^\d+$/.test(v)) {
+        out[key] = Number(v)
+        break
+      }
     }
   }
   const mode = values.get('disaggregation-mode')
@@ -90,7 +99,9 @@ export function parseLaunchCommand(args: string): LaunchArgs {
   return fromFlags(flagValues(words(args)))
 }
 
-/** Does this command line look like an SGLang server launch (a disaggregation mode, or a config file that may hold it)? */
+/**
+ * Does this command line look like an SGLang server launch (a disaggregation mode, or a config file that may hold it)?
+ */
 export function isServerLaunch(args: string): boolean {
   return /(^|\s)--disaggregation[-_]mode[ =]/.test(args) || /(^|\s)--config[ =]\S+\.ya?ml\b/.test(args)
 }
@@ -102,7 +113,8 @@ export function isServerLaunch(args: string): boolean {
 export function parseConfigYaml(text: string): LaunchArgs {
   const data = parseYaml(text) as unknown
   if (data === null || data === undefined) return {}
-  if (typeof data !== 'object' || Array.isArray(data)) throw new Error('the config file must hold a mapping at its top level')
+  if (typeof data !== 'object' || Array.isArray(data))
+    throw new Error('the config file must hold a mapping at its top level')
   const values = new Map<string, string | true>()
   for (const [k, v] of Object.entries(data as Record<string, unknown>)) {
     const name = k.replace(/^-+/, '').replaceAll('_', '-')

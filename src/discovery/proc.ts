@@ -30,7 +30,14 @@ export interface RankTitle {
   epRank?: number
 }
 
-const TITLE_SEGMENTS = {DP: 'dpRank', PP: 'ppRank', ATTN_CP: 'attnCpRank', MOE_DP: 'moeDpRank', TP: 'tpRank', EP: 'epRank'} as const
+const TITLE_SEGMENTS = {
+  DP: 'dpRank',
+  PP: 'ppRank',
+  ATTN_CP: 'attnCpRank',
+  MOE_DP: 'moeDpRank',
+  TP: 'tpRank',
+  EP: 'epRank',
+} as const
 
 /**
  * SGLang's scheduler title (managers/scheduler.py, configure_scheduler_process): `sglang::scheduler`, then `_DP<d>`
@@ -52,7 +59,9 @@ export function parseRankTitle(args: string): RankTitle | undefined {
   return out
 }
 
-/** docker-proxy's command line (`docker-proxy -proto tcp -host-ip H -host-port P -container-ip C -container-port Q`). */
+/**
+ * docker-proxy's command line (`docker-proxy -proto tcp -host-ip H -host-port P -container-ip C -container-port Q`).
+ */
 export interface DockerProxy {
   hostPort?: number
   containerIp?: string
@@ -63,14 +72,18 @@ export function parseDockerProxy(args: string): DockerProxy | undefined {
   const argv = args.trim().split(/\s+/)
   if (!/(^|\/)docker-proxy$/.test(argv[0] ?? '')) return undefined
   const val = (flag: string) => {
-    const i = argv.findIndex((a) => a === `-${flag}` || a === `--${flag}`)
-    return i >= 0 ? argv[i + 1] : argv.find((a) => a.startsWith(`-${flag}=`) || a.startsWith(`--${flag}=`))?.split('=')[1]
+    const i = argv.findIndex(a => a === `-${flag}` || a === `--${flag}`)
+    return i >= 0 ? argv[i + 1] : argv.find(a => a.startsWith(`-${flag}=`) || a.startsWith(`--${flag}=`))?.split('=')[1]
   }
   const num = (v: string | undefined) => (v !== undefined && /^\d+$/.test(v) ? Number(v) : undefined)
   const hostPort = num(val('host-port'))
   const containerPort = num(val('container-port'))
   const containerIp = val('container-ip')
-  return {...(hostPort === undefined ? {} : {hostPort}), ...(containerIp ? {containerIp} : {}), ...(containerPort === undefined ? {} : {containerPort})}
+  return {
+    ...(hostPort === undefined ? {} : {hostPort}),
+    ...(containerIp ? {containerIp} : {}),
+    ...(containerPort === undefined ? {} : {containerPort}),
+  }
 }
 
 export interface ProcStat {
@@ -120,7 +133,7 @@ export function parseSsListeners(text: string): Listener[] {
     const colon = local.lastIndexOf(':')
     const port = Number(local.slice(colon + 1))
     if (colon < 0 || !Number.isInteger(port)) continue
-    const pids = [...line.matchAll(/pid=(\d+)/g)].map((m) => Number(m[1]))
+    const pids = [...line.matchAll(/pid=(\d+)/g)].map(m => Number(m[1]))
     out.push({address: local.slice(0, colon).replace(/^\[|\]$/g, ''), port, pids: [...new Set(pids)]})
   }
   return out

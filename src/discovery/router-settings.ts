@@ -14,7 +14,11 @@ export interface RouterSettings {
    * attempts: in all, the first included (the gateway's --retry-max-retries). backoff: --retry-initial-backoff-ms,
    * --retry-backoff-multiplier, --retry-max-backoff-ms, --retry-jitter-factor (core/retry.rs BackoffCalculator).
    */
-  retries: {enabled: boolean; attempts: number; backoff?: {initialMs: number; multiplier: number; maxMs: number; jitter: number}}
+  retries: {
+    enabled: boolean
+    attempts: number
+    backoff?: {initialMs: number; multiplier: number; maxMs: number; jitter: number}
+  }
   /**
    * openSeconds: how long an open breaker refuses before it half-opens (--cb-timeout-duration-secs); successThreshold:
    * consecutive successes that close a half-open one (--cb-success-threshold).
@@ -26,7 +30,10 @@ export interface RouterSettings {
 
 /** sgl-model-gateway's defaults (config/types.rs): 5 attempts; a per-worker breaker that opens after 10 failures. */
 export const GATEWAY_DEFAULTS = {
-  attempts: 5, failureThreshold: 10, openSeconds: 60, successThreshold: 3,
+  attempts: 5,
+  failureThreshold: 10,
+  openSeconds: 60,
+  successThreshold: 3,
   backoff: {initialMs: 50, multiplier: 1.5, maxMs: 30_000, jitter: 0.2},
 } as const
 
@@ -62,7 +69,7 @@ function intFlag(argv: string[], name: string, dflt: number): number {
 /** The router's argv (from /proc/<pid>/cmdline, NUL-separated, or ps; a process title is one space-separated string,
  * so every element is split on white space), parsed for the gateway's own flags. */
 export function routerSettingsFromArgv(raw: string[], where: string): RouterSettings {
-  const argv = raw.flatMap((a) => a.split(/\s+/)).filter(Boolean)
+  const argv = raw.flatMap(a => a.split(/\s+/)).filter(Boolean)
   const retriesOn = !argv.includes('--disable-retries')
   const breakerOn = !argv.includes('--disable-circuit-breaker')
   const attempts = retriesOn ? Math.max(1, intFlag(argv, '--retry-max-retries', GATEWAY_DEFAULTS.attempts)) : 1
@@ -71,26 +78,44 @@ export function routerSettingsFromArgv(raw: string[], where: string): RouterSett
   const successThreshold = intFlag(argv, '--cb-success-threshold', GATEWAY_DEFAULTS.successThreshold)
   const d = GATEWAY_DEFAULTS.backoff
   const backoff = {
-    initialMs: numFlag(argv, '--retry-initial-backoff-ms', d.initialMs), multiplier: numFlag(argv, '--retry-backoff-multiplier', d.multiplier),
-    maxMs: numFlag(argv, '--retry-max-backoff-ms', d.maxMs), jitter: numFlag(argv, '--retry-jitter-factor', d.jitter),
+    initialMs: numFlag(argv, '--retry-initial-backoff-ms', d.initialMs),
+    multiplier: numFlag(argv, '--retry-backoff-multiplier', d.multiplier),
+    maxMs: numFlag(argv, '--retry-max-backoff-ms', d.maxMs),
+    jitter: numFlag(argv, '--retry-jitter-factor', d.jitter),
   }
-  const known = ['--retry-max-retries', '--disable-retries', '--cb-failure-threshold', '--cb-timeout-duration-secs', '--disable-circuit-breaker']
-  const set = known.filter((f) => argv.some((a) => a === f || a.startsWith(`${f}=`)))
+  const known = [
+    '--retry-max-retries',
+    '--disable-retries',
+    '--cb-failure-threshold',
+    '--cb-timeout-duration-secs',
+    '--disable-circuit-breaker',
+  ]
+  const set = known.filter(f => argv.some(a => a === f || a.startsWith(`${f}=`)))
   const underFaults: string[] = []
   if (attempts > 1) {
-    underFaults.push(`a request the fault fails (408/429/500/502/503/504) is tried up to ${attempts} times in all, each with a new bootstrap room, ` +
-      `and each attempt waits for decode too: a client may wait ${attempts} × (the time decode takes to give up) plus the backoff, ` +
-      `and failure counters move up to ${attempts}× per client request`)
+    underFaults.push(
+      `a request the fault fails (408/429/500/502/503/504) is tried up to ${attempts} times in all, each with a ` +
+        `new bootstrap room, ` +
+        `and each attempt waits for decode too: a client may wait ${attempts} × (the time decode takes to give up) ` +
+        `plus the backoff, ` +
+        `and failure counters move up to ${attempts}× per client request`,
+    )
   } else {
     underFaults.push('no retries: a request the fault fails reaches the client at once')
   }
   if (breakerOn) {
-    underFaults.push(`after ${failureThreshold} failures a worker's circuit breaker opens (about ${openSeconds} s): healthy requests then get 503 until it closes`)
+    underFaults.push(
+      `after ${failureThreshold} failures a worker's circuit breaker opens (about ${openSeconds} s): healthy ` +
+        `requests then get 503 until it closes`,
+    )
   } else {
     underFaults.push('no circuit breaker: a failing worker keeps receiving requests')
   }
   return {
-    source: set.length > 0 ? `${where}: ${set.join(', ')}${set.length < known.length ? '; the gateway\'s defaults for the rest' : ''}` : `${where}: no retry or breaker flag, so the gateway's defaults`,
+    source:
+      set.length > 0
+        ? `${where}: ${set.join(', ')}${set.length < known.length ? "; the gateway's defaults for the rest" : ''}`
+        : `${where}: no retry or breaker flag, so the gateway's defaults`,
     retries: {enabled: attempts > 1, attempts, backoff},
     circuitBreaker: {enabled: breakerOn, failureThreshold, openSeconds, successThreshold},
     underFaults,
@@ -99,7 +124,9 @@ export function routerSettingsFromArgv(raw: string[], where: string): RouterSett
 
 /** Is this process the PD gateway? (its binary, or the Python launcher) */
 export function isRouterCommand(raw: string[]): boolean {
-  const argv = raw.flatMap((a) => a.split(/\s+/)).filter(Boolean)
+  const argv = raw.flatMap(a => a.split(/\s+/)).filter(Boolean)
   const head = argv.slice(0, 3).join(' ')
-  return /(^|\/)(sgl-model-gateway|smg|sgl-router)(\s|$)/.test(head) || /sglang_router\.launch_router/.test(argv.join(' '))
+  return (
+    /(^|\/)(sgl-model-gateway|smg|sgl-router)(\s|$)/.test(head) || /sglang_router\.launch_router/.test(argv.join(' '))
+  )
 }

@@ -103,7 +103,13 @@ export const NIXL_WITHOUT_BOOTSTRAP_TIMEOUT_UP_TO = '0.5.15'
 
 type Role = 'prefill' | 'decode'
 
-interface Read {value: number; from: TimeoutFrom; source: string; pid?: number; envRead: boolean}
+interface Read {
+  value: number
+  from: TimeoutFrom
+  source: string
+  pid?: number
+  envRead: boolean
+}
 
 function read(role: Role, r: RoleReads | undefined, name: string, version: string | undefined, fallback: number): Read {
   const envRead = r?.env !== undefined
@@ -117,7 +123,8 @@ function read(role: Role, r: RoleReads | undefined, name: string, version: strin
     const source = `the launch command of pid ${r!.launch!.pid}`
     return {value: fromLaunch, from: 'launch-command', source, pid: r!.launch!.pid, envRead}
   }
-  const unread = r?.env ? `unset in the environment of pid ${r.env.pid}, ${r.env.what}`
+  const unread = r?.env
+    ? `unset in the environment of pid ${r.env.pid}, ${r.env.what}`
     : `${role}'s environment not read`
   const which = version ? `version ${version}` : 'an unknown version'
   return {value: fallback, from: 'default', envRead, source: `SGLang's default for ${which} (environ.py; ${unread})`}
@@ -125,21 +132,40 @@ function read(role: Role, r: RoleReads | undefined, name: string, version: strin
 
 /** Each SGLang timeout from the role that reads it, with where it was read. */
 export function sglangTimeoutsOf(o: {
-  prefill?: RoleReads; decode?: RoleReads; version?: string; versionSource?: string; backend?: string
+  prefill?: RoleReads
+  decode?: RoleReads
+  version?: string
+  versionSource?: string
+  backend?: string
 }): SglangTimeouts {
   const v = o.version
   const b = read('prefill', o.prefill, TIMEOUT_ENV.bootstrapTimeout, v, TIMEOUT_DEFAULTS.bootstrapTimeout)
-  const nixlWithout = o.backend === 'nixl' && v !== undefined
-    && versionAtMost(v, NIXL_WITHOUT_BOOTSTRAP_TIMEOUT_UP_TO) === true
-  const unknownNixl = o.backend === 'nixl' && v === undefined
-    ? '; the version is unknown, so the NIXL sender is taken to have it (PR #34692)' : ''
+  const nixlWithout =
+    o.backend === 'nixl' && v !== undefined && versionAtMost(v, NIXL_WITHOUT_BOOTSTRAP_TIMEOUT_UP_TO) === true
+  const unknownNixl =
+    o.backend === 'nixl' && v === undefined
+      ? '; the version is unknown, so the NIXL sender is taken to have it (PR #34692)'
+      : ''
   const bootstrap: TimeoutSetting = nixlWithout
-    ? {seconds: null, setting: TIMEOUT_ENV.bootstrapTimeout, role: 'prefill', from: 'not-in-force',
-      source: `not in force: SGLang ${v}'s NIXL sender has no bootstrap timeout (NixlKVSender.poll, nixl/conn.py; ` +
-        `added by PR #34692, 2026-08-13)${b.from === 'default' ? '' : `; ${b.value} s set in ${b.source} is not read`}`}
-    : {seconds: b.value, setting: TIMEOUT_ENV.bootstrapTimeout, role: 'prefill', from: b.from,
-      source: b.source + unknownNixl,
-      ...(b.pid === undefined ? {} : {pid: b.pid}), envRead: b.envRead}
+    ? {
+        seconds: null,
+        setting: TIMEOUT_ENV.bootstrapTimeout,
+        role: 'prefill',
+        from: 'not-in-force',
+        source:
+          `not in force: SGLang ${v}'s NIXL sender has no bootstrap timeout (NixlKVSender.poll, nixl/conn.py; ` +
+          `added by PR #34692, ` +
+          `2026-08-13)${b.from === 'default' ? '' : `; ${b.value} s set in ${b.source} is not read`}`,
+      }
+    : {
+        seconds: b.value,
+        setting: TIMEOUT_ENV.bootstrapTimeout,
+        role: 'prefill',
+        from: b.from,
+        source: b.source + unknownNixl,
+        ...(b.pid === undefined ? {} : {pid: b.pid}),
+        envRead: b.envRead,
+      }
   const w = read('decode', o.decode, TIMEOUT_ENV.waitingTimeout, v, TIMEOUT_DEFAULTS.waitingTimeout)
   const i = read('decode', o.decode, TIMEOUT_ENV.heartbeatInterval, v, TIMEOUT_DEFAULTS.heartbeatInterval)
   const f = read('decode', o.decode, TIMEOUT_ENV.heartbeatMaxFailure, v, TIMEOUT_DEFAULTS.heartbeatMaxFailure)
@@ -153,14 +179,25 @@ export function sglangTimeoutsOf(o: {
     versionSource: o.versionSource ?? (v === undefined ? 'not stated by the servers' : "prefill's server_info"),
     ...(o.backend === undefined ? {} : {backend: o.backend}),
     bootstrap,
-    waiting: {seconds: w.value, setting: TIMEOUT_ENV.waitingTimeout, role: 'decode', from: w.from, source: w.source,
-      ...(w.pid === undefined ? {} : {pid: w.pid}), envRead: w.envRead},
+    waiting: {
+      seconds: w.value,
+      setting: TIMEOUT_ENV.waitingTimeout,
+      role: 'decode',
+      from: w.from,
+      source: w.source,
+      ...(w.pid === undefined ? {} : {pid: w.pid}),
+      envRead: w.envRead,
+    },
     heartbeat: {
-      seconds: intervalSeconds * maxFailure, role: 'decode', from: hbFrom,
+      seconds: intervalSeconds * maxFailure,
+      role: 'decode',
+      from: hbFrom,
       setting: `${TIMEOUT_ENV.heartbeatInterval} × ${TIMEOUT_ENV.heartbeatMaxFailure}`,
       source: `interval ${intervalSeconds} s from ${i.source}; ${maxFailure} misses from ${f.source}`,
-      intervalSeconds, maxFailure, envRead: i.envRead && f.envRead,
-      ...(i.pid ?? f.pid) === undefined ? {} : {pid: (i.pid ?? f.pid)!},
+      intervalSeconds,
+      maxFailure,
+      envRead: i.envRead && f.envRead,
+      ...((i.pid ?? f.pid) === undefined ? {} : {pid: (i.pid ?? f.pid)!}),
     },
   }
 }

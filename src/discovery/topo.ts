@@ -28,15 +28,17 @@ const ANSI = /\u001B\[[0-9;]*[A-Za-z]/g
 export function parseNvidiaTopo(text: string): Topology {
   const lines = text.replace(ANSI, '').split('\n')
   // The header's first label is GPU0 and its second is not a cell (GPU0's own row starts `GPU0  X`).
-  const headerIdx = lines.findIndex((l) => {
+  const headerIdx = lines.findIndex(l => {
     const t = l.trim().split(/\s+/)
     return t[0] === 'GPU0' && t[1] !== undefined && t[1] !== 'X'
   })
   const topo: Topology = {gpus: [], nics: [], gpuToNic: {}}
   if (headerIdx < 0) return topo
   // Columns: the GPU and NIC labels, in order, before "CPU Affinity".
-  const cols = lines[headerIdx]!.trim().split(/\s+/).filter((c) => /^(GPU|NIC)\d+$/.test(c))
-  const nicLabels = cols.filter((c) => c.startsWith('NIC'))
+  const cols = lines[headerIdx]!.trim()
+    .split(/\s+/)
+    .filter(c => /^(GPU|NIC)\d+$/.test(c))
+  const nicLabels = cols.filter(c => c.startsWith('NIC'))
   const devices = new Map<string, string>()
   let inLegend = false
   for (const line of lines) {
@@ -47,7 +49,7 @@ export function parseNvidiaTopo(text: string): Topology {
     const m = /^\s*(NIC\d+):\s*(\S+)\s*$/.exec(line)
     if (inLegend && m) devices.set(m[1]!, m[2]!)
   }
-  topo.nics = nicLabels.map((label) => ({label, ...(devices.has(label) ? {device: devices.get(label)!} : {})}))
+  topo.nics = nicLabels.map(label => ({label, ...(devices.has(label) ? {device: devices.get(label)!} : {})}))
   for (const line of lines.slice(headerIdx + 1)) {
     if (/^\s*(Legend:|NIC Legend:)/.test(line)) break
     // Cells are tab-separated; ` X ` and empty trailing cells are trimmed by a whitespace split, and no cell of the
@@ -78,19 +80,35 @@ export type GpuNics =
 export function nicsOfGpu(topo: Topology, gpu: number): GpuNics {
   const rel = topo.gpuToNic[String(gpu)]
   if (!rel) {
-    return {ok: false, evidence: topo.gpus.length === 0
-      ? '`nvidia-smi topo -m` printed no GPU/NIC matrix'
-      : `\`nvidia-smi topo -m\` has no row for GPU ${gpu} (GPUs ${topo.gpus.join(', ')})`}
+    return {
+      ok: false,
+      evidence:
+        topo.gpus.length === 0
+          ? '`nvidia-smi topo -m` printed no GPU/NIC matrix'
+          : `\`nvidia-smi topo -m\` has no row for GPU ${gpu} (GPUs ${topo.gpus.join(', ')})`,
+    }
   }
-  if (topo.nics.length === 0) return {ok: false, evidence: '`nvidia-smi topo -m` lists no NIC: this host has no RDMA NIC nvidia-smi can see'}
+  if (topo.nics.length === 0)
+    return {ok: false, evidence: '`nvidia-smi topo -m` lists no NIC: this host has no RDMA NIC nvidia-smi can see'}
   for (const level of ['PIX', 'PXB'] as const) {
-    const nics = topo.nics.filter((n) => rel[n.label] === level)
+    const nics = topo.nics.filter(n => rel[n.label] === level)
     if (nics.length === 0) continue
     const close = (g: number, n: TopoNic) => ['PIX', 'PXB'].includes(topo.gpuToNic[String(g)]?.[n.label] ?? '')
-    const shared = topo.gpus.filter((g) => g !== gpu && nics.some((n) => close(g, n)))
-    const named = nics.map((n) => `${n.label}${n.device ? ` (${n.device})` : ''}`).join(', ')
-    return {ok: true, level, nics, sharedWithGpus: shared, evidence: `nvidia-smi topo -m: GPU${gpu} is ${level} to ${named}`}
+    const shared = topo.gpus.filter(g => g !== gpu && nics.some(n => close(g, n)))
+    const named = nics.map(n => `${n.label}${n.device ? ` (${n.device})` : ''}`).join(', ')
+    return {
+      ok: true,
+      level,
+      nics,
+      sharedWithGpus: shared,
+      evidence: `nvidia-smi topo -m: GPU${gpu} is ${level} to ${named}`,
+    }
   }
-  const seen = topo.nics.map((n) => `${n.label} ${rel[n.label] ?? '?'}`).join(', ')
-  return {ok: false, evidence: `nvidia-smi topo -m: no NIC is PIX or PXB to GPU${gpu} (${seen}): its KV may leave by any NIC behind the CPU`}
+  const seen = topo.nics.map(n => `${n.label} ${rel[n.label] ?? '?'}`).join(', ')
+  return {
+    ok: false,
+    evidence:
+      `nvidia-smi topo -m: no NIC is PIX or PXB to GPU${gpu} (${seen}): its KV may leave by any NIC behind ` +
+      `the CPU`,
+  }
 }

@@ -69,10 +69,13 @@ export interface RcLimits {
 
 /** rc_mlx5 unless UCX_TLS allows only the verbs flavour of RC (rc_v / rc_verbs). */
 export function rcTransportOf(env: Record<string, string>): RcTransport {
-  const tls = (env.UCX_TLS ?? '').split(',').map((t) => t.trim().toLowerCase()).filter(Boolean)
+  const tls = (env.UCX_TLS ?? '')
+    .split(',')
+    .map(t => t.trim().toLowerCase())
+    .filter(Boolean)
   if (tls.length === 0 || tls[0]!.startsWith('^')) return 'rc_mlx5'
-  const verbs = tls.some((t) => t === 'rc_v' || t === 'rc_verbs')
-  const mlx5 = tls.some((t) => t === 'rc' || t === 'rc_x' || t === 'rc_mlx5' || t === 'all' || t === 'ib')
+  const verbs = tls.some(t => t === 'rc_v' || t === 'rc_verbs')
+  const mlx5 = tls.some(t => t === 'rc' || t === 'rc_x' || t === 'rc_mlx5' || t === 'all' || t === 'ib')
   return verbs && !mlx5 ? 'rc_verbs' : 'rc_mlx5'
 }
 
@@ -91,7 +94,10 @@ export function rcLimitsFromEnv(env: Record<string, string>): RcLimits {
   let t = pick('TIMEOUT') ?? {text: UCX_RC_DEFAULTS.timeout, from: 'default'}
   let seconds = parseUcxTime(t.text)
   if (seconds === undefined || seconds < 0) {
-    warnings.push(`${t.from}=${t.text} is not a UCX time (<number>[m|s|ms|us|ns]): UCX refuses it; assuming the default ${UCX_RC_DEFAULTS.timeout}`)
+    warnings.push(
+      `${t.from}=${t.text} is not a UCX time (<number>[m|s|ms|us|ns]): UCX refuses it; assuming the ` +
+        `default ${UCX_RC_DEFAULTS.timeout}`,
+    )
     t = {text: UCX_RC_DEFAULTS.timeout, from: 'default'}
     seconds = 1
   }
@@ -99,7 +105,10 @@ export function rcLimitsFromEnv(env: Record<string, string>): RcLimits {
   let retries = /^\d+$/.test(r.text) ? Number(r.text) : Number.NaN
   let retryFrom = r.from
   if (!Number.isSafeInteger(retries)) {
-    warnings.push(`${r.from}=${r.text} is not an unsigned integer: UCX refuses it; assuming the default ${UCX_RC_DEFAULTS.retryCount}`)
+    warnings.push(
+      `${r.from}=${r.text} is not an unsigned integer: UCX refuses it; assuming the ` +
+        `default ${UCX_RC_DEFAULTS.retryCount}`,
+    )
     retries = UCX_RC_DEFAULTS.retryCount
     retryFrom = 'default'
   }
@@ -127,7 +136,9 @@ export const MOONCAKE_TRANSFER_TIMEOUT_DEFAULT_S = 30
 export function mooncakeTimeoutFromEnv(env: Record<string, string>): {seconds: number; from: string} {
   const raw = env.MC_TRANSFER_TIMEOUT?.trim()
   const n = raw ? Number(raw) : Number.NaN
-  return Number.isFinite(n) && n > 0 ? {seconds: n, from: 'MC_TRANSFER_TIMEOUT'} : {seconds: MOONCAKE_TRANSFER_TIMEOUT_DEFAULT_S, from: 'default'}
+  return Number.isFinite(n) && n > 0
+    ? {seconds: n, from: 'MC_TRANSFER_TIMEOUT'}
+    : {seconds: MOONCAKE_TRANSFER_TIMEOUT_DEFAULT_S, from: 'default'}
 }
 
 // ---------------------------------------------------------------- SGLang /health
@@ -156,7 +167,11 @@ export function healthCheckFromEnv(env: Record<string, string> | undefined): Hea
   const generates = gen === undefined || gen === '' || gen === 'true' || gen === '1'
   return Number.isFinite(n) && n > 0
     ? {timeoutSeconds: n, source: `SGLANG_HEALTH_CHECK_TIMEOUT=${raw}`, generates}
-    : {timeoutSeconds: HEALTH_CHECK_TIMEOUT_DEFAULT_S, source: `SGLang's default (${HEALTH_CHECK_TIMEOUT_DEFAULT_S} s; SGLANG_HEALTH_CHECK_TIMEOUT unset)`, generates}
+    : {
+        timeoutSeconds: HEALTH_CHECK_TIMEOUT_DEFAULT_S,
+        source: `SGLang's default (${HEALTH_CHECK_TIMEOUT_DEFAULT_S} s; SGLANG_HEALTH_CHECK_TIMEOUT unset)`,
+        generates,
+      }
 }
 
 /**

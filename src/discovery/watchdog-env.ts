@@ -19,7 +19,12 @@ export const TIMEOUT_ENV = {
 } as const
 
 /** SGLang's defaults (python/sglang/srt/environ.py) for variables a process leaves unset. */
-export const TIMEOUT_DEFAULTS = {bootstrapTimeout: 300, waitingTimeout: 300, heartbeatInterval: 5, heartbeatMaxFailure: 2}
+export const TIMEOUT_DEFAULTS = {
+  bootstrapTimeout: 300,
+  waitingTimeout: 300,
+  heartbeatInterval: 5,
+  heartbeatMaxFailure: 2,
+}
 
 export interface EnvWatchdog {
   scope?: string
@@ -41,7 +46,11 @@ const num = (v: string | undefined): number | undefined => {
 }
 
 export function watchdogFromEnv(env: Record<string, string>): EnvWatchdog {
-  return {scope: env[WATCHDOG_ENV.scope], deadlineSeconds: num(env[WATCHDOG_ENV.deadline]), pollSeconds: num(env[WATCHDOG_ENV.poll])}
+  return {
+    scope: env[WATCHDOG_ENV.scope],
+    deadlineSeconds: num(env[WATCHDOG_ENV.deadline]),
+    pollSeconds: num(env[WATCHDOG_ENV.poll]),
+  }
 }
 
 export function timeoutsFromEnv(env: Record<string, string>): EnvTimeouts {
@@ -59,13 +68,19 @@ export function timeoutsFromEnv(env: Record<string, string>): EnvTimeouts {
  * the heartbeat from decode's (the receiver's). A role whose environment could not be read gives SGLang's defaults,
  * and `sources` says so.
  */
-export function timeoutsFromServices(env: {prefill?: Record<string, string>; decode?: Record<string, string>}): EnvTimeouts & {sources: Record<keyof EnvTimeouts, string>} {
+export function timeoutsFromServices(env: {
+  prefill?: Record<string, string>
+  decode?: Record<string, string>
+}): EnvTimeouts & {sources: Record<keyof EnvTimeouts, string>} {
   const from = (role: 'prefill' | 'decode', key: keyof EnvTimeouts) => {
     const e = env[role]
     const v = e === undefined ? undefined : num(e[TIMEOUT_ENV[key]])
-    const source = e === undefined
-      ? `SGLang's default (${role}'s environment not read)`
-      : v === undefined ? `SGLang's default (unset in ${role}'s environment)` : `${role}'s environment (${TIMEOUT_ENV[key]})`
+    const source =
+      e === undefined
+        ? `SGLang's default (${role}'s environment not read)`
+        : v === undefined
+          ? `SGLang's default (unset in ${role}'s environment)`
+          : `${role}'s environment (${TIMEOUT_ENV[key]})`
     return {value: v ?? TIMEOUT_DEFAULTS[key], source}
   }
   const b = from('prefill', 'bootstrapTimeout')
@@ -73,22 +88,44 @@ export function timeoutsFromServices(env: {prefill?: Record<string, string>; dec
   const i = from('decode', 'heartbeatInterval')
   const f = from('decode', 'heartbeatMaxFailure')
   return {
-    bootstrapTimeout: b.value, waitingTimeout: w.value, heartbeatInterval: i.value, heartbeatMaxFailure: f.value,
-    sources: {bootstrapTimeout: b.source, waitingTimeout: w.source, heartbeatInterval: i.source, heartbeatMaxFailure: f.source},
+    bootstrapTimeout: b.value,
+    waitingTimeout: w.value,
+    heartbeatInterval: i.value,
+    heartbeatMaxFailure: f.value,
+    sources: {
+      bootstrapTimeout: b.source,
+      waitingTimeout: w.source,
+      heartbeatInterval: i.source,
+      heartbeatMaxFailure: f.source,
+    },
   }
 }
 
 /** Human warnings where the process environment and the deployment file's watchdog contract disagree. */
-export function watchdogWarnings(fromEnv: EnvWatchdog, contract: Watchdog, timeouts: EnvTimeouts, where: string): string[] {
+export function watchdogWarnings(
+  fromEnv: EnvWatchdog,
+  contract: Watchdog,
+  timeouts: EnvTimeouts,
+  where: string,
+): string[] {
   const w: string[] = []
   if (fromEnv.scope !== undefined && fromEnv.scope !== contract.scope) {
-    w.push(`${where}: watchdog scope is ${fromEnv.scope} (${WATCHDOG_ENV.scope}) but the deployment file says ${contract.scope}`)
+    w.push(
+      `${where}: watchdog scope is ${fromEnv.scope} (${WATCHDOG_ENV.scope}) but the deployment file ` +
+        `says ${contract.scope}`,
+    )
   }
   if (fromEnv.deadlineSeconds !== undefined && fromEnv.deadlineSeconds !== contract.deadlineSeconds) {
-    w.push(`${where}: watchdog deadline is ${fromEnv.deadlineSeconds}s (${WATCHDOG_ENV.deadline}) but the deployment file says ${contract.deadlineSeconds}s`)
+    w.push(
+      `${where}: watchdog deadline is ${fromEnv.deadlineSeconds}s (${WATCHDOG_ENV.deadline}) but the deployment ` +
+        `file says ${contract.deadlineSeconds}s`,
+    )
   }
   if (fromEnv.pollSeconds !== undefined && fromEnv.pollSeconds !== contract.pollSeconds) {
-    w.push(`${where}: watchdog poll interval is ${fromEnv.pollSeconds}s (${WATCHDOG_ENV.poll}) but the deployment file says ${contract.pollSeconds}s`)
+    w.push(
+      `${where}: watchdog poll interval is ${fromEnv.pollSeconds}s (${WATCHDOG_ENV.poll}) but the deployment file ` +
+        `says ${contract.pollSeconds}s`,
+    )
   }
   if (fromEnv.scope === undefined && fromEnv.deadlineSeconds === undefined && contract.scope !== 'off') {
     w.push(`${where}: no watchdog settings in the scheduler environment; judging by the deployment file alone`)
@@ -98,10 +135,19 @@ export function watchdogWarnings(fromEnv: EnvWatchdog, contract: Watchdog, timeo
   const releaseBy = Math.min(timeouts.waitingTimeout, timeouts.bootstrapTimeout)
   if (contract.scope !== 'off' && contract.deadlineSeconds + contract.pollSeconds >= releaseBy) {
     const which = [
-      ...(timeouts.waitingTimeout <= contract.deadlineSeconds + contract.pollSeconds ? [`decode's SGLANG_DISAGGREGATION_WAITING_TIMEOUT ${timeouts.waitingTimeout}s`] : []),
-      ...(timeouts.bootstrapTimeout <= contract.deadlineSeconds + contract.pollSeconds ? [`prefill's SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT ${timeouts.bootstrapTimeout}s`] : []),
+      ...(timeouts.waitingTimeout <= contract.deadlineSeconds + contract.pollSeconds
+        ? [`decode's SGLANG_DISAGGREGATION_WAITING_TIMEOUT ${timeouts.waitingTimeout}s`]
+        : []),
+      ...(timeouts.bootstrapTimeout <= contract.deadlineSeconds + contract.pollSeconds
+        ? [`prefill's SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT ${timeouts.bootstrapTimeout}s`]
+        : []),
     ]
-    w.push(`${where}: watchdog deadline + poll ${contract.deadlineSeconds + contract.pollSeconds}s is not below SGLang's own timeouts (${which.join(', ')}): it would release pins before the watchdog could, so an experiment whose pins it can release is refused (exit 2) unless --allow-competing-timeout; raise them above it`)
+    w.push(
+      `${where}: watchdog deadline + poll ${contract.deadlineSeconds + contract.pollSeconds}s is not below ` +
+        `SGLang's own timeouts (${which.join(', ')}): it would release pins before the watchdog could, so an ` +
+        `experiment whose pins it can release is refused (exit 2) unless --allow-competing-timeout; raise them ` +
+        `above it`,
+    )
   }
   return w
 }

@@ -37,7 +37,10 @@ export function workerRole(worker: string, x: Urls): BreakerObservation['role'] 
   }
   const w = parse(worker)
   if (!w) return 'other'
-  const roles = [['prefill', parse(x.workerUrl)], ['decode', parse(x.decodeUrl)]] as const
+  const roles = [
+    ['prefill', parse(x.workerUrl)],
+    ['decode', parse(x.decodeUrl)],
+  ] as const
   const exact = roles.find(([, u]) => u && u.host === w.host && u.port === w.port)
   if (exact) return exact[0]
   const byPort = roles.filter(([, u]) => u && u.port === w.port)
@@ -45,18 +48,22 @@ export function workerRole(worker: string, x: Urls): BreakerObservation['role'] 
 }
 
 /** One read of every worker's breaker, recorded; the prefill worker's state (undefined: unreadable or absent). */
-export async function readBreakers(router: RouterClient, rec: Recorder, x: BreakerExpectation):
-  Promise<State | undefined> {
+export async function readBreakers(
+  router: RouterClient,
+  rec: Recorder,
+  x: BreakerExpectation,
+): Promise<State | undefined> {
   const m = await router.metrics().catch(() => undefined)
   if (!m) return undefined
   const t = now()
   let prefill: State | undefined
-  for (const s of m.samples.filter((x) => x.name === ROUTER_CB_STATE)) {
+  for (const s of m.samples.filter(x => x.name === ROUTER_CB_STATE)) {
     const worker = s.labels.worker ?? ''
     const state = STATES[s.value] ?? 'closed'
-    const count = (to: string): number => m.samples
-      .filter((c) => c.name === CB_TRANSITIONS && c.labels.worker === worker && c.labels.to === to)
-      .reduce((a, c) => a + c.value, 0)
+    const count = (to: string): number =>
+      m.samples
+        .filter(c => c.name === CB_TRANSITIONS && c.labels.worker === worker && c.labels.to === to)
+        .reduce((a, c) => a + c.value, 0)
     const role = workerRole(worker, x)
     const transitions = {toOpen: count('open'), toHalfOpen: count('half_open'), toClosed: count('closed')}
     rec.add({kind: 'breaker', t, worker, role, state, transitions})
@@ -74,12 +81,18 @@ export interface BreakerTrial {
  * With the fault in place: trip requests until the breaker reads open (at most x.tripRequests), then x.probes requests
  * at it, one at a time, within half its open duration (a probe after it half-opens would reach the refused prefill).
  */
-export async function tripAndProbe(session: RunSession, rec: Recorder, x: BreakerExpectation,
-  o: {promptTokens: number; scenario: string; signal: AbortSignal; say: (l: string) => void}): Promise<BreakerTrial> {
+export async function tripAndProbe(
+  session: RunSession,
+  rec: Recorder,
+  x: BreakerExpectation,
+  o: {promptTokens: number; scenario: string; signal: AbortSignal; say: (l: string) => void},
+): Promise<BreakerTrial> {
   const base = {fault: 'trip-breaker', scenario: o.scenario, promptTokens: o.promptTokens, signal: o.signal}
   let state = await readBreakers(session.router, rec, x)
-  o.say(`tripping prefill's breaker: up to ${x.tripRequests} requests through the gateway `
-    + `(${x.failureThreshold} failures open it)`)
+  o.say(
+    `tripping prefill's breaker: up to ${x.tripRequests} requests through the gateway ` +
+      `(${x.failureThreshold} failures open it)`,
+  )
   for (let i = 0; i < x.tripRequests && state !== 'open' && !o.signal.aborted; i++) {
     await sendRequest(session.router, rec, {...base, role: 'trip', timeoutMs: x.tripTimeoutMs}).done
     state = await readBreakers(session.router, rec, x)
@@ -123,8 +136,13 @@ export async function tripAndProbe(session: RunSession, rec: Recorder, x: Breake
  * After the revert: from the open duration's end (counted from the first open read), requests through the gateway one
  * at a time, the breaker read after each, until it reads closed or x.closeWithinSeconds (+2 s) have passed.
  */
-export async function watchBreakerClose(session: RunSession, rec: Recorder, x: BreakerExpectation, trial: BreakerTrial,
-  o: {promptTokens: number; scenario: string; signal: AbortSignal; say: (l: string) => void}): Promise<void> {
+export async function watchBreakerClose(
+  session: RunSession,
+  rec: Recorder,
+  x: BreakerExpectation,
+  trial: BreakerTrial,
+  o: {promptTokens: number; scenario: string; signal: AbortSignal; say: (l: string) => void},
+): Promise<void> {
   if (trial.openedAt === undefined || o.signal.aborted) return
   const halfOpenAt = trial.openedAt + x.openSeconds * 1000
   const inS = Math.max(0, (halfOpenAt - now()) / 1000).toFixed(1)

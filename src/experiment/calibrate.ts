@@ -35,9 +35,20 @@ type Pair = {rid: string; prefill: {status: number; ms: number; body: unknown}; 
  * is done. When prefill fails it (a cold start the watchdog evicted), decode is told at once, as the gateway would
  * drop it: decode never hears of it otherwise and holds its half until its waiting timeout.
  */
-async function pair(deployment: Deployment, c: Pick<CalibrateClients, 'prefill' | 'decode'>, text: string): Promise<Pair> {
+async function pair(
+  deployment: Deployment,
+  c: Pick<CalibrateClients, 'prefill' | 'decode'>,
+  text: string,
+): Promise<Pair> {
   const rid = newRid('pdchaos-cal')
-  const req = {rid, text, max_new_tokens: 1, bootstrap_host: new URL(deployment.services.prefill.url).hostname, bootstrap_port: deployment.services.prefill.bootstrapPort, bootstrap_room: newRoom()}
+  const req = {
+    rid,
+    text,
+    max_new_tokens: 1,
+    bootstrap_host: new URL(deployment.services.prefill.url).hostname,
+    bootstrap_port: deployment.services.prefill.bootstrapPort,
+    bootstrap_room: newRoom(),
+  }
   const dropDecode = new AbortController()
   const decode = c.decode.generate(req, {timeoutMs: 30_000, signal: dropDecode.signal}).catch(() => undefined)
   const p = await c.prefill.generate(req, {timeoutMs: 30_000})
@@ -50,7 +61,12 @@ async function pair(deployment: Deployment, c: Pick<CalibrateClients, 'prefill' 
 }
 
 /** Pairs until one succeeds end to end (prefill and decode 200), at most WARM_UP_TRIES within WARM_UP_MS. */
-export async function warmUp(deployment: Deployment, c: Pick<CalibrateClients, 'prefill' | 'decode'>, text = 'warm up', signal?: AbortSignal): Promise<{ok: boolean; tries: number; last?: Pair}> {
+export async function warmUp(
+  deployment: Deployment,
+  c: Pick<CalibrateClients, 'prefill' | 'decode'>,
+  text = 'warm up',
+  signal?: AbortSignal,
+): Promise<{ok: boolean; tries: number; last?: Pair}> {
   const by = Date.now() + WARM_UP_MS
   let last: Pair | undefined
   let tries = 0
@@ -62,44 +78,76 @@ export async function warmUp(deployment: Deployment, c: Pick<CalibrateClients, '
   return {ok: false, tries, ...(last ? {last} : {})}
 }
 
-const answerText = (body: unknown): string => (typeof body === 'string' ? body : JSON.stringify(body) ?? '').slice(0, 300)
+const answerText = (body: unknown): string =>
+  (typeof body === 'string' ? body : (JSON.stringify(body) ?? '')).slice(0, 300)
 
 /** Held requests measured at once at most: enough for the pins' concurrency to show, few enough to stay short. */
 export const LAG_PROBES_MAX = 32
 
 /** The pins' concurrency, for the lag probes: how many, sent `burst` at a time `gapMs` apart (0: no lag probes). */
-export interface LagProbeShape {count: number; burst: number; gapMs: number}
+export interface LagProbeShape {
+  count: number
+  burst: number
+  gapMs: number
+}
 
 /** A stop (Ctrl-C) while calibrating: between two requests, never with a probe left held on the deployment. */
 const stoppedCalibrating = (signal: AbortSignal): PdError =>
-  new PdError(`stopped while calibrating: ${String(signal.reason ?? 'interrupted')}`, {exit: ExitCode.stopped, code: 'E_STOPPED'})
+  new PdError(`stopped while calibrating: ${String(signal.reason ?? 'interrupted')}`, {
+    exit: ExitCode.stopped,
+    code: 'E_STOPPED',
+  })
 
-export async function calibrate(deployment: Deployment, c: CalibrateClients, opts: {requests?: number; promptTokens?: number; routerToo?: boolean; lagProbes?: LagProbeShape; signal?: AbortSignal} = {}): Promise<Calibration & {routerMs: number}> {
+export async function calibrate(
+  deployment: Deployment,
+  c: CalibrateClients,
+  opts: {
+    requests?: number
+    promptTokens?: number
+    routerToo?: boolean
+    lagProbes?: LagProbeShape
+    signal?: AbortSignal
+  } = {},
+): Promise<Calibration & {routerMs: number}> {
   const n = opts.requests ?? 8
   const prefillMs: number[] = []
   const routerMs: number[] = []
   const text = 'chaos '.repeat(Math.round(((opts.promptTokens ?? 128) * 4) / 6))
-  const unhealthy = (what: string) => new PdError(`${what}: the deployment is not healthy`, {
-    exit: ExitCode.unreachable, suggestion: 'run `pdchaos status` and fix the deployment before injecting faults',
-  })
+  const unhealthy = (what: string) =>
+    new PdError(`${what}: the deployment is not healthy`, {
+      exit: ExitCode.unreachable,
+      suggestion: 'run `pdchaos status` and fix the deployment before injecting faults',
+    })
   const stop = opts.signal
-  const checkStop = (): void => { if (stop?.aborted) throw stoppedCalibrating(stop) }
+  const checkStop = (): void => {
+    if (stop?.aborted) throw stoppedCalibrating(stop)
+  }
   // Warm up (not counted): until one pair succeeds end to end, with a deadline.
   const {last: warm, ok} = await warmUp(deployment, c, text, stop)
   checkStop()
   if (!ok) {
-    throw unhealthy(`no unfaulted request succeeded in ${WARM_UP_TRIES} tries before any fault (last ${warm?.rid}: prefill ${warm?.prefill.status} ${answerText(warm?.prefill.body)}, decode ${warm?.decode?.status ?? 'dropped'})`)
+    throw unhealthy(
+      `no unfaulted request succeeded in ${WARM_UP_TRIES} tries before any fault (last ${warm?.rid}: ` +
+        `prefill ${warm?.prefill.status} ${answerText(warm?.prefill.body)}, ` +
+        `decode ${warm?.decode?.status ?? 'dropped'})`,
+    )
   }
   for (let i = 0; i < n; i++) {
     checkStop()
     const r = await pair(deployment, c, text)
     if (r.prefill.status !== 200 || r.decode?.status !== 200) {
-      throw unhealthy(`calibration request ${r.rid} failed before any fault (prefill ${r.prefill.status} ${answerText(r.prefill.body)}, decode ${r.decode?.status ?? 'dropped'})`)
+      throw unhealthy(
+        `calibration request ${r.rid} failed before any fault ` +
+          `(prefill ${r.prefill.status} ${answerText(r.prefill.body)}, decode ${r.decode?.status ?? 'dropped'})`,
+      )
     }
     prefillMs.push(r.prefill.ms)
     if (opts.routerToo === false) continue
     const routed = await c.router.generate({rid: newRid('pdchaos-cal'), text, max_new_tokens: 1}, {timeoutMs: 30_000})
-    if (routed.status !== 200) throw unhealthy(`calibration request through the router failed before any fault (${routed.status} ${answerText(routed.body)})`)
+    if (routed.status !== 200)
+      throw unhealthy(
+        `calibration request through the router failed before any fault (${routed.status} ${answerText(routed.body)})`,
+      )
     routerMs.push(routed.ms)
   }
   // One observation hop each way: router and prefill round trips on cheap endpoints.
@@ -115,12 +163,21 @@ export async function calibrate(deployment: Deployment, c: CalibrateClients, opt
   const shape = opts.lagProbes ?? {count: 8, burst: 1, gapMs: 20}
   const {deadlineSeconds, pollSeconds} = deployment.watchdog
   checkStop()
-  const lags = shape.count <= 0 ? undefined : await measureLags(c.prefill, {
-    count: Math.min(shape.count, LAG_PROBES_MAX), burst: shape.burst, gapMs: shape.gapMs, text,
-    holdLimitMs: Math.min(deadlineSeconds * 500, 10_000),
-    answerWaitMs: Math.min((deadlineSeconds + pollSeconds) * 1000 + 5000, 60_000),
-    bootstrap: {host: new URL(deployment.services.prefill.url).hostname, port: deployment.services.prefill.bootstrapPort},
-  })
+  const lags =
+    shape.count <= 0
+      ? undefined
+      : await measureLags(c.prefill, {
+          count: Math.min(shape.count, LAG_PROBES_MAX),
+          burst: shape.burst,
+          gapMs: shape.gapMs,
+          text,
+          holdLimitMs: Math.min(deadlineSeconds * 500, 10_000),
+          answerWaitMs: Math.min((deadlineSeconds + pollSeconds) * 1000 + 5000, 60_000),
+          bootstrap: {
+            host: new URL(deployment.services.prefill.url).hostname,
+            port: deployment.services.prefill.bootstrapPort,
+          },
+        })
   return {
     ...(lags && lags.samples > 0 ? {lags} : {}),
     prefillMs: quantile(prefillMs, 0.5),

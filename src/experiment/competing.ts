@@ -30,22 +30,41 @@ const knownOf = (x: TimeoutSetting): boolean => x.from !== 'default' || x.envRea
 const CUTS_HEARTBEAT = new Set(['link-down', 'ib-port-disable'])
 
 export function competingTimeoutsFor(
-  pins: PinState | 'trials' | undefined, mechanism: string, t: SglangTimeouts | undefined,
+  pins: PinState | 'trials' | undefined,
+  mechanism: string,
+  t: SglangTimeouts | undefined,
 ): CompetingTimeout[] | undefined {
   if (pins === undefined || pins === 'trials') return []
   // Nothing read: none can be excluded (the eviction check then names them all as not read).
   if (!t) return undefined
   const out: CompetingTimeout[] = []
   if (pins.queue === 'bootstrap') {
-    out.push({cause: 'bootstrap-timeout', name: "prefill's bootstrap timeout", setting: t.bootstrap.setting,
-      seconds: t.bootstrap.seconds, source: t.bootstrap.source, known: knownOf(t.bootstrap)})
+    out.push({
+      cause: 'bootstrap-timeout',
+      name: "prefill's bootstrap timeout",
+      setting: t.bootstrap.setting,
+      seconds: t.bootstrap.seconds,
+      source: t.bootstrap.source,
+      known: knownOf(t.bootstrap),
+    })
   }
-  out.push({cause: 'waiting-timeout', name: "decode's waiting timeout", setting: t.waiting.setting,
-    seconds: t.waiting.seconds, source: t.waiting.source, known: knownOf(t.waiting)})
+  out.push({
+    cause: 'waiting-timeout',
+    name: "decode's waiting timeout",
+    setting: t.waiting.setting,
+    seconds: t.waiting.seconds,
+    source: t.waiting.source,
+    known: knownOf(t.waiting),
+  })
   if (CUTS_HEARTBEAT.has(mechanism)) {
-    out.push({cause: 'heartbeat', name: "decode's heartbeat failure", setting: t.heartbeat.setting,
-      seconds: t.heartbeat.seconds, known: knownOf(t.heartbeat),
-      source: `${t.heartbeat.intervalSeconds} s × ${t.heartbeat.maxFailure}: ${t.heartbeat.source}`})
+    out.push({
+      cause: 'heartbeat',
+      name: "decode's heartbeat failure",
+      setting: t.heartbeat.setting,
+      seconds: t.heartbeat.seconds,
+      known: knownOf(t.heartbeat),
+      source: `${t.heartbeat.intervalSeconds} s × ${t.heartbeat.maxFailure}: ${t.heartbeat.source}`,
+    })
   }
   return out
 }
@@ -53,7 +72,7 @@ export function competingTimeoutsFor(
 /** The competitors that fire before the window's end (deadline + poll + PLAN_SLACK_SECONDS). */
 export function firingInWindow(competing: CompetingTimeout[] | undefined, contract: Window): CompetingTimeout[] {
   const end = contract.deadlineSeconds + contract.pollSeconds + PLAN_SLACK_SECONDS
-  return (competing ?? []).filter((c) => c.seconds !== null && c.seconds <= end)
+  return (competing ?? []).filter(c => c.seconds !== null && c.seconds <= end)
 }
 
 /** One line per competitor firing in the window, naming the setting and where it was read. */
@@ -66,12 +85,13 @@ export function competingText(c: CompetingTimeout, contract: Window): string {
 /** The refusal (exit 2): the experiment cannot exercise the watchdog; what to change, or how to run it anyway. */
 export function competingRefusal(fault: string, firing: CompetingTimeout[], contract: Window): PdError {
   const above = contract.deadlineSeconds + contract.pollSeconds + PLAN_SLACK_SECONDS
-  const which = firing.map((c) => competingText(c, contract)).join('; ')
+  const which = firing.map(c => competingText(c, contract)).join('; ')
   const message = `${fault} cannot exercise the watchdog: ${which}, so SGLang would release the pins first`
-  const roles = new Set(firing.map((c) => (c.cause === 'bootstrap-timeout' ? 'prefill' : 'decode')))
+  const roles = new Set(firing.map(c => (c.cause === 'bootstrap-timeout' ? 'prefill' : 'decode')))
   const servers = [...roles].join(' and ')
-  const settings = firing.map((c) => c.setting).join(' and ')
-  const suggestion = `raise ${settings} above ${above} s in the environment of the ${servers} server, ` +
+  const settings = firing.map(c => c.setting).join(' and ')
+  const suggestion =
+    `raise ${settings} above ${above} s in the environment of the ${servers} server, ` +
     'or pass --allow-competing-timeout (suite: allowCompetingTimeout: true) to run it anyway: ' +
     'those pins are then unverified'
   return new PdError(message, {exit: ExitCode.badInput, suggestion, code: COMPETING_CODE})

@@ -30,7 +30,10 @@ export interface Entry {
   startedAt: number
   /** Its own pair's calibration, where the batch spans several pairs (each measured on its own servers). */
   calibration?: Calibrated
-  /** Its pair's servers (their paths in the file), where the batch spans several pairs: its view keeps their samples only. */
+  /**
+   * Its pair's servers (their paths in the file), where the batch spans several pairs: its view keeps their samples
+   * only.
+   */
   instances?: {prefill: string; decode: string}
   /** The same fault on the other nodes of a multi-node instance (Fault.onEveryNode), each under its own lease there. */
   parts?: EntryPart[]
@@ -48,23 +51,49 @@ export interface EntryPart {
 }
 
 /** Every lease of a scenario: its own, then one per other node it acts on. */
-export const leasesOf = (e: Entry): LeaseRecord[] => [e.lease, ...(e.parts ?? []).map((p) => p.lease)].filter((l): l is LeaseRecord => l !== undefined)
+export const leasesOf = (e: Entry): LeaseRecord[] =>
+  [e.lease, ...(e.parts ?? []).map(p => p.lease)].filter((l): l is LeaseRecord => l !== undefined)
 
 /** The scenario's fault took effect everywhere it acts (each node's lease verified). */
-export const injectedEverywhere = (e: Entry): boolean => leasesOf(e).length === 1 + (e.parts?.length ?? 0) && leasesOf(e).every((l) => l.verifiedInjected)
+export const injectedEverywhere = (e: Entry): boolean =>
+  leasesOf(e).length === 1 + (e.parts?.length ?? 0) && leasesOf(e).every(l => l.verifiedInjected)
 
 /** A scenario's record before judging: what was planned and leased. */
-export function scenarioShell(e: Entry, contract: ScenarioRun['contract'], calibration: Calibrated | undefined, finishedAt: number): ScenarioRun {
+export function scenarioShell(
+  e: Entry,
+  contract: ScenarioRun['contract'],
+  calibration: Calibrated | undefined,
+  finishedAt: number,
+): ScenarioRun {
   return {
-    name: e.s.name, kind: 'inject', fault: e.s.fault, params: e.s.params, startedAt: Math.round(e.startedAt), finishedAt: Math.round(finishedAt),
-    verdicts: [], pins: [], leases: leasesOf(e), contract,
+    name: e.s.name,
+    kind: 'inject',
+    fault: e.s.fault,
+    params: e.s.params,
+    startedAt: Math.round(e.startedAt),
+    finishedAt: Math.round(finishedAt),
+    verdicts: [],
+    pins: [],
+    leases: leasesOf(e),
+    contract,
     ...(e.error ? {error: e.error} : {}),
-    ...(e.plan ? {
-      mechanism: e.plan.mechanism, description: e.plan.description, plan: renderPlan(e.plan),
-      ...(e.plan.refusals?.length ? {refusals: e.plan.refusals} : {}),
-      // The other nodes' parts: what each does there (their commands are in their leases).
-      ...(e.plan.notes?.length || e.parts?.length ? {notes: [...(e.plan.notes ?? []), ...(e.parts ?? []).map((x) => `also on ${x.host}: ${x.plan.description}`)]} : {}),
-    } : {}),
+    ...(e.plan
+      ? {
+          mechanism: e.plan.mechanism,
+          description: e.plan.description,
+          plan: renderPlan(e.plan),
+          ...(e.plan.refusals?.length ? {refusals: e.plan.refusals} : {}),
+          // The other nodes' parts: what each does there (their commands are in their leases).
+          ...(e.plan.notes?.length || e.parts?.length
+            ? {
+                notes: [
+                  ...(e.plan.notes ?? []),
+                  ...(e.parts ?? []).map(x => `also on ${x.host}: ${x.plan.description}`),
+                ],
+              }
+            : {}),
+        }
+      : {}),
     ...(calibration ? {calibration} : {}),
     ...(e.competing?.length ? {competingTimeouts: e.competing} : {}),
   }
@@ -86,23 +115,42 @@ export interface BatchTimeline {
 }
 
 export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
-  const loaded = (c: Calibrated): Calibrated => (b.loadedObserveMs === undefined ? c : {...c, loadedObserveMs: b.loadedObserveMs})
+  const loaded = (c: Calibrated): Calibrated =>
+    b.loadedObserveMs === undefined ? c : {...c, loadedObserveMs: b.loadedObserveMs}
   const calibration = loaded(b.calibration)
   const whole: Timeline = {contract: b.contract, calibration, observations: b.observations}
   // A batch over several pairs: recovery judges every server it spans (each pair's queues and tokens, all counters).
-  const instances = [...new Map(b.entries.flatMap((e) => (e.instances ? [['prefill', e.instances.prefill], ['decode', e.instances.decode]] as const : []))
-    .map(([service, instance]) => [`${service}/${instance}`, {service, instance}])).values()]
-  // Only watchdog pins move the watchdog's counter: abort trials and wedges move others (their own checks judge them).
-  const anyTrials = b.entries.some((e) => e.plan && getFault(e.plan.fault).observe !== 'pins')
-  const batchVerdicts: Verdict[] = b.stoppedEarly || b.recoveryStopped ? [] : [
-    // Abort trials move several counters through several paths (honoured, lost, evicted, cleaned up): their own
-    // verdicts judge them, so the counter balance is checked for watchdog pins only.
-    ...checkRecovery(whole, {failureCounters: anyTrials ? [] : [WATCHDOG_EVICTED_TOTAL], ...(instances.length > 0 ? {instances} : {})}),
-    ...(b.loadIntervalMs > 0 ? [checkCollateral(whole)] : []),
+  const instances = [
+    ...new Map(
+      b.entries
+        .flatMap(e =>
+          e.instances
+            ? ([
+                ['prefill', e.instances.prefill],
+                ['decode', e.instances.decode],
+              ] as const)
+            : [],
+        )
+        .map(([service, instance]) => [`${service}/${instance}`, {service, instance}]),
+    ).values(),
   ]
+  // Only watchdog pins move the watchdog's counter: abort trials and wedges move others (their own checks judge them).
+  const anyTrials = b.entries.some(e => e.plan && getFault(e.plan.fault).observe !== 'pins')
+  const batchVerdicts: Verdict[] =
+    b.stoppedEarly || b.recoveryStopped
+      ? []
+      : [
+          // Abort trials move several counters through several paths (honoured, lost, evicted, cleaned up): their own
+          // verdicts judge them, so the counter balance is checked for watchdog pins only.
+          ...checkRecovery(whole, {
+            failureCounters: anyTrials ? [] : [WATCHDOG_EVICTED_TOTAL],
+            ...(instances.length > 0 ? {instances} : {}),
+          }),
+          ...(b.loadIntervalMs > 0 ? [checkCollateral(whole)] : []),
+        ]
   // Every request of the batch the watchdog could have evicted: its counter names the watchdog only by moving for all.
-  const batchPins = b.observations.filter((o) => o.kind === 'request-sent' && o.role === 'pin').length
-  const names = b.entries.map((e) => e.s.name)
+  const batchPins = b.observations.filter(o => o.kind === 'request-sent' && o.role === 'pin').length
+  const names = b.entries.map(e => e.s.name)
   const label = names.length > 1 ? ` (batch: ${names.join(', ')})` : ''
   let batchAttached = false
   return b.entries.map((e): ScenarioRun => {
@@ -122,12 +170,20 @@ export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
         run.verdicts.push(...ab.verdicts)
         run.aborts = ab.trials
         if (ab.coverage) run.abortCoverage = ab.coverage
-      }
-      else if (observe === 'health') run.verdicts.push(...checkWedge(run.timeline, e.plan!.expected?.kind === 'wedge' ? e.plan!.expected : undefined))
-      else if (observe === 'breaker') run.verdicts.push(...checkBreakerTrip(run.timeline, e.plan!.expected?.kind === 'breaker' ? e.plan!.expected : undefined))
+      } else if (observe === 'health')
+        run.verdicts.push(
+          ...checkWedge(run.timeline, e.plan!.expected?.kind === 'wedge' ? e.plan!.expected : undefined),
+        )
+      else if (observe === 'breaker')
+        run.verdicts.push(
+          ...checkBreakerTrip(run.timeline, e.plan!.expected?.kind === 'breaker' ? e.plan!.expected : undefined),
+        )
       else {
         const ev = checkEvictions(run.timeline, {
-          expected: e.plan!.expected, ...(e.competing ? {competing: e.competing} : {}), competingAllowed: e.competingAllowed === true, batchPins,
+          expected: e.plan!.expected,
+          ...(e.competing ? {competing: e.competing} : {}),
+          competingAllowed: e.competingAllowed === true,
+          batchPins,
         })
         run.verdicts.push(...ev.verdicts)
         run.pins = ev.pins
@@ -137,7 +193,7 @@ export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
     for (const l of leases) run.verdicts.push(cleanup(l))
     if (!batchAttached && injected) {
       batchAttached = true
-      run.verdicts.push(...batchVerdicts.map((v) => ({...v, subject: v.subject + label})))
+      run.verdicts.push(...batchVerdicts.map(v => ({...v, subject: v.subject + label})))
     }
     if (b.stoppedEarly) run.error = 'stopped before its window closed: no eviction verdict'
     else if (b.recoveryStopped) run.error = 'stopped before recovery was proven: no recovery verdict'
@@ -147,13 +203,25 @@ export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
 
 function faultEffect(lease: LeaseRecord, fault: string): Verdict[] {
   return lease.verifiedInjected
-    ? [pass('fault-effect', lease.id, `${fault} took effect: ${lease.evidence.injected.join('; ') || 'nothing to change on the host'}`, {lease})]
+    ? [
+        pass(
+          'fault-effect',
+          lease.id,
+          `${fault} took effect: ${lease.evidence.injected.join('; ') || 'nothing to change on the host'}`,
+          {lease},
+        ),
+      ]
     : [fail('fault-effect', lease.id, `the fault did not take effect: ${lease.evidence.injected.join('; ')}`, {lease})]
 }
 
 function cleanup(lease: LeaseRecord): Verdict {
   return lease.verifiedClean
-    ? pass('cleanup', lease.id, `reverted and verified clean: ${lease.evidence.clean.join('; ') || 'nothing was changed on the host'}`, {lease})
+    ? pass(
+        'cleanup',
+        lease.id,
+        `reverted and verified clean: ${lease.evidence.clean.join('; ') || 'nothing was changed on the host'}`,
+        {lease},
+      )
     : fail('cleanup', lease.id, `revert not verified clean: ${lease.evidence.clean.join('; ')}`, {lease})
 }
 
@@ -163,8 +231,16 @@ function cleanup(lease: LeaseRecord): Verdict {
  */
 export function viewFor(tl: Timeline, scenario: string, instances?: {prefill: string; decode: string}): Timeline {
   const others = new Set<string>()
-  for (const o of tl.observations) if (o.kind === 'request-sent' && o.role === 'pin' && o.scenario !== undefined && o.scenario !== scenario) others.add(o.rid)
-  const mine = (o: Observation): boolean => instances === undefined || !('instance' in o) || o.instance === undefined || o.instance === instances.prefill || o.instance === instances.decode
-  const keep = (o: Observation): boolean => mine(o) && !('rid' in o && o.kind !== 'log' && o.rid !== undefined && others.has(o.rid))
+  for (const o of tl.observations)
+    if (o.kind === 'request-sent' && o.role === 'pin' && o.scenario !== undefined && o.scenario !== scenario)
+      others.add(o.rid)
+  const mine = (o: Observation): boolean =>
+    instances === undefined ||
+    !('instance' in o) ||
+    o.instance === undefined ||
+    o.instance === instances.prefill ||
+    o.instance === instances.decode
+  const keep = (o: Observation): boolean =>
+    mine(o) && !('rid' in o && o.kind !== 'log' && o.rid !== undefined && others.has(o.rid))
   return {contract: tl.contract, calibration: tl.calibration, observations: tl.observations.filter(keep)}
 }

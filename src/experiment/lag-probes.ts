@@ -62,7 +62,8 @@ async function queued(prefill: SglangClient): Promise<number | undefined> {
 export async function measureLags(prefill: SglangClient, o: LagProbeOptions): Promise<MeasuredLags> {
   const notes: string[] = []
   const base = await queued(prefill)
-  if (base === undefined) notes.push('/v1/loads?include=disagg has no disagg section: entry lag not separable, the answer lag includes it')
+  if (base === undefined)
+    notes.push('/v1/loads?include=disagg has no disagg section: entry lag not separable, the answer lag includes it')
   const probes: Probe[] = []
   const firstAt = now()
   const abortBy = firstAt + o.holdLimitMs
@@ -78,7 +79,7 @@ export async function measureLags(prefill: SglangClient, o: LagProbeOptions): Pr
         const entered = Math.min(n - base, probes.length)
         for (let i = 0; i < entered; i++) probes[i]!.entryAt ??= at
       }
-      if (!sending && probes.every((p) => p.entryAt !== undefined)) return
+      if (!sending && probes.every(p => p.entryAt !== undefined)) return
       await sleep(1)
     }
   })()
@@ -88,33 +89,55 @@ export async function measureLags(prefill: SglangClient, o: LagProbeOptions): Pr
     const rid = newRid('pdchaos-lag')
     const stop = new AbortController()
     const p: Probe = {rid, sentAt: now(), stop, done: Promise.resolve()}
-    p.done = prefill.generate({rid, text: o.text, max_new_tokens: 1, bootstrap_host: o.bootstrap.host, bootstrap_port: o.bootstrap.port, bootstrap_room: newRoom()},
-      {timeoutMs: o.holdLimitMs + o.answerWaitMs + 10_000, signal: stop.signal})
-      .then(() => { p.answeredAt = now() }, () => undefined)
+    p.done = prefill
+      .generate(
+        {
+          rid,
+          text: o.text,
+          max_new_tokens: 1,
+          bootstrap_host: o.bootstrap.host,
+          bootstrap_port: o.bootstrap.port,
+          bootstrap_room: newRoom(),
+        },
+        {timeoutMs: o.holdLimitMs + o.answerWaitMs + 10_000, signal: stop.signal},
+      )
+      .then(
+        () => {
+          p.answeredAt = now()
+        },
+        () => undefined,
+      )
     probes.push(p)
   }
   sending = false
   await poll
-  const early = probes.filter((p) => p.answeredAt !== undefined)
+  const early = probes.filter(p => p.answeredAt !== undefined)
   if (early.length > 0) notes.push(`${early.length} held request(s) were released before their abort (not samples)`)
 
   // All at once, as a watchdog tick releases many pins together.
-  const held = probes.filter((p) => p.answeredAt === undefined)
-  await Promise.all(held.map(async (p) => {
-    p.abortAt = now()
-    await prefill.abort(p.rid).catch(() => undefined)
-  }))
-  await within(Promise.all(held.map((p) => p.done)), o.answerWaitMs)
-  const unanswered = held.filter((p) => p.answeredAt === undefined)
-  if (unanswered.length > 0) notes.push(`${unanswered.length} held request(s) not answered within ${Math.round(o.answerWaitMs / 1000)} s of their abort (not samples)`)
+  const held = probes.filter(p => p.answeredAt === undefined)
+  await Promise.all(
+    held.map(async p => {
+      p.abortAt = now()
+      await prefill.abort(p.rid).catch(() => undefined)
+    }),
+  )
+  await within(Promise.all(held.map(p => p.done)), o.answerWaitMs)
+  const unanswered = held.filter(p => p.answeredAt === undefined)
+  if (unanswered.length > 0)
+    notes.push(
+      `${unanswered.length} held request(s) not answered within ${Math.round(o.answerWaitMs / 1000)} s of their ` +
+        `abort (not samples)`,
+    )
   for (const p of probes) p.stop.abort()
-  await Promise.all(probes.map((p) => p.done))
+  await Promise.all(probes.map(p => p.done))
 
-  const answered = held.filter((p) => p.answeredAt !== undefined)
-  const entries = probes.filter((p) => p.entryAt !== undefined).map((p) => p.entryAt! - p.sentAt)
-  if (base !== undefined && entries.length < probes.length) notes.push(`${probes.length - entries.length} held request(s) never counted in /v1/loads before the abort`)
+  const answered = held.filter(p => p.answeredAt !== undefined)
+  const entries = probes.filter(p => p.entryAt !== undefined).map(p => p.entryAt! - p.sentAt)
+  if (base !== undefined && entries.length < probes.length)
+    notes.push(`${probes.length - entries.length} held request(s) never counted in /v1/loads before the abort`)
   const entryMeasured = base !== undefined && entries.length > 0
-  const answers = answered.map((p) => {
+  const answers = answered.map(p => {
     const total = p.answeredAt! - p.abortAt!
     if (!entryMeasured) return total
     // The abort's own way in is like the request's: this request's entry lag (or the median, if it was not seen).
@@ -124,8 +147,14 @@ export async function measureLags(prefill: SglangClient, o: LagProbeOptions): Pr
   return {
     concurrency: probes.length,
     samples: answers.length,
-    ...(entryMeasured ? {entry: {p50Ms: quantile(entries, 0.5), maxMs: Math.max(...entries), samples: entries.length}} : {}),
-    answer: {p50Ms: quantile(answers, 0.5), maxMs: answers.length > 0 ? Math.max(...answers) : 0, includesEntry: !entryMeasured},
+    ...(entryMeasured
+      ? {entry: {p50Ms: quantile(entries, 0.5), maxMs: Math.max(...entries), samples: entries.length}}
+      : {}),
+    answer: {
+      p50Ms: quantile(answers, 0.5),
+      maxMs: answers.length > 0 ? Math.max(...answers) : 0,
+      includesEntry: !entryMeasured,
+    },
     notes,
   }
 }

@@ -32,8 +32,15 @@ export class RunSession {
   private calibrated?: Calibrated
   private discovered?: FaultDiscovery
 
-  constructor(readonly deployment: Deployment, on: Host | Placement) {
-    ;({prefill: this.prefill, decode: this.decode, router: this.router} = serviceClients(deployment, {timeoutMs: PROBE_TIMEOUT_MS}))
+  constructor(
+    readonly deployment: Deployment,
+    on: Host | Placement,
+  ) {
+    ;({
+      prefill: this.prefill,
+      decode: this.decode,
+      router: this.router,
+    } = serviceClients(deployment, {timeoutMs: PROBE_TIMEOUT_MS}))
     this.placement = on instanceof Placement ? on : Placement.single(deployment, on)
   }
 
@@ -44,19 +51,36 @@ export class RunSession {
 
   /** Prefill's bootstrap server, as the gateway injects it into both /generate bodies. */
   get bootstrap(): {host: string; port: number} {
-    return {host: new URL(this.deployment.services.prefill.url).hostname, port: this.deployment.services.prefill.bootstrapPort}
+    return {
+      host: new URL(this.deployment.services.prefill.url).hostname,
+      port: this.deployment.services.prefill.bootstrapPort,
+    }
   }
 
   /** Unfaulted requests, measured once per run (and again after a restart): they calibrate ε and open what a fresh
    * deployment opens lazily (decode's route cache, the KV data connections stall-kv must find). */
-  async calibration(opts: {promptTokens: number; requests?: number; lagProbes?: LagProbeShape; say?: (l: string) => void; signal?: AbortSignal}): Promise<Calibrated> {
+  async calibration(opts: {
+    promptTokens: number
+    requests?: number
+    lagProbes?: LagProbeShape
+    say?: (l: string) => void
+    signal?: AbortSignal
+  }): Promise<Calibrated> {
     if (!this.calibrated) {
       // A breaker an earlier fault opened refuses healthy requests for a while: wait for it (bounded), not fail.
-      await untilBreakersClose(this.router, {onOpen: () => opts.say?.("the router's circuit breaker is open: waiting for it to close before calibrating")})
+      await untilBreakersClose(this.router, {
+        onOpen: () => opts.say?.("the router's circuit breaker is open: waiting for it to close before calibrating"),
+      })
       opts.say?.('calibrating on unfaulted requests')
-      this.calibrated = await calibrate(this.deployment, this, {promptTokens: opts.promptTokens, ...(opts.requests ? {requests: opts.requests} : {}), ...(opts.lagProbes ? {lagProbes: opts.lagProbes} : {}), ...(opts.signal ? {signal: opts.signal} : {})})
+      this.calibrated = await calibrate(this.deployment, this, {
+        promptTokens: opts.promptTokens,
+        ...(opts.requests ? {requests: opts.requests} : {}),
+        ...(opts.lagProbes ? {lagProbes: opts.lagProbes} : {}),
+        ...(opts.signal ? {signal: opts.signal} : {}),
+      })
       const lags = this.calibrated.lags
-      if (lags) opts.say?.(`measured lags: ${describeLags(lags)}${lags.notes.length ? ` (${lags.notes.join('; ')})` : ''}`)
+      if (lags)
+        opts.say?.(`measured lags: ${describeLags(lags)}${lags.notes.length ? ` (${lags.notes.join('; ')})` : ''}`)
     }
     return this.calibrated
   }
@@ -68,9 +92,13 @@ export class RunSession {
       say?.('discovering the deployment')
       // Each of discovery's host commands has its deadline; the run's stop ends the wait at once (exit 3).
       const o = {timeoutMs: PROBE_TIMEOUT_MS, ...(signal ? {signal} : {})}
-      const report = await abortable(this.placement.spansHosts
-        ? discoverAcrossHosts(this.placement.hosts, o)
-        : discover(this.deployment, this.host, o), signal, 'discovery')
+      const report = await abortable(
+        this.placement.spansHosts
+          ? discoverAcrossHosts(this.placement.hosts, o)
+          : discover(this.deployment, this.host, o),
+        signal,
+        'discovery',
+      )
       this.discovered = faultDiscovery(report, this.deployment)
     }
     return this.discovered
@@ -92,7 +120,10 @@ export const BREAKER_WAIT_MS = 90_000
  * gateway's metrics can say a breaker closed: a scrape that fails (a loaded gateway answers late) proves nothing, so
  * the wait goes on; canaries sent at an open breaker get the gateway's 503 and would fail a healthy deployment.
  */
-export async function untilBreakersClose(router: RouterClient, o: {signal?: AbortSignal; onOpen?: (open: string[]) => void} = {}): Promise<{open: string[]; closed: boolean}> {
+export async function untilBreakersClose(
+  router: RouterClient,
+  o: {signal?: AbortSignal; onOpen?: (open: string[]) => void} = {},
+): Promise<{open: string[]; closed: boolean}> {
   let open = await openBreakers(router)
   // A failed first scrape is read again (twice, a second apart) before the gateway counts as one without metrics.
   for (let tries = 1; open === undefined && tries < 3 && !o.signal?.aborted; tries++) {
@@ -116,5 +147,5 @@ export async function untilBreakersClose(router: RouterClient, o: {signal?: Abor
 export async function openBreakers(router: RouterClient): Promise<string[] | undefined> {
   const m = await router.metrics().catch(() => undefined)
   if (m === undefined) return undefined
-  return m.samples.filter((s) => s.name === ROUTER_CB_STATE && s.value === 1).map((s) => s.labels.worker ?? 'a worker')
+  return m.samples.filter(s => s.name === ROUTER_CB_STATE && s.value === 1).map(s => s.labels.worker ?? 'a worker')
 }

@@ -4,7 +4,17 @@ import type {RankInfo} from '../discovery/discover.js'
 import {badInput, oneLine} from '../errors.js'
 import {sleep} from '../util/time.js'
 import type {Host} from '../hosts/host.js'
-import {type AbortTrial, checkLeaseId, describeRank, type Fault, type FaultContext, type FaultDiscovery, type FaultPlan, type HostFacts, type TransferWindow} from './fault.js'
+import {
+  type AbortTrial,
+  checkLeaseId,
+  describeRank,
+  type Fault,
+  type FaultContext,
+  type FaultDiscovery,
+  type FaultPlan,
+  type HostFacts,
+  type TransferWindow,
+} from './fault.js'
 import {classifyDataPath, dataConnectionsOf, parseSsConnections, rankOnGpu, SS_ARGV} from './mechanisms/data-path.js'
 import {buildFilter, detectFilterTool, noFilterTool} from './mechanisms/packet-filter.js'
 import {buildTwinFailpoint} from './mechanisms/twin-failpoint.js'
@@ -22,26 +32,47 @@ import {buildTwinFailpoint} from './mechanisms/twin-failpoint.js'
 
 export const MAX_TRIALS = 200
 
-const Params = z.object({
-  trials: z.number().int().min(1).max(MAX_TRIALS).default(10).describe('abort-mid-transfer: number of trials.'),
-  gpu: z.number().int().min(0).max(1023).optional()
-    .describe("abort-mid-transfer: widen the transfer window on this GPU's rank (default on a TCP data path: the first prefill GPU)."),
-  widenKBytesPerSecond: z.number().int().min(0).max(10_000_000).optional()
-    .describe("abort-mid-transfer: rate-limit --gpu's KV connections to this many kB/s (0, the default on a TCP data path, holds the transfer still)."),
-  side: z.enum(['prefill', 'decode', 'both']).default('both')
-    .describe('abort-mid-transfer: where each abort goes: both (as the gateway does when a client goes away), prefill ' +
-      'alone (its own abort path, no ABORT from decode to rescue it) or decode alone (its ABORT over ZMQ is what ' +
-      'releases prefill).'),
-}).strict()
+const Params = z
+  .object({
+    trials: z.number().int().min(1).max(MAX_TRIALS).default(10).describe('abort-mid-transfer: number of trials.'),
+    gpu: z
+      .number()
+      .int()
+      .min(0)
+      .max(1023)
+      .optional()
+      .describe(
+        "abort-mid-transfer: widen the transfer window on this GPU's rank (default on a TCP data path: the first " +
+          'prefill GPU).',
+      ),
+    widenKBytesPerSecond: z
+      .number()
+      .int()
+      .min(0)
+      .max(10_000_000)
+      .optional()
+      .describe(
+        "abort-mid-transfer: rate-limit --gpu's KV connections to this many kB/s (0, the default on a TCP data " +
+          'path, holds the transfer still).',
+      ),
+    side: z
+      .enum(['prefill', 'decode', 'both'])
+      .default('both')
+      .describe(
+        'abort-mid-transfer: where each abort goes: both (as the gateway does when a client goes away), prefill ' +
+          'alone (its own abort path, no ABORT from decode to rescue it) or decode alone (its ABORT over ZMQ is what ' +
+          'releases prefill).',
+      ),
+  })
+  .strict()
 
 export type AbortMidTransferParams = z.infer<typeof Params>
-
 
 export type AbortSide = AbortMidTransferParams['side']
 
 /** The services a trial's abort goes to. */
 export const servicesOfSide = (side: AbortSide): Array<'prefill' | 'decode'> =>
-  (side === 'both' ? ['prefill', 'decode'] : [side])
+  side === 'both' ? ['prefill', 'decode'] : [side]
 
 /** "prefill and decode", "prefill alone", "decode alone". */
 export const describeSide = (side: AbortSide): string => (side === 'both' ? 'prefill and decode' : `${side} alone`)
@@ -62,7 +93,10 @@ export function sweepOffsets(n: number, startMs: number, endMs: number): number[
 
 /** Widening on a TCP data path unless told otherwise: hold one prefill rank's KV connections still, so the sweep
  * lands inside Transferring rather than around a sub-millisecond transfer. No widening where the path is not TCP. */
-export function wideningOf(p: AbortMidTransferParams, d: FaultDiscovery): {gpu: number; kbytesPerSecond: number} | undefined {
+export function wideningOf(
+  p: AbortMidTransferParams,
+  d: FaultDiscovery,
+): {gpu: number; kbytesPerSecond: number} | undefined {
   if (p.widenKBytesPerSecond !== undefined) return {gpu: p.gpu!, kbytesPerSecond: p.widenKBytesPerSecond}
   if (classifyDataPath(d.transport).kind !== 'tcp') return undefined
   const gpu = p.gpu ?? d.ranks.find((r: RankInfo) => r.service === 'prefill' && r.gpu !== undefined)?.gpu
@@ -74,21 +108,34 @@ export function wideningOf(p: AbortMidTransferParams, d: FaultDiscovery): {gpu: 
 export const DEFAULT_WIDEN_KBYTES = 0
 
 /** The transfer window aborts sweep, ms after send, from the calibrated prefill time (nominal 50 ms without one). */
-export function transferWindow(ctx: Pick<FaultContext<AbortMidTransferParams>, 'calibration' | 'contract'>, widened: boolean): {startMs: number; endMs: number; why: string} {
+export function transferWindow(
+  ctx: Pick<FaultContext<AbortMidTransferParams>, 'calibration' | 'contract'>,
+  widened: boolean,
+): {startMs: number; endMs: number; why: string} {
   const p = ctx.calibration?.prefillMs ?? 50
-  if (!widened) return {startMs: Math.round(Math.max(0, p * 0.6)), endMs: Math.round(Math.max(p, 3)), why: 'around the calibrated prefill time'}
+  if (!widened)
+    return {
+      startMs: Math.round(Math.max(0, p * 0.6)),
+      endMs: Math.round(Math.max(p, 3)),
+      why: 'around the calibrated prefill time',
+    }
   // Held (or slowed): every request sits in Transferring once its forward is done, for as long as the watchdog
   // leaves it alone, so the window runs from the prefill time for a share of the deadline (at most 1 s). It opens
   // one spread past the median prefill time: at the median itself, half the requests are still being prefilled,
   // and an abort there meets the waiting queue, not a transfer.
   const deadlineMs = (ctx.contract?.deadlineSeconds ?? 2.5) * 1000
   const start = p + (ctx.calibration?.prefillSpreadMs ?? 0)
-  return {startMs: Math.round(start * 10) / 10, endMs: Math.round((start + Math.min(1000, deadlineMs * 0.4)) * 10) / 10, why: 'held open by the widening'}
+  return {
+    startMs: Math.round(start * 10) / 10,
+    endMs: Math.round((start + Math.min(1000, deadlineMs * 0.4)) * 10) / 10,
+    why: 'held open by the widening',
+  }
 }
 
 export const abortMidTransfer: Fault<AbortMidTransferParams> = {
   name: 'abort-mid-transfer',
-  summary: 'aborts fired on prefill and decode (or one side: --side) inside the KV transfer window, N trials, offsets swept',
+  summary:
+    'aborts fired on prefill and decode (or one side: --side) inside the KV transfer window, N trials, offsets swept',
   params: Params,
   flagNames: {widenKBytesPerSecond: 'widen-kbytes'},
   mechanisms: ['abort-requests', 'packet-filter', 'twin-failpoint'],
@@ -96,7 +143,9 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
   pins: 'trials',
 
   refine(p, label) {
-    return p.widenKBytesPerSecond !== undefined && p.gpu === undefined ? {key: 'gpu', why: `needs ${label('gpu')} N to widen the window (whose KV connections to slow)`} : undefined
+    return p.widenKBytesPerSecond !== undefined && p.gpu === undefined
+      ? {key: 'gpu', why: `needs ${label('gpu')} N to widen the window (whose KV connections to slow)`}
+      : undefined
   },
 
   footprint(p, ctx) {
@@ -113,7 +162,11 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
     const t = await detectFilterTool(host, timeoutMs)
     const read = async () => {
       const ss = await host.run(SS_ARGV, {timeoutMs, sudo: true})
-      if (ss.code !== 0) throw badInput(`\`ss -tnpH\` failed on ${host.describe()}: ${oneLine(ss.stderr) || `exit ${ss.code}`}`, 'install iproute2 (ss) on the host')
+      if (ss.code !== 0)
+        throw badInput(
+          `\`ss -tnpH\` failed on ${host.describe()}: ${oneLine(ss.stderr) || `exit ${ss.code}`}`,
+          'install iproute2 (ss) on the host',
+        )
       return parseSsConnections(ss.stdout)
     }
     let connections = await read()
@@ -131,15 +184,22 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
   plan(ctx: FaultContext<AbortMidTransferParams>): FaultPlan {
     checkLeaseId(ctx.leaseId)
     const p = ctx.params
-    if (!Number.isInteger(p.trials) || p.trials < 1 || p.trials > MAX_TRIALS) throw badInput(`--trials must be 1 to ${MAX_TRIALS}`)
+    if (!Number.isInteger(p.trials) || p.trials < 1 || p.trials > MAX_TRIALS)
+      throw badInput(`--trials must be 1 to ${MAX_TRIALS}`)
     const widen = wideningOf(p, ctx.discovery)
     const window = transferWindow(ctx, widen !== undefined)
     const trials: AbortTrial[] = sweepOffsets(p.trials, window.startMs, window.endMs).map((offsetMs, index) => {
       const rid = trialRid(ctx.leaseId, index)
       return {
-        index, rid, offsetMs,
-        aborts: servicesOfSide(p.side ?? 'both')
-          .map((service) => ({service, method: 'POST' as const, path: '/abort_request' as const, body: {rid}})),
+        index,
+        rid,
+        offsetMs,
+        aborts: servicesOfSide(p.side ?? 'both').map(service => ({
+          service,
+          method: 'POST' as const,
+          path: '/abort_request' as const,
+          body: {rid},
+        })),
       }
     })
     const base = {
@@ -148,51 +208,104 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
       leaseId: ctx.leaseId,
       trials,
     }
-    const swept = (widening: TransferWindow['widening']): TransferWindow => ({startMs: window.startMs, endMs: window.endMs, why: window.why, widening})
-    const sweep = `${p.trials} trial(s), aborts on ${describeSide(p.side ?? 'both')} at ${window.startMs}..${window.endMs} ms ` +
+    const swept = (widening: TransferWindow['widening']): TransferWindow => ({
+      startMs: window.startMs,
+      endMs: window.endMs,
+      why: window.why,
+      widening,
+    })
+    const sweep =
+      `${p.trials} trial(s), aborts on ${describeSide(p.side ?? 'both')} at ${window.startMs}..${window.endMs} ms ` +
       `after each request is sent (${window.why})`
     if (widen === undefined) {
       return {
-        ...base, transferWindow: swept('none'), targets: [], inject: [], revert: [], sudo: false, verifyInjected: [], verifyClean: [], readOnlyProbes: [],
+        ...base,
+        transferWindow: swept('none'),
+        targets: [],
+        inject: [],
+        revert: [],
+        sudo: false,
+        verifyInjected: [],
+        verifyClean: [],
+        readOnlyProbes: [],
         description: `${sweep}; no change on the host`,
       }
     }
     const rank = rankOnGpu(ctx.discovery, widen.gpu)
     const path = classifyDataPath(ctx.discovery.transport)
-    if (path.kind !== 'tcp') throw badInput(`cannot widen the window by slowing the data path: ${path.evidence}; a rate limit cannot slow hardware RDMA`, 'run without widening')
-    if (!ctx.facts.filterTool && ctx.discovery.twinFailpointUrl && widen.kbytesPerSecond === 0 && rank.service === 'prefill') {
+    if (path.kind !== 'tcp')
+      throw badInput(
+        `cannot widen the window by slowing the data path: ${path.evidence}; a rate limit cannot slow hardware RDMA`,
+        'run without widening',
+      )
+    if (
+      !ctx.facts.filterTool &&
+      ctx.discovery.twinFailpointUrl &&
+      widen.kbytesPerSecond === 0 &&
+      rank.service === 'prefill'
+    ) {
       // No packet filter usable here (not root?), but the target is the twin: hold the window open with its own
       // stall-kv failure point on that rank, and say so.
       const fp = buildTwinFailpoint(ctx.discovery.twinFailpointUrl, 'stall-kv', [rank.tpRank])
       return {
-        ...base, transferWindow: swept('twin-failpoint'), targets: [{service: 'prefill', tpRank: rank.tpRank, pid: rank.pid, ...(rank.gpu === undefined ? {} : {gpu: rank.gpu})}],
-        inject: fp.inject, revert: fp.revert, sudo: false, verifyInjected: [fp.verifyInjected], verifyClean: [fp.verifyClean], readOnlyProbes: fp.readOnlyProbes,
+        ...base,
+        transferWindow: swept('twin-failpoint'),
+        targets: [
+          {service: 'prefill', tpRank: rank.tpRank, pid: rank.pid, ...(rank.gpu === undefined ? {} : {gpu: rank.gpu})},
+        ],
+        inject: fp.inject,
+        revert: fp.revert,
+        sudo: false,
+        verifyInjected: [fp.verifyInjected],
+        verifyClean: [fp.verifyClean],
+        readOnlyProbes: fp.readOnlyProbes,
         description: `${sweep}; window held open by ${fp.summary} (the twin's failure point, not a host mechanism)`,
-        refusals: [`packet filter not usable here (${ctx.facts.filterEvidence ?? 'not probed'}): using the twin's own failure point instead`],
+        refusals: [
+          `packet filter not usable here (${ctx.facts.filterEvidence ?? 'not probed'}): using the twin's own ` +
+            `failure point instead`,
+        ],
       }
     }
     const conns = dataConnectionsOf(rank, ctx.discovery, ctx.facts.connections ?? [])
     if (conns.length === 0) {
       // What ss showed of the rank, so a refusal says why (none at all, or only control and service ports).
-      const own = (ctx.facts.connections ?? []).filter((c) => c.pids.includes(rank.pid)).map((c) => `${c.state} ${c.local.addr}:${c.local.port} -> ${c.peer.addr}:${c.peer.port}`)
-      const seen = own.length === 0 ? 'ss showed no TCP connection of that pid' : `ss showed only control or service connections of that pid: ${own.slice(0, 8).join(', ')}`
-      throw badInput(`no open KV data connection of ${describeRank(rank)} to slow (${seen})`, 'send one request through the deployment first')
+      const own = (ctx.facts.connections ?? [])
+        .filter(c => c.pids.includes(rank.pid))
+        .map(c => `${c.state} ${c.local.addr}:${c.local.port} -> ${c.peer.addr}:${c.peer.port}`)
+      const seen =
+        own.length === 0
+          ? 'ss showed no TCP connection of that pid'
+          : `ss showed only control or service connections of that pid: ${own.slice(0, 8).join(', ')}`
+      throw badInput(
+        `no open KV data connection of ${describeRank(rank)} to slow (${seen})`,
+        'send one request through the deployment first',
+      )
     }
     if (!ctx.facts.filterTool) throw noFilterTool(ctx.facts.filterEvidence)
     const filter = buildFilter({
-      tool: ctx.facts.filterTool, leaseId: ctx.leaseId,
+      tool: ctx.facts.filterTool,
+      leaseId: ctx.leaseId,
       action: widen.kbytesPerSecond === 0 ? {kind: 'drop'} : {kind: 'rate', kbytesPerSecond: widen.kbytesPerSecond},
-      matches: conns.map((c) => ({kind: 'flow', a: c.local, b: c.peer})),
+      matches: conns.map(c => ({kind: 'flow', a: c.local, b: c.peer})),
     })
     return {
       ...base,
       transferWindow: swept('packet-filter'),
-      targets: [{
-        service: rank.service, tpRank: rank.tpRank, pid: rank.pid, ...(rank.startTicks === undefined ? {} : {startTicks: rank.startTicks}),
-        ...(rank.gpu === undefined ? {} : {gpu: rank.gpu}), connections: conns.map((c) => ({local: c.local, peer: c.peer})),
-      }],
-      inject: filter.inject, revert: filter.revert, sudo: true,
-      verifyInjected: [filter.verifyInjected], verifyClean: [filter.verifyClean],
+      targets: [
+        {
+          service: rank.service,
+          tpRank: rank.tpRank,
+          pid: rank.pid,
+          ...(rank.startTicks === undefined ? {} : {startTicks: rank.startTicks}),
+          ...(rank.gpu === undefined ? {} : {gpu: rank.gpu}),
+          connections: conns.map(c => ({local: c.local, peer: c.peer})),
+        },
+      ],
+      inject: filter.inject,
+      revert: filter.revert,
+      sudo: true,
+      verifyInjected: [filter.verifyInjected],
+      verifyClean: [filter.verifyClean],
       readOnlyProbes: [...filter.readOnlyProbes, SS_ARGV],
       description: `${sweep}; window widened: ${filter.summary}`,
       notes: [`data path: ${path.evidence}`],

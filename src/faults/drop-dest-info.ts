@@ -2,7 +2,15 @@ import {z} from 'zod'
 
 import {badInput} from '../errors.js'
 import type {Host} from '../hosts/host.js'
-import {checkLeaseId, describeRank, type Fault, type FaultContext, type FaultPlan, type FaultTarget, type HostFacts} from './fault.js'
+import {
+  checkLeaseId,
+  describeRank,
+  type Fault,
+  type FaultContext,
+  type FaultPlan,
+  type FaultTarget,
+  type HostFacts,
+} from './fault.js'
 import {buildFilter, detectFilterTool, noFilterTool, type FilterMatch} from './mechanisms/packet-filter.js'
 import {buildTwinFailpoint} from './mechanisms/twin-failpoint.js'
 
@@ -13,11 +21,24 @@ import {buildTwinFailpoint} from './mechanisms/twin-failpoint.js'
  * whatever the KV backend is, so this works on RDMA hosts too.
  */
 
-const Params = z.object({
-  rank: z.number().int().min(0).max(1023).optional().describe('drop-dest-info: only this prefill TP rank (default: every prefill rank).'),
-  mechanism: z.enum(['auto', 'packet-filter', 'twin-failpoint']).default('auto')
-    .describe("drop-dest-info: how the fault is made: auto uses the host's packet filter, or the twin's own failure point where none is usable (twin only)."),
-}).strict()
+const Params = z
+  .object({
+    rank: z
+      .number()
+      .int()
+      .min(0)
+      .max(1023)
+      .optional()
+      .describe('drop-dest-info: only this prefill TP rank (default: every prefill rank).'),
+    mechanism: z
+      .enum(['auto', 'packet-filter', 'twin-failpoint'])
+      .default('auto')
+      .describe(
+        "drop-dest-info: how the fault is made: auto uses the host's packet filter, or the twin's own failure " +
+          'point where none is usable (twin only).',
+      ),
+  })
+  .strict()
 
 export type DropDestInfoParams = z.infer<typeof Params>
 
@@ -31,7 +52,7 @@ export const dropDestInfo: Fault<DropDestInfoParams> = {
   // (python/sglang/srt/disaggregation/prefill.py, PrefillBootstrapQueue.pop_bootstrapped).
   pins: {queue: 'bootstrap', kvPoll: 'Bootstrapping'},
   // Decode sends its destination info to every prefill rank, on whatever node it runs: all of them lose it.
-  onEveryNode: (params) => (params.rank === undefined ? 'prefill' : undefined),
+  onEveryNode: params => (params.rank === undefined ? 'prefill' : undefined),
 
   footprint(params) {
     return {gpus: [], ports: [params.rank === undefined ? 'zmq:all' : `zmq:${params.rank}`], queue: 'bootstrap'}
@@ -44,43 +65,82 @@ export const dropDestInfo: Fault<DropDestInfoParams> = {
 
   plan(ctx: FaultContext<DropDestInfoParams>): FaultPlan {
     checkLeaseId(ctx.leaseId)
-    const prefill = ctx.discovery.ranks.filter((r) => r.service === 'prefill')
-    if (prefill.length === 0) throw badInput('discovery found no prefill rank processes', 'check `pdchaos status`: is the prefill server up?')
+    const prefill = ctx.discovery.ranks.filter(r => r.service === 'prefill')
+    if (prefill.length === 0)
+      throw badInput('discovery found no prefill rank processes', 'check `pdchaos status`: is the prefill server up?')
     let chosen = prefill
     if (ctx.params.rank !== undefined) {
-      chosen = prefill.filter((r) => r.tpRank === ctx.params.rank)
-      if (chosen.length === 0) throw badInput(`no prefill rank TP${ctx.params.rank} (prefill ranks: ${prefill.map((r) => `TP${r.tpRank}`).join(', ')})`)
-      if (chosen.length > 1) throw badInput(`${chosen.length} prefill ranks are TP${ctx.params.rank} (data parallel?): ambiguous target`, 'this fault supports DP size 1')
+      chosen = prefill.filter(r => r.tpRank === ctx.params.rank)
+      if (chosen.length === 0)
+        throw badInput(
+          `no prefill rank TP${ctx.params.rank} (prefill ranks: ${prefill.map(r => `TP${r.tpRank}`).join(', ')})`,
+        )
+      if (chosen.length > 1)
+        throw badInput(
+          `${chosen.length} prefill ranks are TP${ctx.params.rank} (data parallel?): ambiguous target`,
+          'this fault supports DP size 1',
+        )
     }
-    const noPort = chosen.filter((r) => r.zmqPort === undefined)
+    const noPort = chosen.filter(r => r.zmqPort === undefined)
     if (noPort.length > 0) {
       // Dropping only some ranks' ports would let the others answer: a partial fault is no fault.
-      throw badInput(`the bootstrap route gave no ZMQ port for ${noPort.map(describeRank).join(', ')}`,
-        'wait until prefill has registered with its bootstrap server (GET /route answers), then retry')
+      throw badInput(
+        `the bootstrap route gave no ZMQ port for ${noPort.map(describeRank).join(', ')}`,
+        'wait until prefill has registered with its bootstrap server (GET /route answers), then retry',
+      )
     }
     const twinUrl = ctx.discovery.twinFailpointUrl
     const mech = ctx.params.mechanism ?? 'auto'
-    if (mech === 'twin-failpoint' && !twinUrl) throw badInput('--mechanism twin-failpoint works only against pdchaos\'s twin, and this prefill is not it', 'use --mechanism packet-filter')
+    if (mech === 'twin-failpoint' && !twinUrl)
+      throw badInput(
+        "--mechanism twin-failpoint works only against pdchaos's twin, and this prefill is not it",
+        'use --mechanism packet-filter',
+      )
     if (mech === 'twin-failpoint' || (mech === 'auto' && !ctx.facts.filterTool && twinUrl)) {
-      const fp = buildTwinFailpoint(twinUrl!, 'drop-dest-info', chosen.map((r) => r.tpRank))
+      const fp = buildTwinFailpoint(
+        twinUrl!,
+        'drop-dest-info',
+        chosen.map(r => r.tpRank),
+      )
       return {
-        fault: 'drop-dest-info', mechanism: 'twin-failpoint', leaseId: ctx.leaseId,
-        targets: chosen.map((r) => ({service: 'prefill', tpRank: r.tpRank, pid: r.pid, ports: [r.zmqPort!]})),
-        inject: fp.inject, revert: fp.revert, sudo: false, verifyInjected: [fp.verifyInjected], verifyClean: [fp.verifyClean], readOnlyProbes: fp.readOnlyProbes,
-        description: `${fp.summary}: the ranks drop every frame decode sends (destination info and ABORT), as a packet filter on their ZMQ ports would. ` +
-          'New requests stay in the prefill bootstrap queue at Bootstrapping. This is the twin\'s failure point, not a host mechanism: it exists only on the twin.',
-        ...(mech === 'auto' ? {refusals: [`packet filter not usable here (${ctx.facts.filterEvidence ?? 'not probed'}): using the twin's own failure point instead`]} : {}),
+        fault: 'drop-dest-info',
+        mechanism: 'twin-failpoint',
+        leaseId: ctx.leaseId,
+        targets: chosen.map(r => ({service: 'prefill', tpRank: r.tpRank, pid: r.pid, ports: [r.zmqPort!]})),
+        inject: fp.inject,
+        revert: fp.revert,
+        sudo: false,
+        verifyInjected: [fp.verifyInjected],
+        verifyClean: [fp.verifyClean],
+        readOnlyProbes: fp.readOnlyProbes,
+        description:
+          `${fp.summary}: the ranks drop every frame decode sends (destination info and ABORT), as a packet filter ` +
+          `on their ZMQ ports would. ` +
+          "New requests stay in the prefill bootstrap queue at Bootstrapping. This is the twin's failure point, " +
+          'not a host mechanism: it exists only on the twin.',
+        ...(mech === 'auto'
+          ? {
+              refusals: [
+                `packet filter not usable here (${ctx.facts.filterEvidence ?? 'not probed'}): using the twin's own ` +
+                  `failure point instead`,
+              ],
+            }
+          : {}),
       }
     }
     if (!ctx.facts.filterTool) throw noFilterTool(ctx.facts.filterEvidence)
 
     // By port alone, on every address: rank_ip may be 0.0.0.0, an alias or a NAT'd address, and a rule on the
     // wrong address would be a silent no-op. A ZMQ port is a random port bound by the rank, so nothing else uses it.
-    const matches: FilterMatch[] = chosen.map((r) => ({kind: 'to', port: r.zmqPort!}))
+    const matches: FilterMatch[] = chosen.map(r => ({kind: 'to', port: r.zmqPort!}))
     const filter = buildFilter({tool: ctx.facts.filterTool, leaseId: ctx.leaseId, matches})
-    const targets: FaultTarget[] = chosen.map((r) => ({
-      service: 'prefill', tpRank: r.tpRank, pid: r.pid, ...(r.startTicks === undefined ? {} : {startTicks: r.startTicks}),
-      ...(r.gpu === undefined ? {} : {gpu: r.gpu}), ports: [r.zmqPort!],
+    const targets: FaultTarget[] = chosen.map(r => ({
+      service: 'prefill',
+      tpRank: r.tpRank,
+      pid: r.pid,
+      ...(r.startTicks === undefined ? {} : {startTicks: r.startTicks}),
+      ...(r.gpu === undefined ? {} : {gpu: r.gpu}),
+      ports: [r.zmqPort!],
     }))
     return {
       fault: 'drop-dest-info',
@@ -93,11 +153,20 @@ export const dropDestInfo: Fault<DropDestInfoParams> = {
       verifyInjected: [filter.verifyInjected],
       verifyClean: [filter.verifyClean],
       readOnlyProbes: filter.readOnlyProbes,
-      description: `drop all TCP to the ZMQ port of ${chosen.map((r) => `prefill TP${r.tpRank} (${r.zmqHost ?? '*'}:${r.zmqPort})`).join(', ')}; ${filter.summary}. ` +
-        'New requests stay in the prefill bootstrap queue at Bootstrapping; decode\'s ABORT is dropped too.',
+      description:
+        `drop all TCP to the ZMQ port ` +
+        `of ${chosen
+          .map(r => `prefill TP${r.tpRank} ` + `(${r.zmqHost ?? '*'}:${r.zmqPort})`)
+          .join(', ')}; ${filter.summary}. ` +
+        "New requests stay in the prefill bootstrap queue at Bootstrapping; decode's ABORT is dropped too.",
       notes: [
         `packet filter: ${ctx.facts.filterEvidence ?? ctx.facts.filterTool}`,
-        ...(ctx.params.rank !== undefined && prefill.length > 1 ? [`only TP${ctx.params.rank} of ${prefill.length} prefill ranks: the all-reduce (MIN) still holds every request at Bootstrapping`] : []),
+        ...(ctx.params.rank !== undefined && prefill.length > 1
+          ? [
+              `only TP${ctx.params.rank} of ${prefill.length} prefill ranks: the all-reduce (MIN) still holds ` +
+                `every request at Bootstrapping`,
+            ]
+          : []),
       ],
     }
   },

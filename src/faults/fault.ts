@@ -25,7 +25,14 @@ import {sleep} from '../util/time.js'
  * tc-flower: a hardware-offloaded tc flower drop of RoCEv2 on a NIC. link-down: `ip link set DEV down`.
  * ib-port-disable: an InfiniBand HCA port disabled (ibportstate). sigstop: a rank stopped (wedge-rank).
  */
-export type MechanismName = 'packet-filter' | 'tc-flower' | 'link-down' | 'ib-port-disable' | 'sigstop' | 'abort-requests' | 'twin-failpoint'
+export type MechanismName =
+  | 'packet-filter'
+  | 'tc-flower'
+  | 'link-down'
+  | 'ib-port-disable'
+  | 'sigstop'
+  | 'abort-requests'
+  | 'twin-failpoint'
 
 /**
  * What the runner observes while a fault is in place: pins (requests the fault holds, judged by the eviction check),
@@ -37,7 +44,9 @@ export type Observe = 'pins' | 'trials' | 'health' | 'breaker'
 export interface Judgement {
   ok: boolean
   evidence: string
-  /** A packet filter's rules: packets they matched so far (the abort check reads it: did the widening hold anything?). */
+  /**
+   * A packet filter's rules: packets they matched so far (the abort check reads it: did the widening hold anything?).
+   */
   matchedPackets?: number
 }
 
@@ -82,7 +91,9 @@ export interface FaultDiscovery {
   sglangTimeouts?: SglangTimeouts
   /** Decode's heartbeat toward prefill (its environment), when it was read: how soon decode notices a lost prefill. */
   heartbeat?: HeartbeatSettings
-  /** The gateway: its URL, the workers' URLs as the deployment file names them, and its settings as `status` reads them. */
+  /**
+   * The gateway: its URL, the workers' URLs as the deployment file names them, and its settings as `status` reads them.
+   */
   gateway?: {routerUrl: string; prefillUrl: string; decodeUrl: string; settings?: RouterSettings}
 }
 
@@ -98,15 +109,21 @@ export function faultDiscovery(report: StatusReport, deployment: Deployment): Fa
     if (hc) health[name] = hc
   }
   return {
-    ranks: report.ranks, transport: report.transport, servicePorts: [...new Set(servicePorts)],
+    ranks: report.ranks,
+    transport: report.transport,
+    servicePorts: [...new Set(servicePorts)],
     ...(fp ? {twinFailpointUrl: new URL(fp, s.prefill.url).href} : {}),
     ...(report.topology ? {topology: report.topology} : {}),
     ...(report.topologyError ? {topologyError: report.topologyError} : {}),
     ...(Object.keys(health).length ? {health} : {}),
     ...(report.sglangTimeouts ? {sglangTimeouts: report.sglangTimeouts} : {}),
     ...(report.watchdog.heartbeat ? {heartbeat: report.watchdog.heartbeat} : {}),
-    gateway: {routerUrl: s.router.url, prefillUrl: s.prefill.url, decodeUrl: s.decode.url,
-      ...(report.services.router.routerSettings ? {settings: report.services.router.routerSettings} : {})},
+    gateway: {
+      routerUrl: s.router.url,
+      prefillUrl: s.prefill.url,
+      decodeUrl: s.decode.url,
+      ...(report.services.router.routerSettings ? {settings: report.services.router.routerSettings} : {}),
+    },
   }
 }
 
@@ -248,7 +265,9 @@ export interface FaultPlan {
   /** What --dry-run runs: read-only checks that the tools, permissions and targets exist. */
   readOnlyProbes: string[][]
   description: string
-  /** Why the requested variant was not used (e.g. a packet filter refused on RDMA); informational once a plan exists. */
+  /**
+   * Why the requested variant was not used (e.g. a packet filter refused on RDMA); informational once a plan exists.
+   */
   refusals?: string[]
   notes?: string[]
   /** abort-mid-transfer only. */
@@ -322,18 +341,28 @@ export function renderArgv(argv: readonly string[]): string {
   return shellCommand(argv)
 }
 
-export function renderPlan(plan: FaultPlan): {inject: string[]; revert: string[]; verifyInjected: string[]; verifyClean: string[]; readOnlyProbes: string[]} {
+export function renderPlan(plan: FaultPlan): {
+  inject: string[]
+  revert: string[]
+  verifyInjected: string[]
+  verifyClean: string[]
+  readOnlyProbes: string[]
+} {
   return {
     inject: plan.inject.map(renderArgv),
     revert: plan.revert.map(renderArgv),
-    verifyInjected: plan.verifyInjected.map((p) => renderArgv(p.argv)),
-    verifyClean: plan.verifyClean.map((p) => renderArgv(p.argv)),
+    verifyInjected: plan.verifyInjected.map(p => renderArgv(p.argv)),
+    verifyClean: plan.verifyClean.map(p => renderArgv(p.argv)),
     readOnlyProbes: plan.readOnlyProbes.map(renderArgv),
   }
 }
 
 /** Run one probe on the host with a deadline and judge it. A probe that cannot run judges not ok (with why). */
-export async function runProbe(host: Host, probe: Probe, timeoutMs = 5000): Promise<Judgement & {probe: string; ms: number}> {
+export async function runProbe(
+  host: Host,
+  probe: Probe,
+  timeoutMs = 5000,
+): Promise<Judgement & {probe: string; ms: number}> {
   const started = performance.now()
   try {
     const res = await host.run(probe.argv, {timeoutMs, sudo: probe.sudo})
@@ -341,21 +370,34 @@ export async function runProbe(host: Host, probe: Probe, timeoutMs = 5000): Prom
     if (!j.ok && res.stderr.trim()) j.evidence += ` (stderr: ${oneLine(res.stderr).slice(0, 200)})`
     return {...j, probe: probe.name, ms: performance.now() - started}
   } catch (error) {
-    return {ok: false, evidence: `${probe.name}: could not run: ${oneLine(error)}`, probe: probe.name, ms: performance.now() - started}
+    return {
+      ok: false,
+      evidence: `${probe.name}: could not run: ${oneLine(error)}`,
+      probe: probe.name,
+      ms: performance.now() - started,
+    }
   }
 }
 
 /** Run every probe; ok only when all are. */
-export async function runProbes(host: Host, probes: Probe[], timeoutMs = 5000): Promise<{ok: boolean; results: Array<Judgement & {probe: string; ms: number}>}> {
-  const results = await Promise.all(probes.map((p) => runProbe(host, p, timeoutMs)))
-  return {ok: results.every((r) => r.ok), results}
+export async function runProbes(
+  host: Host,
+  probes: Probe[],
+  timeoutMs = 5000,
+): Promise<{ok: boolean; results: Array<Judgement & {probe: string; ms: number}>}> {
+  const results = await Promise.all(probes.map(p => runProbe(host, p, timeoutMs)))
+  return {ok: results.every(r => r.ok), results}
 }
 
 const LEASE_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/
 
 /** Lease ids end up in rids, table names and file names: plain characters only. */
 export function checkLeaseId(id: string): string {
-  if (!LEASE_ID.test(id)) throw badInput(`invalid lease id ${JSON.stringify(id)}`, 'use 1-64 letters, digits, _ . or - (starting with a letter or digit)')
+  if (!LEASE_ID.test(id))
+    throw badInput(
+      `invalid lease id ${JSON.stringify(id)}`,
+      'use 1-64 letters, digits, _ . or - (starting with a letter or digit)',
+    )
   return id
 }
 
@@ -367,7 +409,12 @@ export function describeRank(r: {service: string; tpRank: number; pid: number; g
  * Poll the probes until all judge ok or the deadline passes (a signal or a rule takes a moment to show in /proc
  * or a listing). Returns the last judgement either way; the deadline is mandatory.
  */
-export async function waitProbes(host: Host, probes: Probe[], deadlineMs: number, intervalMs = 50): Promise<{ok: boolean; results: Array<Judgement & {probe: string; ms: number}>; waitedMs: number}> {
+export async function waitProbes(
+  host: Host,
+  probes: Probe[],
+  deadlineMs: number,
+  intervalMs = 50,
+): Promise<{ok: boolean; results: Array<Judgement & {probe: string; ms: number}>; waitedMs: number}> {
   const started = performance.now()
   const until = started + deadlineMs
   for (;;) {

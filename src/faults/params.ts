@@ -32,13 +32,17 @@ interface ZodLike {
   isInt?: boolean
 }
 
-const kebab = (key: string): string => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)
+const kebab = (key: string): string => key.replace(/[A-Z]/g, c => `-${c.toLowerCase()}`)
 
 function kindOf(schema: ZodLike): ParamKind {
   const t = schema._zod.def.type
   if (t === 'number') {
     const n = schema
-    return {type: n.isInt ? 'integer' : 'number', ...(Number.isFinite(n.minValue) ? {min: n.minValue!} : {}), ...(Number.isFinite(n.maxValue) ? {max: n.maxValue!} : {})}
+    return {
+      type: n.isInt ? 'integer' : 'number',
+      ...(Number.isFinite(n.minValue) ? {min: n.minValue!} : {}),
+      ...(Number.isFinite(n.maxValue) ? {max: n.maxValue!} : {}),
+    }
   }
   if (t === 'enum') return {type: 'enum', options: Object.values(schema._zod.def.entries ?? {})}
   if (t === 'boolean') return {type: 'boolean'}
@@ -54,7 +58,13 @@ export function paramsOf(fault: Fault): ParamInfo[] {
       if (s._zod.def.type === 'default') dflt = s._zod.def.defaultValue
       s = s._zod.def.innerType!
     }
-    return {key, flag: fault.flagNames?.[key] ?? kebab(key), kind: kindOf(s), description: s.description ?? description, ...(dflt === undefined ? {} : {default: dflt})}
+    return {
+      key,
+      flag: fault.flagNames?.[key] ?? kebab(key),
+      kind: kindOf(s),
+      description: s.description ?? description,
+      ...(dflt === undefined ? {} : {default: dflt}),
+    }
   })
 }
 
@@ -76,7 +86,14 @@ function check(info: ParamInfo, raw: unknown): {value: unknown} | {why: string} 
     if (raw === 'true' || raw === 'false') return {value: raw === 'true'}
   } else {
     const n = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : raw
-    if (typeof n === 'number' && Number.isFinite(n) && (k.type === 'number' || Number.isInteger(n)) && (k.min === undefined || n >= k.min) && (k.max === undefined || n <= k.max)) return {value: n}
+    if (
+      typeof n === 'number' &&
+      Number.isFinite(n) &&
+      (k.type === 'number' || Number.isInteger(n)) &&
+      (k.min === undefined || n >= k.min) &&
+      (k.max === undefined || n <= k.max)
+    )
+      return {value: n}
   }
   return {why: `must be ${describeKind(k)} (got ${JSON.stringify(raw)})`}
 }
@@ -84,7 +101,7 @@ function check(info: ParamInfo, raw: unknown): {value: unknown} | {why: string} 
 /** A value in range for a param, written as its source takes it: `--trials 6`, `params.trials: 6`. */
 function example(info: ParamInfo, label: string, source: ParamSource): string {
   const k = info.kind
-  const v = info.default ?? (k.type === 'enum' ? k.options[0] : k.type === 'boolean' ? true : k.min ?? 1)
+  const v = info.default ?? (k.type === 'enum' ? k.options[0] : k.type === 'boolean' ? true : (k.min ?? 1))
   return source === 'flags' ? `pass for example ${label} ${String(v)}` : `write for example ${label}: ${String(v)}`
 }
 
@@ -99,26 +116,34 @@ export interface ParamIssue {
  * Validate raw params for one fault: unknown keys are refused naming the fault and what it takes; each value
  * against its bounds; then the fault's cross-param rules. Undefined values count as not given.
  */
-export function checkFaultParams<P>(fault: Fault<P>, raw: Record<string, unknown>, source: ParamSource): {params: P} | {issue: ParamIssue} {
+export function checkFaultParams<P>(
+  fault: Fault<P>,
+  raw: Record<string, unknown>,
+  source: ParamSource,
+): {params: P} | {issue: ParamIssue} {
   const infos = paramsOf(fault)
   const label = (key: string): string => {
-    const info = infos.find((i) => i.key === key)
+    const info = infos.find(i => i.key === key)
     return source === 'flags' ? `--${info?.flag ?? kebab(key)}` : `params.${key}`
   }
   const out: Record<string, unknown> = {}
   for (const [key, value] of Object.entries(raw)) {
     if (value === undefined) continue
-    const info = infos.find((i) => i.key === key)
+    const info = infos.find(i => i.key === key)
     if (!info) {
-      const takes = infos.length ? infos.map((i) => label(i.key)).join(', ') : 'no parameters'
+      const takes = infos.length ? infos.map(i => label(i.key)).join(', ') : 'no parameters'
       return {issue: {key, message: `${fault.name} takes no ${label(key)}`, suggestion: `${fault.name} takes ${takes}`}}
     }
     const c = check(info, value)
-    if ('why' in c) return {issue: {key, message: `${fault.name}: ${label(key)} ${c.why}`, suggestion: example(info, label(key), source)}}
+    if ('why' in c)
+      return {
+        issue: {key, message: `${fault.name}: ${label(key)} ${c.why}`, suggestion: example(info, label(key), source)},
+      }
     out[key] = c.value
   }
   const parsed = fault.params.safeParse(out)
-  if (!parsed.success) return {issue: {message: `${fault.name}: ${parsed.error.issues[0]?.message ?? 'invalid params'}`}}
+  if (!parsed.success)
+    return {issue: {message: `${fault.name}: ${parsed.error.issues[0]?.message ?? 'invalid params'}`}}
   const params = parsed.data as P
   const rule = fault.refine?.(params, label)
   if (rule) return {issue: {key: rule.key, message: `${fault.name} ${rule.why}`}}

@@ -24,6 +24,7 @@ export function isFaultName(name: string): name is FaultName {
 }
 
 export function getFault(name: string): Fault {
-  if (!isFaultName(name)) throw badInput(`unknown fault ${JSON.stringify(name)}`, `use one of: ${FAULT_NAMES.join(', ')}`)
+  if (!isFaultName(name))
+    throw badInput(`unknown fault ${JSON.stringify(name)}`, `use one of: ${FAULT_NAMES.join(', ')}`)
   return FAULTS[name] as Fault
 }

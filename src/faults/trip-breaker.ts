@@ -20,14 +20,22 @@ import {buildTwinFailpoint} from './mechanisms/twin-failpoint.js'
  * breaker must turn half-open after its open duration and close on successes (core/circuit_breaker.rs).
  */
 
-const Params = z.object({
-  role: z.enum(['prefill']).default('prefill')
-    .describe("trip-breaker: whose breaker to open (prefill: decode's half must never be sent alone)."),
-  mechanism: z.enum(['auto', 'packet-filter', 'twin-failpoint']).default('auto')
-    .describe("trip-breaker: auto uses the host's packet filter, or the twin's own failure point where none is usable "
-      + '(twin only).'),
-  probes: z.number().int().min(1).max(20).default(3).describe('trip-breaker: requests sent at the open breaker.'),
-}).strict()
+const Params = z
+  .object({
+    role: z
+      .enum(['prefill'])
+      .default('prefill')
+      .describe("trip-breaker: whose breaker to open (prefill: decode's half must never be sent alone)."),
+    mechanism: z
+      .enum(['auto', 'packet-filter', 'twin-failpoint'])
+      .default('auto')
+      .describe(
+        "trip-breaker: auto uses the host's packet filter, or the twin's own failure point where none is usable " +
+          '(twin only).',
+      ),
+    probes: z.number().int().min(1).max(20).default(3).describe('trip-breaker: requests sent at the open breaker.'),
+  })
+  .strict()
 
 export type TripBreakerParams = z.infer<typeof Params>
 
@@ -45,18 +53,19 @@ function routerSource(gateway: Gateway): {addr: string; why: string} {
     return {addr, why: `prefill's URL is on loopback (${prefill}): the gateway connects from it`}
   }
   if (isIP(router) && router !== '0.0.0.0' && router !== '::') {
-    const why = router === prefill ? `gateway and prefill share the address ${router}`
-      : `the gateway's URL address ${router}`
+    const why =
+      router === prefill ? `gateway and prefill share the address ${router}` : `the gateway's URL address ${router}`
     return {addr: router, why}
   }
-  throw badInput(`cannot tell which address the gateway connects to prefill from (router URL host ${
-    JSON.stringify(router)})`,
-    "write the router's URL with its host's IP address (as prefill sees the gateway connect) in the deployment file")
+  throw badInput(
+    `cannot tell which address the gateway connects to prefill from (router URL host ${JSON.stringify(router)})`,
+    "write the router's URL with its host's IP address (as prefill sees the gateway connect) in the deployment file",
+  )
 }
 
 export const tripBreaker: Fault<TripBreakerParams> = {
   name: 'trip-breaker',
-  summary: "prefill refuses the gateway until its circuit breaker opens; requests must then get 503 at once",
+  summary: 'prefill refuses the gateway until its circuit breaker opens; requests must then get 503 at once',
   params: Params,
   mechanisms: ['packet-filter', 'twin-failpoint'],
   observe: 'breaker',
@@ -79,20 +88,25 @@ export const tripBreaker: Fault<TripBreakerParams> = {
     const settings = ctx.discovery.gateway?.settings
     const cb = settings?.circuitBreaker
     if (cb && !cb.enabled) {
-      throw badInput('the gateway runs with --disable-circuit-breaker: there is no breaker to trip',
-        'run the gateway with its circuit breaker, or leave trip-breaker out')
+      throw badInput(
+        'the gateway runs with --disable-circuit-breaker: there is no breaker to trip',
+        'run the gateway with its circuit breaker, or leave trip-breaker out',
+      )
     }
     const twinUrl = ctx.discovery.twinFailpointUrl
     const mech = ctx.params.mechanism ?? 'auto'
     if (mech === 'twin-failpoint' && !twinUrl) {
-      throw badInput("--mechanism twin-failpoint works only against pdchaos's twin, and this prefill is not it",
-        'use --mechanism packet-filter')
+      throw badInput(
+        "--mechanism twin-failpoint works only against pdchaos's twin, and this prefill is not it",
+        'use --mechanism packet-filter',
+      )
     }
     const useTwin = mech === 'twin-failpoint' || (mech === 'auto' && !ctx.facts.filterTool && twinUrl !== undefined)
     if (!useTwin && !ctx.facts.filterTool) throw noFilterTool(ctx.facts.filterEvidence)
     const prefill = new URL(gateway.prefillUrl)
     const port = Number(prefill.port || (prefill.protocol === 'https:' ? 443 : 80))
-    const from = useTwin ? {addr: '*', why: "the twin's failure point resets every /generate connection"}
+    const from = useTwin
+      ? {addr: '*', why: "the twin's failure point resets every /generate connection"}
       : routerSource(gateway)
     const failureThreshold = cb?.failureThreshold ?? GATEWAY_DEFAULTS.failureThreshold
     const openSeconds = cb?.openSeconds ?? GATEWAY_DEFAULTS.openSeconds
@@ -103,15 +117,31 @@ export const tripBreaker: Fault<TripBreakerParams> = {
     // A refusal is immediate: every attempt fails at selection, so the answer takes the backoffs and a round trip.
     const refuseWithinMs = Math.ceil(backoffMs + 1000)
     const tripRequests = Math.ceil(failureThreshold / attempts) + 2
-    const filter = useTwin ? buildTwinFailpoint(twinUrl!, 'refuse-generate', [0])
-      : buildFilter({tool: ctx.facts.filterTool!, leaseId: ctx.leaseId, matches: [{kind: 'to', port, from: from.addr}],
-        action: {kind: 'reject'}})
+    const filter = useTwin
+      ? buildTwinFailpoint(twinUrl!, 'refuse-generate', [0])
+      : buildFilter({
+          tool: ctx.facts.filterTool!,
+          leaseId: ctx.leaseId,
+          matches: [{kind: 'to', port, from: from.addr}],
+          action: {kind: 'reject'},
+        })
     const expected: BreakerExpectation = {
-      kind: 'breaker', role: 'prefill', workerUrl: gateway.prefillUrl, decodeUrl: gateway.decodeUrl,
-      failureThreshold, successThreshold, openSeconds, attempts, tripRequests, tripTimeoutMs: refuseWithinMs + 5000,
-      probes: ctx.params.probes ?? 3, refuseWithinMs, closeWithinSeconds: openSeconds + 10,
+      kind: 'breaker',
+      role: 'prefill',
+      workerUrl: gateway.prefillUrl,
+      decodeUrl: gateway.decodeUrl,
+      failureThreshold,
+      successThreshold,
+      openSeconds,
+      attempts,
+      tripRequests,
+      tripTimeoutMs: refuseWithinMs + 5000,
+      probes: ctx.params.probes ?? 3,
+      refuseWithinMs,
+      closeWithinSeconds: openSeconds + 10,
       settingsSource: settings?.source ?? "router settings not read: the gateway's defaults",
-      why: `${failureThreshold} consecutive failures open a worker's breaker; ${attempts} attempt(s) per request, ` +
+      why:
+        `${failureThreshold} consecutive failures open a worker's breaker; ${attempts} attempt(s) per request, ` +
         `so ${tripRequests} refused requests open it; open, every attempt is refused at selection ` +
         `(worst backoff ${backoffMs.toFixed(0)} ms in all, + 1 s); ` +
         `it turns half-open when read after ${openSeconds} s and closes after ${successThreshold} successes`,
@@ -127,18 +157,24 @@ export const tripBreaker: Fault<TripBreakerParams> = {
       verifyInjected: [filter.verifyInjected],
       verifyClean: [filter.verifyClean],
       readOnlyProbes: filter.readOnlyProbes,
-      description: `refuse (TCP reset) the gateway's connections to prefill's HTTP port ${port} from ${from.addr} ` +
+      description:
+        `refuse (TCP reset) the gateway's connections to prefill's HTTP port ${port} from ${from.addr} ` +
         `(${from.why}); ${filter.summary}. Then ${tripRequests} requests through the gateway open prefill's breaker, ` +
         `${expected.probes} more must each get 503 within ${refuseWithinMs} ms without decode's queue growing, ` +
         'and after ' +
         `the revert the breaker must half-open and close within ${expected.closeWithinSeconds} s.`,
       ...(useTwin && mech === 'auto'
-        ? {refusals: [`packet filter not usable here (${ctx.facts.filterEvidence ?? 'not probed'}): ` +
-          "using the twin's own failure point instead"]}
+        ? {
+            refusals: [
+              `packet filter not usable here (${ctx.facts.filterEvidence ?? 'not probed'}): ` +
+                "using the twin's own failure point instead",
+            ],
+          }
         : {}),
       notes: [
         `gateway settings: ${expected.settingsSource}`,
-        useTwin ? "the twin's failure point, not a host mechanism: it exists only on the twin"
+        useTwin
+          ? "the twin's failure point, not a host mechanism: it exists only on the twin"
           : `packet filter: ${ctx.facts.filterEvidence ?? ctx.facts.filterTool}`,
         "only the gateway's source address is refused: decode's bootstrap and KV traffic to prefill are untouched; " +
           "the gateway's own health checks of prefill are refused too " +

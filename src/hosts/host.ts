@@ -10,7 +10,9 @@ import type {SudoPolicy} from './host-spec.js'
 export type {SudoPolicy} from './host-spec.js'
 
 export interface RunOptions {
-  /** Deadline for the whole command; on expiry the command (its process group) is killed and run() rejects with exit 5. */
+  /**
+   * Deadline for the whole command; on expiry the command (its process group) is killed and run() rejects with exit 5.
+   */
   timeoutMs: number
   /** Run privileged: `sudo -n --` when the policy is passwordless and the login user is not root. */
   sudo?: boolean
@@ -68,25 +70,36 @@ export function envPrefix(env: Record<string, string> | undefined): string[] {
   const pairs = Object.entries(env)
   if (pairs.length === 0) return []
   for (const [k] of pairs) {
-    if (!ENV_NAME.test(k)) throw badInput(`invalid environment variable name ${JSON.stringify(k)}`, 'use letters, digits and _ (not starting with a digit)')
+    if (!ENV_NAME.test(k))
+      throw badInput(
+        `invalid environment variable name ${JSON.stringify(k)}`,
+        'use letters, digits and _ (not starting with a digit)',
+      )
   }
   return ['env', '--', ...pairs.map(([k, v]) => `${k}=${v}`)]
 }
 
 /** The full argv a host runs for run(): privilege, then environment, then the command itself. */
-export function buildArgv(argv: string[], opts: {sudo?: boolean; env?: Record<string, string>}, policy: SudoPolicy, isRoot: boolean): string[] {
+export function buildArgv(
+  argv: string[],
+  opts: {sudo?: boolean; env?: Record<string, string>},
+  policy: SudoPolicy,
+  isRoot: boolean,
+): string[] {
   if (argv.length === 0) throw badInput('an empty command cannot be run', 'give at least the program name')
   return [...sudoPrefix(opts.sudo, policy, isRoot), ...envPrefix(opts.env), ...argv]
 }
 
 /** The timeout deadline must be a positive finite number: every wait has one. */
 export function checkTimeout(timeoutMs: number): void {
-  if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) throw badInput(`invalid command timeout ${timeoutMs} ms`, 'give a positive timeoutMs')
+  if (!Number.isFinite(timeoutMs) || timeoutMs <= 0)
+    throw badInput(`invalid command timeout ${timeoutMs} ms`, 'give a positive timeoutMs')
 }
 
 /** Octal mode for chmod, validated. */
 export function modeString(mode: number): string {
-  if (!Number.isInteger(mode) || mode < 0 || mode > 0o7777) throw badInput(`invalid file mode ${mode}`, 'give a mode between 0 and 0o7777, e.g. 0o644')
+  if (!Number.isInteger(mode) || mode < 0 || mode > 0o7777)
+    throw badInput(`invalid file mode ${mode}`, 'give a mode between 0 and 0o7777, e.g. 0o644')
   return mode.toString(8).padStart(4, '0')
 }
 
@@ -94,5 +107,6 @@ export function modeString(mode: number): string {
  * Shell scripts the hosts run through `sh -c SCRIPT sh ARGS...`: the script is a constant and every user
  * value arrives as a positional parameter, so nothing user-supplied is ever parsed by the shell.
  */
-export const UPLOAD_SCRIPT = 'umask 077; t="$1.pdchaos-tmp.$$"; cat > "$t" && chmod "$2" "$t" && mv -f "$t" "$1" || { rm -f "$t"; exit 1; }'
+export const UPLOAD_SCRIPT =
+  'umask 077; t="$1.pdchaos-tmp.$$"; cat > "$t" && chmod "$2" "$t" && mv -f "$t" "$1" || { rm -f "$t"; exit 1; }'
 export const DETACH_SCRIPT = 'log="$1"; shift; setsid nohup "$@" >>"$log" 2>&1 </dev/null & echo $!'

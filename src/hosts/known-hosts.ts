@@ -44,7 +44,10 @@ export function hashedToken(host: string, port: number, salt: Buffer = randomByt
 }
 
 function globToRegExp(pattern: string): RegExp {
-  const body = pattern.replace(/[.+^${}()|[\]\\]/g, '\\$&').replaceAll('*', '.*').replaceAll('?', '.')
+  const body = pattern
+    .replace(/[.+^${}()|[\]\\]/g, '\\$&')
+    .replaceAll('*', '.*')
+    .replaceAll('?', '.')
   return new RegExp(`^${body}$`, 'i')
 }
 
@@ -91,7 +94,11 @@ export function checkKnownHosts(text: string, host: string, port: number, keyBlo
     }
     if (b64 === presented) known = true
     else {
-      try { others.push(fingerprintOf(Buffer.from(b64, 'base64'))) } catch { /* unparsable line */ }
+      try {
+        others.push(fingerprintOf(Buffer.from(b64, 'base64')))
+      } catch {
+        /* unparsable line */
+      }
     }
   }
   // @revoked anywhere beats a positive match, so the loop finishes before answering.
@@ -106,7 +113,8 @@ export const MAX_KNOWN_HOSTS_BYTES = 16 * 1024 * 1024
 /** The file's text ('' when it does not exist); anything but a readable regular file is exit 2 naming it. */
 export async function readKnownHosts(path: string): Promise<string> {
   const bytes = readInputFile(path, {
-    what: 'known_hosts file', maxBytes: MAX_KNOWN_HOSTS_BYTES,
+    what: 'known_hosts file',
+    maxBytes: MAX_KNOWN_HOSTS_BYTES,
     notAFile: 'give knownHosts the path of a known_hosts file (a regular file, or one that does not exist yet)',
   })
   return bytes === undefined ? '' : bytes.toString('utf8')
@@ -119,12 +127,23 @@ export async function appendKnownHost(path: string, host: string, port: number, 
   let fd: number | undefined
   try {
     mkdirSync(dirname(path), {recursive: true, mode: 0o700})
-    fd = openSync(path, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NONBLOCK | constants.O_NOCTTY, 0o600)
-    if (!fstatSync(fd).isFile()) throw badInput(`${path} is not a regular file, not a known_hosts file`, 'give knownHosts the path of a known_hosts file')
+    fd = openSync(
+      path,
+      constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NONBLOCK | constants.O_NOCTTY,
+      0o600,
+    )
+    if (!fstatSync(fd).isFile())
+      throw badInput(
+        `${path} is not a regular file, not a known_hosts file`,
+        'give knownHosts the path of a known_hosts file',
+      )
     writeSync(fd, `${sep}${knownHostsLine(host, port, keyBlob)}\n`)
   } catch (error) {
     if (error instanceof PdError) throw error
-    throw badInput(`cannot add the host key to ${path}: ${errnoText(error)}`, 'give knownHosts a path in a directory you can write')
+    throw badInput(
+      `cannot add the host key to ${path}: ${errnoText(error)}`,
+      'give knownHosts a path in a directory you can write',
+    )
   } finally {
     if (fd !== undefined) closeSync(fd)
   }

@@ -6,8 +6,19 @@ import {ExitCode} from '../exit-codes.js'
 import {stoppedError} from '../util/stop.js'
 import {within} from '../util/time.js'
 import {
-  DETACH_SCRIPT, UPLOAD_SCRIPT, buildArgv, checkTimeout, envPrefix, modeString, sudoPrefix,
-  type DetachedOptions, type Host, type RunOptions, type RunResult, type SudoPolicy, type UploadOptions,
+  DETACH_SCRIPT,
+  UPLOAD_SCRIPT,
+  buildArgv,
+  checkTimeout,
+  envPrefix,
+  modeString,
+  sudoPrefix,
+  type DetachedOptions,
+  type Host,
+  type RunOptions,
+  type RunResult,
+  type SudoPolicy,
+  type UploadOptions,
 } from './host.js'
 import {describeArgv} from './quote.js'
 
@@ -38,19 +49,24 @@ export class LocalHost implements Host {
     } catch (error) {
       // Refused before it ran (an argument list the kernel will not take: E2BIG): a result, as a shell would say.
       const errno = (error as NodeJS.ErrnoException).code ?? 'EINVAL'
-      return {code: errno === 'ENOENT' ? 127 : 126, stdout: '', stderr: `pdchaos: ${full[0]}: ${errno}\n`, durationMs: performance.now() - started}
+      return {
+        code: errno === 'ENOENT' ? 127 : 126,
+        stdout: '',
+        stderr: `pdchaos: ${full[0]}: ${errno}\n`,
+        durationMs: performance.now() - started,
+      }
     }
     const out = collect(child.stdout)
     const err = collect(child.stderr)
     child.stdin.on('error', () => undefined) // a command that does not read its input closes it early
     child.stdin.end(opts.stdin ?? '')
-    const ended = new Promise<{code: number | null; signal: NodeJS.Signals | null; errno?: string}>((resolve) => {
+    const ended = new Promise<{code: number | null; signal: NodeJS.Signals | null; errno?: string}>(resolve => {
       child.once('error', (e: NodeJS.ErrnoException) => resolve({code: null, signal: null, errno: e.code ?? 'EIO'}))
       child.once('close', (code, signal) => resolve({code, signal}))
     })
     let timer: NodeJS.Timeout | undefined
     let onAbort: (() => void) | undefined
-    const expired = new Promise<'timeout' | 'stopped'>((resolve) => {
+    const expired = new Promise<'timeout' | 'stopped'>(resolve => {
       timer = setTimeout(() => {
         killGroup(child.pid)
         resolve('timeout')
@@ -71,16 +87,31 @@ export class LocalHost implements Host {
       }
       if (result === 'timeout') {
         await within(ended, REAP_MS)
-        throw new PdError(`\`${describeArgv(argv)}\` timed out after ${opts.timeoutMs} ms on local; its process group was killed`, {
-          exit: ExitCode.unreachable, suggestion: 'raise the timeout or find out why the command hangs',
-        })
+        throw new PdError(
+          `\`${describeArgv(argv)}\` timed out after ${opts.timeoutMs} ms on local; its process group was killed`,
+          {
+            exit: ExitCode.unreachable,
+            suggestion: 'raise the timeout or find out why the command hangs',
+          },
+        )
       }
       const durationMs = performance.now() - started
       if (result.errno !== undefined) {
         // exec itself failed (ENOENT, EACCES): report it the way a shell would, as a result.
-        return {code: result.errno === 'ENOENT' ? 127 : 126, stdout: '', stderr: `pdchaos: ${full[0]}: ${result.errno}\n`, durationMs}
+        return {
+          code: result.errno === 'ENOENT' ? 127 : 126,
+          stdout: '',
+          stderr: `pdchaos: ${full[0]}: ${result.errno}\n`,
+          durationMs,
+        }
       }
-      return {code: result.code, ...(result.signal ? {signal: result.signal} : {}), stdout: out.text(), stderr: err.text(), durationMs}
+      return {
+        code: result.code,
+        ...(result.signal ? {signal: result.signal} : {}),
+        stdout: out.text(),
+        stderr: err.text(),
+        durationMs,
+      }
     } finally {
       clearTimeout(timer)
       if (onAbort) opts.signal?.removeEventListener('abort', onAbort)
@@ -88,11 +119,20 @@ export class LocalHost implements Host {
   }
 
   async upload(path: string, content: string | Buffer, mode = 0o644, opts: UploadOptions = {}): Promise<void> {
-    const argv = [...sudoPrefix(opts.sudo, this.sudoPolicy, this.isRoot), 'sh', '-c', UPLOAD_SCRIPT, 'sh', path, modeString(mode)]
+    const argv = [
+      ...sudoPrefix(opts.sudo, this.sudoPolicy, this.isRoot),
+      'sh',
+      '-c',
+      UPLOAD_SCRIPT,
+      'sh',
+      path,
+      modeString(mode),
+    ]
     const res = await this.run(argv, {timeoutMs: opts.timeoutMs ?? 30_000, stdin: content})
     if (res.code !== 0) {
       throw new PdError(`cannot write ${path} on local: ${res.stderr.trim() || `exit ${res.code}`}`, {
-        exit: ExitCode.unreachable, suggestion: 'check the directory exists and is writable (or use sudo)',
+        exit: ExitCode.unreachable,
+        suggestion: 'check the directory exists and is writable (or use sudo)',
       })
     }
   }
@@ -100,9 +140,13 @@ export class LocalHost implements Host {
   async startDetached(argv: string[], opts: DetachedOptions = {}): Promise<{pid: number}> {
     if (opts.sudo && !this.isRoot && this.sudoPolicy === 'passwordless') {
       // Through sudo the session must be made on the far side of sudo: reuse the shell recipe.
-      const res = await this.run(['sh', '-c', DETACH_SCRIPT, 'sh', opts.logFile ?? '/dev/null', ...envPrefix(opts.env), ...argv], {
-        timeoutMs: opts.timeoutMs ?? 30_000, sudo: true,
-      })
+      const res = await this.run(
+        ['sh', '-c', DETACH_SCRIPT, 'sh', opts.logFile ?? '/dev/null', ...envPrefix(opts.env), ...argv],
+        {
+          timeoutMs: opts.timeoutMs ?? 30_000,
+          sudo: true,
+        },
+      )
       return {pid: parsePid(res, argv, 'local')}
     }
     const full = [...envPrefix(opts.env), ...argv]
@@ -113,7 +157,9 @@ export class LocalHost implements Host {
         child.once('error', reject)
         child.once('spawn', () => resolve(child.pid!))
       }).catch((err: unknown) => {
-        throw new PdError(`cannot start \`${describeArgv(argv)}\` on local: ${(err as Error).message}`, {exit: ExitCode.unreachable})
+        throw new PdError(`cannot start \`${describeArgv(argv)}\` on local: ${(err as Error).message}`, {
+          exit: ExitCode.unreachable,
+        })
       })
       child.unref()
       return {pid}
@@ -142,16 +188,24 @@ function killGroup(pid: number | undefined): void {
   try {
     process.kill(-pid, 'SIGKILL')
   } catch {
-    try { process.kill(pid, 'SIGKILL') } catch { /* already gone */ }
+    try {
+      process.kill(pid, 'SIGKILL')
+    } catch {
+      /* already gone */
+    }
   }
 }
 
 export function parsePid(res: RunResult, argv: string[], where: string): number {
   const pid = Number.parseInt(res.stdout.trim(), 10)
   if (res.code !== 0 || !Number.isInteger(pid) || pid <= 0) {
-    throw new PdError(`cannot start \`${describeArgv(argv)}\` on ${where}: ${res.stderr.trim() || `exit ${res.code}`}`, {
-      exit: ExitCode.unreachable, suggestion: 'check that setsid and nohup exist on the host',
-    })
+    throw new PdError(
+      `cannot start \`${describeArgv(argv)}\` on ${where}: ${res.stderr.trim() || `exit ${res.code}`}`,
+      {
+        exit: ExitCode.unreachable,
+        suggestion: 'check that setsid and nohup exist on the host',
+      },
+    )
   }
   return pid
 }

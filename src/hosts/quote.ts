@@ -8,9 +8,13 @@ import {badInput} from '../errors.js'
 const BARE = /^[A-Za-z0-9_@%+=:,./-]+$/
 
 export function shellQuote(arg: string): string {
-  if (typeof arg !== 'string') throw badInput(`cannot quote a ${typeof arg} as a shell argument`, 'pass every argv element as a string')
+  if (typeof arg !== 'string')
+    throw badInput(`cannot quote a ${typeof arg} as a shell argument`, 'pass every argv element as a string')
   if (arg.includes('\0')) {
-    throw badInput(`a command argument contains a NUL byte: ${JSON.stringify(arg.slice(0, 40))}`, 'remove the NUL: no shell or exec can carry it')
+    throw badInput(
+      `a command argument contains a NUL byte: ${JSON.stringify(arg.slice(0, 40))}`,
+      'remove the NUL: no shell or exec can carry it',
+    )
   }
   if (arg === '') return "''"
   if (BARE.test(arg)) return arg
@@ -20,7 +24,7 @@ export function shellQuote(arg: string): string {
 /** argv -> one command line for `sh -c` (what sshd hands to the login shell). */
 export function shellCommand(argv: readonly string[]): string {
   if (argv.length === 0) throw badInput('an empty command cannot be run', 'give at least the program name')
-  return argv.map((a) => shellQuote(a)).join(' ')
+  return argv.map(a => shellQuote(a)).join(' ')
 }
 
 // Control characters (newline, CR, ESC...) that would break a line or move the cursor when printed.
@@ -29,15 +33,18 @@ const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/
 /** One argument for people to read: shellQuote, or bash's $'...' with escapes when it holds a control character. */
 function displayWord(arg: string): string {
   if (!CONTROL.test(arg)) return shellQuote(arg)
-  const body = [...arg].map((c) => {
-    const code = c.codePointAt(0)!
-    if (c === '\n') return '\\n'
-    if (c === '\t') return '\\t'
-    if (c === '\r') return '\\r'
-    if (c === "'" || c === '\\') return '\\' + c
-    if (CONTROL.test(c)) return code <= 0xff ? `\\x${code.toString(16).padStart(2, '0')}` : `\\u${code.toString(16).padStart(4, '0')}`
-    return c
-  }).join('')
+  const body = [...arg]
+    .map(c => {
+      const code = c.codePointAt(0)!
+      if (c === '\n') return '\\n'
+      if (c === '\t') return '\\t'
+      if (c === '\r') return '\\r'
+      if (c === "'" || c === '\\') return '\\' + c
+      if (CONTROL.test(c))
+        return code <= 0xff ? `\\x${code.toString(16).padStart(2, '0')}` : `\\u${code.toString(16).padStart(4, '0')}`
+      return c
+    })
+    .join('')
   return `$'${body}'`
 }
 
@@ -46,7 +53,7 @@ function displayWord(arg: string): string {
  * argument with a newline cannot forge another line of a log or of progress output (issue 12, S7).
  */
 export function displayArgv(argv: readonly string[]): string {
-  return argv.map((a) => displayWord(a)).join(' ')
+  return argv.map(a => displayWord(a)).join(' ')
 }
 
 /** A short, one-line rendering of argv for error messages (long commands are cut). */
@@ -66,12 +73,14 @@ const PLAIN_BYTE = /^[A-Za-z0-9 _.,:/=+@;|&<>(){}[\]*?#~^-]$/
  * every one of those shells passes it unchanged to sh, which decodes it and runs the original line (issue 12, S6).
  */
 export function anyShellCommand(posixLine: string): string {
-  if (posixLine.includes('\0')) throw badInput('a command line contains a NUL byte', 'remove the NUL: no shell or exec can carry it')
+  if (posixLine.includes('\0'))
+    throw badInput('a command line contains a NUL byte', 'remove the NUL: no shell or exec can carry it')
   let format = ''
   for (const byte of Buffer.from(posixLine, 'utf8')) {
     const c = String.fromCharCode(byte)
     // A leading - would read as a printf option.
-    format += byte < 0x80 && PLAIN_BYTE.test(c) && !(format === '' && c === '-') ? c : '\\' + byte.toString(8).padStart(3, '0')
+    format +=
+      byte < 0x80 && PLAIN_BYTE.test(c) && !(format === '' && c === '-') ? c : '\\' + byte.toString(8).padStart(3, '0')
   }
   return `exec sh -c 'eval "$(printf "${format}")"'`
 }

@@ -38,7 +38,14 @@ export function parseSshConfig(text: string): SshConfigBlock[] {
     if (!m) continue
     const key = m[1]!.toLowerCase()
     const value = splitValue(m[2]!)
-    if (key === 'host') blocks.push({patterns: value.split(/\s+/).filter(Boolean).map((p) => p.replace(/^"|"$/g, '')), options: []})
+    if (key === 'host')
+      blocks.push({
+        patterns: value
+          .split(/\s+/)
+          .filter(Boolean)
+          .map(p => p.replace(/^"|"$/g, '')),
+        options: [],
+      })
     else if (key === 'match') blocks.push({patterns: null, options: []})
     else blocks.at(-1)!.options.push([key, value])
   }
@@ -46,7 +53,10 @@ export function parseSshConfig(text: string): SshConfigBlock[] {
 }
 
 function globMatch(pattern: string, name: string): boolean {
-  const body = pattern.replace(/[.+^${}()|[\]\\]/g, '\\$&').replaceAll('*', '.*').replaceAll('?', '.')
+  const body = pattern
+    .replace(/[.+^${}()|[\]\\]/g, '\\$&')
+    .replaceAll('*', '.*')
+    .replaceAll('?', '.')
   return new RegExp(`^${body}$`, 'i').test(name)
 }
 
@@ -67,7 +77,11 @@ export function expandTilde(path: string, home = homedir()): string {
 }
 
 /** The options that apply to `name`, with %-tokens and ~ expanded as ssh does for these keywords. */
-export function resolveSshConfig(text: string, name: string, env: {home?: string; localUser?: string} = {}): SshConfigResult {
+export function resolveSshConfig(
+  text: string,
+  name: string,
+  env: {home?: string; localUser?: string} = {},
+): SshConfigResult {
   const home = env.home ?? homedir()
   const localUser = env.localUser ?? userInfo().username
   const found = new Map<string, string>()
@@ -85,46 +99,76 @@ export function resolveSshConfig(text: string, name: string, env: {home?: string
   let port: number | undefined
   if (portText !== undefined) {
     port = Number(portText)
-    if (!Number.isInteger(port) || port < 1 || port > 65_535) throw badInput(`ssh config: Port ${JSON.stringify(portText)} for ${name} is not a port`, 'fix the Port line in the ssh config')
+    if (!Number.isInteger(port) || port < 1 || port > 65_535)
+      throw badInput(
+        `ssh config: Port ${JSON.stringify(portText)} for ${name} is not a port`,
+        'fix the Port line in the ssh config',
+      )
   }
-  const tokens = (s: string): string => s.replace(/%([%dhurp])/g, (_, t: string) => {
-    switch (t) {
-      case '%': return '%'
-      case 'd': return home
-      case 'h': return hostname ?? name
-      case 'u': return localUser
-      case 'r': return user ?? localUser
-      case 'p': return String(port ?? 22)
-      default: return t
-    }
-  })
+  const tokens = (s: string): string =>
+    s.replace(/%([%dhurp])/g, (_, t: string) => {
+      switch (t) {
+        case '%':
+          return '%'
+        case 'd':
+          return home
+        case 'h':
+          return hostname ?? name
+        case 'u':
+          return localUser
+        case 'r':
+          return user ?? localUser
+        case 'p':
+          return String(port ?? 22)
+        default:
+          return t
+      }
+    })
   const proxyJump = found.get('proxyjump')
   return {
     ...(hostname === undefined ? {} : {hostname}),
     ...(user === undefined ? {} : {user}),
     ...(port === undefined ? {} : {port}),
-    identityFiles: identities.filter((f) => f.toLowerCase() !== 'none').map((f) => expandTilde(tokens(f), home)),
+    identityFiles: identities.filter(f => f.toLowerCase() !== 'none').map(f => expandTilde(tokens(f), home)),
     ...(proxyJump === undefined || proxyJump.toLowerCase() === 'none' ? {} : {proxyJump}),
   }
 }
 
 export async function readSshConfigFile(path: string): Promise<string> {
-  const bytes = readInputFile(path, {what: 'ssh config file', maxBytes: 16 * 1024 * 1024, notAFile: `give the path of an ssh config file (a regular file)`})
+  const bytes = readInputFile(path, {
+    what: 'ssh config file',
+    maxBytes: 16 * 1024 * 1024,
+    notAFile: `give the path of an ssh config file (a regular file)`,
+  })
   return bytes === undefined ? '' : bytes.toString('utf8')
 }
 
 /** "user@host:port" (ssh -J form; also ssh://user@host:port and [v6]:port). One hop only. */
 export function parseJumpSpec(spec: string): {user?: string; host: string; port?: number} {
-  if (spec.includes(',')) throw badInput(`ProxyJump ${JSON.stringify(spec)} has more than one hop`, 'pdchaos supports a single jump host; chain the rest in the jump host\'s own ssh config')
+  if (spec.includes(','))
+    throw badInput(
+      `ProxyJump ${JSON.stringify(spec)} has more than one hop`,
+      "pdchaos supports a single jump host; chain the rest in the jump host's own ssh config",
+    )
   let s = spec.trim().replace(/^ssh:\/\//, '')
   let user: string | undefined
   const at = s.lastIndexOf('@')
-  if (at >= 0) { user = s.slice(0, at); s = s.slice(at + 1) }
+  if (at >= 0) {
+    user = s.slice(0, at)
+    s = s.slice(at + 1)
+  }
   let host = s
   let port: number | undefined
   const v6 = /^\[([^\]]+)\](?::(\d+))?$/.exec(s)
   const plain = /^([^:]+):(\d+)$/.exec(s)
-  if (v6) { host = v6[1]!; port = v6[2] ? Number(v6[2]) : undefined } else if (plain) { host = plain[1]!; port = Number(plain[2]) }
-  if (host === '' || (port !== undefined && (port < 1 || port > 65_535))) throw badInput(`ProxyJump ${JSON.stringify(spec)} is not user@host:port`, 'write the jump host as user@host:port')
+  if (v6) {
+    host = v6[1]!
+    port = v6[2] ? Number(v6[2]) : undefined
+  } else if (plain) {
+    host = plain[1]!
+    port = Number(plain[2])
+  }
+  if (host === '' || (port !== undefined && (port < 1 || port > 65_535)))
+    throw badInput(`ProxyJump ${JSON.stringify(spec)} is not user@host:port`, 'write the jump host as user@host:port')
   return {...(user ? {user} : {}), host, ...(port === undefined ? {} : {port})}
 }

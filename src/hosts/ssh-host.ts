@@ -11,8 +11,19 @@ import {readInputFile} from '../util/safe-file.js'
 import {stoppedError} from '../util/stop.js'
 import {within} from '../util/time.js'
 import {
-  DETACH_SCRIPT, UPLOAD_SCRIPT, buildArgv, checkTimeout, envPrefix, modeString, sudoPrefix,
-  type DetachedOptions, type Host, type RunOptions, type RunResult, type SudoPolicy, type UploadOptions,
+  DETACH_SCRIPT,
+  UPLOAD_SCRIPT,
+  buildArgv,
+  checkTimeout,
+  envPrefix,
+  modeString,
+  sudoPrefix,
+  type DetachedOptions,
+  type Host,
+  type RunOptions,
+  type RunResult,
+  type SudoPolicy,
+  type UploadOptions,
 } from './host.js'
 import type {SshHostConfig} from './host-spec.js'
 import {appendKnownHost, checkKnownHosts, fingerprintOf, knownHostsToken, readKnownHosts} from './known-hosts.js'
@@ -73,15 +84,24 @@ export async function resolveSshEndpoint(cfg: SshHostConfig, opts: SshHostOption
   let agentSocket: string | undefined
   if (cfg.agent === true) {
     agentSocket = process.env.SSH_AUTH_SOCK
-    if (!agentSocket) throw badInput('the host config asks for ssh-agent but SSH_AUTH_SOCK is not set', 'start ssh-agent and ssh-add the key, or name an identityFile')
+    if (!agentSocket)
+      throw badInput(
+        'the host config asks for ssh-agent but SSH_AUTH_SOCK is not set',
+        'start ssh-agent and ssh-add the key, or name an identityFile',
+      )
   } else if (cfg.agent === undefined) agentSocket = process.env.SSH_AUTH_SOCK || undefined
   const connectTimeoutMs = (cfg.connectTimeoutSeconds ?? 10) * 1000
 
-  const endpointFor = (name: string, explicit: {hostname?: string; port?: number; user?: string; identityFile?: string}): SshEndpoint & {proxyJump?: string} => {
+  const endpointFor = (
+    name: string,
+    explicit: {hostname?: string; port?: number; user?: string; identityFile?: string},
+  ): SshEndpoint & {proxyJump?: string} => {
     const fromConfig = resolveSshConfig(configText, name, {home})
     const identityFiles = explicit.identityFile
       ? [expandTilde(explicit.identityFile, home)]
-      : fromConfig.identityFiles.length > 0 ? fromConfig.identityFiles : DEFAULT_IDENTITIES.map((f) => join(home, '.ssh', f))
+      : fromConfig.identityFiles.length > 0
+        ? fromConfig.identityFiles
+        : DEFAULT_IDENTITIES.map(f => join(home, '.ssh', f))
     return {
       host: explicit.hostname ?? fromConfig.hostname ?? name,
       port: explicit.port ?? fromConfig.port ?? 22,
@@ -107,8 +127,12 @@ export async function resolveSshEndpoint(cfg: SshHostConfig, opts: SshHostOption
   if (jumpSpec) {
     const j = parseJumpSpec(jumpSpec)
     // The jump host is itself looked up in the ssh config, and offered the target's keys when it names none.
-    const {proxyJump: _ignored, ...jump} = endpointFor(j.host, {...(j.port ? {port: j.port} : {}), ...(j.user ? {user: j.user} : {})})
-    if (resolveSshConfig(configText, j.host, {home}).identityFiles.length === 0) jump.identityFiles = target.identityFiles
+    const {proxyJump: _ignored, ...jump} = endpointFor(j.host, {
+      ...(j.port ? {port: j.port} : {}),
+      ...(j.user ? {user: j.user} : {}),
+    })
+    if (resolveSshConfig(configText, j.host, {home}).identityFiles.length === 0)
+      jump.identityFiles = target.identityFiles
     target.jump = jump
   }
   return target
@@ -128,7 +152,7 @@ class Slots {
   private readonly waiters: Array<() => void> = []
   constructor(private readonly max: number) {}
   acquire(): Promise<() => void> {
-    return new Promise((resolve) => {
+    return new Promise(resolve => {
       const grant = (): void => {
         this.used++
         let released = false
@@ -153,7 +177,10 @@ export class SshHost implements Host {
   private readonly sudoPolicy: SudoPolicy
   private readonly isRoot: boolean
 
-  constructor(readonly endpoint: SshEndpoint, private readonly opts: SshHostOptions = {}) {
+  constructor(
+    readonly endpoint: SshEndpoint,
+    private readonly opts: SshHostOptions = {},
+  ) {
     this.slots = new Slots(opts.maxChannels ?? 8)
     this.sudoPolicy = opts.sudo ?? 'never'
     this.isRoot = endpoint.user === 'root'
@@ -189,7 +216,13 @@ export class SshHost implements Host {
       let channel: ClientChannel | undefined
       let pid: number | undefined
       let timedOut = false
-      const onDrop = (err: PdError): void => finish(new PdError(`${err.message} while running \`${describeArgv(argv)}\``, {exit: ExitCode.unreachable, suggestion: err.suggestion}))
+      const onDrop = (err: PdError): void =>
+        finish(
+          new PdError(`${err.message} while running \`${describeArgv(argv)}\``, {
+            exit: ExitCode.unreachable,
+            suggestion: err.suggestion,
+          }),
+        )
       const finish = (err?: Error, res?: RunResult): void => {
         if (settled) return
         settled = true
@@ -204,7 +237,11 @@ export class SshHost implements Host {
       const end = (err: PdError): void => {
         const killing = pid !== undefined && conn?.alive ? this.killRemote(pid, opts.sudo) : Promise.resolve()
         killing.finally(() => {
-          try { channel?.close() } catch { /* already closed */ }
+          try {
+            channel?.close()
+          } catch {
+            /* already closed */
+          }
           finish(err)
         })
       }
@@ -215,12 +252,22 @@ export class SshHost implements Host {
       const timer = setTimeout(() => {
         timedOut = true
         const err = channel
-          ? new PdError(`\`${describeArgv(argv)}\` timed out after ${opts.timeoutMs} ms on ${where}; the remote command was killed`, {
-            exit: ExitCode.unreachable, suggestion: 'raise the timeout or find out why the command hangs on the host',
-          })
-          : new PdError(`\`${describeArgv(argv)}\` timed out after ${opts.timeoutMs} ms on ${where} before it started (connecting or queued behind other commands)`, {
-            exit: ExitCode.unreachable, suggestion: 'raise the timeout, or check the network path and how many commands run at once',
-          })
+          ? new PdError(
+              `\`${describeArgv(argv)}\` timed out after ${opts.timeoutMs} ms on ${where}; the remote command was ` +
+                `killed`,
+              {
+                exit: ExitCode.unreachable,
+                suggestion: 'raise the timeout or find out why the command hangs on the host',
+              },
+            )
+          : new PdError(
+              `\`${describeArgv(argv)}\` timed out after ${opts.timeoutMs} ms on ${where} before it started ` +
+                `(connecting or queued behind other commands)`,
+              {
+                exit: ExitCode.unreachable,
+                suggestion: 'raise the timeout, or check the network path and how many commands run at once',
+              },
+            )
         end(err)
       }, opts.timeoutMs)
       if (opts.signal?.aborted) queueMicrotask(onAbort)
@@ -229,23 +276,43 @@ export class SshHost implements Host {
       const start = async (attempt: number): Promise<void> => {
         conn = await this.connection()
         if (!release) release = useSlot ? await this.slots.acquire() : () => undefined
-        if (settled) { release(); return }
+        if (settled) {
+          release()
+          return
+        }
         conn.inflight.add(onDrop)
         const c = conn
         c.client.exec(line, (err, ch) => {
-          if (settled) { ch?.close(); return }
+          if (settled) {
+            ch?.close()
+            return
+          }
           if (err) {
             c.inflight.delete(onDrop)
             // The command never started: when the connection died under us, open a new one once.
-            if (!c.alive && attempt === 0) { start(1).catch((e: unknown) => finish(lostConnection(e))); return }
-            // sshd refuses a session while it still counts ones just closed (MaxSessions): a short backoff, a few times.
+            if (!c.alive && attempt === 0) {
+              start(1).catch((e: unknown) => finish(lostConnection(e)))
+              return
+            }
+            // sshd refuses a session while it still counts ones just closed (MaxSessions): a short backoff, a few
+            // times.
             if (c.alive && attempt < OPEN_RETRIES && /open failed/i.test(err.message)) {
               release?.()
               release = undefined
-              setTimeout(() => { start(attempt + 1).catch((e: unknown) => finish(lostConnection(e))) }, 25 * 2 ** attempt)
+              setTimeout(
+                () => {
+                  start(attempt + 1).catch((e: unknown) => finish(lostConnection(e)))
+                },
+                25 * 2 ** attempt,
+              )
               return
             }
-            finish(new PdError(`cannot open a channel on ${where}: ${oneLine(err)}`, {exit: ExitCode.unreachable, suggestion: 'check MaxSessions in sshd_config and the host\'s load'}))
+            finish(
+              new PdError(`cannot open a channel on ${where}: ${oneLine(err)}`, {
+                exit: ExitCode.unreachable,
+                suggestion: "check MaxSessions in sshd_config and the host's load",
+              }),
+            )
             return
           }
           channel = ch
@@ -255,7 +322,10 @@ export class SshHost implements Host {
           let code: number | null = null
           let signal: string | undefined
           ch.on('data', (chunk: Buffer) => {
-            if (pid !== undefined) { out.push(chunk); return }
+            if (pid !== undefined) {
+              out.push(chunk)
+              return
+            }
             head = Buffer.concat([head, chunk])
             const nl = head.indexOf(10)
             if (nl < 0) return
@@ -267,21 +337,33 @@ export class SshHost implements Host {
             code = typeof exitCode === 'number' ? exitCode : null
             if (sig) signal = sig.startsWith('SIG') ? sig : `SIG${sig}`
           })
-          ch.on('close', () => timedOut || finish(undefined, {
-            code, ...(signal ? {signal} : {}),
-            stdout: Buffer.concat(out).toString('utf8'),
-            stderr: Buffer.concat(errChunks).toString('utf8'),
-            durationMs: performance.now() - started,
-          }))
-          ch.on('error', (e: Error) => finish(new PdError(`channel error on ${where}: ${oneLine(e)}`, {exit: ExitCode.unreachable})))
+          ch.on(
+            'close',
+            () =>
+              timedOut ||
+              finish(undefined, {
+                code,
+                ...(signal ? {signal} : {}),
+                stdout: Buffer.concat(out).toString('utf8'),
+                stderr: Buffer.concat(errChunks).toString('utf8'),
+                durationMs: performance.now() - started,
+              }),
+          )
+          ch.on('error', (e: Error) =>
+            finish(new PdError(`channel error on ${where}: ${oneLine(e)}`, {exit: ExitCode.unreachable})),
+          )
           if (opts.stdin !== undefined) ch.end(opts.stdin)
           else ch.end()
         })
       }
       // ssh2 throws synchronously ("Not connected") when the connection died between commands: still exit 5, one line.
-      const lostConnection = (e: unknown): Error => (e instanceof PdError ? e : new PdError(`lost the connection to ${where} before \`${describeArgv(argv)}\` could start: ${oneLine(e)}`, {
-        exit: ExitCode.unreachable, suggestion: 'check that sshd on the host is up and reachable',
-      }))
+      const lostConnection = (e: unknown): Error =>
+        e instanceof PdError
+          ? e
+          : new PdError(`lost the connection to ${where} before \`${describeArgv(argv)}\` could start: ${oneLine(e)}`, {
+              exit: ExitCode.unreachable,
+              suggestion: 'check that sshd on the host is up and reachable',
+            })
       start(0).catch((e: unknown) => finish(lostConnection(e)))
     })
   }
@@ -294,30 +376,39 @@ export class SshHost implements Host {
 
   async upload(path: string, content: string | Buffer, mode = 0o644, opts: UploadOptions = {}): Promise<void> {
     const res = await this.run(['sh', '-c', UPLOAD_SCRIPT, 'sh', path, modeString(mode)], {
-      timeoutMs: opts.timeoutMs ?? 60_000, stdin: content, ...(opts.sudo ? {sudo: true} : {}),
+      timeoutMs: opts.timeoutMs ?? 60_000,
+      stdin: content,
+      ...(opts.sudo ? {sudo: true} : {}),
     })
     if (res.code !== 0) {
       throw new PdError(`cannot write ${path} on ${this.describe()}: ${oneLine(res.stderr) || `exit ${res.code}`}`, {
-        exit: ExitCode.unreachable, suggestion: 'check the directory exists and is writable by the login user (or use sudo)',
+        exit: ExitCode.unreachable,
+        suggestion: 'check the directory exists and is writable by the login user (or use sudo)',
       })
     }
   }
 
   async startDetached(argv: string[], opts: DetachedOptions = {}): Promise<{pid: number}> {
-    const res = await this.run(['sh', '-c', DETACH_SCRIPT, 'sh', opts.logFile ?? '/dev/null', ...envPrefix(opts.env), ...argv], {
-      timeoutMs: opts.timeoutMs ?? 30_000, ...(opts.sudo ? {sudo: true} : {}),
-    })
+    const res = await this.run(
+      ['sh', '-c', DETACH_SCRIPT, 'sh', opts.logFile ?? '/dev/null', ...envPrefix(opts.env), ...argv],
+      {
+        timeoutMs: opts.timeoutMs ?? 30_000,
+        ...(opts.sudo ? {sudo: true} : {}),
+      },
+    )
     return {pid: parsePid(res, argv, this.describe())}
   }
 
   async close(): Promise<void> {
     // A connection still being opened is waited for (it is bounded by the connect timeout) and then ended.
-    const conn = this.currentConn ?? await this.current?.catch(() => undefined)
+    const conn = this.currentConn ?? (await this.current?.catch(() => undefined))
     this.current = undefined
     this.currentConn = undefined
     if (!conn) return
     conn.alive = false
-    const closed = new Promise<void>((resolve) => { conn.client.once('close', () => resolve()) })
+    const closed = new Promise<void>(resolve => {
+      conn.client.once('close', () => resolve())
+    })
     conn.client.end()
     await within(closed, 1000)
     conn.jump?.end()
@@ -327,7 +418,7 @@ export class SshHost implements Host {
     const cur = this.current
     if (cur && (this.currentConn === undefined || this.currentConn.alive)) return cur
     this.currentConn = undefined
-    const p = this.open().then((c) => {
+    const p = this.open().then(c => {
       if (this.current === p) this.currentConn = c
       return c
     })
@@ -347,16 +438,23 @@ export class SshHost implements Host {
     const jump = await connectClient(e.jump, this.opts)
     try {
       const stream = await new Promise<Duplex>((resolve, reject) => {
-        const t = setTimeout(() => reject(new Error(`timed out after ${e.connectTimeoutMs} ms opening a tunnel`)), e.connectTimeoutMs)
+        const t = setTimeout(
+          () => reject(new Error(`timed out after ${e.connectTimeoutMs} ms opening a tunnel`)),
+          e.connectTimeoutMs,
+        )
         jump.forwardOut('127.0.0.1', 0, e.host, e.port, (err, s) => {
           clearTimeout(t)
           if (err) reject(err)
           else resolve(s)
         })
       }).catch((err: unknown) => {
-        throw new PdError(`cannot reach ${describeEndpoint(e)} through jump host ${describeEndpoint(e.jump!)}: ${oneLine(err)}`, {
-          exit: ExitCode.unreachable, suggestion: 'check that the jump host can reach the target address and port (AllowTcpForwarding)',
-        })
+        throw new PdError(
+          `cannot reach ${describeEndpoint(e)} through jump host ${describeEndpoint(e.jump!)}: ${oneLine(err)}`,
+          {
+            exit: ExitCode.unreachable,
+            suggestion: 'check that the jump host can reach the target address and port (AllowTcpForwarding)',
+          },
+        )
       })
       const client = await connectClient(e, this.opts, stream)
       const conn = track({client, jump, alive: true, inflight: new Set()}, e)
@@ -375,7 +473,8 @@ function track(conn: Connection, e: SshEndpoint): Connection {
     if (!conn.alive && conn.inflight.size === 0) return
     conn.alive = false
     const err = new PdError(`lost the connection to ${describeEndpoint(e)} (${why})`, {
-      exit: ExitCode.unreachable, suggestion: 'check that sshd and the host are up; the next command reconnects',
+      exit: ExitCode.unreachable,
+      suggestion: 'check that sshd and the host are up; the next command reconnects',
     })
     for (const fail of [...conn.inflight]) fail(err)
     conn.inflight.clear()
@@ -393,11 +492,18 @@ async function loadIdentities(e: SshEndpoint): Promise<{methods: AuthMethod[]; t
   const tried: string[] = []
   for (const file of e.identityFiles) {
     // A private key is a few kB: a device (/dev/zero) or a FIFO is refused, never read without bound or waited on.
-    const data = readInputFile(file, {what: 'private key file (identityFile)', maxBytes: MAX_IDENTITY_BYTES, notAFile: 'name a private key file in identityFile'})
+    const data = readInputFile(file, {
+      what: 'private key file (identityFile)',
+      maxBytes: MAX_IDENTITY_BYTES,
+      notAFile: 'name a private key file in identityFile',
+    })
     if (data === undefined) continue
     const parsed = ssh2().utils.parseKey(data)
     if (parsed instanceof Error) {
-      throw badInput(`cannot use identity file ${file}: ${oneLine(parsed)}`, 'an encrypted key must be loaded into ssh-agent (ssh-add) and used with agent: true')
+      throw badInput(
+        `cannot use identity file ${file}: ${oneLine(parsed)}`,
+        'an encrypted key must be loaded into ssh-agent (ssh-add) and used with agent: true',
+      )
     }
     methods.push({type: 'publickey', username: e.user, key: data} as AuthMethod)
     tried.push(file)
@@ -407,8 +513,11 @@ async function loadIdentities(e: SshEndpoint): Promise<{methods: AuthMethod[]; t
     tried.push(`ssh-agent (${e.agentSocket})`)
   }
   if (methods.length === 0) {
-    throw badInput(`no key to log in to ${describeEndpoint(e)} with (none of ${e.identityFiles.join(', ')} exists and SSH_AUTH_SOCK is unset)`,
-      'set identityFile in the deployment file, add IdentityFile to ~/.ssh/config, or start ssh-agent')
+    throw badInput(
+      `no key to log in to ${describeEndpoint(e)} with (none of ${e.identityFiles.join(', ')} exists and ` +
+        `SSH_AUTH_SOCK is unset)`,
+      'set identityFile in the deployment file, add IdentityFile to ~/.ssh/config, or start ssh-agent',
+    )
   }
   return {methods, tried}
 }
@@ -421,17 +530,25 @@ async function connectClient(e: SshEndpoint, opts: SshHostOptions, sock?: Duplex
   const where = describeEndpoint(e)
   let refusal: PdError | undefined
   const hostVerifier = (key: Buffer, verify: (ok: boolean) => void): void => {
-    judgeHostKey(e, key).then((r) => {
-      refusal = r
-      verify(r === undefined)
-    }, (err: unknown) => {
-      refusal = err instanceof PdError ? err : new PdError(`cannot check the host key of ${where}: ${oneLine(err)}`, {exit: ExitCode.unreachable})
-      verify(false)
-    })
+    judgeHostKey(e, key).then(
+      r => {
+        refusal = r
+        verify(r === undefined)
+      },
+      (err: unknown) => {
+        refusal =
+          err instanceof PdError
+            ? err
+            : new PdError(`cannot check the host key of ${where}: ${oneLine(err)}`, {exit: ExitCode.unreachable})
+        verify(false)
+      },
+    )
   }
   const client = new (ssh2().Client)()
   const config: ConnectConfig = {
-    host: e.host, port: e.port, username: e.user,
+    host: e.host,
+    port: e.port,
+    username: e.user,
     authHandler: methods,
     hostVerifier,
     readyTimeout: e.connectTimeoutMs,
@@ -459,16 +576,24 @@ async function connectClient(e: SshEndpoint, opts: SshHostOptions, sock?: Duplex
       settle()
     }
     // ssh2's readyTimeout covers the handshake; this guard also covers a stuck TCP connect or DNS lookup.
-    const guard = setTimeout(() => settle(cannotReach(where, `timed out after ${e.connectTimeoutMs} ms`)), e.connectTimeoutMs + 1000)
+    const guard = setTimeout(
+      () => settle(cannotReach(where, `timed out after ${e.connectTimeoutMs} ms`)),
+      e.connectTimeoutMs + 1000,
+    )
     client.once('ready', onReady)
     client.on('error', (err: Error & {level?: string; code?: string}) => {
       if (done) return
       if (refusal) settle(refusal)
       else if (err.level === 'client-authentication') {
-        settle(new PdError(`${where} refused the key (tried ${tried.join(', ')})`, {
-          exit: ExitCode.unreachable, suggestion: `add the public key to ~${e.user}/.ssh/authorized_keys on the host, or name the right identityFile`,
-        }))
-      } else if (err.level === 'client-timeout') settle(cannotReach(where, `timed out after ${e.connectTimeoutMs} ms waiting for the ssh handshake`))
+        settle(
+          new PdError(`${where} refused the key (tried ${tried.join(', ')})`, {
+            exit: ExitCode.unreachable,
+            suggestion:
+              `add the public key to ~${e.user}/.ssh/authorized_keys on the host, or name the right ` + `identityFile`,
+          }),
+        )
+      } else if (err.level === 'client-timeout')
+        settle(cannotReach(where, `timed out after ${e.connectTimeoutMs} ms waiting for the ssh handshake`))
       else settle(cannotReach(where, err.code ?? oneLine(err)))
     })
     client.on('close', () => settle(refusal ?? cannotReach(where, 'the connection closed during the handshake')))
@@ -482,7 +607,8 @@ async function connectClient(e: SshEndpoint, opts: SshHostOptions, sock?: Duplex
 
 function cannotReach(where: string, why: string): PdError {
   return new PdError(`cannot reach ${where}: ${why}`, {
-    exit: ExitCode.unreachable, suggestion: 'check the address and port, that sshd runs there, and the network path (firewall, ProxyJump)',
+    exit: ExitCode.unreachable,
+    suggestion: 'check the address and port, that sshd runs there, and the network path (firewall, ProxyJump)',
   })
 }
 
@@ -493,7 +619,9 @@ async function judgeHostKey(e: SshEndpoint, key: Buffer): Promise<PdError | unde
   if (e.fingerprint) {
     if (seen.replace(/=+$/, '') === e.fingerprint.replace(/=+$/, '')) return undefined
     return new PdError(`host key of ${where} is ${seen}, not the pinned ${e.fingerprint}: refusing to connect`, {
-      exit: ExitCode.unreachable, suggestion: `if the host was legitimately re-keyed, pin the new fingerprint: fingerprint: ${seen}`, code: 'E_HOSTKEY',
+      exit: ExitCode.unreachable,
+      suggestion: `if the host was legitimately re-keyed, pin the new fingerprint: fingerprint: ${seen}`,
+      code: 'E_HOSTKEY',
     })
   }
   const verdict = checkKnownHosts(await readKnownHosts(e.knownHostsPath), e.host, e.port, key)
@@ -506,16 +634,28 @@ async function judgeHostKey(e: SshEndpoint, key: Buffer): Promise<PdError | unde
         return undefined
       }
       return new PdError(`host key of ${where} is unknown (${seen}; not in ${e.knownHostsPath}): refusing to connect`, {
-        exit: ExitCode.unreachable, code: 'E_HOSTKEY',
-        suggestion: `verify ${seen} out of band, then rerun with --accept-new-host-key or pin it with fingerprint: ${seen}`,
+        exit: ExitCode.unreachable,
+        code: 'E_HOSTKEY',
+        suggestion:
+          `verify ${seen} out of band, then rerun with --accept-new-host-key or pin it with ` + `fingerprint: ${seen}`,
       })
     case 'changed':
-      return new PdError(`host key of ${where} CHANGED: it presents ${seen} but ${e.knownHostsPath} knows ${verdict.knownFingerprints.join(', ')} for ${knownHostsToken(e.host, e.port)}: refusing to connect`, {
-        exit: ExitCode.unreachable, code: 'E_HOSTKEY',
-        suggestion: `if the host was legitimately re-keyed, remove the old entry (ssh-keygen -R '${knownHostsToken(e.host, e.port)}' -f ${e.knownHostsPath}) or pin fingerprint: ${seen}`,
-      })
+      return new PdError(
+        `host key of ${where} CHANGED: it presents ${seen} but ${e.knownHostsPath} ` +
+          `knows ${verdict.knownFingerprints.join(', ')} for ${knownHostsToken(e.host, e.port)}: refusing to connect`,
+        {
+          exit: ExitCode.unreachable,
+          code: 'E_HOSTKEY',
+          suggestion:
+            `if the host was legitimately re-keyed, remove the old entry (ssh-keygen -R ` +
+            `'${knownHostsToken(e.host, e.port)}' -f ${e.knownHostsPath}) or pin fingerprint: ${seen}`,
+        },
+      )
     case 'revoked':
-      return new PdError(`host key of ${where} (${seen}) is marked @revoked in ${e.knownHostsPath}: refusing to connect`, {exit: ExitCode.unreachable, code: 'E_HOSTKEY'})
+      return new PdError(
+        `host key of ${where} (${seen}) is marked @revoked in ${e.knownHostsPath}: refusing to connect`,
+        {exit: ExitCode.unreachable, code: 'E_HOSTKEY'},
+      )
   }
 }
 

@@ -54,40 +54,72 @@ export interface FleetRun {
  * held by another run, a bad file); 0 only when every deployment passed.
  */
 export const FLEET_EXIT_PRECEDENCE: readonly number[] = [
-  ExitCode.cleanupUnverified, ExitCode.stopped, ExitCode.checkFailed, ExitCode.unreachable, ExitCode.badInput, ExitCode.ok,
+  ExitCode.cleanupUnverified,
+  ExitCode.stopped,
+  ExitCode.checkFailed,
+  ExitCode.unreachable,
+  ExitCode.badInput,
+  ExitCode.ok,
 ]
 
 /** The combined exit code of member exit codes (an unknown code counts as infrastructure, 5). */
 export function fleetExitCode(codes: readonly number[]): number {
-  const known = codes.map((c) => (FLEET_EXIT_PRECEDENCE.includes(c) ? c : ExitCode.unreachable))
-  return FLEET_EXIT_PRECEDENCE.find((c) => known.includes(c)) ?? ExitCode.ok
+  const known = codes.map(c => (FLEET_EXIT_PRECEDENCE.includes(c) ? c : ExitCode.unreachable))
+  return FLEET_EXIT_PRECEDENCE.find(c => known.includes(c)) ?? ExitCode.ok
 }
 
 /** A member's status from its exit code, and whether it has a run (5 with a run: it ran and nothing reached a
  * verdict; 5 without one: it never got that far). */
 export function statusOf(exitCode: number, hasRun: boolean): MemberStatus {
   switch (exitCode) {
-    case ExitCode.ok: return 'pass'
-    case ExitCode.checkFailed: return 'fail'
-    case ExitCode.stopped: return 'stopped'
-    case ExitCode.cleanupUnverified: return 'cleanup-unverified'
-    case ExitCode.unreachable: return hasRun ? 'error' : 'unreachable'
-    default: return 'error'
+    case ExitCode.ok:
+      return 'pass'
+    case ExitCode.checkFailed:
+      return 'fail'
+    case ExitCode.stopped:
+      return 'stopped'
+    case ExitCode.cleanupUnverified:
+      return 'cleanup-unverified'
+    case ExitCode.unreachable:
+      return hasRun ? 'error' : 'unreachable'
+    default:
+      return 'error'
   }
 }
 
 /** A deployment whose run came back: its status and exit code are the run's own. */
 export function memberOfRun(name: string, run: SuiteRun, more: Partial<FleetMember> = {}): FleetMember {
   const exitCode = runExitCode(run)
-  return {name, deployment: run.deployment, ...(run.target ? {target: run.target} : {}), suite: run.name, ...more, startedAt: run.startedAt, finishedAt: run.finishedAt,
-    status: statusOf(exitCode, true), exitCode, run}
+  return {
+    name,
+    deployment: run.deployment,
+    ...(run.target ? {target: run.target} : {}),
+    suite: run.name,
+    ...more,
+    startedAt: run.startedAt,
+    finishedAt: run.finishedAt,
+    status: statusOf(exitCode, true),
+    exitCode,
+    run,
+  }
 }
 
 /** A deployment that reached no verdict: the error it ended with decides its status (exit 5 is unreachable unless the
  * error was pdchaos's own, E_INTERNAL: an error, not the deployment's fault). */
-export function memberOfFailure(name: string, failure: {exitCode: number; reason: string; suggestion?: string; code?: string}, more: Partial<FleetMember> = {}): FleetMember {
+export function memberOfFailure(
+  name: string,
+  failure: {exitCode: number; reason: string; suggestion?: string; code?: string},
+  more: Partial<FleetMember> = {},
+): FleetMember {
   const status = failure.code === 'E_INTERNAL' ? 'error' : statusOf(failure.exitCode, false)
-  return {name, ...more, status, exitCode: failure.exitCode, reason: failure.reason, ...(failure.suggestion ? {suggestion: failure.suggestion} : {})}
+  return {
+    name,
+    ...more,
+    status,
+    exitCode: failure.exitCode,
+    reason: failure.reason,
+    ...(failure.suggestion ? {suggestion: failure.suggestion} : {}),
+  }
 }
 
 /** The member with the worse of its own exit code and another (its process's, when the two disagree). */
@@ -96,11 +128,21 @@ export function worseExit(m: FleetMember, exitCode: number): FleetMember {
   return worst === m.exitCode ? m : {...m, exitCode: worst, status: statusOf(worst, m.run !== undefined)}
 }
 
-export function fleetOf(o: {name: string; runId?: string; startedAt: number; finishedAt: number; maxParallel?: number; members: FleetMember[]}): FleetRun {
-  return {...o, exitCode: fleetExitCode(o.members.map((m) => m.exitCode))}
+export function fleetOf(o: {
+  name: string
+  runId?: string
+  startedAt: number
+  finishedAt: number
+  maxParallel?: number
+  members: FleetMember[]
+}): FleetRun {
+  return {...o, exitCode: fleetExitCode(o.members.map(m => m.exitCode))}
 }
 
 /** A fleet's run id (Pushgateway grouping, each deployment's `--run-id` prefix), from its start. */
 export function fleetRunId(startedAt: number): string {
-  return `fleet-${new Date(startedAt).toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z')}`
+  return `fleet-${new Date(startedAt)
+    .toISOString()
+    .replace(/[-:]/g, '')
+    .replace(/\.\d+Z$/, 'Z')}`
 }

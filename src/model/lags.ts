@@ -29,8 +29,12 @@ export const lagAllowanceMs = (l: MeasuredLags): number => (l.entry?.maxMs ?? 0)
 
 export function describeLags(l: MeasuredLags): string {
   const entry = l.entry
-    ? `entry lag (send → queue entry, first /v1/loads snapshot counting it) p50 ${l.entry.p50Ms.toFixed(1)} ms, max ${l.entry.maxMs.toFixed(1)} ms`
+    ? `entry lag (send → queue entry, first /v1/loads snapshot counting it) p50 ${l.entry.p50Ms.toFixed(1)} ms, ` +
+      `max ${l.entry.maxMs.toFixed(1)} ms`
     : 'entry lag not measured separately (no live queue count in /v1/loads)'
-  const answer = `answer lag (release → answer read, from aborts of held requests${l.answer.includesEntry ? ', entry lag included' : ''}) p50 ${l.answer.p50Ms.toFixed(1)} ms, max ${l.answer.maxMs.toFixed(1)} ms`
+  const answer =
+    `answer lag (release → answer read, from aborts of held ` +
+    `requests${l.answer.includesEntry ? ', entry lag included' : ''}) p50 ${l.answer.p50Ms.toFixed(1)} ms, ` +
+    `max ${l.answer.maxMs.toFixed(1)} ms`
   return `${entry}; ${answer}; over ${l.samples} held request(s), ${l.concurrency} out at once`
 }

@@ -20,8 +20,10 @@ export type MarginBound = (typeof MARGIN_BOUNDS)[number]
 export const BOUND_TEXT: Record<MarginBound, string> = {early: 'deadline', late: 'deadline + poll'}
 
 /** The margins of one pin evicted under `contract`; undefined for a pin never evicted (no eviction to measure). */
-export function pinMargin(p: Pick<PinRecord, 'rid' | 'evictionSeconds'>, contract: Contract):
-  EvictionMargin | undefined {
+export function pinMargin(
+  p: Pick<PinRecord, 'rid' | 'evictionSeconds'>,
+  contract: Contract,
+): EvictionMargin | undefined {
   if (p.evictionSeconds === null || !Number.isFinite(p.evictionSeconds)) return undefined
   const ms = p.evictionSeconds * 1000
   const deadline = contract.deadlineSeconds * 1000
@@ -31,13 +33,13 @@ export function pinMargin(p: Pick<PinRecord, 'rid' | 'evictionSeconds'>, contrac
 
 /** Every evicted pin's margins in a scenario, in pin order. */
 export function scenarioMargins(s: Pick<ScenarioRun, 'pins' | 'contract'>): EvictionMargin[] {
-  return s.pins.map((p) => pinMargin(p, s.contract)).filter((m): m is EvictionMargin => m !== undefined)
+  return s.pins.map(p => pinMargin(p, s.contract)).filter((m): m is EvictionMargin => m !== undefined)
 }
 
 /** The smallest margin to each bound across margins (undefined without any). */
 export function smallestMargins(ms: EvictionMargin[]): {earlyMs: number; lateMs: number} | undefined {
   if (ms.length === 0) return undefined
-  return {earlyMs: Math.min(...ms.map((m) => m.earlyMs)), lateMs: Math.min(...ms.map((m) => m.lateMs))}
+  return {earlyMs: Math.min(...ms.map(m => m.earlyMs)), lateMs: Math.min(...ms.map(m => m.lateMs))}
 }
 
 const round = (n: number) => Math.round(n * 10) / 10

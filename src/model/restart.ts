@@ -55,7 +55,10 @@ export interface RestartResult {
   steps: RestartStep[]
   totalMs: number
   canaries: Array<{rid: string; status: number | null; ms: number}>
-  watch: {samples: WatchSample[]; requests: Array<{rid: string; sentAtS: number; status: number | null; ms: number | null}>}
+  watch: {
+    samples: WatchSample[]
+    requests: Array<{rid: string; sentAtS: number; status: number | null; ms: number | null}>
+  }
   verdicts: Verdict[]
   observations: Observation[]
   /** `restart --only ROLE` only. */

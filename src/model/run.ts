@@ -26,14 +26,23 @@ export interface PinRecord {
 /** Where an abort met its request, as the request's own answer tells it (its error text names the queue). */
 export type ReleasedFrom = 'inflight' | 'bootstrap' | 'waiting' | 'unknown'
 
-/** One abort trial as the abort check judged it (the journal's per-trial record, beside the pins). Times are epoch ms. */
+/**
+ * One abort trial as the abort check judged it (the journal's per-trial record, beside the pins). Times are epoch ms.
+ */
 /**
  * What released an abort trial's request: prefill's own abort (/abort_request on prefill), decode's ABORT reaching
  * prefill over ZMQ (decode's abort or its timeouts), the watchdog, an SGLang timeout, something else (a transport
  * error, the revert, the gateway), not released (completed, or still held), or unknown.
  */
 export type ReleasePath =
-  | 'prefill-abort' | 'decode-abort' | 'watchdog' | 'timeout' | 'other' | 'completed' | 'not-released' | 'unknown'
+  | 'prefill-abort'
+  | 'decode-abort'
+  | 'watchdog'
+  | 'timeout'
+  | 'other'
+  | 'completed'
+  | 'not-released'
+  | 'unknown'
 
 /** Entry into prefill before the abort: shown before, after (the abort arrived first) or unknown; and by what. */
 export interface AbortEntry {
@@ -218,8 +227,12 @@ export function runCounts(run: SuiteRun): RunCounts {
     }
   }
   return {
-    verdicts: passed + failed + unverified, passed, failed, unverified, scenarios: run.scenarios.length,
-    errored: run.scenarios.filter((s) => s.error !== undefined).length,
+    verdicts: passed + failed + unverified,
+    passed,
+    failed,
+    unverified,
+    scenarios: run.scenarios.length,
+    errored: run.scenarios.filter(s => s.error !== undefined).length,
     faultsLeftBehind: faultsLeftBehind(run),
   }
 }
@@ -235,26 +248,45 @@ export function faultsLeftBehind(run: SuiteRun): number {
 export function runPassed(run: SuiteRun): boolean {
   if (run.gate) return run.gate.passed
   const c = runCounts(run)
-  return c.failed === 0 && blockingUnverified(run).length === 0 && c.errored === 0 && c.faultsLeftBehind === 0 && run.stopped === undefined
+  return (
+    c.failed === 0 &&
+    blockingUnverified(run).length === 0 &&
+    c.errored === 0 &&
+    c.faultsLeftBehind === 0 &&
+    run.stopped === undefined
+  )
 }
 
 /** Every unverified verdict with the scenario it belongs to, in run order. */
 export function unverifiedChecks(run: SuiteRun): Array<{scenario: string; verdict: Verdict}> {
-  return run.scenarios.flatMap((s) => s.verdicts.filter((v) => v.verdict === 'unverified').map((verdict) => ({scenario: s.name, verdict})))
+  return run.scenarios.flatMap(s =>
+    s.verdicts.filter(v => v.verdict === 'unverified').map(verdict => ({scenario: s.name, verdict})),
+  )
 }
 
 /** The unverified verdicts that block: of the given checks (by default the watchdog's eviction check). */
-export function blockingUnverified(run: SuiteRun, blocks: readonly CheckName[] = UNVERIFIED_BLOCKS_BY_DEFAULT): Array<{scenario: string; verdict: Verdict}> {
-  return unverifiedChecks(run).filter((x) => blocks.includes(x.verdict.check))
+export function blockingUnverified(
+  run: SuiteRun,
+  blocks: readonly CheckName[] = UNVERIFIED_BLOCKS_BY_DEFAULT,
+): Array<{scenario: string; verdict: Verdict}> {
+  return unverifiedChecks(run).filter(x => blocks.includes(x.verdict.check))
 }
 
 export function runIdOf(run: SuiteRun): string {
-  return run.runId ?? `r-${new Date(run.startedAt).toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z')}`
+  return (
+    run.runId ??
+    `r-${new Date(run.startedAt)
+      .toISOString()
+      .replace(/[-:]/g, '')
+      .replace(/\.\d+Z$/, 'Z')}`
+  )
 }
 
 /** Every failing verdict with the scenario it belongs to, in run order. */
 export function failedChecks(run: SuiteRun): Array<{scenario: string; verdict: Verdict}> {
-  return run.scenarios.flatMap((s) => s.verdicts.filter((v) => v.verdict === 'fail').map((verdict) => ({scenario: s.name, verdict})))
+  return run.scenarios.flatMap(s =>
+    s.verdicts.filter(v => v.verdict === 'fail').map(verdict => ({scenario: s.name, verdict})),
+  )
 }
 
 /** The README's exit codes for a run: stopped 3; a gate decides 0 or 1; a fault left behind 4; nothing judged and every

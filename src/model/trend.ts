@@ -82,10 +82,14 @@ export function trendOf(input: SuiteRun[], o: TrendOptions = {}): Trend {
   const driftMs = o.driftMs ?? DEFAULT_DRIFT_MS
   const order = input.map((run, i) => ({run, source: o.sources?.[i]})).sort((a, b) => a.run.startedAt - b.run.startedAt)
   const runs: TrendRun[] = order.map(({run, source}, index) => ({
-    index, runId: runIdOf(run), startedAt: run.startedAt, deployment: run.deployment, passed: runPassed(run),
+    index,
+    runId: runIdOf(run),
+    startedAt: run.startedAt,
+    deployment: run.deployment,
+    passed: runPassed(run),
     ...(source ? {source} : {}),
   }))
-  const deployments = [...new Set(runs.map((r) => r.deployment))]
+  const deployments = [...new Set(runs.map(r => r.deployment))]
   const checks = new Map<string, CheckTrend>()
   const margins = new Map<string, MarginTrend>()
   order.forEach(({run}, index) => {
@@ -105,7 +109,7 @@ export function trendOf(input: SuiteRun[], o: TrendOptions = {}): Trend {
       if (ms.length === 0) continue
       let m = margins.get(key)
       if (!m) margins.set(key, (m = {deployment: run.deployment, scenario: s.name, runs: []}))
-      const same = m.runs.find((r) => r.run === index)
+      const same = m.runs.find(r => r.run === index)
       if (same) same.margins.push(...ms)
       else {
         const {deadlineSeconds, pollSeconds} = s.contract
@@ -120,7 +124,7 @@ export function trendOf(input: SuiteRun[], o: TrendOptions = {}): Trend {
     const last = m.runs.at(-1)!
     latest.push({deployment: m.deployment, scenario: m.scenario, run: last.run, ...smallest(last)})
     for (const bound of MARGIN_BOUNDS) {
-      const pts = m.runs.map((r) => ({x: r.run, y: smallest(r)[bound === 'early' ? 'earlyMs' : 'lateMs']}))
+      const pts = m.runs.map(r => ({x: r.run, y: smallest(r)[bound === 'early' ? 'earlyMs' : 'lateMs']}))
       const fit = linearFit(pts)
       if (!fit) continue
       const x0 = pts[0]!.x
@@ -132,11 +136,21 @@ export function trendOf(input: SuiteRun[], o: TrendOptions = {}): Trend {
       // Only a margin that shrinks is drift towards a bound (the other margin then grows: they sum to the poll).
       if (change < 0 && -change >= driftMs && -change > noiseMs) {
         const lastMs = pts.at(-1)!.y
-        const text = `${named(m.deployment, m.scenario)}: ${bound} margin fell from ${ms(fromMs)} to ${ms(toMs)}` +
+        const text =
+          `${named(m.deployment, m.scenario)}: ${bound} margin fell from ${ms(fromMs)} to ${ms(toMs)}` +
           ` over ${pts.length} runs` +
           ` (to ${BOUND_TEXT[bound]}; smallest in the last run ${ms(lastMs)}${lastMs < 0 ? ', past the bound' : ''})`
-        drifts.push({deployment: m.deployment, scenario: m.scenario, bound, fromMs: round(fromMs), toMs: round(toMs),
-          lastMs,           runs: pts.length, noiseMs: round(noiseMs), text})
+        drifts.push({
+          deployment: m.deployment,
+          scenario: m.scenario,
+          bound,
+          fromMs: round(fromMs),
+          toMs: round(toMs),
+          lastMs,
+          runs: pts.length,
+          noiseMs: round(noiseMs),
+          text,
+        })
       }
     }
   }
@@ -145,12 +159,13 @@ export function trendOf(input: SuiteRun[], o: TrendOptions = {}): Trend {
 
 /** The smallest margin to each bound among one run's evictions. */
 export function smallest(r: MarginRun): {earlyMs: number; lateMs: number} {
-  return {earlyMs: Math.min(...r.margins.map((m) => m.earlyMs)), lateMs: Math.min(...r.margins.map((m) => m.lateMs))}
+  return {earlyMs: Math.min(...r.margins.map(m => m.earlyMs)), lateMs: Math.min(...r.margins.map(m => m.lateMs))}
 }
 
 /** Least squares y = a + b x, with the standard error of b; undefined below three points or without spread in x. */
-export function linearFit(pts: Array<{x: number; y: number}>):
-  {at: (x: number) => number; slope: number; slopeError: number} | undefined {
+export function linearFit(
+  pts: Array<{x: number; y: number}>,
+): {at: (x: number) => number; slope: number; slopeError: number} | undefined {
   const n = pts.length
   if (n < 3) return undefined
   const mx = pts.reduce((s, p) => s + p.x, 0) / n
@@ -160,7 +175,7 @@ export function linearFit(pts: Array<{x: number; y: number}>):
   const slope = pts.reduce((s, p) => s + (p.x - mx) * (p.y - my), 0) / sxx
   const a = my - slope * mx
   const sse = pts.reduce((s, p) => s + (p.y - (a + slope * p.x)) ** 2, 0)
-  return {at: (x) => a + slope * x, slope, slopeError: Math.sqrt(sse / (n - 2) / sxx)}
+  return {at: x => a + slope * x, slope, slopeError: Math.sqrt(sse / (n - 2) / sxx)}
 }
 
 /** One run's verdicts of a check as a letter: F any failed, U any unverified, P all passed, - not judged. */

@@ -6,7 +6,17 @@
  */
 export type Outcome = 'pass' | 'fail' | 'unverified'
 
-export const CHECKS = ['eviction', 'abort', 'scope', 'recovery', 'collateral', 'fault-effect', 'cleanup', 'restart', 'breaker'] as const
+export const CHECKS = [
+  'eviction',
+  'abort',
+  'scope',
+  'recovery',
+  'collateral',
+  'fault-effect',
+  'cleanup',
+  'restart',
+  'breaker',
+] as const
 export type CheckName = (typeof CHECKS)[number]
 
 export interface Verdict {
@@ -19,11 +29,25 @@ export interface Verdict {
   evidence: Record<string, unknown>
 }
 
-export const pass = (check: Verdict['check'], subject: string, summary: string, evidence: Record<string, unknown>): Verdict => ({check, subject, verdict: 'pass', summary, evidence})
-export const fail = (check: Verdict['check'], subject: string, summary: string, evidence: Record<string, unknown>): Verdict => ({check, subject, verdict: 'fail', summary, evidence})
+export const pass = (
+  check: Verdict['check'],
+  subject: string,
+  summary: string,
+  evidence: Record<string, unknown>,
+): Verdict => ({check, subject, verdict: 'pass', summary, evidence})
+export const fail = (
+  check: Verdict['check'],
+  subject: string,
+  summary: string,
+  evidence: Record<string, unknown>,
+): Verdict => ({check, subject, verdict: 'fail', summary, evidence})
 /** Neither pass nor fail: `why` the check lacks its data, and what would make it verifiable. */
-export const unverified = (check: Verdict['check'], subject: string, summary: string, evidence: Record<string, unknown> & {why: string; toVerify: string}): Verdict =>
-  ({check, subject, verdict: 'unverified', summary, evidence})
+export const unverified = (
+  check: Verdict['check'],
+  subject: string,
+  summary: string,
+  evidence: Record<string, unknown> & {why: string; toVerify: string},
+): Verdict => ({check, subject, verdict: 'unverified', summary, evidence})
 
 /** Checks whose unverified verdicts block a run (and a release gate) unless told otherwise: the watchdog's own. */
 export const UNVERIFIED_BLOCKS_BY_DEFAULT: readonly CheckName[] = ['eviction']

@@ -5,7 +5,11 @@ import {runIdOf, type ScenarioRun, type SuiteRun} from '../model/run.js'
  * its pins, leases and verdicts. A run of one fault scenario (inject) also carries that scenario's fields at the top
  * level, where scripts have read them since the first release: fault, mechanism, plan, pins, leases, verdicts.
  */
-export function runJournal(run: SuiteRun, command: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+export function runJournal(
+  run: SuiteRun,
+  command: string,
+  extra: Record<string, unknown> = {},
+): Record<string, unknown> {
   return {command, ...run, runId: runIdOf(run), ...extra}
 }
 
@@ -13,7 +17,7 @@ export function runJournal(run: SuiteRun, command: string, extra: Record<string,
 export function injectFields(run: SuiteRun): Record<string, unknown> {
   const s: ScenarioRun | undefined = run.scenarios[0]
   if (!s) return {}
-  const count = (o: string) => s.verdicts.filter((v) => v.verdict === o).length
+  const count = (o: string) => s.verdicts.filter(v => v.verdict === o).length
   return {
     deployment: run.deployment,
     contract: s.contract,
@@ -27,9 +31,23 @@ export function injectFields(run: SuiteRun): Record<string, unknown> {
     ...(s.notes ? {notes: s.notes} : {}),
     calibration: s.calibration,
     leases: s.leases,
-    pins: s.pins.map((p) => ({rid: p.rid, fault: p.fault, sentAt: p.sentAt, evictedAt: p.evictedAt, evictionSeconds: p.evictionSeconds, bounds: p.bounds, verdict: p.verdict, evidence: p.evidence, ...(p.atEdge ? {atEdge: p.atEdge} : {})})),
+    pins: s.pins.map(p => ({
+      rid: p.rid,
+      fault: p.fault,
+      sentAt: p.sentAt,
+      evictedAt: p.evictedAt,
+      evictionSeconds: p.evictionSeconds,
+      bounds: p.bounds,
+      verdict: p.verdict,
+      evidence: p.evidence,
+      ...(p.atEdge ? {atEdge: p.atEdge} : {}),
+    })),
     verdicts: s.verdicts,
-    summary: {passed: count('pass'), failed: count('fail'), ...(count('unverified') ? {unverified: count('unverified')} : {})},
+    summary: {
+      passed: count('pass'),
+      failed: count('fail'),
+      ...(count('unverified') ? {unverified: count('unverified')} : {}),
+    },
     ...(s.error ? {error: s.error} : {}),
     // abort-mid-transfer: each trial (rid, sentAt, abortedAt, releasedAt, targeted, bounds, verdict, evidence) and
     // whether the trials covered the transfer window.
@@ -43,7 +61,18 @@ export function injectFields(run: SuiteRun): Record<string, unknown> {
  * verified): what it was and the error it ended with, so a combined report (`pdchaos report`) names the deployment
  * and why instead of missing it.
  */
-export function failureJournal(command: string, fields: {name?: string; runId?: string; label?: string; config?: string; deployment?: string; startedAt: number; finishedAt: number},
-  error: {code: string; exitCode: number; message: string; suggestions?: string[]}): Record<string, unknown> {
+export function failureJournal(
+  command: string,
+  fields: {
+    name?: string
+    runId?: string
+    label?: string
+    config?: string
+    deployment?: string
+    startedAt: number
+    finishedAt: number
+  },
+  error: {code: string; exitCode: number; message: string; suggestions?: string[]},
+): Record<string, unknown> {
   return {command, ...fields, error}
 }

@@ -13,36 +13,84 @@ import {foldIssues} from '../deployment/yaml-file.js'
 const Time = z.number().finite().min(0).max(8.64e15)
 const Stamp = Time.nullable()
 const Num = z.number().finite()
-const Verdict = z.looseObject({check: z.string(), subject: z.string(), verdict: z.enum(['pass', 'fail', 'unverified']), summary: z.string(), evidence: z.record(z.string(), z.unknown())})
+const Verdict = z.looseObject({
+  check: z.string(),
+  subject: z.string(),
+  verdict: z.enum(['pass', 'fail', 'unverified']),
+  summary: z.string(),
+  evidence: z.record(z.string(), z.unknown()),
+})
 const Pin = z.looseObject({
-  rid: z.string(), sentAt: Time, evictedAt: Stamp, evictionSeconds: Num.nullable(), bounds: z.tuple([Num, Num]),
-  verdict: z.enum(['pass', 'fail', 'unverified']), evidence: z.record(z.string(), z.unknown()),
+  rid: z.string(),
+  sentAt: Time,
+  evictedAt: Stamp,
+  evictionSeconds: Num.nullable(),
+  bounds: z.tuple([Num, Num]),
+  verdict: z.enum(['pass', 'fail', 'unverified']),
+  evidence: z.record(z.string(), z.unknown()),
 })
 const Lease = z.looseObject({
-  id: z.string(), fault: z.string(), mechanism: z.string(), injectedAt: Stamp, revertedAt: Stamp, verifiedInjected: z.boolean(), verifiedClean: z.boolean(),
+  id: z.string(),
+  fault: z.string(),
+  mechanism: z.string(),
+  injectedAt: Stamp,
+  revertedAt: Stamp,
+  verifiedInjected: z.boolean(),
+  verifiedClean: z.boolean(),
   expiresAt: Time,
 })
 const Contract = z.looseObject({scope: z.enum(['all', 'inflight', 'off']), deadlineSeconds: Num, pollSeconds: Num})
 const Scenario = z.looseObject({
-  name: z.string(), kind: z.enum(['inject', 'restart']), startedAt: Time, finishedAt: Time, verdicts: z.array(Verdict), pins: z.array(Pin), leases: z.array(Lease),
-  contract: Contract, error: z.string().optional(),
-  timeline: z.looseObject({contract: Contract, observations: z.array(z.looseObject({kind: z.string(), t: Time}))}).optional(),
+  name: z.string(),
+  kind: z.enum(['inject', 'restart']),
+  startedAt: Time,
+  finishedAt: Time,
+  verdicts: z.array(Verdict),
+  pins: z.array(Pin),
+  leases: z.array(Lease),
+  contract: Contract,
+  error: z.string().optional(),
+  timeline: z
+    .looseObject({contract: Contract, observations: z.array(z.looseObject({kind: z.string(), t: Time}))})
+    .optional(),
 })
-const Common = {pdchaos: z.literal(1), command: z.string(), label: z.string().min(1).optional(), config: z.string().optional(), deployment: z.string().optional()}
+const Common = {
+  pdchaos: z.literal(1),
+  command: z.string(),
+  label: z.string().min(1).optional(),
+  config: z.string().optional(),
+  deployment: z.string().optional(),
+}
 
 /** A run's journal (`suite --journal`, `inject --journal`). */
 export const RunJournal = z.looseObject({
-  ...Common, name: z.string(), deployment: z.string(), startedAt: Time, finishedAt: Time, scenarios: z.array(Scenario),
-  gate: z.object({passed: z.boolean(), reasons: z.array(z.string())}).optional(), stopped: z.object({reason: z.string()}).optional(),
+  ...Common,
+  name: z.string(),
+  deployment: z.string(),
+  startedAt: Time,
+  finishedAt: Time,
+  scenarios: z.array(Scenario),
+  gate: z.object({passed: z.boolean(), reasons: z.array(z.string())}).optional(),
+  stopped: z.object({reason: z.string()}).optional(),
 })
 
 /** The journal of a run that reached no verdict: the error it ended with. */
 export const FailureJournal = z.looseObject({
-  ...Common, name: z.string().optional(), startedAt: Time.optional(), finishedAt: Time.optional(),
-  error: z.looseObject({exitCode: z.number().int(), message: z.string(), code: z.string().optional(), suggestions: z.array(z.string()).optional()}),
+  ...Common,
+  name: z.string().optional(),
+  startedAt: Time.optional(),
+  finishedAt: Time.optional(),
+  error: z.looseObject({
+    exitCode: z.number().int(),
+    message: z.string(),
+    code: z.string().optional(),
+    suggestions: z.array(z.string()).optional(),
+  }),
 })
 
-export type Journal = {failure: true; journal: z.infer<typeof FailureJournal>} | {failure: false; journal: z.infer<typeof RunJournal>}
+export type Journal =
+  | {failure: true; journal: z.infer<typeof FailureJournal>}
+  | {failure: false; journal: z.infer<typeof RunJournal>}
 
 /** A failure journal's error is an object; an inject journal's top-level `error` is its scenario's error text. */
 export function isFailureJournal(data: unknown): boolean {

@@ -9,16 +9,24 @@ import type {ScenarioRun, SuiteRun} from '../model/run.js'
 
 /** Characters XML 1.0 cannot carry at all (even escaped): C0 controls but tab/LF/CR, lone surrogates, U+FFFE/U+FFFF. */
 // eslint-disable-next-line no-control-regex
-const INVALID_XML = /[\u0000-\u0008\u000B\u000C\u000E-\u001F\uFFFE\uFFFF]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g
+const INVALID_XML =
+  /[\u0000-\u0008\u000B\u000C\u000E-\u001F\uFFFE\uFFFF]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g
 
 /** Text content: control characters dropped, markup escaped. */
 export function escapeXml(text: string): string {
   return text.replace(INVALID_XML, '').replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;')
 }
 
-/** An attribute value (double-quoted): also quotes, and whitespace kept as references so parsers do not normalise it. */
+/**
+ * An attribute value (double-quoted): also quotes, and whitespace kept as references so parsers do not normalise it.
+ */
 export function escapeAttr(text: string): string {
-  return escapeXml(text).replace(/"/g, '&quot;').replace(/'/g, '&apos;').replace(/\n/g, '&#10;').replace(/\r/g, '&#13;').replace(/\t/g, '&#9;')
+  return escapeXml(text)
+    .replace(/"/g, '&quot;')
+    .replace(/'/g, '&apos;')
+    .replace(/\n/g, '&#10;')
+    .replace(/\r/g, '&#13;')
+    .replace(/\t/g, '&#9;')
 }
 
 export const secs = (ms: number): string => Math.max(0, ms / 1000).toFixed(3)
@@ -32,7 +40,7 @@ export function junitTimestamp(ms: number): string {
 export const classPart = (s: string): string => s.replace(/[.\s]+/g, '_')
 
 function testcaseTime(s: ScenarioRun, v: Verdict): number {
-  const pin = s.pins.find((p) => p.rid === v.subject)
+  const pin = s.pins.find(p => p.rid === v.subject)
   if (pin?.evictionSeconds !== null && pin?.evictionSeconds !== undefined) return pin.evictionSeconds
   const held = v.evidence.heldSeconds
   return typeof held === 'number' ? held : 0
@@ -40,8 +48,11 @@ function testcaseTime(s: ScenarioRun, v: Verdict): number {
 
 function properties(run: SuiteRun, s: ScenarioRun): Array<[string, string]> {
   const props: Array<[string, string]> = [
-    ['run', run.name], ['deployment', run.deployment], ['kind', s.kind],
-    ['contract.scope', s.contract.scope], ['contract.deadlineSeconds', String(s.contract.deadlineSeconds)],
+    ['run', run.name],
+    ['deployment', run.deployment],
+    ['kind', s.kind],
+    ['contract.scope', s.contract.scope],
+    ['contract.deadlineSeconds', String(s.contract.deadlineSeconds)],
     ['contract.pollSeconds', String(s.contract.pollSeconds)],
   ]
   if (s.fault !== undefined) props.push(['fault', s.fault])
@@ -53,9 +64,17 @@ function properties(run: SuiteRun, s: ScenarioRun): Array<[string, string]> {
 
 export function systemOut(s: ScenarioRun): string {
   const iso = (ms: number | null) => (ms === null ? 'never' : new Date(ms).toISOString())
-  const lines = s.leases.map((l) => `lease ${l.id} ${l.fault} (${l.mechanism}): injected ${iso(l.injectedAt)}, reverted ${iso(l.revertedAt)}, verified clean: ${l.verifiedClean}`)
+  const lines = s.leases.map(
+    l =>
+      `lease ${l.id} ${l.fault} (${l.mechanism}): injected ${iso(l.injectedAt)}, reverted ${iso(l.revertedAt)}, ` +
+      `verified clean: ${l.verifiedClean}`,
+  )
   for (const p of s.pins) {
-    lines.push(`pin ${p.rid}: ${p.verdict}, evicted after ${p.evictionSeconds === null ? 'never' : p.evictionSeconds + ' s'}, window [${p.bounds[0]} s, ${p.bounds[1]} s]`)
+    lines.push(
+      `pin ${p.rid}: ${p.verdict}, evicted ` +
+        `after ${p.evictionSeconds === null ? 'never' : p.evictionSeconds + ' s'}, window [${p.bounds[0]} ` +
+        `s, ${p.bounds[1]} s]`,
+    )
   }
   return lines.join('\n')
 }
@@ -75,7 +94,10 @@ export function scenarioCases(run: SuiteRun, s: ScenarioRun, classPrefix = 'pdch
   let errors = 0
   let skipped = 0
   for (const v of s.verdicts) {
-    const head = `    <testcase name="${escapeAttr(`${v.check} ${v.subject}`)}" classname="${escapeAttr(`${classPrefix}.${classPart(s.name)}.${v.check}`)}" time="${testcaseTime(s, v).toFixed(3)}"`
+    const head =
+      `    <testcase name="${escapeAttr(`${v.check} ${v.subject}`)}" ` +
+      `classname="${escapeAttr(`${classPrefix}.${classPart(s.name)}.${v.check}`)}" ` +
+      `time="${testcaseTime(s, v).toFixed(3)}"`
     if (v.verdict === 'pass') {
       cases.push(`${head}/>`)
       continue
@@ -83,45 +105,77 @@ export function scenarioCases(run: SuiteRun, s: ScenarioRun, classPrefix = 'pdch
     if (v.verdict === 'unverified') {
       // Neither a pass nor a failure: JUnit's skipped, with why and what would make it verifiable.
       skipped++
-      cases.push(`${head}>`, `      <skipped message="${escapeAttr(`unverified: ${v.summary} (${String(v.evidence.why)}; to verify: ${String(v.evidence.toVerify)})`)}"/>`, '    </testcase>')
+      cases.push(
+        `${head}>`,
+        `      <skipped ` +
+          `message="${escapeAttr(
+            `unverified: ${v.summary} (${String(v.evidence.why)}; to ` + `verify: ${String(v.evidence.toVerify)})`,
+          )}"/>`,
+        '    </testcase>',
+      )
       continue
     }
     failures++
-    cases.push(`${head}>`,
-      `      <failure message="${escapeAttr(v.summary)}" type="${escapeAttr(v.check)}">${escapeXml(JSON.stringify(v.evidence, null, 2))}</failure>`,
-      '    </testcase>')
+    cases.push(
+      `${head}>`,
+      `      <failure message="${escapeAttr(v.summary)}" ` +
+        `type="${escapeAttr(v.check)}">${escapeXml(JSON.stringify(v.evidence, null, 2))}</failure>`,
+      '    </testcase>',
+    )
   }
-  const runCase = `    <testcase name="${escapeAttr(`scenario ${s.name}`)}" classname="${escapeAttr(`${classPrefix}.${classPart(s.name)}.run`)}" time="${secs(s.finishedAt - s.startedAt)}">`
+  const runCase =
+    `    <testcase name="${escapeAttr(`scenario ${s.name}`)}" ` +
+    `classname="${escapeAttr(`${classPrefix}.${classPart(s.name)}.run`)}" time="${secs(s.finishedAt - s.startedAt)}">`
   if (s.error !== undefined) {
     errors++
-    cases.push(runCase, `      <error message="${escapeAttr(s.error)}" type="infrastructure">${escapeXml(s.error)}</error>`, '    </testcase>')
+    cases.push(
+      runCase,
+      `      <error message="${escapeAttr(s.error)}" type="infrastructure">${escapeXml(s.error)}</error>`,
+      '    </testcase>',
+    )
   } else if (s.verdicts.length === 0 && run.stopped) {
     skipped++
-    cases.push(runCase, `      <skipped message="${escapeAttr(`run stopped: ${run.stopped.reason}`)}"/>`, '    </testcase>')
+    cases.push(
+      runCase,
+      `      <skipped message="${escapeAttr(`run stopped: ${run.stopped.reason}`)}"/>`,
+      '    </testcase>',
+    )
   }
   return {cases, tests: s.verdicts.length + errors + skipped, failures, errors, skipped}
 }
 
 function renderSuite(run: SuiteRun, s: ScenarioRun, out: string[]): CaseCounts {
   const {cases, ...counts} = scenarioCases(run, s)
-  out.push(`  <testsuite name="${escapeAttr(s.name)}" tests="${counts.tests}" failures="${counts.failures}" errors="${counts.errors}" skipped="${counts.skipped}" time="${secs(s.finishedAt - s.startedAt)}" timestamp="${junitTimestamp(s.startedAt)}">`,
+  out.push(
+    `  <testsuite name="${escapeAttr(s.name)}" tests="${counts.tests}" failures="${counts.failures}" ` +
+      `errors="${counts.errors}" skipped="${counts.skipped}" time="${secs(s.finishedAt - s.startedAt)}" ` +
+      `timestamp="${junitTimestamp(s.startedAt)}">`,
     '    <properties>',
     ...properties(run, s).map(([k, v]) => `      <property name="${escapeAttr(k)}" value="${escapeAttr(v)}"/>`),
     '    </properties>',
     ...cases,
     `    <system-out>${escapeXml(systemOut(s))}</system-out>`,
     '    <system-err></system-err>',
-    '  </testsuite>')
+    '  </testsuite>',
+  )
   return counts
 }
 
 export function renderJUnit(run: SuiteRun): string {
   const body: string[] = []
-  return testsuitesDocument(run, run.scenarios.map((s) => renderSuite(run, s, body)), body)
+  return testsuitesDocument(
+    run,
+    run.scenarios.map(s => renderSuite(run, s, body)),
+    body,
+  )
 }
 
 /** The <testsuites> document around testsuites already rendered into `body`, with their summed counts. */
-export function testsuitesDocument(o: {name: string; startedAt: number; finishedAt: number}, counts: CaseCounts[], body: string[]): string {
+export function testsuitesDocument(
+  o: {name: string; startedAt: number; finishedAt: number},
+  counts: CaseCounts[],
+  body: string[],
+): string {
   const total: CaseCounts = {tests: 0, failures: 0, errors: 0, skipped: 0}
   for (const c of counts) {
     total.tests += c.tests
@@ -131,7 +185,9 @@ export function testsuitesDocument(o: {name: string; startedAt: number; finished
   }
   return [
     '<?xml version="1.0" encoding="UTF-8"?>',
-    `<testsuites name="${escapeAttr(o.name)}" tests="${total.tests}" failures="${total.failures}" errors="${total.errors}" skipped="${total.skipped}" time="${secs(o.finishedAt - o.startedAt)}" timestamp="${junitTimestamp(o.startedAt)}">`,
+    `<testsuites name="${escapeAttr(o.name)}" tests="${total.tests}" failures="${total.failures}" ` +
+      `errors="${total.errors}" skipped="${total.skipped}" time="${secs(o.finishedAt - o.startedAt)}" ` +
+      `timestamp="${junitTimestamp(o.startedAt)}">`,
     ...body,
     '</testsuites>',
     '',

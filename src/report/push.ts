@@ -36,14 +36,18 @@ export interface PushResult {
 /** Around the watchdog deadlines people set (SGLang's waiting timeout is minutes by default; test rigs use seconds). */
 export const EVICTION_BUCKETS = [0.5, 1, 2, 3, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 450, 600, 900]
 
-/** The standard buckets plus each scenario's own deadline and deadline + poll, so pass/fail edges are exact bucket bounds. */
+/**
+ * The standard buckets plus each scenario's own deadline and deadline + poll, so pass/fail edges are exact bucket
+ * bounds.
+ */
 export function evictionBuckets(run: SuiteRun): number[] {
   const set = new Set(EVICTION_BUCKETS)
   for (const s of run.scenarios) {
     if (s.contract.deadlineSeconds > 0) set.add(s.contract.deadlineSeconds)
-    if (s.contract.deadlineSeconds + s.contract.pollSeconds > 0) set.add(s.contract.deadlineSeconds + s.contract.pollSeconds)
+    if (s.contract.deadlineSeconds + s.contract.pollSeconds > 0)
+      set.add(s.contract.deadlineSeconds + s.contract.pollSeconds)
   }
-  return [...set].filter((b) => Number.isFinite(b) && b > 0).sort((a, b) => a - b)
+  return [...set].filter(b => Number.isFinite(b) && b > 0).sort((a, b) => a - b)
 }
 
 /** The run as a registry of metrics (exported for tests and for a `--metrics-file` one day). */
@@ -57,12 +61,28 @@ export function runRegistry(run: SuiteRun): {registry: Registry; series: number}
  * it was reached (an unreachable one has no run: its run_passed is 0), and the fleet's exit code.
  */
 export function fleetRegistry(fleet: FleetRun): {registry: Registry; series: number} {
-  const buckets = [...new Set(fleet.members.flatMap((m) => (m.run ? evictionBuckets(m.run) : EVICTION_BUCKETS)))].sort((a, b) => a - b)
+  const buckets = [...new Set(fleet.members.flatMap(m => (m.run ? evictionBuckets(m.run) : EVICTION_BUCKETS)))].sort(
+    (a, b) => a - b,
+  )
   const {registry, series: base, add, passed} = metricsFor(['deployment'], buckets)
   const {Gauge} = prom()
-  const exit = new Gauge({name: 'pdchaos_deployment_exit_code', help: 'The exit code the deployment\'s own run ended with (README: 0 passed ... 5 unreachable).', labelNames: ['deployment'] as const, registers: [registry]})
-  const reached = new Gauge({name: 'pdchaos_deployment_reachable', help: '1 when the deployment\'s run reached it, 0 when it was unreachable or never ran.', labelNames: ['deployment'] as const, registers: [registry]})
-  const fleetExit = new Gauge({name: 'pdchaos_fleet_exit_code', help: 'The fleet\'s combined exit code.', registers: [registry]})
+  const exit = new Gauge({
+    name: 'pdchaos_deployment_exit_code',
+    help: "The exit code the deployment's own run ended with (README: 0 passed ... 5 unreachable).",
+    labelNames: ['deployment'] as const,
+    registers: [registry],
+  })
+  const reached = new Gauge({
+    name: 'pdchaos_deployment_reachable',
+    help: "1 when the deployment's run reached it, 0 when it was unreachable or never ran.",
+    labelNames: ['deployment'] as const,
+    registers: [registry],
+  })
+  const fleetExit = new Gauge({
+    name: 'pdchaos_fleet_exit_code',
+    help: "The fleet's combined exit code.",
+    registers: [registry],
+  })
   let series = base + 1
   for (const m of fleet.members) {
     const labels = {deployment: m.name}
@@ -85,35 +105,71 @@ function metricsFor(extra: string[], buckets: number[]) {
   const registry = new Registry()
   const names = (...own: string[]) => [...extra, ...own]
   const eviction = new Histogram({
-    name: 'pdchaos_eviction_seconds', help: 'Seconds from a pin\'s send to its eviction by the watchdog.',
-    labelNames: names('scenario', 'fault'), buckets, registers: [registry],
+    name: 'pdchaos_eviction_seconds',
+    help: "Seconds from a pin's send to its eviction by the watchdog.",
+    labelNames: names('scenario', 'fault'),
+    buckets,
+    registers: [registry],
   })
   // Across nights a dashboard shows this falling long before a pin fails (docs/metrics.md).
   const margin = new Gauge({
     name: 'pdchaos_eviction_margin_seconds',
-    help: 'The smallest margin of the scenario\'s evictions to a bound: bound="deadline" (eviction - deadline),' +
+    help:
+      'The smallest margin of the scenario\'s evictions to a bound: bound="deadline" (eviction - deadline),' +
       ' bound="deadline_plus_poll" (deadline + poll - eviction); negative: outside.',
-    labelNames: names('scenario', 'fault', 'bound'), registers: [registry],
+    labelNames: names('scenario', 'fault', 'bound'),
+    registers: [registry],
   })
   const checkPassed = new Gauge({
-    name: 'pdchaos_check_passed', help: '1 when the check passed for this subject, 0 when it failed or is unverified.',
-    labelNames: names('scenario', 'check', 'subject'), registers: [registry],
+    name: 'pdchaos_check_passed',
+    help: '1 when the check passed for this subject, 0 when it failed or is unverified.',
+    labelNames: names('scenario', 'check', 'subject'),
+    registers: [registry],
   })
   const checkUnverified = new Gauge({
-    name: 'pdchaos_check_unverified', help: '1 when the check lacked its data for this subject (neither passed nor failed), else 0.',
-    labelNames: names('scenario', 'check', 'subject'), registers: [registry],
+    name: 'pdchaos_check_unverified',
+    help: '1 when the check lacked its data for this subject (neither passed nor failed), else 0.',
+    labelNames: names('scenario', 'check', 'subject'),
+    registers: [registry],
   })
-  // Abort coverage: how many trials landed in the transfer window (a dashboard tells a covered abort pass from an empty one).
-  const abortTrials = new Gauge({name: 'pdchaos_abort_trials', help: 'Abort trials judged in this scenario.', labelNames: names('scenario'), registers: [registry]})
+  // Abort coverage: how many trials landed in the transfer window (a dashboard tells a covered abort pass from an empty
+  // one).
+  const abortTrials = new Gauge({
+    name: 'pdchaos_abort_trials',
+    help: 'Abort trials judged in this scenario.',
+    labelNames: names('scenario'),
+    registers: [registry],
+  })
   const abortInWindow = new Gauge({
-    name: 'pdchaos_abort_trials_in_window', help: 'Abort trials whose abort demonstrably landed in the transfer window.', labelNames: names('scenario'), registers: [registry],
+    name: 'pdchaos_abort_trials_in_window',
+    help: 'Abort trials whose abort demonstrably landed in the transfer window.',
+    labelNames: names('scenario'),
+    registers: [registry],
   })
   const filterMatched = new Gauge({
-    name: 'pdchaos_abort_filter_matched_packets', help: 'Packets the abort window\'s widening filter matched while in place (0: it held no transfer).', labelNames: names('scenario'), registers: [registry],
+    name: 'pdchaos_abort_filter_matched_packets',
+    help: "Packets the abort window's widening filter matched while in place (0: it held no transfer).",
+    labelNames: names('scenario'),
+    registers: [registry],
   })
-  const left = new Gauge({name: 'pdchaos_faults_left_behind', help: 'Faults injected but not verified clean after the run: the host may still be faulted.', labelNames: names(), registers: [registry]})
-  const duration = new Gauge({name: 'pdchaos_run_duration_seconds', help: 'Wall time of the suite run.', labelNames: names(), registers: [registry]})
-  const passed = new Gauge({name: 'pdchaos_run_passed', help: '1 when the run passed (the gate\'s verdict when gated), else 0.', labelNames: names(), registers: [registry]})
+  const left = new Gauge({
+    name: 'pdchaos_faults_left_behind',
+    help: 'Faults injected but not verified clean after the run: the host may still be faulted.',
+    labelNames: names(),
+    registers: [registry],
+  })
+  const duration = new Gauge({
+    name: 'pdchaos_run_duration_seconds',
+    help: 'Wall time of the suite run.',
+    labelNames: names(),
+    registers: [registry],
+  })
+  const passed = new Gauge({
+    name: 'pdchaos_run_passed',
+    help: "1 when the run passed (the gate's verdict when gated), else 0.",
+    labelNames: names(),
+    registers: [registry],
+  })
 
   /** Add one run's metrics under these labels; returns the series it added. */
   const add = (run: SuiteRun, labels: Record<string, string>): number => {
@@ -144,7 +200,10 @@ function metricsFor(extra: string[], buckets: number[]) {
       }
       for (const v of s.verdicts) {
         checkPassed.set({...labels, scenario: s.name, check: v.check, subject: v.subject}, v.verdict === 'pass' ? 1 : 0)
-        checkUnverified.set({...labels, scenario: s.name, check: v.check, subject: v.subject}, v.verdict === 'unverified' ? 1 : 0)
+        checkUnverified.set(
+          {...labels, scenario: s.name, check: v.check, subject: v.subject},
+          v.verdict === 'unverified' ? 1 : 0,
+        )
         series += 2
       }
     }
@@ -158,7 +217,8 @@ function metricsFor(extra: string[], buckets: number[]) {
 
 function gatewayError(url: string, what: string, error: unknown): PdError {
   return new PdError(`cannot ${what} the Pushgateway at ${url}: ${oneLine(error)}`, {
-    exit: ExitCode.unreachable, cause: error,
+    exit: ExitCode.unreachable,
+    cause: error,
     suggestion: `check that the Pushgateway runs and answers at ${url} (GET ${url.replace(/\/$/, '')}/-/ready)`,
   })
 }
@@ -176,24 +236,43 @@ function checkUrl(url: string): void {
   try {
     u = new URL(url)
   } catch {
-    throw new PdError(`not a Pushgateway URL: ${url}`, {exit: ExitCode.badInput, suggestion: 'give the gateway as http://HOST:9091'})
+    throw new PdError(`not a Pushgateway URL: ${url}`, {
+      exit: ExitCode.badInput,
+      suggestion: 'give the gateway as http://HOST:9091',
+    })
   }
   if (u.protocol !== 'http:' && u.protocol !== 'https:') {
-    throw new PdError(`not a Pushgateway URL: ${url} (${u.protocol} is neither http nor https)`, {exit: ExitCode.badInput, suggestion: 'give the gateway as http://HOST:9091'})
+    throw new PdError(`not a Pushgateway URL: ${url} (${u.protocol} is neither http nor https)`, {
+      exit: ExitCode.badInput,
+      suggestion: 'give the gateway as http://HOST:9091',
+    })
   }
 }
 
-/** Push the run's metrics, replacing whatever the grouping held. Throws PdError exit 5 naming the gateway on any failure. */
+/**
+ * Push the run's metrics, replacing whatever the grouping held. Throws PdError exit 5 naming the gateway on any
+ * failure.
+ */
 export async function pushRun(url: string, run: SuiteRun, opts: PushOptions = {}): Promise<PushResult> {
   return pushRegistry(url, runRegistry(run), runIdOf(run), opts)
 }
 
 /** Push a fleet's metrics as one grouping (job + the fleet's run_id), each series labelled with its deployment. */
-export async function pushFleet(url: string, fleet: FleetRun, runId: string, opts: PushOptions = {}): Promise<PushResult> {
+export async function pushFleet(
+  url: string,
+  fleet: FleetRun,
+  runId: string,
+  opts: PushOptions = {},
+): Promise<PushResult> {
   return pushRegistry(url, fleetRegistry(fleet), runId, opts)
 }
 
-async function pushRegistry(url: string, metrics: {registry: Registry; series: number}, runId: string, opts: PushOptions): Promise<PushResult> {
+async function pushRegistry(
+  url: string,
+  metrics: {registry: Registry; series: number},
+  runId: string,
+  opts: PushOptions,
+): Promise<PushResult> {
   checkUrl(url)
   const jobName = opts.jobName ?? 'pdchaos'
   const groupings = opts.groupings ?? {run_id: runId}
@@ -208,7 +287,10 @@ async function pushRegistry(url: string, metrics: {registry: Registry; series: n
 }
 
 /** Delete a run's grouping from the gateway (tests, and cleaning up after a mistaken push). */
-export async function deleteRun(url: string, opts: {jobName?: string; groupings: Record<string, string>; timeoutMs?: number}): Promise<void> {
+export async function deleteRun(
+  url: string,
+  opts: {jobName?: string; groupings: Record<string, string>; timeoutMs?: number},
+): Promise<void> {
   checkUrl(url)
   const timeoutMs = opts.timeoutMs ?? 5000
   const {Pushgateway, Registry} = prom()

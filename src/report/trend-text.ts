@@ -25,11 +25,11 @@ export function renderTrend(t: Trend): string {
   if (t.checks.length > 0) {
     lines.push('Verdicts per run, oldest first (P passed, F failed, U unverified, - not judged):')
     const label = (c: Trend['checks'][number]) => `${named(c.deployment, c.scenario)} ${c.check}`
-    const width = Math.max(...t.checks.map((c) => label(c).length))
+    const width = Math.max(...t.checks.map(c => label(c).length))
     for (const c of t.checks) lines.push(`  ${label(c).padEnd(width)}  ${c.perRun.map(verdictLetter).join('')}`)
   }
-  const passed = t.runs.filter((r) => r.passed).length
-  lines.push(`Runs: ${t.runs.map((r) => (r.passed ? 'P' : 'F')).join('')} (${passed}/${t.runs.length} passed)`)
+  const passed = t.runs.filter(r => r.passed).length
+  lines.push(`Runs: ${t.runs.map(r => (r.passed ? 'P' : 'F')).join('')} (${passed}/${t.runs.length} passed)`)
   return lines.join('\n')
 }
 

@@ -24,7 +24,6 @@ import {sendRequest, type Sent} from '../workload/send.js'
  * watch that samples like an operator's `t+7s inflight=… decode_running=…` loop while a light load runs.
  */
 
-
 export interface RestartOptions {
   order: ServiceName[]
   /** Per-service deadline to become healthy after its restart command. */
@@ -73,10 +72,20 @@ export interface RestartTarget {
 
 /** The targets of a deployment with one instance per role: each role in `order`, on the host `hosts` gives it. */
 export function roleTargets(deployment: Deployment, hosts: RestartHost, order: ServiceName[]): RestartTarget[] {
-  return order.map((role) => ({name: role, role, path: `services.${role}`, service: deployment.services[role], host: typeof hosts === 'function' ? hosts(role) : hosts}))
+  return order.map(role => ({
+    name: role,
+    role,
+    path: `services.${role}`,
+    service: deployment.services[role],
+    host: typeof hosts === 'function' ? hosts(role) : hosts,
+  }))
 }
 
-export async function coRestart(deployment: Deployment, hosts: RestartHost, opts: RestartOptions): Promise<RestartResult> {
+export async function coRestart(
+  deployment: Deployment,
+  hosts: RestartHost,
+  opts: RestartOptions,
+): Promise<RestartResult> {
   const started = now()
   const rec = new Recorder()
   const say = opts.onProgress ?? (() => {})
@@ -84,11 +93,20 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
   const targets = opts.targets ?? roleTargets(deployment, hosts, opts.order)
   const stopOpt = opts.signal ? {signal: opts.signal} : {}
   for (const t of targets) {
-    if (!t.service.restart) throw badInput(`the deployment file has no restart command for ${t.name}`, `add ${t.path}.restart (an argv list) to the deployment file`)
+    if (!t.service.restart)
+      throw badInput(
+        `the deployment file has no restart command for ${t.name}`,
+        `add ${t.path}.restart (an argv list) to the deployment file`,
+      )
   }
-  const gate = (t: RestartTarget): Promise<HealthResult> => (t.role === 'router'
-    ? new RouterClient(t.service.url, {service: t.name, timeoutMs: DEFAULT_PROBE_TIMEOUT_MS}).readiness(t.service.readinessPath ?? '/readiness')
-    : new SglangClient(t.service.url, {service: t.name, timeoutMs: DEFAULT_PROBE_TIMEOUT_MS}).health(t.service.healthPath))
+  const gate = (t: RestartTarget): Promise<HealthResult> =>
+    t.role === 'router'
+      ? new RouterClient(t.service.url, {service: t.name, timeoutMs: DEFAULT_PROBE_TIMEOUT_MS}).readiness(
+          t.service.readinessPath ?? '/readiness',
+        )
+      : new SglangClient(t.service.url, {service: t.name, timeoutMs: DEFAULT_PROBE_TIMEOUT_MS}).health(
+          t.service.healthPath,
+        )
 
   const verdicts: Verdict[] = []
   const steps: RestartStep[] = []
@@ -97,24 +115,41 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
   let watchRequests: RestartResult['watch']['requests'] = []
   // Stopped (SIGINT): what was restarted so far is said; a restart command under way is killed (exit 3).
   const done = (): string => {
-    const restarted = steps.filter((x) => x.exitCode === 0).map((x) => x.instance ?? x.service)
+    const restarted = steps.filter(x => x.exitCode === 0).map(x => x.instance ?? x.service)
     return restarted.length > 0 ? `restarted ${restarted.join(', ')}; nothing after` : 'nothing was restarted'
   }
   const stopped = (phase: string): void => throwIfStopped(opts.signal, phase, done())
-  const finish = (): RestartResult =>
-    ({steps, totalMs: Math.round(now() - started), canaries, watch: {samples, requests: watchRequests}, verdicts, observations: rec.sorted()})
+  const finish = (): RestartResult => ({
+    steps,
+    totalMs: Math.round(now() - started),
+    canaries,
+    watch: {samples, requests: watchRequests},
+    verdicts,
+    observations: rec.sorted(),
+  })
   for (const t of targets) {
     const name = t.name
     const command = t.service.restart!
     // Quoted, control characters escaped: an argument with a newline cannot forge a progress line.
-    say(`restarting ${name}${t.nodes && t.nodes.length > 1 ? ` on its ${t.nodes.length} nodes (${t.nodes.map((n) => n.name).join(', ')}) at once` : ''}: ${displayArgv(command)}`)
+    say(
+      `restarting ${name}${
+        t.nodes && t.nodes.length > 1
+          ? ` on its ${t.nodes.length} nodes ` + `(${t.nodes.map(n => n.name).join(', ')}) at once`
+          : ''
+      }: ${displayArgv(command)}`,
+    )
     const t0 = now()
     rec.add({kind: 'marker', t: t0, name: `restart ${name}`})
     const runOn = async (host: Host, where: string): Promise<number | null> => {
       try {
         // Privileged only as the deployment's sudo: policy says (never: as the login user).
-        const res = await host.run(command, {timeoutMs: opts.commandTimeoutS * 1000, sudo: deployment.sudo === 'passwordless', ...stopOpt})
-        if (res.code !== 0) say(`${name}${where} restart command exited ${res.code}: ${oneLine(res.stderr).slice(0, 200)}`)
+        const res = await host.run(command, {
+          timeoutMs: opts.commandTimeoutS * 1000,
+          sudo: deployment.sudo === 'passwordless',
+          ...stopOpt,
+        })
+        if (res.code !== 0)
+          say(`${name}${where} restart command exited ${res.code}: ${oneLine(res.stderr).slice(0, 200)}`)
         return res.code
       } catch (error) {
         if (opts.signal?.aborted) throw stoppedError(opts.signal, `${name}'s restart command (killed)`, done())
@@ -122,18 +157,42 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
         return null
       }
     }
-    const nodeCodes = t.nodes && t.nodes.length > 1
-      ? await Promise.all(t.nodes.map(async (n, k) => ({host: n.name, exitCode: await runOn(n.host, ` (node rank ${k} on ${n.name})`)})))
-      : undefined
+    const nodeCodes =
+      t.nodes && t.nodes.length > 1
+        ? await Promise.all(
+            t.nodes.map(async (n, k) => ({
+              host: n.name,
+              exitCode: await runOn(n.host, ` (node rank ${k} on ${n.name})`),
+            })),
+          )
+        : undefined
     // The step's exit: the one command's, or over nodes the first that did not succeed (0 when all did).
-    const exitCode = nodeCodes ? (nodeCodes.find((c) => c.exitCode !== 0)?.exitCode ?? 0) : await runOn(t.host, '')
+    const exitCode = nodeCodes ? (nodeCodes.find(c => c.exitCode !== 0)?.exitCode ?? 0) : await runOn(t.host, '')
     const commandMs = now() - t0
     if (exitCode !== 0) {
       // A command that failed restarted nothing anyone can vouch for: the old process answering healthy would pass a
       // restart that never happened.
-      const where = nodeCodes ? ` (${nodeCodes.map((n) => `${n.host}: ${n.exitCode === null ? 'did not finish' : `exit ${n.exitCode}`}`).join(', ')})` : ''
-      steps.push({service: t.role, ...(name === t.role ? {} : {instance: t.path}), command, exitCode, ...(nodeCodes ? {nodes: nodeCodes} : {}), commandMs: Math.round(commandMs), healthyAfterMs: null})
-      verdicts.push(fail('restart', name, `${name}'s restart command ${exitCode === null ? 'did not finish' : `exited ${exitCode}`}${where}: it was not restarted as the file says; later services were not restarted`, {command, exitCode, ...(nodeCodes ? {nodes: nodeCodes} : {}), commandMs: Math.round(commandMs)}))
+      const where = nodeCodes
+        ? ` (${nodeCodes.map(n => `${n.host}: ${n.exitCode === null ? 'did not finish' : `exit ${n.exitCode}`}`).join(', ')})`
+        : ''
+      steps.push({
+        service: t.role,
+        ...(name === t.role ? {} : {instance: t.path}),
+        command,
+        exitCode,
+        ...(nodeCodes ? {nodes: nodeCodes} : {}),
+        commandMs: Math.round(commandMs),
+        healthyAfterMs: null,
+      })
+      verdicts.push(
+        fail(
+          'restart',
+          name,
+          `${name}'s restart command ${exitCode === null ? 'did not finish' : `exited ${exitCode}`}${where}: it ` +
+            `was not restarted as the file says; later services were not restarted`,
+          {command, exitCode, ...(nodeCodes ? {nodes: nodeCodes} : {}), commandMs: Math.round(commandMs)},
+        ),
+      )
       return finish()
     }
     let healthyAfterMs: number | null = null
@@ -148,13 +207,45 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
       await sleep(200, opts.signal)
     }
     throwIfStopped(opts.signal, `${name}'s health gate`, `${name}'s restart command ran; ${done()}`)
-    steps.push({service: t.role, ...(name === t.role ? {} : {instance: t.path}), command, exitCode, ...(nodeCodes ? {nodes: nodeCodes} : {}), commandMs: Math.round(commandMs), healthyAfterMs: healthyAfterMs === null ? null : Math.round(healthyAfterMs), lastHealth: last})
-    const evidence = {command, exitCode, ...(nodeCodes ? {nodes: nodeCodes} : {}), commandMs: Math.round(commandMs), healthyAfterMs, gate: t.role === 'router' ? t.service.readinessPath : t.service.healthPath, lastHealth: last}
+    steps.push({
+      service: t.role,
+      ...(name === t.role ? {} : {instance: t.path}),
+      command,
+      exitCode,
+      ...(nodeCodes ? {nodes: nodeCodes} : {}),
+      commandMs: Math.round(commandMs),
+      healthyAfterMs: healthyAfterMs === null ? null : Math.round(healthyAfterMs),
+      lastHealth: last,
+    })
+    const evidence = {
+      command,
+      exitCode,
+      ...(nodeCodes ? {nodes: nodeCodes} : {}),
+      commandMs: Math.round(commandMs),
+      healthyAfterMs,
+      gate: t.role === 'router' ? t.service.readinessPath : t.service.healthPath,
+      lastHealth: last,
+    }
     if (healthyAfterMs === null) {
-      verdicts.push(fail('restart', name, `${name} not healthy within ${opts.healthTimeoutS}s of its restart (${last?.error ?? 'no answer'}); later services were not restarted`, evidence))
+      verdicts.push(
+        fail(
+          'restart',
+          name,
+          `${name} not healthy within ${opts.healthTimeoutS}s of its restart (${last?.error ?? 'no answer'}); ` +
+            `later services were not restarted`,
+          evidence,
+        ),
+      )
       return finish()
     }
-    verdicts.push(pass('restart', name, `${name} healthy ${(healthyAfterMs / 1000).toFixed(2)}s after its restart command`, evidence))
+    verdicts.push(
+      pass(
+        'restart',
+        name,
+        `${name} healthy ${(healthyAfterMs / 1000).toFixed(2)}s after its restart command`,
+        evidence,
+      ),
+    )
     say(`${name} healthy after ${(healthyAfterMs / 1000).toFixed(2)}s`)
   }
 
@@ -171,18 +262,33 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
   rec.marker('warm-up', `${warmed.ok ? 'succeeded' : 'did not succeed'} after ${warmed.tries} request(s)`)
   say(`warm-up after the restart: ${warmed.ok ? 'ok' : 'no success'} after ${warmed.tries} request(s)`)
   // Canaries end to end: the pair works again through the router.
-  const requestTimeoutMs = Math.max(10_000, (deployment.watchdog.deadlineSeconds + deployment.watchdog.pollSeconds) * 1000 + 10_000)
+  const requestTimeoutMs = Math.max(
+    10_000,
+    (deployment.watchdog.deadlineSeconds + deployment.watchdog.pollSeconds) * 1000 + 10_000,
+  )
   // All at once: a canary a restart left pinned waits out its whole timeout, and one after another they would add up.
-  const sent = Array.from({length: opts.canaries}, () => sendRequest(router, rec, {role: 'canary', timeoutMs: requestTimeoutMs, signal: opts.signal}))
+  const sent = Array.from({length: opts.canaries}, () =>
+    sendRequest(router, rec, {role: 'canary', timeoutMs: requestTimeoutMs, signal: opts.signal}),
+  )
   for (const s of sent) {
     const r = await s.done
     canaries.push({rid: s.rid, status: r.status, ms: Math.round(r.at - s.sentAt)})
   }
   stopped('the canaries')
-  const badCanaries = canaries.filter((c) => c.status !== 200)
-  verdicts.push(badCanaries.length === 0
-    ? pass('restart', 'canaries', `${canaries.length} of ${canaries.length} canary requests succeeded end to end`, {canaries})
-    : fail('restart', 'canaries', `${badCanaries.length} of ${canaries.length} canary requests failed after the restart: ${badCanaries.map((c) => `${c.rid} (${c.status ?? 'no answer'} after ${c.ms} ms)`).join(', ')}`, {canaries}))
+  const badCanaries = canaries.filter(c => c.status !== 200)
+  verdicts.push(
+    badCanaries.length === 0
+      ? pass('restart', 'canaries', `${canaries.length} of ${canaries.length} canary requests succeeded end to end`, {
+          canaries,
+        })
+      : fail(
+          'restart',
+          'canaries',
+          `${badCanaries.length} of ${canaries.length} canary requests failed after the ` +
+            `restart: ${badCanaries.map(c => `${c.rid} (${c.status ?? 'no answer'} after ${c.ms} ms)`).join(', ')}`,
+          {canaries},
+        ),
+  )
 
   // The pin watch: an operator's sampling loop plus one request per sample.
   say(`watching for pins for ${opts.watchS}s`)
@@ -192,8 +298,12 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
   while (now() - watchStart < opts.watchS * 1000 && !opts.signal?.aborted) {
     inWatch.push(sendRequest(router, rec, {role: 'load', timeoutMs: requestTimeoutMs, signal: opts.signal}))
     const atS = (now() - watchStart) / 1000
-    const [pm, dm] = await abortable(Promise.all([clients.prefill.metrics().catch(() => undefined), clients.decode.metrics().catch(() => undefined)]),
-      opts.signal, 'the pin watch', done())
+    const [pm, dm] = await abortable(
+      Promise.all([clients.prefill.metrics().catch(() => undefined), clients.decode.metrics().catch(() => undefined)]),
+      opts.signal,
+      'the pin watch',
+      done(),
+    )
     const sample: WatchSample = {
       atS: Math.round(atS * 10) / 10,
       inflight: pm && sampleValue(pm.samples, PREFILL_INFLIGHT_QUEUE),
@@ -201,24 +311,59 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
       decodeRunning: dm && sampleValue(dm.samples, RUNNING_REQS),
       line: '',
     }
-    sample.line = `t+${Math.round(atS)}s inflight=${sample.inflight ?? '?'} bootstrap=${sample.bootstrap ?? '?'} decode_running=${sample.decodeRunning ?? '?'}`
+    sample.line =
+      `t+${Math.round(atS)}s inflight=${sample.inflight ?? '?'} bootstrap=${sample.bootstrap ?? '?'} ` +
+      `decode_running=${sample.decodeRunning ?? '?'}`
     samples.push(sample)
     say(sample.line)
     await sleep(opts.sampleS * 1000, opts.signal)
   }
   stopped('the pin watch')
   // Every watch request must finish; one held past the deadline is a pin the restart left behind.
-  const settled = await Promise.all(inWatch.map(async (s) => ({s, r: await s.done})))
-  watchRequests = settled.map(({s, r}) => ({rid: s.rid, sentAtS: Math.round(((s.sentAt - watchStart) / 1000) * 10) / 10, status: r.status, ms: r.status === null ? null : Math.round(r.at - s.sentAt)}))
-  const pinned = settled.filter(({s, r}) => r.status !== 200 && (r.at - s.sentAt) >= deadlineMs * 0.5)
-  const failedFast = settled.filter(({s, r}) => r.status !== 200 && (r.at - s.sentAt) < deadlineMs * 0.5)
-  const watchEvidence = {samples: samples.map((x) => x.line), requests: watchRequests, deadlineSeconds: deployment.watchdog.deadlineSeconds}
+  const settled = await Promise.all(inWatch.map(async s => ({s, r: await s.done})))
+  watchRequests = settled.map(({s, r}) => ({
+    rid: s.rid,
+    sentAtS: Math.round(((s.sentAt - watchStart) / 1000) * 10) / 10,
+    status: r.status,
+    ms: r.status === null ? null : Math.round(r.at - s.sentAt),
+  }))
+  const pinned = settled.filter(({s, r}) => r.status !== 200 && r.at - s.sentAt >= deadlineMs * 0.5)
+  const failedFast = settled.filter(({s, r}) => r.status !== 200 && r.at - s.sentAt < deadlineMs * 0.5)
+  const watchEvidence = {
+    samples: samples.map(x => x.line),
+    requests: watchRequests,
+    deadlineSeconds: deployment.watchdog.deadlineSeconds,
+  }
   if (pinned.length > 0) {
-    verdicts.push(fail('restart', 'pin watch', `${pinned.length} of ${settled.length} requests after the restart stayed in flight for ${(Math.min(...pinned.map((p) => p.r.at - p.s.sentAt)) / 1000).toFixed(1)}s or more and then failed (${pinned.map((p) => p.r.status ?? 'no answer').join(', ')}): pinned — stale prefill ports after a restart look exactly like this`, watchEvidence))
+    verdicts.push(
+      fail(
+        'restart',
+        'pin watch',
+        `${pinned.length} of ${settled.length} requests after the restart stayed in flight ` +
+          `for ${(Math.min(...pinned.map(p => p.r.at - p.s.sentAt)) / 1000).toFixed(1)}s or more and then failed ` +
+          `(${pinned.map(p => p.r.status ?? 'no answer').join(', ')}): pinned — stale prefill ports after a ` +
+          `restart look exactly like this`,
+        watchEvidence,
+      ),
+    )
   } else if (failedFast.length > 0) {
-    verdicts.push(fail('restart', 'pin watch', `${failedFast.length} of ${settled.length} requests after the restart failed`, watchEvidence))
+    verdicts.push(
+      fail(
+        'restart',
+        'pin watch',
+        `${failedFast.length} of ${settled.length} requests after the restart failed`,
+        watchEvidence,
+      ),
+    )
   } else {
-    verdicts.push(pass('restart', 'pin watch', `${settled.length} of ${settled.length} requests during the ${opts.watchS}s watch succeeded; no pin`, watchEvidence))
+    verdicts.push(
+      pass(
+        'restart',
+        'pin watch',
+        `${settled.length} of ${settled.length} requests during the ${opts.watchS}s watch succeeded; no pin`,
+        watchEvidence,
+      ),
+    )
   }
   return finish()
 }
@@ -227,9 +372,13 @@ export async function coRestart(deployment: Deployment, hosts: RestartHost, opts
  * Warm up every restarted prefill and decode instance: pair i is prefill instance i and decode instance i (each list
  * taken round), so max(prefills, decodes) pairs reach them all; a role not restarted is the deployment's own instance.
  */
-async function warmUpPairs(deployment: Deployment, targets: RestartTarget[], signal?: AbortSignal): Promise<{ok: boolean; tries: number}> {
+async function warmUpPairs(
+  deployment: Deployment,
+  targets: RestartTarget[],
+  signal?: AbortSignal,
+): Promise<{ok: boolean; tries: number}> {
   const of = (role: 'prefill' | 'decode') => {
-    const restarted = targets.filter((t) => t.role === role).map((t) => ({...deployment.services[role], ...t.service}))
+    const restarted = targets.filter(t => t.role === role).map(t => ({...deployment.services[role], ...t.service}))
     return restarted.length > 0 ? restarted : [deployment.services[role]]
   }
   const [prefills, decodes] = [of('prefill'), of('decode')]

@@ -74,13 +74,20 @@ export function aloneProbePlan(o: PlanShape): string[] {
 const NO_WATCH = {canaries: [], watch: {samples: [], requests: []}}
 
 export async function restartAlone(
-  deployment: Deployment, hosts: RestartHost, o: AloneOptions,
+  deployment: Deployment,
+  hosts: RestartHost,
+  o: AloneOptions,
 ): Promise<RestartResult> {
   const say = o.onProgress ?? (() => {})
   const started = now()
   const gates = {
-    healthTimeoutS: o.healthTimeoutS, commandTimeoutS: o.commandTimeoutS,
-    canaries: 0, watchS: 0, sampleS: 1, settleS: 0, gatesOnly: true,
+    healthTimeoutS: o.healthTimeoutS,
+    commandTimeoutS: o.commandTimeoutS,
+    canaries: 0,
+    watchS: 0,
+    sampleS: 1,
+    settleS: 0,
+    gatesOnly: true,
   }
   // Before: the pair must serve, and decode must hold the old instance's endpoints (it resolves them on first use).
   const before = await servesBefore(deployment, o)
@@ -98,23 +105,27 @@ export async function restartAlone(
     return {steps: [], totalMs, ...NO_WATCH, observations: before.observations, verdicts: [v]}
   }
   const restarted = await coRestart(deployment, hosts, {
-    ...gates, order: [o.role], targets: o.targets, onProgress: say, ...(o.signal ? {signal: o.signal} : {}),
+    ...gates,
+    order: [o.role],
+    targets: o.targets,
+    onProgress: say,
+    ...(o.signal ? {signal: o.signal} : {}),
   })
   const verdicts = [...restarted.verdicts]
   const rec = new Recorder()
   let alone: AloneRecovery | undefined
-  let broken = verdicts.some((v) => v.verdict === 'fail')
+  let broken = verdicts.some(v => v.verdict === 'fail')
   let finished = false
   try {
     if (!broken) {
       // The last instance's gate: from then on the whole role is its new self.
       const last = restarted.steps.at(-1)!
-      const markers = restarted.observations.filter((x) => x.kind === 'marker' && x.name.startsWith('restart '))
+      const markers = restarted.observations.filter(x => x.kind === 'marker' && x.name.startsWith('restart '))
       const startMarker = markers.at(-1)
       const healthyAt = (startMarker?.t ?? started) + (last.healthyAfterMs ?? 0)
       rec.add({kind: 'marker', t: healthyAt, name: `healthy ${o.role}`})
       const sent = await sendCanaries(deployment, rec, healthyAt, o, say)
-      await Promise.all(sent.map((s) => s.done))
+      await Promise.all(sent.map(s => s.done))
       const w = deployment.watchdog
       const tl: Timeline = {
         contract: {scope: w.scope, deadlineSeconds: w.deadlineSeconds, pollSeconds: w.pollSeconds},
@@ -125,7 +136,7 @@ export async function restartAlone(
       const judged = checkPeerRecovery(tl, {role: o.role, healthyAt, ...heartbeat, epsilonS: o.epsilonS})
       verdicts.push(...judged)
       alone = {role: o.role, healthyAt, ...heartbeat, canaries: canaryOutcomes(tl, healthyAt)}
-      broken = judged.some((v) => v.verdict === 'fail') || Boolean(o.signal?.aborted)
+      broken = judged.some(v => v.verdict === 'fail') || Boolean(o.signal?.aborted)
     }
     finished = true
   } finally {
@@ -135,8 +146,8 @@ export async function restartAlone(
       // No signal: an interrupt must not stop the repair half way.
       const order: ServiceName[] = ['prefill', 'decode', 'router']
       const repair = await coRestart(deployment, hosts, {...gates, order, targets: o.repairTargets, onProgress: say})
-      verdicts.push(...repair.verdicts.map((v) => ({...v, subject: `repair: ${v.subject}`})))
-      if (alone) alone.repaired = repair.steps.map((s) => s.instance ?? s.service)
+      verdicts.push(...repair.verdicts.map(v => ({...v, subject: `repair: ${v.subject}`})))
+      if (alone) alone.repaired = repair.steps.map(s => s.instance ?? s.service)
       restarted.steps.push(...repair.steps)
     }
   }
@@ -152,23 +163,32 @@ function bootstrapOf(deployment: Deployment): {host: string; port: number} {
 
 /** One request through the router and one direct, before the restart: both must succeed. */
 async function servesBefore(
-  deployment: Deployment, o: AloneOptions,
+  deployment: Deployment,
+  o: AloneOptions,
 ): Promise<{ok: boolean; detail: string; observations: Observation[]}> {
   const rec = new Recorder()
   const {router, prefill, decode} = serviceClients(deployment)
   const timeoutMs = (deployment.watchdog.deadlineSeconds + deployment.watchdog.pollSeconds) * 1000 + 10_000
   const opts = {role: 'baseline' as const, timeoutMs, ...(o.signal ? {signal: o.signal} : {})}
   const [a, b] = await Promise.all([
-    sendRequest(router, rec, opts).done, sendDirect({prefill, decode}, bootstrapOf(deployment), rec, opts).done,
+    sendRequest(router, rec, opts).done,
+    sendDirect({prefill, decode}, bootstrapOf(deployment), rec, opts).done,
   ])
-  const bad = [['router', a.status], ['direct', b.status]].filter(([, st]) => st !== 200)
+  const bad = [
+    ['router', a.status],
+    ['direct', b.status],
+  ].filter(([, st]) => st !== 200)
   const detail = bad.map(([p, st]) => `${p}: ${st ?? 'no answer'}`).join(', ')
   return {ok: bad.length === 0, detail, observations: rec.sorted()}
 }
 
 /** One router canary and one direct pin every probe interval, from the gate until the bound + ε + tail. */
 async function sendCanaries(
-  deployment: Deployment, rec: Recorder, healthyAt: number, o: AloneOptions, say: (l: string) => void,
+  deployment: Deployment,
+  rec: Recorder,
+  healthyAt: number,
+  o: AloneOptions,
+  say: (l: string) => void,
 ): Promise<Sent[]> {
   const {router, prefill, decode} = serviceClients(deployment)
   const boundS = o.heartbeat?.boundSeconds ?? DEFAULT_BOUND_S

@@ -47,8 +47,12 @@ export function packageRootOf(callerUrl: string): string {
   throw new Error(`pdchaos's package.json not found above ${fileURLToPath(callerUrl)}`)
 }
 
-/** The URL of one of the twin's modules (`server/server-main`), from src/ when the caller runs from sources, else dist/. */
+/**
+ * The URL of one of the twin's modules (`server/server-main`), from src/ when the caller runs from sources, else dist/.
+ */
 export function simModule(callerUrl: string, rel: string): string {
   const fromSource = callerUrl.endsWith('.ts')
-  return pathToFileURL(join(packageRootOf(callerUrl), fromSource ? 'src' : 'dist', 'sim', `${rel}${fromSource ? '.ts' : '.js'}`)).href
+  return pathToFileURL(
+    join(packageRootOf(callerUrl), fromSource ? 'src' : 'dist', 'sim', `${rel}${fromSource ? '.ts' : '.js'}`),
+  ).href
 }

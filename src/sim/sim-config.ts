@@ -14,8 +14,18 @@ import type {PolicyName} from './router/policy.js'
  * nothing in /metrics), `no-disagg-loads` (an SGLang whose /v1/loads has no disagg section, as before it had one) and
  * `no-loads` (no /v1/loads at all, as before entrypoints/v1_loads.py: only the per-batch /metrics gauges remain).
  */
-export const BUG_NAMES = ['abort-race', 'early-evict', 'late-evict', 'leak-on-evict', 'stale-prefill-ports', 'stale-peer', 'no-watchdog-counter',
-  'no-disagg-loads', 'no-loads', 'half-dispatch'] as const
+export const BUG_NAMES = [
+  'abort-race',
+  'early-evict',
+  'late-evict',
+  'leak-on-evict',
+  'stale-prefill-ports',
+  'stale-peer',
+  'no-watchdog-counter',
+  'no-disagg-loads',
+  'no-loads',
+  'half-dispatch',
+] as const
 export type BugName = (typeof BUG_NAMES)[number]
 export type WatchdogScope = 'all' | 'inflight' | 'off'
 export type Backend = 'nixl' | 'mooncake'
@@ -36,11 +46,17 @@ export interface SimConfig {
   bugs: BugName[]
   ports: {router: number; routerMetrics: number; prefill: number; decode: number; bootstrap: number}
   /** SGLang's timeouts (SGLANG_DISAGGREGATION_*): the env of the server processes carries them. */
-  timeouts: {bootstrapS: number; waitingS: number; heartbeatIntervalS: number; heartbeatMaxFailure: number
+  timeouts: {
+    bootstrapS: number
+    waitingS: number
+    heartbeatIntervalS: number
+    heartbeatMaxFailure: number
     /** Decode's own SGLANG_DISAGGREGATION_WAITING_TIMEOUT (`sim up --decode-waiting-timeout`); absent: waitingS. */
-    decodeWaitingS?: number}
+    decodeWaitingS?: number
+  }
   /**
-   * Not SGLang (`sim up --heartbeat off`): decode never probes its prefill peers, while its environment still states the
+   * Not SGLang (`sim up --heartbeat off`): decode never probes its prefill peers, while its environment still states
+   * the
    * interval. SGLang has no such switch; it shows what a deployment whose heartbeat never fires looks like.
    */
   heartbeat?: 'off'
@@ -52,14 +68,19 @@ export interface SimConfig {
     idleGaugeRefreshS: number
     /** Simulated decode time per generated token (default 1 ms). */
     decodeMsPerToken?: number
-    /** Delay before a request whose client disconnected is aborted (SGLANG_REQUEST_STATE_WAIT_TIMEOUT-like, default 4 s). */
+    /**
+     * Delay before a request whose client disconnected is aborted (SGLANG_REQUEST_STATE_WAIT_TIMEOUT-like, default 4
+     * s).
+     */
     requestStateWaitS?: number
   }
   /** KV pool size per instance in tokens (sglang:token_usage = used / this; SGLang's max_total_num_tokens). */
   kvPoolTokens: number
   /** `sim up --rail-nics`: one NIC (a veth rail<g>) per GPU; the KV path is RDMA WRITEs as UDP 4791 over them. */
   rails?: RailsConfig
-  /** UCX_RC_TIMEOUT / UCX_RC_RETRY_COUNT for the services' environment, as given to `sim up` (absent: UCX's defaults). */
+  /**
+   * UCX_RC_TIMEOUT / UCX_RC_RETRY_COUNT for the services' environment, as given to `sim up` (absent: UCX's defaults).
+   */
   ucx?: {rcTimeout?: string; rcRetryCount?: number}
   /** The PD router's settings (sgl-model-gateway flags); defaults as the real router when absent. */
   router?: RouterSettings
@@ -72,7 +93,10 @@ export interface SimConfig {
   dockerProxy?: Record<Role, number>
   /** `sim up --server-config-file`: the servers are launched with `--config DIR/config/<role>.yaml`. */
   serverConfigFile?: boolean
-  /** What the nvidia-smi stand-in shows: no processes (as in a container), or a stray context per rank on its first visible GPU. */
+  /**
+   * What the nvidia-smi stand-in shows: no processes (as in a container), or a stray context per rank on its first
+   * visible GPU.
+   */
   gpuView?: {hideProcesses?: boolean; strayContext?: boolean}
   /** Not SGLang (docs/twin.md): `--entry-lag-ms`, the scheduler receives new requests (and aborts) only every N ms, as
    * behind a long forward pass; `--answer-lag-ms`, a released request's HTTP answer is held that long;
@@ -88,12 +112,18 @@ export interface SimConfig {
   /**
    * `sim up --only prefill --nnodes N --node-rank K --dist-init-addr HOST:PORT` (docs/twin.md, "One instance over
    * several nodes"): this node runs node K's share of the TP ranks of one instance of `role` (prefillTp / decodeTp stay
-   * the instance's total). Node 0 runs the HTTP API, the scheduler loop and the bootstrap server; the others only ranks.
+   * the instance's total). Node 0 runs the HTTP API, the scheduler loop and the bootstrap server; the others only
+   * ranks.
    */
   dist?: DistConfig
 }
 
-export interface DistConfig {role: Role; nnodes: number; nodeRank: number; distInitAddr: string}
+export interface DistConfig {
+  role: Role
+  nnodes: number
+  nodeRank: number
+  distInitAddr: string
+}
 
 /** The dist-init-addr split into host and port (the host is an IP address: options.ts checks it). */
 export function distEndpoint(d: DistConfig): {host: string; port: number} {
@@ -143,7 +173,9 @@ export function serviceHosts(config: Pick<SimConfig, 'host' | 'node' | 'dist'>, 
  * --cb-timeout-duration-secs, --cb-window-duration-secs, --disable-circuit-breaker). Absent: upstream's default.
  */
 export interface RouterSettings {
-  /** --policy, --prefill-policy, --decode-policy (cache_aware upstream): how the router picks among several instances. */
+  /**
+   * --policy, --prefill-policy, --decode-policy (cache_aware upstream): how the router picks among several instances.
+   */
   policy?: PolicyName
   prefillPolicy?: PolicyName
   decodePolicy?: PolicyName

@@ -18,29 +18,61 @@ export const DEFAULT_MAX_PARALLEL = 4
 export const MAX_PARALLEL_LIMIT = 64
 
 /** Names become journal file names (DIR/NAME.json) and a Prometheus label value: plain characters only. */
-const MemberName = z.string().min(1).max(63).regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, 'letters, digits and _ . - only (it names the journal file)')
+const MemberName = z
+  .string()
+  .min(1)
+  .max(63)
+  .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, 'letters, digits and _ . - only (it names the journal file)')
 
-const MemberSchema = z.object({
-  name: MemberName.describe('Names the deployment in the combined report, its journal file (NAME.json) and the Pushgateway label `deployment`.'),
-  deployment: z.string().min(1).describe('Its deployment file (pdchaos.yaml), relative to the fleet file.'),
-  suite: z.string().min(1).optional().describe('Its suite file, relative to the fleet file. Default: the fleet\'s suite, else the built-in suite.'),
-}).strict()
-
-export const FleetSchema = z.object({
-  version: z.literal(1).default(1),
-  name: z.string().min(1).max(80).default('fleet'),
-  maxParallel: z.number().int().min(1).max(MAX_PARALLEL_LIMIT).default(DEFAULT_MAX_PARALLEL)
-    .describe('Deployments run at once at most (--max-parallel overrides it).'),
-  suite: z.string().min(1).optional().describe('The suite file of every deployment that names none, relative to the fleet file. Default: the built-in suite.'),
-  deployments: z.array(MemberSchema).min(1).max(1000),
-}).strict().superRefine((f, ctx) => {
-  const seen = new Map<string, number>()
-  f.deployments.forEach((d, i) => {
-    const first = seen.get(d.name)
-    if (first !== undefined) ctx.addIssue({code: 'custom', path: ['deployments', i, 'name'], message: `duplicate name ${JSON.stringify(d.name)} (also deployments[${first}])`})
-    else seen.set(d.name, i)
+const MemberSchema = z
+  .object({
+    name: MemberName.describe(
+      'Names the deployment in the combined report, its journal file (NAME.json) and the Pushgateway label ' +
+        '`deployment`.',
+    ),
+    deployment: z.string().min(1).describe('Its deployment file (pdchaos.yaml), relative to the fleet file.'),
+    suite: z
+      .string()
+      .min(1)
+      .optional()
+      .describe("Its suite file, relative to the fleet file. Default: the fleet's suite, else the built-in suite."),
   })
-})
+  .strict()
+
+export const FleetSchema = z
+  .object({
+    version: z.literal(1).default(1),
+    name: z.string().min(1).max(80).default('fleet'),
+    maxParallel: z
+      .number()
+      .int()
+      .min(1)
+      .max(MAX_PARALLEL_LIMIT)
+      .default(DEFAULT_MAX_PARALLEL)
+      .describe('Deployments run at once at most (--max-parallel overrides it).'),
+    suite: z
+      .string()
+      .min(1)
+      .optional()
+      .describe(
+        'The suite file of every deployment that names none, relative to the fleet file. Default: the built-in suite.',
+      ),
+    deployments: z.array(MemberSchema).min(1).max(1000),
+  })
+  .strict()
+  .superRefine((f, ctx) => {
+    const seen = new Map<string, number>()
+    f.deployments.forEach((d, i) => {
+      const first = seen.get(d.name)
+      if (first !== undefined)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['deployments', i, 'name'],
+          message: `duplicate name ${JSON.stringify(d.name)} (also deployments[${first}])`,
+        })
+      else seen.set(d.name, i)
+    })
+  })
 
 export type FleetFile = z.infer<typeof FleetSchema>
 
@@ -95,7 +127,13 @@ export async function planFleet(fleet: FleetFile, file: string): Promise<FleetPl
     const deploymentFile = at(d.deployment)
     const suiteFile = d.suite ?? fleet.suite
     const suitePath = suiteFile === undefined ? undefined : at(suiteFile)
-    entries.push({name: d.name, deploymentFile, ...(suitePath ? {suiteFile: suitePath} : {}), deployment: await loadDeployment(deploymentFile, 'suite'), suite: await suiteOf(suitePath)})
+    entries.push({
+      name: d.name,
+      deploymentFile,
+      ...(suitePath ? {suiteFile: suitePath} : {}),
+      deployment: await loadDeployment(deploymentFile, 'suite'),
+      suite: await suiteOf(suitePath),
+    })
   }
   checkDistinct(entries, file)
   return {file: resolve(file), name: fleet.name, maxParallel: fleet.maxParallel, entries}
@@ -105,12 +143,20 @@ export async function planFleet(fleet: FleetFile, file: string): Promise<FleetPl
 function checkDistinct(entries: FleetEntry[], file: string): void {
   const seen = new Map<string, string>()
   for (const e of entries) {
-    for (const key of [`file ${e.deploymentFile}`, `host ${JSON.stringify(e.deployment.host)} ${e.deployment.stateDir}`]) {
+    for (const key of [
+      `file ${e.deploymentFile}`,
+      `host ${JSON.stringify(e.deployment.host)} ${e.deployment.stateDir}`,
+    ]) {
       const other = seen.get(key)
       if (other !== undefined) {
-        const what = key.startsWith('file') ? `the same deployment file ${e.deploymentFile}` : `the same host and stateDir ${e.deployment.stateDir}`
-        throw badInput(`${file}: deployments ${other} and ${e.name} use ${what}: two runs of one deployment would contend for its host lock`,
-          'list each deployment once')
+        const what = key.startsWith('file')
+          ? `the same deployment file ${e.deploymentFile}`
+          : `the same host and stateDir ${e.deployment.stateDir}`
+        throw badInput(
+          `${file}: deployments ${other} and ${e.name} use ${what}: two runs of one deployment would contend for ` +
+            `its host lock`,
+          'list each deployment once',
+        )
       }
       seen.set(key, e.name)
     }

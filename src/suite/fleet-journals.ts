@@ -23,18 +23,33 @@ export async function readJournal(file: string, name?: string): Promise<FleetMem
   const data = readJson(file)
   const checked = checkJournal(data)
   if (!checked.ok) {
-    throw badInput(`${file} is not a pdchaos journal: ${issuesLine(checked.issues)}`,
-      'pass the files written by `pdchaos suite --journal FILE` (or inject --journal)')
+    throw badInput(
+      `${file} is not a pdchaos journal: ${issuesLine(checked.issues)}`,
+      'pass the files written by `pdchaos suite --journal FILE` (or inject --journal)',
+    )
   }
   const {failure, journal: j} = checked.value
   const label = name ?? j.label ?? j.deployment ?? basename(file).replace(/\.json$/, '')
-  const more: Partial<FleetMember> = {journal: file, ...(j.config ? {config: j.config} : {}), ...(j.deployment ? {deployment: j.deployment} : {})}
+  const more: Partial<FleetMember> = {
+    journal: file,
+    ...(j.config ? {config: j.config} : {}),
+    ...(j.deployment ? {deployment: j.deployment} : {}),
+  }
   if (failure) {
     const f = j as z.infer<typeof FailureJournal>
     const e = f.error
-    const times = f.startedAt !== undefined && f.finishedAt !== undefined ? {startedAt: f.startedAt, finishedAt: f.finishedAt} : {}
-    return memberOfFailure(label, {exitCode: e.exitCode, reason: e.message, ...(e.code ? {code: e.code} : {}), ...(e.suggestions?.[0] ? {suggestion: e.suggestions[0]} : {})},
-      {...more, ...times, ...(f.name ? {suite: f.name} : {})})
+    const times =
+      f.startedAt !== undefined && f.finishedAt !== undefined ? {startedAt: f.startedAt, finishedAt: f.finishedAt} : {}
+    return memberOfFailure(
+      label,
+      {
+        exitCode: e.exitCode,
+        reason: e.message,
+        ...(e.code ? {code: e.code} : {}),
+        ...(e.suggestions?.[0] ? {suggestion: e.suggestions[0]} : {}),
+      },
+      {...more, ...times, ...(f.name ? {suite: f.name} : {})},
+    )
   }
   return memberOfRun(label, j as unknown as SuiteRun, more)
 }
@@ -47,12 +62,14 @@ export async function fleetFromJournals(files: string[], o: {name?: string} = {}
   for (const m of members) {
     const other = byName.get(m.name)
     if (other !== undefined) {
-      throw badInput(`${other} and ${m.journal} are both journals of ${m.name}: a combined report holds one run per deployment`,
-        'pass one journal per deployment (the newest), or give each run its own --label')
+      throw badInput(
+        `${other} and ${m.journal} are both journals of ${m.name}: a combined report holds one run per deployment`,
+        'pass one journal per deployment (the newest), or give each run its own --label',
+      )
     }
     byName.set(m.name, m.journal!)
   }
-  const times = members.flatMap((m) => [m.startedAt, m.finishedAt].filter((t): t is number => t !== undefined))
+  const times = members.flatMap(m => [m.startedAt, m.finishedAt].filter((t): t is number => t !== undefined))
   const startedAt = times.length > 0 ? Math.min(...times) : Date.now()
   const finishedAt = times.length > 0 ? Math.max(...times) : startedAt
   return fleetOf({name: o.name ?? 'fleet', startedAt, finishedAt, members})
@@ -60,7 +77,9 @@ export async function fleetFromJournals(files: string[], o: {name?: string} = {}
 
 function readJson(file: string): unknown {
   const text = readInputText(file, {
-    what: 'journal', maxBytes: MAX_JOURNAL_BYTES, missing: {message: `no journal at ${file}`, suggestion: HINT},
+    what: 'journal',
+    maxBytes: MAX_JOURNAL_BYTES,
+    missing: {message: `no journal at ${file}`, suggestion: HINT},
     notAFile: HINT,
   })!
   try {

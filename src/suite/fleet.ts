@@ -40,10 +40,18 @@ export async function runFleet(plan: FleetPlan, o: FleetOptions): Promise<FleetR
       const entry = plan.entries[i]!
       running++
       o.onStart?.(entry, running)
-      const member = await o.runMember(entry, {signal}).catch((error: unknown) => memberOfFailure(entry.name, {
-        exitCode: error instanceof PdError ? error.exitCode : ExitCode.unreachable, reason: oneLine(error), ...(error instanceof PdError ? {} : {code: 'E_INTERNAL'}),
-        ...(error instanceof PdError && error.suggestion ? {suggestion: error.suggestion} : {}),
-      }, describeEntry(entry)))
+      const member = await o.runMember(entry, {signal}).catch((error: unknown) =>
+        memberOfFailure(
+          entry.name,
+          {
+            exitCode: error instanceof PdError ? error.exitCode : ExitCode.unreachable,
+            reason: oneLine(error),
+            ...(error instanceof PdError ? {} : {code: 'E_INTERNAL'}),
+            ...(error instanceof PdError && error.suggestion ? {suggestion: error.suggestion} : {}),
+          },
+          describeEntry(entry),
+        ),
+      )
       running--
       members[i] = member
       o.onEnd?.(member, running)
@@ -51,7 +59,14 @@ export async function runFleet(plan: FleetPlan, o: FleetOptions): Promise<FleetR
   }
   await Promise.all(Array.from({length: maxParallel}, lane))
   const all = members.map((m, i) => m ?? notRun(plan.entries[i]!))
-  return fleetOf({name: plan.name, ...(o.runId ? {runId: o.runId} : {}), startedAt, finishedAt: Date.now(), maxParallel, members: all})
+  return fleetOf({
+    name: plan.name,
+    ...(o.runId ? {runId: o.runId} : {}),
+    startedAt,
+    finishedAt: Date.now(),
+    maxParallel,
+    members: all,
+  })
 }
 
 /** What the fleet file says about a deployment, for its member record. */
@@ -60,5 +75,12 @@ export function describeEntry(e: FleetEntry): Partial<FleetMember> {
 }
 
 function notRun(e: FleetEntry): FleetMember {
-  return {...memberOfFailure(e.name, {exitCode: ExitCode.stopped, reason: 'not run: the fleet was stopped before its turn'}, describeEntry(e)), status: 'not-run'}
+  return {
+    ...memberOfFailure(
+      e.name,
+      {exitCode: ExitCode.stopped, reason: 'not run: the fleet was stopped before its turn'},
+      describeEntry(e),
+    ),
+    status: 'not-run',
+  }
 }

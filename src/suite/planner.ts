@@ -52,12 +52,16 @@ export const EPSILON_SHARE_OF_POLL = 0.25
  * than a quarter of the poll, a window with many scenarios would push it toward a whole poll, and every verdict near
  * a bound would be unverified: batches are cut to two scenarios (ε up to half a poll) or to one (beyond).
  */
-export function lagLimit(c: Calibration | undefined, pollSeconds: number): {maxPerBatch: number; why: string} | undefined {
+export function lagLimit(
+  c: Calibration | undefined,
+  pollSeconds: number,
+): {maxPerBatch: number; why: string} | undefined {
   if (!c?.lags) return undefined
   const pollMs = pollSeconds * 1000
   const epsMs = EPSILON_FLOOR_MS + lagAllowanceMs(c.lags) + Math.max(c.prefillSpreadMs, 1) / 2
   const share = epsMs / pollMs
-  const measured = `ε ≈ ${Math.round(epsMs)} ms from the lags measured at calibration (${describeLags(c.lags)}) ` +
+  const measured =
+    `ε ≈ ${Math.round(epsMs)} ms from the lags measured at calibration (${describeLags(c.lags)}) ` +
     `against a poll of ${Math.round(pollMs)} ms`
   if (share <= EPSILON_SHARE_OF_POLL) return undefined
   const maxPerBatch = share <= 2 * EPSILON_SHARE_OF_POLL ? 2 : 1
@@ -82,9 +86,9 @@ export function footprint(s: PlannedScenario, opts: PlanOptions = {}): ScenarioF
   // Planning compares every pair: each footprint is computed once per plan (per options object), not per comparison
   // (parsing the params each time made 1,000 scenarios take 6 s to plan).
   let known = footprints.get(opts)
-  if (!known) footprints.set(opts, known = new WeakMap())
+  if (!known) footprints.set(opts, (known = new WeakMap()))
   let fp = known.get(s)
-  if (!fp) known.set(s, fp = footprintOf(s, opts))
+  if (!fp) known.set(s, (fp = footprintOf(s, opts)))
   return fp
 }
 
@@ -112,7 +116,12 @@ export function conflict(a: PlannedScenario, b: PlannedScenario, opts: PlanOptio
   // can make two of them one. ZMQ ports and the PD queues are the prefill instance's.
   if (!samePrefill && pa.decode !== pb.decode) return undefined
   const shared = samePrefill ? `prefill[${pa.prefill}]` : `decode[${pa.decode}]`
-  return overlap(fa, fb, samePrefill, ` (${pairText(pa)} and ${pairText(pb)} share ${shared}${samePrefill ? '' : ', whose GPU it may be'})`)
+  return overlap(
+    fa,
+    fb,
+    samePrefill,
+    ` (${pairText(pa)} and ${pairText(pb)} share ${shared}${samePrefill ? '' : ', whose GPU it may be'})`,
+  )
 }
 
 /**
@@ -120,21 +129,30 @@ export function conflict(a: PlannedScenario, b: PlannedScenario, opts: PlanOptio
  * instance's); ZMQ ports and the PD queue only when they share the prefill instance (`samePrefill`).
  */
 function overlap(fa: Footprint, fb: Footprint, samePrefill: boolean, why: string): string | undefined {
-  const gpu = fa.gpus.find((g) => fb.gpus.includes(g))
+  const gpu = fa.gpus.find(g => fb.gpus.includes(g))
   if (gpu !== undefined) return `both act on GPU ${gpu}${why}`
   const isZmq = (x: string) => x.startsWith('zmq:')
   // A prefill instance's ZMQ ports are its own: on another prefill instance the same port name is another port.
-  const port = fa.ports.find((x) => (samePrefill || !isZmq(x)) && fb.ports.some((y) => x === y || (isZmq(x) && isZmq(y) && (x === 'zmq:all' || y === 'zmq:all'))))
+  const port = fa.ports.find(
+    x =>
+      (samePrefill || !isZmq(x)) &&
+      fb.ports.some(y => x === y || (isZmq(x) && isZmq(y) && (x === 'zmq:all' || y === 'zmq:all'))),
+  )
   if (port !== undefined) return `both filter the same ports (${port})${why}`
-  if (samePrefill && fa.queue && fb.queue && fa.queue !== fb.queue) return `their pins sit in different queues (${fa.queue} vs ${fb.queue}): one fault would move the other's pins${why}`
+  if (samePrefill && fa.queue && fb.queue && fa.queue !== fb.queue)
+    return (
+      `their pins sit in different queues (${fa.queue} vs ${fb.queue}): one fault would move the other's ` +
+      `pins${why}`
+    )
   return undefined
 }
 
 /** Expand repetitions, in file order. */
 export function expand(specs: ScenarioSpec[]): PlannedScenario[] {
   const out: PlannedScenario[] = []
-  for (let k = 1; k <= Math.max(...specs.map((s) => s.repetitions)); k++) {
-    for (const spec of specs) if (k <= spec.repetitions) out.push({name: k === 1 ? spec.name : `${spec.name} #${k}`, spec, repetition: k})
+  for (let k = 1; k <= Math.max(...specs.map(s => s.repetitions)); k++) {
+    for (const spec of specs)
+      if (k <= spec.repetitions) out.push({name: k === 1 ? spec.name : `${spec.name} #${k}`, spec, repetition: k})
   }
   return out
 }
@@ -155,7 +173,11 @@ export function planBatches(scenarios: PlannedScenario[], opts: PlanOptions = {}
  * planBatches in turns: the event loop runs every ~50 ms (a SIGINT is heard; progress is shown), and a stop ends
  * it with exit 3. A plan of MAX_PLANNED_SCENARIOS takes about 2 s on a loaded machine.
  */
-export async function planBatchesInTurns(scenarios: PlannedScenario[], opts: PlanOptions, o: {signal?: AbortSignal; onProgress?: (planned: number, of: number) => void}): Promise<Batch[]> {
+export async function planBatchesInTurns(
+  scenarios: PlannedScenario[],
+  opts: PlanOptions,
+  o: {signal?: AbortSignal; onProgress?: (planned: number, of: number) => void},
+): Promise<Batch[]> {
   const steps = fitEach(scenarios, opts)
   const pause = yielder()
   let lastShown = performance.now()
@@ -185,7 +207,7 @@ function* fitEach(scenarios: PlannedScenario[], opts: PlanOptions): Generator<nu
       let fit: PlannedScenario[] | undefined
       const room = (b: PlannedScenario[]) => opts.maxPerBatch === undefined || b.length < opts.maxPerBatch
       for (let i = barrier; i < batches.length && !fit; i++) {
-        if (room(batches[i]!) && batches[i]!.every((x) => conflict(x, s, opts) === undefined)) fit = batches[i]
+        if (room(batches[i]!) && batches[i]!.every(x => conflict(x, s, opts) === undefined)) fit = batches[i]
       }
       if (fit) fit.push(s)
       else batches.push([s])
@@ -210,11 +232,15 @@ export function planConflicts(batches: Batch[], opts: PlanOptions = {}): string[
 }
 
 export function renderPlanText(batches: Batch[], opts: PlanOptions = {}): string[] {
-  return batches.map((b) => {
-    const what = b.scenarios.map((s) => {
+  return batches.map(b => {
+    const what = b.scenarios.map(s => {
       const f = footprint(s, opts)
       const on = opts.showPairs && !s.spec.restart ? ` on ${pairText(pairOfScenario(s, opts))}` : ''
-      const detail = s.spec.restart ? (s.spec.restart.only ? `restart ${s.spec.restart.only} alone, canaries against decode's heartbeat bound` : `restart ${s.spec.restart.services.join('→')}`) : `${s.spec.fault}${on}${f.gpus.length ? ` GPU ${f.gpus.join(',')}` : ''}${f.ports.length ? ` [${f.ports.join(',')}]` : ''}${f.queue ? ` pins in ${f.queue}` : ''}`
+      const detail = s.spec.restart
+        ? s.spec.restart.only
+          ? `restart ${s.spec.restart.only} alone, canaries against decode's heartbeat bound`
+          : `restart ${s.spec.restart.services.join('→')}`
+        : `${s.spec.fault}${on}${f.gpus.length ? ` GPU ${f.gpus.join(',')}` : ''}${f.ports.length ? ` [${f.ports.join(',')}]` : ''}${f.queue ? ` pins in ${f.queue}` : ''}`
       return `${s.name} (${detail})`
     })
     return `batch ${b.index}: ${what.join(' | ')}`

@@ -12,7 +12,17 @@ import {coRestart, type RestartTarget, roleTargets, type ServiceName} from '../r
 import {ALONE_DEFAULTS, aloneProbePlan, restartAlone} from '../restart/role-restart.js'
 import {now} from '../workload/recorder.js'
 import {evaluateGate} from './gate.js'
-import {type Batch, expand, lagLimit, pairOfScenario, type PlannedScenario, type PlanOptions, planBatchesInTurns, planConflicts, renderPlanText} from './planner.js'
+import {
+  type Batch,
+  expand,
+  lagLimit,
+  pairOfScenario,
+  type PlannedScenario,
+  type PlanOptions,
+  planBatchesInTurns,
+  planConflicts,
+  renderPlanText,
+} from './planner.js'
 import {startStopWatch, type StopWatch} from './stop.js'
 import type {GateSpec, SuiteFile} from './suite-file.js'
 
@@ -34,7 +44,12 @@ export interface RunOptions {
   /** Every scenario in a batch of its own (no concurrency): the baseline the batching is measured against. */
   oneAtATime?: boolean
   /** How each batch runs; the suite's defaults otherwise (see SUITE_BATCH). */
-  batch?: Partial<Pick<BatchSettings, 'mode' | 'pinPacing' | 'pinPath' | 'ttlMs' | 'paramsSource' | 'planErrors' | 'allowCompetingTimeout'>>
+  batch?: Partial<
+    Pick<
+      BatchSettings,
+      'mode' | 'pinPacing' | 'pinPath' | 'ttlMs' | 'paramsSource' | 'planErrors' | 'allowCompetingTimeout'
+    >
+  >
   /** A co-restart's steps where the file lists several instances of a role (each restarted); default: one per role. */
   restartTargets?: (order: ServiceName[]) => RestartTarget[]
   /**
@@ -53,16 +68,29 @@ export interface PairView {
 
 /** The suite's batches: pins paced 10 every 50 ms, params named as the file's keys, a scenario that cannot be
  * planned recorded as its error while the others run. */
-const SUITE_BATCH = {mode: 'run', pinPacing: {burst: 10, gapMs: 50}, paramsSource: 'file', planErrors: 'record'} as const
+const SUITE_BATCH = {
+  mode: 'run',
+  pinPacing: {burst: 10, gapMs: 50},
+  paramsSource: 'file',
+  planErrors: 'record',
+} as const
 
-export async function runSuite(deployment: Deployment, on: Host | Placement, suite: SuiteFile, opts: RunOptions): Promise<SuiteRun> {
+export async function runSuite(
+  deployment: Deployment,
+  on: Host | Placement,
+  suite: SuiteFile,
+  opts: RunOptions,
+): Promise<SuiteRun> {
   const say = opts.say
   const startedAt = Date.now()
   const scenarios = expand(suite.scenarios)
   const session = new RunSession(deployment, on)
   const pairs = opts.pairs
-  const planned = await planOptions(session, scenarios,
-    {promptTokens: suite.load.promptTokens, say, ...(opts.signal ? {signal: opts.signal} : {})})
+  const planned = await planOptions(session, scenarios, {
+    promptTokens: suite.load.promptTokens,
+    say,
+    ...(opts.signal ? {signal: opts.signal} : {}),
+  })
   const planLimitWhy = planned.limitWhy
   delete planned.limitWhy
   const planOpts: PlanOptions = {...planned, ...(pairs ? {defaultPair: pairs.default, showPairs: true} : {})}
@@ -75,25 +103,39 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
     let known = pairSessions.get(pairKey(pair))
     if (!known) {
       const v = pairs.viewOf(pair)
-      known = {session: pairKey(pair) === pairKey(pairs.default) ? session : new RunSession(v.deployment, v.placement), paths: v.paths}
+      known = {
+        session: pairKey(pair) === pairKey(pairs.default) ? session : new RunSession(v.deployment, v.placement),
+        paths: v.paths,
+      }
       pairSessions.set(pairKey(pair), known)
     }
     return known
   }
   // The stop conditions watch every host a scenario acts on (the kernel log of each), whichever pair it belongs to.
-  const hosts = unionOfHosts([session.placement.hosts, ...scenarios.filter((s) => !s.spec.restart).map((s) => sessionOf(s).session.placement.hosts)])
+  const hosts = unionOfHosts([
+    session.placement.hosts,
+    ...scenarios.filter(s => !s.spec.restart).map(s => sessionOf(s).session.placement.hosts),
+  ])
   // Planning compares every pair of scenarios: a large suite (up to MAX_PLANNED_SCENARIOS) says so and hears a stop.
   if (scenarios.length > 50) say(`planning ${scenarios.length} scenarios into batches`)
   // A stop before or while planning: no plan, and the run stops before its first batch (every scenario "not run").
-  const batches: Batch[] = opts.signal?.aborted ? []
-    : opts.oneAtATime ? scenarios.map((s, i) => ({index: i + 1, scenarios: [s]}))
-    : await planBatchesInTurns(scenarios, planOpts, {...(opts.signal ? {signal: opts.signal} : {}),
-      onProgress: (n, of) => opts.onPhase?.(`planning: ${n} of ${of} scenarios placed`)}).catch((error: unknown) => {
-      if (opts.signal?.aborted) return []
-      throw error
-    })
+  const batches: Batch[] = opts.signal?.aborted
+    ? []
+    : opts.oneAtATime
+      ? scenarios.map((s, i) => ({index: i + 1, scenarios: [s]}))
+      : await planBatchesInTurns(scenarios, planOpts, {
+          ...(opts.signal ? {signal: opts.signal} : {}),
+          onProgress: (n, of) => opts.onPhase?.(`planning: ${n} of ${of} scenarios placed`),
+        }).catch((error: unknown) => {
+          if (opts.signal?.aborted) return []
+          throw error
+        })
   const conflicts = planConflicts(batches, planOpts)
-  if (conflicts.length > 0) throw new PdError(`the batch plan has conflicts: ${conflicts.join('; ')}`, {exit: 5, suggestion: 'report this: the planner must never batch conflicting scenarios'})
+  if (conflicts.length > 0)
+    throw new PdError(`the batch plan has conflicts: ${conflicts.join('; ')}`, {
+      exit: 5,
+      suggestion: 'report this: the planner must never batch conflicting scenarios',
+    })
   const plan = renderPlanText(batches, planOpts)
   if (planOpts.maxPerBatch !== undefined && !opts.oneAtATime) plan.push(`batch size: ${planLimitWhy ?? ''}`)
   if (batches.length > 0) opts.onPlan?.(plan)
@@ -101,7 +143,8 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
   const watch = await startStopWatch(deployment, hosts, suite.stop, {say})
   const onOuter = () => watch.stop(String(opts.signal?.reason ?? 'interrupted'))
   opts.signal?.addEventListener('abort', onOuter, {once: true})
-  // A SIGINT during calibration or discovery (before the listener) fired no event: the run stops before its first batch.
+  // A SIGINT during calibration or discovery (before the listener) fired no event: the run stops before its first
+  // batch.
   if (opts.signal?.aborted) onOuter()
   for (const n of watch.notes) say(n)
   const runs: ScenarioRun[] = []
@@ -112,30 +155,49 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
     for (const b of batches) {
       if (watch.signal.aborted) break
       const t0 = now()
-      const names = b.scenarios.map((s) => s.name)
+      const names = b.scenarios.map(s => s.name)
       const label = `batch ${b.index}/${batches.length}`
       opts.onPhase?.(`${label}: ${names.join(', ')}`)
       say(`${label}: ${names.join(', ')}`)
       const only = b.scenarios[0]!
       try {
-        // Each scenario acts through its own pair's session (a batch may hold several pairs whose footprints do not overlap).
+        // Each scenario acts through its own pair's session (a batch may hold several pairs whose footprints do not
+        // overlap).
         const out = only.spec.restart
           ? await runRestart(session, only, watch, say, opts.restartTargets)
-          : await runBatch(session, b.scenarios.map((s) => {
-            const on = sessionOf(s)
-            return {name: s.name, fault: s.spec.fault!, params: s.spec.params, pins: s.spec.pins, ...(s.spec.gpuHost === undefined ? {} : {gpuHost: s.spec.gpuHost}),
-              session: on.session, ...(on.paths ? {pair: on.paths} : {})}
-          }), {
-            ...SUITE_BATCH, allowCompetingTimeout: suite.allowCompetingTimeout, ...opts.batch,
-            promptTokens: suite.load.promptTokens, loadIntervalMs: suite.load.intervalMs, canaries: suite.load.canaries, signal: watch.signal,
-            // A caller that passes a signal stops the run on SIGINT itself (and writes its journal).
-            callerStopsOnSignal: opts.signal !== undefined,
-            say, onRecorder: (rec) => watch.setRecorder(rec), onDeadline: (what, at) => opts.onPhase?.(`${label}: ${what}`, at),
-          })
+          : await runBatch(
+              session,
+              b.scenarios.map(s => {
+                const on = sessionOf(s)
+                return {
+                  name: s.name,
+                  fault: s.spec.fault!,
+                  params: s.spec.params,
+                  pins: s.spec.pins,
+                  ...(s.spec.gpuHost === undefined ? {} : {gpuHost: s.spec.gpuHost}),
+                  session: on.session,
+                  ...(on.paths ? {pair: on.paths} : {}),
+                }
+              }),
+              {
+                ...SUITE_BATCH,
+                allowCompetingTimeout: suite.allowCompetingTimeout,
+                ...opts.batch,
+                promptTokens: suite.load.promptTokens,
+                loadIntervalMs: suite.load.intervalMs,
+                canaries: suite.load.canaries,
+                signal: watch.signal,
+                // A caller that passes a signal stops the run on SIGINT itself (and writes its journal).
+                callerStopsOnSignal: opts.signal !== undefined,
+                say,
+                onRecorder: rec => watch.setRecorder(rec),
+                onDeadline: (what, at) => opts.onPhase?.(`${label}: ${what}`, at),
+              },
+            )
         // The journal names each scenario's own pair.
         if (!only.spec.restart) {
           for (const r of out.scenarios) {
-            const paths = sessionOf(b.scenarios.find((s) => s.name === r.name) ?? only).paths
+            const paths = sessionOf(b.scenarios.find(s => s.name === r.name) ?? only).paths
             if (paths) r.pair = paths
           }
         }
@@ -161,14 +223,29 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
     await watch.close()
   }
   const run: SuiteRun = {
-    name: suite.name, runId: opts.runId, startedAt, finishedAt: Date.now(), deployment: deployment.name, target: session.placement.spansHosts ? hosts.map((h) => `${h.name} (${h.host.describe()})`).join(', ') : session.host.describe(), scenarios: runs,
-    plan, batches: batchStats, floorMs, notes: watch.notes,
+    name: suite.name,
+    runId: opts.runId,
+    startedAt,
+    finishedAt: Date.now(),
+    deployment: deployment.name,
+    target: session.placement.spansHosts
+      ? hosts.map(h => `${h.name} (${h.host.describe()})`).join(', ')
+      : session.host.describe(),
+    scenarios: runs,
+    plan,
+    batches: batchStats,
+    floorMs,
+    notes: watch.notes,
   }
   const reason = watch.reason()
   if (reason !== undefined) {
     run.stopped = {reason}
-    const ran = new Set(runs.map((r) => r.name))
-    for (const s of scenarios) if (!ran.has(s.name)) runs.push(errored(s, contract, run.finishedAt, 'not run: the suite was stopped (a stopped run is never resumed)'))
+    const ran = new Set(runs.map(r => r.name))
+    for (const s of scenarios)
+      if (!ran.has(s.name))
+        runs.push(
+          errored(s, contract, run.finishedAt, 'not run: the suite was stopped (a stopped run is never resumed)'),
+        )
   }
   if (opts.gate) run.gate = evaluateGate(run, opts.gate)
   return run
@@ -179,12 +256,19 @@ export async function runSuite(deployment: Deployment, on: Host | Placement, sui
  * calibration and discovery serve the first batch too (calibration first: a fresh deployment opens its routes and
  * KV connections on first use).
  */
-async function planOptions(session: RunSession, scenarios: PlannedScenario[], o: {promptTokens: number; say: (l: string) => void; signal?: AbortSignal}): Promise<PlanOptions & {limitWhy?: string}> {
+async function planOptions(
+  session: RunSession,
+  scenarios: PlannedScenario[],
+  o: {promptTokens: number; say: (l: string) => void; signal?: AbortSignal},
+): Promise<PlanOptions & {limitWhy?: string}> {
   // One scenario has nothing to batch with: no need to know (and a dry run must not calibrate).
   // Several faults may share a window: the lags decide how many at once (lagLimit), so calibrate first as well.
-  const followsPath = scenarios.some((s) => (s.spec.fault === 'stall-kv' && (s.spec.params.mechanism ?? 'auto') === 'auto') ||
-    (s.spec.fault === 'abort-mid-transfer' && s.spec.params.gpu === undefined))
-  const needs = scenarios.length > 1 && (scenarios.filter((s) => !s.spec.restart).length > 1 || followsPath)
+  const followsPath = scenarios.some(
+    s =>
+      (s.spec.fault === 'stall-kv' && (s.spec.params.mechanism ?? 'auto') === 'auto') ||
+      (s.spec.fault === 'abort-mid-transfer' && s.spec.params.gpu === undefined),
+  )
+  const needs = scenarios.length > 1 && (scenarios.filter(s => !s.spec.restart).length > 1 || followsPath)
   if (!needs) return {}
   let limit: ReturnType<typeof lagLimit>
   try {
@@ -210,23 +294,44 @@ async function planOptions(session: RunSession, scenarios: PlannedScenario[], o:
 }
 
 /** A co-restart step: it replaces the processes, so the session measures and discovers again afterwards. */
-async function runRestart(session: RunSession, s: PlannedScenario, watch: StopWatch, say: (l: string) => void, targets?: RunOptions['restartTargets']): Promise<{scenarios: ScenarioRun[]; floorMs: number}> {
+async function runRestart(
+  session: RunSession,
+  s: PlannedScenario,
+  watch: StopWatch,
+  say: (l: string) => void,
+  targets?: RunOptions['restartTargets'],
+): Promise<{scenarios: ScenarioRun[]; floorMs: number}> {
   const r = s.spec.restart!
   const startedAt = Date.now()
   watch.setRestarting(true)
   try {
     if (r.only) return await runAlone(session, s, r.only, watch, say, targets)
     // One decode heartbeat interval, as discovery read it, unless the file says (decode notices a new prefill then).
-    const discovered = r.settleSeconds === undefined ? await session.discovery((l) => say(`${s.name}: ${l}`)).catch(() => undefined) : undefined
+    const discovered =
+      r.settleSeconds === undefined
+        ? await session.discovery(l => say(`${s.name}: ${l}`)).catch(() => undefined)
+        : undefined
     const settleS = r.settleSeconds ?? discovered?.heartbeat?.intervalSeconds ?? DEFAULT_SETTLE_S
-    const res = await coRestart(session.deployment, (service) => session.placement.of(service).host, {
-      order: r.services as ServiceName[], healthTimeoutS: r.healthTimeoutSeconds, commandTimeoutS: r.commandTimeoutSeconds,
-      canaries: r.canaries, watchS: r.watchSeconds, sampleS: 1, settleS, onProgress: (l) => say(`${s.name}: ${l}`), signal: watch.signal,
+    const res = await coRestart(session.deployment, service => session.placement.of(service).host, {
+      order: r.services as ServiceName[],
+      healthTimeoutS: r.healthTimeoutSeconds,
+      commandTimeoutS: r.commandTimeoutSeconds,
+      canaries: r.canaries,
+      watchS: r.watchSeconds,
+      sampleS: 1,
+      settleS,
+      onProgress: l => say(`${s.name}: ${l}`),
+      signal: watch.signal,
       ...(targets ? {targets: targets(r.services as ServiceName[])} : {}),
     })
     const healthWaits = res.steps.reduce((a, step) => a + (step.healthyAfterMs ?? 0), 0)
     // The restart's floor: its health waits, the settle and the watch it was told to hold.
-    return {scenarios: [restartScenario(s.name, res, {contract: session.deployment.watchdog, startedAt, finishedAt: Date.now()})], floorMs: healthWaits + (settleS + r.watchSeconds) * 1000}
+    return {
+      scenarios: [
+        restartScenario(s.name, res, {contract: session.deployment.watchdog, startedAt, finishedAt: Date.now()}),
+      ],
+      floorMs: healthWaits + (settleS + r.watchSeconds) * 1000,
+    }
   } finally {
     session.forget()
     watch.setRestarting(false)
@@ -238,7 +343,11 @@ const DEFAULT_SETTLE_S = 5
 
 /** A role restarted alone (`restart: {only: prefill}`): canaries judged against decode's heartbeat bound. */
 async function runAlone(
-  session: RunSession, s: PlannedScenario, role: 'prefill' | 'decode', watch: StopWatch, say: (l: string) => void,
+  session: RunSession,
+  s: PlannedScenario,
+  role: 'prefill' | 'decode',
+  watch: StopWatch,
+  say: (l: string) => void,
   targets?: RunOptions['restartTargets'],
 ): Promise<{scenarios: ScenarioRun[]; floorMs: number}> {
   const r = s.spec.restart!
@@ -250,8 +359,13 @@ async function runAlone(
   const hosts = (service: ServiceName) => session.placement.of(service).host
   const of = (order: ServiceName[]) => (targets ? targets(order) : roleTargets(session.deployment, hosts, order))
   const res = await restartAlone(session.deployment, hosts, {
-    ...shape, healthTimeoutS: r.healthTimeoutSeconds, commandTimeoutS: r.commandTimeoutSeconds, onProgress: tell, signal: watch.signal,
-    targets: of([role]), repairTargets: of(['prefill', 'decode', 'router']),
+    ...shape,
+    healthTimeoutS: r.healthTimeoutSeconds,
+    commandTimeoutS: r.commandTimeoutSeconds,
+    onProgress: tell,
+    signal: watch.signal,
+    targets: of([role]),
+    repairTargets: of(['prefill', 'decode', 'router']),
   })
   const healthWaits = res.steps.reduce((a, step) => a + (step.healthyAfterMs ?? 0), 0)
   const run = restartScenario(s.name, res, {contract: session.deployment.watchdog, startedAt, finishedAt: Date.now()})
@@ -268,14 +382,40 @@ function unionOfHosts(lists: PlacedHost[][]): PlacedHost[] {
 }
 
 function errored(s: PlannedScenario, contract: ScenarioRun['contract'], t: number, error: string): ScenarioRun {
-  return {name: s.name, kind: s.spec.restart ? 'restart' : 'inject', fault: s.spec.fault, params: s.spec.params, startedAt: t, finishedAt: t, verdicts: [], pins: [], leases: [], contract, error}
+  return {
+    name: s.name,
+    kind: s.spec.restart ? 'restart' : 'inject',
+    fault: s.spec.fault,
+    params: s.spec.params,
+    startedAt: t,
+    finishedAt: t,
+    verdicts: [],
+    pins: [],
+    leases: [],
+    contract,
+    error,
+  }
 }
 
 /** A co-restart as a scenario of the run; its observations become the timeline (canaries and watch requests). */
-export function restartScenario(name: string, r: RestartResult, opts: {contract: ScenarioRun['contract']; startedAt: number; finishedAt: number}): ScenarioRun {
+export function restartScenario(
+  name: string,
+  r: RestartResult,
+  opts: {contract: ScenarioRun['contract']; startedAt: number; finishedAt: number},
+): ScenarioRun {
   return {
-    name, kind: 'restart', startedAt: opts.startedAt, finishedAt: opts.finishedAt, verdicts: r.verdicts, pins: [], leases: [],
-    timeline: {contract: opts.contract, calibration: {prefillMs: 0, prefillSpreadMs: 0, observeMs: 0, samples: 0}, observations: [...r.observations].sort((a, b) => a.t - b.t)},
+    name,
+    kind: 'restart',
+    startedAt: opts.startedAt,
+    finishedAt: opts.finishedAt,
+    verdicts: r.verdicts,
+    pins: [],
+    leases: [],
+    timeline: {
+      contract: opts.contract,
+      calibration: {prefillMs: 0, prefillSpreadMs: 0, observeMs: 0, samples: 0},
+      observations: [...r.observations].sort((a, b) => a.t - b.t),
+    },
     contract: opts.contract,
   }
 }

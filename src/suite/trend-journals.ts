@@ -11,22 +11,31 @@ import {readJournal} from './fleet-journals.js'
  * stands for the *.json files directly in it. A journal of a run that reached no verdict (its error) has nothing to
  * trend: it is listed as skipped, with its reason.
  */
-export async function trendFromJournals(paths: string[], o: Omit<TrendOptions, 'sources'> = {}):
-  Promise<{trend: Trend; skipped: string[]}> {
+export async function trendFromJournals(
+  paths: string[],
+  o: Omit<TrendOptions, 'sources'> = {},
+): Promise<{trend: Trend; skipped: string[]}> {
   const files: string[] = []
   for (const p of paths) {
     let isDir = false
     try {
       isDir = (await stat(p)).isDirectory()
-    } catch { /* readJournal names a missing file */ }
+    } catch {
+      /* readJournal names a missing file */
+    }
     if (!isDir) {
       files.push(p)
       continue
     }
-    const inDir = (await readdir(p)).filter((f) => f.endsWith('.json')).sort().map((f) => join(p, f))
+    const inDir = (await readdir(p))
+      .filter(f => f.endsWith('.json'))
+      .sort()
+      .map(f => join(p, f))
     if (inDir.length === 0) {
-      throw badInput(`${p} holds no journal (*.json)`,
-        'pass the directory the nightly runs write their --journal files to')
+      throw badInput(
+        `${p} holds no journal (*.json)`,
+        'pass the directory the nightly runs write their --journal files to',
+      )
     }
     files.push(...inDir)
   }
@@ -43,8 +52,10 @@ export async function trendFromJournals(paths: string[], o: Omit<TrendOptions, '
     }
   }
   if (runs.length === 0) {
-    throw badInput('none of these journals holds a run with verdicts',
-      'pass the journals of runs that reached their checks')
+    throw badInput(
+      'none of these journals holds a run with verdicts',
+      'pass the journals of runs that reached their checks',
+    )
   }
   return {trend: trendOf(runs, {...o, sources}), skipped}
 }

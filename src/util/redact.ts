@@ -17,7 +17,7 @@ export const redactUrl = redactText
 /** A JSON-like value with every string in it redacted (objects and arrays are copied, not changed). */
 export function redactDeep<T>(value: T): T {
   if (typeof value === 'string') return redactText(value) as T
-  if (Array.isArray(value)) return value.map((v) => redactDeep(v)) as T
+  if (Array.isArray(value)) return value.map(v => redactDeep(v)) as T
   if (value !== null && typeof value === 'object' && Object.getPrototypeOf(value) === Object.prototype) {
     return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, redactDeep(v)])) as T
   }

@@ -1,5 +1,20 @@
-import {closeSync, constants, existsSync, fstatSync, lstatSync, mkdirSync, openSync, readSync, realpathSync, renameSync, rmdirSync, rmSync,
-  type Stats, statSync, writeSync} from 'node:fs'
+import {
+  closeSync,
+  constants,
+  existsSync,
+  fstatSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readSync,
+  realpathSync,
+  renameSync,
+  rmdirSync,
+  rmSync,
+  type Stats,
+  statSync,
+  writeSync,
+} from 'node:fs'
 import {dirname, join, resolve} from 'node:path'
 
 import {badInput, PdError} from '../errors.js'
@@ -44,12 +59,20 @@ export function sizeText(bytes: number): string {
 /** Why an errno stopped a read or a write, in words. */
 export function errnoText(error: unknown): string {
   const code = (error as NodeJS.ErrnoException).code
-  const why = code === 'ENOTDIR' ? 'a part of its path is a file, not a directory'
-    : code === 'EACCES' || code === 'EPERM' ? 'permission denied'
-    : code === 'ELOOP' ? 'too many symbolic links'
-    : code === 'EROFS' ? 'the file system is read-only'
-    : code === 'ENAMETOOLONG' ? 'the name is too long'
-    : code === undefined ? String((error as Error).message ?? error) : undefined
+  const why =
+    code === 'ENOTDIR'
+      ? 'a part of its path is a file, not a directory'
+      : code === 'EACCES' || code === 'EPERM'
+        ? 'permission denied'
+        : code === 'ELOOP'
+          ? 'too many symbolic links'
+          : code === 'EROFS'
+            ? 'the file system is read-only'
+            : code === 'ENAMETOOLONG'
+              ? 'the name is too long'
+              : code === undefined
+                ? String((error as Error).message ?? error)
+                : undefined
   return why === undefined ? String(code) : `${why}${code ? ` (${code})` : ''}`
 }
 
@@ -58,10 +81,16 @@ export function errnoText(error: unknown): string {
  * anything that is not a readable regular file of at most kind.maxBytes.
  */
 export function readInputFile(file: string, kind: InputFileKind): Buffer | undefined {
-  const notAFile = (s: Stats): PdError => badInput(`${file} is ${nodeTypeOf(s)}, not a ${kind.what}`,
-    kind.notAFile ?? `give the path of the ${kind.what} itself (a regular file)`)
-  const tooLarge = (): PdError => badInput(`${file} is larger than ${sizeText(kind.maxBytes)}, the most pdchaos reads from a ${kind.what}`,
-    `check that ${file} is the ${kind.what}`)
+  const notAFile = (s: Stats): PdError =>
+    badInput(
+      `${file} is ${nodeTypeOf(s)}, not a ${kind.what}`,
+      kind.notAFile ?? `give the path of the ${kind.what} itself (a regular file)`,
+    )
+  const tooLarge = (): PdError =>
+    badInput(
+      `${file} is larger than ${sizeText(kind.maxBytes)}, the most pdchaos reads from a ${kind.what}`,
+      `check that ${file} is the ${kind.what}`,
+    )
   let fd: number | undefined
   try {
     const before = statSync(file)
@@ -115,8 +144,10 @@ export function decodeUtf8(bytes: Buffer, file: string): string {
     const before = new TextDecoder('utf-8').decode(bytes.subarray(0, at))
     const lines = before.split('\n')
     const where = `${file}:${lines.length}:${[...lines.at(-1)!].length + 1}`
-    throw badInput(`${where}: not UTF-8 (byte 0x${bytes[at]!.toString(16).padStart(2, '0')} at offset ${at})`,
-      `save ${file} as UTF-8 (iconv -f LATIN1 -t UTF-8 converts a Latin-1 file)`)
+    throw badInput(
+      `${where}: not UTF-8 (byte 0x${bytes[at]!.toString(16).padStart(2, '0')} at offset ${at})`,
+      `save ${file} as UTF-8 (iconv -f LATIN1 -t UTF-8 converts a Latin-1 file)`,
+    )
   }
 }
 
@@ -154,7 +185,11 @@ export function writeOutputFile(file: string, text: string): void {
   const tmp = join(dirname(target), `.pdchaos-${process.pid}-${++tmpCount}.tmp`)
   let fd: number | undefined
   try {
-    fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW | constants.O_NONBLOCK, 0o666)
+    fd = openSync(
+      tmp,
+      constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW | constants.O_NONBLOCK,
+      0o666,
+    )
     writeFullySync(fd, Buffer.from(text, 'utf8'))
     closeSync(fd)
     fd = undefined
@@ -165,7 +200,9 @@ export function writeOutputFile(file: string, text: string): void {
     if (fd !== undefined) closeSync(fd)
     try {
       rmSync(tmp, {force: true})
-    } catch { /* never made */ }
+    } catch {
+      /* never made */
+    }
     removeMade(made)
     throw error
   }
@@ -187,7 +224,8 @@ export function outputTarget(file: string): string {
   try {
     real = realpathSync(path)
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ENOENT') throw new OutputNotAFile(file, l, 'a symbolic link to nothing')
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT')
+      throw new OutputNotAFile(file, l, 'a symbolic link to nothing')
     throw error
   }
   const s = statSync(real)
@@ -198,7 +236,11 @@ export function outputTarget(file: string): string {
 /** An output path that is a directory, a device, a FIFO, a socket or a dangling link: never written. */
 export class OutputNotAFile extends Error {
   readonly kind: string
-  constructor(readonly file: string, s: Stats, kind?: string) {
+  constructor(
+    readonly file: string,
+    s: Stats,
+    kind?: string,
+  ) {
     const k = kind ?? nodeTypeOf(s)
     super(`${file} is ${k}, not a regular file: pdchaos does not write or replace it`)
     this.kind = k

@@ -11,9 +11,16 @@ import {ExitCode} from '../exit-codes.js'
 /** Exit 3, saying what was under way and that nothing was changed by it. */
 export function stoppedError(signal: AbortSignal, phase: string, done = 'stopped before changing anything'): PdError {
   // A stop's reason: "interrupted (SIGINT)", or a stop condition's (an Error whose message says it).
-  const why = typeof signal.reason === 'string' ? signal.reason : signal.reason instanceof Error ? signal.reason.message : 'stopped'
+  const why =
+    typeof signal.reason === 'string'
+      ? signal.reason
+      : signal.reason instanceof Error
+        ? signal.reason.message
+        : 'stopped'
   return new PdError(`${why} during ${phase}: ${done}`, {
-    exit: ExitCode.stopped, code: 'E_STOPPED', suggestion: 'run the command again when you are ready',
+    exit: ExitCode.stopped,
+    code: 'E_STOPPED',
+    suggestion: 'run the command again when you are ready',
   })
 }
 
@@ -27,7 +34,12 @@ export function throwIfStopped(signal: AbortSignal | undefined, phase: string, d
  * but no cancel of its own (an SSH connect, a discovery's host commands): the work still ends at its deadline, and
  * its late result or error is dropped here.
  */
-export function abortable<T>(work: Promise<T>, signal: AbortSignal | undefined, phase: string, done?: string): Promise<T> {
+export function abortable<T>(
+  work: Promise<T>,
+  signal: AbortSignal | undefined,
+  phase: string,
+  done?: string,
+): Promise<T> {
   if (!signal) return work
   if (signal.aborted) {
     work.catch(() => {})
@@ -36,13 +48,16 @@ export function abortable<T>(work: Promise<T>, signal: AbortSignal | undefined, 
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => reject(stoppedError(signal, phase, done))
     signal.addEventListener('abort', onAbort, {once: true})
-    work.then((v) => {
-      signal.removeEventListener('abort', onAbort)
-      resolve(v)
-    }, (error: unknown) => {
-      signal.removeEventListener('abort', onAbort)
-      reject(error)
-    })
+    work.then(
+      v => {
+        signal.removeEventListener('abort', onAbort)
+        resolve(v)
+      },
+      (error: unknown) => {
+        signal.removeEventListener('abort', onAbort)
+        reject(error)
+      },
+    )
   })
 }
 
@@ -51,7 +66,7 @@ export function yielder(everyMs = 50): () => Promise<void> {
   let last = performance.now()
   return async () => {
     if (performance.now() - last < everyMs) return
-    await new Promise((resolve) => setImmediate(resolve))
+    await new Promise(resolve => setImmediate(resolve))
     last = performance.now()
   }
 }

@@ -1,6 +1,7 @@
 /**
  * The CLI's one sleep and one deadline helper. Waits never outlive their purpose: a timer left pending keeps the
- * process alive after its work is done, so every timer and listener here is cleared when the wait ends, however it ends.
+ * process alive after its work is done, so every timer and listener here is cleared when the wait ends, however it
+ * ends.
  * (The twin, src/sim, keeps its own: it imports nothing from outside src/sim.)
  */
 
@@ -9,16 +10,19 @@
  * never waits out a sleep. The caller checks signal.aborted afterwards if it must tell the two apart.
  */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise<void>((resolve) => {
+  return new Promise<void>(resolve => {
     if (signal?.aborted) return resolve()
     const onAbort = (): void => {
       clearTimeout(timer)
       resolve()
     }
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort)
-      resolve()
-    }, Math.max(0, ms))
+    const timer = setTimeout(
+      () => {
+        signal?.removeEventListener('abort', onAbort)
+        resolve()
+      },
+      Math.max(0, ms),
+    )
     signal?.addEventListener('abort', onAbort, {once: true})
   })
 }
@@ -40,16 +44,19 @@ export async function sleepUntil(at: number, clock: () => number, signal?: Abort
 export async function within<T>(p: Promise<T>, ms: number, signal?: AbortSignal): Promise<T | undefined> {
   let cancel = (): void => {}
   try {
-    return await Promise.race([p, new Promise<undefined>((resolve) => {
-      if (signal?.aborted) return resolve(undefined)
-      const onAbort = (): void => resolve(undefined)
-      const timer = setTimeout(() => resolve(undefined), Math.max(0, ms))
-      signal?.addEventListener('abort', onAbort, {once: true})
-      cancel = () => {
-        clearTimeout(timer)
-        signal?.removeEventListener('abort', onAbort)
-      }
-    })])
+    return await Promise.race([
+      p,
+      new Promise<undefined>(resolve => {
+        if (signal?.aborted) return resolve(undefined)
+        const onAbort = (): void => resolve(undefined)
+        const timer = setTimeout(() => resolve(undefined), Math.max(0, ms))
+        signal?.addEventListener('abort', onAbort, {once: true})
+        cancel = () => {
+          clearTimeout(timer)
+          signal?.removeEventListener('abort', onAbort)
+        }
+      }),
+    ])
   } finally {
     cancel()
   }

@@ -2,7 +2,14 @@ import {joinUrl, requestText} from '../deployment/http.js'
 import {parsePromText} from '../deployment/prom-text.js'
 import type {SglangClient} from '../deployment/sglang-client.js'
 import {
-  LOADS_RUNNING_REQS, LOADS_USED_TOKENS, LOADS_WAITING_REQS, PD_COUNTERS, PD_QUEUE_GAUGES, PD_QUEUE_LOADS, RUNNING_REQS, TOKEN_USAGE,
+  LOADS_RUNNING_REQS,
+  LOADS_USED_TOKENS,
+  LOADS_WAITING_REQS,
+  PD_COUNTERS,
+  PD_QUEUE_GAUGES,
+  PD_QUEUE_LOADS,
+  RUNNING_REQS,
+  TOKEN_USAGE,
 } from '../deployment/sglang-metrics.js'
 import {sleep} from '../util/time.js'
 import {now, type Recorder} from './recorder.js'
@@ -17,7 +24,9 @@ export const SAMPLED_METRICS = [...PD_COUNTERS, ...PD_QUEUE_GAUGES, RUNNING_REQS
 
 const LOADS = [...PD_QUEUE_LOADS, LOADS_USED_TOKENS, LOADS_RUNNING_REQS, LOADS_WAITING_REQS]
 
-/** One server sampled: its role, its client, and its instance (labels its samples where a batch spans several pairs). */
+/**
+ * One server sampled: its role, its client, and its instance (labels its samples where a batch spans several pairs).
+ */
 export interface SampledServer {
   service: 'prefill' | 'decode'
   client: SglangClient
@@ -25,30 +34,47 @@ export interface SampledServer {
 }
 
 /** One pair's two servers, unlabelled (a batch on one pair). */
-export const pairServers = (c: {prefill: SglangClient; decode: SglangClient}): SampledServer[] => [{service: 'prefill', client: c.prefill}, {service: 'decode', client: c.decode}]
+export const pairServers = (c: {prefill: SglangClient; decode: SglangClient}): SampledServer[] => [
+  {service: 'prefill', client: c.prefill},
+  {service: 'decode', client: c.decode},
+]
 
 export async function sampleOnce(rec: Recorder, servers: SampledServer[]): Promise<void> {
-  await Promise.all(servers.map(async ({service, client: c, instance}) => {
-    const [m, l] = await Promise.all([
-      c.metrics().catch(() => undefined),
-      requestText({service, url: joinUrl(c.baseUrl, '/v1/loads?include=disagg&format=prometheus'), timeoutMs: c.timeoutMs})
-        .then((r) => (r.status === 200 ? parsePromText(r.text, {source: `${service} /v1/loads`}) : undefined)).catch(() => undefined),
-    ])
-    const t = now()
-    const of = instance === undefined ? {} : {instance}
-    for (const name of SAMPLED_METRICS) {
-      const series = m?.samples.filter((s) => s.name === name) ?? []
-      if (series.length > 0) rec.add({kind: 'metric', t, service, name, value: series.reduce((a, s) => a + s.value, 0), ...of})
-    }
-    for (const name of LOADS) {
-      const series = l?.samples.filter((s) => s.name === name) ?? []
-      if (series.length > 0) rec.add({kind: 'metric', t, service, name, value: series.reduce((a, s) => a + s.value, 0), ...of})
-    }
-  }))
+  await Promise.all(
+    servers.map(async ({service, client: c, instance}) => {
+      const [m, l] = await Promise.all([
+        c.metrics().catch(() => undefined),
+        requestText({
+          service,
+          url: joinUrl(c.baseUrl, '/v1/loads?include=disagg&format=prometheus'),
+          timeoutMs: c.timeoutMs,
+        })
+          .then(r => (r.status === 200 ? parsePromText(r.text, {source: `${service} /v1/loads`}) : undefined))
+          .catch(() => undefined),
+      ])
+      const t = now()
+      const of = instance === undefined ? {} : {instance}
+      for (const name of SAMPLED_METRICS) {
+        const series = m?.samples.filter(s => s.name === name) ?? []
+        if (series.length > 0)
+          rec.add({kind: 'metric', t, service, name, value: series.reduce((a, s) => a + s.value, 0), ...of})
+      }
+      for (const name of LOADS) {
+        const series = l?.samples.filter(s => s.name === name) ?? []
+        if (series.length > 0)
+          rec.add({kind: 'metric', t, service, name, value: series.reduce((a, s) => a + s.value, 0), ...of})
+      }
+    }),
+  )
 }
 
 /** Sample every intervalMs until stopped; bounded by maxSamples so a forgotten sampler cannot run forever. */
-export function startSampler(rec: Recorder, servers: SampledServer[], intervalMs = 1000, maxSamples = 10_000): {stop: () => Promise<void>} {
+export function startSampler(
+  rec: Recorder,
+  servers: SampledServer[],
+  intervalMs = 1000,
+  maxSamples = 10_000,
+): {stop: () => Promise<void>} {
   // stop() aborts the sleep between samples, so stopping never waits out an interval.
   const stopping = new AbortController()
   let n = 0
@@ -59,5 +85,10 @@ export function startSampler(rec: Recorder, servers: SampledServer[], intervalMs
       await sleep(intervalMs, stopping.signal)
     }
   })()
-  return {stop: async () => { stopping.abort(); await loop }}
+  return {
+    stop: async () => {
+      stopping.abort()
+      await loop
+    },
+  }
 }

@@ -30,19 +30,35 @@ export function sendRequest(router: RouterClient, rec: Recorder, opts: SendOptio
   const rid = opts.rid ?? newRid(`pdchaos-${opts.role}`)
   const text = 'chaos '.repeat(Math.max(1, Math.round(((opts.promptTokens ?? 128) * 4) / 6)))
   const sentAt = now()
-  rec.add({kind: 'request-sent', t: sentAt, rid, role: opts.role, fault: opts.fault, scenario: opts.scenario, expectedState: opts.expectedState})
-  const done = router.generate({rid, text, max_new_tokens: opts.maxNewTokens ?? 4}, {timeoutMs: opts.timeoutMs, signal: opts.signal}).then(
-    (res) => {
-      const at = now()
-      rec.add({kind: 'request-answered', t: at, rid, status: res.status, detail: res.status >= 300 ? detailOf(res.body) : undefined})
-      return {status: res.status, at}
-    },
-    (error: unknown) => {
-      const at = now()
-      rec.add({kind: 'request-abandoned', t: at, rid, detail: oneLine(error)})
-      return {status: null, at}
-    },
-  )
+  rec.add({
+    kind: 'request-sent',
+    t: sentAt,
+    rid,
+    role: opts.role,
+    fault: opts.fault,
+    scenario: opts.scenario,
+    expectedState: opts.expectedState,
+  })
+  const done = router
+    .generate({rid, text, max_new_tokens: opts.maxNewTokens ?? 4}, {timeoutMs: opts.timeoutMs, signal: opts.signal})
+    .then(
+      res => {
+        const at = now()
+        rec.add({
+          kind: 'request-answered',
+          t: at,
+          rid,
+          status: res.status,
+          detail: res.status >= 300 ? detailOf(res.body) : undefined,
+        })
+        return {status: res.status, at}
+      },
+      (error: unknown) => {
+        const at = now()
+        rec.add({kind: 'request-abandoned', t: at, rid, detail: oneLine(error)})
+        return {status: null, at}
+      },
+    )
   return {rid, sentAt, done}
 }
 
@@ -65,35 +81,67 @@ export interface Bootstrap {
  * gateway drops it. So a pin is exactly one prefill request: a retrying router would send an evicted pin again,
  * pinned again, and blur every verdict.
  */
-export function sendDirect(servers: {prefill: SglangClient; decode: SglangClient}, bootstrap: Bootstrap, rec: Recorder, opts: SendOptions): Sent {
+export function sendDirect(
+  servers: {prefill: SglangClient; decode: SglangClient},
+  bootstrap: Bootstrap,
+  rec: Recorder,
+  opts: SendOptions,
+): Sent {
   const rid = opts.rid ?? newRid(`pdchaos-${opts.role}`)
   const text = 'chaos '.repeat(Math.max(1, Math.round(((opts.promptTokens ?? 128) * 4) / 6)))
-  const body = {rid, text, max_new_tokens: opts.maxNewTokens ?? 4, bootstrap_host: bootstrap.host, bootstrap_port: bootstrap.port, bootstrap_room: newRoom()}
+  const body = {
+    rid,
+    text,
+    max_new_tokens: opts.maxNewTokens ?? 4,
+    bootstrap_host: bootstrap.host,
+    bootstrap_port: bootstrap.port,
+    bootstrap_room: newRoom(),
+  }
   const decodeHalf = new AbortController()
   const stopDecode = () => decodeHalf.abort()
   opts.signal?.addEventListener('abort', stopDecode, {once: true})
   const sentAt = now()
-  rec.add({kind: 'request-sent', t: sentAt, rid, role: opts.role, fault: opts.fault, scenario: opts.scenario, expectedState: opts.expectedState, path: 'direct'})
-  const decoded = servers.decode.generate(body, {timeoutMs: opts.timeoutMs, signal: decodeHalf.signal}).catch(() => undefined)
-  const done = servers.prefill.generate(body, {timeoutMs: opts.timeoutMs, signal: opts.signal}).then(
-    async (res) => {
-      const at = now()
-      rec.add({kind: 'request-answered', t: at, rid, status: res.status, detail: res.status >= 300 ? detailOf(res.body) : undefined})
-      if (res.status >= 300) {
-        // As the gateway does: drop decode's half and tell decode to let go of it.
+  rec.add({
+    kind: 'request-sent',
+    t: sentAt,
+    rid,
+    role: opts.role,
+    fault: opts.fault,
+    scenario: opts.scenario,
+    expectedState: opts.expectedState,
+    path: 'direct',
+  })
+  const decoded = servers.decode
+    .generate(body, {timeoutMs: opts.timeoutMs, signal: decodeHalf.signal})
+    .catch(() => undefined)
+  const done = servers.prefill
+    .generate(body, {timeoutMs: opts.timeoutMs, signal: opts.signal})
+    .then(
+      async res => {
+        const at = now()
+        rec.add({
+          kind: 'request-answered',
+          t: at,
+          rid,
+          status: res.status,
+          detail: res.status >= 300 ? detailOf(res.body) : undefined,
+        })
+        if (res.status >= 300) {
+          // As the gateway does: drop decode's half and tell decode to let go of it.
+          decodeHalf.abort()
+          await servers.decode.abort(rid).catch(() => undefined)
+        }
+        await decoded
+        return {status: res.status, at}
+      },
+      async (error: unknown) => {
+        const at = now()
+        rec.add({kind: 'request-abandoned', t: at, rid, detail: oneLine(error)})
         decodeHalf.abort()
-        await servers.decode.abort(rid).catch(() => undefined)
-      }
-      await decoded
-      return {status: res.status, at}
-    },
-    async (error: unknown) => {
-      const at = now()
-      rec.add({kind: 'request-abandoned', t: at, rid, detail: oneLine(error)})
-      decodeHalf.abort()
-      await decoded
-      return {status: null, at}
-    },
-  ).finally(() => opts.signal?.removeEventListener('abort', stopDecode))
+        await decoded
+        return {status: null, at}
+      },
+    )
+    .finally(() => opts.signal?.removeEventListener('abort', stopDecode))
   return {rid, sentAt, done}
 }

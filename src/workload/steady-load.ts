@@ -16,13 +16,24 @@ export class SteadyLoad {
   private readonly controller = new AbortController()
   private readonly loop: Promise<void>
 
-  constructor(router: RouterClient, rec: Recorder, opts: {intervalMs: number; promptTokens: number; requestTimeoutMs: number; maxDurationMs: number}) {
+  constructor(
+    router: RouterClient,
+    rec: Recorder,
+    opts: {intervalMs: number; promptTokens: number; requestTimeoutMs: number; maxDurationMs: number},
+  ) {
     // Every load request in flight listens on the one signal: many listeners are the design, not a leak.
     setMaxListeners(0, this.controller.signal)
     const max = opts.intervalMs > 0 ? Math.ceil(opts.maxDurationMs / opts.intervalMs) : 0
     this.loop = (async () => {
       for (let i = 0; i < max && !this.stopping; i++) {
-        this.sent.push(sendRequest(router, rec, {role: 'load', timeoutMs: opts.requestTimeoutMs, signal: this.controller.signal, promptTokens: opts.promptTokens}))
+        this.sent.push(
+          sendRequest(router, rec, {
+            role: 'load',
+            timeoutMs: opts.requestTimeoutMs,
+            signal: this.controller.signal,
+            promptTokens: opts.promptTokens,
+          }),
+        )
         await sleep(opts.intervalMs)
       }
     })()
@@ -38,6 +49,6 @@ export class SteadyLoad {
   async abandon(): Promise<void> {
     await this.stopSending()
     this.controller.abort()
-    await Promise.all(this.sent.map((s) => s.done))
+    await Promise.all(this.sent.map(s => s.done))
   }
 }

@@ -9,7 +9,10 @@ describe('no function runs over a screen', () => {
   })
 
   it('measures a function from its first line to its last, nested functions included', () => {
-    const fns = functionsOf(new URL('../../scripts/check-layers.mjs', import.meta.url).pathname) as Array<{name: string; lines: number}>
+    const fns = functionsOf(new URL('../../scripts/check-layers.mjs', import.meta.url).pathname) as Array<{
+      name: string
+      lines: number
+    }>
     const circles = fns.find(f => f.name === 'circles')!
     const visit = fns.find(f => f.name === 'visit')!
     expect(circles.lines).toBeGreaterThan(visit.lines)

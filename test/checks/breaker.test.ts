@@ -19,20 +19,29 @@ const tl = (extra: Observation[]): Timeline => ({
 })
 
 describe("the gateway's circuit breaker after a fault", () => {
-  it('a 503 while the breaker the fault opened is still open is the fault\'s reach, not collateral; the opening is reported', () => {
-    const t = tl([
-      {kind: 'marker', t: T + 10_500, name: 'router-breaker-open', detail: 'http://p:30000'},
-      {kind: 'marker', t: T + 40_000, name: 'router-breaker-closed', detail: 'http://p:30000'},
-    ])
-    expect(checkCollateral(t).verdict).toBe('pass')
-    const b = checkRecovery(t).find((v) => v.subject === 'router circuit breaker')!
-    expect(b).toMatchObject({verdict: 'pass', summary: expect.stringMatching(/opened the router's circuit breaker \(http:\/\/p:30000\); it closed again 29\.5s later/)})
-  })
+  it(
+    "a 503 while the breaker the fault opened is still open is the fault's reach, not collateral; the opening is " +
+      'reported',
+    () => {
+      const t = tl([
+        {kind: 'marker', t: T + 10_500, name: 'router-breaker-open', detail: 'http://p:30000'},
+        {kind: 'marker', t: T + 40_000, name: 'router-breaker-closed', detail: 'http://p:30000'},
+      ])
+      expect(checkCollateral(t).verdict).toBe('pass')
+      const b = checkRecovery(t).find(v => v.subject === 'router circuit breaker')!
+      expect(b).toMatchObject({
+        verdict: 'pass',
+        summary: expect.stringMatching(
+          /opened the router's circuit breaker \(http:\/\/p:30000\); it closed again 29\.5s later/,
+        ),
+      })
+    },
+  )
 
   it('without a breaker marker the same 503 is collateral, and a breaker that never closed fails recovery', () => {
     expect(checkCollateral(tl([])).verdict).toBe('fail')
     const stuck = tl([{kind: 'marker', t: T + 10_500, name: 'router-breaker-open', detail: 'w'}])
-    expect(checkRecovery(stuck).find((v) => v.subject === 'router circuit breaker')?.verdict).toBe('fail')
+    expect(checkRecovery(stuck).find(v => v.subject === 'router circuit breaker')?.verdict).toBe('fail')
   })
 })
 
@@ -41,7 +50,13 @@ describe('a breaker that opened after the wait, found by the canaries', () => {
   // it and sent them again (marker canaries-again).
   const late: Observation[] = [
     {kind: 'request-sent', t: T + 12_500, rid: 'canary-1', role: 'canary'},
-    {kind: 'request-answered', t: T + 12_600, rid: 'canary-1', status: 503, detail: 'No available servers: No available prefill workers (all circuits open or unhealthy)'},
+    {
+      kind: 'request-answered',
+      t: T + 12_600,
+      rid: 'canary-1',
+      status: 503,
+      detail: 'No available servers: No available prefill workers (all circuits open or unhealthy)',
+    },
     {kind: 'marker', t: T + 12_700, name: 'router-breaker-open', detail: 'http://p:30000'},
     {kind: 'marker', t: T + 22_700, name: 'router-breaker-closed', detail: 'http://p:30000'},
     {kind: 'marker', t: T + 22_800, name: 'canaries-again', detail: 'x'},
@@ -50,20 +65,27 @@ describe('a breaker that opened after the wait, found by the canaries', () => {
 
   it('the refused round is evidence, the round sent again is judged; load refused meanwhile is in reach', () => {
     const t = tl([...late, {kind: 'request-answered', t: T + 23_000, rid: 'canary-2', status: 200}])
-    const r = checkRecovery(t).find((v) => v.subject === 'requests')!
-    expect(r).toMatchObject({verdict: 'pass', summary: expect.stringMatching(/1 of 1 requests after the revert succeeded, sent again once the circuit breaker/)})
+    const r = checkRecovery(t).find(v => v.subject === 'requests')!
+    expect(r).toMatchObject({
+      verdict: 'pass',
+      summary: expect.stringMatching(/1 of 1 requests after the revert succeeded, sent again once the circuit breaker/),
+    })
     expect(r.evidence).toMatchObject({refusedByOpenBreaker: [{rid: 'canary-1', status: 503}]})
     expect(checkCollateral(t).verdict).toBe('pass')
   })
 
   it('a round sent again that fails still fails recovery', () => {
     const t = tl([...late, {kind: 'request-answered', t: T + 23_000, rid: 'canary-2', status: 500}])
-    expect(checkRecovery(t).find((v) => v.subject === 'requests')?.verdict).toBe('fail')
+    expect(checkRecovery(t).find(v => v.subject === 'requests')?.verdict).toBe('fail')
   })
 
   it('load refused after a window closed again is collateral', () => {
-    const t = tl([...late, {kind: 'request-answered', t: T + 23_000, rid: 'canary-2', status: 200},
-      {kind: 'request-sent', t: T + 24_000, rid: 'load-2', role: 'load'}, {kind: 'request-answered', t: T + 24_010, rid: 'load-2', status: 503}])
+    const t = tl([
+      ...late,
+      {kind: 'request-answered', t: T + 23_000, rid: 'canary-2', status: 200},
+      {kind: 'request-sent', t: T + 24_000, rid: 'load-2', role: 'load'},
+      {kind: 'request-answered', t: T + 24_010, rid: 'load-2', status: 503},
+    ])
     expect(checkCollateral(t)).toMatchObject({verdict: 'fail', summary: expect.stringMatching(/load-2 \(503\)/)})
   })
 })

@@ -8,8 +8,20 @@ import {TimelineBuilder, TIMEOUTS_READ} from './synthetic.js'
 
 // deadline 2 s, poll 1 s: a window [2000, 3000] ms after the send, widened by ε.
 const CONTRACT = {scope: 'all' as const, deadlineSeconds: 2, pollSeconds: 1}
-const LAGS: MeasuredLags = {concurrency: 20, samples: 20, entry: {p50Ms: 50, maxMs: 100, samples: 20}, answer: {p50Ms: 150, maxMs: 250, includesEntry: false}, notes: []}
-const calibration = (lags?: MeasuredLags) => ({prefillMs: 40, prefillSpreadMs: 6, observeMs: 3, samples: 8, ...(lags ? {lags} : {})})
+const LAGS: MeasuredLags = {
+  concurrency: 20,
+  samples: 20,
+  entry: {p50Ms: 50, maxMs: 100, samples: 20},
+  answer: {p50Ms: 150, maxMs: 250, includesEntry: false},
+  notes: [],
+}
+const calibration = (lags?: MeasuredLags) => ({
+  prefillMs: 40,
+  prefillSpreadMs: 6,
+  observeMs: 3,
+  samples: 8,
+  ...(lags ? {lags} : {}),
+})
 
 describe('ε widened by the measured lags', () => {
   it('the late side allows the slowest entry plus the slowest answer lag, and says so', () => {
@@ -18,7 +30,9 @@ describe('ε widened by the measured lags', () => {
     expect(e.lowMs).toBe(EPSILON_FLOOR_MS)
     expect(e.highMs).toBe(EPSILON_FLOOR_MS + 100 + 250)
     expect(e.why).toMatch(/widened by the measured lags, 350\.0 ms/)
-    expect(e.why).toMatch(/entry lag .* max 100\.0 ms; answer lag .* max 250\.0 ms; over 20 held request\(s\), 20 out at once/)
+    expect(e.why).toMatch(
+      /entry lag .* max 100\.0 ms; answer lag .* max 250\.0 ms; over 20 held request\(s\), 20 out at once/,
+    )
   })
 
   it('without measured lags: the observation delay twice, as before', () => {
@@ -28,7 +42,11 @@ describe('ε widened by the measured lags', () => {
   })
 
   it('lags smaller than the observation delay twice: the larger wins', () => {
-    const small: MeasuredLags = {...LAGS, entry: {p50Ms: 0.5, maxMs: 1, samples: 20}, answer: {p50Ms: 1, maxMs: 2, includesEntry: false}}
+    const small: MeasuredLags = {
+      ...LAGS,
+      entry: {p50Ms: 0.5, maxMs: 1, samples: 20},
+      answer: {p50Ms: 1, maxMs: 2, includesEntry: false},
+    }
     const e = epsilonFor(new TimelineBuilder(CONTRACT, calibration(small)).build(), 'bootstrap')
     expect(e.highMs).toBe(EPSILON_FLOOR_MS + 6)
     expect(e.why).toMatch(/counted twice \(more than the measured lags, 3\.0 ms/)
@@ -52,15 +70,23 @@ describe('ε widened by the measured lags', () => {
 
 describe('evictions judged with measured lags, and at the edge', () => {
   const judge = (answerMs: number, lags?: MeasuredLags) => {
-    const tl = new TimelineBuilder(CONTRACT, calibration(lags)).pin('p1', 0, {ms: answerMs, status: 500, detail: 'evicted by the disaggregation watchdog'}).build()
+    const tl = new TimelineBuilder(CONTRACT, calibration(lags))
+      .pin('p1', 0, {ms: answerMs, status: 500, detail: 'evicted by the disaggregation watchdog'})
+      .build()
     return checkEvictions(tl, TIMEOUTS_READ)
   }
 
   it('a punctual eviction answered 300 ms late passes with the lags (at the edge), and fails late without them', () => {
     const withLags = judge(3300, LAGS)
-    expect(withLags.verdicts[0]).toMatchObject({verdict: 'pass', summary: expect.stringMatching(/inside .*\(at the edge\)$/)})
+    expect(withLags.verdicts[0]).toMatchObject({
+      verdict: 'pass',
+      summary: expect.stringMatching(/inside .*\(at the edge\)$/),
+    })
     expect(withLags.pins[0]!.atEdge).toEqual({bound: 'high', marginMs: 55})
-    expect(withLags.verdicts[0]!.evidence.atEdge).toMatchObject({bound: 'high', note: expect.stringMatching(/55 ms inside the window's close, within ε \(355 ms\)/)})
+    expect(withLags.verdicts[0]!.evidence.atEdge).toMatchObject({
+      bound: 'high',
+      note: expect.stringMatching(/55 ms inside the window's close, within ε \(355 ms\)/),
+    })
     expect(withLags.verdicts[0]!.evidence.epsilonWhy).toMatch(/measured lags/)
     const without = judge(3300)
     expect(without.verdicts[0]).toMatchObject({verdict: 'fail', summary: expect.stringMatching(/^evicted late/)})
@@ -97,7 +123,14 @@ describe('evictions judged with measured lags, and at the edge', () => {
 
 describe('lag probes: the queue count they read', () => {
   it('sums prefill_bootstrap_queue_reqs over DP ranks; undefined without a disagg section', () => {
-    expect(bootstrapQueued({loads: [{dp_rank: 0, disagg: {prefill_bootstrap_queue_reqs: 3}}, {dp_rank: 1, disagg: {prefill_bootstrap_queue_reqs: 2}}]})).toBe(5)
+    expect(
+      bootstrapQueued({
+        loads: [
+          {dp_rank: 0, disagg: {prefill_bootstrap_queue_reqs: 3}},
+          {dp_rank: 1, disagg: {prefill_bootstrap_queue_reqs: 2}},
+        ],
+      }),
+    ).toBe(5)
     expect(bootstrapQueued({loads: [{dp_rank: 0, num_running_reqs: 0}]})).toBeUndefined()
     expect(bootstrapQueued('not json')).toBeUndefined()
   })

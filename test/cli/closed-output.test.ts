@@ -13,12 +13,17 @@ import {cliEntry} from '../harness/test-host.js'
 describe('output whose reader has gone', () => {
   it('schema into a closed pipe: exit 0 and no stack trace', async () => {
     requireSystemLevel('pdchaos as a subprocess')
-    const child = spawn(process.execPath, [cliEntry(), 'schema'], {stdio: ['ignore', 'pipe', 'pipe'], env: {...process.env, OCLIF_SKIP_NEW_VERSION_CHECK: '1'}})
+    const child = spawn(process.execPath, [cliEntry(), 'schema'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: {...process.env, OCLIF_SKIP_NEW_VERSION_CHECK: '1'},
+    })
     // Close the read end before the CLI writes: its write then fails with EPIPE.
     child.stdout!.destroy()
     let stderr = ''
-    child.stderr!.on('data', (d: Buffer) => { stderr += d.toString() })
-    const code = await new Promise<number | null>((resolve) => child.on('close', (c) => resolve(c)))
+    child.stderr!.on('data', (d: Buffer) => {
+      stderr += d.toString()
+    })
+    const code = await new Promise<number | null>(resolve => child.on('close', c => resolve(c)))
     expect(stderr).not.toMatch(/EPIPE|^\s+at /m)
     expect(code).toBe(0)
   }, 60_000)

@@ -13,11 +13,15 @@ import type {CliResult} from '../e2e/cli.js'
  * Loaded by node itself, not by the test runner, which would load dist/ as a second copy of every module (node 20.19
  * and later require() an ES module without top-level await).
  */
-const entry = (): {runMain(argv: string[]): Promise<void>} => createRequire(import.meta.url)('./in-process-entry.mjs') as {runMain(argv: string[]): Promise<void>}
+const entry = (): {runMain(argv: string[]): Promise<void>} =>
+  createRequire(import.meta.url)('./in-process-entry.mjs') as {runMain(argv: string[]): Promise<void>}
 
 let queue: Promise<unknown> = Promise.resolve()
 
-export function runCliInProcess(args: string[], opts: {env?: NodeJS.ProcessEnv; timeoutMs?: number} = {}): Promise<CliResult> {
+export function runCliInProcess(
+  args: string[],
+  opts: {env?: NodeJS.ProcessEnv; timeoutMs?: number} = {},
+): Promise<CliResult> {
   const run = queue.then(() => once(args, opts))
   queue = run.catch(() => undefined)
   return run
@@ -26,15 +30,16 @@ export function runCliInProcess(args: string[], opts: {env?: NodeJS.ProcessEnv; 
 async function once(args: string[], opts: {env?: NodeJS.ProcessEnv; timeoutMs?: number}): Promise<CliResult> {
   const {runMain} = entry()
   const env = {OCLIF_SKIP_NEW_VERSION_CHECK: '1', ...opts.env}
-  const savedEnv = Object.fromEntries(Object.keys(env).map((k) => [k, process.env[k]]))
+  const savedEnv = Object.fromEntries(Object.keys(env).map(k => [k, process.env[k]]))
   const writes = {stdout: process.stdout.write, stderr: process.stderr.write}
   const out = {stdout: '', stderr: ''}
-  const capture = (name: 'stdout' | 'stderr') => ((chunk: string | Uint8Array, ...rest: unknown[]): boolean => {
-    out[name] += typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString()
-    const cb = rest.find((r) => typeof r === 'function') as (() => void) | undefined
-    cb?.()
-    return true
-  }) as typeof process.stdout.write
+  const capture = (name: 'stdout' | 'stderr') =>
+    ((chunk: string | Uint8Array, ...rest: unknown[]): boolean => {
+      out[name] += typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString()
+      const cb = rest.find(r => typeof r === 'function') as (() => void) | undefined
+      cb?.()
+      return true
+    }) as typeof process.stdout.write
   const savedExit = process.exitCode
   process.exitCode = undefined
   Object.assign(process.env, env)
@@ -47,7 +52,12 @@ async function once(args: string[], opts: {env?: NodeJS.ProcessEnv; timeoutMs?: 
   try {
     await Promise.race([
       runMain(args),
-      new Promise((_, reject) => { timer = setTimeout(() => reject(new Error(`pdchaos ${args.join(' ')} did not finish within ${opts.timeoutMs} ms`)), opts.timeoutMs ?? 60_000) }),
+      new Promise((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error(`pdchaos ${args.join(' ')} did not finish within ${opts.timeoutMs} ms`)),
+          opts.timeoutMs ?? 60_000,
+        )
+      }),
     ])
     const code = typeof process.exitCode === 'number' ? process.exitCode : Number(process.exitCode ?? 0)
     return {code, signal: null, stdout: out.stdout, stderr: out.stderr, ms: performance.now() - started}

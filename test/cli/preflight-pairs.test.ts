@@ -16,30 +16,43 @@ beforeAll(async () => {
     probes.set(req.url ?? '', (probes.get(req.url ?? '') ?? 0) + 1)
     res.writeHead(200).end('ok')
   })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
 })
-afterAll(async () => { await new Promise((resolve) => server.close(resolve)) })
-
-const view = (prefill: string, decode: string): Deployment => DeploymentSchema.parse({
-  host: {kind: 'local'},
-  services: {prefill: {url: prefill, healthPath: '/p'}, decode: {url: decode, healthPath: '/d'}, router: {url: base, healthPath: '/r'}},
-  watchdog: {deadlineSeconds: 2, pollSeconds: 0.5},
+afterAll(async () => {
+  await new Promise(resolve => server.close(resolve))
 })
 
-describe('the preflight of a suite over several instance pairs', () => {
-  it('checks every pair\'s services, each URL once; a pair that is down is exit 5 naming the service by its URL', async () => {
-    probes.clear()
-    await preflight(view(base, base), [view(base, base)], 2000)
-    // Every service shares one URL here: probed once, whatever the number of pairs.
-    expect([...probes.values()].reduce((a, b) => a + b, 0)).toBe(1)
-
-    // Port 1 on loopback refuses at once: the other pair's prefill is down.
-    const error = await preflight(view(base, base), [view('http://127.0.0.1:1', base)], 2000).then(() => undefined, (e: unknown) => e)
-    expect(error).toBeInstanceOf(PdError)
-    expect((error as PdError).exitCode).toBe(ExitCode.unreachable)
-    expect((error as PdError).message).toMatch(/^prefill at http:\/\/127\.0\.0\.1:1\b/)
-    // Without the other pairs, the run's own pair passes (as before scenarios could name pairs).
-    await preflight(view(base, base), [], 2000)
+const view = (prefill: string, decode: string): Deployment =>
+  DeploymentSchema.parse({
+    host: {kind: 'local'},
+    services: {
+      prefill: {url: prefill, healthPath: '/p'},
+      decode: {url: decode, healthPath: '/d'},
+      router: {url: base, healthPath: '/r'},
+    },
+    watchdog: {deadlineSeconds: 2, pollSeconds: 0.5},
   })
+
+describe('the preflight of a suite over several instance pairs', () => {
+  it(
+    "checks every pair's services, each URL once; a pair that is down is exit 5 naming the service by " + 'its URL',
+    async () => {
+      probes.clear()
+      await preflight(view(base, base), [view(base, base)], 2000)
+      // Every service shares one URL here: probed once, whatever the number of pairs.
+      expect([...probes.values()].reduce((a, b) => a + b, 0)).toBe(1)
+
+      // Port 1 on loopback refuses at once: the other pair's prefill is down.
+      const error = await preflight(view(base, base), [view('http://127.0.0.1:1', base)], 2000).then(
+        () => undefined,
+        (e: unknown) => e,
+      )
+      expect(error).toBeInstanceOf(PdError)
+      expect((error as PdError).exitCode).toBe(ExitCode.unreachable)
+      expect((error as PdError).message).toMatch(/^prefill at http:\/\/127\.0\.0\.1:1\b/)
+      // Without the other pairs, the run's own pair passes (as before scenarios could name pairs).
+      await preflight(view(base, base), [], 2000)
+    },
+  )
 })

@@ -31,7 +31,11 @@ let unhealthyPort = 0
 let gateProbes = 0
 let deadPort = 0
 
-function deployment(name: string, port: number, o: {probeTimeout?: number; extra?: string; restart?: string[]} = {}): string {
+function deployment(
+  name: string,
+  port: number,
+  o: {probeTimeout?: number; extra?: string; restart?: string[]} = {},
+): string {
   const url = `http://127.0.0.1:${port}`
   const restart = o.restart ? `, restart: ${JSON.stringify(o.restart)}` : ''
   const text = [
@@ -50,7 +54,7 @@ function deployment(name: string, port: number, o: {probeTimeout?: number; extra
 }
 
 async function listen(s: Server | TcpServer): Promise<number> {
-  await new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve))
+  await new Promise<void>(resolve => s.listen(0, '127.0.0.1', resolve))
   servers.push(s)
   return (s.address() as {port: number}).port
 }
@@ -58,12 +62,14 @@ async function listen(s: Server | TcpServer): Promise<number> {
 /** Until `ready()` holds (polled every 20 ms), at most 30 s. */
 async function until(ready: () => boolean, what: string, child?: {done: Promise<CliResult>}): Promise<void> {
   let ended: CliResult | undefined
-  void child?.done.then((r) => { ended = r })
+  void child?.done.then(r => {
+    ended = r
+  })
   const by = Date.now() + 30_000
   while (!ready()) {
     if (ended) throw new Error(`the CLI exited ${ended.code} before ${what}:\n${ended.stderr.slice(0, 1200)}`)
     if (Date.now() > by) throw new Error(`never saw ${what}`)
-    await new Promise((resolve) => setTimeout(resolve, 20))
+    await new Promise(resolve => setTimeout(resolve, 20))
   }
 }
 
@@ -82,10 +88,18 @@ function cpuTicks(pid: number | undefined): number {
   }
 }
 
-async function interrupt(args: string[], ready: (stderr: () => string, pid: number | undefined) => boolean, what: string, signal: NodeJS.Signals = 'SIGINT', json = true): Promise<CliResult & {afterSignalMs: number}> {
+async function interrupt(
+  args: string[],
+  ready: (stderr: () => string, pid: number | undefined) => boolean,
+  what: string,
+  signal: NodeJS.Signals = 'SIGINT',
+  json = true,
+): Promise<CliResult & {afterSignalMs: number}> {
   let stderr = ''
   const cli = startCli(json ? [...args, '--json'] : args, {NO_COLOR: '1'})
-  cli.child.stderr!.on('data', (d: Buffer) => { stderr += d.toString() })
+  cli.child.stderr!.on('data', (d: Buffer) => {
+    stderr += d.toString()
+  })
   const killer = setTimeout(() => cli.child.kill('SIGKILL'), 60_000)
   try {
     await until(() => ready(() => stderr, cli.child.pid), what, cli)
@@ -99,7 +113,9 @@ async function interrupt(args: string[], ready: (stderr: () => string, pid: numb
 }
 
 function expectStopped(r: CliResult & {afterSignalMs: number}, phase: RegExp): void {
-  const shown = `exit ${r.code} (${r.signal ?? 'no signal'}) ${Math.round(r.afterSignalMs)} ms after the signal\nstdout: ${r.stdout.slice(0, 800)}\nstderr: ${r.stderr.slice(0, 800)}`
+  const shown =
+    `exit ${r.code} (${r.signal ?? 'no signal'}) ${Math.round(r.afterSignalMs)} ms after the ` +
+    `signal\nstdout: ${r.stdout.slice(0, 800)}\nstderr: ${r.stderr.slice(0, 800)}`
   expect(r.code, shown).toBe(3)
   expect(r.afterSignalMs, shown).toBeLessThan(1000)
   const doc = JSON.parse(r.stdout) as {error?: {code?: string; message?: string}}
@@ -110,7 +126,9 @@ function expectStopped(r: CliResult & {afterSignalMs: number}, phase: RegExp): v
 /** No run lock, no lease left in a state dir. */
 function expectNothingHeld(stateDir: string): void {
   if (!existsSync(stateDir)) return
-  const left = readdirSync(stateDir, {recursive: true}).map(String).filter((f) => /lock|\.json$|\.revert\.sh$/.test(f) && !f.startsWith('leases/done'))
+  const left = readdirSync(stateDir, {recursive: true})
+    .map(String)
+    .filter(f => /lock|\.json$|\.revert\.sh$/.test(f) && !f.startsWith('leases/done'))
   expect(left, `left in ${stateDir}`).toEqual([])
 }
 
@@ -126,7 +144,7 @@ function processesWith(marker: string): string[] {
 describe('signals in each phase (issue 28): exit 3 within a second, nothing left behind', () => {
   beforeAll(async () => {
     // Accepts every connection and never answers: a health check held for its whole 30 s probe timeout.
-    const hang = createTcpServer((s) => {
+    const hang = createTcpServer(s => {
       hungConnections++
       sockets.add(s)
       s.on('error', () => {})
@@ -150,28 +168,40 @@ describe('signals in each phase (issue 28): exit 3 within a second, nothing left
     unhealthyPort = await listen(unhealthy)
     const free = createTcpServer()
     deadPort = await listen(free)
-    await new Promise<void>((resolve) => free.close(() => resolve()))
+    await new Promise<void>(resolve => free.close(() => resolve()))
     servers.splice(servers.indexOf(free), 1)
   })
 
   afterAll(async () => {
     for (const s of sockets) s.destroy()
-    await Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve()))))
+    await Promise.all(servers.map(s => new Promise<void>(resolve => s.close(() => resolve()))))
     rmSync(dir, {recursive: true, force: true})
   })
 
-  it.concurrent('inject --dry-run, SIGINT in the health check: exit 3, not the probe timeout\'s exit 5 30 s later', async () => {
-    const file = deployment('inject-health', hangPort)
-    const before = hungConnections
-    const r = await interrupt(['inject', 'drop-dest-info', '--dry-run', '-c', file], () => hungConnections >= before + 3, 'the health check under way')
-    expectStopped(r, /interrupted \(SIGINT\) during the health check: stopped before changing anything/)
-    expectNothingHeld(at('state-inject-health'))
-  })
+  it.concurrent(
+    "inject --dry-run, SIGINT in the health check: exit 3, not the probe timeout's exit 5 30 s " + 'later',
+    async () => {
+      const file = deployment('inject-health', hangPort)
+      const before = hungConnections
+      const r = await interrupt(
+        ['inject', 'drop-dest-info', '--dry-run', '-c', file],
+        () => hungConnections >= before + 3,
+        'the health check under way',
+      )
+      expectStopped(r, /interrupted \(SIGINT\) during the health check: stopped before changing anything/)
+      expectNothingHeld(at('state-inject-health'))
+    },
+  )
 
   it.concurrent('inject, SIGTERM in the health check', async () => {
     const file = deployment('inject-health-term', hangPort)
     const before = hungConnections
-    const r = await interrupt(['inject', 'drop-dest-info', '-c', file], () => hungConnections >= before + 3, 'the health check under way', 'SIGTERM')
+    const r = await interrupt(
+      ['inject', 'drop-dest-info', '-c', file],
+      () => hungConnections >= before + 3,
+      'the health check under way',
+      'SIGTERM',
+    )
     expectStopped(r, /interrupted \(SIGTERM\) during the health check/)
     expectNothingHeld(at('state-inject-health-term'))
   })
@@ -187,68 +217,121 @@ describe('signals in each phase (issue 28): exit 3 within a second, nothing left
   it.concurrent('inject --dry-run, SIGINT in discovery (its probes held by the server)', async () => {
     const file = deployment('inject-discovery', healthyPort, {probeTimeout: 5})
     // Only discovery asks for /server_info (the health check asks for /health, the warm-up POSTs a generation).
-    const r = await interrupt(['inject', 'drop-dest-info', '--dry-run', '-c', file], () => held.includes('/server_info'), 'discovery under way')
+    const r = await interrupt(
+      ['inject', 'drop-dest-info', '--dry-run', '-c', file],
+      () => held.includes('/server_info'),
+      'discovery under way',
+    )
     expectStopped(r, /interrupted \(SIGINT\) during discovery/)
     expectNothingHeld(at('state-inject-discovery'))
   })
 
-  it.concurrent('suite, SIGINT while planning 1000 scenarios: the run stops before its first batch, exit 3', async () => {
-    const file = deployment('suite-planning', healthyPort, {probeTimeout: 5})
-    const suite = at('suite-1000.yaml')
-    writeFileSync(suite, 'name: big\nstop: {kernelXid: false}\nscenarios:\n' +
-      Array.from({length: 1000}, (_, i) => `  - {name: "s${i}", fault: drop-dest-info, params: {rank: ${i % 4}}, pins: 1}`).join('\n') + '\n')
-    // Text mode: the planning line is the sign (under --json progress is quiet).
-    const r = await interrupt(['suite', suite, '-c', file], (err) => /planning 1000 scenarios into batches/.test(err()), 'planning under way', 'SIGINT', false)
-    const shown = `exit ${r.code} ${Math.round(r.afterSignalMs)} ms after the signal\nstdout: ${r.stdout.slice(0, 600)}\nstderr: ${r.stderr.slice(-800)}`
-    expect(r.code, shown).toBe(3)
-    expect(r.afterSignalMs, shown).toBeLessThan(1000)
-    expect(r.stdout, shown).toMatch(/STOPPED: interrupted \(SIGINT\)/i)
-    expect(r.stderr, shown).not.toMatch(/^plan \(checked/m)
-    expectNothingHeld(at('state-suite-planning'))
-  })
+  it.concurrent(
+    'suite, SIGINT while planning 1000 scenarios: the run stops before its first batch, ' + 'exit 3',
+    async () => {
+      const file = deployment('suite-planning', healthyPort, {probeTimeout: 5})
+      const suite = at('suite-1000.yaml')
+      writeFileSync(
+        suite,
+        'name: big\nstop: {kernelXid: false}\nscenarios:\n' +
+          Array.from(
+            {length: 1000},
+            (_, i) => `  - {name: "s${i}", fault: drop-dest-info, params: {rank: ${i % 4}}, pins: 1}`,
+          ).join('\n') +
+          '\n',
+      )
+      // Text mode: the planning line is the sign (under --json progress is quiet).
+      const r = await interrupt(
+        ['suite', suite, '-c', file],
+        err => /planning 1000 scenarios into batches/.test(err()),
+        'planning under way',
+        'SIGINT',
+        false,
+      )
+      const shown =
+        `exit ${r.code} ${Math.round(r.afterSignalMs)} ms after the ` +
+        `signal\nstdout: ${r.stdout.slice(0, 600)}\nstderr: ${r.stderr.slice(-800)}`
+      expect(r.code, shown).toBe(3)
+      expect(r.afterSignalMs, shown).toBeLessThan(1000)
+      expect(r.stdout, shown).toMatch(/STOPPED: interrupted \(SIGINT\)/i)
+      expect(r.stderr, shown).not.toMatch(/^plan \(checked/m)
+      expectNothingHeld(at('state-suite-planning'))
+    },
+  )
 
   it.concurrent('a suite of 10,000 scenarios is refused at once, exit 2, before any planning', async () => {
     const file = deployment('suite-huge', deadPort)
     const suite = at('suite-10000.yaml')
-    writeFileSync(suite, 'scenarios:\n' + Array.from({length: 10_000}, (_, i) => `  - {name: "s${i}", fault: drop-dest-info}`).join('\n') + '\n')
+    writeFileSync(
+      suite,
+      'scenarios:\n' +
+        Array.from({length: 10_000}, (_, i) => `  - {name: "s${i}", fault: drop-dest-info}`).join('\n') +
+        '\n',
+    )
     const cli = startCli(['suite', suite, '-c', file, '--json'], {NO_COLOR: '1'})
     const r = await cli.done
     expect(r.code, r.stdout).toBe(2)
     expect(r.stdout).toMatch(/10000 scenarios to plan \(scenarios × repetitions\) is more than the 1000 a run plans/)
-    expect(r.ms, 'refused before validating 10,000 scenarios (about 3 s) or planning them (minutes)').toBeLessThan(15_000)
+    expect(r.ms, 'refused before validating 10,000 scenarios (about 3 s) or planning them (minutes)').toBeLessThan(
+      15_000,
+    )
   })
 
   // Parsing is synchronous: a signal during it is heard when it ends. The 1 MiB cap bounds it; a suite of 1000
   // scenarios (70 KB) parses in 0.3 s idle and took up to 1.1 s at load 8-26, so this file holds 200 (0.06 s).
-  it.concurrent('SIGINT while pdchaos starts and reads its files (suite file of 200 scenarios): exit 3, not death by signal', async () => {
-    // The health check holds (a server that never answers) whatever comes first: the signal decides the exit.
-    const file = deployment('startup', hangPort)
-    const suite = at('suite-200-startup.yaml')
-    writeFileSync(suite, 'scenarios:\n' + Array.from({length: 200}, (_, i) => `  - {name: "s${i}", fault: drop-dest-info, params: {rank: ${i % 4}}}`).join('\n') + '\n')
-    // Once the process has used 0.3 s of CPU (node's own start-up takes well under 0.1 s of it; a signal before
-    // bin/run.js's first statement is node's, death by the signal), whichever of loading the command, parsing the
-    // files or the health check is under way answers with 3.
-    const r = await interrupt(['suite', suite, '-c', file], (_, pid) => cpuTicks(pid) >= 30, 'pdchaos started')
-    const shown = `exit ${r.code} (${r.signal ?? 'no signal'}) ${Math.round(r.afterSignalMs)} ms after the signal\nstdout: ${r.stdout.slice(0, 600)}\nstderr: ${r.stderr.slice(0, 600)}`
-    expect(r.signal, shown).toBeNull()
-    expect(r.code, shown).toBe(3)
-    expect(r.afterSignalMs, shown).toBeLessThan(1000)
-    expectNothingHeld(at('state-startup'))
-  })
+  it.concurrent(
+    'SIGINT while pdchaos starts and reads its files (suite file of 200 scenarios): exit 3, not death ' + 'by signal',
+    async () => {
+      // The health check holds (a server that never answers) whatever comes first: the signal decides the exit.
+      const file = deployment('startup', hangPort)
+      const suite = at('suite-200-startup.yaml')
+      writeFileSync(
+        suite,
+        'scenarios:\n' +
+          Array.from(
+            {length: 200},
+            (_, i) => `  - {name: "s${i}", fault: drop-dest-info, params: {rank: ${i % 4}}}`,
+          ).join('\n') +
+          '\n',
+      )
+      // Once the process has used 0.3 s of CPU (node's own start-up takes well under 0.1 s of it; a signal before
+      // bin/run.js's first statement is node's, death by the signal), whichever of loading the command, parsing the
+      // files or the health check is under way answers with 3.
+      const r = await interrupt(['suite', suite, '-c', file], (_, pid) => cpuTicks(pid) >= 30, 'pdchaos started')
+      const shown =
+        `exit ${r.code} (${r.signal ?? 'no signal'}) ${Math.round(r.afterSignalMs)} ms after the ` +
+        `signal\nstdout: ${r.stdout.slice(0, 600)}\nstderr: ${r.stderr.slice(0, 600)}`
+      expect(r.signal, shown).toBeNull()
+      expect(r.code, shown).toBe(3)
+      expect(r.afterSignalMs, shown).toBeLessThan(1000)
+      expectNothingHeld(at('state-startup'))
+    },
+  )
 
-  it.concurrent('restart, SIGINT while the restart command runs: its process group is killed, the lock released', async () => {
-    const marker = `sleep 61.${process.pid}`
-    const file = deployment('restart-command', deadPort, {restart: ['sh', '-c', `exec ${marker}`]})
-    const r = await interrupt(['restart', '--service', 'prefill', '-c', file], () => processesWith(marker).length > 0, 'the restart command running')
-    expectStopped(r, /interrupted \(SIGINT\) during prefill's restart command \(killed\): nothing was restarted/)
-    expect(processesWith(marker), 'the restart command is not left running').toEqual([])
-    expectNothingHeld(at('state-restart-command'))
-  })
+  it.concurrent(
+    'restart, SIGINT while the restart command runs: its process group is killed, the lock ' + 'released',
+    async () => {
+      const marker = `sleep 61.${process.pid}`
+      const file = deployment('restart-command', deadPort, {restart: ['sh', '-c', `exec ${marker}`]})
+      const r = await interrupt(
+        ['restart', '--service', 'prefill', '-c', file],
+        () => processesWith(marker).length > 0,
+        'the restart command running',
+      )
+      expectStopped(r, /interrupted \(SIGINT\) during prefill's restart command \(killed\): nothing was restarted/)
+      expect(processesWith(marker), 'the restart command is not left running').toEqual([])
+      expectNothingHeld(at('state-restart-command'))
+    },
+  )
 
   it.concurrent('restart, SIGINT in a health gate', async () => {
     const file = deployment('restart-gate', unhealthyPort, {restart: ['true']})
     const before = gateProbes
-    const r = await interrupt(['restart', '--service', 'prefill', '--health-timeout', '600', '-c', file], () => gateProbes >= before + 2, 'the health gate under way')
+    const r = await interrupt(
+      ['restart', '--service', 'prefill', '--health-timeout', '600', '-c', file],
+      () => gateProbes >= before + 2,
+      'the health gate under way',
+    )
     expectStopped(r, /interrupted \(SIGINT\) during prefill's health gate/)
     expectNothingHeld(at('state-restart-gate'))
   })

@@ -16,7 +16,6 @@ import {GOOD} from './fixtures.js'
 const run = promisify(execFile)
 const root = join(import.meta.dirname, '..', '..')
 
-
 const escapeRe = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
 
 async function loadError(file: string): Promise<PdError> {
@@ -67,7 +66,9 @@ describe('loadDeployment', () => {
     await writeFile(file('syntax.yaml'), 'name: x\nhost:\n  kind: local\nservices: [a, b\nwatchdog: {}\n')
     const e = await loadError(file('syntax.yaml'))
     expect(e.exitCode).toBe(2)
-    expect(e.message).toMatch(new RegExp(`^${file('syntax.yaml').replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:\\d+:\\d+: YAML syntax error: `))
+    expect(e.message).toMatch(
+      new RegExp(`^${file('syntax.yaml').replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:\\d+:\\d+: YAML syntax error: `),
+    )
     expect(e.message).not.toContain('\n')
     await writeFile(file('dup.yaml'), 'name: a\nname: b\n')
     expect((await loadError(file('dup.yaml'))).message).toMatch(/dup\.yaml:2:1: YAML syntax error: .*unique/i)
@@ -93,7 +94,9 @@ describe('loadDeployment', () => {
     await writeFile(file('host.yaml'), GOOD.replace('kind: ssh', 'kind: ftp'))
     expect((await loadError(file('host.yaml'))).message).toMatch(/host\.kind: expected "ssh" or "local"/)
     await writeFile(file('logs.yaml'), GOOD.replace('logs: {journald: sglang-prefill}', 'logs: {syslog: x}'))
-    expect((await loadError(file('logs.yaml'))).message).toMatch(/services\.prefill\.logs: expected \{file: PATH\} or \{journald: UNIT\}/)
+    expect((await loadError(file('logs.yaml'))).message).toMatch(
+      /services\.prefill\.logs: expected \{file: PATH\} or \{journald: UNIT\}/,
+    )
     await writeFile(file('ssh.yaml'), GOOD.replace('  alias: gpu-1\n', '  port: 22\n'))
     expect((await loadError(file('ssh.yaml'))).message).toMatch(/host: an ssh host needs alias or hostname/)
     await writeFile(file('empty.yaml'), '# nothing\n')
@@ -111,7 +114,9 @@ describe('loadDeployment', () => {
     await writeFile(file('over-cap.yaml'), padded + '\n')
     const e = await loadError(file('over-cap.yaml'))
     expect(e.exitCode).toBe(2)
-    expect(e.message).toBe(`${file('over-cap.yaml')} is larger than 1 MiB, the most pdchaos reads from a deployment file`)
+    expect(e.message).toBe(
+      `${file('over-cap.yaml')} is larger than 1 MiB, the most pdchaos reads from a deployment file`,
+    )
     // A device is refused by its type, never read (issue 28): a private one with /dev/zero's numbers, never /dev's own.
     await run('mknod', [file('zero'), 'c', '1', '5'])
     expect((await loadError(file('zero'))).message).toBe(`${file('zero')} is a character device, not a deployment file`)
@@ -132,11 +137,16 @@ describe('loadDeployment', () => {
     // One comparison per key after the first, where yaml's own check makes n(n-1)/2.
     const check = duplicateKeyCheck()
     let calls = 0
-    parseDocument(keys.split('\n').slice(0, 1000).join('\n'), {uniqueKeys: (a, b) => { calls++; return check.isEqual(a, b) }})
+    parseDocument(keys.split('\n').slice(0, 1000).join('\n'), {
+      uniqueKeys: (a, b) => {
+        calls++
+        return check.isEqual(a, b)
+      },
+    })
     expect(calls).toBe(999)
   })
 
-  it('reports the first YAML error exactly as yaml\'s own duplicate-key check did', () => {
+  it("reports the first YAML error exactly as yaml's own duplicate-key check did", () => {
     const texts = [
       'name: a\nname: b\n',
       'a:\n  b: 1\n  b: 2\n',
@@ -159,7 +169,10 @@ describe('loadDeployment', () => {
     for (const text of texts) {
       const own = parseDocument(text, {prettyErrors: true, uniqueKeys: true}).errors[0]
       const at = own?.linePos?.[0]
-      const expected = own && `${at ? `f.yaml:${at.line}:${at.col}` : 'f.yaml'}: YAML syntax error: ${own.message.split('\n')[0].replace(/ at line \d+, column \d+:?$/, '')}`
+      const expected =
+        own &&
+        `${at ? `f.yaml:${at.line}:${at.col}` : 'f.yaml'}: YAML syntax ` +
+          `error: ${own.message.split('\n')[0].replace(/ at line \d+, column \d+:?$/, '')}`
       let got: string | undefined
       try {
         parseDeployment(text, 'f.yaml')
@@ -181,19 +194,25 @@ describe('loadDeployment', () => {
     await writeFile(file('bomb.yaml'), lines.join('\n') + '\n')
     const e = await loadError(file('bomb.yaml'))
     expect(e.exitCode).toBe(2)
-    expect(e.message).toBe(`${file('bomb.yaml')}: YAML cannot be resolved: Excessive alias count indicates a resource exhaustion attack`)
+    expect(e.message).toBe(
+      `${file('bomb.yaml')}: YAML cannot be resolved: Excessive alias count indicates a resource exhaustion attack`,
+    )
     expect(e.suggestion).toMatch(/alias/)
 
     await writeFile(file('dangling.yaml'), GOOD.replace('name: h100-pd', 'name: *nowhere'))
     const d = await loadError(file('dangling.yaml'))
     expect(d.exitCode).toBe(2)
-    expect(d.message).toMatch(new RegExp(`^${escapeRe(file('dangling.yaml'))}: YAML cannot be resolved: Unresolved alias .*nowhere$`))
+    expect(d.message).toMatch(
+      new RegExp(`^${escapeRe(file('dangling.yaml'))}: YAML cannot be resolved: Unresolved alias .*nowhere$`),
+    )
   })
 
   it('the JSON Schema describes the file as written (defaults optional) and accepts the good file', () => {
     const schema = deploymentJsonSchema() as {properties: Record<string, unknown>; required?: string[]; $schema: string}
     expect(schema.$schema).toMatch(/json-schema/)
-    expect(Object.keys(schema.properties)).toEqual(expect.arrayContaining(['host', 'hosts', 'services', 'watchdog', 'labels', 'sudo']))
+    expect(Object.keys(schema.properties)).toEqual(
+      expect.arrayContaining(['host', 'hosts', 'services', 'watchdog', 'labels', 'sudo']),
+    )
     // host: or hosts: (never both, checked by the loader): neither is required on its own.
     expect(schema.required?.sort()).toEqual(['services', 'watchdog'])
     // The schema round-trips through zod's own JSON-Schema reader: the good file validates against it.
@@ -205,21 +224,39 @@ describe('loadDeployment', () => {
 describe('pdchaos schema (subprocess)', () => {
   it('--json prints valid JSON and nothing else; the default output is the same document', async () => {
     const env = {...process.env, OCLIF_SKIP_NEW_VERSION_CHECK: '1', NO_COLOR: '1'}
-    const json = await run(process.execPath, [join(root, 'bin', 'dev.js'), 'schema', '--json'], {cwd: root, env, timeout: 30_000})
+    const json = await run(process.execPath, [join(root, 'bin', 'dev.js'), 'schema', '--json'], {
+      cwd: root,
+      env,
+      timeout: 30_000,
+    })
     expect(json.stderr).toBe('')
     const doc = JSON.parse(json.stdout)
     expect(doc).toEqual(deploymentJsonSchema())
-    const plain = await run(process.execPath, [join(root, 'bin', 'dev.js'), 'schema', 'deployment'], {cwd: root, env, timeout: 30_000})
+    const plain = await run(process.execPath, [join(root, 'bin', 'dev.js'), 'schema', 'deployment'], {
+      cwd: root,
+      env,
+      timeout: 30_000,
+    })
     expect(JSON.parse(plain.stdout)).toEqual(doc)
   })
 
-  it('suite prints the suite file\'s schema; an unknown kind is refused with exit 2', async () => {
+  it("suite prints the suite file's schema; an unknown kind is refused with exit 2", async () => {
     const env = {...process.env, OCLIF_SKIP_NEW_VERSION_CHECK: '1', NO_COLOR: '1'}
-    const suite = await run(process.execPath, [join(root, 'bin', 'dev.js'), 'schema', 'suite', '--json'], {cwd: root, env, timeout: 30_000})
+    const suite = await run(process.execPath, [join(root, 'bin', 'dev.js'), 'schema', 'suite', '--json'], {
+      cwd: root,
+      env,
+      timeout: 30_000,
+    })
     const doc = JSON.parse(suite.stdout) as {properties?: Record<string, unknown>}
     expect(Object.keys(doc.properties ?? {})).toEqual(expect.arrayContaining(['scenarios', 'stop', 'gate']))
-    const err = await run(process.execPath, [join(root, 'bin', 'dev.js'), 'schema', 'nonsense', '--json'], {cwd: root, env, timeout: 30_000}).then(
-      () => undefined, (error: {code: number; stdout: string}) => error)
+    const err = await run(process.execPath, [join(root, 'bin', 'dev.js'), 'schema', 'nonsense', '--json'], {
+      cwd: root,
+      env,
+      timeout: 30_000,
+    }).then(
+      () => undefined,
+      (error: {code: number; stdout: string}) => error,
+    )
     expect(err?.code).toBe(2)
   })
 })

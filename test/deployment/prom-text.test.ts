@@ -63,9 +63,13 @@ describe('parsePromText', () => {
     expect(sampleValue(samples, 'vllm:odd', {k: 'exp'})).toBe(1_500_000)
     expect(sampleValue(samples, 'vllm:odd', {k: 'absent'})).toBeUndefined()
     expect(sumOf(samples, 'nothing_here')).toBe(0)
-    const inflight = families.find((f) => f.name === 'sglang:num_prefill_inflight_queue_reqs')
-    expect(inflight).toEqual({name: 'sglang:num_prefill_inflight_queue_reqs', type: 'gauge', help: 'The number of requests in the prefill inflight queue.'})
-    expect(families.find((f) => f.name === 'untyped_metric')?.type).toBe('untyped')
+    const inflight = families.find(f => f.name === 'sglang:num_prefill_inflight_queue_reqs')
+    expect(inflight).toEqual({
+      name: 'sglang:num_prefill_inflight_queue_reqs',
+      type: 'gauge',
+      help: 'The number of requests in the prefill inflight queue.',
+    })
+    expect(families.find(f => f.name === 'untyped_metric')?.type).toBe('untyped')
   })
 
   it('round-trips label values with backslashes, quotes and newlines (200 generated values)', () => {
@@ -100,14 +104,18 @@ describe('parsePromText', () => {
       'rpc_count{svc="x"} 40',
     ].join('\n')
     const {samples, families} = parsePromText(page)
-    expect(samples.filter((s) => s.family === 'sglang:kv_transfer_latency_ms')).toHaveLength(10)
-    expect(samples.filter((s) => s.family === 'rpc')).toHaveLength(4)
-    expect(families.map((f) => f.name).sort()).toEqual(['rpc', 'sglang:kv_transfer_latency_ms'])
+    expect(samples.filter(s => s.family === 'sglang:kv_transfer_latency_ms')).toHaveLength(10)
+    expect(samples.filter(s => s.family === 'rpc')).toHaveLength(4)
+    expect(families.map(f => f.name).sort()).toEqual(['rpc', 'sglang:kv_transfer_latency_ms'])
     const series = histogramSeries(samples, 'sglang:kv_transfer_latency_ms')
     expect(series).toHaveLength(2)
-    const a = series.find((s) => s.labels.model_name === 'A')!
+    const a = series.find(s => s.labels.model_name === 'A')!
     expect(a.labels).toEqual({model_name: 'A', tp_rank: '0'})
-    expect(a.buckets).toEqual([{le: 1, count: 1}, {le: 10, count: 3}, {le: Number.POSITIVE_INFINITY, count: 4}])
+    expect(a.buckets).toEqual([
+      {le: 1, count: 1},
+      {le: 10, count: 3},
+      {le: Number.POSITIVE_INFINITY, count: 4},
+    ])
     expect(a.count).toBe(4)
     expect(a.sum).toBe(42.5)
     expect(histogramSeries(samples, 'sglang:kv_transfer_latency_ms', {model_name: 'B'})[0].sum).toBe(9)
@@ -134,11 +142,20 @@ describe('parsePromText', () => {
     const {samples, families, format} = parsePromText(page)
     expect(format).toBe('openmetrics')
     expect(samples).toHaveLength(7)
-    expect(samples[0]).toEqual({name: 'sglang:num_aborted_requests_total', labels: {model_name: 'M'}, value: 3, timestamp: 1_700_000_000_500, family: 'sglang:num_aborted_requests'})
+    expect(samples[0]).toEqual({
+      name: 'sglang:num_aborted_requests_total',
+      labels: {model_name: 'M'},
+      value: 3,
+      timestamp: 1_700_000_000_500,
+      family: 'sglang:num_aborted_requests',
+    })
     expect(samples[1].family).toBe('sglang:num_aborted_requests')
-    expect(samples.filter((s) => s.family === 'h')).toHaveLength(5)
-    expect(families.find((f) => f.name === 'sglang:num_aborted_requests')).toEqual({
-      name: 'sglang:num_aborted_requests', type: 'counter', unit: 'requests', help: 'Aborted "requests"\nsecond line',
+    expect(samples.filter(s => s.family === 'h')).toHaveLength(5)
+    expect(families.find(f => f.name === 'sglang:num_aborted_requests')).toEqual({
+      name: 'sglang:num_aborted_requests',
+      type: 'counter',
+      unit: 'requests',
+      help: 'Aborted "requests"\nsecond line',
     })
   })
 
@@ -150,17 +167,42 @@ describe('parsePromText', () => {
       'sglang:num_transfer_failed_reqs_created{tp_rank="0"} 1.7e+09',
     ].join('\n')
     const {samples} = parsePromText(page)
-    expect(samples.map((s) => s.family)).toEqual(['sglang:num_transfer_failed_reqs_total', 'sglang:num_transfer_failed_reqs_total'])
+    expect(samples.map(s => s.family)).toEqual([
+      'sglang:num_transfer_failed_reqs_total',
+      'sglang:num_transfer_failed_reqs_total',
+    ])
   })
 
   it('parses a real page from prom-client, in both the text format and OpenMetrics', async () => {
     for (const contentType of [Registry.PROMETHEUS_CONTENT_TYPE, Registry.OPENMETRICS_CONTENT_TYPE] as const) {
       const registry = new Registry<typeof contentType>()
       registry.setContentType(contentType)
-      const counter = new Counter({name: 'smg_router_requests_total', help: 'Requests', labelNames: ['route', 'note'], registers: [registry]})
-      const gauge = new Gauge({name: 'sglang:num_running_reqs', help: 'Running "reqs"\\ here', labelNames: ['model_name'], registers: [registry]})
-      const hist = new Histogram({name: 'sglang:kv_transfer_latency_ms', help: 'latency', labelNames: ['model_name'], buckets: [1, 10, 100], registers: [registry]})
-      const summary = new Summary({name: 'rpc_seconds', help: 'rpc', labelNames: ['svc'], percentiles: [0.5, 0.9], registers: [registry]})
+      const counter = new Counter({
+        name: 'smg_router_requests_total',
+        help: 'Requests',
+        labelNames: ['route', 'note'],
+        registers: [registry],
+      })
+      const gauge = new Gauge({
+        name: 'sglang:num_running_reqs',
+        help: 'Running "reqs"\\ here',
+        labelNames: ['model_name'],
+        registers: [registry],
+      })
+      const hist = new Histogram({
+        name: 'sglang:kv_transfer_latency_ms',
+        help: 'latency',
+        labelNames: ['model_name'],
+        buckets: [1, 10, 100],
+        registers: [registry],
+      })
+      const summary = new Summary({
+        name: 'rpc_seconds',
+        help: 'rpc',
+        labelNames: ['svc'],
+        percentiles: [0.5, 0.9],
+        registers: [registry],
+      })
       counter.inc({route: '/generate', note: 'a "quoted"\\path\nnext'}, 3)
       counter.inc({route: '/health', note: ''}, 1)
       gauge.set({model_name: 'meta/Llama'}, Number.NaN) // prom-client writes "Nan"
@@ -176,17 +218,22 @@ describe('parsePromText', () => {
       expect(sumOf(samples, 'smg_router_requests_total')).toBe(4)
       expect(Number.isNaN(sampleValue(samples, 'sglang:num_running_reqs', {model_name: 'meta/Llama'}))).toBe(true)
       const series = histogramSeries(samples, 'sglang:kv_transfer_latency_ms')
-      expect(series.map((s) => s.labels.model_name).sort()).toEqual(['A', 'B'])
-      const a = series.find((s) => s.labels.model_name === 'A')!
-      expect(a.buckets).toEqual([{le: 1, count: 0}, {le: 10, count: 1}, {le: 100, count: 1}, {le: Number.POSITIVE_INFINITY, count: 2}])
+      expect(series.map(s => s.labels.model_name).sort()).toEqual(['A', 'B'])
+      const a = series.find(s => s.labels.model_name === 'A')!
+      expect(a.buckets).toEqual([
+        {le: 1, count: 0},
+        {le: 10, count: 1},
+        {le: 100, count: 1},
+        {le: Number.POSITIVE_INFINITY, count: 2},
+      ])
       expect(a.count).toBe(2)
       expect(a.sum).toBe(505)
       expect(sampleValue(samples, 'rpc_seconds_count', {svc: 'x'})).toBe(1)
-      expect(families.find((f) => f.name === 'sglang:kv_transfer_latency_ms')?.type).toBe('histogram')
-      expect(families.find((f) => f.name === 'rpc_seconds')?.type).toBe('summary')
+      expect(families.find(f => f.name === 'sglang:kv_transfer_latency_ms')?.type).toBe('histogram')
+      expect(families.find(f => f.name === 'rpc_seconds')?.type).toBe('summary')
       const counterFamily = openMetrics ? 'smg_router_requests' : 'smg_router_requests_total'
-      expect(families.find((f) => f.name === counterFamily)?.type).toBe('counter')
-      expect(samples.find((s) => s.name === 'smg_router_requests_total')?.family).toBe(counterFamily)
+      expect(families.find(f => f.name === counterFamily)?.type).toBe('counter')
+      expect(samples.find(s => s.name === 'smg_router_requests_total')?.family).toBe(counterFamily)
     }
   })
 
@@ -209,8 +256,15 @@ describe('parsePromText', () => {
   })
 
   it('accepts the lenient corners of the text format', () => {
-    const {samples} = parsePromText('# a plain comment\r\nm{a="x",} 1\r\nm{} 2\nm{ a = "y" } 3\n\n\tcontinued 4'.replace('\tcontinued 4', 'n\t5'))
-    expect(samples.map((s) => [s.name, s.labels, s.value])).toEqual([['m', {a: 'x'}, 1], ['m', {}, 2], ['m', {a: 'y'}, 3], ['n', {}, 5]])
+    const {samples} = parsePromText(
+      '# a plain comment\r\nm{a="x",} 1\r\nm{} 2\nm{ a = "y" } 3\n\n\tcontinued 4'.replace('\tcontinued 4', 'n\t5'),
+    )
+    expect(samples.map(s => [s.name, s.labels, s.value])).toEqual([
+      ['m', {a: 'x'}, 1],
+      ['m', {}, 2],
+      ['m', {a: 'y'}, 3],
+      ['n', {}, 5],
+    ])
     // A label named __proto__ stays a label.
     expect(parsePromText('m{__proto__="x"} 1').samples[0].labels).toEqual(JSON.parse('{"__proto__":"x"}'))
   })

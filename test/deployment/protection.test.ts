@@ -4,7 +4,7 @@ import type {Deployment} from '../../src/deployment/config.js'
 import {assertMayDisturb, isProduction, normalizeLabel} from '../../src/deployment/protection.js'
 import {PdError} from '../../src/errors.js'
 
-const deployment = (labels: Record<string, string>): Deployment => ({name: 'd', labels} as unknown as Deployment)
+const deployment = (labels: Record<string, string>): Deployment => ({name: 'd', labels}) as unknown as Deployment
 
 describe('the production guard (issue 12, S3)', () => {
   it.each([
@@ -22,7 +22,7 @@ describe('the production guard (issue 12, S3)', () => {
     [{environment: '\uff30\uff32\uff2f\uff24\uff35\uff23\uff34\uff29\uff2f\uff2e'}],
     [{'environment\u200d': 'production'}],
     [{'\uff45nvironment': '\u202aproduction\u202c'}],
-  ])('refuses %j without --allow-production (exit 2, E_PRODUCTION)', (labels) => {
+  ])('refuses %j without --allow-production (exit 2, E_PRODUCTION)', labels => {
     expect(isProduction(labels)).toBe(true)
     let caught: unknown
     try {
@@ -36,7 +36,13 @@ describe('the production guard (issue 12, S3)', () => {
     expect(() => assertMayDisturb(deployment(labels), true, 'inject a fault into')).not.toThrow()
   })
 
-  it.each([[{}], [{environment: 'staging'}], [{environment: 'production-like'}], [{env: 'production'}], [{environment: 'pre production'}]])('lets %j through', (labels) => {
+  it.each([
+    [{}],
+    [{environment: 'staging'}],
+    [{environment: 'production-like'}],
+    [{env: 'production'}],
+    [{environment: 'pre production'}],
+  ])('lets %j through', labels => {
     expect(isProduction(labels)).toBe(false)
     expect(() => assertMayDisturb(deployment(labels), false, 'restart')).not.toThrow()
   })

@@ -32,47 +32,49 @@ export async function startHttp(handler: Handler): Promise<TestServer> {
       handler(Object.assign(req, {body}), res)
     })
   })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
   const port = (server.address() as {port: number}).port
   return {
     url: `http://127.0.0.1:${port}`,
     port,
     received,
-    close: () => new Promise<void>((resolve) => {
-      server.closeAllConnections()
-      server.close(() => resolve())
-    }),
+    close: () =>
+      new Promise<void>(resolve => {
+        server.closeAllConnections()
+        server.close(() => resolve())
+      }),
   }
 }
 
 /** A TCP server that answers every connection with `reply` (not HTTP) and closes. */
 export async function startRawTcp(reply: string): Promise<TestServer> {
   const sockets = new Set<Socket>()
-  const server = createTcpServer((socket) => {
+  const server = createTcpServer(socket => {
     sockets.add(socket)
     socket.on('close', () => sockets.delete(socket))
     socket.on('error', () => {})
     socket.once('data', () => socket.end(reply))
   })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
   const port = (server.address() as {port: number}).port
   return {
     url: `http://127.0.0.1:${port}`,
     port,
     received: [],
-    close: () => new Promise<void>((resolve) => {
-      for (const s of sockets) s.destroy()
-      server.close(() => resolve())
-    }),
+    close: () =>
+      new Promise<void>(resolve => {
+        for (const s of sockets) s.destroy()
+        server.close(() => resolve())
+      }),
   }
 }
 
 /** A loopback port with nothing listening: bound, then released. */
 export async function closedPort(): Promise<number> {
   const server = createTcpServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
   const port = (server.address() as {port: number}).port
-  await new Promise<void>((resolve) => server.close(() => resolve()))
+  await new Promise<void>(resolve => server.close(() => resolve()))
   return port
 }
 

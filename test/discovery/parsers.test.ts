@@ -2,7 +2,12 @@ import {describe, expect, it} from 'vitest'
 
 import {gpuIndexByPid, parseComputeApps, parseGpuList} from '../../src/discovery/gpus.js'
 import {parseEnviron, parseProcStat, parsePs, parseRankTitle, parseSsListeners} from '../../src/discovery/proc.js'
-import {timeoutsFromEnv, timeoutsFromServices, watchdogFromEnv, watchdogWarnings} from '../../src/discovery/watchdog-env.js'
+import {
+  timeoutsFromEnv,
+  timeoutsFromServices,
+  watchdogFromEnv,
+  watchdogWarnings,
+} from '../../src/discovery/watchdog-env.js'
 
 describe('process parsers', () => {
   it('reads SGLang rank titles, including the DP and PP variants, and ignores other processes', () => {
@@ -17,7 +22,10 @@ describe('process parsers', () => {
   })
 
   it('parses ps rows with arguments that contain spaces', () => {
-    const rows = parsePs('  101     1 Ssl  python -m sglang.launch_server --disaggregation-mode prefill\n  102   101 Sl   sglang::scheduler_TP0\n')
+    const rows = parsePs(
+      '  101     1 Ssl  python -m sglang.launch_server --disaggregation-mode prefill\n  102   101 Sl   ' +
+        'sglang::scheduler_TP0\n',
+    )
     expect(rows).toEqual([
       {pid: 101, ppid: 1, stat: 'Ssl', args: 'python -m sglang.launch_server --disaggregation-mode prefill'},
       {pid: 102, ppid: 101, stat: 'Sl', args: 'sglang::scheduler_TP0'},
@@ -50,10 +58,20 @@ describe('process parsers', () => {
 
 describe('nvidia-smi parsers', () => {
   it('joins compute apps to GPU indices by uuid, with or without a header', () => {
-    const gpus = parseGpuList('index, uuid, name\n0, GPU-aaa, NVIDIA H100 80GB HBM3\n1, GPU-bbb, NVIDIA H100 80GB HBM3\n')
-    expect(gpus).toEqual([{index: 0, uuid: 'GPU-aaa', name: 'NVIDIA H100 80GB HBM3'}, {index: 1, uuid: 'GPU-bbb', name: 'NVIDIA H100 80GB HBM3'}])
+    const gpus = parseGpuList(
+      'index, uuid, name\n0, GPU-aaa, NVIDIA H100 80GB HBM3\n1, GPU-bbb, NVIDIA H100 80GB HBM3\n',
+    )
+    expect(gpus).toEqual([
+      {index: 0, uuid: 'GPU-aaa', name: 'NVIDIA H100 80GB HBM3'},
+      {index: 1, uuid: 'GPU-bbb', name: 'NVIDIA H100 80GB HBM3'},
+    ])
     const apps = parseComputeApps('pid, gpu_uuid\n500, GPU-bbb\n501, GPU-aaa\n')
-    expect(gpuIndexByPid(apps, gpus)).toEqual(new Map([[500, {index: 1, contexts: 1}], [501, {index: 0, contexts: 1}]]))
+    expect(gpuIndexByPid(apps, gpus)).toEqual(
+      new Map([
+        [500, {index: 1, contexts: 1}],
+        [501, {index: 0, contexts: 1}],
+      ]),
+    )
   })
 })
 
@@ -61,34 +79,67 @@ describe('watchdog settings from the environment', () => {
   const contract = {scope: 'all' as const, deadlineSeconds: 30, pollSeconds: 1}
 
   it('agrees silently when environment and file match', () => {
-    const env = {SGLANG_DISAGGREGATION_WATCHDOG_SCOPE: 'all', SGLANG_DISAGGREGATION_WATCHDOG_TIMEOUT: '30', SGLANG_DISAGGREGATION_WATCHDOG_POLL_INTERVAL: '1', SGLANG_DISAGGREGATION_WAITING_TIMEOUT: '3600', SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT: '3600'}
+    const env = {
+      SGLANG_DISAGGREGATION_WATCHDOG_SCOPE: 'all',
+      SGLANG_DISAGGREGATION_WATCHDOG_TIMEOUT: '30',
+      SGLANG_DISAGGREGATION_WATCHDOG_POLL_INTERVAL: '1',
+      SGLANG_DISAGGREGATION_WAITING_TIMEOUT: '3600',
+      SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT: '3600',
+    }
     expect(watchdogWarnings(watchdogFromEnv(env), contract, timeoutsFromEnv(env), 'prefill')).toEqual([])
   })
 
   it('names each disagreement, and a deadline SGLang timeouts would pre-empt', () => {
-    const env = {SGLANG_DISAGGREGATION_WATCHDOG_SCOPE: 'inflight', SGLANG_DISAGGREGATION_WATCHDOG_TIMEOUT: '45', SGLANG_DISAGGREGATION_WAITING_TIMEOUT: '20'}
+    const env = {
+      SGLANG_DISAGGREGATION_WATCHDOG_SCOPE: 'inflight',
+      SGLANG_DISAGGREGATION_WATCHDOG_TIMEOUT: '45',
+      SGLANG_DISAGGREGATION_WAITING_TIMEOUT: '20',
+    }
     const w = watchdogWarnings(watchdogFromEnv(env), contract, timeoutsFromEnv(env), 'prefill')
     expect(w.join('\n')).toMatch(/scope is inflight .* says all/)
     expect(w.join('\n')).toMatch(/deadline is 45s .* says 30s/)
-    expect(w.join('\n')).toMatch(/deadline \+ poll 31s is not below SGLang's own timeouts \(decode's SGLANG_DISAGGREGATION_WAITING_TIMEOUT 20s\)/)
+    expect(w.join('\n')).toMatch(
+      /deadline \+ poll 31s is not below SGLang's own timeouts \(decode's SGLANG_DISAGGREGATION_WAITING_TIMEOUT 20s\)/,
+    )
   })
 
-  it('reads each timeout from the service that owns it: bootstrap from prefill, waiting and heartbeat from decode', () => {
-    const prefill = {SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT: '900', SGLANG_DISAGGREGATION_WAITING_TIMEOUT: '5'}
-    const decode = {SGLANG_DISAGGREGATION_WAITING_TIMEOUT: '1.75', SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL: '2', SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT: '7'}
-    const t = timeoutsFromServices({prefill, decode})
-    expect(t).toMatchObject({bootstrapTimeout: 900, waitingTimeout: 1.75, heartbeatInterval: 2, heartbeatMaxFailure: 2})
-    expect(t.sources).toEqual({
-      bootstrapTimeout: "prefill's environment (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT)",
-      waitingTimeout: "decode's environment (SGLANG_DISAGGREGATION_WAITING_TIMEOUT)",
-      heartbeatInterval: "decode's environment (SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL)",
-      heartbeatMaxFailure: "SGLang's default (unset in decode's environment)",
-    })
-    expect(timeoutsFromServices({prefill}).sources.waitingTimeout).toBe("SGLang's default (decode's environment not read)")
-    expect(watchdogWarnings({}, {scope: 'all', deadlineSeconds: 1.5, pollSeconds: 0.5}, t, 'prefill').join('\n')).toMatch(/decode's SGLANG_DISAGGREGATION_WAITING_TIMEOUT 1\.75s/)
-  })
+  it(
+    'reads each timeout from the service that owns it: bootstrap from prefill, waiting and heartbeat from ' + 'decode',
+    () => {
+      const prefill = {SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT: '900', SGLANG_DISAGGREGATION_WAITING_TIMEOUT: '5'}
+      const decode = {
+        SGLANG_DISAGGREGATION_WAITING_TIMEOUT: '1.75',
+        SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL: '2',
+        SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT: '7',
+      }
+      const t = timeoutsFromServices({prefill, decode})
+      expect(t).toMatchObject({
+        bootstrapTimeout: 900,
+        waitingTimeout: 1.75,
+        heartbeatInterval: 2,
+        heartbeatMaxFailure: 2,
+      })
+      expect(t.sources).toEqual({
+        bootstrapTimeout: "prefill's environment (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT)",
+        waitingTimeout: "decode's environment (SGLANG_DISAGGREGATION_WAITING_TIMEOUT)",
+        heartbeatInterval: "decode's environment (SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL)",
+        heartbeatMaxFailure: "SGLang's default (unset in decode's environment)",
+      })
+      expect(timeoutsFromServices({prefill}).sources.waitingTimeout).toBe(
+        "SGLang's default (decode's environment not read)",
+      )
+      expect(
+        watchdogWarnings({}, {scope: 'all', deadlineSeconds: 1.5, pollSeconds: 0.5}, t, 'prefill').join('\n'),
+      ).toMatch(/decode's SGLANG_DISAGGREGATION_WAITING_TIMEOUT 1\.75s/)
+    },
+  )
 
   it('falls back to SGLang defaults for unset timeouts', () => {
-    expect(timeoutsFromEnv({})).toEqual({bootstrapTimeout: 300, waitingTimeout: 300, heartbeatInterval: 5, heartbeatMaxFailure: 2})
+    expect(timeoutsFromEnv({})).toEqual({
+      bootstrapTimeout: 300,
+      waitingTimeout: 300,
+      heartbeatInterval: 5,
+      heartbeatMaxFailure: 2,
+    })
   })
 })

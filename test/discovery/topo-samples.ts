@@ -8,26 +8,51 @@ const row = (label: string, cells: string[], tail: string) => `${label}\t${cells
 const numa = (i: number) => (i < 4 ? 0 : 1)
 const rel = (a: number, b: number) => (numa(a) === numa(b) ? 'NODE' : 'SYS')
 
-export function railHost(devices = ['mlx5_0', 'mlx5_3', 'mlx5_4', 'mlx5_5', 'mlx5_6', 'mlx5_7', 'mlx5_8', 'mlx5_9']): string {
+export function railHost(
+  devices = ['mlx5_0', 'mlx5_3', 'mlx5_4', 'mlx5_5', 'mlx5_6', 'mlx5_7', 'mlx5_8', 'mlx5_9'],
+): string {
   const gpus = 8
   const nics = 8
-  const header = '\t\u001B[4m' + [...Array.from({length: gpus}, (_, i) => `GPU${i}`), ...Array.from({length: nics}, (_, i) => `NIC${i}`), 'CPU Affinity', 'NUMA Affinity', 'GPU NUMA ID'].join('\t') + '\u001B[0m'
+  const header =
+    '\t\u001B[4m' +
+    [
+      ...Array.from({length: gpus}, (_, i) => `GPU${i}`),
+      ...Array.from({length: nics}, (_, i) => `NIC${i}`),
+      'CPU Affinity',
+      'NUMA Affinity',
+      'GPU NUMA ID',
+    ].join('\t') +
+    '\u001B[0m'
   const lines = [header]
   for (let g = 0; g < gpus; g++) {
-    const cells = [...Array.from({length: gpus}, (_, h) => (h === g ? ' X ' : 'NV18')), ...Array.from({length: nics}, (_, n) => (n === g ? 'PIX' : rel(g, n)))]
+    const cells = [
+      ...Array.from({length: gpus}, (_, h) => (h === g ? ' X ' : 'NV18')),
+      ...Array.from({length: nics}, (_, n) => (n === g ? 'PIX' : rel(g, n))),
+    ]
     lines.push(row(`GPU${g}`, cells, `${numa(g) === 0 ? '0-55,112-167' : '56-111,168-223'}\t${numa(g)}\t\tN/A`))
   }
   for (let n = 0; n < nics; n++) {
-    const cells = [...Array.from({length: gpus}, (_, g) => (n === g ? 'PIX' : rel(g, n))), ...Array.from({length: nics}, (_, m) => (m === n ? ' X ' : rel(n, m)))]
+    const cells = [
+      ...Array.from({length: gpus}, (_, g) => (n === g ? 'PIX' : rel(g, n))),
+      ...Array.from({length: nics}, (_, m) => (m === n ? ' X ' : rel(n, m))),
+    ]
     lines.push(row(`NIC${n}`, cells, '\t\t\t'))
   }
-  lines.push('', 'Legend:', '', '  X    = Self',
+  lines.push(
+    '',
+    'Legend:',
+    '',
+    '  X    = Self',
     '  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)',
     '  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node',
     '  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)',
     '  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)',
     '  PIX  = Connection traversing at most a single PCIe bridge',
-    '  NV#  = Connection traversing a bonded set of # NVLinks', '', 'NIC Legend:', '')
+    '  NV#  = Connection traversing a bonded set of # NVLinks',
+    '',
+    'NIC Legend:',
+    '',
+  )
   // A real legend's numbering need not follow the device numbers (mlx5_1, mlx5_2 may be storage or bonded ports).
   for (let n = 0; n < nics; n++) lines.push(`  NIC${n}: ${devices[n]}`)
   lines.push('', '')
@@ -63,4 +88,3 @@ export const FEWER_NICS = [
   '  NIC3: mlx5_bond_0',
   '',
 ].join('\n')
-

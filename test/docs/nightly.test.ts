@@ -16,7 +16,11 @@ const NIGHTLY = join(ROOT, 'docs/nightly')
 const read = (file: string) => readFileSync(file, 'utf8')
 
 /** The lines of a text that run pdchaos (leading blanks dropped). */
-const pdchaosLines = (text: string) => text.split('\n').map((l) => l.trim()).filter((l) => l.startsWith('pdchaos '))
+const pdchaosLines = (text: string) =>
+  text
+    .split('\n')
+    .map(l => l.trim())
+    .filter(l => l.startsWith('pdchaos '))
 
 /** The README's "Run it every night" commands: the pdchaos lines of its code blocks. */
 function readmeCommands(): string[] {
@@ -25,7 +29,7 @@ function readmeCommands(): string[] {
   expect(start).toBeGreaterThan(0)
   const end = readme.indexOf('\n## ', start + 5)
   const section = readme.slice(start, end < 0 ? undefined : end)
-  const blocks = [...section.matchAll(/```[a-z]*\n([\s\S]*?)```/g)].map((m) => m[1]!)
+  const blocks = [...section.matchAll(/```[a-z]*\n([\s\S]*?)```/g)].map(m => m[1]!)
   return blocks.flatMap(pdchaosLines)
 }
 
@@ -39,8 +43,12 @@ function yamlStrings(v: unknown): string[] {
 
 function yamlDocs(file: string): unknown[] {
   const docs = parseAllDocuments(read(file))
-  for (const d of docs) expect(d.errors.map((e) => e.message), file).toEqual([])
-  return docs.map((d) => d.toJS() as unknown)
+  for (const d of docs)
+    expect(
+      d.errors.map(e => e.message),
+      file,
+    ).toEqual([])
+  return docs.map(d => d.toJS() as unknown)
 }
 
 let dir: string
@@ -54,8 +62,11 @@ afterAll(() => {
 })
 
 function verify(files: string[]): {status: number | null; out: string} {
-  const r = spawnSync(analyze, ['verify', ...files],
-    {encoding: 'utf8', timeout: 60_000, env: {...process.env, SYSTEMD_LOG_COLOR: '0'}})
+  const r = spawnSync(analyze, ['verify', ...files], {
+    encoding: 'utf8',
+    timeout: 60_000,
+    env: {...process.env, SYSTEMD_LOG_COLOR: '0'},
+  })
   return {status: r.status, out: (r.stdout + r.stderr).trim()}
 }
 
@@ -64,12 +75,12 @@ describe('Run it every night', () => {
 
   it('the README names the suite, the combined report, the trend and the gate', () => {
     expect(commands).toHaveLength(4)
-    expect(commands.filter((c) => c.startsWith('pdchaos suite ') && c.includes('--gate'))).toHaveLength(1)
-    expect(commands.filter((c) => c.startsWith('pdchaos report --trend '))).toHaveLength(1)
+    expect(commands.filter(c => c.startsWith('pdchaos suite ') && c.includes('--gate'))).toHaveLength(1)
+    expect(commands.filter(c => c.startsWith('pdchaos report --trend '))).toHaveLength(1)
   })
 
   it('the systemd service and timer verify cleanly (systemd-analyze), and a broken unit does not', () => {
-    const units = ['pdchaos-nightly.service', 'pdchaos-nightly.timer'].map((u) => {
+    const units = ['pdchaos-nightly.service', 'pdchaos-nightly.timer'].map(u => {
       copyFileSync(join(NIGHTLY, u), join(dir, u))
       return join(dir, u)
     })
@@ -95,29 +106,34 @@ describe('Run it every night', () => {
 
   it('the CronJobs are valid YAML: one suite per indexed job, then the report combining them and the trend', () => {
     const docs = yamlDocs(join(NIGHTLY, 'cronjob.yaml')) as Array<Record<string, any>>
-    expect(docs.map((d) => [d.apiVersion, d.kind, d.metadata.name]))
-      .toEqual([['batch/v1', 'CronJob', 'pdchaos-nightly'], ['batch/v1', 'CronJob', 'pdchaos-report']])
+    expect(docs.map(d => [d.apiVersion, d.kind, d.metadata.name])).toEqual([
+      ['batch/v1', 'CronJob', 'pdchaos-nightly'],
+      ['batch/v1', 'CronJob', 'pdchaos-report'],
+    ])
     const job = docs[0]!.spec.jobTemplate.spec
     expect(job.completionMode).toBe('Indexed')
     const env = job.template.spec.containers[0].env as Array<{name: string; value: string}>
-    const names = env.find((e) => e.name === 'DEPLOYMENTS')!.value.split(' ')
+    const names = env.find(e => e.name === 'DEPLOYMENTS')!.value.split(' ')
     expect(job.completions).toBe(names.length)
-    const scripts = docs.map((d) => (d.spec.jobTemplate.spec.template.spec.containers as Array<Record<string, unknown>>)
-      .flatMap((c) => yamlStrings(c.args)).join('\n'))
+    const scripts = docs.map(d =>
+      (d.spec.jobTemplate.spec.template.spec.containers as Array<Record<string, unknown>>)
+        .flatMap(c => yamlStrings(c.args))
+        .join('\n'),
+    )
     expect(pdchaosLines(scripts[0]!)).toEqual([commands[0]])
     expect(pdchaosLines(scripts[1]!)).toEqual([commands[1], commands[2]])
     for (const s of scripts) expect(spawnSync('sh', ['-n', '-c', s], {encoding: 'utf8'}).status).toBe(0)
   })
 
-  it('the CI workflow is valid YAML: the gate\'s exit code fails the job, the JUnit is published always', () => {
+  it("the CI workflow is valid YAML: the gate's exit code fails the job, the JUnit is published always", () => {
     const [wf] = yamlDocs(join(NIGHTLY, 'release-gate.yml')) as Array<Record<string, any>>
     const steps = wf!.jobs['release-gate'].steps as Array<Record<string, any>>
-    const gate = steps.find((s) => typeof s.run === 'string' && s.run.includes('pdchaos '))!
+    const gate = steps.find(s => typeof s.run === 'string' && s.run.includes('pdchaos '))!
     expect(pdchaosLines(gate.run)).toEqual([commands[3]])
     // No `|| true`, no continue-on-error: the exit code is the verdict.
     expect(gate.run).not.toMatch(/\|\||;\s*true|set \+e/)
     expect(gate['continue-on-error']).toBeUndefined()
-    const junit = steps.find((s) => String(s.uses ?? '').includes('junit'))!
+    const junit = steps.find(s => String(s.uses ?? '').includes('junit'))!
     expect(junit.if).toBe('always()')
     expect(junit.with.report_paths).toBe('junit.xml')
     expect(commands[3]).toContain('--junit junit.xml')
@@ -125,7 +141,7 @@ describe('Run it every night', () => {
 
   it('every README command is run by an example, and no example runs pdchaos otherwise', () => {
     const files = ['pdchaos-nightly.sh', 'cronjob.yaml', 'release-gate.yml']
-    const used = files.flatMap((f) => pdchaosLines(read(join(NIGHTLY, f))))
+    const used = files.flatMap(f => pdchaosLines(read(join(NIGHTLY, f))))
     for (const line of used) expect(commands).toContain(line)
     expect(new Set(used)).toEqual(new Set(commands))
   })

@@ -16,24 +16,36 @@ export interface CliResult {
   ms: number
 }
 
-export function startCli(args: string[], env: NodeJS.ProcessEnv = {}, asUser?: number): {child: ChildProcess; done: Promise<CliResult>} {
+export function startCli(
+  args: string[],
+  env: NodeJS.ProcessEnv = {},
+  asUser?: number,
+): {child: ChildProcess; done: Promise<CliResult>} {
   requireSystemLevel('pdchaos as a subprocess')
   const started = performance.now()
   const child = spawn(process.execPath, [cliEntry(), ...args], {
-    env: {...process.env, OCLIF_SKIP_NEW_VERSION_CHECK: '1', ...env}, stdio: ['ignore', 'pipe', 'pipe'],
+    env: {...process.env, OCLIF_SKIP_NEW_VERSION_CHECK: '1', ...env},
+    stdio: ['ignore', 'pipe', 'pipe'],
     ...(asUser === undefined ? {} : {uid: asUser, gid: asUser}),
   })
   let stdout = ''
   let stderr = ''
-  child.stdout!.on('data', (d: Buffer) => { stdout += d.toString() })
-  child.stderr!.on('data', (d: Buffer) => { stderr += d.toString() })
-  const done = new Promise<CliResult>((resolve) => {
+  child.stdout!.on('data', (d: Buffer) => {
+    stdout += d.toString()
+  })
+  child.stderr!.on('data', (d: Buffer) => {
+    stderr += d.toString()
+  })
+  const done = new Promise<CliResult>(resolve => {
     child.on('close', (code, signal) => resolve({code, signal, stdout, stderr, ms: performance.now() - started}))
   })
   return {child, done}
 }
 
-export async function runCli(args: string[], opts: {timeoutMs?: number; env?: NodeJS.ProcessEnv; asUser?: number} = {}): Promise<CliResult> {
+export async function runCli(
+  args: string[],
+  opts: {timeoutMs?: number; env?: NodeJS.ProcessEnv; asUser?: number} = {},
+): Promise<CliResult> {
   const {child, done} = startCli(args, opts.env, opts.asUser)
   const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 120_000)
   try {
@@ -46,19 +58,24 @@ export async function runCli(args: string[], opts: {timeoutMs?: number; env?: No
 /** The twin's ground truth: every JSON line of one service. */
 export function truth(stateDir: string, service: 'prefill' | 'decode' | 'router'): Array<Record<string, unknown>> {
   try {
-    return readFileSync(join(stateDir, 'truth', `${service}.jsonl`), 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>)
+    return readFileSync(join(stateDir, 'truth', `${service}.jsonl`), 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map(l => JSON.parse(l) as Record<string, unknown>)
   } catch {
     return []
   }
 }
 
-/** From a twin's ground truth: the states a rid held on prefill, and how long the watchdog held it before evicting it. */
+/**
+ * From a twin's ground truth: the states a rid held on prefill, and how long the watchdog held it before evicting it.
+ */
 export function evictionOf(stateDir: string, rid: string): {states: string[]; queue?: string; heldS?: number} {
-  const events = truth(stateDir, 'prefill').filter((e) => e.rid === rid)
-  const entered = events.find((e) => e.event === 'enter' && e.queue === 'bootstrap')
-  const evicted = events.find((e) => e.event === 'evicted')
+  const events = truth(stateDir, 'prefill').filter(e => e.rid === rid)
+  const entered = events.find(e => e.event === 'enter' && e.queue === 'bootstrap')
+  const evicted = events.find(e => e.event === 'evicted')
   return {
-    states: events.filter((e) => e.event === 'state').map((e) => String(e.state)),
+    states: events.filter(e => e.event === 'state').map(e => String(e.state)),
     queue: evicted ? String(evicted.queue) : undefined,
     heldS: entered && evicted ? ((evicted.t as number) - (entered.t as number)) / 1000 : undefined,
   }
@@ -68,7 +85,12 @@ export function evictionOf(stateDir: string, rid: string): {states: string[]; qu
  * A drop-dest-info pin by the twin's truth: held in Bootstrapping, evicted from the bootstrap queue inside
  * [deadline, deadline + poll], and pdchaos's own measurement within 0.25 s of it.
  */
-export function expectDroppedPin(stateDir: string, pin: {rid: string; evictionSeconds: number}, deadline: number, poll: number): void {
+export function expectDroppedPin(
+  stateDir: string,
+  pin: {rid: string; evictionSeconds: number},
+  deadline: number,
+  poll: number,
+): void {
   const t = evictionOf(stateDir, pin.rid)
   expect(t.states).toEqual(['KVPoll.Bootstrapping'])
   expect(t.queue).toBe('bootstrap')
@@ -82,7 +104,10 @@ export interface ProgressLines {
   readonly lines: ReadonlyArray<{at: number; text: string}>
   /** When a line matching re arrived, or undefined. */
   seen(re: RegExp): number | undefined
-  /** Resolve with the arrival time of the first line matching re; reject after deadlineMs or when the process ends first. */
+  /**
+   * Resolve with the arrival time of the first line matching re; reject after deadlineMs or when the process ends
+   * first.
+   */
   waitFor(re: RegExp, deadlineMs: number): Promise<number>
 }
 
@@ -102,18 +127,35 @@ export function progressLines(child: ChildProcess): ProgressLines {
     ended = true
     for (const w of [...waiters]) w()
   })
-  const seen = (re: RegExp): number | undefined => lines.find((l) => re.test(l.text))?.at
-  const tail = (): string => lines.slice(-8).map((l) => l.text).join(' | ')
-  const waitFor = (re: RegExp, deadlineMs: number): Promise<number> => new Promise((resolve, reject) => {
-    const check = (): void => {
-      const at = seen(re)
-      if (at !== undefined) { done(); resolve(at) } else if (ended) { done(); reject(new Error(`pdchaos ended before printing ${re}: ${tail()}`)) }
-    }
-    const timer = setTimeout(() => { done(); reject(new Error(`no line matching ${re} within ${deadlineMs} ms: ${tail()}`)) }, deadlineMs)
-    const done = (): void => { clearTimeout(timer); waiters.delete(check) }
-    waiters.add(check)
-    check()
-  })
+  const seen = (re: RegExp): number | undefined => lines.find(l => re.test(l.text))?.at
+  const tail = (): string =>
+    lines
+      .slice(-8)
+      .map(l => l.text)
+      .join(' | ')
+  const waitFor = (re: RegExp, deadlineMs: number): Promise<number> =>
+    new Promise((resolve, reject) => {
+      const check = (): void => {
+        const at = seen(re)
+        if (at !== undefined) {
+          done()
+          resolve(at)
+        } else if (ended) {
+          done()
+          reject(new Error(`pdchaos ended before printing ${re}: ${tail()}`))
+        }
+      }
+      const timer = setTimeout(() => {
+        done()
+        reject(new Error(`no line matching ${re} within ${deadlineMs} ms: ${tail()}`))
+      }, deadlineMs)
+      const done = (): void => {
+        clearTimeout(timer)
+        waiters.delete(check)
+      }
+      waiters.add(check)
+      check()
+    })
   return {lines, seen, waitFor}
 }
 
@@ -135,35 +177,51 @@ export async function eventually(ok: () => Promise<boolean>, ms: number): Promis
   for (;;) {
     if (await ok()) return true
     if (Date.now() > by) return false
-    await new Promise((r) => setTimeout(r, 250))
+    await new Promise(r => setTimeout(r, 250))
   }
 }
 
 /**
  * abort-mid-transfer's trials over SSH: every trial has its verdict, pass or unverified as not counted (released before
  * its abort landed), none fails. By the twin's truth on prefill: a trial whose abort pdchaos saw honoured was aborted
- * while prefill held it (by its own abort, or by decode's reaching it first); one it saw complete (the transfer won the race) was neither aborted nor evicted there.
+ * while prefill held it (by its own abort, or by decode's reaching it first); one it saw complete (the transfer won the
+ * race) was neither aborted nor evicted there.
  */
 export function expectAbortTrials(r: CliResult, prefillStateDir: string, trials: number): void {
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   const j = JSON.parse(r.stdout) as any
-  expect(j.verdicts, `exit ${r.code}: ${j.error?.message ?? r.stdout.slice(0, 300)} | ${r.stderr.replace(/\s+/g, ' ').slice(-600)}`).toBeDefined()
+  expect(
+    j.verdicts,
+    `exit ${r.code}: ${j.error?.message ?? r.stdout.slice(0, 300)} | ${r.stderr.replace(/\s+/g, ' ').slice(-600)}`,
+  ).toBeDefined()
   const judged = j.verdicts.filter((v: {check: string}) => v.check === 'abort')
   expect(judged).toHaveLength(trials)
-  expect(judged.every((v: {verdict: string; summary: string}) => v.verdict === 'pass' || (v.verdict === 'unverified' && /not counted/.test(v.summary))), JSON.stringify(judged)).toBe(true)
+  expect(
+    judged.every(
+      (v: {verdict: string; summary: string}) =>
+        v.verdict === 'pass' || (v.verdict === 'unverified' && /not counted/.test(v.summary)),
+    ),
+    JSON.stringify(judged),
+  ).toBe(true)
   expect(j.verdicts.filter((v: {verdict: string}) => v.verdict === 'fail')).toEqual([])
   const events = truth(prefillStateDir, 'prefill')
-  const ridsOf = (event: string) => new Set(events.filter((e) => e.event === event).map((e) => e.rid))
+  const ridsOf = (event: string) => new Set(events.filter(e => e.event === event).map(e => e.rid))
   // pdchaos aborts on both servers at once. Decode's abort may reach prefill first, as its ZMQ ABORT (nixl/conn.py,
   // docs/twin.md): the room fails "aborted by decode" and prefill's own abort then finds nothing to abort. Either way
   // the request ended by the abort.
-  const byDecode = new Set(events.filter((e) => e.event === 'transfer_failed' && /was aborted by decode/.test(JSON.stringify(e.detail ?? ''))).map((e) => e.rid))
+  const byDecode = new Set(
+    events
+      .filter(e => e.event === 'transfer_failed' && /was aborted by decode/.test(JSON.stringify(e.detail ?? '')))
+      .map(e => e.rid),
+  )
   const [aborted, evicted] = [new Set([...ridsOf('abort'), ...byDecode]), ridsOf('evicted')]
-  const outcomes = new Map((j.aborts as Array<{rid: string; outcome: string}>).map((a) => [a.rid, a.outcome]))
+  const outcomes = new Map((j.aborts as Array<{rid: string; outcome: string}>).map(a => [a.rid, a.outcome]))
   for (const t of judged.filter((v: {verdict: string}) => v.verdict === 'pass')) {
     const outcome = outcomes.get(t.subject)
     // On failure, what pdchaos said of the trial and what the twin recorded of its request.
-    const said = `${t.subject}: ${outcome}: ${(t as {summary?: string}).summary} | twin: ${JSON.stringify(events.filter((e) => e.rid === t.subject).map((e) => e.event))}`
+    const said =
+      `${t.subject}: ${outcome}: ${(t as {summary?: string}).summary} | ` +
+      `twin: ${JSON.stringify(events.filter(e => e.rid === t.subject).map(e => e.event))}`
     if (outcome === 'honoured') expect(aborted.has(t.subject), said).toBe(true)
     else {
       expect(outcome, said).toBe('completed')

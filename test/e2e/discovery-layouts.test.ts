@@ -31,7 +31,14 @@ interface Rank {
 
 interface Status {
   ranks: Rank[]
-  services: Record<'prefill' | 'decode', {pid?: number; launch?: {pid: number; source: string; args: Record<string, unknown>}; dockerProxy?: {pid: number; containerPort?: number}}>
+  services: Record<
+    'prefill' | 'decode',
+    {
+      pid?: number
+      launch?: {pid: number; source: string; args: Record<string, unknown>}
+      dockerProxy?: {pid: number; containerPort?: number}
+    }
+  >
   warnings: string[]
 }
 
@@ -43,7 +50,10 @@ async function up(flags: string[]): Promise<Twin> {
   const dir = mkdtempSync(join(tmpdir(), 'pdchaos-layout-'))
   for (let attempt = 0; ; attempt++) {
     const basePort = 20_000 + Math.floor(Math.random() * 400) * 100
-    const r = await runCli(['sim', 'up', '--state-dir', dir, '--base-port', String(basePort), '--wait', '60', '--json', ...flags], {timeoutMs: 90_000})
+    const r = await runCli(
+      ['sim', 'up', '--state-dir', dir, '--base-port', String(basePort), '--wait', '60', '--json', ...flags],
+      {timeoutMs: 90_000},
+    )
     if (r.code === 0) {
       const twin = {dir, up: JSON.parse(r.stdout) as Record<string, unknown>}
       twins.add(twin)
@@ -73,16 +83,24 @@ async function status(twin: Twin): Promise<Status> {
 }
 
 /** The twin's truth: pid → GPU (the GPU file each rank holds), pid → ZMQ port (the servers' own rank ports). */
-function truth(twin: Twin): {gpuOf: Map<number, number>; zmqOf: Map<number, number>; serverPid: Record<'prefill' | 'decode', number>} {
+function truth(twin: Twin): {
+  gpuOf: Map<number, number>
+  zmqOf: Map<number, number>
+  serverPid: Record<'prefill' | 'decode', number>
+} {
   const gpuOf = new Map<number, number>()
-  for (const f of readdirSync(join(twin.dir, 'gpus')).filter((x) => /^\d+\.json$/.test(x))) {
+  for (const f of readdirSync(join(twin.dir, 'gpus')).filter(x => /^\d+\.json$/.test(x))) {
     const held = JSON.parse(readFileSync(join(twin.dir, 'gpus', f), 'utf8')) as {pid: number}
     gpuOf.set(held.pid, Number(f.split('.')[0]))
   }
   const zmqOf = new Map<number, number>()
   const serverPid = {prefill: 0, decode: 0}
   for (const role of ['prefill', 'decode'] as const) {
-    const s = JSON.parse(readFileSync(join(twin.dir, 'services', `${role}.json`), 'utf8')) as {pid: number; rankPids: number[]; rankPorts: Array<{zmqPort: number}>}
+    const s = JSON.parse(readFileSync(join(twin.dir, 'services', `${role}.json`), 'utf8')) as {
+      pid: number
+      rankPids: number[]
+      rankPorts: Array<{zmqPort: number}>
+    }
     serverPid[role] = s.pid
     s.rankPids.forEach((pid, k) => {
       zmqOf.set(pid, s.rankPorts[k]!.zmqPort)
@@ -94,23 +112,52 @@ function truth(twin: Twin): {gpuOf: Map<number, number>; zmqOf: Map<number, numb
 /** Every scheduler found, each with the GPU it holds and (prefill) the ZMQ port it bound; prints what differs. */
 function expectEveryRank(twin: Twin, s: Status, counts: {prefill: number; decode: number}): void {
   const t = truth(twin)
-  const seen = s.ranks.map((r) => ({service: r.service, title: r.title, pid: r.pid, gpu: r.gpu, zmqPort: r.service === 'prefill' ? r.zmqPort : undefined}))
-  const want = s.ranks.map((r) => ({service: r.service, title: r.title, pid: r.pid, gpu: t.gpuOf.get(r.pid), zmqPort: r.service === 'prefill' ? t.zmqOf.get(r.pid) : undefined}))
+  const seen = s.ranks.map(r => ({
+    service: r.service,
+    title: r.title,
+    pid: r.pid,
+    gpu: r.gpu,
+    zmqPort: r.service === 'prefill' ? r.zmqPort : undefined,
+  }))
+  const want = s.ranks.map(r => ({
+    service: r.service,
+    title: r.title,
+    pid: r.pid,
+    gpu: t.gpuOf.get(r.pid),
+    zmqPort: r.service === 'prefill' ? t.zmqOf.get(r.pid) : undefined,
+  }))
   expect(seen, `warnings: ${s.warnings.join(' | ')}`).toEqual(want)
-  expect(s.ranks.filter((r) => r.service === 'prefill').length).toBe(counts.prefill)
-  expect(s.ranks.filter((r) => r.service === 'decode').length).toBe(counts.decode)
+  expect(s.ranks.filter(r => r.service === 'prefill').length).toBe(counts.prefill)
+  expect(s.ranks.filter(r => r.service === 'decode').length).toBe(counts.decode)
   // Every scheduler the twin runs is among them, and no two ranks share a GPU.
-  expect(new Set(s.ranks.map((r) => r.pid))).toEqual(new Set(t.zmqOf.keys()))
-  expect(new Set(s.ranks.map((r) => r.gpu)).size).toBe(s.ranks.length)
+  expect(new Set(s.ranks.map(r => r.pid))).toEqual(new Set(t.zmqOf.keys()))
+  expect(new Set(s.ranks.map(r => r.gpu)).size).toBe(s.ranks.length)
 }
 
-const titles = (s: Status, service: 'prefill' | 'decode') => s.ranks.filter((r) => r.service === service).map((r) => r.title).sort()
+const titles = (s: Status, service: 'prefill' | 'decode') =>
+  s.ranks
+    .filter(r => r.service === service)
+    .map(r => r.title)
+    .sort()
 
 describe('DP attention on prefill, EP on decode, a stray CUDA context per scheduler', () => {
   let twin: Twin
   let s: Status
   beforeAll(async () => {
-    twin = await up(['--gpus', '4', '--prefill-tp', '2', '--prefill-dp', '2', '--prefill-dp-attention', '--decode-tp', '2', '--decode-ep', '2', '--stray-cuda-context'])
+    twin = await up([
+      '--gpus',
+      '4',
+      '--prefill-tp',
+      '2',
+      '--prefill-dp',
+      '2',
+      '--prefill-dp-attention',
+      '--decode-tp',
+      '2',
+      '--decode-ep',
+      '2',
+      '--stray-cuda-context',
+    ])
     s = await status(twin)
   }, 120_000)
   afterAll(() => down(twin), 60_000)
@@ -118,17 +165,20 @@ describe('DP attention on prefill, EP on decode, a stray CUDA context per schedu
   it('titles the schedulers by SGLang rule and finds them all', () => {
     expect(titles(s, 'prefill')).toEqual(['sglang::scheduler_DP0_TP0', 'sglang::scheduler_DP1_TP1'])
     expect(titles(s, 'decode')).toEqual(['sglang::scheduler_TP0_EP0', 'sglang::scheduler_TP1_EP1'])
-    expect(s.warnings.filter((w) => /scheduler processes|GPU/.test(w))).toEqual([])
+    expect(s.warnings.filter(w => /scheduler processes|GPU/.test(w))).toEqual([])
   })
 
   it('reads each prefill rank ZMQ port under its DP-attention route key (attention TP size 1)', () => {
-    const keys = Object.fromEntries(s.ranks.filter((r) => r.service === 'prefill').map((r) => [r.title, r.routeKey]))
-    expect(keys).toEqual({'sglang::scheduler_DP0_TP0': {dp: 0, cp: 0, tp: 0, pp: 0}, 'sglang::scheduler_DP1_TP1': {dp: 1, cp: 0, tp: 0, pp: 0}})
+    const keys = Object.fromEntries(s.ranks.filter(r => r.service === 'prefill').map(r => [r.title, r.routeKey]))
+    expect(keys).toEqual({
+      'sglang::scheduler_DP0_TP0': {dp: 0, cp: 0, tp: 0, pp: 0},
+      'sglang::scheduler_DP1_TP1': {dp: 1, cp: 0, tp: 0, pp: 0},
+    })
     expectEveryRank(twin, s, {prefill: 2, decode: 2})
   })
 
   it('takes the context using the most memory, not the stray one nvidia-smi lists first on GPU 0', () => {
-    const decode1 = s.ranks.find((r) => r.title === 'sglang::scheduler_TP1_EP1')!
+    const decode1 = s.ranks.find(r => r.title === 'sglang::scheduler_TP1_EP1')!
     expect(decode1.gpu).toBe(3)
     expect(decode1.gpuSource).toMatch(/most memory \(72000 MiB\), of 2/)
   })
@@ -144,13 +194,19 @@ describe('PP and plain DP on prefill (TP 1: no TP segment), TP 1 on decode', () 
   afterAll(() => down(twin), 60_000)
 
   it('titles and finds every scheduler, the TP-1 ones without a TP segment', () => {
-    expect(titles(s, 'prefill')).toEqual(['sglang::scheduler_DP0_PP0', 'sglang::scheduler_DP0_PP1', 'sglang::scheduler_DP1_PP0', 'sglang::scheduler_DP1_PP1'])
+    expect(titles(s, 'prefill')).toEqual([
+      'sglang::scheduler_DP0_PP0',
+      'sglang::scheduler_DP0_PP1',
+      'sglang::scheduler_DP1_PP0',
+      'sglang::scheduler_DP1_PP1',
+    ])
     expect(titles(s, 'decode')).toEqual(['sglang::scheduler'])
-    expect(s.warnings.filter((w) => /scheduler processes/.test(w))).toEqual([])
+    expect(s.warnings.filter(w => /scheduler processes/.test(w))).toEqual([])
   })
 
   it('reads each prefill rank ZMQ port under its (dp, pp) route key, and places each GPU', () => {
-    for (const r of s.ranks.filter((x) => x.service === 'prefill')) expect(r.routeKey).toEqual({dp: r.dpRank, cp: 0, tp: 0, pp: r.ppRank})
+    for (const r of s.ranks.filter(x => x.service === 'prefill'))
+      expect(r.routeKey).toEqual({dp: r.dpRank, cp: 0, tp: 0, pp: r.ppRank})
     expectEveryRank(twin, s, {prefill: 4, decode: 1})
   })
 })
@@ -159,15 +215,30 @@ describe('nvidia-smi lists no processes (a container): GPUs from CUDA_VISIBLE_DE
   let twin: Twin
   let s: Status
   beforeAll(async () => {
-    twin = await up(['--gpus', '8', '--hide-gpu-processes', '--prefill-tp', '2', '--prefill-base-gpu-id', '1', '--prefill-cuda-visible-devices', '7,6,5,4',
-      '--decode-tp', '1', '--decode-base-gpu-id', '1', '--decode-cuda-visible-devices', '1,0'])
+    twin = await up([
+      '--gpus',
+      '8',
+      '--hide-gpu-processes',
+      '--prefill-tp',
+      '2',
+      '--prefill-base-gpu-id',
+      '1',
+      '--prefill-cuda-visible-devices',
+      '7,6,5,4',
+      '--decode-tp',
+      '1',
+      '--decode-base-gpu-id',
+      '1',
+      '--decode-cuda-visible-devices',
+      '1,0',
+    ])
     s = await status(twin)
   }, 120_000)
   afterAll(() => down(twin), 60_000)
 
   it('finds every rank on the GPU it holds', () => {
     expectEveryRank(twin, s, {prefill: 2, decode: 1})
-    expect(s.ranks.map((r) => r.gpu)).toEqual([6, 5, 0])
+    expect(s.ranks.map(r => r.gpu)).toEqual([6, 5, 0])
     for (const r of s.ranks) expect(r.gpuSource).toMatch(/base-gpu-id 1 .* of CUDA_VISIBLE_DEVICES=/)
   })
 })
@@ -196,7 +267,18 @@ describe('servers launched with --config FILE', () => {
   let twin: Twin
   let s: Status
   beforeAll(async () => {
-    twin = await up(['--gpus', '4', '--prefill-tp', '2', '--decode-tp', '1', '--decode-base-gpu-id', '3', '--server-config-file', '--hide-gpu-processes'])
+    twin = await up([
+      '--gpus',
+      '4',
+      '--prefill-tp',
+      '2',
+      '--decode-tp',
+      '1',
+      '--decode-base-gpu-id',
+      '3',
+      '--server-config-file',
+      '--hide-gpu-processes',
+    ])
     s = await status(twin)
   }, 120_000)
   afterAll(() => down(twin), 60_000)
@@ -205,12 +287,17 @@ describe('servers launched with --config FILE', () => {
     const p = s.services.prefill.launch!
     const d = s.services.decode.launch!
     expect(p.source).toContain(join(twin.dir, 'config', 'prefill.yaml'))
-    expect(p.args).toMatchObject({mode: 'prefill', tpSize: 2, baseGpuId: 0, port: Number(new URL(String((twin.up.endpoints as Record<string, string>).prefill)).port)})
+    expect(p.args).toMatchObject({
+      mode: 'prefill',
+      tpSize: 2,
+      baseGpuId: 0,
+      port: Number(new URL(String((twin.up.endpoints as Record<string, string>).prefill)).port),
+    })
     expect(d.args).toMatchObject({mode: 'decode', tpSize: 1, baseGpuId: 3})
   })
 
   it('finds every rank on its GPU from those arguments', () => {
     expectEveryRank(twin, s, {prefill: 2, decode: 1})
-    expect(s.ranks.map((r) => r.gpu)).toEqual([0, 1, 3])
+    expect(s.ranks.map(r => r.gpu)).toEqual([0, 1, 3])
   })
 })

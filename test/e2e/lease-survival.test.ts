@@ -7,7 +7,11 @@ import {createTestHost, SMALL_TWIN, type TestHost} from '../harness/test-host.js
 import {progressLines, runCli, startCli} from './cli.js'
 
 function commandOf(pid: number): string {
-  try { return readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ') } catch { return '' }
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ')
+  } catch {
+    return ''
+  }
 }
 
 // The lease must take the fault out on the host whatever happens to pdchaos: SIGKILL at a random moment, or its
@@ -19,22 +23,24 @@ const STREAMS = 3
 let hosts: TestHost[] = []
 
 beforeAll(async () => {
-  const made = await Promise.allSettled(Array.from({length: STREAMS}, () => createTestHost({twin: {...SMALL_TWIN, deadlineSeconds: 2, pollSeconds: 0.5}})))
-  hosts = made.flatMap((m) => (m.status === 'fulfilled' ? [m.value] : []))
+  const made = await Promise.allSettled(
+    Array.from({length: STREAMS}, () => createTestHost({twin: {...SMALL_TWIN, deadlineSeconds: 2, pollSeconds: 0.5}})),
+  )
+  hosts = made.flatMap(m => (m.status === 'fulfilled' ? [m.value] : []))
   const failed = made.find((m): m is PromiseRejectedResult => m.status === 'rejected')
   if (failed) throw failed.reason
 }, 120_000)
 
 afterAll(async () => {
-  await Promise.all(hosts.map((h) => h.destroy()))
+  await Promise.all(hosts.map(h => h.destroy()))
 }, 60_000)
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
 
 async function faultsOnHost(host: TestHost): Promise<{tables: number; activeLeases: string[]}> {
   const nft = await host.netns.run(['nft', 'list', 'tables'], {reject: false})
   const dir = join(host.stateDir, 'leases')
-  const activeLeases = existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith('.json')) : []
+  const activeLeases = existsSync(dir) ? readdirSync(dir).filter(f => f.endsWith('.json')) : []
   return {tables: (nft.stdout.match(/pdchaos_/g) ?? []).length, activeLeases}
 }
 
@@ -42,7 +48,10 @@ async function faultsOnHost(host: TestHost): Promise<{tables: number; activeLeas
  * Poll until the host has no pdchaos rule and no active lease, or the deadline passes. Every 400 ms: each poll is an
  * `ip netns exec … nft` (about 30 ms of CPU), and at 100 ms these polls were 20 CPU-s of the test run.
  */
-async function waitClean(host: TestHost, deadlineMs: number): Promise<{tables: number; activeLeases: string[]; afterMs: number}> {
+async function waitClean(
+  host: TestHost,
+  deadlineMs: number,
+): Promise<{tables: number; activeLeases: string[]; afterMs: number}> {
   const started = performance.now()
   let s = await faultsOnHost(host)
   while ((s.tables > 0 || s.activeLeases.length > 0) && performance.now() - started < deadlineMs) {
@@ -53,7 +62,8 @@ async function waitClean(host: TestHost, deadlineMs: number): Promise<{tables: n
 }
 
 describe('leases on the host', () => {
-  it('SIGKILL of pdchaos at moments chosen around its lease: the host reverts within the TTL every time, recover finds nothing', async () => {
+  it('SIGKILL of pdchaos at moments chosen around its lease: the host reverts within the TTL every time, recover ' +
+    'finds nothing', async () => {
     // The shortest TTL a judged run accepts with deadline 2 s, poll 0.5 s (src/cli/ttl.ts).
     const TTL_S = 8
     // In-place kills land in the first 2.4 s after the fault is verified: inside the pins' window, before the revert.
@@ -67,14 +77,34 @@ describe('leases on the host', () => {
     // Phase lengths measured by the trials so far (ms): discovering → injecting, injecting → in place.
     const toLease: number[] = [1500]
     const toInPlace: number[] = [500]
-    const outcomes: Array<{kind: string; killAfterMs: number; leased: boolean; injected: boolean; cleanAfterMs: number}> = []
+    const outcomes: Array<{
+      kind: string
+      killAfterMs: number
+      leased: boolean
+      injected: boolean
+      cleanAfterMs: number
+    }> = []
     const trial = async (host: TestHost, name: string, kind: (typeof kinds)[number]): Promise<void> => {
-      const {child, done} = startCli(['inject', 'drop-dest-info', '-c', host.deploymentFile, '--ttl', String(TTL_S), '--pins', '1', '--load-interval', '0'])
+      const {child, done} = startCli([
+        'inject',
+        'drop-dest-info',
+        '-c',
+        host.deploymentFile,
+        '--ttl',
+        String(TTL_S),
+        '--pins',
+        '1',
+        '--load-interval',
+        '0',
+      ])
       const progress = progressLines(child)
-      const say = (): string => `trial ${name} (${kind}): ${progress.lines.map((l) => l.text).join(' | ')}`
-      const [mark, killAfterMs] = kind === 'in-place' ? [/in place:/, Math.random() * IN_PLACE_KILL_MS]
-        : kind === 'injecting' ? [/ under lease /, Math.random() * Math.max(...toInPlace)]
-        : [/discovering the deployment/, Math.random() * Math.max(...toLease) * 1.2]
+      const say = (): string => `trial ${name} (${kind}): ${progress.lines.map(l => l.text).join(' | ')}`
+      const [mark, killAfterMs] =
+        kind === 'in-place'
+          ? [/in place:/, Math.random() * IN_PLACE_KILL_MS]
+          : kind === 'injecting'
+            ? [/ under lease /, Math.random() * Math.max(...toInPlace)]
+            : [/discovering the deployment/, Math.random() * Math.max(...toLease) * 1.2]
       const from = await progress.waitFor(mark, 90_000).catch(async (error: unknown) => {
         child.kill('SIGKILL')
         await done
@@ -91,7 +121,13 @@ describe('leases on the host', () => {
       if (leasedAt !== undefined && inPlaceAt !== undefined) toInPlace.push(inPlaceAt - leasedAt)
       const clean = await waitClean(host, (TTL_S + 5) * 1000)
       expect(clean, say()).toMatchObject({tables: 0, activeLeases: []})
-      outcomes.push({kind, killAfterMs: Math.round(killAfterMs), leased: leasedAt !== undefined, injected: inPlaceAt !== undefined, cleanAfterMs: performance.now() - killedAt})
+      outcomes.push({
+        kind,
+        killAfterMs: Math.round(killAfterMs),
+        leased: leasedAt !== undefined,
+        injected: inPlaceAt !== undefined,
+        cleanAfterMs: performance.now() - killedAt,
+      })
       // Everything clean also by pdchaos's own account.
       // A kill during the lease's creation can leave its file behind with nothing armed (no rule, no reverter):
       // recover tidies it up cleanly (exit 0), and after that finds nothing at all.
@@ -101,36 +137,64 @@ describe('leases on the host', () => {
       if (JSON.parse(rec.stdout).alreadyClean !== true) {
         const again = await runCli(['recover', '-c', host.deploymentFile, '--json'])
         expect(again.code, again.stderr).toBe(0)
-        expect(JSON.parse(again.stdout).alreadyClean, `${say()} | first recover: ${rec.stdout.slice(0, 400)}`).toBe(true)
+        expect(JSON.parse(again.stdout).alreadyClean, `${say()} | first recover: ${rec.stdout.slice(0, 400)}`).toBe(
+          true,
+        )
       }
     }
     // Each stream: one trial of each kind, in turn, on its own host; the streams at once.
-    await Promise.all(hosts.map(async (host, stream) => {
-      for (const [k, kind] of kinds.entries()) await trial(host, `${stream}.${k}`, kind)
-    }))
+    await Promise.all(
+      hosts.map(async (host, stream) => {
+        for (const [k, kind] of kinds.entries()) await trial(host, `${stream}.${k}`, kind)
+      }),
+    )
     const plan = hosts.flatMap(() => kinds)
     const count = (f: (o: (typeof outcomes)[number]) => boolean): number => outcomes.filter(f).length
-    console.log(`SIGKILL trials: ${count((o) => o.injected)}/${plan.length} killed with the fault in place, ${count((o) => o.leased)} with the lease armed; ` +
-      `discovering → lease armed ${Math.max(...toLease.slice(1)).toFixed(0)} ms max, lease → in place ${Math.max(...toInPlace.slice(1)).toFixed(0)} ms max; ` +
-      `clean after kill: max ${Math.max(...outcomes.map((o) => o.cleanAfterMs)).toFixed(0)} ms; ${JSON.stringify(outcomes.map((o) => [o.kind, o.killAfterMs, o.leased, o.injected]))}`)
+    console.log(
+      `SIGKILL trials: ${count(o => o.injected)}/${plan.length} killed with the fault in ` +
+        `place, ${count(o => o.leased)} with the lease armed; ` +
+        `discovering → lease armed ${Math.max(...toLease.slice(1)).toFixed(0)} ms max, lease → in ` +
+        `place ${Math.max(...toInPlace.slice(1)).toFixed(0)} ms max; ` +
+        `clean after kill: max ${Math.max(...outcomes.map(o => o.cleanAfterMs)).toFixed(0)} ` +
+        `ms; ${JSON.stringify(outcomes.map(o => [o.kind, o.killAfterMs, o.leased, o.injected]))}`,
+    )
     // By design every in-place trial was killed with the fault in place, and every injecting one with its lease armed.
-    expect(outcomes.filter((o) => o.kind === 'in-place' && o.injected)).toHaveLength(plan.filter((k) => k === 'in-place').length)
-    expect(outcomes.filter((o) => o.kind === 'injecting' && o.leased)).toHaveLength(plan.filter((k) => k === 'injecting').length)
+    expect(outcomes.filter(o => o.kind === 'in-place' && o.injected)).toHaveLength(
+      plan.filter(k => k === 'in-place').length,
+    )
+    expect(outcomes.filter(o => o.kind === 'injecting' && o.leased)).toHaveLength(
+      plan.filter(k => k === 'injecting').length,
+    )
     // Reverted within the TTL (+ the reverter's poll step and this test's own polling).
-    expect(Math.max(...outcomes.map((o) => o.cleanAfterMs))).toBeLessThan((TTL_S + 3) * 1000)
+    expect(Math.max(...outcomes.map(o => o.cleanAfterMs))).toBeLessThan((TTL_S + 3) * 1000)
   }, 600_000)
 
   it('with the SSH connection cut mid-fault, pdchaos exits 4 and the lease reverts the host by itself', async () => {
     const host = hosts[0]!
-    const {child, done} = startCli(['inject', 'drop-dest-info', '-c', host.deploymentFile, '--ttl', '8', '--pins', '1', '--load-interval', '0'])
+    const {child, done} = startCli([
+      'inject',
+      'drop-dest-info',
+      '-c',
+      host.deploymentFile,
+      '--ttl',
+      '8',
+      '--pins',
+      '1',
+      '--load-interval',
+      '0',
+    ])
     await progressLines(child).waitFor(/in place:/, 90_000)
     expect((await faultsOnHost(host)).tables).toBe(1)
     // Cut the connection: kill every sshd in the namespace (the listener and the session). Only this namespace's:
     // pgrep inside `ip netns exec` would see every process on the machine, other tests' sshds among them.
-    const pids = (await host.netns.pids()).filter((pid) => commandOf(pid).includes('sshd'))
+    const pids = (await host.netns.pids()).filter(pid => commandOf(pid).includes('sshd'))
     expect(pids.length).toBeGreaterThan(0)
     for (const pid of pids) {
-      try { process.kill(pid, 'SIGKILL') } catch { /* gone already */ }
+      try {
+        process.kill(pid, 'SIGKILL')
+      } catch {
+        /* gone already */
+      }
     }
     const r = await done
     expect(r.code).toBe(4)

@@ -18,7 +18,9 @@ describe('mutation matrix: every recovery defect turns the verdict to fail', () 
     // alone, which SGLang leaves stale on an idle server (the drop's Bootstrapping pins add no other path to it).
     const o = await inject(await twin({bugs: ['no-disagg-loads']}), ['stall-kv', '--gpu', '1'])
     expect(o.failed, o.failed.join(' | ')).toEqual([])
-    expect(o.verdicts.join('\n')).toMatch(/recovery (pass|unverified): (every PD queue drained to 0 \(4 of them from \/metrics gauges|queues shown nonzero only by gauges that may be stale|queues read 0 only by gauges not shown written)/)
+    expect(o.verdicts.join('\n')).toMatch(
+      /recovery (pass|unverified): (every PD queue drained to 0 \(4 of them from \/metrics gauges|queues shown nonzero only by gauges that may be stale|queues read 0 only by gauges not shown written)/,
+    )
   }, 600_000)
 
   it('leak-on-evict: KV tokens do not return to their baseline', async () => {

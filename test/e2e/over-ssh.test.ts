@@ -29,12 +29,18 @@ async function assertHostClean(): Promise<void> {
   const ipt = await host.netns.run(['iptables-save'], {reject: false})
   expect(ipt.stdout).not.toMatch(/PDCHAOS/)
   const leases = join(host.stateDir, 'leases')
-  const active = existsSync(leases) ? readdirSync(leases).filter((f) => f.endsWith('.json') || f.endsWith('.revert.sh')) : []
+  const active = existsSync(leases)
+    ? readdirSync(leases).filter(f => f.endsWith('.json') || f.endsWith('.revert.sh'))
+    : []
   expect(active).toEqual([])
   // The PID namespace is shared with every other test: judge only the processes inside this host's namespace.
-  const pids = (await host.netns.run(['ip', 'netns', 'pids', host.netns.name], {reject: false})).stdout.split('\n').filter(Boolean)
-  const ps = pids.length ? await host.netns.run(['ps', '-o', 'stat=,args=', '-p', pids.join(',')], {reject: false}) : {stdout: ''}
-  expect(ps.stdout.split('\n').filter((l) => l.startsWith('T') && l.includes('sglang::'))).toEqual([])
+  const pids = (await host.netns.run(['ip', 'netns', 'pids', host.netns.name], {reject: false})).stdout
+    .split('\n')
+    .filter(Boolean)
+  const ps = pids.length
+    ? await host.netns.run(['ps', '-o', 'stat=,args=', '-p', pids.join(',')], {reject: false})
+    : {stdout: ''}
+  expect(ps.stdout.split('\n').filter(l => l.startsWith('T') && l.includes('sglang::'))).toEqual([])
 }
 
 const evictionOf = (rid: string) => evictionOfIn(host.twin!.stateDir, rid)
@@ -54,20 +60,37 @@ describe('pdchaos over SSH into the namespace host', () => {
     expect(s.warnings.filter((w: string) => /watchdog/.test(w))).toEqual([])
   })
 
-  it('inject drop-dest-info: pins sit in Bootstrapping, the watchdog evicts them in its window, the host is clean after', async () => {
-    const r = await runCli(['inject', 'drop-dest-info', '-c', host.deploymentFile, '--json', '--pins', '3'])
-    const j = json(r.stdout)
-    expect(j.summary.failed, JSON.stringify(j.verdicts.filter((v: any) => v.verdict === 'fail'))).toBe(0)
-    expect(r.code).toBe(0)
-    expect(j.pins).toHaveLength(3)
-    expect(j.leases[0]).toMatchObject({verifiedInjected: true, verifiedClean: true})
-    // Ground truth: each pin held in Bootstrapping, evicted from the bootstrap queue in its window, as pdchaos measured.
-    for (const pin of j.pins) expectDroppedPin(host.twin!.stateDir, pin, DEADLINE, POLL)
-    await assertHostClean()
-  })
+  it(
+    'inject drop-dest-info: pins sit in Bootstrapping, the watchdog evicts them in its window, the host is clean ' +
+      'after',
+    async () => {
+      const r = await runCli(['inject', 'drop-dest-info', '-c', host.deploymentFile, '--json', '--pins', '3'])
+      const j = json(r.stdout)
+      expect(j.summary.failed, JSON.stringify(j.verdicts.filter((v: any) => v.verdict === 'fail'))).toBe(0)
+      expect(r.code).toBe(0)
+      expect(j.pins).toHaveLength(3)
+      expect(j.leases[0]).toMatchObject({verifiedInjected: true, verifiedClean: true})
+      // Ground truth: each pin held in Bootstrapping, evicted from the bootstrap queue in its window, as pdchaos
+      // measured.
+      for (const pin of j.pins) expectDroppedPin(host.twin!.stateDir, pin, DEADLINE, POLL)
+      await assertHostClean()
+    },
+  )
 
   it('inject stall-kv with a packet filter: the pin sits in Transferring and is evicted in its window', async () => {
-    const r = await runCli(['inject', 'stall-kv', '--gpu', '1', '--mechanism', 'packet-filter', '-c', host.deploymentFile, '--json', '--pins', '2'])
+    const r = await runCli([
+      'inject',
+      'stall-kv',
+      '--gpu',
+      '1',
+      '--mechanism',
+      'packet-filter',
+      '-c',
+      host.deploymentFile,
+      '--json',
+      '--pins',
+      '2',
+    ])
     const j = json(r.stdout)
     expect(j.mechanism).toBe('packet-filter')
     expect(j.summary.failed, JSON.stringify(j.verdicts.filter((v: any) => v.verdict === 'fail'))).toBe(0)
@@ -87,9 +110,18 @@ describe('pdchaos over SSH into the namespace host', () => {
     // Each trial passes, or (an abort that fired before its request left the bootstrap queue: on a loaded machine the
     // window opens later than calibration measured) is unverified and not counted. Nothing fails on a correct twin.
     const passed = trials.filter((v: any) => v.verdict === 'pass')
-    expect(trials.every((v: any) => v.verdict === 'pass' || (v.verdict === 'unverified' && /not counted/.test(v.summary))), JSON.stringify(trials)).toBe(true)
-    // Coverage: the widening filter held the KV transfer, and at least half the aborts landed in the window, each a pass.
-    expect(j.abortCoverage, JSON.stringify(j.abortCoverage)).toMatchObject({trials: 6, inWindow: passed.length, verified: true, window: {widening: 'packet-filter'}})
+    expect(
+      trials.every((v: any) => v.verdict === 'pass' || (v.verdict === 'unverified' && /not counted/.test(v.summary))),
+      JSON.stringify(trials),
+    ).toBe(true)
+    // Coverage: the widening filter held the KV transfer, and at least half the aborts landed in the window, each a
+    // pass.
+    expect(j.abortCoverage, JSON.stringify(j.abortCoverage)).toMatchObject({
+      trials: 6,
+      inWindow: passed.length,
+      verified: true,
+      window: {widening: 'packet-filter'},
+    })
     expect(passed.length).toBeGreaterThanOrEqual(3)
     expect(j.abortCoverage.filterMatchedPackets).toBeGreaterThan(0)
     expect(j.aborts.map((t: any) => t.rid).sort()).toEqual(trials.map((v: any) => v.subject).sort())
@@ -121,7 +153,10 @@ describe('pdchaos over SSH into the namespace host', () => {
   it('refuses a deployment labelled production unless --allow-production', async () => {
     const {readFileSync, writeFileSync} = await import('node:fs')
     const prod = join(host.dir, 'prod.yaml')
-    writeFileSync(prod, readFileSync(host.deploymentFile, 'utf8').replace(/environment: \w+/, 'environment: production'))
+    writeFileSync(
+      prod,
+      readFileSync(host.deploymentFile, 'utf8').replace(/environment: \w+/, 'environment: production'),
+    )
     const r = await runCli(['inject', 'drop-dest-info', '-c', prod])
     expect(r.code).toBe(2)
     expect(r.stderr).toMatch(/refusing to inject a fault into deployment .* environment: production/)

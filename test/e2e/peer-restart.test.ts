@@ -12,10 +12,16 @@ import {matrixTwins} from './matrix-helpers.js'
 
 const {twin} = matrixTwins()
 
-interface Alone {code: number | null; verdicts: Array<{check: string; subject: string; verdict: string; summary: string; evidence: Record<string, unknown>}>; alone?: {heartbeat?: {boundSeconds: number}; repaired?: string[]}}
+interface Alone {
+  code: number | null
+  verdicts: Array<{check: string; subject: string; verdict: string; summary: string; evidence: Record<string, unknown>}>
+  alone?: {heartbeat?: {boundSeconds: number}; repaired?: string[]}
+}
 
 async function alone(file: string, role: 'prefill' | 'decode', extra: string[] = []): Promise<Alone> {
-  const r = await runCli(['restart', '-c', file, '--json', '--only', role, '--health-timeout', '60', ...extra], {timeoutMs: 240_000})
+  const r = await runCli(['restart', '-c', file, '--json', '--only', role, '--health-timeout', '60', ...extra], {
+    timeoutMs: 240_000,
+  })
   let j: Omit<Alone, 'code'>
   try {
     j = JSON.parse(r.stdout) as Omit<Alone, 'code'>
@@ -25,15 +31,15 @@ async function alone(file: string, role: 'prefill' | 'decode', extra: string[] =
   return {code: r.code, ...j}
 }
 
-const recoveryOf = (a: Alone) => a.verdicts.find((v) => v.check === 'recovery')
+const recoveryOf = (a: Alone) => a.verdicts.find(v => v.check === 'recovery')
 
-describe('restart --only: a role replaced alone, judged against decode\'s heartbeat bound', () => {
+describe("restart --only: a role replaced alone, judged against decode's heartbeat bound", () => {
   it('a correct twin recovers within the bound, 3 times out of 3 (prefill), and decode alone too', async () => {
     const h = await twin({})
     for (let i = 0; i < 3; i++) {
       const a = await alone(h.deploymentFile, 'prefill')
       const rec = recoveryOf(a)
-      expect(a.code, JSON.stringify(a.verdicts.filter((v) => v.verdict !== 'pass'))).toBe(0)
+      expect(a.code, JSON.stringify(a.verdicts.filter(v => v.verdict !== 'pass'))).toBe(0)
       expect(rec?.verdict).toBe('pass')
       // The bound came from decode's environment, as the twin sets it (2 s × 2).
       expect(a.alone?.heartbeat?.boundSeconds).toBe(4)
@@ -45,7 +51,8 @@ describe('restart --only: a role replaced alone, judged against decode\'s heartb
     expect(recoveryOf(d)?.verdict).toBe('pass')
   }, 600_000)
 
-  it('--bug stale-peer: canaries after the bound stall; the run fails and the co-restart brings the deployment back', async () => {
+  it('--bug stale-peer: canaries after the bound stall; the run fails and the co-restart brings the ' +
+    'deployment back', async () => {
     const h = await twin({bugs: ['stale-peer']})
     const a = await alone(h.deploymentFile, 'prefill')
     expect(a.code).toBe(1)
@@ -54,13 +61,18 @@ describe('restart --only: a role replaced alone, judged against decode\'s heartb
     expect(rec?.summary).toMatch(/canaries sent after decode's heartbeat bound .* did not complete .*SGLang #34289/)
     expect(a.alone?.repaired).toEqual(['prefill', 'decode', 'router'])
     // Repaired: a co-restart's canaries succeed again.
-    const after = await runCli(['restart', '-c', h.deploymentFile, '--json', '--service', 'router', '--watch', '0', '--settle', '0'], {timeoutMs: 120_000})
+    const after = await runCli(
+      ['restart', '-c', h.deploymentFile, '--json', '--service', 'router', '--watch', '0', '--settle', '0'],
+      {timeoutMs: 120_000},
+    )
     expect(after.code, after.stdout.slice(0, 500)).toBe(0)
   }, 600_000)
 
   it('sim up --heartbeat off: decode never notices the replaced prefill, and the run fails the same way', async () => {
     // The twin's decode still states 2 s × 2 in its environment: pdchaos expects the release that never comes.
-    const h = await twin({args: ['--heartbeat-interval', '2', '--cb-timeout-duration-secs', '10', '--heartbeat', 'off']})
+    const h = await twin({
+      args: ['--heartbeat-interval', '2', '--cb-timeout-duration-secs', '10', '--heartbeat', 'off'],
+    })
     const a = await alone(h.deploymentFile, 'prefill')
     expect(a.code).toBe(1)
     expect(recoveryOf(a)?.summary).toMatch(/did not complete/)

@@ -32,13 +32,39 @@ afterAll(async () => {
 }, 60_000)
 
 const inject = async (path: 'direct' | 'router') => {
-  const r = await runCli(['inject', 'drop-dest-info', '--mechanism', 'twin-failpoint', '--sim', '--state-dir', dir, '--json', '--pins', '2', '--load-interval', '0', '--pin-path', path], {timeoutMs: 120_000})
-  return {code: r.code, j: JSON.parse(r.stdout) as {pins: Array<{rid: string; verdict: string; evidence: Record<string, unknown>}>; verdicts: Array<{check: string; verdict: string; summary: string}>}}
+  const r = await runCli(
+    [
+      'inject',
+      'drop-dest-info',
+      '--mechanism',
+      'twin-failpoint',
+      '--sim',
+      '--state-dir',
+      dir,
+      '--json',
+      '--pins',
+      '2',
+      '--load-interval',
+      '0',
+      '--pin-path',
+      path,
+    ],
+    {timeoutMs: 120_000},
+  )
+  return {
+    code: r.code,
+    j: JSON.parse(r.stdout) as {
+      pins: Array<{rid: string; verdict: string; evidence: Record<string, unknown>}>
+      verdicts: Array<{check: string; verdict: string; summary: string}>
+    },
+  }
 }
 
 /** Ground truth: how long prefill held each pin's request(s) before its watchdog evicted it, seconds. */
 function heldByWatchdog(rid: string): number[] {
-  return truth(dir, 'prefill').filter((e) => e.rid === rid && e.event === 'watchdog_evicted').map((e) => (e.detail as {heldS: number}).heldS)
+  return truth(dir, 'prefill')
+    .filter(e => e.rid === rid && e.event === 'watchdog_evicted')
+    .map(e => (e.detail as {heldS: number}).heldS)
 }
 
 describe('pins and a retrying router', () => {
@@ -62,7 +88,7 @@ describe('pins and a retrying router', () => {
       expect(heldByWatchdog(p.rid)).toHaveLength(1)
       expect(p.verdict).toBe('pass')
     }
-    expect(direct.j.verdicts.filter((v) => v.verdict === 'fail').map((v) => `${v.check}: ${v.summary}`)).toEqual([])
+    expect(direct.j.verdicts.filter(v => v.verdict === 'fail').map(v => `${v.check}: ${v.summary}`)).toEqual([])
     expect(direct.code).toBe(0)
   }, 240_000)
 })

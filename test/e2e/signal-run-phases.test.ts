@@ -35,7 +35,10 @@ afterAll(async () => {
 }, 60_000)
 
 /** Run, send SIGINT when stderr shows `phase`; the exit, and when (after the signal) the run said STOP and reverted. */
-async function interruptAt(args: string[], phase: RegExp): Promise<{code: number | null; stderr: string; exitMs: number; stopMs: number; revertMs: number}> {
+async function interruptAt(
+  args: string[],
+  phase: RegExp,
+): Promise<{code: number | null; stderr: string; exitMs: number; stopMs: number; revertMs: number}> {
   const cli = startCli([...args, '--sim', '--state-dir', dir], {NO_COLOR: '1'})
   let stderr = ''
   let sent = 0
@@ -49,7 +52,8 @@ async function interruptAt(args: string[], phase: RegExp): Promise<{code: number
       cli.child.kill('SIGINT')
     }
     if (sent && stopMs === Infinity && /STOP: interrupted \(SIGINT\)/.test(stderr)) stopMs = performance.now() - sent
-    if (sent && revertMs === Infinity && /reverting lease/.test(stderr.slice(stderr.indexOf('STOP:')))) revertMs = performance.now() - sent
+    if (sent && revertMs === Infinity && /reverting lease/.test(stderr.slice(stderr.indexOf('STOP:'))))
+      revertMs = performance.now() - sent
   })
   const r = await cli.done
   clearTimeout(killer)
@@ -61,14 +65,23 @@ function expectNothingLeft(stderr: string): void {
   expect(lease, stderr).toBeDefined()
   // The lease is done (reverted), none is armed; no run lock.
   const leases = join(stateDir, 'leases')
-  expect(readdirSync(leases).filter((f) => f.endsWith('.json')), 'armed leases').toEqual([])
+  expect(
+    readdirSync(leases).filter(f => f.endsWith('.json')),
+    'armed leases',
+  ).toEqual([])
   expect(existsSync(join(leases, 'done', `${lease}.json`))).toBe(true)
-  expect(readdirSync(stateDir).filter((f) => /lock/.test(f)), 'run lock').toEqual([])
-  // No reverter of it, and no nft table of its lease (the table's name is derived from it: check by the rules' comment).
+  expect(
+    readdirSync(stateDir).filter(f => /lock/.test(f)),
+    'run lock',
+  ).toEqual([])
+  // No reverter of it, and no nft table of its lease (the table's name is derived from it: check by the rules'
+  // comment).
   let reverters = ''
   try {
     reverters = execFileSync('pgrep', ['-f', `pdchaos-reverter watch ${stateDir} ${lease}`], {encoding: 'utf8'})
-  } catch { /* none */ }
+  } catch {
+    /* none */
+  }
   expect(reverters, 'reverter still running').toBe('')
   const table = /nft table inet (pdchaos_\w+)/.exec(stderr)?.[1]
   if (table) expect(execFileSync('nft', ['list', 'tables'], {encoding: 'utf8'})).not.toContain(table)
@@ -106,11 +119,18 @@ describe('signals while a fault is held (issue 28): acted on at once, exit 3, no
     expectNothingLeft(r.stderr)
   }, 120_000)
 
-  it('restart, SIGINT in the pin watch after a co-restart: exit 3 within a second, saying what was restarted', async () => {
-    const r = await interruptAt(['restart', '--service', 'router', '--settle', '0', '--watch', '60'], /watching for pins/)
+  it('restart, SIGINT in the pin watch after a co-restart: exit 3 within a second, saying what was ' +
+    'restarted', async () => {
+    const r = await interruptAt(
+      ['restart', '--service', 'router', '--settle', '0', '--watch', '60'],
+      /watching for pins/,
+    )
     expect(r.code, r.stderr).toBe(3)
     expect(r.exitMs, r.stderr).toBeLessThan(1000)
     expect(r.stderr).toMatch(/^Error: interrupted \(SIGINT\) during the pin watch: restarted router; nothing after$/m)
-    expect(readdirSync(stateDir).filter((f) => /lock/.test(f)), 'run lock').toEqual([])
+    expect(
+      readdirSync(stateDir).filter(f => /lock/.test(f)),
+      'run lock',
+    ).toEqual([])
   }, 120_000)
 })

@@ -17,8 +17,11 @@ let garbagePort = 0
 beforeAll(async () => {
   host = await createTestHost({sshd: true})
   // A "service" on the root side's loopback that answers garbage everywhere.
-  garbage = createServer((_req, res) => { res.writeHead(200, {'content-type': 'text/plain'}); res.end('{{{ not json or metrics') })
-  await new Promise<void>((r) => garbage.listen(0, '127.0.0.1', r))
+  garbage = createServer((_req, res) => {
+    res.writeHead(200, {'content-type': 'text/plain'})
+    res.end('{{{ not json or metrics')
+  })
+  await new Promise<void>(r => garbage.listen(0, '127.0.0.1', r))
   garbagePort = (garbage.address() as {port: number}).port
 }, 60_000)
 
@@ -49,7 +52,9 @@ describe('status: bad input and unreachable targets', () => {
   })
 
   it('an unreachable ssh port: exit 5 naming the host, quickly', async () => {
-    const file = variant('closed', (d) => { d.host.port = 2 })
+    const file = variant('closed', d => {
+      d.host.port = 2
+    })
     const r = await runCli(['status', '-c', file, '--json'], {timeoutMs: 60_000})
     expect(r.code).toBe(5)
     const e = JSON.parse(r.stdout).error
@@ -66,7 +71,10 @@ describe('status: bad input and unreachable targets', () => {
     } finally {
       await other.destroy()
     }
-    const file = variant('wrongkey', (d) => { d.host.knownHosts = wrong; delete d.host.fingerprint })
+    const file = variant('wrongkey', d => {
+      d.host.knownHosts = wrong
+      delete d.host.fingerprint
+    })
     const r = await runCli(['status', '-c', file])
     expect(r.code).toBe(5)
     expect(r.stderr).toMatch(/SHA256:/)
@@ -75,12 +83,16 @@ describe('status: bad input and unreachable targets', () => {
   })
 
   it('services that refuse, and one that answers garbage: exit 5, each named, within the probe timeout', async () => {
-    const file = variant('garbage', (d) => { d.services.prefill.url = `http://127.0.0.1:${garbagePort}` })
+    const file = variant('garbage', d => {
+      d.services.prefill.url = `http://127.0.0.1:${garbagePort}`
+    })
     const r = await runCli(['status', '-c', file, '--json', '--timeout', '2'], {timeoutMs: 60_000})
     expect(r.code).toBe(5)
     const s = JSON.parse(r.stdout)
     expect(s.services.decode.health.ok).toBe(false)
-    expect(s.services.decode.health.error).toMatch(/decode at http:\/\/10\.231\.\d+\.2:\d+\/health refused the connection|decode .* (refused|did not answer)/)
+    expect(s.services.decode.health.error).toMatch(
+      /decode at http:\/\/10\.231\.\d+\.2:\d+\/health refused the connection|decode .* (refused|did not answer)/,
+    )
     expect(s.warnings.join('\n')).toMatch(/prefill (server_info|metrics): .*answered garbage|prefill metrics: .*line 1/)
   })
 })

@@ -31,9 +31,26 @@ const started = Date.now()
 async function simUp(lateMs: number): Promise<void> {
   for (let attempt = 0; ; attempt++) {
     const basePort = 20_000 + Math.floor(Math.random() * 400) * 100
-    const r = await runCli(['sim', 'up', '--state-dir', twinDir, '--base-port', String(basePort),
-      '--deadline', String(DEADLINE), '--poll', String(POLL),
-      '--watchdog-late-ms', String(lateMs), '--wait', '60', '--json'], {timeoutMs: 90_000})
+    const r = await runCli(
+      [
+        'sim',
+        'up',
+        '--state-dir',
+        twinDir,
+        '--base-port',
+        String(basePort),
+        '--deadline',
+        String(DEADLINE),
+        '--poll',
+        String(POLL),
+        '--watchdog-late-ms',
+        String(lateMs),
+        '--wait',
+        '60',
+        '--json',
+      ],
+      {timeoutMs: 90_000},
+    )
     if (r.code === 0) {
       twinUp = true
       return
@@ -55,19 +72,24 @@ beforeAll(async () => {
   twinDir = join(dir, 'twin')
   mkdirSync(journals)
   const suite = join(dir, 'nightly.yaml')
-  writeFileSync(suite, [
-    'name: nightly',
-    'scenarios:',
-    '  - {name: stall-kv gpu1, fault: stall-kv, params: {gpu: 1}, pins: 2}',
-    'load: {intervalMs: 0}',
-    'stop: {kernelXid: false}',
-    '',
-  ].join('\n'))
+  writeFileSync(
+    suite,
+    [
+      'name: nightly',
+      'scenarios:',
+      '  - {name: stall-kv gpu1, fault: stall-kv, params: {gpu: 1}, pins: 2}',
+      'load: {intervalMs: 0}',
+      'stop: {kernelXid: false}',
+      '',
+    ].join('\n'),
+  )
   for (let night = 0; night < NIGHTS; night++) {
     await simUp(night * STEP_MS)
     const journal = join(journals, `night-${String(night).padStart(2, '0')}.json`)
-    const r = await runCli(['suite', suite, '--sim', '--journal', journal],
-      {timeoutMs: 90_000, env: {PDCHAOS_SIM_DIR: twinDir}})
+    const r = await runCli(['suite', suite, '--sim', '--journal', journal], {
+      timeoutMs: 90_000,
+      env: {PDCHAOS_SIM_DIR: twinDir},
+    })
     // 0 while the evictions land in the window, 1 once the drift has crossed deadline + poll: both are nights to trend.
     expect([0, 1], r.stderr).toContain(r.code)
     await simDown()
@@ -86,7 +108,7 @@ describe('report --trend over ten nights of a watchdog drifting late', () => {
     expect(text.code, text.stderr).toBe(0)
     console.log(text.stdout)
     const drift = /stall-kv gpu1: late margin fell from -?\d+ ms to -?\d+ ms over 10 runs/
-    const line = text.stdout.split('\n').find((l) => drift.test(l))
+    const line = text.stdout.split('\n').find(l => drift.test(l))
     expect(line, text.stdout).toBeDefined()
     const [, from, to] = /fell from (-?\d+) ms to (-?\d+) ms/.exec(line!)!
     // Ten steps of 100 ms: the fitted line falls by about 900 ms (the tick phase adds noise of up to a poll).
@@ -100,7 +122,7 @@ describe('report --trend over ten nights of a watchdog drifting late', () => {
     type Drifts = Array<{bound: string; scenario: string; fromMs: number; toMs: number}>
     const trend = (JSON.parse(json.stdout) as {trend: {runs: unknown[]; drifts: Drifts}}).trend
     expect(trend.runs).toHaveLength(NIGHTS)
-    expect(trend.drifts.map((d) => [d.scenario, d.bound])).toEqual([['stall-kv gpu1', 'late']])
+    expect(trend.drifts.map(d => [d.scenario, d.bound])).toEqual([['stall-kv gpu1', 'late']])
   }, 120_000)
 
   it('renders in headless Chromium, no console error; every eviction a point inside the fitted axis', async () => {
@@ -110,13 +132,26 @@ describe('report --trend over ten nights of a watchdog drifting late', () => {
     const html = readFileSync(page, 'utf8')
     expect(html).not.toMatch(/<script|<link|<img|<iframe|src=|@import|url\(/i)
     const chromium = ensureTool('chromium', 'chromium')
-    const browse = (file: string, name: string) => spawnSync(chromium, [
-      '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', `--user-data-dir=${join(dir, `profile-${name}`)}`,
-      '--enable-logging=stderr', '--v=0',
-      '--dump-dom', pathToFileURL(file).href,
-    ], {encoding: 'utf8', timeout: 60_000, killSignal: 'SIGKILL', maxBuffer: 64 * 1024 * 1024})
+    const browse = (file: string, name: string) =>
+      spawnSync(
+        chromium,
+        [
+          '--headless',
+          '--no-sandbox',
+          '--disable-gpu',
+          '--disable-quic',
+          '--no-first-run',
+          '--disable-background-networking',
+          '--disable-component-update',
+          '--disable-sync',
+          `--user-data-dir=${join(dir, `profile-${name}`)}`,
+          '--enable-logging=stderr',
+          '--v=0',
+          '--dump-dom',
+          pathToFileURL(file).href,
+        ],
+        {encoding: 'utf8', timeout: 60_000, killSignal: 'SIGKILL', maxBuffer: 64 * 1024 * 1024},
+      )
     // The console check sees a console error where there is one (else "no error" would prove nothing).
     const control = join(dir, 'control.html')
     writeFileSync(control, '<!DOCTYPE html><html><body><script>console.error("control error")</script></body></html>')
@@ -127,21 +162,27 @@ describe('report --trend over ten nights of a watchdog drifting late', () => {
     expect(b.stderr).not.toMatch(/CONSOLE/)
     const dom = b.stdout
     // The DOM as Chromium parsed it: one plot, two points (early and late margin) per eviction, each inside the axis.
-    const plots = [...dom.matchAll(/<svg[^>]*class="trend-plot"[^>]*>/g)].map((m) => m[0])
+    const plots = [...dom.matchAll(/<svg[^>]*class="trend-plot"[^>]*>/g)].map(m => m[0])
     expect(plots).toHaveLength(1)
     const attrOf = (tag: string, name: string) => Number(new RegExp(`${name}="(-?[\\d.]+)"`).exec(tag)![1])
     const yMin = attrOf(plots[0]!, 'data-y-min')
     const yMax = attrOf(plots[0]!, 'data-y-max')
-    const points = [...dom.matchAll(/<circle class="pt (early|late)"[^>]*>/g)].map((m) =>
-      ({bound: m[1], run: attrOf(m[0], 'data-run'), ms: attrOf(m[0], 'data-ms'), cy: attrOf(m[0], 'cy')}))
+    const points = [...dom.matchAll(/<circle class="pt (early|late)"[^>]*>/g)].map(m => ({
+      bound: m[1],
+      run: attrOf(m[0], 'data-run'),
+      ms: attrOf(m[0], 'data-ms'),
+      cy: attrOf(m[0], 'cy'),
+    }))
     const json = await runCli(['report', '--trend', journals, '--json'], {timeoutMs: 60_000})
-    const evictions = JSON.parse(json.stdout).trend.margins[0].runs
-      .reduce((n: number, run: {margins: unknown[]}) => n + run.margins.length, 0) as number
+    const evictions = JSON.parse(json.stdout).trend.margins[0].runs.reduce(
+      (n: number, run: {margins: unknown[]}) => n + run.margins.length,
+      0,
+    ) as number
     expect(evictions).toBeGreaterThanOrEqual(NIGHTS)
-    expect(points.filter((p) => p.bound === 'late')).toHaveLength(evictions)
-    expect(points.filter((p) => p.bound === 'early')).toHaveLength(evictions)
-    expect(new Set(points.map((p) => p.run)).size).toBe(NIGHTS)
-    const values = points.map((p) => p.ms)
+    expect(points.filter(p => p.bound === 'late')).toHaveLength(evictions)
+    expect(points.filter(p => p.bound === 'early')).toHaveLength(evictions)
+    expect(new Set(points.map(p => p.run)).size).toBe(NIGHTS)
+    const values = points.map(p => p.ms)
     const lo = Math.min(0, ...values)
     const hi = Math.max(0, ...values)
     // The axis holds every point and the bound, and is fitted to them: at most 10 % of the data's span more each side.
@@ -156,7 +197,7 @@ describe('report --trend over ten nights of a watchdog drifting late', () => {
     }
     // The later a night, the lower its late points: the drift is visible (a smaller margin is lower: a larger cy).
     const meanCy = (run: number) => {
-      const cys = points.filter((p) => p.bound === 'late' && p.run === run).map((p) => p.cy)
+      const cys = points.filter(p => p.bound === 'late' && p.run === run).map(p => p.cy)
       return cys.reduce((a, c) => a + c, 0) / cys.length
     }
     expect(meanCy(NIGHTS - 1)).toBeGreaterThan(meanCy(0))

@@ -24,7 +24,14 @@ beforeAll(async () => {
   bad = mkdtempSync(join(tmpdir(), 'pdchaos-test-tb-bug-'))
   // The breaker half-opens after 10 s here instead of 60 (`suite --sim` uses 5 s).
   await upOnFreePorts({stateDir: good, deadlineS: 3, pollS: 0.5, waitS: 60, router: {cbTimeoutDurationS: 10}})
-  await upOnFreePorts({stateDir: bad, deadlineS: 3, pollS: 0.5, waitS: 60, router: {cbTimeoutDurationS: 10}, bugs: ['half-dispatch']})
+  await upOnFreePorts({
+    stateDir: bad,
+    deadlineS: 3,
+    pollS: 0.5,
+    waitS: 60,
+    router: {cbTimeoutDurationS: 10},
+    bugs: ['half-dispatch'],
+  })
 }, 180_000)
 
 afterAll(async () => {
@@ -36,9 +43,14 @@ afterAll(async () => {
 }, 60_000)
 
 const inject = async (dir: string, extra: string[] = []) => {
-  const r = await runCli(['inject', 'trip-breaker', '--sim', '--state-dir', dir, '--json', ...extra], {timeoutMs: 150_000})
+  const r = await runCli(['inject', 'trip-breaker', '--sim', '--state-dir', dir, '--json', ...extra], {
+    timeoutMs: 150_000,
+  })
   const j = JSON.parse(r.stdout) as {mechanism: string; verdicts: V[]}
-  const row = (check: string, subject: RegExp | string): V[] => j.verdicts.filter((v) => v.check === check && (typeof subject === 'string' ? v.subject === subject : subject.test(v.subject)))
+  const row = (check: string, subject: RegExp | string): V[] =>
+    j.verdicts.filter(
+      v => v.check === check && (typeof subject === 'string' ? v.subject === subject : subject.test(v.subject)),
+    )
   return {r, j, row}
 }
 
@@ -50,29 +62,44 @@ describe('trip-breaker against the twin', () => {
       // The last repetition also writes its journal (rendered as JUnit and HTML below).
       const files = rep === 2 ? ['--journal', join(out, 'run.json')] : []
       const {r, j, row} = await inject(good, files)
-      const why = JSON.stringify(j.verdicts.filter((v) => v.verdict !== 'pass'))
+      const why = JSON.stringify(j.verdicts.filter(v => v.verdict !== 'pass'))
       expect(j.mechanism, why).toBe('packet-filter')
-      expect(j.verdicts.filter((v) => v.verdict !== 'pass'), `repetition ${rep + 1}: ${why}`).toEqual([])
+      expect(
+        j.verdicts.filter(v => v.verdict !== 'pass'),
+        `repetition ${rep + 1}: ${why}`,
+      ).toEqual([])
       expect(row('fault-effect', "prefill's circuit breaker")[0]?.verdict).toBe('pass')
       const probes = row('breaker', /^pdchaos-probe-/)
       expect(probes.length).toBeGreaterThanOrEqual(1)
-      expect(probes.every((v) => /refused with 503/.test(v.summary))).toBe(true)
+      expect(probes.every(v => /refused with 503/.test(v.summary))).toBe(true)
       expect(row('breaker', "decode's prealloc and transfer queues")[0]?.verdict).toBe('pass')
       expect(row('recovery', "prefill's circuit breaker half-opens and closes")[0]?.verdict).toBe('pass')
       expect(r.code).toBe(0)
     }
     // The journal rendered as JUnit and HTML, as a nightly run's reports are.
-    const rendered = await runCli(['report', join(out, 'run.json'), '--junit', join(out, 'run.xml'), '--html', join(out, 'run.html')])
+    const rendered = await runCli([
+      'report',
+      join(out, 'run.json'),
+      '--junit',
+      join(out, 'run.xml'),
+      '--html',
+      join(out, 'run.html'),
+    ])
     expect(rendered.code, rendered.stderr).toBe(0)
-    const journal = JSON.parse(readFileSync(join(out, 'run.json'), 'utf8')) as {scenarios: Array<{timeline?: {observations: Array<{kind: string}>}}>}
-    expect(journal.scenarios[0]!.timeline!.observations.some((o) => o.kind === 'breaker')).toBe(true)
-    expect(readFileSync(join(out, 'run.xml'), 'utf8')).toMatch(/decode&apos;s prealloc and transfer queues|decode's prealloc and transfer queues/)
+    const journal = JSON.parse(readFileSync(join(out, 'run.json'), 'utf8')) as {
+      scenarios: Array<{timeline?: {observations: Array<{kind: string}>}}>
+    }
+    expect(journal.scenarios[0]!.timeline!.observations.some(o => o.kind === 'breaker')).toBe(true)
+    expect(readFileSync(join(out, 'run.xml'), 'utf8')).toMatch(
+      /decode&apos;s prealloc and transfer queues|decode's prealloc and transfer queues/,
+    )
     expect(readFileSync(join(out, 'run.html'), 'utf8')).toMatch(/breaker of prefill \(0 closed, 1 open, 2 half-open\)/)
     // The twin's truth agrees: the gateway never sent decode a request alone.
-    expect(truth(good, 'router').filter((e) => e.event === 'half-dispatch')).toEqual([])
+    expect(truth(good, 'router').filter(e => e.event === 'half-dispatch')).toEqual([])
   }, 600_000)
 
-  it('--bug half-dispatch: the requests at the open breaker fail, and the twin shows decode sent its half alone', async () => {
+  it('--bug half-dispatch: the requests at the open breaker fail, and the twin shows decode sent its half ' +
+    'alone', async () => {
     const {r, row} = await inject(bad)
     expect(row('fault-effect', "prefill's circuit breaker")[0]?.verdict).toBe('pass')
     const probes = row('breaker', /^pdchaos-probe-/)
@@ -80,7 +107,7 @@ describe('trip-breaker against the twin', () => {
     expect(probes[0]!.verdict, JSON.stringify(probes)).toBe('fail')
     expect(probes[0]!.summary).toMatch(/no answer within \d+ ms with prefill's breaker open|not 503/)
     // What the check says is what happened: the gateway's truth records the decode-only dispatches.
-    expect(truth(bad, 'router').filter((e) => e.event === 'half-dispatch').length).toBeGreaterThan(0)
+    expect(truth(bad, 'router').filter(e => e.event === 'half-dispatch').length).toBeGreaterThan(0)
     expect(r.code).toBe(1)
   }, 300_000)
 })

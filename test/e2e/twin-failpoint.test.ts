@@ -43,7 +43,8 @@ describe('without root, against the twin', () => {
     expect(r.code).toBe(0)
   }, 120_000)
 
-  it('stall-kv on a prefill GPU through the failure point pins in Transferring and is evicted in its window', async () => {
+  it('stall-kv on a prefill GPU through the failure point pins in Transferring and is evicted in its ' +
+    'window', async () => {
     const r = await asNobody(['inject', 'stall-kv', '--gpu', '2', '--sim', '--state-dir', dir, '--json', '--pins', '2'])
     const j = JSON.parse(r.stdout)
     expect(j.mechanism).toBe('twin-failpoint')

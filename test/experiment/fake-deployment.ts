@@ -61,7 +61,10 @@ interface Held {
 type FailpointName = 'drop-dest-info' | 'stall-kv'
 
 export class FakePd {
-  readonly failpoints = new Map<FailpointName, Set<number>>([['drop-dest-info', new Set()], ['stall-kv', new Set()]])
+  readonly failpoints = new Map<FailpointName, Set<number>>([
+    ['drop-dest-info', new Set()],
+    ['stall-kv', new Set()],
+  ])
   /** Every POST to the failure-point endpoint, in order. */
   readonly failpointPosts: Array<{name: string; enabled: boolean; tpRanks: number[]}> = []
   /** Requests held right now (by the router, or by prefill for a pin sent directly), by rid. */
@@ -85,12 +88,21 @@ export class FakePd {
   private breakerTripped = false
   private closed = false
 
-  private constructor(readonly opts: FakeOptions, readonly prefill: TestServer, readonly decode: TestServer, readonly router: TestServer) {}
+  private constructor(
+    readonly opts: FakeOptions,
+    readonly prefill: TestServer,
+    readonly decode: TestServer,
+    readonly router: TestServer,
+  ) {}
 
   static async start(opts: FakeOptions): Promise<FakePd> {
     let fake: FakePd | undefined
-    const prefill = await startHttp((req, res) => fake!.serveSglang('prefill', req.method ?? 'GET', req.url ?? '/', req.body, res))
-    const decode = await startHttp((req, res) => fake!.serveSglang('decode', req.method ?? 'GET', req.url ?? '/', req.body, res))
+    const prefill = await startHttp((req, res) =>
+      fake!.serveSglang('prefill', req.method ?? 'GET', req.url ?? '/', req.body, res),
+    )
+    const decode = await startHttp((req, res) =>
+      fake!.serveSglang('decode', req.method ?? 'GET', req.url ?? '/', req.body, res),
+    )
     const router = await startHttp((req, res) => fake!.serveRouter(req.method ?? 'GET', req.url ?? '/', req.body, res))
     fake = new FakePd(opts, prefill, decode, router)
     return fake
@@ -102,7 +114,7 @@ export class FakePd {
 
   /** Any failure point on any rank: in a TP group every request spans all ranks, so every request is held. */
   get faulted(): boolean {
-    return [...this.failpoints.values()].some((s) => s.size > 0)
+    return [...this.failpoints.values()].some(s => s.size > 0)
   }
 
   failpointState(): Record<string, number[]> {
@@ -112,8 +124,15 @@ export class FakePd {
   /** The deployment file the runner reads: these three servers, a fast watchdog contract, leases under stateDir. */
   deployment(stateDir: string, watchdog: {deadlineSeconds: number; pollSeconds: number}): Deployment {
     return DeploymentSchema.parse({
-      name: 'fake-pd', host: {kind: 'local'}, stateDir, backend: 'nixl',
-      services: {prefill: {url: this.prefill.url, bootstrapPort: 8998}, decode: {url: this.decode.url}, router: {url: this.router.url}},
+      name: 'fake-pd',
+      host: {kind: 'local'},
+      stateDir,
+      backend: 'nixl',
+      services: {
+        prefill: {url: this.prefill.url, bootstrapPort: 8998},
+        decode: {url: this.decode.url},
+        router: {url: this.router.url},
+      },
       watchdog: {scope: 'all', ...watchdog},
     })
   }
@@ -141,7 +160,13 @@ export class FakePd {
         this.breakerTripped = true
         this.openBreaker()
       }
-      if (this.breakerOpen) return sendJson(res, 503, {error: {message: 'No available servers: No available prefill workers (all circuits open or unhealthy)', code: 503}})
+      if (this.breakerOpen)
+        return sendJson(res, 503, {
+          error: {
+            message: 'No available servers: No available prefill workers (all circuits open or unhealthy)',
+            code: 503,
+          },
+        })
       if (!this.faulted) {
         this.routed.push(rid)
         return sendJson(res, 200, answer(rid))
@@ -151,7 +176,9 @@ export class FakePd {
     }
     if (['/health', '/liveness', '/readiness'].includes(path)) return sendJson(res, 200, {})
     if (path === '/metrics') {
-      const cb = this.opts.breaker ? `smg_worker_cb_state{worker="${this.prefill.url}"} ${this.breakerOpen ? 1 : 0}\n` : ''
+      const cb = this.opts.breaker
+        ? `smg_worker_cb_state{worker="${this.prefill.url}"} ${this.breakerOpen ? 1 : 0}\n`
+        : ''
       return text(res, 200, `# TYPE sgl_router_requests counter\nsgl_router_requests_total 0\n${cb}`)
     }
     sendJson(res, 404, {error: 'not found'})
@@ -163,7 +190,8 @@ export class FakePd {
   }
 
   private openBreaker(): void {
-    if (!this.breakerOpen) this.breakerOpenings.push({from: performance.now(), to: performance.now() + this.opts.breaker!.openMs})
+    if (!this.breakerOpen)
+      this.breakerOpenings.push({from: performance.now(), to: performance.now() + this.opts.breaker!.openMs})
   }
 
   /** A routed request an abort released: counted by the breaker and answered lagMs later, as a gateway does. */
@@ -181,7 +209,8 @@ export class FakePd {
     const h: Held = {rid, res, routed}
     this.held.set(rid, h)
     const index = this.heldRids.push(rid) - 1
-    const evictAfterMs = typeof this.opts.evictAfterMs === 'function' ? this.opts.evictAfterMs(index, routed) : this.opts.evictAfterMs
+    const evictAfterMs =
+      typeof this.opts.evictAfterMs === 'function' ? this.opts.evictAfterMs(index, routed) : this.opts.evictAfterMs
     // The client went away (pdchaos stopped watching): nobody is left to answer, so the fake forgets the request.
     res.on('close', () => {
       if (this.held.get(rid) === h) {
@@ -195,12 +224,25 @@ export class FakePd {
         this.held.delete(rid)
         this.evicted.push(rid)
         // With the time it held the request, as the twin's watchdog says it (the abort check reads entry from it).
-        sendJson(res, 500, {error: {message: `watchdog: evicted ${rid} after ${(evictAfterMs / 1000).toFixed(3)}s from the bootstrap queue (KVPoll.Bootstrapping)`, code: 500}})
+        sendJson(res, 500, {
+          error: {
+            message:
+              `watchdog: evicted ${rid} after ${(evictAfterMs / 1000).toFixed(3)}s from the bootstrap queue ` +
+              `(KVPoll.Bootstrapping)`,
+            code: 500,
+          },
+        })
       }, evictAfterMs)
     }
   }
 
-  private serveSglang(role: 'prefill' | 'decode', method: string, url: string, body: string, res: ServerResponse): void {
+  private serveSglang(
+    role: 'prefill' | 'decode',
+    method: string,
+    url: string,
+    body: string,
+    res: ServerResponse,
+  ): void {
     const path = url.split('?')[0]
     if (method === 'POST' && path === '/generate') {
       const rid = ridOf(body)
@@ -212,11 +254,15 @@ export class FakePd {
       if (this.faulted && role === 'prefill') return this.hold(rid, res)
       if (this.faulted && role === 'decode') {
         this.decodeHeld.set(rid, res)
-        res.on('close', () => { if (this.decodeHeld.get(rid) === res) this.decodeHeld.delete(rid) })
+        res.on('close', () => {
+          if (this.decodeHeld.get(rid) === res) this.decodeHeld.delete(rid)
+        })
         return
       }
       const status = role === 'prefill' ? (this.opts.prefillGenerateStatus ?? 200) : 200
-      return status === 200 ? sendJson(res, 200, answer(rid)) : sendJson(res, status, {error: {message: 'Service Unavailable (scripted)', code: status}})
+      return status === 200
+        ? sendJson(res, 200, answer(rid))
+        : sendJson(res, status, {error: {message: 'Service Unavailable (scripted)', code: status}})
     }
     if (method === 'POST' && path === '/abort_request') {
       const rid = ridOf(body)
@@ -231,8 +277,16 @@ export class FakePd {
         clearTimeout(h.timer)
         this.held.delete(rid)
         this.aborted.push(rid)
-        // SGLang prefill's words for a request aborted in its inflight queue (prefill.py handle_inflight_transfer_failure).
-        const words = {error: {message: `Prefill transfer failed for request rank=0 req.rid='${rid}' req.bootstrap_room=0 with exception KVTransferError(bootstrap_room=0): Aborted by AbortReq.`, code: 500}}
+        // SGLang prefill's words for a request aborted in its inflight queue (prefill.py
+        // handle_inflight_transfer_failure).
+        const words = {
+          error: {
+            message:
+              `Prefill transfer failed for request rank=0 req.rid='${rid}' req.bootstrap_room=0 with ` +
+              `exception KVTransferError(bootstrap_room=0): Aborted by AbortReq.`,
+            code: 500,
+          },
+        }
         if (h.routed) this.abortRouted(h, 500, words)
         else sendJson(h.res, 500, words)
       }
@@ -240,20 +294,32 @@ export class FakePd {
     }
     if (role === 'prefill' && path === FAILPOINT_PATH) return this.serveFailpoint(method, body, res)
     if (path === '/v1/loads') {
-      const q = role === 'prefill'
-        ? {sglang_disagg_prefill_bootstrap_queue_reqs: this.held.size, sglang_disagg_prefill_inflight_queue_reqs: 0}
-        : {sglang_disagg_decode_prealloc_queue_reqs: 0, sglang_disagg_decode_transfer_queue_reqs: 0}
-      const lines = Object.entries({...q, sglang_num_used_tokens: 0, sglang_num_running_reqs: 0}).map(([k, v]) => `${k}{dp_rank="0"} ${v}`)
+      const q =
+        role === 'prefill'
+          ? {sglang_disagg_prefill_bootstrap_queue_reqs: this.held.size, sglang_disagg_prefill_inflight_queue_reqs: 0}
+          : {sglang_disagg_decode_prealloc_queue_reqs: 0, sglang_disagg_decode_transfer_queue_reqs: 0}
+      const lines = Object.entries({...q, sglang_num_used_tokens: 0, sglang_num_running_reqs: 0}).map(
+        ([k, v]) => `${k}{dp_rank="0"} ${v}`,
+      )
       return text(res, 200, lines.join('\n') + '\n')
     }
     if (path === '/metrics') {
       const counters = {
-        'sglang:num_bootstrap_failed_reqs_total': 0, 'sglang:num_transfer_failed_reqs_total': 0,
+        'sglang:num_bootstrap_failed_reqs_total': 0,
+        'sglang:num_transfer_failed_reqs_total': 0,
         'sglang:num_aborted_requests_total': role === 'prefill' ? this.aborted.length : 0,
         'sglang:num_watchdog_evicted_reqs_total': role === 'prefill' ? this.evicted.length : 0,
-        'sglang:num_prefill_bootstrap_queue_reqs': 0, 'sglang:num_running_reqs': 0, 'sglang:token_usage': 0,
+        'sglang:num_prefill_bootstrap_queue_reqs': 0,
+        'sglang:num_running_reqs': 0,
+        'sglang:token_usage': 0,
       }
-      return text(res, 200, Object.entries(counters).map(([k, v]) => `${k}{model_name="fake"} ${v}`).join('\n') + '\n')
+      return text(
+        res,
+        200,
+        Object.entries(counters)
+          .map(([k, v]) => `${k}{model_name="fake"} ${v}`)
+          .join('\n') + '\n',
+      )
     }
     if (['/health', '/health_generate'].includes(path)) return sendJson(res, 200, {})
     sendJson(res, 404, {error: 'not found'})
@@ -268,10 +334,11 @@ export class FakePd {
       return sendJson(res, 400, {error: {message: 'body must be JSON'}})
     }
     const set = this.failpoints.get(b.name as FailpointName)
-    if (!set || typeof b.enabled !== 'boolean' || !Array.isArray(b.tpRanks)) return sendJson(res, 400, {error: {message: 'need {name, enabled, tpRanks}'}})
+    if (!set || typeof b.enabled !== 'boolean' || !Array.isArray(b.tpRanks))
+      return sendJson(res, 400, {error: {message: 'need {name, enabled, tpRanks}'}})
     const tpRanks = b.tpRanks.filter((k): k is number => Number.isInteger(k))
     this.failpointPosts.push({name: b.name as string, enabled: b.enabled, tpRanks})
-    if (!this.opts.failpointIgnoresPosts) for (const k of tpRanks) (b.enabled ? set.add(k) : set.delete(k))
+    if (!this.opts.failpointIgnoresPosts) for (const k of tpRanks) b.enabled ? set.add(k) : set.delete(k)
     sendJson(res, 200, {failpoints: this.failpointState()})
   }
 }
@@ -282,8 +349,13 @@ export class FakePd {
  */
 export function seededDiscovery(failpointUrl: string, servicePorts: number[]): FaultDiscovery {
   const rank = (service: 'prefill' | 'decode', tp: number): RankInfo => ({
-    service, tpRank: tp, pid: 4_000_000 + (service === 'prefill' ? 0 : 100) + tp, startTicks: 1000 + tp, state: 'S',
-    title: `sglang::scheduler_TP${tp}`, gpu: service === 'prefill' ? tp : 2 + tp,
+    service,
+    tpRank: tp,
+    pid: 4_000_000 + (service === 'prefill' ? 0 : 100) + tp,
+    startTicks: 1000 + tp,
+    state: 'S',
+    title: `sglang::scheduler_TP${tp}`,
+    gpu: service === 'prefill' ? tp : 2 + tp,
     ...(service === 'prefill' ? {zmqPort: 45_000 + tp, zmqHost: '127.0.0.1'} : {}),
   })
   return {
@@ -302,7 +374,10 @@ function ridOf(body: string): string {
   }
 }
 
-const answer = (rid: string) => ({text: ' ok', meta_info: {id: rid, finish_reason: {type: 'length', length: 1}, prompt_tokens: 16, completion_tokens: 1}})
+const answer = (rid: string) => ({
+  text: ' ok',
+  meta_info: {id: rid, finish_reason: {type: 'length', length: 1}, prompt_tokens: 16, completion_tokens: 1},
+})
 
 function text(res: ServerResponse, status: number, body: string): void {
   res.writeHead(status, {'content-type': 'text/plain; version=0.0.4'})
@@ -311,7 +386,11 @@ function text(res: ServerResponse, status: number, body: string): void {
 
 /** A RunSession whose discovery is seeded (the fake has no processes, ports or nvidia-smi to discover). */
 export class SeededSession extends RunSession {
-  constructor(deployment: Deployment, host: Host, private readonly seeded: FaultDiscovery) {
+  constructor(
+    deployment: Deployment,
+    host: Host,
+    private readonly seeded: FaultDiscovery,
+  ) {
     super(deployment, host)
   }
 
@@ -348,7 +427,8 @@ export class ScriptedHost implements Host {
     this.ran.push(argv)
     const scripted = this.script?.(argv) ?? defaultScript(argv)
     if (scripted) return scripted
-    if (this.opts.nodeInProcess && argv[0] === 'node' && argv[1] === '-e' && argv[2] === FAILPOINT_SCRIPT) return failpointInProcess(argv[3]!, argv[4])
+    if (this.opts.nodeInProcess && argv[0] === 'node' && argv[1] === '-e' && argv[2] === FAILPOINT_SCRIPT)
+      return failpointInProcess(argv[3]!, argv[4])
     return this.local.run(argv, opts)
   }
 
@@ -372,7 +452,12 @@ export class ScriptedHost implements Host {
 async function failpointInProcess(url: string, body: string | undefined): Promise<RunResult> {
   const started = performance.now()
   try {
-    const r = await fetch(url, {method: body ? 'POST' : 'GET', headers: {'content-type': 'application/json'}, body: body || undefined, signal: AbortSignal.timeout(5000)})
+    const r = await fetch(url, {
+      method: body ? 'POST' : 'GET',
+      headers: {'content-type': 'application/json'},
+      body: body || undefined,
+      signal: AbortSignal.timeout(5000),
+    })
     return {code: r.ok ? 0 : 1, stdout: await r.text(), stderr: '', durationMs: performance.now() - started}
   } catch (error) {
     return {code: 1, stdout: '', stderr: String(error), durationMs: performance.now() - started}
@@ -396,7 +481,8 @@ function defaultScript(argv: string[]): RunResult | undefined {
 }
 
 /** Is this argv the lease reverter run inline to revert lease `id` now? */
-export const isInlineRevert = (argv: string[]): boolean => argv[0] === 'sh' && argv[1] === '-c' && argv[2] === REVERTER_SH && argv[4] === 'revert'
+export const isInlineRevert = (argv: string[]): boolean =>
+  argv[0] === 'sh' && argv[1] === '-c' && argv[2] === REVERTER_SH && argv[4] === 'revert'
 
 /** Pids whose command line contains needle (the reverters of a state dir name it in their argv). */
 export function pidsMatching(needle: string): number[] {
@@ -405,11 +491,12 @@ export function pidsMatching(needle: string): number[] {
     if (!/^\d+$/.test(name) || Number(name) === process.pid) continue
     try {
       if (readFileSync(`/proc/${name}/cmdline`, 'utf8').replaceAll('\0', ' ').includes(needle)) out.push(Number(name))
-    } catch { /* exited */ }
+    } catch {
+      /* exited */
+    }
   }
   return out
 }
-
 
 /**
  * A fresh state dir per call, under one temp root for the test file. After the file: the root's reverters are killed
@@ -420,7 +507,11 @@ export function stateDirs(prefix: string): () => string {
   let n = 0
   afterAll(() => {
     for (const pid of pidsMatching(`pdchaos-reverter watch ${root}/`)) {
-      try { process.kill(pid, 'SIGKILL') } catch { /* gone */ }
+      try {
+        process.kill(pid, 'SIGKILL')
+      } catch {
+        /* gone */
+      }
     }
     rmSync(root, {recursive: true, force: true})
   })
@@ -431,20 +522,28 @@ export function stateDirs(prefix: string): () => string {
  * A fake deployment and a scripted host for one test, with its state dir. When the test ends: any lease it left armed
  * is reverted (and fails the test), the fake is closed, and the state dir's reverters must be gone.
  */
-export async function fakeTarget(ctx: TestContext, stateDir: string, opts: FakeOptions, hostOpts?: {nodeInProcess: boolean}): Promise<{fake: FakePd; host: ScriptedHost}> {
+export async function fakeTarget(
+  ctx: TestContext,
+  stateDir: string,
+  opts: FakeOptions,
+  hostOpts?: {nodeInProcess: boolean},
+): Promise<{fake: FakePd; host: ScriptedHost}> {
   const host = new ScriptedHost(hostOpts)
   const fake = await FakePd.start(opts)
   ctx.onTestFinished(async () => {
     host.script = undefined
     let left: string[] = []
     try {
-      left = (await listLeases(host, stateDir)).active.map((l) => l.id)
+      left = (await listLeases(host, stateDir)).active.map(l => l.id)
       for (const id of left) await revertLease(host, stateDir, id, 'recover')
     } finally {
       await fake.close()
     }
     expect(left, 'leases left armed on the host').toEqual([])
-    expect(await eventually(() => pidsMatching(`pdchaos-reverter watch ${stateDir} `).length === 0, 5000), 'reverters left running').toBe(true)
+    expect(
+      await eventually(() => pidsMatching(`pdchaos-reverter watch ${stateDir} `).length === 0, 5000),
+      'reverters left running',
+    ).toBe(true)
   })
   return {fake, host}
 }

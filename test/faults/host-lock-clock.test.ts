@@ -22,11 +22,16 @@ const AHEAD_MS = 3_600_000
 function hostAhead(): Host {
   const bin = join(root, 'bin')
   mkdirSync(bin, {recursive: true})
-  writeFileSync(join(bin, 'date'), `#!/bin/sh\nn=$(/bin/date +%s%3N)\ncase "$1" in +%s) echo $(( (n + ${AHEAD_MS}) / 1000 ));; *) echo $(( n + ${AHEAD_MS} ));; esac\n`)
+  writeFileSync(
+    join(bin, 'date'),
+    `#!/bin/sh\nn=$(/bin/date +%s%3N)\ncase "$1" in +%s) echo $(( (n + ${AHEAD_MS}) / 1000 ));; *) echo $(( n ` +
+      `+ ${AHEAD_MS} ));; esac\n`,
+  )
   chmodSync(join(bin, 'date'), 0o755)
   const local = new LocalHost('never')
   return {
-    run: (argv: string[], opts: RunOptions) => local.run(argv, {...opts, env: {...opts.env, PATH: `${bin}:${process.env.PATH ?? '/usr/bin:/bin'}`}}),
+    run: (argv: string[], opts: RunOptions) =>
+      local.run(argv, {...opts, env: {...opts.env, PATH: `${bin}:${process.env.PATH ?? '/usr/bin:/bin'}`}}),
     upload: (...a) => local.upload(...a),
     startDetached: (...a) => local.startDetached(...a),
     describe: () => 'local (an hour ahead)',
@@ -55,8 +60,16 @@ describe('the run lock on the host clock (issue 12, S5)', () => {
     const dir = join(root, 'b')
     const lock = await acquireHostLock(host, dir, {command: 'inject --hold', ttlMs: 1, untilExpiry: true})
     // The lease began later (after calibration) and outlives the lock's own TTL.
-    writeFileSync(join(dir, 'leases', 'drop-dest-info-x.json'), JSON.stringify({id: 'drop-dest-info-x', params: {note: '"expiresAt":1'}, expiresAt: lock.body.acquiredAt + 60_000}), {mode: 0o600})
-    await new Promise((r) => setTimeout(r, 20))
+    writeFileSync(
+      join(dir, 'leases', 'drop-dest-info-x.json'),
+      JSON.stringify({
+        id: 'drop-dest-info-x',
+        params: {note: '"expiresAt":1'},
+        expiresAt: lock.body.acquiredAt + 60_000,
+      }),
+      {mode: 0o600},
+    )
+    await new Promise(r => setTimeout(r, 20))
     const held = await acquireHostLock(host, dir, {command: 'next', ttlMs: 60_000}).catch((e: unknown) => e)
     expect((held as PdError).code).toBe('E_LOCKED')
     expect((held as PdError).message).toContain(new Date(lock.body.acquiredAt + 60_000).toISOString())

@@ -21,7 +21,11 @@ describe('host-side safety checks', () => {
   it('pd_make creates a private tree under a sticky /tmp, and accepts it again', () => {
     const dir = join(root, 'made', 'state')
     expect(run('pd_make "$1"', dir).code).toBe(0)
-    expect(execFileSync('stat', ['-c', '%a', dir, join(dir, 'leases'), join(dir, 'leases', 'done')], {encoding: 'utf8'}).split('\n').filter(Boolean)).toEqual(['700', '700', '700'])
+    expect(
+      execFileSync('stat', ['-c', '%a', dir, join(dir, 'leases'), join(dir, 'leases', 'done')], {encoding: 'utf8'})
+        .split('\n')
+        .filter(Boolean),
+    ).toEqual(['700', '700', '700'])
     expect(run('pd_make "$1"', dir).code).toBe(0)
   })
 
@@ -39,11 +43,17 @@ describe('host-side safety checks', () => {
     const open = join(root, 'open')
     mkdirSync(join(open, 'state'), {recursive: true})
     chmodSync(open, 0o777)
-    expect(run('pd_safe_tree "$1"', join(open, 'state')).finding).toMatchObject({path: open, why: 'can be written by group or others (mode drwxrwxrwx)'})
+    expect(run('pd_safe_tree "$1"', join(open, 'state')).finding).toMatchObject({
+      path: open,
+      why: 'can be written by group or others (mode drwxrwxrwx)',
+    })
     const real = join(root, 'real')
     mkdirSync(real, {mode: 0o700})
     symlinkSync(real, join(root, 'link'))
-    expect(run('pd_safe_tree "$1"', join(root, 'link')).finding).toMatchObject({path: join(root, 'link'), why: 'is a symbolic link'})
+    expect(run('pd_safe_tree "$1"', join(root, 'link')).finding).toMatchObject({
+      path: join(root, 'link'),
+      why: 'is a symbolic link',
+    })
     expect(run('pd_safe_tree "$1"', '/').finding?.why).toBe('is the root directory')
   })
 
@@ -53,9 +63,15 @@ describe('host-side safety checks', () => {
     writeFileSync(join(dir, 'leases', 'a.revert.sh'), 'true\n', {mode: 0o600})
     expect(run('pd_safe_lease "$1/leases" a', dir).code).toBe(0)
     chmodSync(join(dir, 'leases', 'a.revert.sh'), 0o666)
-    expect(run('pd_safe_lease "$1/leases" a', dir).finding).toMatchObject({path: join(dir, 'leases', 'a.revert.sh'), why: 'can be written by group or others (mode -rw-rw-rw-)'})
+    expect(run('pd_safe_lease "$1/leases" a', dir).finding).toMatchObject({
+      path: join(dir, 'leases', 'a.revert.sh'),
+      why: 'can be written by group or others (mode -rw-rw-rw-)',
+    })
     symlinkSync('/etc/hostname', join(dir, 'leases', 'b.json'))
-    expect(run('pd_safe_lease "$1/leases" b', dir).finding).toMatchObject({path: join(dir, 'leases', 'b.json'), why: 'is a symbolic link'})
+    expect(run('pd_safe_lease "$1/leases" b', dir).finding).toMatchObject({
+      path: join(dir, 'leases', 'b.json'),
+      why: 'is a symbolic link',
+    })
   })
 
   it('pd_scan all reports every refused file, on stderr, and keeps going', () => {
@@ -67,6 +83,11 @@ describe('host-side safety checks', () => {
     }
     const r = run('pd_scan all f "$@"', join(dir, 'x'), join(dir, 'y'), join(dir, 'z'))
     expect(r.code).toBe(UNSAFE_EXIT)
-    expect(r.stderr.trim().split('\n').map((l) => findUnsafe(l)?.path)).toEqual([join(dir, 'x'), join(dir, 'z')])
+    expect(
+      r.stderr
+        .trim()
+        .split('\n')
+        .map(l => findUnsafe(l)?.path),
+    ).toEqual([join(dir, 'x'), join(dir, 'z')])
   })
 })

@@ -24,14 +24,14 @@ const spec = {
   revert: [['sh', '-c', `sleep ${delay ?? 0}; echo reverted >> "$1"`, 'sh', marker]],
   command: 'lease-child',
 }
-const hold = () => new Promise((resolve) => setTimeout(resolve, 60_000))
+const hold = () => new Promise(resolve => setTimeout(resolve, 60_000))
 process.stderr.write('START\n')
 if (mode === 'plain') {
   const lease = await createLease(host, stateDir, spec)
   process.stdout.write(`LEASE ${JSON.stringify(lease)}\n`)
   await hold()
 } else {
-  await withLeases(host, stateDir, async (guard) => {
+  await withLeases(host, stateDir, async guard => {
     const lease = await guard.create(spec)
     process.stdout.write(`LEASE ${JSON.stringify(lease)}\n`)
     await hold()

@@ -13,7 +13,7 @@ export function markerCount(path: string): number {
 /** Files under <stateDir>/leases (not done/): what an active lease leaves. */
 export function activeFiles(stateDir: string): string[] {
   const dir = `${stateDir}/leases`
-  return existsSync(dir) ? readdirSync(dir).filter((f) => /\.(json|revert\.sh|reverting\.sh)$/.test(f)) : []
+  return existsSync(dir) ? readdirSync(dir).filter(f => /\.(json|revert\.sh|reverting\.sh)$/.test(f)) : []
 }
 
 /** Reverter processes of a state dir (their argv names it). */
@@ -35,22 +35,35 @@ export function spawnChild(args: string[], env: Record<string, string> = {}, dea
   const proc = spawn(command, argv, {stdio: ['ignore', 'pipe', 'pipe'], env: {...process.env, ...env}})
   let out = ''
   let err = ''
-  proc.stdout!.on('data', (c: Buffer) => { out += c.toString() })
-  proc.stderr!.on('data', (c: Buffer) => { err += c.toString() })
-  const exit = new Promise<{code: number | null; signal: NodeJS.Signals | null}>((resolve) => proc.once('exit', (code, signal) => resolve({code, signal})))
-  const poll = <T>(get: () => T | undefined): Promise<T | null> => new Promise((resolve) => {
-    const until = Date.now() + deadlineMs
-    const tick = (): void => {
-      const v = get()
-      if (v !== undefined) { resolve(v); return }
-      if (proc.exitCode !== null || proc.signalCode !== null || Date.now() > until) { resolve(get() ?? null); return }
-      setTimeout(tick, 5)
-    }
-    tick()
+  proc.stdout!.on('data', (c: Buffer) => {
+    out += c.toString()
   })
+  proc.stderr!.on('data', (c: Buffer) => {
+    err += c.toString()
+  })
+  const exit = new Promise<{code: number | null; signal: NodeJS.Signals | null}>(resolve =>
+    proc.once('exit', (code, signal) => resolve({code, signal})),
+  )
+  const poll = <T>(get: () => T | undefined): Promise<T | null> =>
+    new Promise(resolve => {
+      const until = Date.now() + deadlineMs
+      const tick = (): void => {
+        const v = get()
+        if (v !== undefined) {
+          resolve(v)
+          return
+        }
+        if (proc.exitCode !== null || proc.signalCode !== null || Date.now() > until) {
+          resolve(get() ?? null)
+          return
+        }
+        setTimeout(tick, 5)
+      }
+      tick()
+    })
   const lease = poll(() => {
     const m = /^LEASE (.*)$/m.exec(out)
-    return m ? JSON.parse(m[1]!) as Lease : undefined
+    return m ? (JSON.parse(m[1]!) as Lease) : undefined
   })
   const started = poll(() => (err.includes('START') ? true : undefined)).then(() => undefined)
   return {proc, stdout: () => out, stderr: () => err, lease, started, exit}
@@ -61,7 +74,7 @@ export function killChild(c: Child | undefined): void {
 }
 
 export function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms))
+  return new Promise(r => setTimeout(r, ms))
 }
 
 /** Every reverter of any state dir under root (for cleanup). */

@@ -7,7 +7,16 @@ import type {DoneLease} from '../../src/faults/lease/lease.js'
 import {recoverAll} from '../../src/faults/lease/recover.js'
 import {LocalHost} from '../../src/hosts/local-host.js'
 import {killAll} from '../hosts/proc.js'
-import {activeFiles, killChild, markerCount, reverters, revertersUnder, sleep, spawnChild, type Child} from './lease-helpers.js'
+import {
+  activeFiles,
+  killChild,
+  markerCount,
+  reverters,
+  revertersUnder,
+  sleep,
+  spawnChild,
+  type Child,
+} from './lease-helpers.js'
 
 /** Trials whose kill lands after the lease is armed (the child printed it): each must be reverted by the host. */
 const ARMED_TRIALS = 10
@@ -15,7 +24,9 @@ const ARMED_TRIALS = 10
 const RACING_TRIALS = 10
 const BATCH = 4
 const TTL_MS = 2000
-/** How late after its expiry the host may revert: generous for a loaded 2-core machine (measured lateness is printed). */
+/**
+ * How late after its expiry the host may revert: generous for a loaded 2-core machine (measured lateness is printed).
+ */
 const MARGIN_MS = 2500
 
 const host = new LocalHost()
@@ -72,7 +83,7 @@ async function trial(i: number, kind: Trial['kind'], windowMs: number): Promise<
   expect(activeFiles(dir), `trial ${i}`).toEqual([])
   expect(reverters(dir), `trial ${i}`).toEqual([])
   const doneDir = join(dir, 'leases', 'done')
-  const done = existsSync(doneDir) ? readdirSync(doneDir).filter((f) => f.endsWith('.json')) : []
+  const done = existsSync(doneDir) ? readdirSync(doneDir).filter(f => f.endsWith('.json')) : []
   expect(done.length, `trial ${i}`).toBeLessThanOrEqual(1)
   expect(markerCount(marker), `trial ${i}`).toBe(done.length)
   if (armedBeforeKill) expect(done.length, `trial ${i}: armed before the kill, so the host must revert it`).toBe(1)
@@ -92,7 +103,11 @@ async function trial(i: number, kind: Trial['kind'], windowMs: number): Promise<
 async function inBatches(kind: Trial['kind'], first: number, count: number, windowMs: number): Promise<Trial[]> {
   const out: Trial[] = []
   for (let b = 0; b < count; b += BATCH) {
-    out.push(...await Promise.all(Array.from({length: Math.min(BATCH, count - b)}, (_, k) => trial(first + b + k, kind, windowMs))))
+    out.push(
+      ...(await Promise.all(
+        Array.from({length: Math.min(BATCH, count - b)}, (_, k) => trial(first + b + k, kind, windowMs)),
+      )),
+    )
   }
   return out
 }
@@ -100,21 +115,26 @@ async function inBatches(kind: Trial['kind'], first: number, count: number, wind
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
 
 describe('SIGKILL of the process holding a lease', () => {
-  it(`the host reverts within the TTL every time and recover finds nothing (${ARMED_TRIALS} armed + ${RACING_TRIALS} racing trials)`, async () => {
+  it(`the host reverts within the TTL every time and recover finds nothing (${ARMED_TRIALS} armed ` +
+    `+ ${RACING_TRIALS} racing trials)`, async () => {
     const armed = await inBatches('armed', 0, ARMED_TRIALS, 0)
     // How long arming took under this load sets the racing window: kills from START to a little past arming.
-    const arming = armed.map((r) => r.armedAfterMs!)
+    const arming = armed.map(r => r.armedAfterMs!)
     const windowMs = Math.max(...arming) * 1.2
     const racing = await inBatches('racing', ARMED_TRIALS, RACING_TRIALS, windowMs)
     const results = [...armed, ...racing]
-    const late = results.map((r) => r.lateMs).filter((x): x is number => x !== null)
-    process.stderr.write(`lease-kill: ${results.filter((r) => r.armedBeforeKill).length}/${results.length} killed with the lease armed ` +
-      `(${racing.filter((r) => r.armedBeforeKill).length}/${RACING_TRIALS} of the racing ones); START to armed ms: median ${median(arming).toFixed(0)}, max ${Math.max(...arming).toFixed(0)}; ` +
-      `${late.length} reverted by the host, lateness after expiry ms: max ${Math.max(...late)}, median ${median(late)}; ` +
-      `racing kill delays ms: ${racing.map((r) => r.killAfterMs).join(',')}\n`)
+    const late = results.map(r => r.lateMs).filter((x): x is number => x !== null)
+    process.stderr.write(
+      `lease-kill: ${results.filter(r => r.armedBeforeKill).length}/${results.length} killed with the lease armed ` +
+        `(${racing.filter(r => r.armedBeforeKill).length}/${RACING_TRIALS} of the racing ones); START to armed ms: ` +
+        `median ${median(arming).toFixed(0)}, max ${Math.max(...arming).toFixed(0)}; ` +
+        `${late.length} reverted by the host, lateness after expiry ms: max ${Math.max(...late)}, ` +
+        `median ${median(late)}; ` +
+        `racing kill delays ms: ${racing.map(r => r.killAfterMs).join(',')}\n`,
+    )
     expect(results).toHaveLength(ARMED_TRIALS + RACING_TRIALS)
     // By design every armed trial was killed with its lease in place, so the revert assertions ran for each of them.
-    expect(armed.filter((r) => r.armedBeforeKill)).toHaveLength(ARMED_TRIALS)
+    expect(armed.filter(r => r.armedBeforeKill)).toHaveLength(ARMED_TRIALS)
     expect(late.length).toBeGreaterThanOrEqual(ARMED_TRIALS)
   }, 240_000)
 })

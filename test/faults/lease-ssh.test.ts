@@ -10,7 +10,16 @@ import {recoverAll} from '../../src/faults/lease/recover.js'
 import {SshHost, resolveSshEndpoint} from '../../src/hosts/ssh-host.js'
 import {startSshd, type Sshd} from '../harness/sshd.js'
 import {alive, eventually, killAll} from '../hosts/proc.js'
-import {activeFiles, killChild, markerCount, reverters, revertersUnder, sleep, spawnChild, type Child} from './lease-helpers.js'
+import {
+  activeFiles,
+  killChild,
+  markerCount,
+  reverters,
+  revertersUnder,
+  sleep,
+  spawnChild,
+  type Child,
+} from './lease-helpers.js'
 
 const root = mkdtempSync(join(tmpdir(), 'pdchaos-lease-ssh-'))
 let n = 0
@@ -23,7 +32,15 @@ const markerRevert = (marker: string): string[][] => [['sh', '-c', 'echo reverte
 function configFor(sshd: Sshd): SshHostConfig {
   const knownHosts = join(sshd.dir, 'known_hosts')
   writeFileSync(knownHosts, sshd.knownHostsLine)
-  return {kind: 'ssh', hostname: sshd.host, port: sshd.port, user: 'root', identityFile: sshd.clientKeyPath, knownHosts, connectTimeoutSeconds: 5}
+  return {
+    kind: 'ssh',
+    hostname: sshd.host,
+    port: sshd.port,
+    user: 'root',
+    identityFile: sshd.clientKeyPath,
+    knownHosts,
+    connectTimeoutSeconds: 5,
+  }
 }
 async function hostFor(cfg: SshHostConfig): Promise<SshHost> {
   return new SshHost(await resolveSshEndpoint(cfg, {sshConfigPath: '/nonexistent'}))
@@ -58,7 +75,12 @@ describe('lease over a real sshd', () => {
     const times = {create: [] as number[], revert: [] as number[]}
     for (let k = 0; k < 5; k++) {
       let t = performance.now()
-      const lease = await createLease(host, dir, {fault: 'drop-dest-info', ttlMs: 10_000, revert: markerRevert(marker), command: 'ssh'})
+      const lease = await createLease(host, dir, {
+        fault: 'drop-dest-info',
+        ttlMs: 10_000,
+        revert: markerRevert(marker),
+        command: 'ssh',
+      })
       times.create.push(performance.now() - t)
       expect(alive(lease.reverter!.pid)).toBe(true)
       t = performance.now()
@@ -70,52 +92,66 @@ describe('lease over a real sshd', () => {
     expect(markerCount(marker)).toBe(5)
     expect(activeFiles(dir)).toEqual([])
     const med = (a: number[]): number => [...a].sort((x, y) => x - y)[Math.floor(a.length / 2)]!
-    process.stderr.write(`lease-ssh: createLease median ${med(times.create).toFixed(1)} ms (max ${Math.max(...times.create).toFixed(1)}), ` +
-      `revertLease median ${med(times.revert).toFixed(1)} ms (max ${Math.max(...times.revert).toFixed(1)})\n`)
+    process.stderr.write(
+      `lease-ssh: createLease median ${med(times.create).toFixed(1)} ms ` +
+        `(max ${Math.max(...times.create).toFixed(1)}), ` +
+        `revertLease median ${med(times.revert).toFixed(1)} ms (max ${Math.max(...times.revert).toFixed(1)})\n`,
+    )
     expect(Math.max(...times.create, ...times.revert)).toBeLessThan(1000)
   })
 
-  it('SIGKILL of the creating process over ssh, with the lease armed and racing its creation: the host reverts within the TTL', async () => {
-    const cfg = JSON.stringify(configFor(sshd))
-    const TTL_MS = 2000
-    const trials: Array<{kind: 'armed' | 'racing'; killAfterMs: number; armedAfterMs: number | null; armed: boolean}> = []
-    // Armed trials first (the kill lands after the child printed its armed lease); their arming time sets the window
-    // the racing kills spread over, so those land before, inside and just after lease creation over ssh.
-    for (const kind of ['armed', 'armed', 'racing', 'racing'] as const) {
-      const i = trials.length
-      const {dir, marker} = fresh()
-      const child = spawnChild(['plain', dir, marker, String(TTL_MS)], {PDCHAOS_TEST_SSH: cfg})
-      children.push(child)
-      await child.started
-      const startedAt = performance.now()
-      let armedAfterMs: number | null = null
-      let killAfterMs: number
-      if (kind === 'armed') {
-        const lease = await child.lease
-        expect(lease, `trial ${i}: the child never armed its lease: ${child.stderr().slice(-500)}`).not.toBeNull()
-        armedAfterMs = performance.now() - startedAt
-        killAfterMs = armedAfterMs + Math.random() * 1000
-      } else {
-        killAfterMs = Math.random() * 1.2 * Math.max(...trials.map((t) => t.armedAfterMs ?? 0))
+  it(
+    'SIGKILL of the creating process over ssh, with the lease armed and racing its creation: the host reverts ' +
+      'within the TTL',
+    async () => {
+      const cfg = JSON.stringify(configFor(sshd))
+      const TTL_MS = 2000
+      const trials: Array<{
+        kind: 'armed' | 'racing'
+        killAfterMs: number
+        armedAfterMs: number | null
+        armed: boolean
+      }> = []
+      // Armed trials first (the kill lands after the child printed its armed lease); their arming time sets the window
+      // the racing kills spread over, so those land before, inside and just after lease creation over ssh.
+      for (const kind of ['armed', 'armed', 'racing', 'racing'] as const) {
+        const i = trials.length
+        const {dir, marker} = fresh()
+        const child = spawnChild(['plain', dir, marker, String(TTL_MS)], {PDCHAOS_TEST_SSH: cfg})
+        children.push(child)
+        await child.started
+        const startedAt = performance.now()
+        let armedAfterMs: number | null = null
+        let killAfterMs: number
+        if (kind === 'armed') {
+          const lease = await child.lease
+          expect(lease, `trial ${i}: the child never armed its lease: ${child.stderr().slice(-500)}`).not.toBeNull()
+          armedAfterMs = performance.now() - startedAt
+          killAfterMs = armedAfterMs + Math.random() * 1000
+        } else {
+          killAfterMs = Math.random() * 1.2 * Math.max(...trials.map(t => t.armedAfterMs ?? 0))
+        }
+        await sleep(killAfterMs - (performance.now() - startedAt))
+        const armed = /^LEASE /m.test(child.stdout())
+        child.proc.kill('SIGKILL')
+        await child.exit
+        const ok = await eventually(() => activeFiles(dir).length === 0 && reverters(dir).length === 0, TTL_MS + 2500)
+        expect(ok, `trial ${i}`).toBe(true)
+        const doneDir = join(dir, 'leases', 'done')
+        const done = existsSync(doneDir) ? readdirSync(doneDir).filter(f => f.endsWith('.json')).length : 0
+        expect(done, `trial ${i}`).toBeLessThanOrEqual(1)
+        expect(markerCount(marker), `trial ${i}`).toBe(done)
+        if (armed) expect(done, `trial ${i}: armed before the kill, so the host must revert it`).toBe(1)
+        expect(await recoverAll(host, dir, {all: true})).toMatchObject({alreadyClean: true})
+        trials.push({kind, killAfterMs: Math.round(killAfterMs), armedAfterMs, armed})
       }
-      await sleep(killAfterMs - (performance.now() - startedAt))
-      const armed = /^LEASE /m.test(child.stdout())
-      child.proc.kill('SIGKILL')
-      await child.exit
-      const ok = await eventually(() => activeFiles(dir).length === 0 && reverters(dir).length === 0, TTL_MS + 2500)
-      expect(ok, `trial ${i}`).toBe(true)
-      const doneDir = join(dir, 'leases', 'done')
-      const done = existsSync(doneDir) ? readdirSync(doneDir).filter((f) => f.endsWith('.json')).length : 0
-      expect(done, `trial ${i}`).toBeLessThanOrEqual(1)
-      expect(markerCount(marker), `trial ${i}`).toBe(done)
-      if (armed) expect(done, `trial ${i}: armed before the kill, so the host must revert it`).toBe(1)
-      expect(await recoverAll(host, dir, {all: true})).toMatchObject({alreadyClean: true})
-      trials.push({kind, killAfterMs: Math.round(killAfterMs), armedAfterMs, armed})
-    }
-    process.stderr.write(`lease-ssh: ${trials.filter((t) => t.armed).length}/${trials.length} killed with the lease armed; ` +
-      `trials ${JSON.stringify(trials)}\n`)
-    expect(trials.filter((t) => t.kind === 'armed' && t.armed)).toHaveLength(2)
-  })
+      process.stderr.write(
+        `lease-ssh: ${trials.filter(t => t.armed).length}/${trials.length} killed with the lease armed; ` +
+          `trials ${JSON.stringify(trials)}\n`,
+      )
+      expect(trials.filter(t => t.kind === 'armed' && t.armed)).toHaveLength(2)
+    },
+  )
 })
 
 describe('with the ssh connection cut', () => {
@@ -125,16 +161,28 @@ describe('with the ssh connection cut', () => {
     const host = await hostFor(configFor(sshd))
     hosts.push(host)
     const {dir, marker} = fresh()
-    const lease = await createLease(host, dir, {fault: 'stall-kv', ttlMs: 1500, revert: markerRevert(marker), command: 'ssh'})
+    const lease = await createLease(host, dir, {
+      fault: 'stall-kv',
+      ttlMs: 1500,
+      revert: markerRevert(marker),
+      command: 'ssh',
+    })
     await sshd.killAll()
-    // The connection is gone: pdchaos's one-line error with exit 5 (unreachable), naming the host. Which line depends on
+    // The connection is gone: pdchaos's one-line error with exit 5 (unreachable), naming the host. Which line depends
+    // on
     // whether ssh2 has seen the close yet: the lost connection, or the reconnect sshd no longer answers.
     const where = `ssh root@${sshd.host}:${sshd.port}`
-    const lost = await host.run(['true'], {timeoutMs: 3000}).then(() => undefined, (e: unknown) => e)
+    const lost = await host.run(['true'], {timeoutMs: 3000}).then(
+      () => undefined,
+      (e: unknown) => e,
+    )
     expect(lost).toBeInstanceOf(PdError)
     expect(lost).toMatchObject({exitCode: 5, code: 'E_UNREACHABLE'})
     const message = (lost as PdError).message
-    expect([`lost the connection to ${where}`, `cannot reach ${where}: ECONNREFUSED`].some((p) => message.startsWith(p)), message).toBe(true)
+    expect(
+      [`lost the connection to ${where}`, `cannot reach ${where}: ECONNREFUSED`].some(p => message.startsWith(p)),
+      message,
+    ).toBe(true)
     expect(alive(lease.reverter!.pid)).toBe(true)
     expect(await eventually(() => markerCount(marker) === 1, 1500 + 3000)).toBe(true)
     expect(await eventually(() => activeFiles(dir).length === 0 && !alive(lease.reverter!.pid), 2000)).toBe(true)

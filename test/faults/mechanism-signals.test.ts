@@ -35,7 +35,7 @@ const stateOf = (pid: number): string => {
 /** The state a signal leads to shows in /proc shortly after kill() returns: poll with a deadline. */
 async function settle(pid: number, stopped: boolean): Promise<string> {
   const until = Date.now() + 3000
-  while (Date.now() < until && (stateOf(pid) === 'T') !== stopped) await new Promise((r) => setTimeout(r, 10))
+  while (Date.now() < until && (stateOf(pid) === 'T') !== stopped) await new Promise(r => setTimeout(r, 10))
   return stateOf(pid)
 }
 
@@ -45,7 +45,11 @@ async function run(argv: string[]) {
 
 afterEach(() => {
   for (const c of children.splice(0)) {
-    try { process.kill(c.pid!, 'SIGCONT') } catch { /* gone */ }
+    try {
+      process.kill(c.pid!, 'SIGCONT')
+    } catch {
+      /* gone */
+    }
     c.kill('SIGKILL')
   }
 })
@@ -88,7 +92,7 @@ describe('sigstop mechanism on real processes', () => {
     const cont = await run(signalArgv(stale, 'CONT'))
     expect(cont.code).toBe(0) // nothing of ours to continue: revert stays idempotent
     expect(cont.stdout).toContain('not signalled')
-    await new Promise((r) => setTimeout(r, 100))
+    await new Promise(r => setTimeout(r, 100))
     expect(stateOf(real.pid)).toBe('T')
     // The probe of the stale identity does not mistake the other process for ours.
     const v = await runProbe(host, buildSigstop(stale, 'stale').verifyInjected)
@@ -100,7 +104,7 @@ describe('sigstop mechanism on real processes', () => {
     const c = spawnSleeper()
     const id = identity(c.pid!)
     c.kill('SIGKILL')
-    await new Promise<void>((r) => c.once('exit', () => r()))
+    await new Promise<void>(r => c.once('exit', () => r()))
     expect((await resolveIdentity(host, id)).kind).not.toBe('same')
     const stop = await run(signalArgv(id, 'STOP'))
     expect(stop.code).toBe(3)
@@ -117,8 +121,25 @@ describe('sigstop mechanism on real processes', () => {
     const pid = identity(prefill.pid!)
     const did = identity(decode.pid!)
     const ranks: RankInfo[] = [
-      {service: 'prefill', tpRank: 0, pid: pid.pid, startTicks: pid.startTicks, state: 'S', title: 'sglang::scheduler_TP0', gpu: 0, zmqPort: 5000},
-      {service: 'decode', tpRank: 0, pid: did.pid, startTicks: did.startTicks, state: 'S', title: 'sglang::scheduler_TP0', gpu: 1},
+      {
+        service: 'prefill',
+        tpRank: 0,
+        pid: pid.pid,
+        startTicks: pid.startTicks,
+        state: 'S',
+        title: 'sglang::scheduler_TP0',
+        gpu: 0,
+        zmqPort: 5000,
+      },
+      {
+        service: 'decode',
+        tpRank: 0,
+        pid: did.pid,
+        startTicks: did.startTicks,
+        state: 'S',
+        title: 'sglang::scheduler_TP0',
+        gpu: 1,
+      },
     ]
     const discovery: FaultDiscovery = {ranks, transport: {backend: 'mooncake', source: 'test'}, servicePorts: []}
     const params = parseFaultParams(wedgeRank, {gpu: 0, side: 'decode'})

@@ -28,7 +28,7 @@ const readStatus = (pid: number): string => {
 
 async function waitDead(pids: number[], ms = 5000): Promise<number[]> {
   const until = Date.now() + ms
-  while (pids.some(alive) && Date.now() < until) await new Promise((r) => setTimeout(r, 50))
+  while (pids.some(alive) && Date.now() < until) await new Promise(r => setTimeout(r, 50))
   return pids.filter(alive)
 }
 
@@ -40,55 +40,68 @@ describe('scripts/cleanup-test-hosts.sh', () => {
     for (const h of hosts) await h.destroy()
   })
 
-  it('removes a forgotten test host (namespace, processes inside, sshd, twin-like processes, temp dir) and nothing else', async () => {
-    const doomed = await createTestHost({sshd: true})
-    const bystander = await createTestHost({sshd: true})
-    hosts.push(doomed, bystander)
+  it(
+    'removes a forgotten test host (namespace, processes inside, sshd, twin-like processes, temp dir) and ' +
+      'nothing else',
+    async () => {
+      const doomed = await createTestHost({sshd: true})
+      const bystander = await createTestHost({sshd: true})
+      hosts.push(doomed, bystander)
 
-    // Root-side leftovers a crashed twin would leave: a process with the twin's bin/ on PATH, one naming the
-    // state dir on its command line, and a service file listing a node process.
-    const twinBin = join(doomed.stateDir, 'bin')
-    mkdirSync(join(doomed.stateDir, 'services'), {recursive: true})
-    const byEnv = spawn('sleep', ['1000'], {stdio: 'ignore', env: {...process.env, PATH: `${twinBin}:${process.env.PATH}`}})
-    const byArg = spawn(process.execPath, ['-e', 'setInterval(()=>{},1000)', doomed.stateDir], {stdio: 'ignore'})
-    const byFile = spawn(process.execPath, ['-e', 'setInterval(()=>{},1000)'], {stdio: 'ignore'})
-    writeFileSync(join(doomed.stateDir, 'services', 'prefill.json'), JSON.stringify({role: 'prefill', pid: byFile.pid, rankPids: []}))
-    // Must survive: an unrelated process, and the same kinds of leftovers of the other host.
-    const unrelated = spawn('sleep', ['1000'], {stdio: 'ignore'})
-    const otherTwin = spawn('sleep', ['1000'], {stdio: 'ignore', env: {...process.env, PATH: `${join(bystander.stateDir, 'bin')}:${process.env.PATH}`}})
-    children.push(byEnv, byArg, byFile, unrelated, otherTwin)
-    const inside = await doomed.netns.pids()
-    expect(inside.length).toBeGreaterThan(0) // sshd at least
-    const session = doomed.sshRun(['sleep', '1000'], {timeoutMs: 30_000})
-    await new Promise((r) => setTimeout(r, 300))
+      // Root-side leftovers a crashed twin would leave: a process with the twin's bin/ on PATH, one naming the
+      // state dir on its command line, and a service file listing a node process.
+      const twinBin = join(doomed.stateDir, 'bin')
+      mkdirSync(join(doomed.stateDir, 'services'), {recursive: true})
+      const byEnv = spawn('sleep', ['1000'], {
+        stdio: 'ignore',
+        env: {...process.env, PATH: `${twinBin}:${process.env.PATH}`},
+      })
+      const byArg = spawn(process.execPath, ['-e', 'setInterval(()=>{},1000)', doomed.stateDir], {stdio: 'ignore'})
+      const byFile = spawn(process.execPath, ['-e', 'setInterval(()=>{},1000)'], {stdio: 'ignore'})
+      writeFileSync(
+        join(doomed.stateDir, 'services', 'prefill.json'),
+        JSON.stringify({role: 'prefill', pid: byFile.pid, rankPids: []}),
+      )
+      // Must survive: an unrelated process, and the same kinds of leftovers of the other host.
+      const unrelated = spawn('sleep', ['1000'], {stdio: 'ignore'})
+      const otherTwin = spawn('sleep', ['1000'], {
+        stdio: 'ignore',
+        env: {...process.env, PATH: `${join(bystander.stateDir, 'bin')}:${process.env.PATH}`},
+      })
+      children.push(byEnv, byArg, byFile, unrelated, otherTwin)
+      const inside = await doomed.netns.pids()
+      expect(inside.length).toBeGreaterThan(0) // sshd at least
+      const session = doomed.sshRun(['sleep', '1000'], {timeoutMs: 30_000})
+      await new Promise(r => setTimeout(r, 300))
 
-    const dry = await runCommand(['bash', script, '--only', doomed.token, '--dry-run'])
-    expect(dry.stdout).toMatch(/would remove [1-9]\d* item/)
-    expect(netnsList()).toContain(doomed.netns.name)
+      const dry = await runCommand(['bash', script, '--only', doomed.token, '--dry-run'])
+      expect(dry.stdout).toMatch(/would remove [1-9]\d* item/)
+      expect(netnsList()).toContain(doomed.netns.name)
 
-    const started = Date.now()
-    await runCommand(['bash', script, '--only', doomed.token], {timeoutMs: 30_000})
-    const tookMs = Date.now() - started
-    expect((await session).code).not.toBe(0)
+      const started = Date.now()
+      await runCommand(['bash', script, '--only', doomed.token], {timeoutMs: 30_000})
+      const tookMs = Date.now() - started
+      expect((await session).code).not.toBe(0)
 
-    expect(netnsList()).not.toContain(doomed.netns.name)
-    expect(linkExists(doomed.netns.hostLink)).toBe(false)
-    expect(existsSync(join(NETNS_MARKER_DIR, `${doomed.netns.name}.json`))).toBe(false)
-    expect(existsSync(doomed.dir)).toBe(false)
-    expect(await waitDead([...inside, byEnv.pid!, byArg.pid!, byFile.pid!])).toEqual([])
+      expect(netnsList()).not.toContain(doomed.netns.name)
+      expect(linkExists(doomed.netns.hostLink)).toBe(false)
+      expect(existsSync(join(NETNS_MARKER_DIR, `${doomed.netns.name}.json`))).toBe(false)
+      expect(existsSync(doomed.dir)).toBe(false)
+      expect(await waitDead([...inside, byEnv.pid!, byArg.pid!, byFile.pid!])).toEqual([])
 
-    expect(alive(unrelated.pid!)).toBe(true)
-    expect(alive(otherTwin.pid!)).toBe(true)
-    expect(netnsList()).toContain(bystander.netns.name)
-    expect(existsSync(bystander.dir)).toBe(true)
-    expect((await bystander.sshRun(['true'])).code).toBe(0)
-    expect(tookMs).toBeLessThan(15_000)
+      expect(alive(unrelated.pid!)).toBe(true)
+      expect(alive(otherTwin.pid!)).toBe(true)
+      expect(netnsList()).toContain(bystander.netns.name)
+      expect(existsSync(bystander.dir)).toBe(true)
+      expect((await bystander.sshRun(['true'])).code).toBe(0)
+      expect(tookMs).toBeLessThan(15_000)
 
-    // Idempotent: a second run finds nothing and succeeds; destroy() after the script is harmless.
-    const again = await runCommand(['bash', script, '--only', doomed.token, '--dry-run'])
-    expect(again.stdout).toContain('would remove 0 item')
-    await doomed.destroy()
-  })
+      // Idempotent: a second run finds nothing and succeeds; destroy() after the script is harmless.
+      const again = await runCommand(['bash', script, '--only', doomed.token, '--dry-run'])
+      expect(again.stdout).toContain('would remove 0 item')
+      await doomed.destroy()
+    },
+  )
 
   it('rejects a malformed --only and unknown arguments with exit 2, touching nothing', async () => {
     expect((await runCommand(['bash', script, '--only', '../x'], {reject: false})).code).toBe(2)

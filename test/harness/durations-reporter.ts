@@ -11,16 +11,18 @@ import type {Reporter, TestModule} from 'vitest/node'
 export default class DurationsReporter implements Reporter {
   onTestRunEnd(modules: ReadonlyArray<TestModule>): void {
     const file = process.env.PDCHAOS_DURATIONS_FILE ?? 'test-results/durations.json'
-    const rows = modules.map((m) => {
-      const d = m.diagnostic()
-      return {
-        file: m.relativeModuleId,
-        project: m.project.name,
-        state: m.state(),
-        // import + collection + every test and hook: the file's share of the run's wall time.
-        ms: Math.round(d.collectDuration + d.setupDuration + d.prepareDuration + d.duration),
-      }
-    }).sort((a, b) => b.ms - a.ms)
+    const rows = modules
+      .map(m => {
+        const d = m.diagnostic()
+        return {
+          file: m.relativeModuleId,
+          project: m.project.name,
+          state: m.state(),
+          // import + collection + every test and hook: the file's share of the run's wall time.
+          ms: Math.round(d.collectDuration + d.setupDuration + d.prepareDuration + d.duration),
+        }
+      })
+      .sort((a, b) => b.ms - a.ms)
     mkdirSync(dirname(file), {recursive: true})
     writeFileSync(file, JSON.stringify(rows, null, 1) + '\n')
   }

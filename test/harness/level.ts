@@ -15,8 +15,10 @@ export const IN_CI = process.env.CI === 'true' || process.env.CI === '1'
 /** Throw when running at the unit level: `what` needs the system level. */
 export function requireSystemLevel(what: string): void {
   if (process.env.PDCHAOS_TEST_LEVEL === 'unit') {
-    throw new Error(`${what}: this test needs the system level (root, namespaces, sshd, the twin or the CLI as a subprocess), ` +
-      'but this is a unit run (npm test); list its file in SYSTEM_TESTS in vitest.config.ts')
+    throw new Error(
+      `${what}: this test needs the system level (root, namespaces, sshd, the twin or the CLI as a subprocess), ` +
+        'but this is a unit run (npm test); list its file in SYSTEM_TESTS in vitest.config.ts',
+    )
   }
 }
 
@@ -28,7 +30,9 @@ export function missingRoot(): string | undefined {
 
 /** Why a tool is unavailable (its path and the Debian package that has it), or undefined when it is there. */
 export function missingTool(path: string, debianPackage: string): string | undefined {
-  return existsSync(path) ? undefined : `${path} (Debian package ${debianPackage}; scripts/install-test-deps.sh installs it)`
+  return existsSync(path)
+    ? undefined
+    : `${path} (Debian package ${debianPackage}; scripts/install-test-deps.sh installs it)`
 }
 
 /**

@@ -36,13 +36,19 @@ export default class LongestFirst extends BaseSequencer {
     const sorted = await super.sort(files)
     // Projects keep vitest's order (group order, then name); within one, the known-long files lead.
     const projectAt = new Map<string, number>()
-    sorted.forEach((f, i) => { if (!projectAt.has(f.project.name)) projectAt.set(f.project.name, i) })
+    sorted.forEach((f, i) => {
+      if (!projectAt.has(f.project.name)) projectAt.set(f.project.name, i)
+    })
     const rank = (f: TestSpecification): number => {
       const i = LONGEST_FIRST.indexOf(relative(f.project.config.root, f.moduleId))
       return i < 0 ? LONGEST_FIRST.length : i
     }
-    return sorted.map((f, i) => ({f, i}))
-      .sort((a, b) => projectAt.get(a.f.project.name)! - projectAt.get(b.f.project.name)! || rank(a.f) - rank(b.f) || a.i - b.i)
+    return sorted
+      .map((f, i) => ({f, i}))
+      .sort(
+        (a, b) =>
+          projectAt.get(a.f.project.name)! - projectAt.get(b.f.project.name)! || rank(a.f) - rank(b.f) || a.i - b.i,
+      )
       .map(({f}) => f)
   }
 }

@@ -21,7 +21,7 @@ function startInside(ns: Netns, host: string, port: number, tag: string): Promis
       clearTimeout(timer)
       resolve({child, port: Number(d.toString().trim())})
     })
-    child.once('exit', (code) => {
+    child.once('exit', code => {
       clearTimeout(timer)
       reject(new Error(`server inside exited ${code}`))
     })
@@ -37,7 +37,7 @@ function fetchTcp(host: string, port: number, timeoutMs = 3000): Promise<string>
       sock.destroy()
       reject(Object.assign(new Error('timeout'), {code: 'ETIMEDOUT'}))
     })
-    sock.on('data', (d) => (data += d.toString()))
+    sock.on('data', d => (data += d.toString()))
     sock.on('end', () => resolve(data.trim()))
     sock.on('error', reject)
   })
@@ -103,8 +103,8 @@ describe('createNetns', () => {
 
   it("is isolated: the root namespace's 127.0.0.1 is not the namespace's", async () => {
     // A root-side server on loopback: the namespace cannot reach it on its own 127.0.0.1.
-    const server: Server = createServer((c) => c.end('pong root\n'))
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+    const server: Server = createServer(c => c.end('pong root\n'))
+    await new Promise<void>(r => server.listen(0, '127.0.0.1', r))
     const rootPort = (server.address() as {port: number}).port
     try {
       const probe = `require('net').connect(${rootPort},'127.0.0.1').on('connect',()=>{console.log('connected');process.exit(0)}).on('error',e=>{console.log(e.code);process.exit(0)})`
@@ -114,7 +114,11 @@ describe('createNetns', () => {
       // And the root side reaches the namespace only through its address, not loopback.
       const {child, port} = await startInside(ns, '127.0.0.1', 0, 'loop')
       try {
-        const inLoop = await ns.run([node, '-e', `require('net').connect(${port},'127.0.0.1').on('data',d=>{process.stdout.write(d);process.exit(0)})`])
+        const inLoop = await ns.run([
+          node,
+          '-e',
+          `require('net').connect(${port},'127.0.0.1').on('data',d=>{process.stdout.write(d);process.exit(0)})`,
+        ])
         expect(inLoop.stdout.trim()).toBe('pong loop')
         await expect(fetchTcp(ns.address, port)).rejects.toMatchObject({code: 'ECONNREFUSED'})
       } finally {
@@ -130,14 +134,38 @@ describe('createNetns', () => {
     const {child, port} = await startInside(ns, ns.address, 0, 'fw')
     try {
       expect(await fetchTcp(ns.address, port)).toBe('pong fw')
-      await ns.run(['iptables', '-A', 'INPUT', '-p', 'tcp', '--dport', String(port), '-j', 'REJECT', '--reject-with', 'tcp-reset'])
+      await ns.run([
+        'iptables',
+        '-A',
+        'INPUT',
+        '-p',
+        'tcp',
+        '--dport',
+        String(port),
+        '-j',
+        'REJECT',
+        '--reject-with',
+        'tcp-reset',
+      ])
       const inside = await ns.run(['iptables', '-S', 'INPUT'])
       expect(inside.stdout).toContain(`--dport ${port}`)
       await expect(fetchTcp(ns.address, port)).rejects.toMatchObject({code: 'ECONNREFUSED'})
       const rootAfter = (await runCommand(['iptables-save'])).stdout.replace(/^#.*$/gm, '')
       expect(rootAfter).toBe(rootBefore)
       expect(rootAfter).not.toContain(`--dport ${port}`)
-      await ns.run(['iptables', '-D', 'INPUT', '-p', 'tcp', '--dport', String(port), '-j', 'REJECT', '--reject-with', 'tcp-reset'])
+      await ns.run([
+        'iptables',
+        '-D',
+        'INPUT',
+        '-p',
+        'tcp',
+        '--dport',
+        String(port),
+        '-j',
+        'REJECT',
+        '--reject-with',
+        'tcp-reset',
+      ])
       expect(await fetchTcp(ns.address, port)).toBe('pong fw')
     } finally {
       child.kill('SIGKILL')
@@ -152,26 +180,29 @@ describe('createNetns', () => {
     expect(Date.now() - started).toBeLessThan(5000)
   })
 
-  it('destroy() removes namespace, link, marker and every process inside, even a running one; twice is fine', async () => {
-    const victim = await createNetns()
-    const sleeper = victim.exec(['sleep', '1000'], {stdio: 'ignore'})
-    const {child: server} = await startInside(victim, victim.address, 0, 'victim')
-    // A grandchild detached from our child tree: only the namespace sweep can find it.
-    await victim.run(['sh', '-c', 'setsid sleep 1000 >/dev/null 2>&1 < /dev/null &'])
-    const inside = await victim.pids()
-    expect(inside.length).toBeGreaterThanOrEqual(3)
-    await victim.destroy()
-    await victim.destroy()
-    expect(netnsList()).not.toContain(victim.name)
-    expect(linkExists(victim.hostLink)).toBe(false)
-    expect(existsSync(join(NETNS_MARKER_DIR, `${victim.name}.json`))).toBe(false)
-    // Reaped asynchronously: give the kernel a moment, bounded.
-    const deadline = Date.now() + 5000
-    while (inside.some(alive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50))
-    expect(inside.filter(alive)).toEqual([])
-    expect(sleeper.killed || sleeper.exitCode !== null || sleeper.signalCode !== null).toBe(true)
-    expect(server.pid).toBeDefined()
-  })
+  it(
+    'destroy() removes namespace, link, marker and every process inside, even a running one; twice ' + 'is fine',
+    async () => {
+      const victim = await createNetns()
+      const sleeper = victim.exec(['sleep', '1000'], {stdio: 'ignore'})
+      const {child: server} = await startInside(victim, victim.address, 0, 'victim')
+      // A grandchild detached from our child tree: only the namespace sweep can find it.
+      await victim.run(['sh', '-c', 'setsid sleep 1000 >/dev/null 2>&1 < /dev/null &'])
+      const inside = await victim.pids()
+      expect(inside.length).toBeGreaterThanOrEqual(3)
+      await victim.destroy()
+      await victim.destroy()
+      expect(netnsList()).not.toContain(victim.name)
+      expect(linkExists(victim.hostLink)).toBe(false)
+      expect(existsSync(join(NETNS_MARKER_DIR, `${victim.name}.json`))).toBe(false)
+      // Reaped asynchronously: give the kernel a moment, bounded.
+      const deadline = Date.now() + 5000
+      while (inside.some(alive) && Date.now() < deadline) await new Promise(r => setTimeout(r, 50))
+      expect(inside.filter(alive)).toEqual([])
+      expect(sleeper.killed || sleeper.exitCode !== null || sleeper.signalCode !== null).toBe(true)
+      expect(server.pid).toBeDefined()
+    },
+  )
 
   it('a process that exits (or gets SIGTERM) with namespaces still alive removes them', async () => {
     for (const how of ['exit', 'SIGTERM'] as const) {
@@ -182,7 +213,11 @@ describe('createNetns', () => {
         `console.log(ns.name + ' ' + ns.hostLink)`,
         how === 'exit' ? `process.exit(0)` : `setInterval(() => {}, 1000)`,
       ].join('\n')
-      const child = (await import('node:child_process')).spawn(node, ['--import', 'tsx', '--input-type=module', '-e', script], {stdio: ['ignore', 'pipe', 'pipe']})
+      const child = (await import('node:child_process')).spawn(
+        node,
+        ['--import', 'tsx', '--input-type=module', '-e', script],
+        {stdio: ['ignore', 'pipe', 'pipe']},
+      )
       const line = await new Promise<string>((resolve, reject) => {
         const timer = setTimeout(() => reject(new Error('child did not report within 15 s')), 15_000)
         child.stdout!.once('data', (d: Buffer) => {
@@ -193,7 +228,7 @@ describe('createNetns', () => {
       const [name, hostLink] = line.split(' ') as [string, string]
       expect(netnsList()).toContain(name)
       if (how === 'SIGTERM') child.kill('SIGTERM')
-      await new Promise((r) => (child.exitCode !== null || child.signalCode !== null ? r(null) : child.once('exit', r)))
+      await new Promise(r => (child.exitCode !== null || child.signalCode !== null ? r(null) : child.once('exit', r)))
       expect(netnsList()).not.toContain(name)
       expect(linkExists(hostLink)).toBe(false)
     }

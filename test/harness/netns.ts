@@ -69,34 +69,46 @@ const DEFAULT_TIMEOUT_MS = 10_000
 export function runCommand(argv: readonly string[], opts: RunOptions = {}): Promise<RunResult> {
   const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS
   return new Promise((resolve, reject) => {
-    const child = execFile(argv[0]!, argv.slice(1), {
-      timeout: timeoutMs,
-      killSignal: 'SIGKILL',
-      maxBuffer: 64 * 1024 * 1024,
-      encoding: 'utf8',
-      env: opts.env ?? process.env,
-    }, (error, stdout, stderr) => {
-      const err = error as (NodeJS.ErrnoException & {killed?: boolean; code?: number | string; signal?: NodeJS.Signals}) | null
-      if (err && typeof err.code === 'string') {
-        reject(new Error(`${argv.join(' ')}: ${err.message}`))
-        return
-      }
-      if (err?.killed) {
-        reject(new Error(`${argv.join(' ')}: timed out after ${timeoutMs} ms`))
-        return
-      }
-      const result: RunResult = {
-        code: err ? (typeof err.code === 'number' ? err.code : null) : 0,
-        signal: err?.signal ?? null,
-        stdout,
-        stderr,
-      }
-      if (result.code !== 0 && opts.reject !== false) {
-        reject(new Error(`${argv.join(' ')}: exit ${result.code ?? result.signal}: ${stderr.trim().split('\n').slice(-3).join(' | ')}`))
-        return
-      }
-      resolve(result)
-    })
+    const child = execFile(
+      argv[0]!,
+      argv.slice(1),
+      {
+        timeout: timeoutMs,
+        killSignal: 'SIGKILL',
+        maxBuffer: 64 * 1024 * 1024,
+        encoding: 'utf8',
+        env: opts.env ?? process.env,
+      },
+      (error, stdout, stderr) => {
+        const err = error as
+          | (NodeJS.ErrnoException & {killed?: boolean; code?: number | string; signal?: NodeJS.Signals})
+          | null
+        if (err && typeof err.code === 'string') {
+          reject(new Error(`${argv.join(' ')}: ${err.message}`))
+          return
+        }
+        if (err?.killed) {
+          reject(new Error(`${argv.join(' ')}: timed out after ${timeoutMs} ms`))
+          return
+        }
+        const result: RunResult = {
+          code: err ? (typeof err.code === 'number' ? err.code : null) : 0,
+          signal: err?.signal ?? null,
+          stdout,
+          stderr,
+        }
+        if (result.code !== 0 && opts.reject !== false) {
+          reject(
+            new Error(
+              `${argv.join(' ')}: ` +
+                `exit ${result.code ?? result.signal}: ${stderr.trim().split('\n').slice(-3).join(' | ')}`,
+            ),
+          )
+          return
+        }
+        resolve(result)
+      },
+    )
     if (opts.input !== undefined) child.stdin?.end(opts.input)
     else child.stdin?.end()
   })
@@ -110,13 +122,31 @@ let hooksInstalled = false
 function destroySync(name: string, hostLink: string): void {
   const quiet = {stdio: 'ignore' as const, timeout: 5000}
   try {
-    const out = execFileSync(IP, ['netns', 'pids', name], {encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'], timeout: 5000})
+    const out = execFileSync(IP, ['netns', 'pids', name], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+      timeout: 5000,
+    })
     for (const pid of out.split(/\s+/).filter(Boolean).map(Number)) {
-      try { process.kill(pid, 'SIGKILL') } catch { /* gone already */ }
+      try {
+        process.kill(pid, 'SIGKILL')
+      } catch {
+        /* gone already */
+      }
     }
-  } catch { /* namespace gone */ }
-  try { execFileSync(IP, ['link', 'del', hostLink], quiet) } catch { /* gone with the namespace */ }
-  try { execFileSync(IP, ['netns', 'del', name], quiet) } catch { /* gone already */ }
+  } catch {
+    /* namespace gone */
+  }
+  try {
+    execFileSync(IP, ['link', 'del', hostLink], quiet)
+  } catch {
+    /* gone with the namespace */
+  }
+  try {
+    execFileSync(IP, ['netns', 'del', name], quiet)
+  } catch {
+    /* gone already */
+  }
   rmSync(join(NETNS_MARKER_DIR, `${name}.json`), {force: true})
 }
 
@@ -187,7 +217,10 @@ export async function createNetns(opts: CreateNetnsOptions = {}): Promise<Netns>
     installHooks()
     live.set(name, {hostLink})
     mkdirSync(NETNS_MARKER_DIR, {recursive: true})
-    writeFileSync(join(NETNS_MARKER_DIR, `${name}.json`), JSON.stringify({name, hostLink, nsLink, index, ownerPid: process.pid, createdAt: Date.now()}) + '\n')
+    writeFileSync(
+      join(NETNS_MARKER_DIR, `${name}.json`),
+      JSON.stringify({name, hostLink, nsLink, index, ownerPid: process.pid, createdAt: Date.now()}) + '\n',
+    )
     const address = `10.231.${index}.2`
     const hostAddress = `10.231.${index}.1`
     const ns = makeNetns({name, index, address, hostAddress, hostLink, nsLink})
@@ -204,17 +237,30 @@ export async function createNetns(opts: CreateNetnsOptions = {}): Promise<Netns>
     }
     return ns
   }
-  throw new Error(`createNetns: no free 10.231.N.0/24 after ${attempts} attempts${lastError ? ` (last: ${lastError})` : ''}`)
+  throw new Error(
+    `createNetns: no free 10.231.N.0/24 after ${attempts} attempts${lastError ? ` (last: ${lastError})` : ''}`,
+  )
 }
 
-function makeNetns(p: {name: string; index: number; address: string; hostAddress: string; hostLink: string; nsLink: string}): Netns {
+function makeNetns(p: {
+  name: string
+  index: number
+  address: string
+  hostAddress: string
+  hostLink: string
+  nsLink: string
+}): Netns {
   const prefix = [IP, 'netns', 'exec', p.name] as const
   let destroying: Promise<void> | undefined
 
   const pids = async (): Promise<number[]> => {
     const r = await runCommand([IP, 'netns', 'pids', p.name], {reject: false, timeoutMs: 5000})
     if (r.code !== 0) return []
-    return r.stdout.split(/\s+/).filter(Boolean).map(Number).filter((n) => n !== process.pid)
+    return r.stdout
+      .split(/\s+/)
+      .filter(Boolean)
+      .map(Number)
+      .filter(n => n !== process.pid)
   }
 
   const destroy = async (): Promise<void> => {
@@ -225,9 +271,13 @@ function makeNetns(p: {name: string; index: number; address: string; hostAddress
       if (left.length === 0) break
       if (Date.now() > deadline) break
       for (const pid of left) {
-        try { process.kill(pid, 'SIGKILL') } catch { /* gone */ }
+        try {
+          process.kill(pid, 'SIGKILL')
+        } catch {
+          /* gone */
+        }
       }
-      await new Promise((r) => setTimeout(r, 20))
+      await new Promise(r => setTimeout(r, 20))
     }
     await runCommand([IP, 'link', 'del', p.hostLink], {reject: false})
     await runCommand([IP, 'netns', 'del', p.name], {reject: false})

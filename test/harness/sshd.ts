@@ -1,5 +1,15 @@
 import {type ChildProcess, execFileSync, spawn} from 'node:child_process'
-import {closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync} from 'node:fs'
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs'
 import {createServer} from 'node:net'
 import {tmpdir} from 'node:os'
 import {join} from 'node:path'
@@ -74,7 +84,9 @@ export const SSHD = '/usr/sbin/sshd'
 export function ensureSshd(): void {
   if (!existsSync(SSHD)) {
     execFileSync('apt-get', ['install', '-y', '--no-install-recommends', 'openssh-server', 'openssh-client'], {
-      stdio: 'ignore', timeout: 300_000, env: {...process.env, DEBIAN_FRONTEND: 'noninteractive'},
+      stdio: 'ignore',
+      timeout: 300_000,
+      env: {...process.env, DEBIAN_FRONTEND: 'noninteractive'},
     })
   }
   mkdirSync('/run/sshd', {recursive: true, mode: 0o755})
@@ -93,7 +105,10 @@ export function freePort(host = '127.0.0.1'): Promise<number> {
 }
 
 function keygen(path: string): void {
-  execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', 'pdchaos-test', '-f', path], {stdio: 'ignore', timeout: 10_000})
+  execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', 'pdchaos-test', '-f', path], {
+    stdio: 'ignore',
+    timeout: 10_000,
+  })
 }
 
 /** Every live process whose ancestry leads to pid (read from /proc). */
@@ -105,13 +120,19 @@ export function descendants(pid: number): number[] {
       const stat = readFileSync(`/proc/${name}/stat`, 'latin1')
       const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
       parent.set(Number(name), ppid)
-    } catch { /* exited while we looked */ }
+    } catch {
+      /* exited while we looked */
+    }
   }
   const out: number[] = []
   const frontier = [pid]
   while (frontier.length > 0) {
     const p = frontier.pop()!
-    for (const [child, pp] of parent) if (pp === p) { out.push(child); frontier.push(child) }
+    for (const [child, pp] of parent)
+      if (pp === p) {
+        out.push(child)
+        frontier.push(child)
+      }
   }
   return out
 }
@@ -121,12 +142,23 @@ function waitListening(child: ChildProcess, logPath: string, deadlineMs: number)
   return new Promise((resolve, reject) => {
     const tick = (): void => {
       const log = existsSync(logPath) ? readFileSync(logPath, 'utf8') : ''
-      if (/Server listening on/.test(log)) { resolve(); return }
-      if (child.exitCode !== null || child.signalCode !== null) {
-        reject(new Error(`sshd exited (${child.exitCode ?? child.signalCode}) before listening: ${log.trim().split('\n').slice(-3).join(' | ')}`))
+      if (/Server listening on/.test(log)) {
+        resolve()
         return
       }
-      if (Date.now() > until) { reject(new Error(`sshd not listening after ${deadlineMs} ms: ${log.trim()}`)); return }
+      if (child.exitCode !== null || child.signalCode !== null) {
+        reject(
+          new Error(
+            `sshd exited (${child.exitCode ?? child.signalCode}) before ` +
+              `listening: ${log.trim().split('\n').slice(-3).join(' | ')}`,
+          ),
+        )
+        return
+      }
+      if (Date.now() > until) {
+        reject(new Error(`sshd not listening after ${deadlineMs} ms: ${log.trim()}`))
+        return
+      }
       setTimeout(tick, 15)
     }
     tick()
@@ -137,7 +169,17 @@ function waitListening(child: ChildProcess, logPath: string, deadlineMs: number)
 function loginShellPrefix(dir: string, shell: string): string[] {
   const passwd = join(dir, 'passwd')
   writeFileSync(passwd, readFileSync('/etc/passwd', 'utf8').replace(/^(root:[^\n]*:)[^:\n]*$/m, `$1${shell}`))
-  return ['unshare', '--mount', '--propagation', 'private', 'sh', '-c', 'mount --bind "$1" /etc/passwd && shift && exec "$@"', 'sh', passwd]
+  return [
+    'unshare',
+    '--mount',
+    '--propagation',
+    'private',
+    'sh',
+    '-c',
+    'mount --bind "$1" /etc/passwd && shift && exec "$@"',
+    'sh',
+    passwd,
+  ]
 }
 
 export async function startSshd(opts: SshdOptions = {}): Promise<Sshd> {
@@ -147,39 +189,54 @@ export async function startSshd(opts: SshdOptions = {}): Promise<Sshd> {
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'pdchaos-sshd-'))
   mkdirSync(dir, {recursive: true})
   const host = opts.host ?? '127.0.0.1'
-  const prefix = [...opts.prefix ?? (opts.netns ? ['ip', 'netns', 'exec', opts.netns] : []), ...(opts.loginShell ? loginShellPrefix(dir, opts.loginShell) : [])]
+  const prefix = [
+    ...(opts.prefix ?? (opts.netns ? ['ip', 'netns', 'exec', opts.netns] : [])),
+    ...(opts.loginShell ? loginShellPrefix(dir, opts.loginShell) : []),
+  ]
   const hostKeyPath = opts.hostKeyPath ?? join(dir, 'host_ed25519')
   if (!opts.hostKeyPath) keygen(hostKeyPath)
   const clientKeyPath = opts.clientKeyPath ?? join(dir, 'client_ed25519')
   if (!existsSync(clientKeyPath)) keygen(clientKeyPath)
   writeFileSync(join(dir, 'authorized_keys'), readFileSync(clientKeyPath + '.pub'))
-  const hostKeyBlob = Buffer.from(readFileSync(hostKeyPath + '.pub', 'utf8').trim().split(/\s+/)[1]!, 'base64')
+  const hostKeyBlob = Buffer.from(
+    readFileSync(hostKeyPath + '.pub', 'utf8')
+      .trim()
+      .split(/\s+/)[1]!,
+    'base64',
+  )
   const home = opts.home === undefined ? join(dir, 'home') : opts.home
   if (home !== null) mkdirSync(home, {recursive: true})
   const env = {...(home === null ? {} : {HOME: home}), ...opts.env, ...(opts.path ? {PATH: opts.path} : {})}
 
   // A port picked on loopback can be taken by another test between pick and bind: retry a few times.
   for (let attempt = 0; ; attempt++) {
-    const port = opts.port ?? await freePort()
+    const port = opts.port ?? (await freePort())
     const logPath = join(dir, 'sshd.log')
-    const config = [
-      // sshd_config keeps the first value of an option, so the caller's lines go first to override ours.
-      ...(opts.extraConfig ?? []),
-      `Port ${port}`,
-      `ListenAddress ${host}`,
-      `HostKey ${hostKeyPath}`,
-      `PidFile ${join(dir, 'sshd.pid')}`,
-      `AuthorizedKeysFile ${join(dir, 'authorized_keys')}`,
-      'StrictModes no',
-      'UsePAM no',
-      'PasswordAuthentication no',
-      'KbdInteractiveAuthentication no',
-      'PermitRootLogin prohibit-password',
-      'AllowTcpForwarding yes',
-      'Subsystem sftp internal-sftp',
-      'LogLevel VERBOSE',
-      ...(Object.keys(env).length > 0 ? [`SetEnv ${Object.entries(env).map(([k, v]) => `"${k}=${v}"`).join(' ')}`] : []),
-    ].join('\n') + '\n'
+    const config =
+      [
+        // sshd_config keeps the first value of an option, so the caller's lines go first to override ours.
+        ...(opts.extraConfig ?? []),
+        `Port ${port}`,
+        `ListenAddress ${host}`,
+        `HostKey ${hostKeyPath}`,
+        `PidFile ${join(dir, 'sshd.pid')}`,
+        `AuthorizedKeysFile ${join(dir, 'authorized_keys')}`,
+        'StrictModes no',
+        'UsePAM no',
+        'PasswordAuthentication no',
+        'KbdInteractiveAuthentication no',
+        'PermitRootLogin prohibit-password',
+        'AllowTcpForwarding yes',
+        'Subsystem sftp internal-sftp',
+        'LogLevel VERBOSE',
+        ...(Object.keys(env).length > 0
+          ? [
+              `SetEnv ${Object.entries(env)
+                .map(([k, v]) => `"${k}=${v}"`)
+                .join(' ')}`,
+            ]
+          : []),
+      ].join('\n') + '\n'
     const configPath = join(dir, 'sshd_config')
     writeFileSync(configPath, config)
     execFileSync(SSHD, ['-t', '-f', configPath], {stdio: 'pipe', timeout: 10_000})
@@ -193,7 +250,9 @@ export async function startSshd(opts: SshdOptions = {}): Promise<Sshd> {
       await waitListening(child, logPath, opts.startTimeoutMs ?? 10_000)
     } catch (err) {
       child.kill('SIGKILL')
-      const bindFailed = /Bind to port|Address already in use|Cannot bind any address/.test(readFileSync(logPath, 'utf8'))
+      const bindFailed = /Bind to port|Address already in use|Cannot bind any address/.test(
+        readFileSync(logPath, 'utf8'),
+      )
       if (bindFailed && opts.port === undefined && attempt < 4) continue
       if (ownDir) rmSync(dir, {recursive: true, force: true})
       throw err
@@ -204,21 +263,36 @@ export async function startSshd(opts: SshdOptions = {}): Promise<Sshd> {
       if (killed) return
       killed = true
       for (const p of [pid, ...descendants(pid)]) {
-        try { process.kill(p, 'SIGKILL') } catch { /* gone */ }
+        try {
+          process.kill(p, 'SIGKILL')
+        } catch {
+          /* gone */
+        }
       }
       if (child.exitCode === null && child.signalCode === null) {
-        await new Promise<void>((resolve) => {
+        await new Promise<void>(resolve => {
           const t = setTimeout(resolve, 3000)
-          child.once('exit', () => { clearTimeout(t); resolve() })
+          child.once('exit', () => {
+            clearTimeout(t)
+            resolve()
+          })
         })
       }
     }
     let stopped = false
     return {
-      host, port, user: 'root', dir, clientKeyPath, hostKeyPath, hostKeyBlob,
+      host,
+      port,
+      user: 'root',
+      dir,
+      clientKeyPath,
+      hostKeyPath,
+      hostKeyBlob,
       hostKeyFingerprint: fingerprintOf(hostKeyBlob),
       knownHostsLine: lineFor(host, port, hostKeyBlob) + '\n',
-      logPath, pid, killAll,
+      logPath,
+      pid,
+      killAll,
       async stop() {
         if (stopped) return
         stopped = true

@@ -11,14 +11,22 @@ import {IN_CI, missingRoot} from './level.js'
  */
 
 const TOOLS: Array<[bin: string, pkg: string]> = [
-  ['sshd', 'openssh-server'], ['ssh', 'openssh-client'], ['ssh-keygen', 'openssh-client'],
-  ['ip', 'iproute2'], ['ss', 'iproute2'], ['nft', 'nftables'], ['iptables', 'iptables'],
-  ['chromium', 'chromium'], ['xmllint', 'libxml2-utils'], ['prometheus-pushgateway', 'prometheus-pushgateway'], ['ps', 'procps'],
+  ['sshd', 'openssh-server'],
+  ['ssh', 'openssh-client'],
+  ['ssh-keygen', 'openssh-client'],
+  ['ip', 'iproute2'],
+  ['ss', 'iproute2'],
+  ['nft', 'nftables'],
+  ['iptables', 'iptables'],
+  ['chromium', 'chromium'],
+  ['xmllint', 'libxml2-utils'],
+  ['prometheus-pushgateway', 'prometheus-pushgateway'],
+  ['ps', 'procps'],
 ]
 
 function onPath(bin: string): boolean {
   const dirs = [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/sbin', '/usr/bin', '/bin']
-  return dirs.some((d) => d !== '' && existsSync(join(d, bin)))
+  return dirs.some(d => d !== '' && existsSync(join(d, bin)))
 }
 
 export function systemLacks(): string[] {
@@ -29,7 +37,9 @@ export function systemLacks(): string[] {
   return lacks
 }
 
-/** src/ files newer than their compiled dist/ files, and a manifest older than a command (system tests run the build). */
+/**
+ * src/ files newer than their compiled dist/ files, and a manifest older than a command (system tests run the build).
+ */
 export function staleBuild(root = process.cwd()): string[] {
   const out: string[] = []
   const walk = (dir: string): void => {
@@ -46,15 +56,25 @@ export function staleBuild(root = process.cwd()): string[] {
   // oclif finds the commands through the manifest only: one older than a command's source hides a new command.
   const manifest = join(root, 'oclif.manifest.json')
   const commands = join(root, 'src', 'commands')
-  const newest = (dir: string): number => Math.max(0, ...readdirSync(dir, {withFileTypes: true}).map((e) => e.isDirectory() ? newest(join(dir, e.name)) : statSync(join(dir, e.name)).mtimeMs))
-  if (existsSync(commands) && (!existsSync(manifest) || statSync(manifest).mtimeMs < newest(commands))) out.push('oclif.manifest.json')
+  const newest = (dir: string): number =>
+    Math.max(
+      0,
+      ...readdirSync(dir, {withFileTypes: true}).map(e =>
+        e.isDirectory() ? newest(join(dir, e.name)) : statSync(join(dir, e.name)).mtimeMs,
+      ),
+    )
+  if (existsSync(commands) && (!existsSync(manifest) || statSync(manifest).mtimeMs < newest(commands)))
+    out.push('oclif.manifest.json')
   return out
 }
 
 export default function setup(): void {
   const stale = staleBuild()
   if (stale.length > 0) {
-    const text = `dist/ is older than ${stale.length} source file(s) (${stale.slice(0, 3).join(', ')}${stale.length > 3 ? ', …' : ''}): run npm run build (the system tests run the built CLI and twin)`
+    const text =
+      `dist/ is older than ${stale.length} source file(s) ` +
+      `(${stale.slice(0, 3).join(', ')}${stale.length > 3 ? ', …' : ''}): run npm run build (the system tests run ` +
+      `the built CLI and twin)`
     if (IN_CI) throw new Error(text)
     process.stderr.write(`WARNING: ${text}.\n`)
   }

@@ -22,12 +22,12 @@ describe('createTestHost with the twin started inside over SSH', () => {
     const inside = new Set(await host.netns.pids())
     const services = join(host.stateDir, 'services')
     const recorded: number[] = []
-    for (const f of readdirSync(services).filter((n) => n.endsWith('.json'))) {
+    for (const f of readdirSync(services).filter(n => n.endsWith('.json'))) {
       const s = JSON.parse(readFileSync(join(services, f), 'utf8')) as {pid: number; rankPids?: number[]}
       recorded.push(s.pid, ...(s.rankPids ?? []))
     }
     expect(recorded.length).toBeGreaterThanOrEqual(3)
-    expect(recorded.filter((p) => !inside.has(p))).toEqual([])
+    expect(recorded.filter(p => !inside.has(p))).toEqual([])
   })
 
   it('a request through the router reaches the twin from the root side', async () => {
@@ -41,14 +41,20 @@ describe('createTestHost with the twin started inside over SSH', () => {
     expect(typeof ((await res.json()) as {text?: unknown}).text).toBe('string')
   })
 
-  it("nvidia-smi resolves over SSH to the twin's stand-in and maps GPUs to rank pids inside the namespace", async () => {
-    const r = await host.sshRun(['nvidia-smi', '--query-compute-apps=pid,gpu_uuid', '--format=csv,noheader'])
-    expect(r.code).toBe(0)
-    const pids = r.stdout.trim().split('\n').map((l) => Number(l.split(',')[0]))
-    expect(pids.length).toBe(8)
-    const inside = new Set(await host.netns.pids())
-    expect(pids.filter((p) => !inside.has(p))).toEqual([])
-  })
+  it(
+    "nvidia-smi resolves over SSH to the twin's stand-in and maps GPUs to rank pids inside the " + 'namespace',
+    async () => {
+      const r = await host.sshRun(['nvidia-smi', '--query-compute-apps=pid,gpu_uuid', '--format=csv,noheader'])
+      expect(r.code).toBe(0)
+      const pids = r.stdout
+        .trim()
+        .split('\n')
+        .map(l => Number(l.split(',')[0]))
+      expect(pids.length).toBe(8)
+      const inside = new Set(await host.netns.pids())
+      expect(pids.filter(p => !inside.has(p))).toEqual([])
+    },
+  )
 
   it("the deployment file is the twin's, reached over ssh", () => {
     const doc = DeploymentSchema.parse(parseYaml(readFileSync(host.deploymentFile, 'utf8')))
@@ -62,7 +68,7 @@ describe('createTestHost with the twin started inside over SSH', () => {
     await host.destroy()
     expect(existsSync(host.dir)).toBe(false)
     const until = Date.now() + 5000
-    while (inside.some((p) => existsSync(`/proc/${p}`)) && Date.now() < until) await new Promise((r) => setTimeout(r, 50))
-    expect(inside.filter((p) => existsSync(`/proc/${p}`))).toEqual([])
+    while (inside.some(p => existsSync(`/proc/${p}`)) && Date.now() < until) await new Promise(r => setTimeout(r, 50))
+    expect(inside.filter(p => existsSync(`/proc/${p}`))).toEqual([])
   })
 })

@@ -54,27 +54,52 @@ describe('createTestHost (sshd in a namespace, no twin)', () => {
     execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', join(host.dir, 'other')])
     const otherPub = readFileSync(join(host.dir, 'other.pub'), 'utf8').split(' ')
     writeFileSync(wrong, `${host.ssh.host} ${otherPub[0]} ${otherPub[1]}\n`)
-    const r = await runCommand(['ssh', '-F', '/dev/null', '-i', host.ssh.identityFile, '-o', 'BatchMode=yes', '-o', 'StrictHostKeyChecking=yes',
-      '-o', `UserKnownHostsFile=${wrong}`, '-o', 'ConnectTimeout=5', `root@${host.ssh.host}`, 'true'], {reject: false})
+    const r = await runCommand(
+      [
+        'ssh',
+        '-F',
+        '/dev/null',
+        '-i',
+        host.ssh.identityFile,
+        '-o',
+        'BatchMode=yes',
+        '-o',
+        'StrictHostKeyChecking=yes',
+        '-o',
+        `UserKnownHostsFile=${wrong}`,
+        '-o',
+        'ConnectTimeout=5',
+        `root@${host.ssh.host}`,
+        'true',
+      ],
+      {reject: false},
+    )
     expect(r.code).toBe(255)
     expect(r.stderr).toMatch(/HOST IDENTIFICATION HAS CHANGED|Host key verification failed/)
   })
 
   it('writes a valid deployment file pointing at the namespace over ssh', () => {
     const doc = DeploymentSchema.parse(parseYaml(readFileSync(host.deploymentFile, 'utf8')))
-    expect(doc.host).toMatchObject({kind: 'ssh', hostname: host.ssh.host, port: 22, user: 'root', identityFile: host.ssh.identityFile,
-      knownHosts: host.ssh.knownHosts, fingerprint: host.ssh.fingerprint})
+    expect(doc.host).toMatchObject({
+      kind: 'ssh',
+      hostname: host.ssh.host,
+      port: 22,
+      user: 'root',
+      identityFile: host.ssh.identityFile,
+      knownHosts: host.ssh.knownHosts,
+      fingerprint: host.ssh.fingerprint,
+    })
     expect(doc.services.router.url).toContain(host.ssh.host)
     expect(doc.stateDir.startsWith(host.dir)).toBe(true)
   })
 
   it('destroy() leaves no namespace, sshd or temp dir behind, and may be called twice', async () => {
     const other = await createTestHost({sshd: true})
-    const sshdPids = (await other.netns.pids())
+    const sshdPids = await other.netns.pids()
     expect(sshdPids.length).toBeGreaterThan(0)
     // A login session still open when destroy runs.
     const held = other.sshRun(['sleep', '1000'], {timeoutMs: 30_000})
-    await new Promise((r) => setTimeout(r, 300))
+    await new Promise(r => setTimeout(r, 300))
     await other.destroy()
     await other.destroy()
     const r = await held

@@ -47,7 +47,10 @@ export interface TestHostOptions {
   /** Start the twin inside the namespace over SSH (`true` for its defaults). */
   twin?: SimUpOptions | true
   sshd?: true
-  /** Which CLI entry runs `sim up`: dist (bin/run.js, needs a build) or dev (bin/dev.js, src via tsx). Default: dist when built. */
+  /**
+   * Which CLI entry runs `sim up`: dist (bin/run.js, needs a build) or dev (bin/dev.js, src via tsx). Default: dist
+   * when built.
+   */
   cli?: 'dist' | 'dev'
   /**
    * Serve requests right after `sim up` until one goes through (default true), as a deployment that has seen
@@ -93,7 +96,9 @@ export interface TestHost {
   sshd: Sshd
   /** Run argv on the host over SSH with the `ssh` client (BatchMode, strict host key). Resolves with any exit code. */
   sshRun(argv: readonly string[], opts?: {timeoutMs?: number; input?: string}): Promise<RunResult>
-  /** `sim down` over SSH, stop sshd, destroy the namespace (killing whatever is left), remove the temp dir. Idempotent. */
+  /**
+   * `sim down` over SSH, stop sshd, destroy the namespace (killing whatever is left), remove the temp dir. Idempotent.
+   */
   destroy(): Promise<void>
 }
 
@@ -145,30 +150,62 @@ export async function createTestHost(opts: TestHostOptions = {}): Promise<TestHo
   let destroyed: Promise<void> | undefined
   let twinStarted = false
 
-  const destroy = (): Promise<void> => (destroyed ??= (async () => {
-    if (twinStarted && sshd) {
-      // The twin's own shutdown first (it knows its process groups); the namespace sweep catches the rest.
-      await sshRun([process.execPath, cliEntry(opts.cli), 'sim', 'down', '--state-dir', stateDir, '--json'], {timeoutMs: 20_000}).catch(() => undefined)
-    }
-    await sshd?.stop().catch(() => undefined)
-    await netns?.destroy()
-    rmSync(dir, {recursive: true, force: true})
-    liveDirs.delete(dir)
-  })())
+  const destroy = (): Promise<void> =>
+    (destroyed ??= (async () => {
+      if (twinStarted && sshd) {
+        // The twin's own shutdown first (it knows its process groups); the namespace sweep catches the rest.
+        await sshRun([process.execPath, cliEntry(opts.cli), 'sim', 'down', '--state-dir', stateDir, '--json'], {
+          timeoutMs: 20_000,
+        }).catch(() => undefined)
+      }
+      await sshd?.stop().catch(() => undefined)
+      await netns?.destroy()
+      rmSync(dir, {recursive: true, force: true})
+      liveDirs.delete(dir)
+    })())
 
   let ssh: TestHostSsh | undefined
   const sshRun = async (argv: readonly string[], o: {timeoutMs?: number; input?: string} = {}): Promise<RunResult> => {
     if (!ssh) throw new Error('sshRun: sshd is not running')
-    return runCommand([
-      'ssh', '-F', '/dev/null', '-i', ssh.identityFile, '-o', 'IdentitiesOnly=yes', '-o', 'BatchMode=yes',
-      '-o', 'StrictHostKeyChecking=yes', '-o', `UserKnownHostsFile=${ssh.knownHosts}`, '-o', 'ConnectTimeout=5',
-      '-p', String(ssh.port), `${ssh.user}@${ssh.host}`, '--', shellCommand([...argv]),
-    ], {timeoutMs: o.timeoutMs ?? 30_000, input: o.input, reject: false})
+    return runCommand(
+      [
+        'ssh',
+        '-F',
+        '/dev/null',
+        '-i',
+        ssh.identityFile,
+        '-o',
+        'IdentitiesOnly=yes',
+        '-o',
+        'BatchMode=yes',
+        '-o',
+        'StrictHostKeyChecking=yes',
+        '-o',
+        `UserKnownHostsFile=${ssh.knownHosts}`,
+        '-o',
+        'ConnectTimeout=5',
+        '-p',
+        String(ssh.port),
+        `${ssh.user}@${ssh.host}`,
+        '--',
+        shellCommand([...argv]),
+      ],
+      {timeoutMs: o.timeoutMs ?? 30_000, input: o.input, reject: false},
+    )
   }
 
   try {
     netns = await createNetns({prefix: `pdc-${token}`})
-    const loginPath = [join(stateDir, 'bin'), dirname(process.execPath), '/usr/local/sbin', '/usr/local/bin', '/usr/sbin', '/usr/bin', '/sbin', '/bin'].join(':')
+    const loginPath = [
+      join(stateDir, 'bin'),
+      dirname(process.execPath),
+      '/usr/local/sbin',
+      '/usr/local/bin',
+      '/usr/sbin',
+      '/usr/bin',
+      '/sbin',
+      '/bin',
+    ].join(':')
     sshd = await startSshd({
       dir: join(dir, 'sshd'),
       host: netns.address,
@@ -182,10 +219,23 @@ export async function createTestHost(opts: TestHostOptions = {}): Promise<TestHo
     })
     const knownHosts = join(dir, 'known_hosts')
     writeFileSync(knownHosts, sshd.knownHostsLine.trimEnd() + '\n')
-    ssh = {host: netns.address, port: 22, user: 'root', identityFile: sshd.clientKeyPath, knownHosts, fingerprint: sshd.hostKeyFingerprint}
+    ssh = {
+      host: netns.address,
+      port: 22,
+      user: 'root',
+      identityFile: sshd.clientKeyPath,
+      knownHosts,
+      fingerprint: sshd.hostKeyFingerprint,
+    }
     const hostConfig: SshHostConfig = {
-      kind: 'ssh', hostname: ssh.host, port: ssh.port, user: ssh.user, identityFile: ssh.identityFile, knownHosts,
-      fingerprint: ssh.fingerprint, connectTimeoutSeconds: 5,
+      kind: 'ssh',
+      hostname: ssh.host,
+      port: ssh.port,
+      user: ssh.user,
+      identityFile: ssh.identityFile,
+      knownHosts,
+      fingerprint: ssh.fingerprint,
+      connectTimeoutSeconds: 5,
     }
 
     let twin: TwinInfo | undefined
@@ -193,26 +243,48 @@ export async function createTestHost(opts: TestHostOptions = {}): Promise<TestHo
     if (opts.twin) {
       const o = opts.twin === true ? {} : opts.twin
       twinStarted = true
-      const argv = [process.execPath, cliEntry(opts.cli), 'sim', 'up', '--host', netns.address, '--state-dir', stateDir, '--json', ...simUpArgs(o)]
+      const argv = [
+        process.execPath,
+        cliEntry(opts.cli),
+        'sim',
+        'up',
+        '--host',
+        netns.address,
+        '--state-dir',
+        stateDir,
+        '--json',
+        ...simUpArgs(o),
+      ]
       const r = await sshRun(argv, {timeoutMs: o.timeoutMs ?? 90_000})
       if (r.code !== 0) {
-        throw new Error(`sim up over ssh exited ${r.code}: ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join(' | ')}`)
+        throw new Error(
+          `sim up over ssh exited ${r.code}: ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join(' | ')}`,
+        )
       }
       const up = JSON.parse(r.stdout) as Record<string, unknown>
       const twinFile = String(up.deploymentFile)
       twin = {stateDir, deploymentFile: twinFile, endpoints: up.endpoints as TwinInfo['endpoints'], up}
       if (opts.warm !== false) await warmTwin(twin.endpoints)
       // The twin's own file, with the host swapped for SSH into the namespace: same services, restart commands, logs.
-      deployment = {...(parseYaml(readFileSync(twinFile, 'utf8')) as DeploymentInput), host: hostConfig, stateDir: leaseDir}
+      deployment = {
+        ...(parseYaml(readFileSync(twinFile, 'utf8')) as DeploymentInput),
+        host: hostConfig,
+        stateDir: leaseDir,
+      }
     } else {
-      // No twin: services at the twin's default ports on the namespace address, where nothing listens (for unreachable-service tests).
+      // No twin: services at the twin's default ports on the namespace address, where nothing listens (for
+      // unreachable-service tests).
       const url = (port: number): string => `http://${netns!.address}:${port}`
       deployment = {
         name: `test-host-${token}`,
         labels: {environment: 'test'},
         host: hostConfig,
         stateDir: leaseDir,
-        services: {prefill: {url: url(30_100), bootstrapPort: 30_500}, decode: {url: url(30_200)}, router: {url: url(30_000)}},
+        services: {
+          prefill: {url: url(30_100), bootstrapPort: 30_500},
+          decode: {url: url(30_200)},
+          router: {url: url(30_000)},
+        },
         watchdog: {scope: 'all', deadlineSeconds: 10, pollSeconds: 1},
       }
     }
@@ -228,7 +300,12 @@ export async function createTestHost(opts: TestHostOptions = {}): Promise<TestHo
 }
 
 async function post(url: string, body: unknown, timeoutMs: number): Promise<{status: number; text: string}> {
-  const res = await fetch(url, {method: 'POST', headers: {'content-type': 'application/json'}, body: JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs)})
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: {'content-type': 'application/json'},
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(timeoutMs),
+  })
   return {status: res.status, text: await res.text()}
 }
 
@@ -244,18 +321,29 @@ export async function warmTwin(endpoints: TwinInfo['endpoints'], maxTries = 8): 
   const bootstrap = new URL(endpoints.bootstrap)
   const pair = async (): Promise<string | undefined> => {
     const rid = `test-warmup-${randomBytes(6).toString('hex')}`
-    const body = {rid, text: 'warm up '.repeat(16), max_new_tokens: 1, bootstrap_host: bootstrap.hostname, bootstrap_port: Number(bootstrap.port), bootstrap_room: randomBytes(6).readUIntBE(0, 6)}
+    const body = {
+      rid,
+      text: 'warm up '.repeat(16),
+      max_new_tokens: 1,
+      bootstrap_host: bootstrap.hostname,
+      bootstrap_port: Number(bootstrap.port),
+      bootstrap_room: randomBytes(6).readUIntBE(0, 6),
+    }
     const decode = post(`${endpoints.decode}/generate`, body, 30_000)
     const prefill = await post(`${endpoints.prefill}/generate`, body, 30_000)
-    if (prefill.status !== 200) await post(`${endpoints.decode}/abort_request`, {rid, abort_all: false}, 10_000).catch(() => undefined)
+    if (prefill.status !== 200)
+      await post(`${endpoints.decode}/abort_request`, {rid, abort_all: false}, 10_000).catch(() => undefined)
     const d = await decode
     if (prefill.status === 200 && d.status === 200) return undefined
     return `prefill ${prefill.status} ${prefill.text.slice(0, 160)}; decode ${d.status} ${d.text.slice(0, 160)}`
   }
   const answers: string[] = []
   for (let i = 0; i < maxTries; i++) {
-    const problem = await pair() ?? await post(`${endpoints.router}/generate`, {text: 'warm up', max_new_tokens: 1}, 30_000)
-      .then((r) => (r.status === 200 ? undefined : `router ${r.status} ${r.text.slice(0, 160)}`))
+    const problem =
+      (await pair()) ??
+      (await post(`${endpoints.router}/generate`, {text: 'warm up', max_new_tokens: 1}, 30_000).then(r =>
+        r.status === 200 ? undefined : `router ${r.status} ${r.text.slice(0, 160)}`,
+      ))
     if (problem === undefined) return
     answers.push(problem)
   }

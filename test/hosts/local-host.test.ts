@@ -21,7 +21,11 @@ describe('LocalHost', () => {
   })
 
   it('runs argv without a shell: exit code, stdout, stderr, stdin, env', async () => {
-    const res = await host.run(['sh', '-c', 'cat; echo "[$X]"; echo oops >&2; exit 7'], {timeoutMs: 5000, stdin: 'in\n', env: {X: '$HOME; rm -rf /'}})
+    const res = await host.run(['sh', '-c', 'cat; echo "[$X]"; echo oops >&2; exit 7'], {
+      timeoutMs: 5000,
+      stdin: 'in\n',
+      env: {X: '$HOME; rm -rf /'},
+    })
     expect(res).toMatchObject({code: 7, stdout: 'in\n[$HOME; rm -rf /]\n', stderr: 'oops\n'})
     expect(res.durationMs).toBeGreaterThan(0)
     expect((await host.run(['echo', '$(id)'], {timeoutMs: 5000})).stdout).toBe('$(id)\n')
@@ -46,10 +50,12 @@ describe('LocalHost', () => {
     expect(big.stderr).toMatch(/E2BIG/)
   })
 
-  it('a stop (the run\'s signal) rejects at once with exit 3 and kills the whole process group (issue 28)', async () => {
+  it("a stop (the run's signal) rejects at once with exit 3 and kills the whole process group (issue 28)", async () => {
     const m = marker()
     const stop = new AbortController()
-    const running = host.run(['sh', '-c', `sleep ${m} & sleep ${m}; wait`], {timeoutMs: 60_000, signal: stop.signal}).catch((e: unknown) => e)
+    const running = host
+      .run(['sh', '-c', `sleep ${m} & sleep ${m}; wait`], {timeoutMs: 60_000, signal: stop.signal})
+      .catch((e: unknown) => e)
     // The shell and its two sleeps (the shell's command line names them too).
     await eventually(() => pidsMatching(`sleep ${m}`).length >= 3, 5000)
     const t0 = performance.now()
@@ -58,7 +64,9 @@ describe('LocalHost', () => {
     const elapsed = performance.now() - t0
     expect(err).toBeInstanceOf(PdError)
     expect((err as PdError).exitCode).toBe(3)
-    expect((err as PdError).message).toMatch(/^interrupted \(SIGINT\) during `sh -c .*` on local \(its process group was killed\)/)
+    expect((err as PdError).message).toMatch(
+      /^interrupted \(SIGINT\) during `sh -c .*` on local \(its process group was killed\)/,
+    )
     expect(elapsed).toBeLessThan(1000)
     const gone = await eventually(() => pidsMatching(`sleep ${m}`).length === 0, 3000)
     killAll(pidsMatching(`sleep ${m}`))

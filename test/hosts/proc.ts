@@ -8,7 +8,9 @@ export function pidsMatching(needle: string): number[] {
     try {
       const cmdline = readFileSync(`/proc/${name}/cmdline`, 'utf8').replaceAll('\0', ' ')
       if (cmdline.includes(needle)) out.push(Number(name))
-    } catch { /* exited */ }
+    } catch {
+      /* exited */
+    }
   }
   return out
 }
@@ -28,14 +30,18 @@ export async function eventually(cond: () => boolean, deadlineMs: number): Promi
   const until = Date.now() + deadlineMs
   while (Date.now() < until) {
     if (cond()) return true
-    await new Promise((r) => setTimeout(r, 25))
+    await new Promise(r => setTimeout(r, 25))
   }
   return cond()
 }
 
 export function killAll(pids: number[]): void {
   for (const p of pids) {
-    try { process.kill(p, 'SIGKILL') } catch { /* gone */ }
+    try {
+      process.kill(p, 'SIGKILL')
+    } catch {
+      /* gone */
+    }
   }
 }
 

@@ -20,7 +20,44 @@ function rng(seed: number): () => number {
   }
 }
 
-const NASTY = ["'", '"', '$', '`', '\\', '\n', ' ', '\t', '-', '--', '!', '*', '?', '~', '#', '&', ';', '|', '<', '>', '(', ')', '{', '}', '[', ']', '=', '%', '$(id)', '${HOME}', "'\\''", '\r', '\u00a0', 'é', '日本', '🙂']
+const NASTY = [
+  "'",
+  '"',
+  '$',
+  '`',
+  '\\',
+  '\n',
+  ' ',
+  '\t',
+  '-',
+  '--',
+  '!',
+  '*',
+  '?',
+  '~',
+  '#',
+  '&',
+  ';',
+  '|',
+  '<',
+  '>',
+  '(',
+  ')',
+  '{',
+  '}',
+  '[',
+  ']',
+  '=',
+  '%',
+  '$(id)',
+  '${HOME}',
+  "'\\''",
+  '\r',
+  '\u00a0',
+  'é',
+  '日本',
+  '🙂',
+]
 
 function randomString(r: () => number): string {
   const len = Math.floor(r() * 24)
@@ -52,7 +89,7 @@ const batches = (size: number): string[][] => {
   for (let i = 0; i < cases.length; i += size) out.push(cases.slice(i, i + size))
   return out
 }
-const expectedBytes = (args: string[]): Buffer => Buffer.concat(args.map((a) => Buffer.from(a + '\0', 'utf8')))
+const expectedBytes = (args: string[]): Buffer => Buffer.concat(args.map(a => Buffer.from(a + '\0', 'utf8')))
 
 describe('shellQuote', () => {
   it('leaves plain words bare and single-quotes everything else', () => {
@@ -67,7 +104,11 @@ describe('shellQuote', () => {
   it('rejects NUL and empty argv as bad input (exit 2)', () => {
     for (const bad of [() => shellQuote('a\0b'), () => shellCommand([])]) {
       expect(bad).toThrow(PdError)
-      try { bad() } catch (err) { expect((err as PdError).exitCode).toBe(2) }
+      try {
+        bad()
+      } catch (err) {
+        expect((err as PdError).exitCode).toBe(2)
+      }
     }
   })
 
@@ -89,7 +130,10 @@ describe('shellQuote', () => {
 
   it(`${COUNT} random strings arrive verbatim through a real sh -c (seed ${SEED})`, async () => {
     for (const batch of batches(30)) {
-      const res = await execa('sh', ['-c', shellCommand(['printf', '%s\\0', ...batch])], {encoding: 'buffer', timeout: 10_000})
+      const res = await execa('sh', ['-c', shellCommand(['printf', '%s\\0', ...batch])], {
+        encoding: 'buffer',
+        timeout: 10_000,
+      })
       expect(Buffer.compare(Buffer.from(res.stdout), expectedBytes(batch)), JSON.stringify(batch)).toBe(0)
     }
   })
@@ -111,10 +155,20 @@ describe.each(LOGIN_SHELLS)('shellQuote through a real sshd, $name', ({name, she
     if (skip) return
     sshd = await startSshd(shell ? {loginShell: shell} : {})
     writeFileSync(`${sshd.dir}/known_hosts`, sshd.knownHostsLine)
-    host = new SshHost(await resolveSshEndpoint({
-      kind: 'ssh', hostname: sshd.host, port: sshd.port, user: 'root', identityFile: sshd.clientKeyPath,
-      knownHosts: `${sshd.dir}/known_hosts`, connectTimeoutSeconds: 10,
-    }, {sshConfigPath: '/nonexistent'}))
+    host = new SshHost(
+      await resolveSshEndpoint(
+        {
+          kind: 'ssh',
+          hostname: sshd.host,
+          port: sshd.port,
+          user: 'root',
+          identityFile: sshd.clientKeyPath,
+          knownHosts: `${sshd.dir}/known_hosts`,
+          connectTimeoutSeconds: 10,
+        },
+        {sshConfigPath: '/nonexistent'},
+      ),
+    )
   })
   afterAll(async () => {
     await host?.close()
@@ -122,17 +176,39 @@ describe.each(LOGIN_SHELLS)('shellQuote through a real sshd, $name', ({name, she
   })
 
   // Only for a shell set here: the machine's default has nothing to compare with (and a skip fails CI).
-  if (shell) it.skipIf(skip)('sshd really runs commands through that shell', async () => {
-    // OpenSSH's own client, so the command reaches the login shell as typed; `; true` keeps the shell alive as ps's parent.
-    const res = await execa('ssh', ['-i', sshd.clientKeyPath, '-p', String(sshd.port), '-o', 'BatchMode=yes', '-o', 'StrictHostKeyChecking=no',
-      '-o', 'UserKnownHostsFile=/dev/null', '-o', 'LogLevel=ERROR', `root@${sshd.host}`, "sh -c 'ps -o comm= -p $PPID'; true"], {timeout: 20_000, reject: false})
-    expect(res.stdout.trim(), res.stderr).toBe(shell!.slice(shell!.lastIndexOf('/') + 1))
-  })
+  if (shell)
+    it.skipIf(skip)('sshd really runs commands through that shell', async () => {
+      // OpenSSH's own client, so the command reaches the login shell as typed; `; true` keeps the shell alive as ps's
+      // parent.
+      const res = await execa(
+        'ssh',
+        [
+          '-i',
+          sshd.clientKeyPath,
+          '-p',
+          String(sshd.port),
+          '-o',
+          'BatchMode=yes',
+          '-o',
+          'StrictHostKeyChecking=no',
+          '-o',
+          'UserKnownHostsFile=/dev/null',
+          '-o',
+          'LogLevel=ERROR',
+          `root@${sshd.host}`,
+          "sh -c 'ps -o comm= -p $PPID'; true",
+        ],
+        {timeout: 20_000, reject: false},
+      )
+      expect(res.stdout.trim(), res.stderr).toBe(shell!.slice(shell!.lastIndexOf('/') + 1))
+    })
 
   it.skipIf(skip)(`${COUNT} random strings arrive byte for byte via the login shell (seed ${SEED})`, async () => {
     for (const batch of batches(30)) {
       // printf's bytes are shown as hex on the host, so no decoding on the way back can hide a difference.
-      const res = await host.run(['sh', '-c', 'printf "%s\\0" "$@" | od -An -v -tx1', 'sh', ...batch], {timeoutMs: 10_000})
+      const res = await host.run(['sh', '-c', 'printf "%s\\0" "$@" | od -An -v -tx1', 'sh', ...batch], {
+        timeoutMs: 10_000,
+      })
       expect(res.code).toBe(0)
       expect(res.stdout.replace(/\s+/g, ''), JSON.stringify(batch)).toBe(expectedBytes(batch).toString('hex'))
       const direct = await host.run(['printf', '%s\\0', ...batch], {timeoutMs: 10_000})

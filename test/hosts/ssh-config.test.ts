@@ -46,13 +46,20 @@ describe('ssh config aliases', () => {
 
   it('first match wins per option, IdentityFile accumulates, tokens and ~ expand', () => {
     expect(resolveSshConfig(CONFIG, 'gpu-a', env)).toEqual({
-      hostname: '10.231.0.2', user: 'ops', port: 2222,
+      hostname: '10.231.0.2',
+      user: 'ops',
+      port: 2222,
       identityFiles: ['/home/tester/.ssh/gpu_10.231.0.2', '/home/tester/.ssh/second'],
     })
   })
 
   it('expands %h in HostName, reads key=value, and keeps the ProxyJump of the first block naming one', () => {
-    expect(resolveSshConfig(CONFIG, 'gpu-c', env)).toMatchObject({hostname: 'gpu-c.lab.internal', user: 'ops', port: 22, proxyJump: 'jumper@bastion:2200'})
+    expect(resolveSshConfig(CONFIG, 'gpu-c', env)).toMatchObject({
+      hostname: 'gpu-c.lab.internal',
+      user: 'ops',
+      port: 22,
+      proxyJump: 'jumper@bastion:2200',
+    })
   })
 
   it('honours negated patterns, quoted patterns, and skips Match blocks', () => {
@@ -81,15 +88,31 @@ describe('ssh config aliases', () => {
     writeFileSync(cfgPath, CONFIG)
 
     it('resolves an alias, lets explicit fields win, and resolves the jump host through the same file', async () => {
-      const e = await resolveSshEndpoint({kind: 'ssh', alias: 'gpu-b', user: 'root', connectTimeoutSeconds: 3}, {sshConfigPath: cfgPath, home: '/home/tester'})
-      expect(e).toMatchObject({host: 'gpu-b.lab.internal', port: 22, user: 'root', connectTimeoutMs: 3000, knownHostsPath: '/home/tester/.ssh/known_hosts'})
+      const e = await resolveSshEndpoint(
+        {kind: 'ssh', alias: 'gpu-b', user: 'root', connectTimeoutSeconds: 3},
+        {sshConfigPath: cfgPath, home: '/home/tester'},
+      )
+      expect(e).toMatchObject({
+        host: 'gpu-b.lab.internal',
+        port: 22,
+        user: 'root',
+        connectTimeoutMs: 3000,
+        knownHostsPath: '/home/tester/.ssh/known_hosts',
+      })
       expect(e.identityFiles).toEqual(['/home/tester/.ssh/gpu_gpu-b.lab.internal', '/home/tester/.ssh/second'])
-      expect(e.jump).toMatchObject({host: 'bastion', port: 2200, user: 'jumper', identityFiles: ['/home/tester/.ssh/bastion_key']})
+      expect(e.jump).toMatchObject({
+        host: 'bastion',
+        port: 2200,
+        user: 'jumper',
+        identityFiles: ['/home/tester/.ssh/bastion_key'],
+      })
     })
 
     it('an explicit proxyJump and identityFile override the file', async () => {
-      const e = await resolveSshEndpoint({kind: 'ssh', alias: 'gpu-a', identityFile: '~/k', proxyJump: 'j@10.0.0.1:22', connectTimeoutSeconds: 10},
-        {sshConfigPath: cfgPath, home: '/home/tester'})
+      const e = await resolveSshEndpoint(
+        {kind: 'ssh', alias: 'gpu-a', identityFile: '~/k', proxyJump: 'j@10.0.0.1:22', connectTimeoutSeconds: 10},
+        {sshConfigPath: cfgPath, home: '/home/tester'},
+      )
       expect(e).toMatchObject({host: '10.231.0.2', port: 2222, user: 'ops', identityFiles: ['/home/tester/k']})
       expect(e.jump).toMatchObject({host: '10.0.0.1', port: 22, user: 'j', identityFiles: ['/home/tester/k']})
     })
@@ -100,8 +123,10 @@ describe('known_hosts', () => {
   // Two distinct ed25519 public key blobs (type string + 32 bytes).
   const blob = (fill: number): Buffer => {
     const type = Buffer.from('ssh-ed25519')
-    const head = Buffer.alloc(4); head.writeUInt32BE(type.length)
-    const klen = Buffer.alloc(4); klen.writeUInt32BE(32)
+    const head = Buffer.alloc(4)
+    head.writeUInt32BE(type.length)
+    const klen = Buffer.alloc(4)
+    klen.writeUInt32BE(32)
     return Buffer.concat([head, type, klen, Buffer.alloc(32, fill)])
   }
   const key = blob(1)
@@ -117,14 +142,35 @@ describe('known_hosts', () => {
   it('finds plain, pattern, and hashed entries; port matters', () => {
     expect(checkKnownHosts(knownHostsLine('h', 2222, key), 'h', 2222, key)).toEqual({status: 'known'})
     expect(checkKnownHosts(knownHostsLine('h', 2222, key), 'h', 22, key)).toEqual({status: 'unknown'})
-    expect(checkKnownHosts(`a,*.lab,!bad.lab ssh-ed25519 ${key.toString('base64')}`, 'x.lab', 22, key)).toEqual({status: 'known'})
-    expect(checkKnownHosts(`a,*.lab,!bad.lab ssh-ed25519 ${key.toString('base64')}`, 'bad.lab', 22, key)).toEqual({status: 'unknown'})
-    expect(checkKnownHosts(`${hashedToken('10.231.0.2', 2222)} ssh-ed25519 ${key.toString('base64')}`, '10.231.0.2', 2222, key)).toEqual({status: 'known'})
-    expect(checkKnownHosts(`${hashedToken('10.231.0.2', 2222)} ssh-ed25519 ${key.toString('base64')}`, '10.231.0.3', 2222, key)).toEqual({status: 'unknown'})
+    expect(checkKnownHosts(`a,*.lab,!bad.lab ssh-ed25519 ${key.toString('base64')}`, 'x.lab', 22, key)).toEqual({
+      status: 'known',
+    })
+    expect(checkKnownHosts(`a,*.lab,!bad.lab ssh-ed25519 ${key.toString('base64')}`, 'bad.lab', 22, key)).toEqual({
+      status: 'unknown',
+    })
+    expect(
+      checkKnownHosts(
+        `${hashedToken('10.231.0.2', 2222)} ssh-ed25519 ${key.toString('base64')}`,
+        '10.231.0.2',
+        2222,
+        key,
+      ),
+    ).toEqual({status: 'known'})
+    expect(
+      checkKnownHosts(
+        `${hashedToken('10.231.0.2', 2222)} ssh-ed25519 ${key.toString('base64')}`,
+        '10.231.0.3',
+        2222,
+        key,
+      ),
+    ).toEqual({status: 'unknown'})
   })
 
   it('reports a changed key with the known fingerprints, and @revoked wins', () => {
-    expect(checkKnownHosts(knownHostsLine('h', 22, other), 'h', 22, key)).toEqual({status: 'changed', knownFingerprints: [fingerprintOf(other)]})
+    expect(checkKnownHosts(knownHostsLine('h', 22, other), 'h', 22, key)).toEqual({
+      status: 'changed',
+      knownFingerprints: [fingerprintOf(other)],
+    })
     const text = `${knownHostsLine('h', 22, key)}\n@revoked * ssh-ed25519 ${key.toString('base64')}\n`
     expect(checkKnownHosts(text, 'h', 22, key)).toEqual({status: 'revoked'})
   })
@@ -136,7 +182,15 @@ describe('command prefixes', () => {
     expect(sudoPrefix(true, 'passwordless', true)).toEqual([])
     expect(sudoPrefix(true, 'never', false)).toEqual([])
     expect(sudoPrefix(false, 'passwordless', false)).toEqual([])
-    expect(buildArgv(['id'], {sudo: true, env: {A: '1 2'}}, 'passwordless', false)).toEqual(['sudo', '-n', '--', 'env', '--', 'A=1 2', 'id'])
+    expect(buildArgv(['id'], {sudo: true, env: {A: '1 2'}}, 'passwordless', false)).toEqual([
+      'sudo',
+      '-n',
+      '--',
+      'env',
+      '--',
+      'A=1 2',
+      'id',
+    ])
   })
 
   it('rejects invalid environment names as bad input', () => {

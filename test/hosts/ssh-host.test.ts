@@ -20,7 +20,16 @@ const extraSshds: Sshd[] = []
 const strays: string[] = []
 
 function cfg(over: Partial<SshHostConfig> = {}): SshHostConfig {
-  return {kind: 'ssh', hostname: sshd.host, port: sshd.port, user: 'root', identityFile: sshd.clientKeyPath, knownHosts, connectTimeoutSeconds: 5, ...over} as SshHostConfig
+  return {
+    kind: 'ssh',
+    hostname: sshd.host,
+    port: sshd.port,
+    user: 'root',
+    identityFile: sshd.clientKeyPath,
+    knownHosts,
+    connectTimeoutSeconds: 5,
+    ...over,
+  } as SshHostConfig
 }
 async function open(over: Partial<SshHostConfig> = {}, opts: SshHostOptions = {}): Promise<SshHost> {
   const h = await openSshHost(cfg(over), {sshConfigPath: join(dir, 'no-config'), ...opts})
@@ -28,7 +37,10 @@ async function open(over: Partial<SshHostConfig> = {}, opts: SshHostOptions = {}
   return h
 }
 async function failure(p: Promise<unknown>): Promise<PdError> {
-  const err = await p.then(() => undefined, (e: unknown) => e)
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  )
   expect(err, 'expected a PdError').toBeInstanceOf(PdError)
   return err as PdError
 }
@@ -40,11 +52,11 @@ beforeAll(async () => {
   writeFileSync(knownHosts, sshd.knownHostsLine)
 })
 afterEach(async () => {
-  await Promise.all(hosts.splice(0).map((h) => h.close()))
+  await Promise.all(hosts.splice(0).map(h => h.close()))
   for (const m of strays.splice(0)) killAll(pidsMatching(m))
 })
 afterAll(async () => {
-  await Promise.all(extraSshds.map((s) => s.stop()))
+  await Promise.all(extraSshds.map(s => s.stop()))
   await sshd?.stop()
   rmSync(dir, {recursive: true, force: true})
 })
@@ -53,12 +65,18 @@ describe('SshHost against a real sshd', () => {
   it('runs argv: exit code, stdout, stderr, binary stdin, env; describes itself', async () => {
     const h = await open()
     expect(h.describe()).toBe(`ssh root@127.0.0.1:${sshd.port}`)
-    const res = await h.run(['sh', '-c', 'echo out; echo err >&2; echo "[$V]"; exit 7'], {timeoutMs: 10_000, env: {V: "it's $HOME"}})
+    const res = await h.run(['sh', '-c', 'echo out; echo err >&2; echo "[$V]"; exit 7'], {
+      timeoutMs: 10_000,
+      env: {V: "it's $HOME"},
+    })
     expect(res).toMatchObject({code: 7, stdout: "out\n[it's $HOME]\n", stderr: 'err\n'})
     const bytes = Buffer.from([0, 1, 2, 0xff, 0x0a, 0x27, 0x80])
     const echoed = await h.run(['od', '-An', '-v', '-tx1'], {timeoutMs: 10_000, stdin: bytes})
     expect(echoed.stdout.replace(/\s+/g, '')).toBe(bytes.toString('hex'))
-    expect((await h.run(['sh', '-c', 'kill -TERM $$'], {timeoutMs: 10_000}))).toMatchObject({code: null, signal: 'SIGTERM'})
+    expect(await h.run(['sh', '-c', 'kill -TERM $$'], {timeoutMs: 10_000})).toMatchObject({
+      code: null,
+      signal: 'SIGTERM',
+    })
     expect((await h.run(['/nonexistent/pdchaos'], {timeoutMs: 10_000})).code).toBe(127)
   })
 
@@ -79,36 +97,48 @@ describe('SshHost against a real sshd', () => {
     expect((await h.run(['echo', 'ok'], {timeoutMs: 10_000})).stdout).toBe('ok\n')
   })
 
-  it('a stop (the run\'s signal) returns at once with exit 3 and kills the remote process group (issue 28)', async () => {
-    const h = await open()
-    await h.connect()
-    const m = marker()
-    strays.push(`sleep ${m}`)
-    const stop = new AbortController()
-    const running = failure(h.run(['sh', '-c', `sleep ${m} & sleep ${m}; wait`], {timeoutMs: 60_000, signal: stop.signal}))
-    await eventually(() => pidsMatching(`sleep ${m}`).length >= 3, 5000)
-    const t0 = performance.now()
-    stop.abort('interrupted (SIGINT)')
-    const err = await running
-    expect(err.exitCode).toBe(3)
-    expect(err.message).toMatch(/^interrupted \(SIGINT\) during `sh -c .*` on ssh root@127\.0\.0\.1:\d+ \(the remote command was killed\)/)
-    expect(performance.now() - t0).toBeLessThan(1000)
-    expect(await eventually(() => pidsMatching(`sleep ${m}`).length === 0, 3000)).toBe(true)
-    expect((await h.run(['echo', 'ok'], {timeoutMs: 10_000})).stdout).toBe('ok\n')
-  })
+  it(
+    "a stop (the run's signal) returns at once with exit 3 and kills the remote process group " + '(issue 28)',
+    async () => {
+      const h = await open()
+      await h.connect()
+      const m = marker()
+      strays.push(`sleep ${m}`)
+      const stop = new AbortController()
+      const running = failure(
+        h.run(['sh', '-c', `sleep ${m} & sleep ${m}; wait`], {timeoutMs: 60_000, signal: stop.signal}),
+      )
+      await eventually(() => pidsMatching(`sleep ${m}`).length >= 3, 5000)
+      const t0 = performance.now()
+      stop.abort('interrupted (SIGINT)')
+      const err = await running
+      expect(err.exitCode).toBe(3)
+      expect(err.message).toMatch(
+        /^interrupted \(SIGINT\) during `sh -c .*` on ssh root@127\.0\.0\.1:\d+ \(the remote command was killed\)/,
+      )
+      expect(performance.now() - t0).toBeLessThan(1000)
+      expect(await eventually(() => pidsMatching(`sleep ${m}`).length === 0, 3000)).toBe(true)
+      expect((await h.run(['echo', 'ok'], {timeoutMs: 10_000})).stdout).toBe('ok\n')
+    },
+  )
 
-  it('multiplexes 100 sequential and 20 concurrent commands over one connection (queued under MaxSessions)', async () => {
-    const h = await open()
-    const before = logins(sshd)
-    for (let i = 0; i < 100; i++) {
-      const res = await h.run(['echo', `n${i}`], {timeoutMs: 10_000})
-      expect(res.stdout).toBe(`n${i}\n`)
-    }
-    // 20 at once is more than sshd's MaxSessions (10): without the queue some channel opens would fail.
-    const results = await Promise.all(Array.from({length: 20}, (_, i) => h.run(['sh', '-c', `sleep 0.2; echo c${i}`], {timeoutMs: 20_000})))
-    expect(results.map((r) => r.stdout)).toEqual(Array.from({length: 20}, (_, i) => `c${i}\n`))
-    expect(logins(sshd) - before).toBe(1)
-  })
+  it(
+    'multiplexes 100 sequential and 20 concurrent commands over one connection (queued under ' + 'MaxSessions)',
+    async () => {
+      const h = await open()
+      const before = logins(sshd)
+      for (let i = 0; i < 100; i++) {
+        const res = await h.run(['echo', `n${i}`], {timeoutMs: 10_000})
+        expect(res.stdout).toBe(`n${i}\n`)
+      }
+      // 20 at once is more than sshd's MaxSessions (10): without the queue some channel opens would fail.
+      const results = await Promise.all(
+        Array.from({length: 20}, (_, i) => h.run(['sh', '-c', `sleep 0.2; echo c${i}`], {timeoutMs: 20_000})),
+      )
+      expect(results.map(r => r.stdout)).toEqual(Array.from({length: 20}, (_, i) => `c${i}\n`))
+      expect(logins(sshd) - before).toBe(1)
+    },
+  )
 
   it('uploads a file atomically with its mode, and reports an unwritable path as exit 5', async () => {
     const h = await open()
@@ -129,7 +159,7 @@ describe('SshHost against a real sshd', () => {
     const log = join(dir, 'detached.log')
     const {pid} = await h.startDetached(['sh', '-c', `echo "up $1"; exec sleep ${m}`, 'sh', 'a b'], {logFile: log})
     await h.close()
-    await new Promise((r) => setTimeout(r, 300))
+    await new Promise(r => setTimeout(r, 300))
     expect(alive(pid)).toBe(true)
     expect(pidsMatching(`sleep ${m}`)).toContain(pid)
     expect(await eventually(() => readFileSync(log, 'utf8') === 'up a b\n', 3000)).toBe(true)
@@ -150,35 +180,50 @@ describe('host keys', () => {
     expect((await (await open({knownHosts: kh})).run(['true'], {timeoutMs: 10_000})).code).toBe(0)
   })
 
-  it('refuses a changed key even with acceptNewHostKey, naming both fingerprints, and leaves known_hosts alone', async () => {
-    const other = await startSshd({port: sshd.port === 65_535 ? 1024 : undefined})
-    extraSshds.push(other)
-    const kh = join(dir, 'kh-changed')
-    // The file knows a different key for this [host]:port.
-    const stale = other.knownHostsLine.replace(`[127.0.0.1]:${other.port}`, `[127.0.0.1]:${sshd.port}`)
-    writeFileSync(kh, stale)
-    const err = await failure((await open({knownHosts: kh}, {acceptNewHostKey: true})).run(['true'], {timeoutMs: 10_000}))
-    expect(err.exitCode).toBe(5)
-    expect(err.message).toContain('CHANGED')
-    expect(err.message).toContain(sshd.hostKeyFingerprint)
-    expect(err.message).toContain(other.hostKeyFingerprint)
-    expect(err.message.includes('\n')).toBe(false)
-    expect(readFileSync(kh, 'utf8')).toBe(stale)
-  })
+  it(
+    'refuses a changed key even with acceptNewHostKey, naming both fingerprints, and leaves known_hosts ' + 'alone',
+    async () => {
+      const other = await startSshd({port: sshd.port === 65_535 ? 1024 : undefined})
+      extraSshds.push(other)
+      const kh = join(dir, 'kh-changed')
+      // The file knows a different key for this [host]:port.
+      const stale = other.knownHostsLine.replace(`[127.0.0.1]:${other.port}`, `[127.0.0.1]:${sshd.port}`)
+      writeFileSync(kh, stale)
+      const err = await failure(
+        (await open({knownHosts: kh}, {acceptNewHostKey: true})).run(['true'], {timeoutMs: 10_000}),
+      )
+      expect(err.exitCode).toBe(5)
+      expect(err.message).toContain('CHANGED')
+      expect(err.message).toContain(sshd.hostKeyFingerprint)
+      expect(err.message).toContain(other.hostKeyFingerprint)
+      expect(err.message.includes('\n')).toBe(false)
+      expect(readFileSync(kh, 'utf8')).toBe(stale)
+    },
+  )
 
   it('accepts a hashed known_hosts entry', async () => {
     const kh = join(dir, 'kh-hashed')
     writeFileSync(kh, sshd.knownHostsLine.replace(`[127.0.0.1]:${sshd.port}`, hashedToken('127.0.0.1', sshd.port)))
     expect((await (await open({knownHosts: kh})).run(['true'], {timeoutMs: 10_000})).code).toBe(0)
     // ssh-keygen agrees the entry is for this host.
-    expect(execFileSync('ssh-keygen', ['-F', `[127.0.0.1]:${sshd.port}`, '-f', kh], {encoding: 'utf8'})).toContain('|1|')
+    expect(execFileSync('ssh-keygen', ['-F', `[127.0.0.1]:${sshd.port}`, '-f', kh], {encoding: 'utf8'})).toContain(
+      '|1|',
+    )
   })
 
   it('a pinned fingerprint is enough; a wrong pin is refused with the real fingerprint', async () => {
     const nowhere = join(dir, 'kh-none')
-    expect((await (await open({knownHosts: nowhere, fingerprint: sshd.hostKeyFingerprint})).run(['true'], {timeoutMs: 10_000})).code).toBe(0)
+    expect(
+      (
+        await (
+          await open({knownHosts: nowhere, fingerprint: sshd.hostKeyFingerprint})
+        ).run(['true'], {timeoutMs: 10_000})
+      ).code,
+    ).toBe(0)
     const wrong = 'SHA256:' + 'A'.repeat(43)
-    const err = await failure((await open({knownHosts: nowhere, fingerprint: wrong})).run(['true'], {timeoutMs: 10_000}))
+    const err = await failure(
+      (await open({knownHosts: nowhere, fingerprint: wrong})).run(['true'], {timeoutMs: 10_000}),
+    )
     expect(err.exitCode).toBe(5)
     expect(err.message).toContain(sshd.hostKeyFingerprint)
     expect(err.suggestion).toContain(`fingerprint: ${sshd.hostKeyFingerprint}`)
@@ -188,8 +233,15 @@ describe('host keys', () => {
 describe('reaching the host', () => {
   it('resolves a ~/.ssh/config alias (HostName, Port, User, IdentityFile) and connects', async () => {
     const config = join(dir, 'ssh_config')
-    writeFileSync(config, `Host pd-*\n  User root\nHost pd-gpu\n  HostName 127.0.0.1\n  Port ${sshd.port}\n  IdentityFile ${sshd.clientKeyPath}\n`)
-    const h = (await openHost({kind: 'ssh', alias: 'pd-gpu', knownHosts, connectTimeoutSeconds: 5}, {sshConfigPath: config})) as SshHost
+    writeFileSync(
+      config,
+      `Host pd-*\n  User root\nHost pd-gpu\n  HostName 127.0.0.1\n  Port ${sshd.port}\n  ` +
+        `IdentityFile ${sshd.clientKeyPath}\n`,
+    )
+    const h = (await openHost(
+      {kind: 'ssh', alias: 'pd-gpu', knownHosts, connectTimeoutSeconds: 5},
+      {sshConfigPath: config},
+    )) as SshHost
     hosts.push(h)
     expect(h.describe()).toBe(`ssh root@127.0.0.1:${sshd.port}`)
     expect((await h.run(['echo', 'via alias'], {timeoutMs: 10_000})).stdout).toBe('via alias\n')
@@ -202,7 +254,9 @@ describe('reaching the host', () => {
     writeFileSync(kh, sshd.knownHostsLine + jump.knownHostsLine)
     const h = await open({knownHosts: kh, proxyJump: `root@127.0.0.1:${jump.port}`})
     expect((await h.run(['echo', 'jumped'], {timeoutMs: 10_000})).stdout).toBe('jumped\n')
-    expect(readFileSync(jump.logPath, 'utf8')).toMatch(new RegExp(`direct-tcpip.*127\\.0\\.0\\.1 port ${sshd.port}|target 127\\.0\\.0\\.1 port ${sshd.port}`))
+    expect(readFileSync(jump.logPath, 'utf8')).toMatch(
+      new RegExp(`direct-tcpip.*127\\.0\\.0\\.1 port ${sshd.port}|target 127\\.0\\.0\\.1 port ${sshd.port}`),
+    )
   })
 
   it('authenticates through ssh-agent (SSH_AUTH_SOCK) when no key file is named', async () => {
@@ -211,7 +265,11 @@ describe('reaching the host', () => {
     const saved = process.env.SSH_AUTH_SOCK
     try {
       expect(await eventually(() => existsSync(sock), 5000)).toBe(true)
-      execFileSync('ssh-add', ['-q', sshd.clientKeyPath], {env: {...process.env, SSH_AUTH_SOCK: sock}, stdio: 'ignore', timeout: 10_000})
+      execFileSync('ssh-add', ['-q', sshd.clientKeyPath], {
+        env: {...process.env, SSH_AUTH_SOCK: sock},
+        stdio: 'ignore',
+        timeout: 10_000,
+      })
       process.env.SSH_AUTH_SOCK = sock
       const emptyHome = mkdtempSync(join(dir, 'home-'))
       const h = await open({identityFile: undefined, agent: true}, {home: emptyHome})
@@ -286,7 +344,7 @@ describe('reaching the host', () => {
     const before = logins(sshd)
     // Kill only the session processes: the listener stays, as after a network blip.
     killAll(descendants(sshd.pid))
-    await new Promise((r) => setTimeout(r, 200))
+    await new Promise(r => setTimeout(r, 200))
     expect((await h.run(['echo', '2'], {timeoutMs: 10_000})).stdout).toBe('2\n')
     expect(logins(sshd) - before).toBe(1)
   })

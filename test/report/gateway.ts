@@ -31,9 +31,13 @@ export async function startPushgateway(): Promise<Gateway> {
   for (let attempt = 0; attempt < 5; attempt++) {
     const port = await freePort()
     const url = `http://127.0.0.1:${port}`
-    const child: ChildProcess = spawn(bin, [`--web.listen-address=127.0.0.1:${port}`, `--persistence.file=${join(dir, 'persist')}`], {stdio: ['ignore', 'pipe', 'pipe']})
-    child.stdout?.on('data', (d) => (log += d))
-    child.stderr?.on('data', (d) => (log += d))
+    const child: ChildProcess = spawn(
+      bin,
+      [`--web.listen-address=127.0.0.1:${port}`, `--persistence.file=${join(dir, 'persist')}`],
+      {stdio: ['ignore', 'pipe', 'pipe']},
+    )
+    child.stdout?.on('data', d => (log += d))
+    child.stderr?.on('data', d => (log += d))
     const deadline = Date.now() + 10_000
     while (Date.now() < deadline && child.exitCode === null) {
       try {
@@ -42,17 +46,19 @@ export async function startPushgateway(): Promise<Gateway> {
             url,
             stop: async () => {
               if (child.exitCode === null && child.signalCode === null) {
-                const exited = new Promise((r) => child.once('exit', r))
+                const exited = new Promise(r => child.once('exit', r))
                 child.kill('SIGTERM')
-                await Promise.race([exited, new Promise((r) => setTimeout(r, 3000))])
+                await Promise.race([exited, new Promise(r => setTimeout(r, 3000))])
                 if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
               }
               rmSync(dir, {recursive: true, force: true})
             },
           }
         }
-      } catch { /* not up yet */ }
-      await new Promise((r) => setTimeout(r, 50))
+      } catch {
+        /* not up yet */
+      }
+      await new Promise(r => setTimeout(r, 50))
     }
     child.kill('SIGKILL')
   }

@@ -45,7 +45,9 @@ describe('renderJUnit', () => {
     expect(xpath(xml, 'q5.xml', 'string(//testcase[failure]/@classname)')).toBe('pdchaos.drop-dest-info.eviction')
     expect(xpath(xml, 'q6.xml', 'string(//testsuite[1]/@time)')).toBe('4.700')
     expect(xpath(xml, 'q7.xml', 'string(//testsuite[2]/@timestamp)')).toBe(junitTimestamp(T0 + 5000))
-    expect(xpath(xml, 'q8.xml', 'string(//testsuite[1]/properties/property[@name="contract.deadlineSeconds"]/@value)')).toBe('2')
+    expect(
+      xpath(xml, 'q8.xml', 'string(//testsuite[1]/properties/property[@name="contract.deadlineSeconds"]/@value)'),
+    ).toBe('2')
     expect(xpath(xml, 'q8b.xml', 'string(//testsuite[2]/properties/property[@name="params"]/@value)')).toBe('{"gpu":2}')
   })
 
@@ -73,10 +75,16 @@ describe('renderJUnit', () => {
   it('a stopped run and a scenario that errored: <skipped> and <error>, still valid', () => {
     const base = syntheticRun({failing: false})
     const run: SuiteRun = {
-      ...base, stopped: {reason: 'router health failing for 12 s (limit 10 s)'},
+      ...base,
+      stopped: {reason: 'router health failing for 12 s (limit 10 s)'},
       scenarios: [
         base.scenarios[0],
-        {...base.scenarios[1], verdicts: [], pins: [], error: 'prefill unreachable: connect ECONNREFUSED 127.0.0.1:30000'},
+        {
+          ...base.scenarios[1],
+          verdicts: [],
+          pins: [],
+          error: 'prefill unreachable: connect ECONNREFUSED 127.0.0.1:30000',
+        },
         {...base.scenarios[2], verdicts: [], pins: []},
       ],
     }

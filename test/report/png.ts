@@ -24,7 +24,8 @@ export function decodePng(buf: Buffer): Image {
       height = data.readUInt32BE(4)
       const depth = data[8]
       colorType = data[9]
-      if (depth !== 8 || (colorType !== 2 && colorType !== 6) || data[12] !== 0) throw new Error(`unsupported PNG: depth ${depth}, colour type ${colorType}, interlace ${data[12]}`)
+      if (depth !== 8 || (colorType !== 2 && colorType !== 6) || data[12] !== 0)
+        throw new Error(`unsupported PNG: depth ${depth}, colour type ${colorType}, interlace ${data[12]}`)
     } else if (type === 'IDAT') {
       idat.push(data)
     } else if (type === 'IEND') {
@@ -46,10 +47,18 @@ export function decodePng(buf: Buffer): Image {
       const c = i >= bpp && y > 0 ? out[row - stride + i - bpp] : 0
       let v: number
       switch (filter) {
-        case 0: v = line[i]; break
-        case 1: v = line[i] + a; break
-        case 2: v = line[i] + b; break
-        case 3: v = line[i] + ((a + b) >> 1); break
+        case 0:
+          v = line[i]
+          break
+        case 1:
+          v = line[i] + a
+          break
+        case 2:
+          v = line[i] + b
+          break
+        case 3:
+          v = line[i] + ((a + b) >> 1)
+          break
         case 4: {
           const p = a + b - c
           const pa = Math.abs(p - a)
@@ -58,7 +67,8 @@ export function decodePng(buf: Buffer): Image {
           v = line[i] + (pa <= pb && pa <= pc ? a : pb <= pc ? b : c)
           break
         }
-        default: throw new Error(`bad PNG filter ${filter} on row ${y}`)
+        default:
+          throw new Error(`bad PNG filter ${filter} on row ${y}`)
       }
       out[row + i] = v & 0xff
     }
@@ -83,7 +93,8 @@ export function distinctColours(img: Image): number {
 export function pixelsNear(img: Image, [r, g, b]: [number, number, number], tol = 24): number {
   let n = 0
   for (let p = 0; p < img.rgb.length; p += 3) {
-    if (Math.abs(img.rgb[p] - r) <= tol && Math.abs(img.rgb[p + 1] - g) <= tol && Math.abs(img.rgb[p + 2] - b) <= tol) n++
+    if (Math.abs(img.rgb[p] - r) <= tol && Math.abs(img.rgb[p + 1] - g) <= tol && Math.abs(img.rgb[p + 2] - b) <= tol)
+      n++
   }
   return n
 }

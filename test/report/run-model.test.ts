@@ -16,12 +16,23 @@ describe('the run model', () => {
 
   it('counts verdicts, names the failed checks, and judges the run', () => {
     const failing = syntheticRun({failing: true})
-    expect(runCounts(failing)).toEqual({verdicts: 15, passed: 14, failed: 1, unverified: 0, scenarios: 3, errored: 0, faultsLeftBehind: 0})
-    expect(failedChecks(failing).map((f) => [f.scenario, f.verdict.check, f.verdict.subject])).toEqual([['drop-dest-info', 'eviction', NASTY]])
+    expect(runCounts(failing)).toEqual({
+      verdicts: 15,
+      passed: 14,
+      failed: 1,
+      unverified: 0,
+      scenarios: 3,
+      errored: 0,
+      faultsLeftBehind: 0,
+    })
+    expect(failedChecks(failing).map(f => [f.scenario, f.verdict.check, f.verdict.subject])).toEqual([
+      ['drop-dest-info', 'eviction', NASTY],
+    ])
     expect(runPassed(failing)).toBe(false)
     const passing = syntheticRun({failing: false})
     expect(runPassed(passing)).toBe(true)
-    // A fault not verified clean, a stop, or an errored scenario each fail an otherwise green run; a gate decides alone.
+    // A fault not verified clean, a stop, or an errored scenario each fail an otherwise green run; a gate decides
+    // alone.
     const dirty = syntheticRun({failing: false})
     dirty.scenarios[0].leases[0].verifiedClean = false
     expect(runCounts(dirty).faultsLeftBehind).toBe(1)
@@ -29,7 +40,12 @@ describe('the run model', () => {
     expect(runPassed({...passing, stopped: {reason: 'interrupted'}})).toBe(false)
     expect(runPassed({...passing, scenarios: [{...passing.scenarios[0], error: 'prefill unreachable'}]})).toBe(false)
     expect(runPassed({...failing, gate: {passed: true, reasons: []}})).toBe(true)
-    expect(runIdOf({...passing, runId: undefined})).toBe(`r-${new Date(T0).toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z')}`)
+    expect(runIdOf({...passing, runId: undefined})).toBe(
+      `r-${new Date(T0)
+        .toISOString()
+        .replace(/[-:]/g, '')
+        .replace(/\.\d+Z$/, 'Z')}`,
+    )
   })
 
   it('gives a one-scenario run (inject) its top-level fields, and adapts a restart result into a scenario', () => {
@@ -37,23 +53,46 @@ describe('the run model', () => {
     const s = run.scenarios[0]
     const one: SuiteRun = {...run, scenarios: [s]}
     const f = injectFields(one)
-    const failed = s.verdicts.filter((v) => v.verdict === 'fail').length
+    const failed = s.verdicts.filter(v => v.verdict === 'fail').length
     expect(failed).toBeGreaterThan(0)
-    expect(f).toMatchObject({fault: 'drop-dest-info', deployment: run.deployment, leases: [s.leases[0]], summary: {passed: s.verdicts.length - failed, failed}})
+    expect(f).toMatchObject({
+      fault: 'drop-dest-info',
+      deployment: run.deployment,
+      leases: [s.leases[0]],
+      summary: {passed: s.verdicts.length - failed, failed},
+    })
     expect((f.pins as unknown[]).length).toBe(s.pins.length)
-    for (const pin of f.pins as Array<Record<string, unknown>>) expect(Object.keys(pin)).toEqual(['rid', 'fault', 'sentAt', 'evictedAt', 'evictionSeconds', 'bounds', 'verdict', 'evidence'])
+    for (const pin of f.pins as Array<Record<string, unknown>>)
+      expect(Object.keys(pin)).toEqual([
+        'rid',
+        'fault',
+        'sentAt',
+        'evictedAt',
+        'evictionSeconds',
+        'bounds',
+        'verdict',
+        'evidence',
+      ])
     // The journal is the suite's shape with those fields on top: the run's scenarios are all there.
     const j = runJournal(one, 'inject', f)
     expect(j).toMatchObject({command: 'inject', name: run.name, fault: 'drop-dest-info'})
     expect((j.scenarios as unknown[]).length).toBe(1)
     const r = syntheticRun({failing: false}).scenarios[2]
     const restart: RestartResult = {
-      steps: [], totalMs: 6100, canaries: [], watch: {samples: [], requests: []}, verdicts: r.verdicts,
+      steps: [],
+      totalMs: 6100,
+      canaries: [],
+      watch: {samples: [], requests: []},
+      verdicts: r.verdicts,
       observations: [...(r.timeline?.observations ?? [])].reverse(),
     }
-    const b = restartScenario('co-restart', restart, {contract: r.contract, startedAt: r.startedAt, finishedAt: r.finishedAt})
+    const b = restartScenario('co-restart', restart, {
+      contract: r.contract,
+      startedAt: r.startedAt,
+      finishedAt: r.finishedAt,
+    })
     expect(b.kind).toBe('restart')
-    const times = (b.timeline?.observations ?? []).map((o) => o.t)
+    const times = (b.timeline?.observations ?? []).map(o => o.t)
     expect(times).toEqual([...times].sort((x, y) => x - y))
     expect(times).toHaveLength(r.timeline?.observations.length ?? -1)
   })
@@ -75,8 +114,12 @@ describe('three outcomes', () => {
     const {renderSuite} = await import('../../src/report/suite-text.js')
     const {GateSchema} = await import('../../src/suite/suite-file.js')
     const run = syntheticRun({failing: false})
-    const ev = run.scenarios[0].verdicts.find((v) => v.check === 'eviction')!
-    Object.assign(ev, {verdict: 'unverified', summary: 'released by a transport error after 1.2s', evidence: {why: 'a transport error released it first', toVerify: 'raise UCX_RC_TIMEOUT'}})
+    const ev = run.scenarios[0].verdicts.find(v => v.check === 'eviction')!
+    Object.assign(ev, {
+      verdict: 'unverified',
+      summary: 'released by a transport error after 1.2s',
+      evidence: {why: 'a transport error released it first', toVerify: 'raise UCX_RC_TIMEOUT'},
+    })
     expect(runCounts(run)).toMatchObject({failed: 0, unverified: 1})
     expect(runPassed(run)).toBe(false)
     const gate = evaluateGate(run, GateSchema.parse({}))
@@ -84,7 +127,9 @@ describe('three outcomes', () => {
     expect(gate.reasons.join('\n')).toMatch(/UNVERIFIED eviction .*transport error/)
     // A gate that lets unverified evictions through passes the same run.
     expect(evaluateGate(run, GateSchema.parse({unverifiedBlocks: []})).passed).toBe(true)
-    expect(renderJUnit(run)).toMatch(/<skipped message="unverified: released by a transport error after 1\.2s \(a transport error released it first; to verify: raise UCX_RC_TIMEOUT\)"\/>/)
+    expect(renderJUnit(run)).toMatch(
+      /<skipped message="unverified: released by a transport error after 1\.2s \(a transport error released it first; to verify: raise UCX_RC_TIMEOUT\)"\/>/,
+    )
     expect(renderSuite(run, {wallMs: 1000})).toMatch(/unverified checks[\s\S]*to verify: raise UCX_RC_TIMEOUT/)
     expect(renderHtml(run)).toContain('<td class="verdict">UNVERIFIED</td>')
   })
@@ -99,7 +144,7 @@ describe('three outcomes', () => {
 
   it('an unverified check outside the blocking list does not fail the run', () => {
     const run = syntheticRun({failing: false})
-    const rec = run.scenarios.flatMap((s) => s.verdicts).find((v) => v.check === 'recovery')!
+    const rec = run.scenarios.flatMap(s => s.verdicts).find(v => v.check === 'recovery')!
     Object.assign(rec, {verdict: 'unverified', evidence: {why: 'the counter is missing', toVerify: 'export it'}})
     expect(runPassed(run)).toBe(true)
   })

@@ -15,19 +15,36 @@ const contract = {scope: 'all' as const, deadlineSeconds: 2, pollSeconds: 0.5}
 function pin(rid: string, evictionSeconds: number | null): PinRecord {
   const inWindow = evictionSeconds !== null && evictionSeconds >= 2 && evictionSeconds <= 2.5
   const evictedAt = evictionSeconds === null ? null : T0 + evictionSeconds * 1000
-  return {rid, sentAt: T0, evictedAt, evictionSeconds, bounds: [1.98, 2.52],
-    verdict: inWindow ? 'pass' : 'fail', evidence: {}}
+  return {
+    rid,
+    sentAt: T0,
+    evictedAt,
+    evictionSeconds,
+    bounds: [1.98, 2.52],
+    verdict: inWindow ? 'pass' : 'fail',
+    evidence: {},
+  }
 }
 
 /** A night: one stall-kv scenario whose pins were evicted after these seconds. */
 function night(i: number, evictions: Array<number | null>, deployment = 'eu1'): SuiteRun {
   const pins = evictions.map((e, k) => pin(`n${i}-${k}`, e))
   const s: ScenarioRun = {
-    name: 'stall-kv gpu1', kind: 'inject', fault: 'stall-kv', startedAt: T0 + i * 86_400_000,
+    name: 'stall-kv gpu1',
+    kind: 'inject',
+    fault: 'stall-kv',
+    startedAt: T0 + i * 86_400_000,
     finishedAt: T0 + i * 86_400_000 + 5000,
-    verdicts: pins.map((p) => ({check: 'eviction' as const, subject: p.rid, verdict: p.verdict, summary: '',
-      evidence: {}})),
-    pins, leases: [], contract,
+    verdicts: pins.map(p => ({
+      check: 'eviction' as const,
+      subject: p.rid,
+      verdict: p.verdict,
+      summary: '',
+      evidence: {},
+    })),
+    pins,
+    leases: [],
+    contract,
   }
   return {name: 'nightly', deployment, startedAt: s.startedAt, finishedAt: s.finishedAt, scenarios: [s]}
 }
@@ -55,10 +72,12 @@ describe('trendOf', () => {
   it('names a late margin falling night by night, oldest first whatever the order given', () => {
     const runs = Array.from({length: 14}, (_, i) => night(i, [2.09 + i * 0.027, 2.05 + i * 0.027]))
     const t = trendOf([...runs].reverse())
-    expect(t.runs.map((r) => r.index)).toEqual([...Array(14).keys()])
+    expect(t.runs.map(r => r.index)).toEqual([...Array(14).keys()])
     expect(t.drifts).toHaveLength(1)
-    expect(t.drifts[0]!.text).toBe('stall-kv gpu1: late margin fell from 410 ms to 59 ms over 14 runs' +
-      ' (to deadline + poll; smallest in the last run 59 ms)')
+    expect(t.drifts[0]!.text).toBe(
+      'stall-kv gpu1: late margin fell from 410 ms to 59 ms over 14 runs' +
+        ' (to deadline + poll; smallest in the last run 59 ms)',
+    )
     expect(renderTrend(t)).toContain('  stall-kv gpu1 eviction  PPPPPPPPPPPPPP')
   })
 
@@ -67,7 +86,7 @@ describe('trendOf', () => {
     expect(trendOf(phase.map((p, i) => night(i, [2 + p]))).drifts).toEqual([])
     // Early margin growing = late margin falling: only the falling one is named.
     const t = trendOf(Array.from({length: 6}, (_, i) => night(i, [2.45 - i * 0.08])))
-    expect(t.drifts.map((d) => d.bound)).toEqual(['early'])
+    expect(t.drifts.map(d => d.bound)).toEqual(['early'])
     expect(renderTrend(t)).toMatch(/stall-kv gpu1: early margin fell from 450 ms to 50 ms over 6 runs/)
   })
 
@@ -75,16 +94,27 @@ describe('trendOf', () => {
     const runs = [night(0, [2.1], 'eu1'), night(1, [2.1], 'us2'), night(2, [null], 'eu1')]
     const t = trendOf(runs)
     expect(t.deployments).toEqual(['eu1', 'us2'])
-    expect(t.checks.map((c) => [c.deployment, c.perRun.map((x) => x?.fail)]))
-      .toEqual([['eu1', [0, null, 1]], ['us2', [null, 0, null]]])
+    expect(t.checks.map(c => [c.deployment, c.perRun.map(x => (x === null ? null : x.fail))])).toEqual([
+      ['eu1', [0, null, 1]],
+      ['us2', [null, 0, null]],
+    ])
     expect(renderTrend(t)).toContain('eu1 · stall-kv gpu1 eviction  P-F')
   })
 
   it('fits a line with its slope error; too few points fit nothing', () => {
-    const fit = linearFit([{x: 0, y: 1}, {x: 1, y: 3}, {x: 2, y: 5}])!
+    const fit = linearFit([
+      {x: 0, y: 1},
+      {x: 1, y: 3},
+      {x: 2, y: 5},
+    ])!
     expect(fit.slope).toBeCloseTo(2)
     expect(fit.slopeError).toBeCloseTo(0)
-    expect(linearFit([{x: 0, y: 1}, {x: 1, y: 2}])).toBeUndefined()
+    expect(
+      linearFit([
+        {x: 0, y: 1},
+        {x: 1, y: 2},
+      ]),
+    ).toBeUndefined()
   })
 })
 
@@ -108,36 +138,56 @@ describe('the single-run timeline', () => {
     const run = syntheticRun({failing: false})
     const s = run.scenarios[0]!
     // Stretch the scenario: twenty seconds of calibration before the fault and load after it.
-    const stretched: ScenarioRun = {...s, startedAt: s.startedAt - 20_000, finishedAt: s.finishedAt + 10_000,
-      timeline: {...s.timeline!, observations: [
-        {kind: 'request-sent', t: s.startedAt - 20_000, rid: 'cal', role: 'baseline'}, ...s.timeline!.observations]}}
+    const stretched: ScenarioRun = {
+      ...s,
+      startedAt: s.startedAt - 20_000,
+      finishedAt: s.finishedAt + 10_000,
+      timeline: {
+        ...s.timeline!,
+        observations: [
+          {kind: 'request-sent', t: s.startedAt - 20_000, rid: 'cal', role: 'baseline'},
+          ...s.timeline!.observations,
+        ],
+      },
+    }
     const span = timelineSpan(stretched)
-    const action = [s.leases[0]!.injectedAt!, s.leases[0]!.revertedAt!, ...s.pins.map((p) => p.sentAt)]
+    const action = [s.leases[0]!.injectedAt!, s.leases[0]!.revertedAt!, ...s.pins.map(p => p.sentAt)]
     expect(span.from).toBeLessThanOrEqual(Math.min(...action))
     expect(span.to).toBeGreaterThanOrEqual(Math.max(...action))
     expect(span.to - span.from).toBeLessThan(1.3 * (s.pins[0]!.sentAt + 2500 - Math.min(...action)) + 1000)
     expect(span.from).toBeGreaterThan(stretched.startedAt + 15_000)
     // A gauge sampled before the span starts at its left edge with the value it held, not off the plot.
-    stretched.timeline!.observations.unshift(
-      {kind: 'metric', t: s.startedAt - 19_000, service: 'prefill', name: 'sglang:token_usage', value: 0.25})
+    stretched.timeline!.observations.unshift({
+      kind: 'metric',
+      t: s.startedAt - 19_000,
+      service: 'prefill',
+      name: 'sglang:token_usage',
+      value: 0.25,
+    })
     const html = renderHtml({...run, scenarios: [stretched]})
     expect(html).toMatch(/data-from="\d+" data-to="\d+"/)
-    const paths = [...html.matchAll(/<path d="M([\d.]+),/g)].map((m) => Number(m[1]))
+    const paths = [...html.matchAll(/<path d="M([\d.]+),/g)].map(m => Number(m[1]))
     expect(paths.length).toBeGreaterThan(0)
     for (const x of paths) expect(x).toBeGreaterThanOrEqual(170)
     expect(html).toContain('sglang:token_usage (min 0.25, max 0.25)')
   })
 
   it('puts labels that would overlap in separate lanes', () => {
-    const items = [{x: 100, text: 'restart prefill'}, {x: 120, text: 'restart decode'},
-      {x: 400, text: 'restart router'}]
+    const items = [
+      {x: 100, text: 'restart prefill'},
+      {x: 120, text: 'restart decode'},
+      {x: 400, text: 'restart router'},
+    ]
     expect(labelLanes(items)).toEqual([0, 1, 0])
     const run = syntheticRun({failing: false})
     const html = renderHtml(run)
     const restart = html.slice(html.indexOf('aria-label="timeline of co-restart"'))
-    const ys = [...restart.matchAll(/<text x="([\d.]+)" y="([\d.]+)" class="marker">([^<]+)</g)]
-      .map((m) => ({x: Number(m[1]), y: Number(m[2]), text: m[3]!}))
-    expect(ys.map((m) => m.text)).toEqual(['restart prefill', 'restart decode', 'restart router'])
+    const ys = [...restart.matchAll(/<text x="([\d.]+)" y="([\d.]+)" class="marker">([^<]+)</g)].map(m => ({
+      x: Number(m[1]),
+      y: Number(m[2]),
+      text: m[3]!,
+    }))
+    expect(ys.map(m => m.text)).toEqual(['restart prefill', 'restart decode', 'restart router'])
     for (let i = 0; i < ys.length; i++) {
       for (let j = i + 1; j < ys.length; j++) {
         const a = ys[i]!

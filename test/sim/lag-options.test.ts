@@ -21,7 +21,10 @@ describe('the twin lag options (sim up --entry-lag-ms / --answer-lag-ms)', () =>
   })
 
   it('sim up writes them to sim.json; 0 means off; a bad value is bad input naming the flag', () => {
-    expect(buildSimConfig({stateDir: '/tmp/x', entryLagMs: '100:50', answerLagMs: '150:100'}).lags).toEqual({entry: {ms: 100, jitterMs: 50}, answer: {ms: 150, jitterMs: 100}})
+    expect(buildSimConfig({stateDir: '/tmp/x', entryLagMs: '100:50', answerLagMs: '150:100'}).lags).toEqual({
+      entry: {ms: 100, jitterMs: 50},
+      answer: {ms: 150, jitterMs: 100},
+    })
     expect(buildSimConfig({stateDir: '/tmp/x', entryLagMs: '0'}).lags).toBeUndefined()
     expect(buildSimConfig({stateDir: '/tmp/x'}).lags).toBeUndefined()
     expect(() => buildSimConfig({stateDir: '/tmp/x', answerLagMs: '5:9'})).toThrow(/--answer-lag-ms: the jitter/)
@@ -29,21 +32,25 @@ describe('the twin lag options (sim up --entry-lag-ms / --answer-lag-ms)', () =>
     expect(() => buildSimConfig({stateDir: '/tmp/x', tokenizeMs: 'x'})).toThrow(/--tokenize-ms: /)
   })
 
-  it('--tokenize-ms: requests are tokenized one at a time, and until then their rid is unknown (an abort is dropped)', async () => {
-    const q = new TokenizerQueue({ms: 40, jitterMs: 0})
-    const t0 = Date.now()
-    const done: number[] = []
-    const all = ['a', 'b', 'c'].map((rid) => q.tokenize(rid).then(() => done.push(Date.now() - t0)))
-    expect(['a', 'b', 'c'].map((rid) => q.unknown(rid))).toEqual([true, true, true])
-    await all[0]
-    expect(q.unknown('a')).toBe(false)
-    expect(q.unknown('c')).toBe(true)
-    await Promise.all(all)
-    // In line: the third is known only after three tokenizations (timers may run late, never early).
-    expect(done[2]!).toBeGreaterThanOrEqual(115)
-    expect(q.unknown('c')).toBe(false)
-    const off = new TokenizerQueue(undefined)
-    await off.tokenize('x')
-    expect(off.unknown('x')).toBe(false)
-  })
+  it(
+    '--tokenize-ms: requests are tokenized one at a time, and until then their rid is unknown (an abort is ' +
+      'dropped)',
+    async () => {
+      const q = new TokenizerQueue({ms: 40, jitterMs: 0})
+      const t0 = Date.now()
+      const done: number[] = []
+      const all = ['a', 'b', 'c'].map(rid => q.tokenize(rid).then(() => done.push(Date.now() - t0)))
+      expect(['a', 'b', 'c'].map(rid => q.unknown(rid))).toEqual([true, true, true])
+      await all[0]
+      expect(q.unknown('a')).toBe(false)
+      expect(q.unknown('c')).toBe(true)
+      await Promise.all(all)
+      // In line: the third is known only after three tokenizations (timers may run late, never early).
+      expect(done[2]!).toBeGreaterThanOrEqual(115)
+      expect(q.unknown('c')).toBe(false)
+      const off = new TokenizerQueue(undefined)
+      await off.tokenize('x')
+      expect(off.unknown('x')).toBe(false)
+    },
+  )
 })

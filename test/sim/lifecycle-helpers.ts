@@ -38,13 +38,13 @@ const PORT_OFFSETS = [0, 100, 200, 500, 900]
 export async function freeBasePort(): Promise<number> {
   for (let attempt = 0; attempt < 50; attempt++) {
     const base = 20_000 + Math.floor(Math.random() * 400) * 100
-    if ((await Promise.all(PORT_OFFSETS.map((o) => bindable(base + o)))).every(Boolean)) return base
+    if ((await Promise.all(PORT_OFFSETS.map(o => bindable(base + o)))).every(Boolean)) return base
   }
   throw new Error('no base port with five free ports in 50 tries')
 }
 
 function bindable(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
+  return new Promise(resolve => {
     const s = createServer()
     s.once('error', () => resolve(false))
     s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)))
@@ -65,16 +65,25 @@ export async function upOnFreePorts(options: Omit<SimUpOptions, 'basePort'>): Pr
 }
 
 export async function post(url: string, body: unknown, timeoutMs = 15_000): Promise<{status: number; text: string}> {
-  const r = await fetch(url + '/generate', {method: 'POST', body: JSON.stringify(body), headers: {'content-type': 'application/json'}, signal: AbortSignal.timeout(timeoutMs)})
+  const r = await fetch(url + '/generate', {
+    method: 'POST',
+    body: JSON.stringify(body),
+    headers: {'content-type': 'application/json'},
+    signal: AbortSignal.timeout(timeoutMs),
+  })
   return {status: r.status, text: await r.text()}
 }
 
 export const readLines = (file: string): Array<Record<string, unknown>> => {
   try {
-    return readFileSync(file, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>)
+    return readFileSync(file, 'utf8')
+      .trim()
+      .split('\n')
+      .filter(Boolean)
+      .map(l => JSON.parse(l) as Record<string, unknown>)
   } catch {
     return []
   }
 }
 
-export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms))
+export const sleep = (ms: number): Promise<void> => new Promise(r => setTimeout(r, ms))

@@ -59,7 +59,13 @@ describe('twin errors as the CLI reports them', () => {
     for (const [sim, exit, code] of cases) {
       const pd = fromSimError(sim) as PdError
       expect(pd).toBeInstanceOf(PdError)
-      expect([pd.exitCode, pd.code, pd.message, pd.suggestion, pd.cause]).toEqual([exit, code, sim.message, sim.suggestion, sim.cause])
+      expect([pd.exitCode, pd.code, pd.message, pd.suggestion, pd.cause]).toEqual([
+        exit,
+        code,
+        sim.message,
+        sim.suggestion,
+        sim.cause,
+      ])
     }
     const other = new Error('not the twin')
     expect(fromSimError(other)).toBe(other)
@@ -81,8 +87,12 @@ describe('sim up options', () => {
     expectBadInput(() => buildSimConfig({stateDir: '/tmp/x', prefillTp: 0}), /--prefill-tp/)
     expectBadInput(() => buildSimConfig({stateDir: '/tmp/x', deadlineS: 0}), /--deadline/)
     expectBadInput(() => buildSimConfig({stateDir: '/tmp/x', watchdogLateMs: -1}), /--watchdog-late-ms/)
-    expect(buildSimConfig({stateDir: '/tmp/x', watchdogLateMs: 250}).watchdog)
-      .toEqual({scope: 'all', deadlineS: 60, pollS: 1, lateMs: 250})
+    expect(buildSimConfig({stateDir: '/tmp/x', watchdogLateMs: 250}).watchdog).toEqual({
+      scope: 'all',
+      deadlineS: 60,
+      pollS: 1,
+      lateMs: 250,
+    })
     expect(buildSimConfig({stateDir: '/tmp/x'}).watchdog).toEqual({scope: 'all', deadlineS: 60, pollS: 1})
     expectBadInput(() => buildSimConfig({stateDir: '/tmp/x', pollS: -1}), /--poll/)
     expectBadInput(() => buildSimConfig({stateDir: '/tmp/x', pollS: Number.NaN}), /--poll/)
@@ -98,17 +108,20 @@ describe('sim up options', () => {
 describe('ports', () => {
   it('names the port in use and the process that holds it', async () => {
     const s = net.createServer()
-    await new Promise<void>((r) => s.listen(0, '127.0.0.1', r))
+    await new Promise<void>(r => s.listen(0, '127.0.0.1', r))
     const port = (s.address() as net.AddressInfo).port
     try {
-      await assertPortsFree('127.0.0.1', {decode: port}, 'x').then(() => {
-        throw new Error('expected a port error')
-      }, (raw: unknown) => {
-        const error = fromSimError(raw) as PdError
-        expect(error.exitCode).toBe(2)
-        expect(error.message).toContain(`port ${port} (decode)`)
-        expect(error.message).toContain(`pid ${process.pid}`)
-      })
+      await assertPortsFree('127.0.0.1', {decode: port}, 'x').then(
+        () => {
+          throw new Error('expected a port error')
+        },
+        (raw: unknown) => {
+          const error = fromSimError(raw) as PdError
+          expect(error.exitCode).toBe(2)
+          expect(error.message).toContain(`port ${port} (decode)`)
+          expect(error.message).toContain(`pid ${process.pid}`)
+        },
+      )
     } finally {
       s.close()
     }
@@ -124,15 +137,28 @@ describe('deployment file', () => {
     const parsed = DeploymentSchema.parse(parse(text))
     expect(parsed).toEqual(twinDeployment(c))
     // The schema reads it back to the very same document, key for key: the file is what the schema would write.
-    expect(text).toBe(`# Written by \`pdchaos sim up\` for the twin in ${dir}. Rewritten on every up.\n` + stringify(parsed))
+    expect(text).toBe(
+      `# Written by \`pdchaos sim up\` for the twin in ${dir}. Rewritten on every up.\n` + stringify(parsed),
+    )
     expect(parsed.host).toEqual({kind: 'local'})
     expect(parsed.labels).toEqual({environment: 'twin'})
     expect(parsed.backend).toBe('mooncake')
-    expect(parsed.watchdog).toEqual({scope: 'all', deadlineSeconds: 12, pollSeconds: 0.5, logPattern: WATCHDOG_LOG_PATTERN})
+    expect(parsed.watchdog).toEqual({
+      scope: 'all',
+      deadlineSeconds: 12,
+      pollSeconds: 0.5,
+      logPattern: WATCHDOG_LOG_PATTERN,
+    })
     // The pattern reads the rid and the held seconds from the twin watchdog's own line.
-    const line = `[2026-12-01 18:00:02] ${watchdogLogLine({rid: 'pdchaos-pin-a1', room: '77', queue: 'inflight', state: 'KVPoll.Transferring', heldS: 12.3456, deadlineS: 12, scope: 'all'})}`
+    const line =
+      `[2026-12-01 ` +
+      `18:00:02] ${watchdogLogLine({rid: 'pdchaos-pin-a1', room: '77', queue: 'inflight', state: 'KVPoll.Transferring', heldS: 12.3456, deadlineS: 12, scope: 'all'})}`
     expect(new RegExp(parsed.watchdog.logPattern!).exec(line)?.groups).toEqual({rid: 'pdchaos-pin-a1', held: '12.346'})
-    expect(parsed.services.prefill).toMatchObject({url: 'http://127.0.0.1:41100', bootstrapPort: 41_500, logs: {file: join(dir, 'logs', 'prefill.log')}})
+    expect(parsed.services.prefill).toMatchObject({
+      url: 'http://127.0.0.1:41100',
+      bootstrapPort: 41_500,
+      logs: {file: join(dir, 'logs', 'prefill.log')},
+    })
     expect(parsed.services.router.metricsUrl).toBe('http://127.0.0.1:41900/metrics')
     const restart = parsed.services.decode.restart!
     expect(restart.slice(2)).toEqual(['sim', 'restart', 'decode', '--state-dir', dir])
@@ -141,12 +167,17 @@ describe('deployment file', () => {
 })
 
 describe("decode's own waiting timeout", () => {
-  it('--decode-waiting-timeout sets SGLANG_DISAGGREGATION_WAITING_TIMEOUT in decode\'s environment only', () => {
+  it("--decode-waiting-timeout sets SGLANG_DISAGGREGATION_WAITING_TIMEOUT in decode's environment only", () => {
     const c = buildSimConfig({stateDir: tmp(), waitingTimeoutS: 600, decodeWaitingTimeoutS: 1.75})
     expect(serviceEnvFor(c, 'decode', {}).SGLANG_DISAGGREGATION_WAITING_TIMEOUT).toBe('1.75')
     expect(serviceEnvFor(c, 'prefill', {}).SGLANG_DISAGGREGATION_WAITING_TIMEOUT).toBe('600')
-    expect(serviceEnvFor(buildSimConfig({stateDir: tmp(), waitingTimeoutS: 30}), 'decode', {}).SGLANG_DISAGGREGATION_WAITING_TIMEOUT).toBe('30')
-    expect(() => buildSimConfig({stateDir: tmp(), decodeWaitingTimeoutS: 0})).toThrow(/--decode-waiting-timeout must be a number of seconds greater than 0/)
+    expect(
+      serviceEnvFor(buildSimConfig({stateDir: tmp(), waitingTimeoutS: 30}), 'decode', {})
+        .SGLANG_DISAGGREGATION_WAITING_TIMEOUT,
+    ).toBe('30')
+    expect(() => buildSimConfig({stateDir: tmp(), decodeWaitingTimeoutS: 0})).toThrow(
+      /--decode-waiting-timeout must be a number of seconds greater than 0/,
+    )
   })
 })
 
@@ -172,9 +203,15 @@ describe('nvidia-smi stand-in', () => {
     mkdirSync(join(dir, 'gpus'), {recursive: true})
     writeFileSync(join(dir, 'gpus', '2.json'), JSON.stringify({pid: process.pid, role: 'prefill', tpRank: 2}))
     writeFileSync(join(dir, 'gpus', '5.json'), JSON.stringify({pid: 2 ** 22 + 7, role: 'decode', tpRank: 1}))
-    expect(run('--query-compute-apps=pid,gpu_uuid', '--format=csv').stdout).toBe(`pid, gpu_uuid\n${process.pid}, ${gpuUuid(dir, 2)}\n`)
-    expect(run('--query-compute-apps=pid,gpu_uuid', '--format=csv,noheader,nounits').stdout).toBe(`${process.pid}, ${gpuUuid(dir, 2)}\n`)
-    expect(run('--query-compute-apps=pid,used_memory', '--format=csv').stdout.split('\n')[0]).toBe('pid, used_memory [MiB]')
+    expect(run('--query-compute-apps=pid,gpu_uuid', '--format=csv').stdout).toBe(
+      `pid, gpu_uuid\n${process.pid}, ${gpuUuid(dir, 2)}\n`,
+    )
+    expect(run('--query-compute-apps=pid,gpu_uuid', '--format=csv,noheader,nounits').stdout).toBe(
+      `${process.pid}, ${gpuUuid(dir, 2)}\n`,
+    )
+    expect(run('--query-compute-apps=pid,used_memory', '--format=csv').stdout.split('\n')[0]).toBe(
+      'pid, used_memory [MiB]',
+    )
   })
 
   it('prints a table without arguments and refuses unknown flags and fields like nvidia-smi', () => {
@@ -197,8 +234,13 @@ describe('nvidia-smi topo -m', () => {
   const gpusOnly = tmp()
   writeNvidiaSmi(gpusOnly, 8)
   const railed = tmp()
-  writeNvidiaSmi(railed, 8, Array.from({length: 8}, (_, g) => `rail${g}`))
-  const run = (dir: string, ...args: string[]) => spawnSync(join(dir, 'bin', 'nvidia-smi'), args, {encoding: 'utf8', timeout: 10_000})
+  writeNvidiaSmi(
+    railed,
+    8,
+    Array.from({length: 8}, (_, g) => `rail${g}`),
+  )
+  const run = (dir: string, ...args: string[]) =>
+    spawnSync(join(dir, 'bin', 'nvidia-smi'), args, {encoding: 'utf8', timeout: 10_000})
   /** A parser as a script would write one: drop the SGR underline, split rows on tabs, read the NIC Legend. */
   function parseTopo(text: string) {
     const lines = text.replace(/\u001b\[[0-9;]*m/g, '').split('\n')
@@ -221,64 +263,104 @@ describe('nvidia-smi topo -m', () => {
     const r = run(railed, 'topo', '-m')
     expect(r.status).toBe(0)
     // Byte for byte as nvidia-smi prints it: a tab first, the header underlined with SGR escapes.
-    expect(r.stdout.split('\n')[0]).toBe(`\t\u001b[4m${[...Array.from({length: 8}, (_, i) => `GPU${i}`), ...Array.from({length: 8}, (_, i) => `NIC${i}`), 'CPU Affinity', 'NUMA Affinity', 'GPU NUMA ID'].join('\t')}\u001b[0m`)
+    expect(r.stdout.split('\n')[0]).toBe(
+      `\t\u001b[4m${[...Array.from({length: 8}, (_, i) => `GPU${i}`), ...Array.from({length: 8}, (_, i) => `NIC${i}`), 'CPU Affinity', 'NUMA Affinity', 'GPU NUMA ID'].join('\t')}\u001b[0m`,
+    )
     const t = parseTopo(r.stdout)
-    expect(t.header.slice(0, 16)).toEqual([...Array.from({length: 8}, (_, i) => `GPU${i}`), ...Array.from({length: 8}, (_, i) => `NIC${i}`)])
+    expect(t.header.slice(0, 16)).toEqual([
+      ...Array.from({length: 8}, (_, i) => `GPU${i}`),
+      ...Array.from({length: 8}, (_, i) => `NIC${i}`),
+    ])
     for (let g = 0; g < 8; g++) {
       const row = t.rows.get(`GPU${g}`)!
       expect(row[g]).toBe(' X ')
-      expect(row.filter((_c, i) => i < 8 && i !== g).every((c) => c === 'NV18')).toBe(true)
+      expect(row.filter((_c, i) => i < 8 && i !== g).every(c => c === 'NV18')).toBe(true)
       const nicCells = row.slice(8, 16)
       expect(nicCells.indexOf('PIX')).toBe(g)
-      expect(nicCells.filter((c) => c === 'PIX')).toHaveLength(1)
-      expect(nicCells.every((c, n) => n === g || c === (Math.floor(n / 4) === Math.floor(g / 4) ? 'NODE' : 'SYS'))).toBe(true)
+      expect(nicCells.filter(c => c === 'PIX')).toHaveLength(1)
+      expect(
+        nicCells.every((c, n) => n === g || c === (Math.floor(n / 4) === Math.floor(g / 4) ? 'NODE' : 'SYS')),
+      ).toBe(true)
       expect(row.slice(16)).toEqual([g < 4 ? '0-55,112-167' : '56-111,168-223', g < 4 ? '0' : '1', '', 'N/A'])
       expect(t.legend.get(`NIC${g}`)).toBe(`rail${g}`)
       // The NIC's row mirrors it and ends in the empty affinity columns.
       expect(t.rows.get(`NIC${g}`)![g]).toBe('PIX')
       expect(t.rows.get(`NIC${g}`)!.slice(16)).toEqual(['', '', '', ''])
     }
-    expect(r.stdout).toContain('\nLegend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)\n')
+    expect(r.stdout).toContain(
+      '\nLegend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect between ' +
+        'NUMA nodes (e.g., QPI/UPI)\n',
+    )
     expect(r.stdout.endsWith('  NIC7: rail7\n\n')).toBe(true)
   })
 
-  it('a decode node of a twin that spans nodes has the NICs of its own GPUs: NIC0 (rail4) is PIX to GPU4, on GPU4\'s socket', () => {
-    const node = tmp()
-    writeNvidiaSmi(node, 8, [4, 5, 6, 7].map((g) => ({name: `rail${g}`, gpu: g})))
-    const t = parseTopo(run(node, 'topo', '-m').stdout)
-    expect(t.header.slice(8, 12)).toEqual(['NIC0', 'NIC1', 'NIC2', 'NIC3'])
-    for (let g = 0; g < 8; g++) {
-      const nicCells = t.rows.get(`GPU${g}`)!.slice(8, 12)
-      expect(nicCells).toEqual([0, 1, 2, 3].map((n) => (n + 4 === g ? 'PIX' : g < 4 ? 'SYS' : 'NODE')))
-    }
-    expect([...t.legend]).toEqual([['NIC0', 'rail4'], ['NIC1', 'rail5'], ['NIC2', 'rail6'], ['NIC3', 'rail7']])
-  })
+  it(
+    'a decode node of a twin that spans nodes has the NICs of its own GPUs: NIC0 (rail4) is PIX to GPU4, on ' +
+      "GPU4's socket",
+    () => {
+      const node = tmp()
+      writeNvidiaSmi(
+        node,
+        8,
+        [4, 5, 6, 7].map(g => ({name: `rail${g}`, gpu: g})),
+      )
+      const t = parseTopo(run(node, 'topo', '-m').stdout)
+      expect(t.header.slice(8, 12)).toEqual(['NIC0', 'NIC1', 'NIC2', 'NIC3'])
+      for (let g = 0; g < 8; g++) {
+        const nicCells = t.rows.get(`GPU${g}`)!.slice(8, 12)
+        expect(nicCells).toEqual([0, 1, 2, 3].map(n => (n + 4 === g ? 'PIX' : g < 4 ? 'SYS' : 'NODE')))
+      }
+      expect([...t.legend]).toEqual([
+        ['NIC0', 'rail4'],
+        ['NIC1', 'rail5'],
+        ['NIC2', 'rail6'],
+        ['NIC3', 'rail7'],
+      ])
+    },
+  )
 
-  it('without rail NICs: GPUs only, no NIC column and no NIC Legend; -mp shows PCIe paths; bad arguments are refused', () => {
-    const t = parseTopo(run(gpusOnly, 'topo', '-m').stdout)
-    expect(t.header).toEqual([...Array.from({length: 8}, (_, i) => `GPU${i}`), 'CPU Affinity', 'NUMA Affinity', 'GPU NUMA ID'])
-    expect(t.hasNicLegend).toBe(false)
-    expect([...t.rows.keys()]).toEqual(Array.from({length: 8}, (_, i) => `GPU${i}`))
-    const mp = parseTopo(run(railed, 'topo', '-mp').stdout)
-    expect(mp.rows.get('GPU0')!.slice(0, 8)).toEqual([' X ', 'NODE', 'NODE', 'NODE', 'SYS', 'SYS', 'SYS', 'SYS'])
-    expect(mp.rows.get('GPU0')![8]).toBe('PIX')
-    expect(run(railed, 'topo').status).toBe(2)
-    expect(run(railed, 'topo', '-x').stdout).toContain('Invalid combination of input arguments')
-  })
+  it(
+    'without rail NICs: GPUs only, no NIC column and no NIC Legend; -mp shows PCIe paths; bad arguments are ' +
+      'refused',
+    () => {
+      const t = parseTopo(run(gpusOnly, 'topo', '-m').stdout)
+      expect(t.header).toEqual([
+        ...Array.from({length: 8}, (_, i) => `GPU${i}`),
+        'CPU Affinity',
+        'NUMA Affinity',
+        'GPU NUMA ID',
+      ])
+      expect(t.hasNicLegend).toBe(false)
+      expect([...t.rows.keys()]).toEqual(Array.from({length: 8}, (_, i) => `GPU${i}`))
+      const mp = parseTopo(run(railed, 'topo', '-mp').stdout)
+      expect(mp.rows.get('GPU0')!.slice(0, 8)).toEqual([' X ', 'NODE', 'NODE', 'NODE', 'SYS', 'SYS', 'SYS', 'SYS'])
+      expect(mp.rows.get('GPU0')![8]).toBe('PIX')
+      expect(run(railed, 'topo').status).toBe(2)
+      expect(run(railed, 'topo', '-x').stdout).toContain('Invalid combination of input arguments')
+    },
+  )
 })
 
 describe('sim up options: rail NICs and UCX RC settings', () => {
   it('plans one rail per GPU only with --rail-nics, and keeps the UCX values as given', () => {
     expect(buildSimConfig({stateDir: tmp()}).rails).toBeUndefined()
     const c = buildSimConfig({stateDir: tmp(), railNics: true, ucxRcTimeout: '300ms', ucxRcRetryCount: 2})
-    expect(c.rails!.nics.map((n) => `${n.name}=${n.addr}`)).toEqual(Array.from({length: 8}, (_, g) => `rail${g}=198.18.${g}.1`))
+    expect(c.rails!.nics.map(n => `${n.name}=${n.addr}`)).toEqual(
+      Array.from({length: 8}, (_, g) => `rail${g}=198.18.${g}.1`),
+    )
     expect(c.ucx).toEqual({rcTimeout: '300ms', rcRetryCount: 2})
   })
 
   it('refuses a timeout UCX would not parse and a negative retry count, naming the flag', () => {
-    expectBadInput(() => buildSimConfig({stateDir: tmp(), ucxRcTimeout: 'soon'}), /--ucx-rc-timeout must be a UCX time value/)
+    expectBadInput(
+      () => buildSimConfig({stateDir: tmp(), ucxRcTimeout: 'soon'}),
+      /--ucx-rc-timeout must be a UCX time value/,
+    )
     expectBadInput(() => buildSimConfig({stateDir: tmp(), ucxRcTimeout: '0'}), /--ucx-rc-timeout/)
-    expectBadInput(() => buildSimConfig({stateDir: tmp(), ucxRcRetryCount: -1}), /--ucx-rc-retry-count must be an integer from 0 to 255/)
+    expectBadInput(
+      () => buildSimConfig({stateDir: tmp(), ucxRcRetryCount: -1}),
+      /--ucx-rc-retry-count must be an integer from 0 to 255/,
+    )
   })
 })
 
@@ -294,7 +376,10 @@ describe('lock and processes', () => {
       expect((fromSimError(error) as PdError).suggestion).toBe(`pdchaos sim down --state-dir ${dir}`)
     }
     // A lock whose processes are all gone is stale.
-    writeFileSync(join(dir, 'sim.lock'), JSON.stringify({owner: {pid: 2 ** 22 + 9, start: '1'}, createdAt: 0, services: {}}))
+    writeFileSync(
+      join(dir, 'sim.lock'),
+      JSON.stringify({owner: {pid: 2 ** 22 + 9, start: '1'}, createdAt: 0, services: {}}),
+    )
     expect(acquireLock(dir).owner.pid).toBe(process.pid)
     removeLock(dir)
     expect(readLock(dir)).toBeUndefined()
@@ -302,7 +387,11 @@ describe('lock and processes', () => {
 
   it('stops a detached process group, never a pid whose start time differs', async () => {
     const dir = tmp()
-    const ref = spawnDetached('sh', ['-c', 'sleep 30 & sleep 30; wait'], {env: process.env, logFile: join(dir, 'log'), cwd: dir})
+    const ref = spawnDetached('sh', ['-c', 'sleep 30 & sleep 30; wait'], {
+      env: process.env,
+      logFile: join(dir, 'log'),
+      cwd: dir,
+    })
     try {
       expect(isSameProcess(ref)).toBe(true)
       expect(await stopGroup({pid: ref.pid, start: String(Number(ref.start) + 1)}, 200)).toBe(true)
@@ -311,8 +400,11 @@ describe('lock and processes', () => {
       expect(isSameProcess(ref)).toBe(false)
       // Nothing of the group runs: what is left is zombies waiting for init to collect them (stopGroup does not wait
       // for that; in a container init may take a second or more).
-      const left = execFileSync('sh', ['-c', `ps -o stat= -g ${ref.pid} || true`], {encoding: 'utf8'}).split('\n').map((l) => l.trim()).filter(Boolean)
-      expect(left.filter((stat) => !stat.startsWith('Z'))).toEqual([])
+      const left = execFileSync('sh', ['-c', `ps -o stat= -g ${ref.pid} || true`], {encoding: 'utf8'})
+        .split('\n')
+        .map(l => l.trim())
+        .filter(Boolean)
+      expect(left.filter(stat => !stat.startsWith('Z'))).toEqual([])
     } finally {
       try {
         process.kill(-ref.pid, 'SIGKILL')
@@ -320,19 +412,31 @@ describe('lock and processes', () => {
     }
   })
 
-  it('a group left with only a zombie is stopped: its process exited, and nothing waits for its parent to collect it', async () => {
-    // The zombie's parent (perl) lives outside the group and never collects it, as init may not for a second or more.
-    const parent = spawn('perl', ['-e', 'my $p = fork; if (!$p) { setpgrp(0, 0); exit 0 } $| = 1; print "$p\\n"; sleep 30'], {stdio: ['ignore', 'pipe', 'ignore']})
-    try {
-      const pid = Number(await new Promise<string>((resolve) => parent.stdout!.once('data', (d: Buffer) => resolve(d.toString()))))
-      await eventually(() => readFileSync(`/proc/${pid}/stat`, 'latin1').includes(') Z '), 5000)
-      expect(refOf(pid)).toBeUndefined() // a zombie has no start time to prove it ours: it cannot be signalled by mistake
-      expect(await stopGroup({pid, start: '1'}, 5000, 3000)).toBe(true)
-      expect(readFileSync(`/proc/${pid}/stat`, 'latin1')).toContain(') Z ') // still there, uncollected: not waited for
-    } finally {
-      parent.kill('SIGKILL')
-    }
-  })
+  it(
+    'a group left with only a zombie is stopped: its process exited, and nothing waits for its parent to ' +
+      'collect it',
+    async () => {
+      // The zombie's parent (perl) lives outside the group and never collects it, as init may not for a second or more.
+      const parent = spawn(
+        'perl',
+        ['-e', 'my $p = fork; if (!$p) { setpgrp(0, 0); exit 0 } $| = 1; print "$p\\n"; sleep 30'],
+        {stdio: ['ignore', 'pipe', 'ignore']},
+      )
+      try {
+        const pid = Number(
+          await new Promise<string>(resolve => parent.stdout!.once('data', (d: Buffer) => resolve(d.toString()))),
+        )
+        await eventually(() => readFileSync(`/proc/${pid}/stat`, 'latin1').includes(') Z '), 5000)
+        // a zombie has no start time to prove it ours: it cannot be signalled by mistake
+        expect(refOf(pid)).toBeUndefined()
+        expect(await stopGroup({pid, start: '1'}, 5000, 3000)).toBe(true)
+        // still there, uncollected: not waited for
+        expect(readFileSync(`/proc/${pid}/stat`, 'latin1')).toContain(') Z ')
+      } finally {
+        parent.kill('SIGKILL')
+      }
+    },
+  )
 
   it('down with nothing running is a no-op and exits cleanly', async () => {
     const dir = tmp()

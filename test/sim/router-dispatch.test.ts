@@ -6,7 +6,8 @@ import {fails, json, ok, post, roomOf, type RouterRig, routerRig, sample, until}
 /**
  * The router against two plain HTTP workers that record what they receive: the PD dispatch contract of one attempt
  * (same room in both bodies, bootstrap fields injected, both legs polled until prefill resolves as
- * dispatch.rs does, a failed prefill dropping decode, decode failing first answered at once, mapped to the gateway's error body). Retries: router-retry.test.ts; the
+ * dispatch.rs does, a failed prefill dropping decode, decode failing first answered at once, mapped to the gateway's
+ * error body). Retries: router-retry.test.ts; the
  * circuit breaker: router-breaker.test.ts.
  */
 
@@ -27,25 +28,42 @@ describe('router dispatch', () => {
     await rig?.close()
   })
 
-  it('sends one body with the same 63-bit room and the prefill bootstrap address to both workers, and answers decode', async () => {
-    const before = rig.prefill.bodies.length
-    const r = await post(rig.router.url, {rid: 'req-1', text: 'hi there', sampling_params: {max_new_tokens: 4}, bootstrap_room: 5})
-    expect(r.status).toBe(200)
-    expect(JSON.parse(r.text).text).toBe(' hello')
-    const p = rig.prefill.bodies[before]
-    const d = rig.decode.bodies.at(-1)!
-    expect(p).toBe(d)
-    const body = JSON.parse(p)
-    expect(body.rid).toBe('req-1')
-    expect(body.bootstrap_host).toBe('127.0.0.1')
-    expect(body.bootstrap_port).toBe(8998)
-    const room = BigInt(roomOf(p))
-    expect(room).not.toBe(5n)
-    expect(room >= 0n && room < 1n << 63n).toBe(true)
-    const answered = rig.truth().find((t) => t.event === 'answered' && t.rid === 'req-1')
-    expect(answered).toMatchObject({room: room.toString(), status: 200, prefillStatus: 200, decodeStatus: 200, attempts: 1})
-    expect(rig.truth().filter((t) => t.event === 'sent' && t.rid === 'req-1')).toEqual([expect.objectContaining({room: room.toString(), attempt: 0})])
-  })
+  it(
+    'sends one body with the same 63-bit room and the prefill bootstrap address to both workers, and answers ' +
+      'decode',
+    async () => {
+      const before = rig.prefill.bodies.length
+      const r = await post(rig.router.url, {
+        rid: 'req-1',
+        text: 'hi there',
+        sampling_params: {max_new_tokens: 4},
+        bootstrap_room: 5,
+      })
+      expect(r.status).toBe(200)
+      expect(JSON.parse(r.text).text).toBe(' hello')
+      const p = rig.prefill.bodies[before]
+      const d = rig.decode.bodies.at(-1)!
+      expect(p).toBe(d)
+      const body = JSON.parse(p)
+      expect(body.rid).toBe('req-1')
+      expect(body.bootstrap_host).toBe('127.0.0.1')
+      expect(body.bootstrap_port).toBe(8998)
+      const room = BigInt(roomOf(p))
+      expect(room).not.toBe(5n)
+      expect(room >= 0n && room < 1n << 63n).toBe(true)
+      const answered = rig.truth().find(t => t.event === 'answered' && t.rid === 'req-1')
+      expect(answered).toMatchObject({
+        room: room.toString(),
+        status: 200,
+        prefillStatus: 200,
+        decodeStatus: 200,
+        attempts: 1,
+      })
+      expect(rig.truth().filter(t => t.event === 'sent' && t.rid === 'req-1')).toEqual([
+        expect.objectContaining({room: room.toString(), attempt: 0}),
+      ])
+    },
+  )
 
   it('makes rooms above 2^53 and writes them exactly', async () => {
     const rooms = new Set<string>()
@@ -54,8 +72,10 @@ describe('router dispatch', () => {
       rooms.add(roomOf(rig.prefill.bodies.at(-1)!))
     }
     expect(rooms.size).toBe(20)
-    expect([...rooms].some((r) => BigInt(r) > 2n ** 53n)).toBe(true)
-    expect(injectBootstrap({}, 'h', 1, 2n ** 62n + 1n)).toBe(`{"bootstrap_host":"h","bootstrap_port":1,"bootstrap_room":${2n ** 62n + 1n}}`)
+    expect([...rooms].some(r => BigInt(r) > 2n ** 53n)).toBe(true)
+    expect(injectBootstrap({}, 'h', 1, 2n ** 62n + 1n)).toBe(
+      `{"bootstrap_host":"h","bootstrap_port":1,"bootstrap_room":${2n ** 62n + 1n}}`,
+    )
   })
 
   it('holds the decode answer until prefill resolves', async () => {
@@ -110,7 +130,11 @@ describe('router dispatch', () => {
       expect(sample(page, 'smg_worker_cb_outcomes_total', {outcome: 'success', worker: w.url})).toBeGreaterThan(20)
       expect(sample(page, 'smg_worker_cb_consecutive_failures', {worker: w.url})).toBe(0)
     }
-    for (const family of ['smg_worker_retries_total', 'smg_worker_retries_exhausted_total', 'smg_worker_cb_transitions_total']) {
+    for (const family of [
+      'smg_worker_retries_total',
+      'smg_worker_retries_exhausted_total',
+      'smg_worker_cb_transitions_total',
+    ]) {
       expect(page).toContain(`# TYPE ${family} counter`)
     }
     expect(page).toContain('# TYPE smg_worker_retry_backoff_seconds summary')
@@ -140,27 +164,36 @@ describe('router dispatch, one attempt (--disable-retries)', () => {
     const r = await post(rig.router.url, {rid: 'p500', text: 'x'})
     expect(r.status).toBe(500)
     expect(r.ms).toBeLessThan(380) // decode is not awaited: it would wait for KV that never comes
-    expect(JSON.parse(r.text)).toEqual({error: {
-      type: 'internal_server_error',
-      code: 'prefill_internal_error',
-      message: 'Prefill server error (500 Internal Server Error): {"error":{"message":"Prefill transfer failed","code":500}}',
-    }})
+    expect(JSON.parse(r.text)).toEqual({
+      error: {
+        type: 'internal_server_error',
+        code: 'prefill_internal_error',
+        message:
+          'Prefill server error (500 Internal Server Error): {"error":{"message":"Prefill transfer ' +
+          'failed","code":500}}',
+      },
+    })
     await until(() => rig.decode.closedEarly > closedBefore, 2000)
-    const answered = rig.truth().find((t) => t.event === 'answered' && t.rid === 'p500')
+    const answered = rig.truth().find(t => t.event === 'answered' && t.rid === 'p500')
     expect(answered).toMatchObject({status: 500, prefillStatus: 500, decodeStatus: null, attempts: 1})
   })
 
-  it("answers decode's error when decode fails before prefill resolves, mapping its status as pd_router.rs does", async () => {
-    rig.prefill.behaviour = fails(500, 300)
-    rig.decode.behaviour = (_b, _q, res) => json(res, 503, {error: {message: 'decode is full'}})
-    let r = await post(rig.router.url, {rid: 'd503', text: 'x'})
-    expect(r.status).toBe(503)
-    expect(JSON.parse(r.text)).toEqual({error: {type: 'service_unavailable', code: 'decode_unavailable', message: 'decode is full'}})
-    rig.decode.behaviour = (_b, _q, res) => json(res, 504, {message: 'slow'})
-    r = await post(rig.router.url, {rid: 'd504', text: 'x'})
-    expect(r.status).toBe(500) // any other status becomes internal_error
-    expect(JSON.parse(r.text).error).toMatchObject({code: 'decode_error', message: 'slow'})
-  })
+  it(
+    "answers decode's error when decode fails before prefill resolves, mapping its status as " + 'pd_router.rs does',
+    async () => {
+      rig.prefill.behaviour = fails(500, 300)
+      rig.decode.behaviour = (_b, _q, res) => json(res, 503, {error: {message: 'decode is full'}})
+      let r = await post(rig.router.url, {rid: 'd503', text: 'x'})
+      expect(r.status).toBe(503)
+      expect(JSON.parse(r.text)).toEqual({
+        error: {type: 'service_unavailable', code: 'decode_unavailable', message: 'decode is full'},
+      })
+      rig.decode.behaviour = (_b, _q, res) => json(res, 504, {message: 'slow'})
+      r = await post(rig.router.url, {rid: 'd504', text: 'x'})
+      expect(r.status).toBe(500) // any other status becomes internal_error
+      expect(JSON.parse(r.text).error).toMatchObject({code: 'decode_error', message: 'slow'})
+    },
+  )
 
   it('answers 502 prefill_server_error when prefill cannot be reached and decode answered', async () => {
     rig.prefill.behaviour = (_b, req) => req.socket.destroy()

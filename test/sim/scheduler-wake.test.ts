@@ -17,7 +17,14 @@ import type {SimConfig} from '../../src/sim/sim-config.js'
  * at once, as SGLang's spinning loop would see it (docs/twin.md, scheduler loop).
  */
 
-const cfg = {model: 'm', bugs: [], host: '127.0.0.1', prefillTp: 1, decodeTp: 1, timing: {kvBytesPerToken: 1}} as unknown as SimConfig
+const cfg = {
+  model: 'm',
+  bugs: [],
+  host: '127.0.0.1',
+  prefillTp: 1,
+  decodeTp: 1,
+  timing: {kvBytesPerToken: 1},
+} as unknown as SimConfig
 const quiet = {info: () => {}, warn: () => {}, error: () => {}}
 
 describe('a rank tells a change between steps once (ChangeTeller)', () => {
@@ -36,7 +43,11 @@ describe('a rank tells a change between steps once (ChangeTeller)', () => {
   it('a step that throws still lets the next change be told', () => {
     let told = 0
     const t = new ChangeTeller(() => told++)
-    expect(() => t.step(() => { throw new Error('bad op') })).toThrow('bad op')
+    expect(() =>
+      t.step(() => {
+        throw new Error('bad op')
+      }),
+    ).toThrow('bad op')
     t.changed()
     expect(told).toBe(1)
   })
@@ -75,20 +86,34 @@ class Stepped extends SchedulerCore {
 
   step(): Promise<void> {
     this.steps++
-    return new Promise((resolve) => { this.finish = resolve })
+    return new Promise(resolve => {
+      this.finish = resolve
+    })
   }
 
-  end(): void { this.finish?.() }
+  end(): void {
+    this.finish?.()
+  }
   add(): void {}
-  abort(): number { return 0 }
-  queued(): never[] { return [] }
-  isBusy(): boolean { return this.busy }
-  queueSizes(): Record<string, number> { return {} }
+  abort(): number {
+    return 0
+  }
+  queued(): never[] {
+    return []
+  }
+  isBusy(): boolean {
+    return this.busy
+  }
+  queueSizes(): Record<string, number> {
+    return {}
+  }
 }
 
 describe('the scheduler loop wakes on a rank change', () => {
-  afterEach(() => { vi.useRealTimers() })
-  const turn = () => new Promise<void>((resolve) => setImmediate(resolve))
+  afterEach(() => {
+    vi.useRealTimers()
+  })
+  const turn = () => new Promise<void>(resolve => setImmediate(resolve))
 
   it('a change during an iteration skips the back-off; without one, the loop waits for its timer', async () => {
     vi.useFakeTimers({toFake: ['setTimeout', 'clearTimeout']})

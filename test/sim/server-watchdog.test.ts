@@ -1,5 +1,18 @@
 import {afterAll, afterEach, beforeAll, describe, expect, it} from 'vitest'
-import {launchPair, metric, nextRoom, pdBody, post, waitFor, firstEvent, internalState, pinTransferring, type Pair, type PairOptions, type Pin} from './launch-pair.js'
+import {
+  launchPair,
+  metric,
+  nextRoom,
+  pdBody,
+  post,
+  waitFor,
+  firstEvent,
+  internalState,
+  pinTransferring,
+  type Pair,
+  type PairOptions,
+  type Pin,
+} from './launch-pair.js'
 
 /**
  * The watchdog under test and its defects, measured by the ground truth: deadline <= held <= deadline + poll,
@@ -12,11 +25,21 @@ const EPS_MS = 150 // one loop iteration plus process scheduling on a busy 2-cor
 function pairFor(opts: PairOptions): {get: () => Pair; pins: Pin[]} {
   let pair: Pair
   const pins: Pin[] = []
-  beforeAll(async () => { pair = await launchPair({prefillTp: 2, decodeTp: 2, timing: {forwardMsPerKToken: 500}, ...opts}) })
-  afterEach(async () => {
-    for (const pin of pins.splice(0)) { try { process.kill(pin.stoppedPid, 'SIGCONT') } catch { /* gone */ } }
+  beforeAll(async () => {
+    pair = await launchPair({prefillTp: 2, decodeTp: 2, timing: {forwardMsPerKToken: 500}, ...opts})
   })
-  afterAll(async () => { await pair?.stop() })
+  afterEach(async () => {
+    for (const pin of pins.splice(0)) {
+      try {
+        process.kill(pin.stoppedPid, 'SIGCONT')
+      } catch {
+        /* gone */
+      }
+    }
+  })
+  afterAll(async () => {
+    await pair?.stop()
+  })
   return {get: () => pair, pins}
 }
 
@@ -43,7 +66,9 @@ describe('watchdog scope all', () => {
     expect(res.status).toBe(500)
     expect(res.body).toContain('watchdog')
     expect(await metric(pair.prefillUrl, 'sglang:num_watchdog_evicted_reqs_total')).toBe(before + 1)
-    expect(pair.log('prefill')).toMatch(/watchdog evicted request rid='wd-all-boot' bootstrap_room=\d+ queue=bootstrap state=KVPoll.Bootstrapping held=/)
+    expect(pair.log('prefill')).toMatch(
+      /watchdog evicted request rid='wd-all-boot' bootstrap_room=\d+ queue=bootstrap state=KVPoll.Bootstrapping held=/,
+    )
   })
 
   it('counts a Transferring pin from its bootstrap-queue entry', async () => {
@@ -55,7 +80,8 @@ describe('watchdog scope all', () => {
     const ev = firstEvent(pair, 'prefill', pin.rid, 'evicted')!
     expect(ev).toMatchObject({queue: 'inflight', state: 'KVPoll.Transferring'})
     expect(Number(ev.t) - entered).toBeGreaterThanOrEqual(DEADLINE * 1000)
-    expect(Number(ev.t) - entered).toBeLessThanOrEqual((DEADLINE + POLL) * 1000 + EPS_MS + 1000) // + the 1 s forward that blocks the loop
+    // + the 1 s forward that blocks the loop
+    expect(Number(ev.t) - entered).toBeLessThanOrEqual((DEADLINE + POLL) * 1000 + EPS_MS + 1000)
     expect(res.status).toBe(500)
     await waitFor('KV tokens freed', async () => (await internalState(pair.prefillUrl)).token_usage === 0)
   })
@@ -64,25 +90,35 @@ describe('watchdog scope all', () => {
 describe('watchdog scope inflight', () => {
   const ctx = pairFor({watchdog: {scope: 'inflight', deadlineS: DEADLINE, pollS: POLL}})
 
-  it('evicts a Transferring pin inside [deadline, deadline + poll] of its inflight entry and frees its KV', async () => {
-    const pair = ctx.get()
-    const pin = await pinTransferring(pair, 'wd-infl-xfer')
-    ctx.pins.push(pin)
-    const res = await pin.prefill
-    const entered = Number(firstEvent(pair, 'prefill', pin.rid, 'enter', 'inflight')!.t)
-    const ev = firstEvent(pair, 'prefill', pin.rid, 'evicted')!
-    expect(Number(ev.t) - entered).toBeGreaterThanOrEqual(DEADLINE * 1000)
-    expect(Number(ev.t) - entered).toBeLessThanOrEqual((DEADLINE + POLL) * 1000 + EPS_MS)
-    expect(res.status).toBe(500)
-    expect((await internalState(pair.prefillUrl)).token_usage).toBe(0)
-  })
+  it(
+    'evicts a Transferring pin inside [deadline, deadline + poll] of its inflight entry and frees ' + 'its KV',
+    async () => {
+      const pair = ctx.get()
+      const pin = await pinTransferring(pair, 'wd-infl-xfer')
+      ctx.pins.push(pin)
+      const res = await pin.prefill
+      const entered = Number(firstEvent(pair, 'prefill', pin.rid, 'enter', 'inflight')!.t)
+      const ev = firstEvent(pair, 'prefill', pin.rid, 'evicted')!
+      expect(Number(ev.t) - entered).toBeGreaterThanOrEqual(DEADLINE * 1000)
+      expect(Number(ev.t) - entered).toBeLessThanOrEqual((DEADLINE + POLL) * 1000 + EPS_MS)
+      expect(res.status).toBe(500)
+      expect((await internalState(pair.prefillUrl)).token_usage).toBe(0)
+    },
+  )
 
   it('leaves a Bootstrapping pin alone (not watched)', async () => {
     const pair = ctx.get()
     const {answer} = await pinBootstrapping(pair, 'wd-infl-boot')
     let settled = false
-    void answer.then(() => { settled = true }, () => { settled = true })
-    await new Promise((r) => setTimeout(r, (DEADLINE + 2 * POLL) * 1000 + 500))
+    void answer.then(
+      () => {
+        settled = true
+      },
+      () => {
+        settled = true
+      },
+    )
+    await new Promise(r => setTimeout(r, (DEADLINE + 2 * POLL) * 1000 + 500))
     expect(settled).toBe(false)
     expect(firstEvent(pair, 'prefill', 'wd-infl-boot', 'evicted')).toBeUndefined()
     await fetch(`${pair.prefillUrl}/abort_request`, {method: 'POST', body: JSON.stringify({rid: 'wd-infl-boot'})})
@@ -122,7 +158,7 @@ describe('defect leak-on-evict', () => {
     ctx.pins.push(pin)
     expect((await pin.prefill).status).toBe(500)
     expect(firstEvent(pair, 'prefill', 'leak-1', 'evicted')).toBeDefined()
-    await new Promise((r) => setTimeout(r, 300))
+    await new Promise(r => setTimeout(r, 300))
     expect(Number((await internalState(pair.prefillUrl)).token_usage)).toBeGreaterThan(0)
   })
 })

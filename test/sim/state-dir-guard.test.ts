@@ -20,7 +20,10 @@ let root: string
 let victim: ProcRef | undefined
 
 const expectOneLine = (stderr: string, ...parts: string[]): void => {
-  const lines = stderr.trim().split('\n').filter((l) => l.startsWith('Error: '))
+  const lines = stderr
+    .trim()
+    .split('\n')
+    .filter(l => l.startsWith('Error: '))
   expect(lines, stderr).toHaveLength(1)
   for (const p of parts) expect(lines[0], stderr).toContain(p)
   expect(stderr).not.toMatch(/\n\s+at /)
@@ -38,7 +41,11 @@ describe.skipIf(skip)('twin state dirs from the CLI (issue 12, S2)', () => {
   })
   afterAll(() => {
     if (victim) {
-      try { process.kill(victim.pid, 'SIGKILL') } catch { /* gone */ }
+      try {
+        process.kill(victim.pid, 'SIGKILL')
+      } catch {
+        /* gone */
+      }
     }
     rmSync(root, {recursive: true, force: true})
   })
@@ -58,23 +65,44 @@ describe.skipIf(skip)('twin state dirs from the CLI (issue 12, S2)', () => {
     expect(readFileSync(join(dir, 'logs', 'keep.log'), 'utf8')).toBe('keep me\n')
   })
 
-  it('a lock nobody planted in a twin dir others can write: sim down as root refuses (exit 2) and kills nothing', async () => {
-    const dir = join(root, 'shared-twin')
-    mkdirSync(dir, {mode: 0o777})
-    chmodSync(dir, 0o777)
-    writeFileSync(join(dir, MARKER), 'planted\n')
-    const lock = JSON.stringify({owner: {pid: 0, start: ''}, createdAt: 0, services: {router: victim}})
-    execFileSync('setpriv', ['--reuid=nobody', '--regid=nogroup', '--clear-groups', 'sh', '-c', 'printf "%s" "$2" > "$1/sim.lock"', 'sh', dir, lock], {timeout: 10_000})
-    const r = await runCli(['sim', 'down', '--state-dir', dir], {timeoutMs: 60_000})
-    expect(r.code, r.stdout + r.stderr).toBe(2)
-    expectOneLine(r.stderr, `refusing to stop the processes named in ${join(dir, 'sim.lock')}`, 'can be written by group or others')
-    expect(isSameProcess(victim), 'the planted lock got a root process killed').toBe(true)
-    // Locked down by its owner later, the planted lock is still nobody's: still refused.
-    chmodSync(dir, 0o700)
-    const again = await runCli(['sim', 'down', '--state-dir', dir], {timeoutMs: 60_000})
-    expect(again.code).toBe(2)
-    expectOneLine(again.stderr, 'is owned by uid 65534')
-    expect(isSameProcess(victim)).toBe(true)
-    expect(existsSync(join(dir, 'sim.lock'))).toBe(true)
-  })
+  it(
+    'a lock nobody planted in a twin dir others can write: sim down as root refuses (exit 2) and kills ' + 'nothing',
+    async () => {
+      const dir = join(root, 'shared-twin')
+      mkdirSync(dir, {mode: 0o777})
+      chmodSync(dir, 0o777)
+      writeFileSync(join(dir, MARKER), 'planted\n')
+      const lock = JSON.stringify({owner: {pid: 0, start: ''}, createdAt: 0, services: {router: victim}})
+      execFileSync(
+        'setpriv',
+        [
+          '--reuid=nobody',
+          '--regid=nogroup',
+          '--clear-groups',
+          'sh',
+          '-c',
+          'printf "%s" "$2" > "$1/sim.lock"',
+          'sh',
+          dir,
+          lock,
+        ],
+        {timeout: 10_000},
+      )
+      const r = await runCli(['sim', 'down', '--state-dir', dir], {timeoutMs: 60_000})
+      expect(r.code, r.stdout + r.stderr).toBe(2)
+      expectOneLine(
+        r.stderr,
+        `refusing to stop the processes named in ${join(dir, 'sim.lock')}`,
+        'can be written by group or others',
+      )
+      expect(isSameProcess(victim), 'the planted lock got a root process killed').toBe(true)
+      // Locked down by its owner later, the planted lock is still nobody's: still refused.
+      chmodSync(dir, 0o700)
+      const again = await runCli(['sim', 'down', '--state-dir', dir], {timeoutMs: 60_000})
+      expect(again.code).toBe(2)
+      expectOneLine(again.stderr, 'is owned by uid 65534')
+      expect(isSameProcess(victim)).toBe(true)
+      expect(existsSync(join(dir, 'sim.lock'))).toBe(true)
+    },
+  )
 })

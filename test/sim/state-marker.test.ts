@@ -19,7 +19,11 @@ const root = mkdtempSync(join(tmpdir(), 'pdchaos-state-marker-'))
 const children: number[] = []
 afterAll(() => {
   for (const pid of children) {
-    try { process.kill(pid, 'SIGKILL') } catch { /* gone */ }
+    try {
+      process.kill(pid, 'SIGKILL')
+    } catch {
+      /* gone */
+    }
   }
   rmSync(root, {recursive: true, force: true})
 })
@@ -57,7 +61,9 @@ describe('twin state dirs (issue 12, S2)', () => {
     const err = await simUp({stateDir: dir, basePort: 47_000}).catch((e: unknown) => e)
     expect(err).toBeInstanceOf(SimError)
     expect((err as SimError).kind).toBe('bad-input')
-    expect((err as SimError).message).toContain(`--state-dir ${dir} is not empty and is not a twin state dir made by pdchaos (no ${MARKER})`)
+    expect((err as SimError).message).toContain(
+      `--state-dir ${dir} is not empty and is not a twin state dir made by pdchaos (no ${MARKER})`,
+    )
     expect(readFileSync(join(dir, 'pdchaos.yaml'), 'utf8')).toContain('# the real one')
     expect(readFileSync(join(dir, 'logs', 'keep.log'), 'utf8')).toBe('keep me\n')
     expect(existsSync(join(dir, MARKER))).toBe(false)
@@ -86,10 +92,15 @@ describe('twin state dirs (issue 12, S2)', () => {
     await writeDeploymentFile(config) // its own: rewritten freely
     await writeDeploymentFile(config)
     writeFileSync(join(dir, 'pdchaos.yaml'), 'host: {kind: local}\n# edited by hand\n')
-    const refused = await writeDeploymentFile(config).then(() => undefined, (error: unknown) => error)
+    const refused = await writeDeploymentFile(config).then(
+      () => undefined,
+      (error: unknown) => error,
+    )
     expect(refused).toBeInstanceOf(SimError)
     expect((refused as SimError).kind).toBe('bad-input')
-    expect((refused as SimError).message).toContain(`refusing to overwrite ${join(dir, 'pdchaos.yaml')}: pdchaos did not write it`)
+    expect((refused as SimError).message).toContain(
+      `refusing to overwrite ${join(dir, 'pdchaos.yaml')}: pdchaos did not write it`,
+    )
     expect(readFileSync(join(dir, 'pdchaos.yaml'), 'utf8')).toContain('edited by hand')
     expect(() => assertOwnDeploymentFile(join(dir, 'none.yaml'))).not.toThrow()
   })
@@ -99,14 +110,25 @@ describe('twin state dirs (issue 12, S2)', () => {
     const start = refOf(pid)!.start
     // A project dir with a lock naming a live process: not a twin's, so nothing is signalled or removed.
     const dir = project('project-down')
-    writeFileSync(join(dir, 'sim.lock'), JSON.stringify({owner: {pid: 0, start: ''}, createdAt: 0, services: {router: {pid, start}}}))
+    writeFileSync(
+      join(dir, 'sim.lock'),
+      JSON.stringify({owner: {pid: 0, start: ''}, createdAt: 0, services: {router: {pid, start}}}),
+    )
     expect((await simDown(dir)).stopped).toEqual([])
     expect(isSameProcess({pid, start})).toBe(true)
     expect(existsSync(join(dir, 'sim.lock'))).toBe(true)
     // A twin dir whose lock names the pid with another start time: a recycled pid, never touched.
     const twin = join(root, 'twin-recycled')
     claimStateDir(twin)
-    writeFileSync(join(twin, 'sim.lock'), JSON.stringify({owner: {pid: 0, start: ''}, createdAt: 0, services: {router: {pid, start: String(Number(start) + 7)}}}), {mode: 0o600})
+    writeFileSync(
+      join(twin, 'sim.lock'),
+      JSON.stringify({
+        owner: {pid: 0, start: ''},
+        createdAt: 0,
+        services: {router: {pid, start: String(Number(start) + 7)}},
+      }),
+      {mode: 0o600},
+    )
     expect((await simDown(twin)).stopped).toEqual([])
     expect(isSameProcess({pid, start})).toBe(true)
   })
@@ -116,7 +138,10 @@ describe('twin state dirs (issue 12, S2)', () => {
     const start = refOf(pid)!.start
     const twin = join(root, 'twin-open')
     claimStateDir(twin)
-    writeFileSync(join(twin, 'sim.lock'), JSON.stringify({owner: {pid: 0, start: ''}, createdAt: 0, services: {router: {pid, start}}}))
+    writeFileSync(
+      join(twin, 'sim.lock'),
+      JSON.stringify({owner: {pid: 0, start: ''}, createdAt: 0, services: {router: {pid, start}}}),
+    )
     chmodSync(join(twin, 'sim.lock'), 0o666)
     expect(untrustedBecause(join(twin, 'sim.lock'))).toContain('can be written by group or others (mode 666)')
     const err = await simDown(twin).catch((e: unknown) => e)

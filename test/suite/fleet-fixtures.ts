@@ -3,7 +3,10 @@ import {dirname, join} from 'node:path'
 
 /** Deployment, suite and fleet files for the fleet tests: a deployment file as a user writes one, on its own host. */
 
-export function deploymentYaml(name: string, o: {port?: number; stateDir?: string; labels?: Record<string, string>} = {}): string {
+export function deploymentYaml(
+  name: string,
+  o: {port?: number; stateDir?: string; labels?: Record<string, string>} = {},
+): string {
   const port = o.port ?? 30_000
   return [
     `name: ${name}`,
@@ -20,7 +23,9 @@ export function deploymentYaml(name: string, o: {port?: number; stateDir?: strin
   ].join('\n')
 }
 
-export const SUITE_YAML = 'name: nightly\nscenarios:\n  - {name: dd, fault: drop-dest-info, pins: 2, repetitions: 2}\n  - {name: co-restart, restart: {services: [router]}}\n'
+export const SUITE_YAML =
+  'name: nightly\nscenarios:\n  - {name: dd, fault: drop-dest-info, pins: 2, repetitions: 2}\n  - {name: ' +
+  'co-restart, restart: {services: [router]}}\n'
 
 /** Write files under dir (parents created); returns dir. */
 export function writeTree(dir: string, files: Record<string, string>): string {

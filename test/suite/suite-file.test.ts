@@ -14,10 +14,19 @@ const bad = (text: string): PdError => {
 
 describe('suite file', () => {
   it('parses a suite with defaults filled in', () => {
-    const s = parseSuite('scenarios:\n  - name: a\n    fault: stall-kv\n    params: {gpu: 1}\n  - name: r\n    restart: {services: [router]}\ngate: {}\n', 'x.yaml')
+    const s = parseSuite(
+      'scenarios:\n  - name: a\n    fault: stall-kv\n    params: {gpu: 1}\n  - name: r\n    restart: {services: ' +
+        '[router]}\ngate: {}\n',
+      'x.yaml',
+    )
     expect(s.scenarios[0]).toMatchObject({pins: 2, repetitions: 1, params: {gpu: 1}})
     expect(s.scenarios[1].restart).toMatchObject({services: ['router'], watchSeconds: 5})
-    expect(s.gate).toEqual({maxFailedChecks: 0, maxFaultsLeftBehind: 0, requiredChecks: [], unverifiedBlocks: ['eviction']})
+    expect(s.gate).toEqual({
+      maxFailedChecks: 0,
+      maxFaultsLeftBehind: 0,
+      requiredChecks: [],
+      unverifiedBlocks: ['eviction'],
+    })
     expect(s.stop.kernelXid).toBe(true)
   })
 
@@ -32,9 +41,13 @@ describe('suite file', () => {
 
   it('refuses a scenario with both or neither of fault and restart, unknown keys and duplicate names', () => {
     expect(bad('scenarios:\n  - name: a\n').message).toMatch(/exactly one of fault or restart/)
-    expect(bad('scenarios:\n  - {name: a, fault: drop-dest-info, restart: {}}\n').message).toMatch(/exactly one of fault or restart/)
+    expect(bad('scenarios:\n  - {name: a, fault: drop-dest-info, restart: {}}\n').message).toMatch(
+      /exactly one of fault or restart/,
+    )
     expect(bad('scenarios:\n  - {name: a, fault: drop-dest-info, pinz: 3}\n').message).toMatch(/pinz/)
-    expect(bad('scenarios:\n  - {name: a, fault: drop-dest-info}\n  - {name: a, fault: drop-dest-info}\n').message).toMatch(/duplicate scenario name "a"/)
+    expect(
+      bad('scenarios:\n  - {name: a, fault: drop-dest-info}\n  - {name: a, fault: drop-dest-info}\n').message,
+    ).toMatch(/duplicate scenario name "a"/)
   })
 
   it('points at the line of a YAML syntax error', () => {
@@ -43,8 +56,10 @@ describe('suite file', () => {
 
   it("the built-in suite covers the three faults on several GPUs, the gateway's breaker and a co-restart", () => {
     const s = defaultSuite()
-    expect(new Set(s.scenarios.map((x) => x.fault ?? 'restart'))).toEqual(new Set(['stall-kv', 'abort-mid-transfer', 'drop-dest-info', 'trip-breaker', 'restart']))
-    expect(new Set(s.scenarios.map((x) => x.params.gpu).filter((g) => g !== undefined)).size).toBeGreaterThanOrEqual(3)
+    expect(new Set(s.scenarios.map(x => x.fault ?? 'restart'))).toEqual(
+      new Set(['stall-kv', 'abort-mid-transfer', 'drop-dest-info', 'trip-breaker', 'restart']),
+    )
+    expect(new Set(s.scenarios.map(x => x.params.gpu).filter(g => g !== undefined)).size).toBeGreaterThanOrEqual(3)
   })
 
   it('has a JSON Schema', () => {

@@ -34,7 +34,9 @@ async function assertHostClean(h: TestHost): Promise<void> {
   const ipt = await h.netns.run(['iptables-save'], {reject: false})
   expect(ipt.stdout).not.toMatch(/PDCHAOS/)
   const leases = join(h.stateDir, 'leases')
-  const active = existsSync(leases) ? readdirSync(leases).filter((f) => f.endsWith('.json') || f.endsWith('.revert.sh')) : []
+  const active = existsSync(leases)
+    ? readdirSync(leases).filter(f => f.endsWith('.json') || f.endsWith('.revert.sh'))
+    : []
   expect(active).toEqual([])
   // ps sees every process on the machine (other tests' twins too): judge only those listening inside this namespace.
   const stopped = []
@@ -51,21 +53,38 @@ async function listeners(h: TestHost): Promise<Map<number, number[]>> {
   const out = new Map<number, number[]>()
   for (const line of ss.stdout.split('\n')) {
     const port = Number(/:(\d+)\s/.exec(line)?.[1])
-    const pids = [...line.matchAll(/pid=(\d+)/g)].map((m) => Number(m[1]))
+    const pids = [...line.matchAll(/pid=(\d+)/g)].map(m => Number(m[1]))
     if (port && pids.length > 0) out.set(port, [...(out.get(port) ?? []), ...pids])
   }
   return out
 }
 
 describe('pdchaos suite over SSH into the namespace host', () => {
-  it('the built-in suite passes on a healthy twin: plan printed before any injection, batches concurrent, journal + JUnit + HTML written', async () => {
+  it('the built-in suite passes on a healthy twin: plan printed before any injection, batches concurrent, journal ' +
+    '+ JUnit + HTML written', async () => {
     const out = join(host.dir, 'out')
     const gw = await startPushgateway()
     let r: Awaited<ReturnType<typeof runCli>>
     let pushed: string
     try {
-      r = await runCli(['suite', '-c', host.deploymentFile, '--journal', join(out, 'run.json'), '--junit', join(out, 'junit.xml'), '--html', join(out, 'report.html'),
-        '--push', gw.url, '--run-id', 'e2e-default'], {timeoutMs: 150_000})
+      r = await runCli(
+        [
+          'suite',
+          '-c',
+          host.deploymentFile,
+          '--journal',
+          join(out, 'run.json'),
+          '--junit',
+          join(out, 'junit.xml'),
+          '--html',
+          join(out, 'report.html'),
+          '--push',
+          gw.url,
+          '--run-id',
+          'e2e-default',
+        ],
+        {timeoutMs: 150_000},
+      )
       pushed = await (await fetch(`${gw.url}/metrics`, {signal: AbortSignal.timeout(5000)})).text()
     } finally {
       await gw.stop()
@@ -75,25 +94,46 @@ describe('pdchaos suite over SSH into the namespace host', () => {
     const plan = r.stderr.indexOf('plan (checked: no two scenarios in a batch interfere)')
     expect(plan).toBeGreaterThanOrEqual(0)
     expect(plan).toBeLessThan(r.stderr.indexOf('injecting'))
-    expect(r.stderr).toMatch(/batch 1: stall-kv gpu1 .*\| stall-kv gpu2 .*\| stall-kv gpu3 .*\| abort-mid-transfer gpu0/)
+    expect(r.stderr).toMatch(
+      /batch 1: stall-kv gpu1 .*\| stall-kv gpu2 .*\| stall-kv gpu3 .*\| abort-mid-transfer gpu0/,
+    )
     expect(r.stderr).toMatch(/batch 2: drop-dest-info rank0 .*\| drop-dest-info rank3/)
     expect(r.stdout).toMatch(/all \d+ checks passed/)
 
     const j = JSON.parse(readFileSync(join(out, 'run.json'), 'utf8')) as Record<string, any>
-    expect(j.scenarios.map((s: any) => s.name)).toEqual(['stall-kv gpu1', 'stall-kv gpu2', 'stall-kv gpu3', 'abort-mid-transfer gpu0',
-      'drop-dest-info rank0', 'drop-dest-info rank1', 'drop-dest-info rank2', 'drop-dest-info rank3', 'trip-breaker prefill', 'restart prefill alone', 'co-restart'])
-    expect(j.scenarios.filter((s: any) => s.error !== undefined || s.verdicts.length === 0).map((s: any) => `${s.name}: ${s.error ?? 'no verdicts'}`)).toEqual([])
+    expect(j.scenarios.map((s: any) => s.name)).toEqual([
+      'stall-kv gpu1',
+      'stall-kv gpu2',
+      'stall-kv gpu3',
+      'abort-mid-transfer gpu0',
+      'drop-dest-info rank0',
+      'drop-dest-info rank1',
+      'drop-dest-info rank2',
+      'drop-dest-info rank3',
+      'trip-breaker prefill',
+      'restart prefill alone',
+      'co-restart',
+    ])
+    expect(
+      j.scenarios
+        .filter((s: any) => s.error !== undefined || s.verdicts.length === 0)
+        .map((s: any) => `${s.name}: ${s.error ?? 'no verdicts'}`),
+    ).toEqual([])
     // An abort trial that did not land in the transfer window (released from the bootstrap queue: its abort came
     // first) is honestly unverified, not counted; enough others must land for the abort check to stand.
-    const notCounted = (v: any) => v.check === 'abort' && v.verdict === 'unverified' && / — not counted: /.test(v.summary)
+    const notCounted = (v: any) =>
+      v.check === 'abort' && v.verdict === 'unverified' && / — not counted: /.test(v.summary)
     // Nothing fails on a healthy twin. Unverified is an honest outcome on a loaded machine (a recovery gauge left
     // stale, an abort trial that missed the window), never for an eviction: that would block the gate (exit 0 above).
-    const list = (keep: (v: any) => boolean) => j.scenarios.flatMap((s: any) => s.verdicts.filter(keep).map((v: any) => `${s.name}: ${v.check} ${v.verdict}: ${v.summary}`))
-    const failed = list((v) => v.verdict === 'fail')
+    const list = (keep: (v: any) => boolean) =>
+      j.scenarios.flatMap((s: any) =>
+        s.verdicts.filter(keep).map((v: any) => `${s.name}: ${v.check} ${v.verdict}: ${v.summary}`),
+      )
+    const failed = list(v => v.verdict === 'fail')
     expect(failed, failed.join('\n')).toEqual([])
-    const unverifiedEvictions = list((v) => v.verdict === 'unverified' && v.check === 'eviction')
+    const unverifiedEvictions = list(v => v.verdict === 'unverified' && v.check === 'eviction')
     expect(unverifiedEvictions, unverifiedEvictions.join('\n')).toEqual([])
-    const otherUnverified = list((v) => v.verdict === 'unverified' && v.check !== 'eviction' && !notCounted(v))
+    const otherUnverified = list(v => v.verdict === 'unverified' && v.check !== 'eviction' && !notCounted(v))
     if (otherUnverified.length > 0) console.log(`unverified on a healthy twin:\n${otherUnverified.join('\n')}`)
     // The trials' coverage: verified when enough aborts landed in the transfer window. On a loaded machine a trial's
     // request can still be Bootstrapping when its abort fires (ci49: 4 of 6, beside the batch's six stall pins); the
@@ -103,60 +143,90 @@ describe('pdchaos suite over SSH into the namespace host', () => {
       expect(coverage.inWindow, JSON.stringify(coverage)).toBeGreaterThanOrEqual(coverage.required)
     } else {
       expect(coverage.inWindow, JSON.stringify(coverage)).toBeLessThan(coverage.required)
-      expect(coverage.why).toMatch(/^only \d+ of \d+ aborts landed in the transfer window .*released from the bootstrap queue, not from Transferring/)
+      expect(coverage.why).toMatch(
+        /^only \d+ of \d+ aborts landed in the transfer window .*released from the bootstrap queue, not from Transferring/,
+      )
       expect(coverage.toVerify).toMatch(/run more trials/)
     }
     expect(coverage.inWindow, JSON.stringify(coverage)).toBeGreaterThan(0)
     // The four scenarios of each fault batch shared one window: their faults were all in place at once.
     for (const batch of [j.scenarios.slice(0, 4), j.scenarios.slice(4, 8)]) {
       const leases = batch.map((s: any) => s.leases[0])
-      expect(Math.max(...leases.map((l: any) => l.injectedAt))).toBeLessThan(Math.min(...leases.map((l: any) => l.revertedAt)))
+      expect(Math.max(...leases.map((l: any) => l.injectedAt))).toBeLessThan(
+        Math.min(...leases.map((l: any) => l.revertedAt)),
+      )
     }
     // The journal fields the README promises on every pin and lease.
     const pins = j.scenarios.flatMap((s: any) => s.pins)
     expect(pins.length).toBe(3 * 2 + 4 * 2)
     for (const p of pins) {
-      expect(p).toMatchObject({verdict: 'pass', rid: expect.any(String), fault: expect.any(String), sentAt: expect.any(Number), evictedAt: expect.any(Number)})
+      expect(p).toMatchObject({
+        verdict: 'pass',
+        rid: expect.any(String),
+        fault: expect.any(String),
+        sentAt: expect.any(Number),
+        evictedAt: expect.any(Number),
+      })
       expect(p.evictionSeconds).toBeGreaterThanOrEqual(p.bounds[0])
       expect(p.evictionSeconds).toBeLessThanOrEqual(p.bounds[1])
     }
-    for (const l of j.scenarios.flatMap((s: any) => s.leases)) expect(l).toMatchObject({injectedAt: expect.any(Number), revertedAt: expect.any(Number), verifiedClean: true})
+    for (const l of j.scenarios.flatMap((s: any) => s.leases))
+      expect(l).toMatchObject({injectedAt: expect.any(Number), revertedAt: expect.any(Number), verifiedClean: true})
     expect(j.scenarios[3].verdicts.filter((v: any) => v.check === 'abort')).toHaveLength(6)
     // trip-breaker over SSH: prefill refused the gateway (nft from its address), its breaker opened, probes got 503.
     const trip = j.scenarios.find((s: any) => s.name === 'trip-breaker prefill')
-    expect(trip.verdicts.filter((v: any) => v.check === 'breaker' && v.verdict === 'pass').length).toBeGreaterThanOrEqual(2)
+    expect(
+      trip.verdicts.filter((v: any) => v.check === 'breaker' && v.verdict === 'pass').length,
+    ).toBeGreaterThanOrEqual(2)
     const named = (name: string) => j.scenarios.find((s: any) => s.name === name)
-    expect(named('co-restart').verdicts.map((v: any) => v.subject)).toEqual(expect.arrayContaining(['prefill', 'decode', 'router', 'canaries', 'pin watch']))
+    expect(named('co-restart').verdicts.map((v: any) => v.subject)).toEqual(
+      expect.arrayContaining(['prefill', 'decode', 'router', 'canaries', 'pin watch']),
+    )
     // Prefill replaced alone: judged against decode's heartbeat bound, read from decode's environment.
-    expect(named('restart prefill alone').verdicts.find((v: any) => v.check === 'recovery')).toMatchObject({verdict: 'pass', subject: 'prefill restarted alone'})
+    expect(named('restart prefill alone').verdicts.find((v: any) => v.check === 'recovery')).toMatchObject({
+      verdict: 'pass',
+      subject: 'prefill restarted alone',
+    })
 
     // JUnit through a real XML validator against the JUnit XSD; one testcase per verdict.
     const xmllint = ensureTool('xmllint', 'libxml2-utils')
-    const v = spawnSync(xmllint, ['--noout', '--schema', XSD, join(out, 'junit.xml')], {encoding: 'utf8', timeout: 20_000})
+    const v = spawnSync(xmllint, ['--noout', '--schema', XSD, join(out, 'junit.xml')], {
+      encoding: 'utf8',
+      timeout: 20_000,
+    })
     expect(v.stderr).toContain('validates')
-    const count = spawnSync(xmllint, ['--xpath', 'count(//testcase)', join(out, 'junit.xml')], {encoding: 'utf8', timeout: 20_000})
+    const count = spawnSync(xmllint, ['--xpath', 'count(//testcase)', join(out, 'junit.xml')], {
+      encoding: 'utf8',
+      timeout: 20_000,
+    })
     expect(Number(count.stdout)).toBe(j.scenarios.reduce((n: number, s: any) => n + s.verdicts.length, 0))
     // The run's metrics reached the Pushgateway, grouped by the run id.
     const {samples} = parsePromText(pushed, {source: 'pushgateway'})
     expect(sampleValue(samples, 'pdchaos_run_passed', {job: 'pdchaos', run_id: 'e2e-default'})).toBe(1)
     expect(sampleValue(samples, 'pdchaos_faults_left_behind', {job: 'pdchaos', run_id: 'e2e-default'})).toBe(0)
-    expect(samples.filter((x) => x.name === 'pdchaos_eviction_seconds_count').reduce((a, x) => a + x.value, 0)).toBe(pins.length)
+    expect(samples.filter(x => x.name === 'pdchaos_eviction_seconds_count').reduce((a, x) => a + x.value, 0)).toBe(
+      pins.length,
+    )
     const html = readFileSync(join(out, 'report.html'), 'utf8')
     expect(html).toMatch(/^<!doctype html>/i)
     for (const s of j.scenarios) expect(html).toContain(s.name)
     await assertHostClean(host)
   }, 180_000)
 
-  it('a stop condition (router health) stops the run mid-batch, reverts, exits 3 and leaves the host clean', async () => {
+  it('a stop condition (router health) stops the run mid-batch, reverts, exits 3 and leaves the host ' +
+    'clean', async () => {
     const file = join(host.dir, 'stop.yaml')
-    writeFileSync(file, [
-      'name: stop-test',
-      'scenarios:',
-      '  - {name: hold-a, fault: drop-dest-info, pins: 2}',
-      '  - {name: later, fault: stall-kv, params: {gpu: 1, mechanism: packet-filter}}',
-      'stop: {routerUnhealthySeconds: 0.5, kernelXid: false}',
-      '',
-    ].join('\n'))
+    writeFileSync(
+      file,
+      [
+        'name: stop-test',
+        'scenarios:',
+        '  - {name: hold-a, fault: drop-dest-info, pins: 2}',
+        '  - {name: later, fault: stall-kv, params: {gpu: 1, mechanism: packet-filter}}',
+        'stop: {routerUnhealthySeconds: 0.5, kernelXid: false}',
+        '',
+      ].join('\n'),
+    )
     const routerPort = Number(new URL(host.twin!.endpoints.router).port)
     const routerPid = (await listeners(host)).get(routerPort)?.[0] ?? 0
     expect(routerPid).toBeGreaterThan(0)
@@ -165,11 +235,14 @@ describe('pdchaos suite over SSH into the namespace host', () => {
     const killer = setTimeout(() => child.kill('SIGKILL'), 120_000)
     let frozen = false
     let stderr = ''
-    child.stderr!.on('data', (d: Buffer) => { stderr += d.toString() })
+    child.stderr!.on('data', (d: Buffer) => {
+      stderr += d.toString()
+    })
     try {
       // Once the first fault is in place, freeze the router: its /liveness stops answering.
       const until = Date.now() + 60_000
-      while (Date.now() < until && !/hold-a: in place/.test(stderr) && child.exitCode === null) await new Promise((r) => setTimeout(r, 50))
+      while (Date.now() < until && !/hold-a: in place/.test(stderr) && child.exitCode === null)
+        await new Promise(r => setTimeout(r, 50))
       expect(stderr).toMatch(/hold-a: in place/)
       await host.netns.run(['kill', '-STOP', String(routerPid)])
       frozen = true
@@ -194,7 +267,9 @@ describe('pdchaos suite over SSH into the namespace host', () => {
 describe('pdchaos suite --gate against a twin with a defect', () => {
   let bugged: TestHost
   beforeAll(async () => {
-    bugged = await createTestHost({twin: {...SMALL_TWIN, deadlineSeconds: DEADLINE, pollSeconds: POLL, bugs: ['late-evict']}})
+    bugged = await createTestHost({
+      twin: {...SMALL_TWIN, deadlineSeconds: DEADLINE, pollSeconds: POLL, bugs: ['late-evict']},
+    })
   }, 120_000)
   afterAll(async () => {
     await bugged?.destroy()
@@ -202,7 +277,11 @@ describe('pdchaos suite --gate against a twin with a defect', () => {
 
   it('fails the gate (exit 1) and names exactly the eviction checks that failed, with evidence', async () => {
     const file = join(bugged.dir, 'gate.yaml')
-    writeFileSync(file, 'name: release\nscenarios:\n  - {name: dest, fault: drop-dest-info, pins: 2}\ngate: {maxFailedChecks: 0, requiredChecks: [eviction, cleanup]}\n')
+    writeFileSync(
+      file,
+      'name: release\nscenarios:\n  - {name: dest, fault: drop-dest-info, pins: 2}\ngate: {maxFailedChecks: 0, ' +
+        'requiredChecks: [eviction, cleanup]}\n',
+    )
     const r = await runCli(['suite', file, '-c', bugged.deploymentFile, '--json'], {timeoutMs: 120_000})
     const j = json(r.stdout)
     expect(r.code, JSON.stringify(j.failedChecks)).toBe(1)

@@ -29,10 +29,14 @@ describe('readInputFile: only a regular file, bounded, never blocking', () => {
     writeFileSync(at('small'), 'x'.repeat(64))
     expect(readInputFile(at('small'), KIND)!.length).toBe(64)
     writeFileSync(at('big'), 'x'.repeat(65))
-    expect(() => readInputFile(at('big'), KIND)).toThrow(/big is larger than 64 bytes, the most pdchaos reads from a test file/)
+    expect(() => readInputFile(at('big'), KIND)).toThrow(
+      /big is larger than 64 bytes, the most pdchaos reads from a test file/,
+    )
     expect(() => readInputFile(at('nope'), KIND)).toThrow(/no test file at .*nope/)
     expect(readInputFile(at('nope'), {what: 'test file', maxBytes: 64})).toBeUndefined()
-    expect(() => readInputFile(join(at('small'), 'under'), KIND)).toThrow(/a part of its path is a file, not a directory \(ENOTDIR\)/)
+    expect(() => readInputFile(join(at('small'), 'under'), KIND)).toThrow(
+      /a part of its path is a file, not a directory \(ENOTDIR\)/,
+    )
   })
 
   it('refuses bytes that are not UTF-8, naming line and column, instead of replacing them', () => {
@@ -52,14 +56,19 @@ describe('writeOutputFile: only regular files, never replacing another node', ()
     expect(readFileSync(at('new/sub/out.json'), 'utf8')).toBe('{}\n')
   })
 
-  it('refuses a FIFO or a directory that appeared after the up-front check, leaving it as it was, without blocking', () => {
-    execFileSync('mkfifo', [at('out-fifo')])
-    expect(() => writeOutputFile(at('out-fifo'), 'x')).toThrow(/out-fifo is a FIFO \(named pipe\), not a regular file: pdchaos does not write or replace it/)
-    expect(lstatSync(at('out-fifo')).isFIFO()).toBe(true)
-    mkdirSync(at('out-dir'))
-    expect(() => writeOutputFile(at('out-dir'), 'x')).toThrow(/is a directory/)
-    expect(lstatSync(at('out-dir')).isDirectory()).toBe(true)
-  })
+  it(
+    'refuses a FIFO or a directory that appeared after the up-front check, leaving it as it was, without ' + 'blocking',
+    () => {
+      execFileSync('mkfifo', [at('out-fifo')])
+      expect(() => writeOutputFile(at('out-fifo'), 'x')).toThrow(
+        /out-fifo is a FIFO \(named pipe\), not a regular file: pdchaos does not write or replace it/,
+      )
+      expect(lstatSync(at('out-fifo')).isFIFO()).toBe(true)
+      mkdirSync(at('out-dir'))
+      expect(() => writeOutputFile(at('out-dir'), 'x')).toThrow(/is a directory/)
+      expect(lstatSync(at('out-dir')).isDirectory()).toBe(true)
+    },
+  )
 
   it('follows a symbolic link to a regular file (the link stays), and refuses a link to a FIFO or to nothing', () => {
     writeFileSync(at('real.json'), 'old')

@@ -48,7 +48,7 @@ describe('within', () => {
   })
 
   it('leaves no timer and no listener behind when the value comes first: a finished run exits at once', async () => {
-    const timers = (): number => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length
+    const timers = (): number => process.getActiveResourcesInfo().filter(r => r === 'Timeout').length
     const before = timers()
     const controller = new AbortController()
     expect(await within(Promise.resolve('done'), 60_000, controller.signal)).toBe('done')

@@ -11,7 +11,7 @@ export default class SimDown extends BaseCommand<typeof SimDown> {
   async run(): Promise<SimDownResult> {
     const result = await simDown(this.flags['state-dir'])
     if (result.stopped.length === 0) this.log(`No twin was running in ${result.stateDir}.`)
-    else this.log(`Stopped ${result.stopped.map((s) => `${s.service} (pid ${s.pid})`).join(', ')}.`)
+    else this.log(`Stopped ${result.stopped.map(s => `${s.service} (pid ${s.pid})`).join(', ')}.`)
     return result
   }
 }

@@ -9,7 +9,11 @@ export default class SimRestart extends BaseCommand<typeof SimRestart> {
   static override summary = "Restart one of the twin's services as an operator's restart command would."
   static override examples = ['<%= config.bin %> <%= command.id %> prefill --state-dir /tmp/twin']
   static override args = {
-    service: Args.string({required: true, options: ['prefill', 'decode', 'router'], description: 'The service to restart.'}),
+    service: Args.string({
+      required: true,
+      options: ['prefill', 'decode', 'router'],
+      description: 'The service to restart.',
+    }),
   }
 
   static override flags = {
@@ -25,8 +29,12 @@ export default class SimRestart extends BaseCommand<typeof SimRestart> {
     } finally {
       spinner?.stop()
     }
-    this.log(`${r.service} restarted: pid ${r.previousPid ?? '-'} -> ${r.pid}, healthy in ${(r.healthyMs / 1000).toFixed(1)} s`)
-    if (r.rankPorts.length > 0) this.log(`  rank ZMQ ports: ${r.rankPorts.map((p) => `TP${p.tpRank}=${p.zmqPort}`).join(' ')}`)
+    this.log(
+      `${r.service} restarted: pid ${r.previousPid ?? '-'} -> ${r.pid}, healthy ` +
+        `in ${(r.healthyMs / 1000).toFixed(1)} s`,
+    )
+    if (r.rankPorts.length > 0)
+      this.log(`  rank ZMQ ports: ${r.rankPorts.map(p => `TP${p.tpRank}=${p.zmqPort}`).join(' ')}`)
     return r
   }
 }

@@ -18,7 +18,10 @@ export default class SimStatus extends BaseCommand<typeof SimStatus> {
       const state = svc.running ? `pid ${svc.pid}, health ${svc.health || 'no answer'}` : 'stopped'
       this.log(`${svc.service.padEnd(8)} ${svc.url.padEnd(24)} ${state}`)
       for (const r of svc.ranks) {
-        this.log(`  TP${r.tpRank} pid ${r.pid}${r.alive ? '' : ' (gone)'}${r.gpu === undefined ? '' : `, GPU ${r.gpu}`}${r.zmqPort ? `, zmq ${r.zmqPort}` : ''}`)
+        this.log(
+          `  TP${r.tpRank} ` +
+            `pid ${r.pid}${r.alive ? '' : ' (gone)'}${r.gpu === undefined ? '' : `, GPU ${r.gpu}`}${r.zmqPort ? `, zmq ${r.zmqPort}` : ''}`,
+        )
       }
     }
     return s

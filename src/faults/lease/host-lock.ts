@@ -37,11 +37,13 @@ export interface HeldLock {
   release(): Promise<void>
 }
 
-const NOW = 'n=$(date +%s%3N 2>/dev/null); case $n in \'\'|*[!0-9]*) n=$(( $(date +%s) * 1000 ));; esac'
+const NOW = "n=$(date +%s%3N 2>/dev/null); case $n in ''|*[!0-9]*) n=$(( $(date +%s) * 1000 ));; esac"
 // $1 dir, $2 body without its times, $3 TTL ms. The state dir is made private (0700) or checked (host-safety.ts);
 // the times are the host's. Prints "ok", the host clock and the body written; or "held", the host clock, the
 // latest expiry of the armed leases (0 when none) and the current body.
-const ACQUIRE = SAFE_SH + `D=$1
+const ACQUIRE =
+  SAFE_SH +
+  `D=$1
 pd_make "$D" || exit $?
 pd_check_if f "$D/lock.json" || exit 13
 ${NOW}
@@ -59,11 +61,21 @@ for f do
 done
 echo held; echo "$n"; echo "$m"; cat "$D/lock.json"`
 // $1 dir, $2 the exact stale body: remove only if the file still holds it (nobody took it over meanwhile).
-const BREAK = SAFE_SH + 'pd_safe_tree "$1" && pd_check_if f "$1/lock.json" || exit 13; [ "$(cat "$1/lock.json" 2>/dev/null)" = "$2" ] && rm -f "$1/lock.json"; true'
+const BREAK =
+  SAFE_SH +
+  'pd_safe_tree "$1" && pd_check_if f "$1/lock.json" || exit 13; [ "$(cat "$1/lock.json" 2>/dev/null)" = "$2" ] && ' +
+  'rm -f "$1/lock.json"; true'
 // $1 dir, $2 token: remove only our own lock.
-const RELEASE = SAFE_SH + 'pd_safe_tree "$1" && pd_check_if f "$1/lock.json" || exit 13; grep -q -- "$2" "$1/lock.json" 2>/dev/null && rm -f "$1/lock.json"; true'
+const RELEASE =
+  SAFE_SH +
+  'pd_safe_tree "$1" && pd_check_if f "$1/lock.json" || exit 13; grep -q -- "$2" "$1/lock.json" 2>/dev/null && rm ' +
+  '-f "$1/lock.json"; true'
 
-export async function acquireHostLock(host: Host, stateDir: string, opts: {command: string; ttlMs: number; timeoutMs?: number; untilExpiry?: boolean}): Promise<HeldLock> {
+export async function acquireHostLock(
+  host: Host,
+  stateDir: string,
+  opts: {command: string; ttlMs: number; timeoutMs?: number; untilExpiry?: boolean},
+): Promise<HeldLock> {
   checkStateDir(stateDir)
   const timeoutMs = opts.timeoutMs ?? 10_000
   const ttlMs = Math.max(0, Math.ceil(opts.ttlMs))
@@ -82,23 +94,35 @@ export async function acquireHostLock(host: Host, stateDir: string, opts: {comma
     const res = await host.run(['sh', '-c', ACQUIRE, 'sh', stateDir, text, String(ttlMs)], {timeoutMs, sudo: true})
     throwIfUnsafe(res, where)
     if (res.code !== 0) {
-      throw new PdError(`cannot write the pdchaos lock in ${stateDir} on ${where}: ${res.stderr.trim() || `exit ${res.code}`}`, {
-        exit: ExitCode.unreachable, suggestion: 'check the deployment stateDir and the sudo policy',
-      })
+      throw new PdError(
+        `cannot write the pdchaos lock in ${stateDir} on ${where}: ${res.stderr.trim() || `exit ${res.code}`}`,
+        {
+          exit: ExitCode.unreachable,
+          suggestion: 'check the deployment stateDir and the sudo policy',
+        },
+      )
     }
     const lines = res.stdout.split('\n')
     const hostNow = Number(lines[1])
     if (lines[0] === 'ok') {
       const file = `${stateDir}/lock.json`
       const body: LockBody = {...partial, acquiredAt: hostNow, expiresAt: hostNow + ttlMs}
-      return {body, file, release: async () => { await host.run(['sh', '-c', RELEASE, 'sh', stateDir, body.token], {timeoutMs, sudo: true}) }}
+      return {
+        body,
+        file,
+        release: async () => {
+          await host.run(['sh', '-c', RELEASE, 'sh', stateDir, body.token], {timeoutMs, sudo: true})
+        },
+      }
     }
     const leasesUntil = Number(lines[2])
     const currentText = lines.slice(3).join('\n')
     let current: Partial<LockBody> = {}
     try {
       current = JSON.parse(currentText) as Partial<LockBody>
-    } catch { /* unreadable: treat as held until someone removes it */ }
+    } catch {
+      /* unreadable: treat as held until someone removes it */
+    }
     const until = heldUntil(current, leasesUntil)
     const expired = until !== undefined && Number.isFinite(hostNow) && until < hostNow
     if (attempt === 0 && (expired || ownerDiedHere(current))) {
@@ -106,12 +130,23 @@ export async function acquireHostLock(host: Host, stateDir: string, opts: {comma
       continue
     }
     const untilText = until !== undefined ? ` until ${new Date(until).toISOString()} (host clock)` : ''
-    throw new PdError(`another chaos run holds the lock on ${where}: ${current.owner ?? 'unknown owner'} (${current.command ?? 'unknown command'})${untilText}`, {
-      exit: ExitCode.badInput, code: 'E_LOCKED',
-      suggestion: `wait for it to finish, or if that run is dead remove ${stateDir}/lock.json after checking with \`pdchaos status\``,
-    })
+    throw new PdError(
+      `another chaos run holds the lock on ${where}: ${current.owner ?? 'unknown owner'} ` +
+        `(${current.command ?? 'unknown command'})${untilText}`,
+      {
+        exit: ExitCode.badInput,
+        code: 'E_LOCKED',
+        suggestion:
+          `wait for it to finish, or if that run is dead remove ${stateDir}/lock.json after checking ` +
+          `with \`pdchaos status\``,
+      },
+    )
   }
-  throw new PdError(`the pdchaos lock on ${where} changed hands while taking it`, {exit: ExitCode.badInput, code: 'E_LOCKED', suggestion: 'try again'})
+  throw new PdError(`the pdchaos lock on ${where} changed hands while taking it`, {
+    exit: ExitCode.badInput,
+    code: 'E_LOCKED',
+    suggestion: 'try again',
+  })
 }
 
 /**

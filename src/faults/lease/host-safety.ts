@@ -18,7 +18,9 @@ import {ExitCode} from '../../exit-codes.js'
 export const UNSAFE_EXIT = 13
 
 // Few processes: one ls per group of paths (a fork costs tens of ms on a loaded host), the rest shell builtins.
-export const SAFE_SH = "pd_tab='\t'\n" + String.raw`pd_refuse() {
+export const SAFE_SH =
+  "pd_tab='\t'\n" +
+  String.raw`pd_refuse() {
   pd_on=? pd_ou=?
   read -r _ _ pd_on _ <<PDEOF
 $(LC_ALL=C ls -ld -- "$1" 2>/dev/null)
@@ -145,8 +147,12 @@ export function describeUnsafe(f: UnsafeFinding): string {
 /** Bad input (exit 2): the deployment's state dir holds what pdchaos will not trust, named with its owner. */
 export function unsafeError(f: UnsafeFinding, where: string): PdError {
   return new PdError(`refusing the state dir on ${where}: ${describeUnsafe(f)}`, {
-    exit: ExitCode.badInput, code: 'E_UNSAFE_STATE_DIR',
-    suggestion: 'the state dir, the dirs above it and its files must belong to the user pdchaos runs as on the host (or root) and be writable by nobody else: remove what another user put there, fix the owner and mode, or choose another stateDir',
+    exit: ExitCode.badInput,
+    code: 'E_UNSAFE_STATE_DIR',
+    suggestion:
+      'the state dir, the dirs above it and its files must belong to the user pdchaos runs as on the host (or ' +
+      'root) and be writable by nobody else: remove what another user put there, fix the owner and mode, or choose ' +
+      'another stateDir',
   })
 }
 

@@ -39,8 +39,8 @@ export function onSignalExit(fn: () => Promise<unknown>): () => void {
 
 /** End the process after a signal: the onSignalExit work first (bounded), then process.exit(code). */
 export function exitAfterSignal(code: number): void {
-  const all = Promise.all([...beforeSignalExit].map((fn) => fn().catch(() => undefined)))
-  const bound = new Promise((resolve) => setTimeout(resolve, 5000).unref())
+  const all = Promise.all([...beforeSignalExit].map(fn => fn().catch(() => undefined)))
+  const bound = new Promise(resolve => setTimeout(resolve, 5000).unref())
   void Promise.race([all, bound]).then(() => process.exit(code))
 }
 
@@ -58,8 +58,12 @@ export class LeaseGuard {
   private readonly exit: (code: number) => void
   private readonly handler = (signal: NodeJS.Signals): void => this.onSignal(signal)
 
-  constructor(readonly host: Host, readonly stateDir: string, private readonly opts: GuardOptions = {}) {
-    this.say = opts.say ?? ((line) => process.stderr.write(line + '\n'))
+  constructor(
+    readonly host: Host,
+    readonly stateDir: string,
+    private readonly opts: GuardOptions = {},
+  ) {
+    this.say = opts.say ?? (line => process.stderr.write(line + '\n'))
     this.exit = opts.exit ?? exitAfterSignal
   }
 
@@ -86,7 +90,7 @@ export class LeaseGuard {
   /** createLease, tracked from the moment it is asked for: a signal during creation waits for it, then reverts it. */
   async create(spec: LeaseSpec): Promise<Lease> {
     if (this.stopping) throw new PdError('stopping: no new fault is injected', {exit: ExitCode.stopped})
-    const p = createLease(this.host, this.stateDir, spec).then((lease) => {
+    const p = createLease(this.host, this.stateDir, spec).then(lease => {
       this.active.set(lease.id, lease)
       return lease
     })
@@ -102,13 +106,17 @@ export class LeaseGuard {
     this.active.set(lease.id, lease)
   }
 
-  /** Stop tracking a lease without reverting it: it stays armed and the host's reverter takes it out at expiry (--hold). */
+  /**
+   * Stop tracking a lease without reverting it: it stays armed and the host's reverter takes it out at expiry (--hold).
+   */
   release(id: string): void {
     this.active.delete(id)
   }
 
   async revert(id: string): Promise<RevertResult> {
-    const res = await revertLease(this.host, this.stateDir, id, 'pdchaos', {waitMs: this.opts.revertTimeoutMs ?? 30_000})
+    const res = await revertLease(this.host, this.stateDir, id, 'pdchaos', {
+      waitMs: this.opts.revertTimeoutMs ?? 30_000,
+    })
     if (res.status !== 'in-progress') this.active.delete(id)
     return res
   }
@@ -117,7 +125,7 @@ export class LeaseGuard {
   async revertAll(): Promise<RevertAllOutcome> {
     await Promise.allSettled([...this.pending])
     const leases = this.leases()
-    const settled = await Promise.allSettled(leases.map((l) => this.revert(l.id)))
+    const settled = await Promise.allSettled(leases.map(l => this.revert(l.id)))
     const results: RevertResult[] = []
     const failures: RevertAllOutcome['failures'] = []
     settled.forEach((s, i) => {
@@ -126,7 +134,8 @@ export class LeaseGuard {
       else {
         results.push(s.value)
         if (s.value.status === 'in-progress') failures.push({lease, why: 'another process is still reverting it'})
-        else if (s.value.exitCode !== 0 && s.value.status !== 'unknown') failures.push({lease, why: `its revert script exited ${s.value.exitCode}`})
+        else if (s.value.exitCode !== 0 && s.value.status !== 'unknown')
+          failures.push({lease, why: `its revert script exited ${s.value.exitCode}`})
       }
     })
     return {results, failures}
@@ -138,42 +147,60 @@ export class LeaseGuard {
     if (this.opts.actOn === 'second' && !this.deferred) {
       // The command stops and reverts through its own flow (and keeps its journal); a second signal is the guard's.
       this.deferred = true
-      if (this.active.size + this.pending.size > 0) this.say(`pdchaos: ${signal}: stopping; the run reverts its ${this.active.size + this.pending.size} lease(s) (${signal} again: revert and exit at once)`)
+      if (this.active.size + this.pending.size > 0)
+        this.say(
+          `pdchaos: ${signal}: stopping; the run reverts its ${this.active.size + this.pending.size} lease(s) ` +
+            `(${signal} again: revert and exit at once)`,
+        )
       return
     }
     if (this.stopping) {
-      this.say(`pdchaos: ${signal} again: reverts are running for ${this.active.size} lease(s); pdchaos exits when they are done (each lease also reverts itself on the host at its expiry)`)
+      this.say(
+        `pdchaos: ${signal} again: reverts are running for ${this.active.size} lease(s); pdchaos exits when they ` +
+          `are done (each lease also reverts itself on the host at its expiry)`,
+      )
       return
     }
     this.stopping = true
     const n = this.active.size + this.pending.size
     this.say(`pdchaos: ${signal}: reverting ${n} lease(s) before exit`)
-    this.revertAll().then(({results, failures}) => {
-      if (failures.length === 0) {
-        this.say(`pdchaos: stopped; ${results.length} lease(s) reverted, the host is clean of them`)
-        this.exit(ExitCode.stopped)
-      } else {
-        this.say(`pdchaos: ${cleanupMessage(failures)}`)
+    this.revertAll().then(
+      ({results, failures}) => {
+        if (failures.length === 0) {
+          this.say(`pdchaos: stopped; ${results.length} lease(s) reverted, the host is clean of them`)
+          this.exit(ExitCode.stopped)
+        } else {
+          this.say(`pdchaos: ${cleanupMessage(failures)}`)
+          this.exit(ExitCode.cleanupUnverified)
+        }
+      },
+      (error: unknown) => {
+        this.say(`pdchaos: reverting failed: ${oneLine(error)}`)
         this.exit(ExitCode.cleanupUnverified)
-      }
-    }, (error: unknown) => {
-      this.say(`pdchaos: reverting failed: ${oneLine(error)}`)
-      this.exit(ExitCode.cleanupUnverified)
-    })
+      },
+    )
   }
 }
 
 /** "cleanup unverified: lease X (the host reverts it at ... (in 12 s)): why; ..." */
 export function cleanupMessage(failures: RevertAllOutcome['failures']): string {
-  return `cleanup unverified, the host may still be faulted: ${failures.map(({lease, why}) =>
-    `lease ${lease.id} (${why}; the host reverts it by itself ${describeExpiry(lease.expiresAt)})`).join('; ')}`
+  return `cleanup unverified, the host may still be faulted: ${failures
+    .map(
+      ({lease, why}) => `lease ${lease.id} (${why}; the host reverts it by itself ${describeExpiry(lease.expiresAt)})`,
+    )
+    .join('; ')}`
 }
 
 /**
  * Run fn with a guard installed; whatever fn does (returns, throws), every lease still tracked is reverted before
  * this returns. A lease that cannot be reverted is a PdError exit 4 naming it.
  */
-export async function withLeases<T>(host: Host, stateDir: string, fn: (guard: LeaseGuard) => Promise<T>, opts: GuardOptions = {}): Promise<T> {
+export async function withLeases<T>(
+  host: Host,
+  stateDir: string,
+  fn: (guard: LeaseGuard) => Promise<T>,
+  opts: GuardOptions = {},
+): Promise<T> {
   const guard = new LeaseGuard(host, stateDir, opts).install()
   let result: T
   try {
@@ -194,7 +221,8 @@ async function finish(guard: LeaseGuard, cause?: unknown): Promise<void> {
     if (failures.length > 0) {
       const also = cause === undefined ? '' : ` (after: ${oneLine(cause)})`
       throw new PdError(cleanupMessage(failures) + also, {
-        exit: ExitCode.cleanupUnverified, suggestion: 'run `pdchaos recover` once the host is reachable',
+        exit: ExitCode.cleanupUnverified,
+        suggestion: 'run `pdchaos recover` once the host is reachable',
       })
     }
   } finally {

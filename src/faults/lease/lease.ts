@@ -46,7 +46,9 @@ export interface DoneLease extends Lease {
   exitStatus: number
 }
 
-/** armed: its reverter waits; reverting: claimed by a party now running it; no-script: a lease file without its script. */
+/**
+ * armed: its reverter waits; reverting: claimed by a party now running it; no-script: a lease file without its script.
+ */
 export type ActiveState = 'armed' | 'reverting' | 'no-script'
 
 export type ActiveLease = Partial<Lease> & {
@@ -108,8 +110,15 @@ export const leaseDir = (stateDir: string): string => `${stateDir}/leases`
  * The default TTL a caller gives: long enough for the run (watchdog deadline + one poll + how long the fault is
  * held) plus a margin, never more than the maximum.
  */
-export function leaseTtlMs(opts: {deadlineSeconds: number; pollSeconds: number; holdMs?: number; marginMs?: number}): number {
-  const ms = Math.ceil((opts.deadlineSeconds + opts.pollSeconds) * 1000 + (opts.holdMs ?? 0) + (opts.marginMs ?? 30_000))
+export function leaseTtlMs(opts: {
+  deadlineSeconds: number
+  pollSeconds: number
+  holdMs?: number
+  marginMs?: number
+}): number {
+  const ms = Math.ceil(
+    (opts.deadlineSeconds + opts.pollSeconds) * 1000 + (opts.holdMs ?? 0) + (opts.marginMs ?? 30_000),
+  )
   return Math.min(Math.max(ms, LEASE_TTL_MIN_MS), LEASE_TTL_MAX_MS)
 }
 
@@ -117,15 +126,22 @@ export function leaseTtlMs(opts: {deadlineSeconds: number; pollSeconds: number; 
  * The run lock's TTL, beside the lease's: a run of N fault scenarios holds the lock for three windows and five
  * minutes of setup each, plus ten minutes; a held fault (--hold) holds it exactly as long as its lease, plus 5 s.
  */
-export function runLockTtlMs(opts: {deadlineSeconds: number; pollSeconds: number; scenarios: number; holdMs?: number}): number {
+export function runLockTtlMs(opts: {
+  deadlineSeconds: number
+  pollSeconds: number
+  scenarios: number
+  holdMs?: number
+}): number {
   if (opts.holdMs !== undefined) return opts.holdMs + 5000
   return (opts.scenarios * ((opts.deadlineSeconds + opts.pollSeconds) * 3 + 300) + 600) * 1000
 }
 
 export function checkTtl(ttlMs: number): void {
   if (!Number.isInteger(ttlMs) || ttlMs < LEASE_TTL_MIN_MS || ttlMs > LEASE_TTL_MAX_MS) {
-    throw badInput(`lease TTL ${ttlMs} ms is outside ${LEASE_TTL_MIN_MS} ms .. ${LEASE_TTL_MAX_MS / 60_000} min`,
-      `give a TTL of at most ${LEASE_TTL_MAX_MS / 60_000} minutes: a fault must come back out by itself`)
+    throw badInput(
+      `lease TTL ${ttlMs} ms is outside ${LEASE_TTL_MIN_MS} ms .. ${LEASE_TTL_MAX_MS / 60_000} min`,
+      `give a TTL of at most ${LEASE_TTL_MAX_MS / 60_000} minutes: a fault must come back out by itself`,
+    )
   }
 }
 
@@ -138,18 +154,35 @@ export function newLeaseId(fault: string): string {
 /** Bad input (exit 2) unless the deployment's stateDir is a path pdchaos may use (state-dir.ts). */
 export function checkStateDir(stateDir: string): void {
   const why = stateDirProblem(stateDir)
-  if (why) throw badInput(`state dir ${JSON.stringify(stateDir)} ${why}`, 'give stateDir in the deployment file as an absolute, normalised path of a directory only pdchaos uses, e.g. /run/pdchaos')
+  if (why)
+    throw badInput(
+      `state dir ${JSON.stringify(stateDir)} ${why}`,
+      'give stateDir in the deployment file as an absolute, normalised path of a directory only pdchaos uses, e.g. ' +
+        '/run/pdchaos',
+    )
 }
 
 function checkSpec(stateDir: string, spec: LeaseSpec): string {
   checkStateDir(stateDir)
-  if (!FAULT_NAME.test(spec.fault)) throw badInput(`invalid fault name ${JSON.stringify(spec.fault)}`, 'use lowercase letters, digits and -')
+  if (!FAULT_NAME.test(spec.fault))
+    throw badInput(`invalid fault name ${JSON.stringify(spec.fault)}`, 'use lowercase letters, digits and -')
   checkTtl(spec.ttlMs)
-  if (!Array.isArray(spec.revert) || spec.revert.length === 0 || spec.revert.some((a) => !Array.isArray(a) || a.length === 0 || a.some((s) => typeof s !== 'string'))) {
-    throw badInput(`lease for ${spec.fault} has no usable revert commands`, 'give at least one revert command as a non-empty argv')
+  if (
+    !Array.isArray(spec.revert) ||
+    spec.revert.length === 0 ||
+    spec.revert.some(a => !Array.isArray(a) || a.length === 0 || a.some(s => typeof s !== 'string'))
+  ) {
+    throw badInput(
+      `lease for ${spec.fault} has no usable revert commands`,
+      'give at least one revert command as a non-empty argv',
+    )
   }
   const id = spec.id ?? newLeaseId(spec.fault)
-  if (!LEASE_ID.test(id)) throw badInput(`invalid lease id ${JSON.stringify(id)}`, 'use 1-64 letters, digits, _ . or - (starting with a letter or digit)')
+  if (!LEASE_ID.test(id))
+    throw badInput(
+      `invalid lease id ${JSON.stringify(id)}`,
+      'use 1-64 letters, digits, _ . or - (starting with a letter or digit)',
+    )
   return id
 }
 
@@ -183,30 +216,54 @@ export async function createLease(host: Host, stateDir: string, spec: LeaseSpec)
   const hostNow = Number(prep.stdout.trim())
   if (prep.code !== 0 || !Number.isInteger(hostNow)) {
     throw new PdError(`cannot prepare the lease directory ${where}: ${oneLine(prep.stderr) || `exit ${prep.code}`}`, {
-      exit: ExitCode.unreachable, suggestion: 'check the deployment stateDir and the sudo policy',
+      exit: ExitCode.unreachable,
+      suggestion: 'check the deployment stateDir and the sudo policy',
     })
   }
   const expiresAt = hostNow + spec.ttlMs
   // The reverter runs from its text, never from a file on the host that could be swapped before it starts.
-  const {pid} = await host.startDetached(['sh', '-c', REVERTER_SH, 'pdchaos-reverter', 'watch', stateDir, id, String(expiresAt)], {
-    logFile: `${leaseDir(stateDir)}/${id}.log`, sudo: true, timeoutMs: OP_TIMEOUT_MS,
-  })
+  const {pid} = await host.startDetached(
+    ['sh', '-c', REVERTER_SH, 'pdchaos-reverter', 'watch', stateDir, id, String(expiresAt)],
+    {
+      logFile: `${leaseDir(stateDir)}/${id}.log`,
+      sudo: true,
+      timeoutMs: OP_TIMEOUT_MS,
+    },
+  )
   const base: Omit<Lease, 'reverter'> = {
-    id, fault: spec.fault, params: spec.params ?? {}, owner: currentOwner(), command: spec.command,
-    createdAt: hostNow, ttlMs: spec.ttlMs, expiresAt, revert: spec.revert,
+    id,
+    fault: spec.fault,
+    params: spec.params ?? {},
+    owner: currentOwner(),
+    command: spec.command,
+    createdAt: hostNow,
+    ttlMs: spec.ttlMs,
+    expiresAt,
+    revert: spec.revert,
   }
-  const write = await host.run(['sh', '-c', WRITE_SH, 'sh', stateDir, id, script, JSON.stringify(base), String(pid)], {timeoutMs: OP_TIMEOUT_MS, sudo: true})
+  const write = await host.run(['sh', '-c', WRITE_SH, 'sh', stateDir, id, script, JSON.stringify(base), String(pid)], {
+    timeoutMs: OP_TIMEOUT_MS,
+    sudo: true,
+  })
   const ticks = Number(write.stdout.trim())
   if (write.code === 13 && findUnsafe(write.stderr)) {
-    await host.run(['sh', '-c', DISCARD_SH, 'sh', stateDir, id], {timeoutMs: OP_TIMEOUT_MS, sudo: true}).catch(() => undefined)
+    await host
+      .run(['sh', '-c', DISCARD_SH, 'sh', stateDir, id], {timeoutMs: OP_TIMEOUT_MS, sudo: true})
+      .catch(() => undefined)
     throwIfUnsafe(write, host.describe())
   }
   if (write.code !== 0 || write.stdout.trim() === '' || !Number.isInteger(ticks)) {
     // No reverter, no lease: a fault must never be injected without its dead-man switch.
-    await host.run(['sh', '-c', DISCARD_SH, 'sh', stateDir, id], {timeoutMs: OP_TIMEOUT_MS, sudo: true}).catch(() => undefined)
-    const why = write.code === 0 ? `its reverter (pid ${pid}) is not running; see ${leaseDir(stateDir)}/${id}.log` : oneLine(write.stderr) || `exit ${write.code}`
+    await host
+      .run(['sh', '-c', DISCARD_SH, 'sh', stateDir, id], {timeoutMs: OP_TIMEOUT_MS, sudo: true})
+      .catch(() => undefined)
+    const why =
+      write.code === 0
+        ? `its reverter (pid ${pid}) is not running; see ${leaseDir(stateDir)}/${id}.log`
+        : oneLine(write.stderr) || `exit ${write.code}`
     throw new PdError(`cannot arm lease ${id} in ${where}: ${why}`, {
-      exit: ExitCode.unreachable, suggestion: 'check that sh, setsid and nohup work on the host and the state dir is writable',
+      exit: ExitCode.unreachable,
+      suggestion: 'check that sh, setsid and nohup work on the host and the state dir is writable',
     })
   }
   return {...base, reverter: {pid, startTicks: ticks}}
@@ -226,10 +283,11 @@ function parseResult(stdout: string, code: number | null, stderr: string, id: st
   const m = /^PDCHAOS-RESULT (reverted|already|busy|missing|unsafe)(?: (\S*))?(?: (\S*))?(?: (\S*))?$/.exec(last)
   if (!m) {
     throw new PdError(`reverting lease ${id} on ${where} gave no result: ${oneLine(stderr) || `exit ${code}`}`, {
-      exit: ExitCode.cleanupUnverified, suggestion: 'run `pdchaos recover` again, and look at the lease log on the host',
+      exit: ExitCode.cleanupUnverified,
+      suggestion: 'run `pdchaos recover` again, and look at the lease log on the host',
     })
   }
-  const by = (['reverter', 'pdchaos', 'recover'] as const).find((b) => b === m[2]) ?? null
+  const by = (['reverter', 'pdchaos', 'recover'] as const).find(b => b === m[2]) ?? null
   const num = (s: string | undefined): number | null => (s !== undefined && /^\d+$/.test(s) ? Number(s) : null)
   return {status: m[1] as ProcResult['status'], by, exitStatus: num(m[3]), at: num(m[4]), output: lines.join('\n')}
 }
@@ -239,8 +297,13 @@ function parseResult(stdout: string, code: number | null, stderr: string, id: st
  * lease already reverted (by the reverter, recover or an earlier call) reports who did it. A lease being reverted
  * by a live party is waited for, up to waitMs.
  */
-export async function revertLease(host: Host, stateDir: string, id: string, by: Exclude<RevertedBy, 'reverter'> = 'pdchaos',
-  opts: {waitMs?: number; timeoutMs?: number} = {}): Promise<RevertResult> {
+export async function revertLease(
+  host: Host,
+  stateDir: string,
+  id: string,
+  by: Exclude<RevertedBy, 'reverter'> = 'pdchaos',
+  opts: {waitMs?: number; timeoutMs?: number} = {},
+): Promise<RevertResult> {
   if (!LEASE_ID.test(id)) throw badInput(`invalid lease id ${JSON.stringify(id)}`)
   checkStateDir(stateDir)
   const started = performance.now()
@@ -250,17 +313,58 @@ export async function revertLease(host: Host, stateDir: string, id: string, by: 
     // A claim with no claim file for 3 s means its holder died between the rename and writing the claim.
     const force = firstBusy.at > 0 && Date.now() - firstBusy.at > 3000 ? '1' : '0'
     const res = await host.run(['sh', '-c', REVERTER_SH, 'pdchaos-reverter', 'revert', stateDir, id, by, force], {
-      timeoutMs: opts.timeoutMs ?? 90_000, sudo: true,
+      timeoutMs: opts.timeoutMs ?? 90_000,
+      sudo: true,
     })
     const r = parseResult(res.stdout, res.code, res.stderr, id, host.describe())
     // Refused before anything ran: the state dir or a file of this lease is another user's (host-safety.ts).
-    if (r.status === 'unsafe') throw unsafeError(findUnsafe(res.stderr) ?? {path: `${leaseDir(stateDir)}/${id}.*`, owner: '?', uid: '?', why: 'failed the ownership checks'}, host.describe())
+    if (r.status === 'unsafe')
+      throw unsafeError(
+        findUnsafe(res.stderr) ?? {
+          path: `${leaseDir(stateDir)}/${id}.*`,
+          owner: '?',
+          uid: '?',
+          why: 'failed the ownership checks',
+        },
+        host.describe(),
+      )
     const ms = performance.now() - started
-    if (r.status === 'reverted') return {id, reverted: true, status: 'reverted', byWhom: r.by, exitCode: r.exitStatus, output: r.output, revertedAt: r.at, ms}
-    if (r.status === 'already') return {id, reverted: false, status: 'already-reverted', byWhom: r.by, exitCode: r.exitStatus, output: '', revertedAt: r.at, ms}
-    if (r.status === 'missing') return {id, reverted: false, status: 'unknown', byWhom: null, exitCode: null, output: '', revertedAt: null, ms}
+    if (r.status === 'reverted')
+      return {
+        id,
+        reverted: true,
+        status: 'reverted',
+        byWhom: r.by,
+        exitCode: r.exitStatus,
+        output: r.output,
+        revertedAt: r.at,
+        ms,
+      }
+    if (r.status === 'already')
+      return {
+        id,
+        reverted: false,
+        status: 'already-reverted',
+        byWhom: r.by,
+        exitCode: r.exitStatus,
+        output: '',
+        revertedAt: r.at,
+        ms,
+      }
+    if (r.status === 'missing')
+      return {id, reverted: false, status: 'unknown', byWhom: null, exitCode: null, output: '', revertedAt: null, ms}
     if (firstBusy.at === 0) firstBusy.at = Date.now()
-    if (Date.now() > until) return {id, reverted: false, status: 'in-progress', byWhom: null, exitCode: null, output: r.output, revertedAt: null, ms}
+    if (Date.now() > until)
+      return {
+        id,
+        reverted: false,
+        status: 'in-progress',
+        byWhom: null,
+        exitCode: null,
+        output: r.output,
+        revertedAt: null,
+        ms,
+      }
     await sleep(150)
   }
 }
@@ -268,13 +372,20 @@ export async function revertLease(host: Host, stateDir: string, id: string, by: 
 /** Every lease in the state dir: active ones (and leftover scripts without a lease file) and done ones. */
 export async function listLeases(host: Host, stateDir: string, opts: {timeoutMs?: number} = {}): Promise<LeaseListing> {
   checkStateDir(stateDir)
-  const res = await host.run(['sh', '-c', LIST_SH, 'sh', stateDir], {timeoutMs: opts.timeoutMs ?? OP_TIMEOUT_MS, sudo: true})
+  const res = await host.run(['sh', '-c', LIST_SH, 'sh', stateDir], {
+    timeoutMs: opts.timeoutMs ?? OP_TIMEOUT_MS,
+    sudo: true,
+  })
   throwIfUnsafe(res, host.describe())
   const nowLine = /(?:^|\n)NOW (\d+)\n?$/.exec(res.stdout)
   if (res.code !== 0 || !nowLine) {
-    throw new PdError(`cannot list the leases in ${stateDir} on ${host.describe()}: ${oneLine(res.stderr) || `exit ${res.code}`}`, {
-      exit: ExitCode.unreachable, suggestion: 'check the deployment stateDir and the sudo policy',
-    })
+    throw new PdError(
+      `cannot list the leases in ${stateDir} on ${host.describe()}: ${oneLine(res.stderr) || `exit ${res.code}`}`,
+      {
+        exit: ExitCode.unreachable,
+        suggestion: 'check the deployment stateDir and the sudo policy',
+      },
+    )
   }
   const dir = leaseDir(stateDir)
   const active = new Map<string, ActiveLease>()
@@ -312,9 +423,11 @@ export async function listLeases(host: Host, stateDir: string, opts: {timeoutMs?
       done.push({...(body as unknown as DoneLease), id: String(body.id ?? base.slice(0, -'.json'.length))})
       continue
     }
-    const [id, kind] = base.endsWith('.reverting.sh') ? [base.slice(0, -'.reverting.sh'.length), 'reverting'] as const
-      : base.endsWith('.revert.sh') ? [base.slice(0, -'.revert.sh'.length), 'armed'] as const
-      : [base.slice(0, -'.json'.length), 'json'] as const
+    const [id, kind] = base.endsWith('.reverting.sh')
+      ? ([base.slice(0, -'.reverting.sh'.length), 'reverting'] as const)
+      : base.endsWith('.revert.sh')
+        ? ([base.slice(0, -'.revert.sh'.length), 'armed'] as const)
+        : ([base.slice(0, -'.json'.length), 'json'] as const)
     const entry = active.get(id) ?? {id, state: 'no-script' as ActiveState}
     if (kind === 'json') Object.assign(entry, body, {id, file, state: entry.state})
     else entry.state = kind

@@ -60,14 +60,14 @@ export function ownerIsLiveHere(lease: ActiveLease): boolean {
 
 export async function recoverAll(host: Host, stateDir: string, opts: RecoverOptions = {}): Promise<RecoverReport> {
   const before = await listLeases(host, stateDir)
-  const recovered = await Promise.all(before.active.map((lease) => recoverOne(host, stateDir, lease, opts)))
+  const recovered = await Promise.all(before.active.map(lease => recoverOne(host, stateDir, lease, opts)))
   let remaining: string[]
   try {
     const after = before.active.length === 0 ? before : await listLeases(host, stateDir)
-    remaining = after.active.map((l) => l.id)
+    remaining = after.active.map(l => l.id)
   } catch (error) {
     // The host went away mid-recover: nothing is verified, so every lease counts as possibly left.
-    remaining = before.active.map((l) => l.id)
+    remaining = before.active.map(l => l.id)
     for (const o of recovered) if (o.clean) Object.assign(o, {clean: false, why: `could not verify: ${oneLine(error)}`})
   }
   for (const o of recovered) {
@@ -77,26 +77,48 @@ export async function recoverAll(host: Host, stateDir: string, opts: RecoverOpti
     }
   }
   // A refused lease is not ours to revert: it is reported (and makes the exit 2), not counted as left unclean.
-  const setAside = new Set(recovered.filter((o) => o.action === 'skipped' || o.action === 'refused').map((o) => o.id))
+  const setAside = new Set(recovered.filter(o => o.action === 'skipped' || o.action === 'refused').map(o => o.id))
   return {
     host: host.describe(),
     stateDir,
     recovered,
     alreadyClean: before.active.length === 0 && before.unsafe.length === 0,
-    clean: recovered.every((o) => o.clean || setAside.has(o.id)) && remaining.every((id) => setAside.has(id)),
+    clean: recovered.every(o => o.clean || setAside.has(o.id)) && remaining.every(id => setAside.has(id)),
     remaining,
     refused: before.unsafe,
   }
 }
 
-async function recoverOne(host: Host, stateDir: string, lease: ActiveLease, opts: RecoverOptions): Promise<RecoverOutcome> {
+async function recoverOne(
+  host: Host,
+  stateDir: string,
+  lease: ActiveLease,
+  opts: RecoverOptions,
+): Promise<RecoverOutcome> {
   const base = {
-    id: lease.id, fault: lease.fault ?? null, stateBefore: lease.state, expiresAt: lease.expiresAt ?? null,
-    revertedBy: null, exitCode: null, output: '', ms: 0,
+    id: lease.id,
+    fault: lease.fault ?? null,
+    stateBefore: lease.state,
+    expiresAt: lease.expiresAt ?? null,
+    revertedBy: null,
+    exitCode: null,
+    output: '',
+    ms: 0,
   }
-  if (lease.unsafe) return {...base, action: 'refused', clean: false, why: `refusing ${describeUnsafe(lease.unsafe)}; its revert script is not run`}
+  if (lease.unsafe)
+    return {
+      ...base,
+      action: 'refused',
+      clean: false,
+      why: `refusing ${describeUnsafe(lease.unsafe)}; its revert script is not run`,
+    }
   if (!opts.all && ownerIsLiveHere(lease)) {
-    return {...base, action: 'skipped', clean: false, why: `held by a pdchaos still running here (pid ${lease.owner!.pid}); use --all to revert it anyway`}
+    return {
+      ...base,
+      action: 'skipped',
+      clean: false,
+      why: `held by a pdchaos still running here (pid ${lease.owner!.pid}); use --all to revert it anyway`,
+    }
   }
   try {
     const r = await revertLease(host, stateDir, lease.id, 'recover', {waitMs: opts.waitMs ?? 30_000})
@@ -104,7 +126,12 @@ async function recoverOne(host: Host, stateDir: string, lease: ActiveLease, opts
     switch (r.status) {
       case 'reverted':
       case 'already-reverted':
-        return {...common, action: r.status, clean: r.exitCode === 0, ...(r.exitCode === 0 ? {} : {why: `its revert script exited ${r.exitCode}`})}
+        return {
+          ...common,
+          action: r.status,
+          clean: r.exitCode === 0,
+          ...(r.exitCode === 0 ? {} : {why: `its revert script exited ${r.exitCode}`}),
+        }
       case 'unknown':
         return {...common, action: 'gone', clean: true}
       case 'in-progress':
@@ -112,7 +139,8 @@ async function recoverOne(host: Host, stateDir: string, lease: ActiveLease, opts
     }
   } catch (error) {
     // The host-side checks refused it (a file turned unsafe after the listing): refused, not failed.
-    if (error instanceof PdError && error.code === 'E_UNSAFE_STATE_DIR') return {...base, action: 'refused', clean: false, why: oneLine(error)}
+    if (error instanceof PdError && error.code === 'E_UNSAFE_STATE_DIR')
+      return {...base, action: 'refused', clean: false, why: oneLine(error)}
     return {...base, action: 'failed', clean: false, why: oneLine(error)}
   }
 }
@@ -120,8 +148,12 @@ async function recoverOne(host: Host, stateDir: string, lease: ActiveLease, opts
 /** Several hosts' recoveries as one: clean only when every host is. */
 export function combinedRecovery(parts: RecoverReport[]): RecoverReport {
   return {
-    host: parts.map((p) => p.host).join(', '), stateDir: parts.map((p) => p.stateDir).join(', '),
-    recovered: parts.flatMap((p) => p.recovered), alreadyClean: parts.every((p) => p.alreadyClean), clean: parts.every((p) => p.clean),
-    remaining: parts.flatMap((p) => p.remaining), refused: parts.flatMap((p) => p.refused),
+    host: parts.map(p => p.host).join(', '),
+    stateDir: parts.map(p => p.stateDir).join(', '),
+    recovered: parts.flatMap(p => p.recovered),
+    alreadyClean: parts.every(p => p.alreadyClean),
+    clean: parts.every(p => p.clean),
+    remaining: parts.flatMap(p => p.remaining),
+    refused: parts.flatMap(p => p.refused),
   }
 }

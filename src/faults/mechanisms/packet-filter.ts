@@ -3,7 +3,7 @@ import {isIP} from 'node:net'
 
 import {badInput, oneLine} from '../../errors.js'
 import type {Host} from '../../hosts/host.js'
-import type {Endpoint, FilterTool, Judgement, MechanismPlan, } from '../fault.js'
+import type {Endpoint, FilterTool, Judgement, MechanismPlan} from '../fault.js'
 
 /**
  * Packet-filter mechanism: drop (or rate-limit) chosen TCP traffic in objects pdchaos owns alone, one per lease,
@@ -60,7 +60,8 @@ export const iptablesChainName = (leaseId: string): string => `PDCHAOS-${filterT
 const IPT_WAIT = ['-w', '5']
 
 function checkPort(port: number): number {
-  if (!Number.isInteger(port) || port < 1 || port > 65_535) throw badInput(`invalid TCP port ${port} in a packet-filter match`)
+  if (!Number.isInteger(port) || port < 1 || port > 65_535)
+    throw badInput(`invalid TCP port ${port} in a packet-filter match`)
   return port
 }
 
@@ -79,7 +80,10 @@ interface Rule {
   nft: string
   /** iptables match arguments (without -j). */
   ipt: string[]
-  /** The hooks the rule sits on (default both): an interface match names the in-interface on input only, the out-interface on output only. */
+  /**
+   * The hooks the rule sits on (default both): an interface match names the in-interface on input only, the
+   * out-interface on output only.
+   */
   hooks?: Hook[]
 }
 
@@ -87,7 +91,8 @@ const hooksOf = (r: Rule): Hook[] => r.hooks ?? ['input', 'output']
 
 /** Each match as directed rules, each with the comment key that names it. */
 function rulesOf(matches: FilterMatch[]): Rule[] {
-  if (matches.length === 0) throw badInput('a packet filter needs at least one match', 'name the ports or connections to drop')
+  if (matches.length === 0)
+    throw badInput('a packet filter needs at least one match', 'name the ports or connections to drop')
   const rules: Rule[] = []
   const seen = new Set<string>()
   const push = (r: Rule) => {
@@ -99,28 +104,51 @@ function rulesOf(matches: FilterMatch[]): Rule[] {
     if (m.kind === 'to') {
       const port = checkPort(m.port)
       if (m.from !== undefined) {
-        if (m.addr !== undefined) throw badInput('a packet-filter match names a source or a destination address, not both')
+        if (m.addr !== undefined)
+          throw badInput('a packet-filter match names a source or a destination address, not both')
         const f = family(m.from)
-        push({key: `from-${m.from}-to-${port}`, nft: `${f} saddr ${m.from} tcp dport ${port}`, ipt: ['-p', 'tcp', '-s', m.from, '--dport', String(port)]})
+        push({
+          key: `from-${m.from}-to-${port}`,
+          nft: `${f} saddr ${m.from} tcp dport ${port}`,
+          ipt: ['-p', 'tcp', '-s', m.from, '--dport', String(port)],
+        })
       } else if (m.addr === undefined) {
         push({key: `to-${port}`, nft: `tcp dport ${port}`, ipt: ['-p', 'tcp', '--dport', String(port)]})
       } else {
         const f = family(m.addr)
-        push({key: `to-${m.addr}-${port}`, nft: `${f} daddr ${m.addr} tcp dport ${port}`, ipt: ['-p', 'tcp', '-d', m.addr, '--dport', String(port)]})
+        push({
+          key: `to-${m.addr}-${port}`,
+          nft: `${f} daddr ${m.addr} tcp dport ${port}`,
+          ipt: ['-p', 'tcp', '-d', m.addr, '--dport', String(port)],
+        })
       }
     } else if (m.kind === 'iface-udp') {
-      if (!IFACE_NAME.test(m.iface)) throw badInput(`invalid interface name ${JSON.stringify(m.iface)} in a packet-filter match`)
+      if (!IFACE_NAME.test(m.iface))
+        throw badInput(`invalid interface name ${JSON.stringify(m.iface)} in a packet-filter match`)
       const port = checkPort(m.port)
       // Both ports: RoCEv2 puts 4791 in every packet's destination port; the twin's NIC also sends from it.
       for (const dir of ['dport', 'sport'] as const) {
         const ipt = dir === 'dport' ? '--dport' : '--sport'
-        push({key: `udp-in-${m.iface}-${dir}-${port}`, nft: `iifname "${m.iface}" udp ${dir} ${port}`, ipt: ['-i', m.iface, '-p', 'udp', ipt, String(port)], hooks: ['input']})
-        push({key: `udp-out-${m.iface}-${dir}-${port}`, nft: `oifname "${m.iface}" udp ${dir} ${port}`, ipt: ['-o', m.iface, '-p', 'udp', ipt, String(port)], hooks: ['output']})
+        push({
+          key: `udp-in-${m.iface}-${dir}-${port}`,
+          nft: `iifname "${m.iface}" udp ${dir} ${port}`,
+          ipt: ['-i', m.iface, '-p', 'udp', ipt, String(port)],
+          hooks: ['input'],
+        })
+        push({
+          key: `udp-out-${m.iface}-${dir}-${port}`,
+          nft: `oifname "${m.iface}" udp ${dir} ${port}`,
+          ipt: ['-o', m.iface, '-p', 'udp', ipt, String(port)],
+          hooks: ['output'],
+        })
       }
     } else {
       const fa = family(m.a.addr)
       if (family(m.b.addr) !== fa) throw badInput(`a connection ${m.a.addr} <-> ${m.b.addr} mixes address families`)
-      for (const [dir, s, d] of [['fwd', m.a, m.b], ['rev', m.b, m.a]] as const) {
+      for (const [dir, s, d] of [
+        ['fwd', m.a, m.b],
+        ['rev', m.b, m.a],
+      ] as const) {
         checkPort(s.port)
         checkPort(d.port)
         push({
@@ -142,21 +170,35 @@ function describeMatch(m: FilterMatch): string {
 
 export function buildFilter(spec: FilterSpec): FilterPlan {
   const action = spec.action ?? {kind: 'drop'}
-  if (action.kind === 'rate' && (!Number.isInteger(action.kbytesPerSecond) || action.kbytesPerSecond < 1 || action.kbytesPerSecond > 10_000_000)) {
+  if (
+    action.kind === 'rate' &&
+    (!Number.isInteger(action.kbytesPerSecond) || action.kbytesPerSecond < 1 || action.kbytesPerSecond > 10_000_000)
+  ) {
     throw badInput(`invalid rate ${action.kbytesPerSecond} kbytes/s`, 'give an integer from 1 to 10000000')
   }
   const rules = rulesOf(spec.matches)
-  const verb = action.kind === 'drop' ? 'drop' : action.kind === 'reject' ? 'refuse (TCP reset)' : `limit to ${action.kbytesPerSecond} kbytes/s`
+  const verb =
+    action.kind === 'drop'
+      ? 'drop'
+      : action.kind === 'reject'
+        ? 'refuse (TCP reset)'
+        : `limit to ${action.kbytesPerSecond} kbytes/s`
   const what = `${verb} ${spec.matches.map(describeMatch).join(', ')}`
-  return spec.tool === 'nft' ? nftFilter(spec.leaseId, rules, action, what) : iptablesFilter(spec.leaseId, rules, action, what)
+  return spec.tool === 'nft'
+    ? nftFilter(spec.leaseId, rules, action, what)
+    : iptablesFilter(spec.leaseId, rules, action, what)
 }
 
 // ---------------------------------------------------------------- nftables
 
 function nftFilter(leaseId: string, rules: Rule[], action: FilterAction, what: string): FilterPlan {
   const table = nftTableName(leaseId)
-  const verdict = action.kind === 'drop' ? 'counter drop' : action.kind === 'reject' ? 'counter reject with tcp reset'
-    : `limit rate over ${action.kbytesPerSecond} kbytes/second burst 64 kbytes counter drop`
+  const verdict =
+    action.kind === 'drop'
+      ? 'counter drop'
+      : action.kind === 'reject'
+        ? 'counter reject with tcp reset'
+        : `limit rate over ${action.kbytesPerSecond} kbytes/second burst 64 kbytes counter drop`
   // One nft invocation = one transaction: the table appears with every rule, or not at all.
   const lines = [
     `add table inet ${table}`,
@@ -165,7 +207,9 @@ function nftFilter(leaseId: string, rules: Rule[], action: FilterAction, what: s
     `add chain inet ${table} output { type filter hook output priority -10; policy accept; }`,
   ]
   for (const chain of ['input', 'output'] as const) {
-    for (const r of rules) if (hooksOf(r).includes(chain)) lines.push(`add rule inet ${table} ${chain} ${r.nft} ${verdict} comment "${r.key}"`)
+    for (const r of rules)
+      if (hooksOf(r).includes(chain))
+        lines.push(`add rule inet ${table} ${chain} ${r.nft} ${verdict} comment "${r.key}"`)
   }
   return {
     tool: 'nft',
@@ -173,14 +217,27 @@ function nftFilter(leaseId: string, rules: Rule[], action: FilterAction, what: s
     inject: [['nft', lines.join('\n')]],
     revert: [['nft', 'add', 'table', 'inet', table, ';', 'delete', 'table', 'inet', table]],
     verifyInjected: {
-      name: `nft table inet ${table} holds its rules`, argv: ['nft', '-j', 'list', 'table', 'inet', table], sudo: true,
-      judge: (stdout, code) => judgeNftInjected(table, rules.map((r) => ({key: r.key, chains: hooksOf(r)})), stdout, code),
+      name: `nft table inet ${table} holds its rules`,
+      argv: ['nft', '-j', 'list', 'table', 'inet', table],
+      sudo: true,
+      judge: (stdout, code) =>
+        judgeNftInjected(
+          table,
+          rules.map(r => ({key: r.key, chains: hooksOf(r)})),
+          stdout,
+          code,
+        ),
     },
     verifyClean: {
-      name: `nft table inet ${table} is gone`, argv: ['nft', '-j', 'list', 'tables'], sudo: true,
+      name: `nft table inet ${table} is gone`,
+      argv: ['nft', '-j', 'list', 'tables'],
+      sudo: true,
       judge: (stdout, code) => judgeNftClean(table, stdout, code),
     },
-    readOnlyProbes: [['nft', '--version'], ['nft', '-j', 'list', 'tables']],
+    readOnlyProbes: [
+      ['nft', '--version'],
+      ['nft', '-j', 'list', 'tables'],
+    ],
     summary: `nft table inet ${table} (input+output hooks): ${what}`,
   }
 }
@@ -211,32 +268,48 @@ function counterOf(expr: Array<Record<string, unknown>> | undefined): number {
 /** Each expected rule by its comment key, on both hooks unless it names its own (a plain string: both). */
 export type ExpectedRule = string | {key: string; chains: readonly string[]}
 
-export function judgeNftInjected(table: string, keys: readonly ExpectedRule[], stdout: string, code: number | null): Judgement {
+export function judgeNftInjected(
+  table: string,
+  keys: readonly ExpectedRule[],
+  stdout: string,
+  code: number | null,
+): Judgement {
   const objs = parseNftJson(stdout)
-  if (code !== 0 || !objs) return {ok: false, evidence: `nft list table inet ${table}: exit ${code}, ${objs ? 'no table' : 'no JSON listing'}`}
-  const hooks = new Set(objs.filter((o) => o.chain?.table === table).map((o) => o.chain!.hook))
+  if (code !== 0 || !objs)
+    return {ok: false, evidence: `nft list table inet ${table}: exit ${code}, ${objs ? 'no table' : 'no JSON listing'}`}
+  const hooks = new Set(objs.filter(o => o.chain?.table === table).map(o => o.chain!.hook))
   const missing: string[] = []
   let packets = 0
-  const expected = keys.map((k) => (typeof k === 'string' ? {key: k, chains: ['input', 'output']} : k))
+  const expected = keys.map(k => (typeof k === 'string' ? {key: k, chains: ['input', 'output']} : k))
   for (const chain of ['input', 'output']) {
     if (!hooks.has(chain)) missing.push(`${chain} hook`)
     for (const {key, chains} of expected) {
       if (!chains.includes(chain)) continue
-      const rule = objs.find((o) => o.rule?.table === table && o.rule.chain === chain && o.rule.comment === key)?.rule
+      const rule = objs.find(o => o.rule?.table === table && o.rule.chain === chain && o.rule.comment === key)?.rule
       if (!rule) missing.push(`${chain}:${key}`)
       else packets += counterOf(rule.expr)
     }
   }
   if (missing.length > 0) return {ok: false, evidence: `nft table inet ${table} lacks ${missing.join(', ')}`}
-  return {ok: true, evidence: `nft table inet ${table}: ${keys.length} rule(s) on their input/output hooks, ${packets} packet(s) matched so far`, matchedPackets: packets}
+  return {
+    ok: true,
+    evidence:
+      `nft table inet ${table}: ${keys.length} rule(s) on their input/output hooks, ${packets} packet(s) ` +
+      `matched so far`,
+    matchedPackets: packets,
+  }
 }
 
 export function judgeNftClean(table: string, stdout: string, code: number | null): Judgement {
   const objs = parseNftJson(stdout)
   if (code !== 0 || !objs) return {ok: false, evidence: `cannot list nft tables (exit ${code}): cleanliness unverified`}
-  const left = objs.filter((o) => o.table?.name === table)
-  if (left.length > 0) return {ok: false, evidence: `nft table ${left.map((o) => `${o.table!.family} ${table}`).join(', ')} is still present`}
-  return {ok: true, evidence: `nft lists ${objs.filter((o) => o.table).length} table(s), none named ${table}`}
+  const left = objs.filter(o => o.table?.name === table)
+  if (left.length > 0)
+    return {
+      ok: false,
+      evidence: `nft table ${left.map(o => `${o.table!.family} ${table}`).join(', ')} is still present`,
+    }
+  return {ok: true, evidence: `nft lists ${objs.filter(o => o.table).length} table(s), none named ${table}`}
 }
 
 // ---------------------------------------------------------------- iptables
@@ -247,36 +320,61 @@ export function judgeNftClean(table: string, stdout: string, code: number | null
  */
 export const IPTABLES_REVERT_SCRIPT = [
   'c="$1"',
-  'for h in INPUT OUTPUT; do i=0; while [ "$i" -lt 32 ] && iptables -w 5 -D "$h" -j "$c" 2>/dev/null; do i=$((i+1)); done; done',
+  'for h in INPUT OUTPUT; do i=0; while [ "$i" -lt 32 ] && iptables -w 5 -D "$h" -j "$c" 2>/dev/null; do ' +
+    'i=$((i+1)); done; done',
   'if iptables -w 5 -n -L "$c" >/dev/null 2>&1; then iptables -w 5 -F "$c"; iptables -w 5 -X "$c"; fi',
-  'if iptables-save -t filter | awk -v c="$c" \'$1 == ":" c || ($1 == "-A" && $NF == c) || ($1 == "-A" && $2 == c) { f = 1 } END { exit !f }\'; then echo "pdchaos: chain $c is still present" >&2; exit 1; fi',
+  'if iptables-save -t filter | awk -v c="$c" \'$1 == ":" c || ($1 == "-A" && $NF == c) || ($1 == "-A" && $2 == c) ' +
+    '{ f = 1 } END { exit !f }\'; then echo "pdchaos: chain $c is still present" >&2; exit 1; fi',
   'exit 0',
 ].join('\n')
 
 function iptablesFilter(leaseId: string, rules: Rule[], action: FilterAction, what: string): FilterPlan {
   const chain = iptablesChainName(leaseId)
-  if (action.kind === 'rate') throw badInput('rate limiting needs nftables on the host (the iptables fallback only drops)', 'install nftables, or run without widening the window')
+  if (action.kind === 'rate')
+    throw badInput(
+      'rate limiting needs nftables on the host (the iptables fallback only drops)',
+      'install nftables, or run without widening the window',
+    )
   const target = action.kind === 'reject' ? ['REJECT', '--reject-with', 'tcp-reset'] : ['DROP']
-  const v6 = rules.find((r) => r.nft.startsWith('ip6 ') || r.nft.includes(' ip6 '))
-  if (v6) throw badInput(`the iptables fallback handles IPv4 only, and ${v6.key} is IPv6`, 'install nftables on the host')
+  const v6 = rules.find(r => r.nft.startsWith('ip6 ') || r.nft.includes(' ip6 '))
+  if (v6)
+    throw badInput(`the iptables fallback handles IPv4 only, and ${v6.key} is IPv6`, 'install nftables on the host')
   const inject: string[][] = [['iptables', ...IPT_WAIT, '-N', chain]]
-  for (const r of rules) inject.push(['iptables', ...IPT_WAIT, '-A', chain, ...r.ipt, '-m', 'comment', '--comment', r.key, '-j', ...target])
+  for (const r of rules)
+    inject.push(['iptables', ...IPT_WAIT, '-A', chain, ...r.ipt, '-m', 'comment', '--comment', r.key, '-j', ...target])
   // Jumps last: the chain is complete before any packet is sent into it.
-  inject.push(['iptables', ...IPT_WAIT, '-I', 'INPUT', '1', '-j', chain], ['iptables', ...IPT_WAIT, '-I', 'OUTPUT', '1', '-j', chain])
+  inject.push(
+    ['iptables', ...IPT_WAIT, '-I', 'INPUT', '1', '-j', chain],
+    ['iptables', ...IPT_WAIT, '-I', 'OUTPUT', '1', '-j', chain],
+  )
   return {
     tool: 'iptables',
     object: `chain ${chain}`,
     inject,
     revert: [['sh', '-c', IPTABLES_REVERT_SCRIPT, 'sh', chain]],
     verifyInjected: {
-      name: `iptables chain ${chain} holds its rules and is jumped to`, argv: ['iptables-save', '-c', '-t', 'filter'], sudo: true,
-      judge: (stdout, code) => judgeIptablesInjected(chain, rules.map((r) => r.key), stdout, code, target[0]),
+      name: `iptables chain ${chain} holds its rules and is jumped to`,
+      argv: ['iptables-save', '-c', '-t', 'filter'],
+      sudo: true,
+      judge: (stdout, code) =>
+        judgeIptablesInjected(
+          chain,
+          rules.map(r => r.key),
+          stdout,
+          code,
+          target[0],
+        ),
     },
     verifyClean: {
-      name: `iptables chain ${chain} is gone`, argv: ['iptables-save', '-t', 'filter'], sudo: true,
+      name: `iptables chain ${chain} is gone`,
+      argv: ['iptables-save', '-t', 'filter'],
+      sudo: true,
       judge: (stdout, code) => judgeIptablesClean(chain, stdout, code),
     },
-    readOnlyProbes: [['iptables', '--version'], ['iptables-save', '-t', 'filter']],
+    readOnlyProbes: [
+      ['iptables', '--version'],
+      ['iptables-save', '-t', 'filter'],
+    ],
     summary: `iptables chain ${chain} (jumped from INPUT and OUTPUT): ${what}`,
   }
 }
@@ -306,28 +404,50 @@ function commentOf(words: string[]): string | undefined {
   return i >= 0 ? words[i + 1]?.replace(/^"|"$/g, '') : undefined
 }
 
-export function judgeIptablesInjected(chain: string, keys: string[], stdout: string, code: number | null, target = 'DROP'): Judgement {
+export function judgeIptablesInjected(
+  chain: string,
+  keys: string[],
+  stdout: string,
+  code: number | null,
+  target = 'DROP',
+): Judgement {
   if (code !== 0) return {ok: false, evidence: `iptables-save exit ${code}`}
   const lines = parseSave(stdout)
   const missing: string[] = []
-  if (!lines.some((l) => l.words[0] === `:${chain}`)) missing.push('the chain')
+  if (!lines.some(l => l.words[0] === `:${chain}`)) missing.push('the chain')
   for (const hook of ['INPUT', 'OUTPUT']) {
-    if (!lines.some((l) => l.words[0] === '-A' && l.words[1] === hook && l.words.at(-1) === chain)) missing.push(`the jump from ${hook}`)
+    if (!lines.some(l => l.words[0] === '-A' && l.words[1] === hook && l.words.at(-1) === chain))
+      missing.push(`the jump from ${hook}`)
   }
   let packets = 0
   for (const key of keys) {
-    const rule = lines.find((l) => l.words[0] === '-A' && l.words[1] === chain && commentOf(l.words) === key && l.words[l.words.indexOf('-j') + 1] === target)
+    const rule = lines.find(
+      l =>
+        l.words[0] === '-A' &&
+        l.words[1] === chain &&
+        commentOf(l.words) === key &&
+        l.words[l.words.indexOf('-j') + 1] === target,
+    )
     if (!rule) missing.push(`rule ${key}`)
     else packets += rule.counter
   }
   if (missing.length > 0) return {ok: false, evidence: `iptables lacks ${missing.join(', ')} of ${chain}`}
-  return {ok: true, evidence: `iptables chain ${chain}: ${keys.length} ${target} rule(s), jumped from INPUT and OUTPUT, ${packets} packet(s) matched so far`, matchedPackets: packets}
+  return {
+    ok: true,
+    evidence:
+      `iptables chain ${chain}: ${keys.length} ${target} rule(s), jumped from INPUT and OUTPUT, ${packets} ` +
+      `packet(s) matched so far`,
+    matchedPackets: packets,
+  }
 }
 
 export function judgeIptablesClean(chain: string, stdout: string, code: number | null): Judgement {
   if (code !== 0) return {ok: false, evidence: `iptables-save exit ${code}: cleanliness unverified`}
-  const left = parseSave(stdout).filter((l) => l.words[0] === `:${chain}` || (l.words[0] === '-A' && (l.words[1] === chain || l.words.at(-1) === chain)))
-  if (left.length > 0) return {ok: false, evidence: `iptables still has ${left.length} line(s) of ${chain}: ${left[0]!.words.join(' ')}`}
+  const left = parseSave(stdout).filter(
+    l => l.words[0] === `:${chain}` || (l.words[0] === '-A' && (l.words[1] === chain || l.words.at(-1) === chain)),
+  )
+  if (left.length > 0)
+    return {ok: false, evidence: `iptables still has ${left.length} line(s) of ${chain}: ${left[0]!.words.join(' ')}`}
   return {ok: true, evidence: `iptables-save shows no chain ${chain} and no jump to it`}
 }
 
@@ -358,7 +478,9 @@ export async function detectFilterTool(host: Host, timeoutMs = 5000): Promise<To
       const l = await host.run(t.list, {timeoutMs, sudo: true})
       const listed = t.tool === 'nft' ? l.code === 0 && parseNftJson(l.stdout) !== undefined : l.code === 0
       if (!listed) {
-        notes.push(`${t.tool}: ${oneLine(v.stdout)} but listing rules failed (${oneLine(l.stderr) || `exit ${l.code}`})`)
+        notes.push(
+          `${t.tool}: ${oneLine(v.stdout)} but listing rules failed (${oneLine(l.stderr) || `exit ${l.code}`})`,
+        )
         continue
       }
       return {tool: t.tool, evidence: [...notes, `${t.tool}: ${oneLine(v.stdout)}, rules listable`].join('; ')}
@@ -371,5 +493,8 @@ export async function detectFilterTool(host: Host, timeoutMs = 5000): Promise<To
 
 /** The error when a plan needs a packet filter and the host has none usable. */
 export function noFilterTool(evidence: string | undefined): Error {
-  return badInput(`no usable packet filter on the host (${evidence ?? 'not probed'})`, 'install nftables (or iptables) and run as root or with passwordless sudo')
+  return badInput(
+    `no usable packet filter on the host (${evidence ?? 'not probed'})`,
+    'install nftables (or iptables) and run as root or with passwordless sudo',
+  )
 }

@@ -16,8 +16,10 @@ export interface ProcIdentity {
 export function checkIdentity(id: {pid: number; startTicks?: number}, what: string): ProcIdentity {
   if (!Number.isInteger(id.pid) || id.pid <= 1) throw badInput(`${what}: invalid pid ${id.pid}`)
   if (id.startTicks === undefined || !Number.isInteger(id.startTicks) || id.startTicks < 0) {
-    throw badInput(`${what}: pid ${id.pid} has no start time from /proc/${id.pid}/stat, so it cannot be told from a recycled pid`,
-      'run as a user that can read /proc/<pid>/stat of the ranks, then retry')
+    throw badInput(
+      `${what}: pid ${id.pid} has no start time from /proc/${id.pid}/stat, so it cannot be told from a recycled pid`,
+      'run as a user that can read /proc/<pid>/stat of the ranks, then retry',
+    )
   }
   return {pid: id.pid, startTicks: id.startTicks}
 }
@@ -26,11 +28,10 @@ export const procStatArgv = (pid: number): string[] => ['cat', `/proc/${pid}/sta
 
 export {parseProcStat, type ProcStat}
 
-/** What /proc says about an identity now: the same process (with its state), gone, or a different process on the pid. */
-export type Resolution =
-  | {kind: 'same'; state: string}
-  | {kind: 'gone'}
-  | {kind: 'recycled'; startTicks: number}
+/**
+ * What /proc says about an identity now: the same process (with its state), gone, or a different process on the pid.
+ */
+export type Resolution = {kind: 'same'; state: string} | {kind: 'gone'} | {kind: 'recycled'; startTicks: number}
 
 export function resolveFromStat(id: ProcIdentity, stdout: string, code: number | null): Resolution {
   const stat = code === 0 ? parseProcStat(stdout.trim()) : undefined
@@ -48,7 +49,9 @@ export async function resolveIdentity(host: Host, id: ProcIdentity, timeoutMs = 
 /** Probe: the process is stopped (state T) — SIGSTOP took effect on THIS process. */
 export function stoppedProbe(id: ProcIdentity, label: string): Probe {
   return {
-    name: `${label} is stopped (state T)`, argv: procStatArgv(id.pid), sudo: false,
+    name: `${label} is stopped (state T)`,
+    argv: procStatArgv(id.pid),
+    sudo: false,
     judge: (stdout, code): Judgement => {
       const r = resolveFromStat(id, stdout, code)
       if (r.kind === 'same') {
@@ -57,7 +60,10 @@ export function stoppedProbe(id: ProcIdentity, label: string): Probe {
           : {ok: false, evidence: `/proc/${id.pid}/stat: state ${r.state}, not stopped`}
       }
       if (r.kind === 'gone') return {ok: false, evidence: `pid ${id.pid} is gone`}
-      return {ok: false, evidence: `pid ${id.pid} now belongs to another process (start ${r.startTicks}, expected ${id.startTicks})`}
+      return {
+        ok: false,
+        evidence: `pid ${id.pid} now belongs to another process (start ${r.startTicks}, expected ${id.startTicks})`,
+      }
     },
   }
 }
@@ -65,7 +71,9 @@ export function stoppedProbe(id: ProcIdentity, label: string): Probe {
 /** Probe: the process runs again (not T), or no longer exists (then nothing of ours is left on it). */
 export function notStoppedProbe(id: ProcIdentity, label: string): Probe {
   return {
-    name: `${label} is not stopped`, argv: procStatArgv(id.pid), sudo: false,
+    name: `${label} is not stopped`,
+    argv: procStatArgv(id.pid),
+    sudo: false,
     judge: (stdout, code): Judgement => {
       const r = resolveFromStat(id, stdout, code)
       if (r.kind === 'same') {
@@ -74,7 +82,10 @@ export function notStoppedProbe(id: ProcIdentity, label: string): Probe {
           : {ok: true, evidence: `/proc/${id.pid}/stat: state ${r.state}, start ${id.startTicks}`}
       }
       if (r.kind === 'gone') return {ok: true, evidence: `pid ${id.pid} no longer exists: nothing left stopped`}
-      return {ok: true, evidence: `pid ${id.pid} exited and was reused (start ${r.startTicks}): the stopped process is gone`}
+      return {
+        ok: true,
+        evidence: `pid ${id.pid} exited and was reused (start ${r.startTicks}): the stopped process is gone`,
+      }
     },
   }
 }

@@ -1,4 +1,4 @@
-import type {MechanismPlan, } from '../fault.js'
+import type {MechanismPlan} from '../fault.js'
 import {notStoppedProbe, stoppedProbe, type ProcIdentity} from './proc-identity.js'
 
 /**
@@ -44,7 +44,10 @@ export function buildSigstop(id: ProcIdentity, label: string): SigstopPlan {
     revert: [signalArgv(id, 'CONT')],
     verifyInjected: stoppedProbe(id, label),
     verifyClean: notStoppedProbe(id, label),
-    readOnlyProbes: [['cat', `/proc/${id.pid}/stat`], ['sh', '-c', 'command -v kill']],
+    readOnlyProbes: [
+      ['cat', `/proc/${id.pid}/stat`],
+      ['sh', '-c', 'command -v kill'],
+    ],
     summary: `SIGSTOP ${label} (pid ${id.pid}, start ${id.startTicks}), SIGCONT on revert; both refuse a recycled pid`,
   }
 }

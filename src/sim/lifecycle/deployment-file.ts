@@ -65,7 +65,9 @@ export function twinDeployment(config: SimConfig): TwinDeployment {
   const p = simPaths(config.stateDir)
   // A service of this node: how to restart it and where it logs (a service on another node: its URL only).
   const own = (service: Service): {restart?: string[]; logs?: {file: string}} =>
-    (servicesHere(config).includes(service) ? {restart: restartArgv(config.stateDir, service), logs: {file: p.log(service)}} : {})
+    servicesHere(config).includes(service)
+      ? {restart: restartArgv(config.stateDir, service), logs: {file: p.log(service)}}
+      : {}
   return {
     version: 1,
     name: 'pdchaos-twin',
@@ -76,12 +78,23 @@ export function twinDeployment(config: SimConfig): TwinDeployment {
     services: {
       prefill: {url: e.prefill, healthPath: '/health', ...own('prefill'), bootstrapPort: config.ports.bootstrap},
       decode: {url: e.decode, healthPath: '/health', ...own('decode')},
-      router: {url: e.router, healthPath: '/health', ...own('router'), readinessPath: '/readiness', metricsUrl: e.routerMetrics},
+      router: {
+        url: e.router,
+        healthPath: '/health',
+        ...own('router'),
+        readinessPath: '/readiness',
+        metricsUrl: e.routerMetrics,
+      },
     },
     backend: config.backend,
     // A real host has nvidia-smi on its PATH; the twin's stand-in lives in its state dir.
     tools: {nvidiaSmi: join(p.bin, 'nvidia-smi')},
-    watchdog: {scope: config.watchdog.scope, deadlineSeconds: config.watchdog.deadlineS, pollSeconds: config.watchdog.pollS, logPattern: WATCHDOG_LOG_PATTERN},
+    watchdog: {
+      scope: config.watchdog.scope,
+      deadlineSeconds: config.watchdog.deadlineS,
+      pollSeconds: config.watchdog.pollS,
+      logPattern: WATCHDOG_LOG_PATTERN,
+    },
     sglangVersion: config.version,
   }
 }

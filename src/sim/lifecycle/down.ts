@@ -25,8 +25,10 @@ export async function simDown(stateDir: string, termMs = 5000): Promise<SimDownR
   if (!isTwinStateDir(stateDir)) return {stateDir, stopped: [], wasRunning: false}
   const untrusted = untrustedBecause(stateDir) ?? untrustedBecause(paths.lock)
   if (untrusted) {
-    throw badInput(`refusing to stop the processes named in ${paths.lock}: ${untrusted}`,
-      'stop them by hand after checking who they are; a twin state dir must be writable only by the user who runs it')
+    throw badInput(
+      `refusing to stop the processes named in ${paths.lock}: ${untrusted}`,
+      'stop them by hand after checking who they are; a twin state dir must be writable only by the user who runs it',
+    )
   }
   const lock = readLock(stateDir)
   const targets = new Map<Service, ProcRef>()
@@ -39,18 +41,26 @@ export async function simDown(stateDir: string, termMs = 5000): Promise<SimDownR
   const stopped: SimDownResult['stopped'] = []
   // Router first, so nothing new is dispatched while the workers stop.
   const order: Service[] = ['router', 'decode', 'prefill']
-  const results = await Promise.all(order.filter((s) => targets.has(s)).map(async (service) => {
-    const ref = targets.get(service)!
-    const wasAlive = procStart(ref.pid) === ref.start
-    const gone = await stopGroup(ref, termMs)
-    if (wasAlive) stopped.push({service, pid: ref.pid})
-    return {service, pid: ref.pid, gone}
-  }))
-  const stuck = results.filter((r) => !r.gone)
+  const results = await Promise.all(
+    order
+      .filter(s => targets.has(s))
+      .map(async service => {
+        const ref = targets.get(service)!
+        const wasAlive = procStart(ref.pid) === ref.start
+        const gone = await stopGroup(ref, termMs)
+        if (wasAlive) stopped.push({service, pid: ref.pid})
+        return {service, pid: ref.pid, gone}
+      }),
+  )
+  const stuck = results.filter(r => !r.gone)
   if (stuck.length > 0) {
-    throw new SimError('cleanup-unverified', `could not stop ${stuck.map((s) => `${s.service} (pid ${s.pid})`).join(', ')} even with SIGKILL`, {
-      suggestion: `check the processes by hand: ps -o pid,stat,cmd -g ${stuck.map((s) => s.pid).join(',')}`,
-    })
+    throw new SimError(
+      'cleanup-unverified',
+      `could not stop ${stuck.map(s => `${s.service} (pid ${s.pid})`).join(', ')} even with SIGKILL`,
+      {
+        suggestion: `check the processes by hand: ps -o pid,stat,cmd -g ${stuck.map(s => s.pid).join(',')}`,
+      },
+    )
   }
   for (const service of SERVICES) rmSync(paths.service(service), {force: true})
   rmSync(paths.gpus, {recursive: true, force: true})

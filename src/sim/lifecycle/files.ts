@@ -39,7 +39,8 @@ export function readServiceFile(stateDir: string, service: Service): ServiceFile
 /** The twin's sim.json, or bad input when the state dir holds no twin. */
 export function readSimConfig(stateDir: string): SimConfig {
   const config = readJson<SimConfig>(simPaths(stateDir).config)
-  if (!config) throw badInput(`no twin in state dir ${stateDir} (no sim.json)`, `pdchaos sim up --state-dir ${stateDir}`)
+  if (!config)
+    throw badInput(`no twin in state dir ${stateDir} (no sim.json)`, `pdchaos sim up --state-dir ${stateDir}`)
   return config
 }
 
@@ -61,7 +62,12 @@ export function endpoints(config: SimConfig) {
 export function logTail(file: string, lines = 5): string[] {
   try {
     const text = readFileSync(file, 'utf8')
-    return text.slice(-8192).split('\n').map((l) => l.trim()).filter(Boolean).slice(-lines)
+    return text
+      .slice(-8192)
+      .split('\n')
+      .map(l => l.trim())
+      .filter(Boolean)
+      .slice(-lines)
   } catch {
     return []
   }
@@ -69,8 +75,8 @@ export function logTail(file: string, lines = 5): string[] {
 
 /** The line of a log tail that best explains a failure. */
 export function causeFromLog(file: string): string | undefined {
-  const tail = logTail(file, 40).filter((l) => !l.startsWith('at ') && !/^Node\.js v\d/.test(l))
-  const bad = [...tail].reverse().find((l) => /error|exception|fail|refused|EADDR|cannot|unable|traceback/i.test(l))
+  const tail = logTail(file, 40).filter(l => !l.startsWith('at ') && !/^Node\.js v\d/.test(l))
+  const bad = [...tail].reverse().find(l => /error|exception|fail|refused|EADDR|cannot|unable|traceback/i.test(l))
   const line = bad ?? tail.at(-1)
   return line && line.length > 300 ? line.slice(0, 297) + '...' : line
 }

@@ -35,7 +35,9 @@ export function liveHolders(lock: LockFile): ProcRef[] {
 
 export const downHint = (stateDir: string): string => `pdchaos sim down --state-dir ${stateDir}`
 
-/** Take the lock for `up`, or bad input when a live twin (or another `up`) holds the state dir. A dead lock is replaced. */
+/**
+ * Take the lock for `up`, or bad input when a live twin (or another `up`) holds the state dir. A dead lock is replaced.
+ */
 export function acquireLock(stateDir: string): LockFile {
   const file = simPaths(stateDir).lock
   mkdirSync(dirname(file), {recursive: true})
@@ -56,7 +58,10 @@ export function acquireLock(stateDir: string): LockFile {
     const held = readLock(stateDir)
     const live = held ? liveHolders(held) : []
     if (live.length > 0) {
-      throw badInput(`state dir ${stateDir} is in use by a running twin (pid ${live.map((r) => r.pid).join(', ')})`, downHint(stateDir))
+      throw badInput(
+        `state dir ${stateDir} is in use by a running twin (pid ${live.map(r => r.pid).join(', ')})`,
+        downHint(stateDir),
+      )
     }
     if (!held) {
       // Being written by a concurrent `up` right now, or unreadable: treat a fresh one as busy.

@@ -21,32 +21,52 @@ export function gpuUuid(stateDir: string, index: number): string {
 
 /**
  * Write DIR/bin/nvidia-smi (atomically) for a twin with `gpus` GPUs and NICs `nics` (NIC i's name, and the GPU it is
- * PIX to: GPU i for a bare name; a node of a twin that spans nodes has the NICs of its own GPUs only); returns its path.
- * hideProcesses: it lists no compute processes, as nvidia-smi inside a container does (the host's pids are not its own).
+ * PIX to: GPU i for a bare name; a node of a twin that spans nodes has the NICs of its own GPUs only); returns its
+ * path.
+ * hideProcesses: it lists no compute processes, as nvidia-smi inside a container does (the host's pids are not its
+ * own).
  */
-export function writeNvidiaSmi(stateDir: string, gpus: number, nics: ReadonlyArray<string | {name: string; gpu: number}> = [], view: {hideProcesses: boolean} = {hideProcesses: false}): string {
-  const names = nics.map((n) => (typeof n === 'string' ? n : n.name))
+export function writeNvidiaSmi(
+  stateDir: string,
+  gpus: number,
+  nics: ReadonlyArray<string | {name: string; gpu: number}> = [],
+  view: {hideProcesses: boolean} = {hideProcesses: false},
+): string {
+  const names = nics.map(n => (typeof n === 'string' ? n : n.name))
   const nicGpus = nics.map((n, i) => (typeof n === 'string' ? i : n.gpu))
   const bin = join(stateDir, 'bin')
   mkdirSync(bin, {recursive: true})
   const uuids = Array.from({length: gpus}, (_, i) => gpuUuid(stateDir, i))
   // Words in the script's awk variables: a NIC name is an interface or device name, never one with spaces or quotes.
-  for (const n of names) if (!/^[\w.:-]+$/.test(n)) throw new Error(`nvidia-smi stand-in: NIC name ${JSON.stringify(n)} is not a plain name`)
+  for (const n of names)
+    if (!/^[\w.:-]+$/.test(n)) throw new Error(`nvidia-smi stand-in: NIC name ${JSON.stringify(n)} is not a plain name`)
   const file = join(bin, 'nvidia-smi')
   const tmp = `${file}.${process.pid}.tmp`
-  writeFileSync(tmp, SCRIPT.replace('__UUIDS__', uuids.join(' ')).replace('__NAME__', GPU_NAME).replace('__NICS__', names.join(' ')).replace('__NIC_GPUS__', nicGpus.join(' ')).replace('__HIDE__', view.hideProcesses ? '1' : '0'))
+  writeFileSync(
+    tmp,
+    SCRIPT.replace('__UUIDS__', uuids.join(' '))
+      .replace('__NAME__', GPU_NAME)
+      .replace('__NICS__', names.join(' '))
+      .replace('__NIC_GPUS__', nicGpus.join(' '))
+      .replace('__HIDE__', view.hideProcesses ? '1' : '0'),
+  )
   chmodSync(tmp, 0o755)
   renameSync(tmp, file)
   return file
 }
 
 // POSIX sh and awk (mawk, gawk or busybox): the state dir is two levels above the script's real path.
-const SCRIPT = String.raw`#!/bin/sh
+const SCRIPT =
+  String.raw`#!/bin/sh
 # nvidia-smi stand-in written by pdchaos sim up. GPUs and uuids are fixed for this state dir;
 # compute apps come from ../gpus/<index>.json written by the twin's rank processes.
 self=$(readlink -f -- "$0") || exit 1
-dir=$` + '{self%/*}' + String.raw`
-exec awk -v STATE="$` + '{dir%/*}' + String.raw`" -v UUIDS='__UUIDS__' -v NAME='__NAME__' -v NICS='__NICS__' -v NIC_GPUS='__NIC_GPUS__' -v HIDE=__HIDE__ -- '
+dir=$` +
+  '{self%/*}' +
+  String.raw`
+exec awk -v STATE="$` +
+  '{dir%/*}' +
+  String.raw`" -v UUIDS='__UUIDS__' -v NAME='__NAME__' -v NICS='__NICS__' -v NIC_GPUS='__NIC_GPUS__' -v HIDE=__HIDE__ -- '
 function fail(msg, code) { printf "%s\n", msg; exit code }
 function usage_error() { fail("Invalid combination of input arguments. Please run \047nvidia-smi -h\047 for help.\n", 2) }
 function pad_end(s, n) { while (length(s) < n) s = s " "; return s }

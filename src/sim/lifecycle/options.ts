@@ -11,7 +11,14 @@ import {type Lag, parseLag} from '../server/lag.js'
 import {CB_DEFAULTS} from '../router/circuit-breaker.js'
 import {RETRY_DEFAULTS} from '../router/retry.js'
 import {POLICY_NAMES} from '../router/policy.js'
-import {type Backend, BUG_NAMES, type BugName, type SimConfig, type WatchdogScope, type RouterSettings} from '../sim-config.js'
+import {
+  type Backend,
+  BUG_NAMES,
+  type BugName,
+  type SimConfig,
+  type WatchdogScope,
+  type RouterSettings,
+} from '../sim-config.js'
 
 /** What `pdchaos sim up` takes (flags map 1:1); every field optional, defaults below. */
 export interface SimUpOptions extends DistUpOptions {
@@ -36,7 +43,10 @@ export interface SimUpOptions extends DistUpOptions {
   bugs?: string[]
   basePort?: number
   waitingTimeoutS?: number
-  /** SGLANG_DISAGGREGATION_WAITING_TIMEOUT in decode's environment only (the process that reads it); default waitingTimeoutS. */
+  /**
+   * SGLANG_DISAGGREGATION_WAITING_TIMEOUT in decode's environment only (the process that reads it); default
+   * waitingTimeoutS.
+   */
   decodeWaitingTimeoutS?: number
   bootstrapTimeoutS?: number
   heartbeatIntervalS?: number
@@ -47,14 +57,20 @@ export interface SimUpOptions extends DistUpOptions {
   waitS?: number
   /** The router's worker health-check interval (sgl-model-gateway --health-check-interval-secs, 60 by default). */
   routerHealthIntervalS?: number
-  /** The router's retry and circuit-breaker flags, by sgl-model-gateway's names (docs/twin.md, "Router"); upstream defaults. */
+  /**
+   * The router's retry and circuit-breaker flags, by sgl-model-gateway's names (docs/twin.md, "Router"); upstream
+   * defaults.
+   */
   router?: RouterUpOptions
   model?: string
   version?: string
   /** Overrides of the cost model (tests, benchmark). */
   timing?: Partial<SimConfig['timing']>
   kvPoolTokens?: number
-  /** One NIC per GPU (rail<g>, needs root): KV as RDMA WRITEs over UDP 4791 on the GPU's rail (docs/twin.md, "Rail NICs"). */
+  /**
+   * One NIC per GPU (rail<g>, needs root): KV as RDMA WRITEs over UDP 4791 on the GPU's rail (docs/twin.md, "Rail
+   * NICs").
+   */
   railNics?: boolean
   /** UCX_RC_TIMEOUT in the services' environment, in UCX's syntax (1s, 300ms, 0.5); absent: UCX's default 1.0s. */
   ucxRcTimeout?: string
@@ -66,7 +82,9 @@ export interface SimUpOptions extends DistUpOptions {
   answerLagMs?: string
   /** Not SGLang's timing (docs/twin.md): "N[:JITTER]" ms, each request's tokenization, one at a time. */
   tokenizeMs?: string
-  /** Each server's SGLang layout (docs/twin.md, "Layouts"): DP, DP attention, PP, EP, base GPU id, CUDA_VISIBLE_DEVICES. */
+  /**
+   * Each server's SGLang layout (docs/twin.md, "Layouts"): DP, DP attention, PP, EP, base GPU id, CUDA_VISIBLE_DEVICES.
+   */
   prefillLayout?: LayoutUpOptions
   decodeLayout?: LayoutUpOptions
   /** docker-proxy owns the servers' HTTP ports; the servers listen on container ports (router +150, +250). */
@@ -81,8 +99,21 @@ export interface SimUpOptions extends DistUpOptions {
 
 /** sgl-model-gateway's --retry-* / --cb-* / --disable-* flags as `sim up` takes them (one field per flag; the router's
  * own settings, so the two cannot drift apart). retryMaxRetries: attempts per request in all (upstream runs max(N, 1)). */
-export type RouterUpOptions = Pick<RouterSettings, 'retryMaxRetries' | 'retryInitialBackoffMs' | 'retryMaxBackoffMs' | 'retryBackoffMultiplier' |
-  'retryJitterFactor' | 'disableRetries' | 'cbFailureThreshold' | 'cbSuccessThreshold' | 'cbTimeoutDurationS' | 'cbWindowDurationS' | 'disableCircuitBreaker' | 'policy'>
+export type RouterUpOptions = Pick<
+  RouterSettings,
+  | 'retryMaxRetries'
+  | 'retryInitialBackoffMs'
+  | 'retryMaxBackoffMs'
+  | 'retryBackoffMultiplier'
+  | 'retryJitterFactor'
+  | 'disableRetries'
+  | 'cbFailureThreshold'
+  | 'cbSuccessThreshold'
+  | 'cbTimeoutDurationS'
+  | 'cbWindowDurationS'
+  | 'disableCircuitBreaker'
+  | 'policy'
+>
 
 export const UP_DEFAULTS = {
   host: '127.0.0.1',
@@ -103,11 +134,21 @@ export const UP_DEFAULTS = {
   routerHealthIntervalS: 60,
   model: 'meta-llama/Llama-3.1-8B-Instruct',
   version: '0.5.15',
-  timing: {forwardMsPerKToken: 20, kvBytesPerToken: 1024, healthTimeoutS: 20, idleGaugeRefreshS: 30, decodeMsPerToken: 1, requestStateWaitS: 4},
+  timing: {
+    forwardMsPerKToken: 20,
+    kvBytesPerToken: 1024,
+    healthTimeoutS: 20,
+    idleGaugeRefreshS: 30,
+    decodeMsPerToken: 1,
+    requestStateWaitS: 4,
+  },
   kvPoolTokens: 1_000_000,
 }
 
-/** The port offsets of SGLang's PD test fixture: router N, prefill N+100, decode N+200, bootstrap N+500, router metrics N+900. */
+/**
+ * The port offsets of SGLang's PD test fixture: router N, prefill N+100, decode N+200, bootstrap N+500, router metrics
+ * N+900.
+ */
 export function portsFor(base: number): SimConfig['ports'] {
   return {router: base, prefill: base + 100, decode: base + 200, bootstrap: base + 500, routerMetrics: base + 900}
 }
@@ -117,21 +158,27 @@ const MAX_OFFSET = 900
 
 function positive(name: string, v: number | undefined, fallback: number, max = 86_400): number {
   const x = v ?? fallback
-  if (!Number.isFinite(x) || x <= 0) throw badInput(`${name} must be a number of seconds greater than 0, got ${x}`, `pass ${name} ${fallback}`)
+  if (!Number.isFinite(x) || x <= 0)
+    throw badInput(`${name} must be a number of seconds greater than 0, got ${x}`, `pass ${name} ${fallback}`)
   if (x > max) throw badInput(`${name} must be at most ${max} seconds, got ${x}`, `pass a smaller ${name}`)
   return x
 }
 
 function integer(name: string, v: number | undefined, fallback: number, min: number, max: number): number {
   const x = v ?? fallback
-  if (!Number.isInteger(x) || x < min || x > max) throw badInput(`${name} must be an integer from ${min} to ${max}, got ${x}`, `pass ${name} ${fallback}`)
+  if (!Number.isInteger(x) || x < min || x > max)
+    throw badInput(`${name} must be an integer from ${min} to ${max}, got ${x}`, `pass ${name} ${fallback}`)
   return x
 }
 
 /** --sglang-version: a version as SGLang spells it (0.5.16, 0.5.16rc1, 0.5.15.post2). */
 function versionOf(v: string | undefined): string {
   const x = (v ?? UP_DEFAULTS.version).trim()
-  if (!/^v?\d+\.\d+(\.\d+)?([.\w-]*)$/.test(x) || x.length > 40) throw badInput(`--sglang-version must be a version like 0.5.16, got "${x}"`, `pass --sglang-version ${UP_DEFAULTS.version}`)
+  if (!/^v?\d+\.\d+(\.\d+)?([.\w-]*)$/.test(x) || x.length > 40)
+    throw badInput(
+      `--sglang-version must be a version like 0.5.16, got "${x}"`,
+      `pass --sglang-version ${UP_DEFAULTS.version}`,
+    )
   return x.replace(/^v/, '')
 }
 
@@ -150,14 +197,20 @@ function lagOptions(o: SimUpOptions): SimConfig['lags'] | undefined {
   return {...(entry ? {entry} : {}), ...(answer ? {answer} : {}), ...(tokenize ? {tokenize} : {})}
 }
 
-/** --ucx-rc-timeout (UCX's time syntax, ucs_config_sscanf_time) and --ucx-rc-retry-count, checked as UCX parses them. */
+/**
+ * --ucx-rc-timeout (UCX's time syntax, ucs_config_sscanf_time) and --ucx-rc-retry-count, checked as UCX parses them.
+ */
 function ucxOptions(o: SimUpOptions): SimConfig['ucx'] | undefined {
   if (o.ucxRcTimeout === undefined && o.ucxRcRetryCount === undefined) return undefined
   const out: NonNullable<SimConfig['ucx']> = {}
   if (o.ucxRcTimeout !== undefined) {
     const s = parseUcxTime(o.ucxRcTimeout)
     if (s === undefined || s <= 0 || s > 3600) {
-      throw badInput(`--ucx-rc-timeout must be a UCX time value above 0 and at most an hour (a number and s, ms, us or ns; no unit is seconds), got "${o.ucxRcTimeout}"`, 'pass for example --ucx-rc-timeout 300ms')
+      throw badInput(
+        `--ucx-rc-timeout must be a UCX time value above 0 and at most an hour (a number and s, ms, us or ns; no ` +
+          `unit is seconds), got "${o.ucxRcTimeout}"`,
+        'pass for example --ucx-rc-timeout 300ms',
+      )
     }
     out.rcTimeout = o.ucxRcTimeout.trim()
   }
@@ -169,7 +222,11 @@ function ucxOptions(o: SimUpOptions): SimConfig['ucx'] | undefined {
 export function buildSimConfig(o: SimUpOptions): SimConfig {
   if (!o.stateDir) throw badInput('--state-dir must not be empty', 'pass --state-dir DIR or set PDCHAOS_SIM_DIR')
   const host = o.host ?? UP_DEFAULTS.host
-  if (isIP(host) === 0) throw badInput(`--host must be an IP address to bind to, got "${host}"`, 'pass --host 127.0.0.1 or an address of this host')
+  if (isIP(host) === 0)
+    throw badInput(
+      `--host must be an IP address to bind to, got "${host}"`,
+      'pass --host 127.0.0.1 or an address of this host',
+    )
   const gpus = integer('--gpus', o.gpus, UP_DEFAULTS.gpus, 2, 64)
   const prefillTp = integer('--prefill-tp', o.prefillTp, UP_DEFAULTS.prefillTp, 1, 64)
   const decodeTp = integer('--decode-tp', o.decodeTp, UP_DEFAULTS.decodeTp, 1, 64)
@@ -177,52 +234,89 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
   const distGiven = (o.nnodes ?? 1) > 1
   const roleTp = o.only?.[0] === 'decode' ? decodeTp : prefillTp
   if (distGiven && Number.isInteger(o.nnodes) && roleTp / o.nnodes! > gpus) {
-    throw badInput(`--${o.only?.[0] === 'decode' ? 'decode' : 'prefill'}-tp ${roleTp} over --nnodes ${o.nnodes} needs ${Math.ceil(roleTp / o.nnodes!)} GPUs per node but --gpus is ${gpus}`, 'pass a larger --gpus or --nnodes')
+    throw badInput(
+      `--${o.only?.[0] === 'decode' ? 'decode' : 'prefill'}-tp ${roleTp} over --nnodes ${o.nnodes} ` +
+        `needs ${Math.ceil(roleTp / o.nnodes!)} GPUs per node but --gpus is ${gpus}`,
+      'pass a larger --gpus or --nnodes',
+    )
   }
   if (!distGiven && prefillTp + decodeTp > gpus) {
-    throw badInput(`--prefill-tp ${prefillTp} + --decode-tp ${decodeTp} needs ${prefillTp + decodeTp} GPUs but --gpus is ${gpus}`,
-      `pass --gpus ${prefillTp + decodeTp} or smaller TP sizes`)
+    throw badInput(
+      `--prefill-tp ${prefillTp} + --decode-tp ${decodeTp} needs ${prefillTp + decodeTp} GPUs but --gpus is ${gpus}`,
+      `pass --gpus ${prefillTp + decodeTp} or smaller TP sizes`,
+    )
   }
   const backend = o.backend ?? UP_DEFAULTS.backend
-  if (backend !== 'nixl' && backend !== 'mooncake') throw badInput(`--backend must be nixl or mooncake, got "${backend}"`, 'pass --backend nixl')
+  if (backend !== 'nixl' && backend !== 'mooncake')
+    throw badInput(`--backend must be nixl or mooncake, got "${backend}"`, 'pass --backend nixl')
   const scope = o.watchdog ?? UP_DEFAULTS.watchdog
-  if (!['all', 'inflight', 'off'].includes(scope)) throw badInput(`--watchdog must be all, inflight or off, got "${scope}"`, 'pass --watchdog all')
+  if (!['all', 'inflight', 'off'].includes(scope))
+    throw badInput(`--watchdog must be all, inflight or off, got "${scope}"`, 'pass --watchdog all')
   const deadlineS = positive('--deadline', o.deadlineS, UP_DEFAULTS.deadlineS)
   const pollS = positive('--poll', o.pollS, UP_DEFAULTS.pollS, 3600)
   const lateMs = o.watchdogLateMs ?? 0
   if (!Number.isInteger(lateMs) || lateMs < 0 || lateMs > 3_600_000) {
-    throw badInput(`--watchdog-late-ms must be a whole number of ms from 0 to 3600000, got ${lateMs}`,
-      'pass --watchdog-late-ms 200')
+    throw badInput(
+      `--watchdog-late-ms must be a whole number of ms from 0 to 3600000, got ${lateMs}`,
+      'pass --watchdog-late-ms 200',
+    )
   }
   const bugs: BugName[] = []
   for (const b of o.bugs ?? []) {
-    if (!(BUG_NAMES as readonly string[]).includes(b)) throw badInput(`--bug "${b}" is not a known defect`, `use one of: ${BUG_NAMES.join(', ')}`)
+    if (!(BUG_NAMES as readonly string[]).includes(b))
+      throw badInput(`--bug "${b}" is not a known defect`, `use one of: ${BUG_NAMES.join(', ')}`)
     if (!bugs.includes(b as BugName)) bugs.push(b as BugName)
   }
   const basePort = integer('--base-port', o.basePort, UP_DEFAULTS.basePort, 1, 65_535 - MAX_OFFSET)
   const heartbeatIntervalS = positive('--heartbeat-interval', o.heartbeatIntervalS, UP_DEFAULTS.heartbeatIntervalS)
   // SGLang clamps the interval to >= 2 s; a smaller value would be silently changed, so refuse it.
-  if (heartbeatIntervalS < 2) throw badInput(`--heartbeat-interval must be at least 2 seconds (SGLang's minimum), got ${heartbeatIntervalS}`, 'pass --heartbeat-interval 2')
-  const heartbeatMaxFailure = integer('--heartbeat-max-failure', o.heartbeatMaxFailure, UP_DEFAULTS.heartbeatMaxFailure, 1, 1000)
+  if (heartbeatIntervalS < 2)
+    throw badInput(
+      `--heartbeat-interval must be at least 2 seconds (SGLang's minimum), got ${heartbeatIntervalS}`,
+      'pass --heartbeat-interval 2',
+    )
+  const heartbeatMaxFailure = integer(
+    '--heartbeat-max-failure',
+    o.heartbeatMaxFailure,
+    UP_DEFAULTS.heartbeatMaxFailure,
+    1,
+    1000,
+  )
   const ucx = ucxOptions(o)
   const waitingS = positive('--waiting-timeout', o.waitingTimeoutS, UP_DEFAULTS.waitingTimeoutS)
-  const decodeWaitingS = o.decodeWaitingTimeoutS === undefined ? undefined : positive('--decode-waiting-timeout', o.decodeWaitingTimeoutS, waitingS)
+  const decodeWaitingS =
+    o.decodeWaitingTimeoutS === undefined
+      ? undefined
+      : positive('--decode-waiting-timeout', o.decodeWaitingTimeoutS, waitingS)
   const bootstrapS = positive('--bootstrap-timeout', o.bootstrapTimeoutS, UP_DEFAULTS.bootstrapTimeoutS)
   positive('--wait', o.waitS, UP_DEFAULTS.waitS, 3600)
-  const routerHealthIntervalS = positive('--router-health-interval', o.routerHealthIntervalS, UP_DEFAULTS.routerHealthIntervalS, 3600)
+  const routerHealthIntervalS = positive(
+    '--router-health-interval',
+    o.routerHealthIntervalS,
+    UP_DEFAULTS.routerHealthIntervalS,
+    3600,
+  )
   const resilience = routerResilience(o.router ?? {})
   const lags = lagOptions(o)
   if (distGiven && (anyGiven(o.prefillLayout) || anyGiven(o.decodeLayout))) {
-    throw badInput('--nnodes cannot be combined with the layout flags yet (DP, PP, EP, base GPU id, CUDA_VISIBLE_DEVICES)', 'drop the --prefill-*/--decode-* layout flags, or run the instance on one node')
+    throw badInput(
+      '--nnodes cannot be combined with the layout flags yet (DP, PP, EP, base GPU id, CUDA_VISIBLE_DEVICES)',
+      'drop the --prefill-*/--decode-* layout flags, or run the instance on one node',
+    )
   }
   const layout = buildLayouts(o, prefillTp, decodeTp, gpus)
   // Rails follow the plain placement (GPU g's NIC serves prefill rank g / decode rank g - prefillTp).
-  if (layout && o.railNics) throw badInput('--rail-nics cannot be combined with the layout flags', 'drop --rail-nics or the --prefill-*/--decode-* layout flags')
+  if (layout && o.railNics)
+    throw badInput(
+      '--rail-nics cannot be combined with the layout flags',
+      'drop --rail-nics or the --prefill-*/--decode-* layout flags',
+    )
 
   const node = nodeOptions(o, host)
   const rails = o.railNics ? railsOf(node, distGiven, gpus, prefillTp, decodeTp) : undefined
   const dist = buildDist({...o, prefillTp, decodeTp, host}, node)
-  if (dist && o.dockerProxy) throw badInput('--nnodes cannot be combined with --docker-proxy yet', 'drop --docker-proxy')
+  if (dist && o.dockerProxy)
+    throw badInput('--nnodes cannot be combined with --docker-proxy yet', 'drop --docker-proxy')
 
   return {
     stateDir: resolve(o.stateDir),
@@ -239,7 +333,14 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
     ...(layout ? {layout} : {}),
     ...(o.dockerProxy ? {dockerProxy: {prefill: basePort + 150, decode: basePort + 250}} : {}),
     ...(o.serverConfigFile ? {serverConfigFile: true} : {}),
-    ...(o.hideGpuProcesses || o.strayCudaContext ? {gpuView: {...(o.hideGpuProcesses ? {hideProcesses: true} : {}), ...(o.strayCudaContext ? {strayContext: true} : {})}} : {}),
+    ...(o.hideGpuProcesses || o.strayCudaContext
+      ? {
+          gpuView: {
+            ...(o.hideGpuProcesses ? {hideProcesses: true} : {}),
+            ...(o.strayCudaContext ? {strayContext: true} : {}),
+          },
+        }
+      : {}),
     ...(rails ? {rails} : {}),
     ...(ucx ? {ucx} : {}),
     ...(lags ? {lags} : {}),
@@ -247,10 +348,23 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
     bugs,
     ...(o.heartbeat === 'off' ? {heartbeat: 'off' as const} : {}),
     ports: portsFor(basePort),
-    timeouts: {bootstrapS, waitingS, heartbeatIntervalS, heartbeatMaxFailure, ...(decodeWaitingS === undefined ? {} : {decodeWaitingS})},
+    timeouts: {
+      bootstrapS,
+      waitingS,
+      heartbeatIntervalS,
+      heartbeatMaxFailure,
+      ...(decodeWaitingS === undefined ? {} : {decodeWaitingS}),
+    },
     timing: {...UP_DEFAULTS.timing, ...o.timing},
     kvPoolTokens: o.kvPoolTokens ?? UP_DEFAULTS.kvPoolTokens,
-    router: {healthIntervalS: routerHealthIntervalS, healthTimeoutS: 5, healthFailureThreshold: 3, healthSuccessThreshold: 2, requestTimeoutS: 1800, ...resilience},
+    router: {
+      healthIntervalS: routerHealthIntervalS,
+      healthTimeoutS: 5,
+      healthFailureThreshold: 3,
+      healthSuccessThreshold: 2,
+      requestTimeoutS: 1800,
+      ...resilience,
+    },
   }
 }
 
@@ -258,17 +372,30 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
  * --rail-nics: one rail per GPU of the host; on a node of a twin that spans nodes (--only), the rails of this node's
  * GPUs only (prefill's 0..prefillTp-1, decode's after them: the numbering stays global, as the ranks' GPUs do).
  */
-function railsOf(node: SimConfig['node'], distGiven: boolean, gpus: number, prefillTp: number, decodeTp: number): RailsConfig {
+function railsOf(
+  node: SimConfig['node'],
+  distGiven: boolean,
+  gpus: number,
+  prefillTp: number,
+  decodeTp: number,
+): RailsConfig {
   if (distGiven) {
-    throw badInput('--rail-nics cannot be combined with --nnodes above 1 yet: the rails of an instance whose TP ranks span nodes are not modelled',
-      'drop --rail-nics, or run each instance on one node (--nnodes 1, one --only prefill or decode node each)')
+    throw badInput(
+      '--rail-nics cannot be combined with --nnodes above 1 yet: the rails of an instance whose TP ranks span ' +
+        'nodes are not modelled',
+      'drop --rail-nics, or run each instance on one node (--nnodes 1, one --only prefill or decode node each)',
+    )
   }
   if (!node) return railPlan(gpus)
   const here: number[] = []
-  if (node.services.includes('prefill')) for (let k = 0; k < prefillTp; k++) here.push(gpuIndex('prefill', k, prefillTp))
+  if (node.services.includes('prefill'))
+    for (let k = 0; k < prefillTp; k++) here.push(gpuIndex('prefill', k, prefillTp))
   if (node.services.includes('decode')) for (let k = 0; k < decodeTp; k++) here.push(gpuIndex('decode', k, prefillTp))
   if (here.length === 0) {
-    throw badInput(`--rail-nics: this node runs ${node.services.join(', ')} only, which has no GPU and so no rail NIC`, 'pass --rail-nics on the prefill and decode nodes only')
+    throw badInput(
+      `--rail-nics: this node runs ${node.services.join(', ')} only, which has no GPU and so no rail NIC`,
+      'pass --rail-nics on the prefill and decode nodes only',
+    )
   }
   return railPlan(gpus, here)
 }
@@ -277,39 +404,66 @@ const ALL_SERVICES = ['prefill', 'decode', 'router'] as const
 
 /** `--only` and the peers' addresses: every service this node does not run needs its node's address, and only those. */
 function nodeOptions(o: SimUpOptions, host: string): SimConfig['node'] {
-  const peers = Object.entries(o.peers ?? {}).filter(([, v]) => v !== undefined) as Array<[(typeof ALL_SERVICES)[number], string]>
+  const peers = Object.entries(o.peers ?? {}).filter(([, v]) => v !== undefined) as Array<
+    [(typeof ALL_SERVICES)[number], string]
+  >
   if (o.only === undefined || o.only.length === 0) {
-    if (peers.length > 0) throw badInput(`--${peers[0]![0]}-host says where ${peers[0]![0]} runs, but this twin runs every service (no --only)`, `pass --only with the services this node runs, or drop --${peers[0]![0]}-host`)
+    if (peers.length > 0)
+      throw badInput(
+        `--${peers[0]![0]}-host says where ${peers[0]![0]} runs, but this twin runs every service (no --only)`,
+        `pass --only with the services this node runs, or drop --${peers[0]![0]}-host`,
+      )
     return undefined
   }
   const services: Array<(typeof ALL_SERVICES)[number]> = []
   for (const s of o.only) {
-    if (!(ALL_SERVICES as readonly string[]).includes(s)) throw badInput(`--only "${s}" is not a service of the twin`, `use one or more of: ${ALL_SERVICES.join(', ')}`)
+    if (!(ALL_SERVICES as readonly string[]).includes(s))
+      throw badInput(`--only "${s}" is not a service of the twin`, `use one or more of: ${ALL_SERVICES.join(', ')}`)
     if (!services.includes(s as (typeof ALL_SERVICES)[number])) services.push(s as (typeof ALL_SERVICES)[number])
   }
   const out: NonNullable<SimConfig['node']>['peers'] = {}
   for (const [service, list] of peers) {
-    const addrs = list.split(',').map((a) => a.trim())
+    const addrs = list.split(',').map(a => a.trim())
     // A role this node runs takes further instances on other nodes only where the router runs: it routes to them all.
     if (services.includes(service) && (service === 'router' || !services.includes('router'))) {
-      throw badInput(`--${service}-host: ${service} runs on this node (--only ${services.join(',')}), at --host ${host}`, `drop --${service}-host`)
+      throw badInput(
+        `--${service}-host: ${service} runs on this node (--only ${services.join(',')}), at --host ${host}`,
+        `drop --${service}-host`,
+      )
     }
-    if (service === 'router' && addrs.length > 1) throw badInput(`--router-host names one node (the router's), got ${addrs.length}`, 'pass --router-host ADDR')
+    if (service === 'router' && addrs.length > 1)
+      throw badInput(`--router-host names one node (the router's), got ${addrs.length}`, 'pass --router-host ADDR')
     for (const addr of addrs) {
-      if (isIP(addr) === 0) throw badInput(`--${service}-host must be the IP address of the node ${service} runs on (or a comma-separated list, one per instance), got "${addr}"`, `pass --${service}-host 10.0.0.2`)
-      if (addr === host && services.includes(service)) throw badInput(`--${service}-host ${addr} is this node, which already runs ${service}`, `list only the other nodes' addresses in --${service}-host`)
+      if (isIP(addr) === 0)
+        throw badInput(
+          `--${service}-host must be the IP address of the node ${service} runs on (or a comma-separated list, one ` +
+            `per instance), got "${addr}"`,
+          `pass --${service}-host 10.0.0.2`,
+        )
+      if (addr === host && services.includes(service))
+        throw badInput(
+          `--${service}-host ${addr} is this node, which already runs ${service}`,
+          `list only the other nodes' addresses in --${service}-host`,
+        )
     }
-    if (new Set(addrs).size !== addrs.length) throw badInput(`--${service}-host lists an address twice: ${list}`, 'list each instance\'s node once')
+    if (new Set(addrs).size !== addrs.length)
+      throw badInput(`--${service}-host lists an address twice: ${list}`, "list each instance's node once")
     out[service] = addrs
   }
-  const missing = ALL_SERVICES.filter((s) => !services.includes(s) && out[s] === undefined)
-  if (missing.length > 0) throw badInput(`this node runs ${services.join(', ')} only: say where ${missing.join(' and ')} run${missing.length === 1 ? 's' : ''}`, missing.map((m) => `--${m}-host ADDR`).join(' '))
-  return {services: ALL_SERVICES.filter((s) => services.includes(s)), peers: out}
+  const missing = ALL_SERVICES.filter(s => !services.includes(s) && out[s] === undefined)
+  if (missing.length > 0)
+    throw badInput(
+      `this node runs ${services.join(', ')} only: say where ${missing.join(' and ')} ` +
+        `run${missing.length === 1 ? 's' : ''}`,
+      missing.map(m => `--${m}-host ADDR`).join(' '),
+    )
+  return {services: ALL_SERVICES.filter(s => services.includes(s)), peers: out}
 }
 
 function policyOf(p: string | undefined): NonNullable<RouterUpOptions['policy']> {
   if (p === undefined) return 'cache_aware'
-  if (!(POLICY_NAMES as readonly string[]).includes(p)) throw badInput(`--policy must be one of ${POLICY_NAMES.join(', ')}, got "${p}"`, 'pass --policy cache_aware')
+  if (!(POLICY_NAMES as readonly string[]).includes(p))
+    throw badInput(`--policy must be one of ${POLICY_NAMES.join(', ')}, got "${p}"`, 'pass --policy cache_aware')
   return p as NonNullable<RouterUpOptions['policy']>
 }
 
@@ -319,24 +473,83 @@ function policyOf(p: string | undefined): NonNullable<RouterUpOptions['policy']>
  * router's command line.
  */
 function routerResilience(r: RouterUpOptions): Required<RouterUpOptions> {
-  const number = (name: string, v: number | undefined, fallback: number, min: number, max: number, whole: boolean): number => {
+  const number = (
+    name: string,
+    v: number | undefined,
+    fallback: number,
+    min: number,
+    max: number,
+    whole: boolean,
+  ): number => {
     const x = v ?? fallback
     if (!Number.isFinite(x) || x < min || x > max || (whole && !Number.isInteger(x))) {
-      throw badInput(`${name} must be ${whole ? 'an integer' : 'a number'} from ${min} to ${max}, got ${x}`, `pass ${name} ${fallback}`)
+      throw badInput(
+        `${name} must be ${whole ? 'an integer' : 'a number'} from ${min} to ${max}, got ${x}`,
+        `pass ${name} ${fallback}`,
+      )
     }
     return x
   }
   const out: Required<RouterUpOptions> = {
     retryMaxRetries: number('--retry-max-retries', r.retryMaxRetries, RETRY_DEFAULTS.maxRetries, 0, 1000, true),
-    retryInitialBackoffMs: number('--retry-initial-backoff-ms', r.retryInitialBackoffMs, RETRY_DEFAULTS.initialBackoffMs, 0, 3_600_000, true),
-    retryMaxBackoffMs: number('--retry-max-backoff-ms', r.retryMaxBackoffMs, RETRY_DEFAULTS.maxBackoffMs, 0, 3_600_000, true),
-    retryBackoffMultiplier: number('--retry-backoff-multiplier', r.retryBackoffMultiplier, RETRY_DEFAULTS.backoffMultiplier, 0, 100, false),
+    retryInitialBackoffMs: number(
+      '--retry-initial-backoff-ms',
+      r.retryInitialBackoffMs,
+      RETRY_DEFAULTS.initialBackoffMs,
+      0,
+      3_600_000,
+      true,
+    ),
+    retryMaxBackoffMs: number(
+      '--retry-max-backoff-ms',
+      r.retryMaxBackoffMs,
+      RETRY_DEFAULTS.maxBackoffMs,
+      0,
+      3_600_000,
+      true,
+    ),
+    retryBackoffMultiplier: number(
+      '--retry-backoff-multiplier',
+      r.retryBackoffMultiplier,
+      RETRY_DEFAULTS.backoffMultiplier,
+      0,
+      100,
+      false,
+    ),
     retryJitterFactor: number('--retry-jitter-factor', r.retryJitterFactor, RETRY_DEFAULTS.jitterFactor, 0, 1, false),
     disableRetries: r.disableRetries ?? RETRY_DEFAULTS.disabled,
-    cbFailureThreshold: number('--cb-failure-threshold', r.cbFailureThreshold, CB_DEFAULTS.failureThreshold, 1, 1_000_000, true),
-    cbSuccessThreshold: number('--cb-success-threshold', r.cbSuccessThreshold, CB_DEFAULTS.successThreshold, 1, 1_000_000, true),
-    cbTimeoutDurationS: number('--cb-timeout-duration-secs', r.cbTimeoutDurationS, CB_DEFAULTS.timeoutDurationS, 0, 86_400, true),
-    cbWindowDurationS: number('--cb-window-duration-secs', r.cbWindowDurationS, CB_DEFAULTS.windowDurationS, 0, 86_400, true),
+    cbFailureThreshold: number(
+      '--cb-failure-threshold',
+      r.cbFailureThreshold,
+      CB_DEFAULTS.failureThreshold,
+      1,
+      1_000_000,
+      true,
+    ),
+    cbSuccessThreshold: number(
+      '--cb-success-threshold',
+      r.cbSuccessThreshold,
+      CB_DEFAULTS.successThreshold,
+      1,
+      1_000_000,
+      true,
+    ),
+    cbTimeoutDurationS: number(
+      '--cb-timeout-duration-secs',
+      r.cbTimeoutDurationS,
+      CB_DEFAULTS.timeoutDurationS,
+      0,
+      86_400,
+      true,
+    ),
+    cbWindowDurationS: number(
+      '--cb-window-duration-secs',
+      r.cbWindowDurationS,
+      CB_DEFAULTS.windowDurationS,
+      0,
+      86_400,
+      true,
+    ),
     disableCircuitBreaker: r.disableCircuitBreaker ?? CB_DEFAULTS.disabled,
     policy: policyOf(r.policy),
   }

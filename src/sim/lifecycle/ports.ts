@@ -5,7 +5,7 @@ import {portHolder} from './procs.js'
 
 /** Try to bind host:port and release it: undefined when free, else the errno code. */
 export function probeBind(host: string, port: number): Promise<string | undefined> {
-  return new Promise((resolve) => {
+  return new Promise(resolve => {
     const s = net.createServer()
     s.once('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? 'EBIND'))
     s.listen({host, port, exclusive: true}, () => s.close(() => resolve(undefined)))
@@ -21,8 +21,13 @@ export async function assertPortsFree(host: string, ports: Record<string, number
       const who = portHolder(port)
       throw badInput(`port ${port} (${name}) on ${host} is already in use${who ? ` by ${who}` : ''}`, suggestion)
     }
-    if (code === 'EADDRNOTAVAIL') throw badInput(`cannot bind ${host}: the address is not on this host`, 'pass --host 127.0.0.1 or an address of this host')
-    if (code === 'EACCES') throw badInput(`no permission to bind port ${port} (${name}) on ${host}`, 'pass --base-port 30000 or higher')
+    if (code === 'EADDRNOTAVAIL')
+      throw badInput(
+        `cannot bind ${host}: the address is not on this host`,
+        'pass --host 127.0.0.1 or an address of this host',
+      )
+    if (code === 'EACCES')
+      throw badInput(`no permission to bind port ${port} (${name}) on ${host}`, 'pass --base-port 30000 or higher')
     throw badInput(`cannot bind port ${port} (${name}) on ${host}: ${code}`, suggestion)
   }
 }

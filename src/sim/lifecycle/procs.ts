@@ -61,12 +61,20 @@ export function groupAlive(pgid: number): boolean {
 /** A member of the group in any state but zombie, from /proc (no procfs: assume one runs). */
 function runningMember(pgid: number): boolean {
   let entries: string[]
-  try { entries = readdirSync('/proc') } catch { return true }
+  try {
+    entries = readdirSync('/proc')
+  } catch {
+    return true
+  }
   for (const d of entries) {
     const c = d.charCodeAt(0)
     if (c < 48 || c > 57) continue
     let stat: string
-    try { stat = readFileSync(`/proc/${d}/stat`, 'latin1') } catch { continue }
+    try {
+      stat = readFileSync(`/proc/${d}/stat`, 'latin1')
+    } catch {
+      continue
+    }
     // After the command's closing parenthesis: state, ppid, pgrp, …
     const [state, , pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ', 3)
     if (Number(pgrp) === pgid && state !== 'Z' && state !== 'X') return true
@@ -78,7 +86,11 @@ function runningMember(pgid: number): boolean {
  * Start a service detached: its own process group, stdout and stderr appended to logFile, not tied to
  * the CLI's lifetime. Returns the leader's ref (its pid is the process group id).
  */
-export function spawnDetached(command: string, args: string[], opts: {env: NodeJS.ProcessEnv; logFile: string; cwd: string}): ProcRef {
+export function spawnDetached(
+  command: string,
+  args: string[],
+  opts: {env: NodeJS.ProcessEnv; logFile: string; cwd: string},
+): ProcRef {
   mkdirSync(dirname(opts.logFile), {recursive: true})
   const fd = openSync(opts.logFile, 'a')
   try {
@@ -92,7 +104,7 @@ export function spawnDetached(command: string, args: string[], opts: {env: NodeJ
   }
 }
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms))
+const sleep = (ms: number): Promise<void> => new Promise(r => setTimeout(r, ms))
 
 /**
  * Stop a process group we started: SIGTERM, then SIGKILL after termMs. Only when the leader is still the
@@ -146,7 +158,7 @@ export function portHolder(port: number): string | undefined {
   if (inodes.size === 0) return undefined
   let pids: string[]
   try {
-    pids = readdirSync('/proc').filter((d) => /^\d+$/.test(d))
+    pids = readdirSync('/proc').filter(d => /^\d+$/.test(d))
   } catch {
     return undefined
   }
@@ -175,7 +187,7 @@ export function portHolder(port: number): string | undefined {
 export function describeProcess(pid: number): string {
   try {
     const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean)
-    const text = cmd.map((a) => (a.includes('/') && !a.startsWith('-') ? a.slice(a.lastIndexOf('/') + 1) : a)).join(' ')
+    const text = cmd.map(a => (a.includes('/') && !a.startsWith('-') ? a.slice(a.lastIndexOf('/') + 1) : a)).join(' ')
     return text.length > 80 ? text.slice(0, 77) + '...' : text || '?'
   } catch {
     return '?'

@@ -33,7 +33,7 @@ export function railOwnerTag(stateDir: string): string {
 }
 
 function run(argv: string[], input?: string): Promise<{code: number; stdout: string; stderr: string}> {
-  return new Promise((resolve) => {
+  return new Promise(resolve => {
     const child = execFile(argv[0]!, argv.slice(1), {timeout: 10_000, encoding: 'utf8'}, (err, stdout, stderr) => {
       const code = err ? (typeof (err as {code?: unknown}).code === 'number' ? (err as {code: number}).code : 127) : 0
       resolve({code, stdout, stderr: stderr || (err && code === 127 ? err.message : '')})
@@ -45,48 +45,73 @@ function run(argv: string[], input?: string): Promise<{code: number; stdout: str
   })
 }
 
-const batch = (lines: string[], force = false) => run([IP, ...(force ? ['-force'] : []), '-batch', '-'], lines.join('\n') + '\n')
+const batch = (lines: string[], force = false) =>
+  run([IP, ...(force ? ['-force'] : []), '-batch', '-'], lines.join('\n') + '\n')
 
 function sysctl(path: string, value: string): void {
-  try { writeFileSync(path, value) } catch { /* absent (no IPv6) or read-only: the path works without it */ }
+  try {
+    writeFileSync(path, value)
+  } catch {
+    /* absent (no IPv6) or read-only: the path works without it */
+  }
 }
 
 const linkExists = (name: string): boolean => existsSync(`/sys/class/net/${name}`)
 
 function aliasOf(name: string): string {
-  try { return readFileSync(`/sys/class/net/${name}/ifalias`, 'utf8').trim() } catch { return '' }
+  try {
+    return readFileSync(`/sys/class/net/${name}/ifalias`, 'utf8').trim()
+  } catch {
+    return ''
+  }
 }
 
 /** Create the rails of `rails` for the twin in `stateDir`; replaces its own leftovers, refuses anyone else's. */
 export async function createRails(rails: RailsConfig, stateDir: string): Promise<void> {
   if (process.getuid?.() !== 0) {
-    throw badInput('--rail-nics creates network interfaces (one veth per GPU) and policy-routing rules, which needs root (CAP_NET_ADMIN)',
-      'run sim up as root, best inside a network namespace of its own: ip netns exec NS pdchaos sim up --rail-nics …')
+    throw badInput(
+      '--rail-nics creates network interfaces (one veth per GPU) and policy-routing rules, which needs root ' +
+        '(CAP_NET_ADMIN)',
+      'run sim up as root, best inside a network namespace of its own: ip netns exec NS pdchaos sim up --rail-nics …',
+    )
   }
   const tag = railOwnerTag(stateDir)
-  const names = [rails.bridge, ...rails.nics.flatMap((n) => [n.name, n.peer])]
-  const foreign = names.filter((n) => linkExists(n) && !aliasOf(n).startsWith(tag))
+  const names = [rails.bridge, ...rails.nics.flatMap(n => [n.name, n.peer])]
+  const foreign = names.filter(n => linkExists(n) && !aliasOf(n).startsWith(tag))
   if (foreign.length > 0) {
-    throw badInput(`cannot create the rail NICs: interface ${foreign.join(', ')} already exists here and is not this twin's (another twin with --rail-nics in this network namespace?)`,
-      'stop the other twin (pdchaos sim down --state-dir …), or run this one in a network namespace of its own')
+    throw badInput(
+      `cannot create the rail NICs: interface ${foreign.join(', ')} already exists here and is not this twin's ` +
+        `(another twin with --rail-nics in this network namespace?)`,
+      'stop the other twin (pdchaos sim down --state-dir …), or run this one in a network namespace of its own',
+    )
   }
   if (names.some(linkExists)) await destroyRails(rails, stateDir)
 
   // The switch has no address and answers no ARP (else it would answer for every local rail address, with its own MAC,
   // to a peer on another node, and the KV would arrive on the bridge, not on the destination's rail).
-  const links: string[] = [`link add ${rails.bridge} type bridge`, `link set dev ${rails.bridge} alias ${tag}:switch`, `link set dev ${rails.bridge} arp off`]
+  const links: string[] = [
+    `link add ${rails.bridge} type bridge`,
+    `link set dev ${rails.bridge} alias ${tag}:switch`,
+    `link set dev ${rails.bridge} arp off`,
+  ]
   for (const n of rails.nics) {
     links.push(
       `link add ${n.name} address ${n.mac} type veth peer name ${n.peer} address ${n.peerMac}`,
-      `link set dev ${n.name} alias ${tag}:gpu${n.gpu}`, `link set dev ${n.peer} alias ${tag}:gpu${n.gpu}:switch-port`,
-      `link set dev ${n.name} mtu 9000`, `link set dev ${n.peer} mtu 9000`, `link set dev ${n.peer} master ${rails.bridge}`,
+      `link set dev ${n.name} alias ${tag}:gpu${n.gpu}`,
+      `link set dev ${n.peer} alias ${tag}:gpu${n.gpu}:switch-port`,
+      `link set dev ${n.name} mtu 9000`,
+      `link set dev ${n.peer} mtu 9000`,
+      `link set dev ${n.peer} master ${rails.bridge}`,
       `addr add ${n.addr}/${n.prefixLen} dev ${n.name}`,
     )
   }
   const made = await batch(links)
   if (made.code !== 0) {
     await destroyRails(rails, stateDir)
-    throw unavailable(`could not create the rail NICs: ${made.stderr.trim().split('\n').join(' | ') || `ip exited ${made.code}`}`, 'run `ip link` to see what is there')
+    throw unavailable(
+      `could not create the rail NICs: ${made.stderr.trim().split('\n').join(' | ') || `ip exited ${made.code}`}`,
+      'run `ip link` to see what is there',
+    )
   }
   // No IPv6 chatter (DAD, router solicitations) on the rails; a local source accepted on a rail (the peer GPU's).
   for (const dev of names) sysctl(`/proc/sys/net/ipv6/conf/${dev}/disable_ipv6`, '1')
@@ -101,19 +126,29 @@ export async function createRails(rails: RailsConfig, stateDir: string): Promise
   const rules = await run([IP, 'rule', 'show'])
   const localAt0 = /^0:\s+from all lookup local\s*$/m.test(rules.stdout)
   const localMoved = new RegExp(`^${rails.localRulePref}:\\s+from all lookup local\\s*$`, 'm').test(rules.stdout)
-  const routing: string[] = [`link set dev ${rails.bridge} up`, ...rails.nics.flatMap((n) => [`link set dev ${n.peer} up`, `link set dev ${n.name} up`])]
+  const routing: string[] = [
+    `link set dev ${rails.bridge} up`,
+    ...rails.nics.flatMap(n => [`link set dev ${n.peer} up`, `link set dev ${n.name} up`]),
+  ]
   // The local rule is added at its new place before it leaves priority 0: local delivery never lapses.
   if (!localMoved) routing.push(`rule add pref ${rails.localRulePref} lookup local`)
   if (localAt0) routing.push('rule del pref 0 lookup local')
   for (const n of rails.nics) {
     const table = rails.tableBase + n.gpu
-    routing.push(`rule add pref ${rails.rulePrefBase + n.gpu} from ${n.addr} iif lo lookup ${table}`, `route add 198.18.0.0/16 dev ${n.name} table ${table}`)
-    for (const peer of rails.nics) if (peer.gpu !== n.gpu) routing.push(`neigh replace ${peer.addr} lladdr ${peer.mac} dev ${n.name} nud permanent`)
+    routing.push(
+      `rule add pref ${rails.rulePrefBase + n.gpu} from ${n.addr} iif lo lookup ${table}`,
+      `route add 198.18.0.0/16 dev ${n.name} table ${table}`,
+    )
+    for (const peer of rails.nics)
+      if (peer.gpu !== n.gpu) routing.push(`neigh replace ${peer.addr} lladdr ${peer.mac} dev ${n.name} nud permanent`)
   }
   const routed = await batch(routing)
   if (routed.code !== 0) {
     await destroyRails(rails, stateDir)
-    throw unavailable(`could not route the rail NICs: ${routed.stderr.trim().split('\n').join(' | ') || `ip exited ${routed.code}`}`, 'run `ip rule` and `ip link` to see what is there')
+    throw unavailable(
+      `could not route the rail NICs: ${routed.stderr.trim().split('\n').join(' | ') || `ip exited ${routed.code}`}`,
+      'run `ip rule` and `ip link` to see what is there',
+    )
   }
 }
 
@@ -125,15 +160,18 @@ export async function destroyRails(rails: RailsConfig, stateDir: string): Promis
   if (process.getuid?.() !== 0) return
   const tag = railOwnerTag(stateDir)
   const lines: string[] = []
-  for (const n of rails.nics) lines.push(`rule del pref ${rails.rulePrefBase + n.gpu} from ${n.addr} iif lo lookup ${rails.tableBase + n.gpu}`)
-  for (const n of rails.nics) if (linkExists(n.name) && aliasOf(n.name).startsWith(tag)) lines.push(`link del ${n.name}`) // its peer goes with it
+  for (const n of rails.nics)
+    lines.push(`rule del pref ${rails.rulePrefBase + n.gpu} from ${n.addr} iif lo lookup ${rails.tableBase + n.gpu}`)
+  for (const n of rails.nics)
+    if (linkExists(n.name) && aliasOf(n.name).startsWith(tag)) lines.push(`link del ${n.name}`) // its peer goes with it
   if (linkExists(rails.bridge) && aliasOf(rails.bridge).startsWith(tag)) lines.push(`link del ${rails.bridge}`)
   await batch(lines, true)
   const rules = (await run([IP, 'rule', 'show'])).stdout
-  const railRulesLeft = rails.nics.some((n) => new RegExp(`^${rails.rulePrefBase + n.gpu}:\\s`, 'm').test(rules))
+  const railRulesLeft = rails.nics.some(n => new RegExp(`^${rails.rulePrefBase + n.gpu}:\\s`, 'm').test(rules))
   if (railRulesLeft) return
   const restore: string[] = []
   if (!/^0:\s+from all lookup local\s*$/m.test(rules)) restore.push('rule add pref 0 lookup local')
-  if (new RegExp(`^${rails.localRulePref}:\\s+from all lookup local\\s*$`, 'm').test(rules)) restore.push(`rule del pref ${rails.localRulePref} lookup local`)
+  if (new RegExp(`^${rails.localRulePref}:\\s+from all lookup local\\s*$`, 'm').test(rules))
+    restore.push(`rule del pref ${rails.localRulePref} lookup local`)
   if (restore.length > 0) await batch(restore, true)
 }

@@ -18,18 +18,23 @@ export interface SimRestartResult {
   healthyMs: number
 }
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms))
+const sleep = (ms: number): Promise<void> => new Promise(r => setTimeout(r, ms))
 
 /**
  * Restart one service as an operator's restart command would: stop it, start it with the same ports and
  * environment, wait until it serves. Prefill's rank ZMQ ports are random, so they change.
  */
 export async function simRestart(stateDir: string, service: string, waitS = 30): Promise<SimRestartResult> {
-  if (!(SERVICES as string[]).includes(service)) throw badInput(`unknown service "${service}"`, 'restart one of: prefill, decode, router')
+  if (!(SERVICES as string[]).includes(service))
+    throw badInput(`unknown service "${service}"`, 'restart one of: prefill, decode, router')
   const svc = service as Service
   const config = readSimConfig(stateDir)
   if (!servicesHere(config).includes(svc)) {
-    throw badInput(`${svc} does not run on this node of the twin (it runs ${servicesHere(config).join(', ')}; ${svc} is at ${serviceHost(config, svc)})`, `run sim restart ${svc} on the node that runs it`)
+    throw badInput(
+      `${svc} does not run on this node of the twin (it runs ${servicesHere(config).join(', ')}; ${svc} is ` +
+        `at ${serviceHost(config, svc)})`,
+      `run sim restart ${svc} on the node that runs it`,
+    )
   }
   const lock = readLock(stateDir)
   if (!lock) throw badInput(`no twin runs in ${stateDir} (no sim.lock)`, `pdchaos sim up --state-dir ${stateDir}`)
@@ -39,13 +44,22 @@ export async function simRestart(stateDir: string, service: string, waitS = 30):
   rmSync(simPaths(stateDir).service(svc), {force: true})
 
   // Same ports as before: wait (bounded) until the old process has let go of them.
-  const ports = svc === 'prefill' ? [config.ports.prefill, ...(isFollower(config, 'prefill') ? [] : [config.ports.bootstrap])] : svc === 'decode' ? [config.ports.decode] : [config.ports.router, config.ports.routerMetrics]
+  const ports =
+    svc === 'prefill'
+      ? [config.ports.prefill, ...(isFollower(config, 'prefill') ? [] : [config.ports.bootstrap])]
+      : svc === 'decode'
+        ? [config.ports.decode]
+        : [config.ports.router, config.ports.routerMetrics]
   // Node 0 of a multi-node instance also listens on the dist-init-addr (the other nodes rejoin there).
   if (config.dist?.role === svc && config.dist.nodeRank === 0) ports.push(distEndpoint(config.dist).port)
   const portDeadline = Date.now() + 5000
   for (const port of ports) {
     while ((await probeBind(config.host, port)) === 'EADDRINUSE') {
-      if (Date.now() > portDeadline) throw unavailable(`port ${port} of ${svc} is still in use after stopping it`, 'find the holder with ss -ltnp and stop it')
+      if (Date.now() > portDeadline)
+        throw unavailable(
+          `port ${port} of ${svc} is still in use after stopping it`,
+          'find the holder with ss -ltnp and stop it',
+        )
       await sleep(50)
     }
   }

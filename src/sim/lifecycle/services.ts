@@ -43,21 +43,35 @@ export function serviceEnv(config: SimConfig, base: NodeJS.ProcessEnv = process.
  */
 function kvPathEnv(config: SimConfig): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = config.rails
-    ? (config.backend === 'nixl' ? {UCX_TLS: 'rc'} : {})
-    : (config.backend === 'nixl' ? {UCX_TLS: 'tcp'} : {MC_FORCE_TCP: '1'})
+    ? config.backend === 'nixl'
+      ? {UCX_TLS: 'rc'}
+      : {}
+    : config.backend === 'nixl'
+      ? {UCX_TLS: 'tcp'}
+      : {MC_FORCE_TCP: '1'}
   if (config.ucx?.rcTimeout !== undefined) env.UCX_RC_TIMEOUT = config.ucx.rcTimeout
   if (config.ucx?.rcRetryCount !== undefined) env.UCX_RC_RETRY_COUNT = String(config.ucx.rcRetryCount)
   return env
 }
 
 export function serviceArgv(config: SimConfig, service: Service): {command: string; args: string[]} {
-  const argv = service === 'router'
-    // The gateway's launch flags after the twin's own, in sgl-model-gateway's names: what `ps` shows, what it runs with.
-    ? entryArgv(routerModule, '--state-dir', config.stateDir, ...gatewayArgv(gatewayArgsFor(config)))
-    // The SGLang launch flags after the twin's own: what an operator (and discovery, without root) reads in `ps`.
-    // With --server-config-file they are in DIR/config/<role>.yaml and the command line names the file.
-    : entryArgv(serverModule, '--role', service, '--state-dir', config.stateDir,
-      ...(config.serverConfigFile ? ['--config', simPaths(config.stateDir).serverConfig(service)] : launchArgv(launchFlags(config, service))))
+  const argv =
+    service === 'router'
+      ? // The gateway's launch flags after the twin's own, in sgl-model-gateway's names: what `ps` shows, what it runs
+        // with.
+        entryArgv(routerModule, '--state-dir', config.stateDir, ...gatewayArgv(gatewayArgsFor(config)))
+      : // The SGLang launch flags after the twin's own: what an operator (and discovery, without root) reads in `ps`.
+        // With --server-config-file they are in DIR/config/<role>.yaml and the command line names the file.
+        entryArgv(
+          serverModule,
+          '--role',
+          service,
+          '--state-dir',
+          config.stateDir,
+          ...(config.serverConfigFile
+            ? ['--config', simPaths(config.stateDir).serverConfig(service)]
+            : launchArgv(launchFlags(config, service))),
+        )
   // Absolute, so the service does not depend on its cwd to find tsx.
   const i = argv.args.indexOf('--import')
   if (i >= 0 && argv.args[i + 1] === 'tsx') argv.args[i + 1] = import.meta.resolve('tsx')
@@ -65,9 +79,14 @@ export function serviceArgv(config: SimConfig, service: Service): {command: stri
 }
 
 /** One service's environment: decode's own waiting timeout (`--decode-waiting-timeout`) overrides the shared one. */
-export function serviceEnvFor(config: SimConfig, service: Service, base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+export function serviceEnvFor(
+  config: SimConfig,
+  service: Service,
+  base: NodeJS.ProcessEnv = process.env,
+): NodeJS.ProcessEnv {
   const env = serviceEnv(config, base)
-  if (service === 'decode' && config.timeouts.decodeWaitingS !== undefined) env[SIM_ENV.waitingTimeout] = String(config.timeouts.decodeWaitingS)
+  if (service === 'decode' && config.timeouts.decodeWaitingS !== undefined)
+    env[SIM_ENV.waitingTimeout] = String(config.timeouts.decodeWaitingS)
   return env
 }
 
@@ -89,8 +108,8 @@ export function writeServerConfig(config: SimConfig, role: Role): string {
 }
 
 function get(url: string, timeoutMs: number): Promise<number> {
-  return new Promise((resolve) => {
-    const req = http.get(url, {timeout: timeoutMs, agent: false}, (res) => {
+  return new Promise(resolve => {
+    const req = http.get(url, {timeout: timeoutMs, agent: false}, res => {
       res.resume()
       res.on('end', () => resolve(res.statusCode ?? 0))
       res.on('error', () => resolve(0))
@@ -112,13 +131,18 @@ export async function probeHealth(config: SimConfig, service: Service, timeoutMs
   return get(healthUrl(config, service), timeoutMs)
 }
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms))
+const sleep = (ms: number): Promise<void> => new Promise(r => setTimeout(r, ms))
 
 /**
  * Wait until a service we started serves: its own service file names its pid and its health URL answers 200.
  * Fails (exit 5) when the process exits or the deadline passes, with the cause from its log.
  */
-export async function waitHealthy(config: SimConfig, service: Service, ref: ProcRef, deadline: number): Promise<ServiceFile> {
+export async function waitHealthy(
+  config: SimConfig,
+  service: Service,
+  ref: ProcRef,
+  deadline: number,
+): Promise<ServiceFile> {
   const log = simPaths(config.stateDir).log(service)
   let lastStatus = 0
   for (;;) {
@@ -133,10 +157,15 @@ export async function waitHealthy(config: SimConfig, service: Service, ref: Proc
     }
     if (Date.now() >= deadline) {
       const cause = causeFromLog(log)
-      const state = file?.pid === ref.pid ? `${healthUrl(config, service)} answered ${lastStatus || 'nothing'}` : 'it never reported ready'
-      throw unavailable(`${service} did not become healthy in time (${state})${cause ? `; last log line: ${cause}` : ''}`, `read ${log}, or pass a longer --wait`)
+      const state =
+        file?.pid === ref.pid
+          ? `${healthUrl(config, service)} answered ${lastStatus || 'nothing'}`
+          : 'it never reported ready'
+      throw unavailable(
+        `${service} did not become healthy in time (${state})${cause ? `; last log line: ${cause}` : ''}`,
+        `read ${log}, or pass a longer --wait`,
+      )
     }
     await sleep(50)
   }
 }
-

@@ -23,7 +23,8 @@ export class SimError extends Error {
   }
 }
 
-export const badInput = (message: string, suggestion?: string): SimError => new SimError('bad-input', message, {suggestion})
+export const badInput = (message: string, suggestion?: string): SimError =>
+  new SimError('bad-input', message, {suggestion})
 
 export const unavailable = (message: string, suggestion?: string, cause?: unknown): SimError =>
   new SimError('unavailable', message, {suggestion, cause})

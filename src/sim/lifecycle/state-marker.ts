@@ -44,14 +44,24 @@ export function claimStateDir(stateDir: string): void {
     if (!statSync(stateDir).isDirectory()) throw new Error('not a directory')
     entries = readdirSync(stateDir)
   } catch (error) {
-    throw badInput(`cannot use --state-dir ${stateDir}: ${(error as Error).message}`, 'give a new or empty directory for the twin')
+    throw badInput(
+      `cannot use --state-dir ${stateDir}: ${(error as Error).message}`,
+      'give a new or empty directory for the twin',
+    )
   }
   if (entries.length > 0 && !isTwinStateDir(stateDir)) {
-    throw badInput(`--state-dir ${stateDir} is not empty and is not a twin state dir made by pdchaos (no ${MARKER}): refusing to delete its logs, services, gpus and truth or to overwrite its pdchaos.yaml`,
-      'give a new or empty directory (or leave --state-dir out for the default)')
+    throw badInput(
+      `--state-dir ${stateDir} is not empty and is not a twin state dir made by pdchaos (no ${MARKER}): refusing ` +
+        `to delete its logs, services, gpus and truth or to overwrite its pdchaos.yaml`,
+      'give a new or empty directory (or leave --state-dir out for the default)',
+    )
   }
   if (!existsSync(markerOf(stateDir))) {
-    writeFileSync(markerOf(stateDir), 'pdchaos twin state dir: made by `pdchaos sim up`, which may delete and rewrite what is in it\n', {mode: 0o600})
+    writeFileSync(
+      markerOf(stateDir),
+      'pdchaos twin state dir: made by `pdchaos sim up`, which may delete and rewrite what is in it\n',
+      {mode: 0o600},
+    )
   }
 }
 
@@ -65,8 +75,10 @@ export function assertOwnDeploymentFile(file: string): void {
     throw badInput(`cannot read ${file}: ${(error as Error).message}`, 'give a new or empty --state-dir')
   }
   if (head !== DEPLOYMENT_HEADER) {
-    throw badInput(`refusing to overwrite ${file}: pdchaos did not write it (it does not begin with "${DEPLOYMENT_HEADER}")`,
-      'move that file away, or give the twin a new or empty --state-dir')
+    throw badInput(
+      `refusing to overwrite ${file}: pdchaos did not write it (it does not begin with "${DEPLOYMENT_HEADER}")`,
+      'move that file away, or give the twin a new or empty --state-dir',
+    )
   }
 }
 
@@ -84,6 +96,7 @@ export function untrustedBecause(path: string): string | undefined {
   const me = process.geteuid?.() ?? 0
   if (st.isSymbolicLink()) return `${path} is a symbolic link`
   if (st.uid !== me && st.uid !== 0) return `${path} is owned by uid ${st.uid}, not by uid ${me} or root`
-  if ((st.mode & 0o022) !== 0) return `${path} can be written by group or others (mode ${(st.mode & 0o777).toString(8)})`
+  if ((st.mode & 0o022) !== 0)
+    return `${path} can be written by group or others (mode ${(st.mode & 0o777).toString(8)})`
   return undefined
 }

@@ -57,20 +57,35 @@ export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
   process.once('SIGTERM', onSignal)
   try {
     const here = servicesHere(config)
-    const on = (service: Service, ports: Record<string, number>): Record<string, number> => (here.includes(service) ? ports : {})
-    await assertPortsFree(config.host, {
-      ...on('router', {router: config.ports.router, 'router metrics': config.ports.routerMetrics}),
-      // A follower node of a multi-node prefill runs no bootstrap server; node 0 also listens on the dist-init-addr.
-      ...on('prefill', {prefill: config.ports.prefill, ...(isFollower(config, 'prefill') ? {} : {bootstrap: config.ports.bootstrap}), ...(config.dockerProxy ? {'prefill container': config.dockerProxy.prefill} : {})}),
-      ...(config.dist?.nodeRank === 0 ? {'dist-init-addr': distEndpoint(config.dist).port} : {}),
-      ...on('decode', {decode: config.ports.decode, ...(config.dockerProxy ? {'decode container': config.dockerProxy.decode} : {})}),
-    }, `pass another --base-port (now ${config.ports.router}), or stop what holds the port`)
+    const on = (service: Service, ports: Record<string, number>): Record<string, number> =>
+      here.includes(service) ? ports : {}
+    await assertPortsFree(
+      config.host,
+      {
+        ...on('router', {router: config.ports.router, 'router metrics': config.ports.routerMetrics}),
+        // A follower node of a multi-node prefill runs no bootstrap server; node 0 also listens on the dist-init-addr.
+        ...on('prefill', {
+          prefill: config.ports.prefill,
+          ...(isFollower(config, 'prefill') ? {} : {bootstrap: config.ports.bootstrap}),
+          ...(config.dockerProxy ? {'prefill container': config.dockerProxy.prefill} : {}),
+        }),
+        ...(config.dist?.nodeRank === 0 ? {'dist-init-addr': distEndpoint(config.dist).port} : {}),
+        ...on('decode', {
+          decode: config.ports.decode,
+          ...(config.dockerProxy ? {'decode container': config.dockerProxy.decode} : {}),
+        }),
+      },
+      `pass another --base-port (now ${config.ports.router}), or stop what holds the port`,
+    )
 
     // A fresh twin: old service/gpu files, truth and logs belong to a previous run.
-    for (const dir of [paths.services, paths.gpus, paths.truthDir, paths.logs]) rmSync(dir, {recursive: true, force: true})
+    for (const dir of [paths.services, paths.gpus, paths.truthDir, paths.logs])
+      rmSync(dir, {recursive: true, force: true})
     for (const dir of [paths.services, paths.gpus, paths.truthDir, paths.logs]) mkdirSync(dir, {recursive: true})
     writeJsonAtomic(paths.config, config)
-    writeNvidiaSmi(stateDir, config.gpus, config.rails?.nics.map((n) => ({name: n.name, gpu: n.gpu})) ?? [], {hideProcesses: config.gpuView?.hideProcesses ?? false})
+    writeNvidiaSmi(stateDir, config.gpus, config.rails?.nics.map(n => ({name: n.name, gpu: n.gpu})) ?? [], {
+      hideProcesses: config.gpuView?.hideProcesses ?? false,
+    })
     if (config.rails) {
       await createRails(config.rails, stateDir)
       railsMade = true
@@ -90,8 +105,11 @@ export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
     // On a node of a twin that spans nodes, only this node's services; a router waits for workers on other nodes
     // as the gateway does (start the workers' nodes first, or give --wait the time they take).
     const refs: Partial<Record<Service, ProcRef>> = {}
-    for (const service of ['prefill', 'decode', 'router'] as const) if (here.includes(service)) refs[service] = start(service)
-    const [pf, df] = await Promise.all((['prefill', 'decode'] as const).map((s) => (refs[s] ? waitHealthy(config, s, refs[s], deadline) : undefined)))
+    for (const service of ['prefill', 'decode', 'router'] as const)
+      if (here.includes(service)) refs[service] = start(service)
+    const [pf, df] = await Promise.all(
+      (['prefill', 'decode'] as const).map(s => (refs[s] ? waitHealthy(config, s, refs[s], deadline) : undefined)),
+    )
     if (refs.router) await waitHealthy(config, 'router', refs.router, deadline)
 
     const deploymentFile = await writeDeploymentFile(config)

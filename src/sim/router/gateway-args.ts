@@ -35,10 +35,11 @@ const hostForUrl = (host: string): string => (host.includes(':') ? `[${host}]` :
 export function gatewayArgsFor(config: SimConfig): GatewayArgs {
   const r = config.router ?? {}
   // Its workers where they run: on a multi-node twin, every instance of a role at its node's address (same ports).
-  const urls = (service: 'prefill' | 'decode', port: number): string[] => serviceHosts(config, service).map((h) => `http://${hostForUrl(h)}:${port}`)
+  const urls = (service: 'prefill' | 'decode', port: number): string[] =>
+    serviceHosts(config, service).map(h => `http://${hostForUrl(h)}:${port}`)
   const pick = <T>(v: T | undefined, fallback: T): T => (v === undefined ? fallback : v)
   return {
-    prefill: urls('prefill', config.ports.prefill).map((url) => ({url, bootstrapPort: config.ports.bootstrap})),
+    prefill: urls('prefill', config.ports.prefill).map(url => ({url, bootstrapPort: config.ports.bootstrap})),
     decode: urls('decode', config.ports.decode),
     policy: r.policy ?? 'cache_aware',
     ...(r.prefillPolicy === undefined ? {} : {prefillPolicy: r.prefillPolicy}),
@@ -76,30 +77,49 @@ export function gatewayArgsFor(config: SimConfig): GatewayArgs {
 export function gatewayArgv(a: GatewayArgs): string[] {
   return [
     '--pd-disaggregation',
-    ...a.prefill.flatMap((p) => ['--prefill', p.url, String(p.bootstrapPort)]),
-    ...a.decode.flatMap((d) => ['--decode', d]),
-    '--policy', a.policy,
+    ...a.prefill.flatMap(p => ['--prefill', p.url, String(p.bootstrapPort)]),
+    ...a.decode.flatMap(d => ['--decode', d]),
+    '--policy',
+    a.policy,
     ...(a.prefillPolicy ? ['--prefill-policy', a.prefillPolicy] : []),
     ...(a.decodePolicy ? ['--decode-policy', a.decodePolicy] : []),
-    '--host', a.host,
-    '--port', String(a.port),
-    '--prometheus-host', a.prometheusHost,
-    '--prometheus-port', String(a.prometheusPort),
-    '--request-timeout-secs', String(a.requestTimeoutS),
-    '--health-check-interval-secs', String(a.health.intervalS),
-    '--health-check-timeout-secs', String(a.health.timeoutS),
-    '--health-failure-threshold', String(a.health.failureThreshold),
-    '--health-success-threshold', String(a.health.successThreshold),
-    '--retry-max-retries', String(a.retry.maxRetries),
-    '--retry-initial-backoff-ms', String(a.retry.initialBackoffMs),
-    '--retry-max-backoff-ms', String(a.retry.maxBackoffMs),
-    '--retry-backoff-multiplier', String(a.retry.backoffMultiplier),
-    '--retry-jitter-factor', String(a.retry.jitterFactor),
+    '--host',
+    a.host,
+    '--port',
+    String(a.port),
+    '--prometheus-host',
+    a.prometheusHost,
+    '--prometheus-port',
+    String(a.prometheusPort),
+    '--request-timeout-secs',
+    String(a.requestTimeoutS),
+    '--health-check-interval-secs',
+    String(a.health.intervalS),
+    '--health-check-timeout-secs',
+    String(a.health.timeoutS),
+    '--health-failure-threshold',
+    String(a.health.failureThreshold),
+    '--health-success-threshold',
+    String(a.health.successThreshold),
+    '--retry-max-retries',
+    String(a.retry.maxRetries),
+    '--retry-initial-backoff-ms',
+    String(a.retry.initialBackoffMs),
+    '--retry-max-backoff-ms',
+    String(a.retry.maxBackoffMs),
+    '--retry-backoff-multiplier',
+    String(a.retry.backoffMultiplier),
+    '--retry-jitter-factor',
+    String(a.retry.jitterFactor),
     ...(a.retry.disabled ? ['--disable-retries'] : []),
-    '--cb-failure-threshold', String(a.circuitBreaker.failureThreshold),
-    '--cb-success-threshold', String(a.circuitBreaker.successThreshold),
-    '--cb-timeout-duration-secs', String(a.circuitBreaker.timeoutDurationS),
-    '--cb-window-duration-secs', String(a.circuitBreaker.windowDurationS),
+    '--cb-failure-threshold',
+    String(a.circuitBreaker.failureThreshold),
+    '--cb-success-threshold',
+    String(a.circuitBreaker.successThreshold),
+    '--cb-timeout-duration-secs',
+    String(a.circuitBreaker.timeoutDurationS),
+    '--cb-window-duration-secs',
+    String(a.circuitBreaker.windowDurationS),
     ...(a.circuitBreaker.disabled ? ['--disable-circuit-breaker'] : []),
   ]
 }
@@ -109,16 +129,27 @@ export function gatewayArgv(a: GatewayArgs): string[] {
  * keep `base`; an unknown flag or a value that is not a number is an error naming the flag.
  */
 export function parseGatewayArgv(argv: string[], base: GatewayArgs): GatewayArgs {
-  const a: GatewayArgs = {...base, prefill: [...base.prefill], decode: [...base.decode], health: {...base.health}, retry: {...base.retry}, circuitBreaker: {...base.circuitBreaker}}
+  const a: GatewayArgs = {
+    ...base,
+    prefill: [...base.prefill],
+    decode: [...base.decode],
+    health: {...base.health},
+    retry: {...base.retry},
+    circuitBreaker: {...base.circuitBreaker},
+  }
   // The first --prefill (--decode) replaces the base's list; each further one adds an instance.
   const given = {prefill: false, decode: false}
   const policy = (flag: string, raw: string | undefined): PolicyName => {
-    if (!(POLICY_NAMES as readonly string[]).includes(raw ?? '')) throw new Error(`${flag} must be one of ${POLICY_NAMES.join(', ')}, got ${raw === undefined ? 'nothing' : `"${raw}"`}`)
+    if (!(POLICY_NAMES as readonly string[]).includes(raw ?? ''))
+      throw new Error(
+        `${flag} must be one of ${POLICY_NAMES.join(', ')}, got ${raw === undefined ? 'nothing' : `"${raw}"`}`,
+      )
     return raw as PolicyName
   }
   const num = (flag: string, raw: string | undefined): number => {
     const v = Number(raw)
-    if (raw === undefined || raw.trim() === '' || !Number.isFinite(v)) throw new Error(`${flag} needs a number, got ${raw === undefined ? 'nothing' : `"${raw}"`}`)
+    if (raw === undefined || raw.trim() === '' || !Number.isFinite(v))
+      throw new Error(`${flag} needs a number, got ${raw === undefined ? 'nothing' : `"${raw}"`}`)
     return v
   }
   const str = (flag: string, raw: string | undefined): string => {
@@ -126,27 +157,27 @@ export function parseGatewayArgv(argv: string[], base: GatewayArgs): GatewayArgs
     return raw
   }
   const numeric: Record<string, (v: number) => void> = {
-    '--port': (v) => (a.port = v),
-    '--prometheus-port': (v) => (a.prometheusPort = v),
-    '--request-timeout-secs': (v) => (a.requestTimeoutS = v),
-    '--health-check-interval-secs': (v) => (a.health.intervalS = v),
-    '--health-check-timeout-secs': (v) => (a.health.timeoutS = v),
-    '--health-failure-threshold': (v) => (a.health.failureThreshold = v),
-    '--health-success-threshold': (v) => (a.health.successThreshold = v),
-    '--retry-max-retries': (v) => (a.retry.maxRetries = v),
-    '--retry-initial-backoff-ms': (v) => (a.retry.initialBackoffMs = v),
-    '--retry-max-backoff-ms': (v) => (a.retry.maxBackoffMs = v),
-    '--retry-backoff-multiplier': (v) => (a.retry.backoffMultiplier = v),
-    '--retry-jitter-factor': (v) => (a.retry.jitterFactor = v),
-    '--cb-failure-threshold': (v) => (a.circuitBreaker.failureThreshold = v),
-    '--cb-success-threshold': (v) => (a.circuitBreaker.successThreshold = v),
-    '--cb-timeout-duration-secs': (v) => (a.circuitBreaker.timeoutDurationS = v),
-    '--cb-window-duration-secs': (v) => (a.circuitBreaker.windowDurationS = v),
+    '--port': v => (a.port = v),
+    '--prometheus-port': v => (a.prometheusPort = v),
+    '--request-timeout-secs': v => (a.requestTimeoutS = v),
+    '--health-check-interval-secs': v => (a.health.intervalS = v),
+    '--health-check-timeout-secs': v => (a.health.timeoutS = v),
+    '--health-failure-threshold': v => (a.health.failureThreshold = v),
+    '--health-success-threshold': v => (a.health.successThreshold = v),
+    '--retry-max-retries': v => (a.retry.maxRetries = v),
+    '--retry-initial-backoff-ms': v => (a.retry.initialBackoffMs = v),
+    '--retry-max-backoff-ms': v => (a.retry.maxBackoffMs = v),
+    '--retry-backoff-multiplier': v => (a.retry.backoffMultiplier = v),
+    '--retry-jitter-factor': v => (a.retry.jitterFactor = v),
+    '--cb-failure-threshold': v => (a.circuitBreaker.failureThreshold = v),
+    '--cb-success-threshold': v => (a.circuitBreaker.successThreshold = v),
+    '--cb-timeout-duration-secs': v => (a.circuitBreaker.timeoutDurationS = v),
+    '--cb-window-duration-secs': v => (a.circuitBreaker.windowDurationS = v),
   }
   const policies: Record<string, (p: PolicyName) => void> = {
-    '--policy': (p) => (a.policy = p),
-    '--prefill-policy': (p) => (a.prefillPolicy = p),
-    '--decode-policy': (p) => (a.decodePolicy = p),
+    '--policy': p => (a.policy = p),
+    '--prefill-policy': p => (a.prefillPolicy = p),
+    '--decode-policy': p => (a.decodePolicy = p),
   }
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i]

@@ -8,12 +8,17 @@ export interface HealthCheckSettings {
   successThreshold: number
 }
 
-export const ROUTER_HEALTH_DEFAULTS: HealthCheckSettings = {intervalS: 60, timeoutS: 5, failureThreshold: 3, successThreshold: 2}
+export const ROUTER_HEALTH_DEFAULTS: HealthCheckSettings = {
+  intervalS: 60,
+  timeoutS: 5,
+  failureThreshold: 3,
+  successThreshold: 2,
+}
 
 /** One GET with a deadline; resolves to the status code, or 0 on a transport error or timeout. */
 export function probe(url: string, timeoutMs: number, agent?: http.Agent): Promise<number> {
-  return new Promise((resolve) => {
-    const req = http.get(url, {agent, timeout: timeoutMs}, (res) => {
+  return new Promise(resolve => {
+    const req = http.get(url, {agent, timeout: timeoutMs}, res => {
       res.resume()
       res.on('end', () => resolve(res.statusCode ?? 0))
       res.on('error', () => resolve(0))
@@ -60,7 +65,7 @@ export class WorkerHealth {
         this.schedule()
         return
       }
-      await new Promise((r) => {
+      await new Promise(r => {
         this.timer = setTimeout(r, 100)
       })
     }

@@ -8,13 +8,19 @@
 export const POLICY_NAMES = ['cache_aware', 'round_robin', 'random'] as const
 export type PolicyName = (typeof POLICY_NAMES)[number]
 
-/** cache_aware's settings (--cache-threshold, --balance-abs-threshold, --balance-rel-threshold; upstream's defaults). */
+/**
+ * cache_aware's settings (--cache-threshold, --balance-abs-threshold, --balance-rel-threshold; upstream's defaults).
+ */
 export interface CacheAwareSettings {
   cacheThreshold: number
   balanceAbsThreshold: number
   balanceRelThreshold: number
 }
-export const CACHE_AWARE_DEFAULTS: CacheAwareSettings = {cacheThreshold: 0.3, balanceAbsThreshold: 64, balanceRelThreshold: 1.5}
+export const CACHE_AWARE_DEFAULTS: CacheAwareSettings = {
+  cacheThreshold: 0.3,
+  balanceAbsThreshold: 64,
+  balanceRelThreshold: 1.5,
+}
 
 export interface Candidate {
   url: string
@@ -31,15 +37,19 @@ export interface Policy {
 /** Texts remembered per worker: the approximate tree's stand-in, bounded (upstream evicts by size every 60 s). */
 const REMEMBERED_TEXTS = 256
 
-export function makePolicy(name: PolicyName, random: () => number = Math.random, cache: CacheAwareSettings = CACHE_AWARE_DEFAULTS): Policy {
+export function makePolicy(
+  name: PolicyName,
+  random: () => number = Math.random,
+  cache: CacheAwareSettings = CACHE_AWARE_DEFAULTS,
+): Policy {
   switch (name) {
     case 'round_robin': {
       // One counter over the calls; the index is taken among the workers available now.
       let counter = 0
-      return {name, select: (available) => counter++ % available.length}
+      return {name, select: available => counter++ % available.length}
     }
     case 'random':
-      return {name, select: (available) => Math.min(available.length - 1, Math.floor(random() * available.length))}
+      return {name, select: available => Math.min(available.length - 1, Math.floor(random() * available.length))}
     case 'cache_aware': {
       const seen = new Map<string, string[]>()
       const remember = (url: string, text: string): void => {
@@ -51,7 +61,7 @@ export function makePolicy(name: PolicyName, random: () => number = Math.random,
       return {
         name,
         select(available, text) {
-          const loads = available.map((c) => c.load)
+          const loads = available.map(c => c.load)
           const [min, max] = [Math.min(...loads), Math.max(...loads)]
           const minLoad = loads.indexOf(min)
           // Imbalanced (both thresholds): the shortest queue.

@@ -15,7 +15,10 @@ interface Family {
 const escapeLabel = (v: string): string => v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')
 
 function key(labels: Labels): string {
-  return Object.keys(labels).sort().map((k) => `${k}="${escapeLabel(labels[k])}"`).join(',')
+  return Object.keys(labels)
+    .sort()
+    .map(k => `${k}="${escapeLabel(labels[k])}"`)
+    .join(',')
 }
 
 export class PromRegistry {

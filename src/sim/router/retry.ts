@@ -41,7 +41,8 @@ export function attemptsAllowed(s: RetrySettings): number {
 }
 
 /**
- * The wait after the failed attempt `attempt` (0-based), as calculate_delay computes it: initial × multiplier^attempt in
+ * The wait after the failed attempt `attempt` (0-based), as calculate_delay computes it: initial × multiplier^attempt
+ * in
  * f32, truncated to whole ms and capped at the maximum; then a jitter scale drawn uniformly from [-j, j], the jitter
  * rounded to whole ms and added, never below 0. `random` returns [0, 1) (Math.random by default).
  */

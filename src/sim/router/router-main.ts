@@ -1,6 +1,7 @@
 /**
  * The router process: `node router-main.js --state-dir DIR [sgl-model-gateway launch flags]`. Its title is the
- * gateway's command line (`sgl-model-gateway --pd-disaggregation --prefill URL PORT --decode URL … --retry-max-retries N
+ * gateway's command line (`sgl-model-gateway --pd-disaggregation --prefill URL PORT --decode URL … --retry-max-retries
+ * N
  * … --cb-failure-threshold N …`, see gateway-args.ts), and it configures itself from those flags; a flag that is not
  * given falls back to DIR/sim.json and upstream's defaults. Serves the PD router and its metrics, writes its service
  * file once listening, removes it on SIGTERM/SIGINT and exits 0.
@@ -57,7 +58,16 @@ try {
   const serviceFile = paths.service('router')
   mkdirSync(dirname(serviceFile), {recursive: true})
   const tmp = `${serviceFile}.${process.pid}.tmp`
-  writeFileSync(tmp, JSON.stringify({role: 'router', pid: process.pid, startedAt: Date.now(), httpUrl: router.url, metricsUrl: router.metricsUrl}))
+  writeFileSync(
+    tmp,
+    JSON.stringify({
+      role: 'router',
+      pid: process.pid,
+      startedAt: Date.now(),
+      httpUrl: router.url,
+      metricsUrl: router.metricsUrl,
+    }),
+  )
   renameSync(tmp, serviceFile)
 
   let stopping = false

@@ -4,7 +4,13 @@ import type {SimConfig} from '../sim-config.js'
 import type {Logger} from './log.js'
 import {attnTpSize, rankCount, serverLayout, type ServerLayout} from './layout.js'
 
-interface RankEntry {rank_ip: string; rank_port: number; page_size: number; kv_cache_dtype: string; prefill_http_port?: number}
+interface RankEntry {
+  rank_ip: string
+  rank_port: number
+  page_size: number
+  kv_cache_dtype: string
+  prefill_http_port?: number
+}
 
 /**
  * CommonKVBootstrapServer: lives in the prefill's HTTP process. Ranks PUT their ZMQ endpoint; decode GETs
@@ -17,14 +23,21 @@ export class BootstrapServer {
   private readonly layout: ServerLayout
   private server: Server | undefined
 
-  constructor(private readonly cfg: SimConfig, private readonly log: Logger) {
+  constructor(
+    private readonly cfg: SimConfig,
+    private readonly log: Logger,
+  ) {
     this.layout = serverLayout(cfg, 'prefill')
   }
 
-  get complete(): boolean { return this.ranks.size >= rankCount(this.layout) }
+  get complete(): boolean {
+    return this.ranks.size >= rankCount(this.layout)
+  }
 
   async listen(): Promise<void> {
-    this.server = createServer((req, res) => { void this.handle(req, res) })
+    this.server = createServer((req, res) => {
+      void this.handle(req, res)
+    })
     this.server.keepAliveTimeout = 30_000
     await new Promise<void>((resolve, reject) => {
       this.server!.once('error', reject)
@@ -52,27 +65,46 @@ export class BootstrapServer {
       try {
         const b = JSON.parse(text) as Record<string, unknown>
         const tp = Number(b.attn_tp_rank ?? b.tp_rank)
-        if (!Number.isInteger(tp) || tp < 0 || tp >= attnTpSize(this.layout)) return send(400, `bad tp rank ${String(b.attn_tp_rank)}`)
+        if (!Number.isInteger(tp) || tp < 0 || tp >= attnTpSize(this.layout))
+          return send(400, `bad tp rank ${String(b.attn_tp_rank)}`)
         // dp_group: the attention DP rank when system_dp_size is 1, else the system DP rank (common/conn.py).
         const dp = Number(b.system_dp_size ?? 1) === 1 ? Number(b.attn_dp_rank ?? 0) : Number(b.system_dp_rank ?? 0)
         const key = `${dp}/${Number(b.attn_cp_rank ?? 0)}/${tp}/${Number(b.pp_rank ?? 0)}`
-        this.ranks.set(key, {rank_ip: String(b.rank_ip), rank_port: Number(b.rank_port), page_size: Number(b.page_size ?? 1),
-          kv_cache_dtype: String(b.kv_cache_dtype ?? 'auto'), prefill_http_port: Number(b.prefill_http_port)})
-        this.log.info(`Register prefill bootstrap: DP${dp} CP${Number(b.attn_cp_rank ?? 0)} TP${tp} PP${Number(b.pp_rank ?? 0)} rank_ip=${String(b.rank_ip)} rank_port=${String(b.rank_port)}`)
+        this.ranks.set(key, {
+          rank_ip: String(b.rank_ip),
+          rank_port: Number(b.rank_port),
+          page_size: Number(b.page_size ?? 1),
+          kv_cache_dtype: String(b.kv_cache_dtype ?? 'auto'),
+          prefill_http_port: Number(b.prefill_http_port),
+        })
+        this.log.info(
+          `Register prefill bootstrap: DP${dp} CP${Number(b.attn_cp_rank ?? 0)} TP${tp} ` +
+            `PP${Number(b.pp_rank ?? 0)} rank_ip=${String(b.rank_ip)} rank_port=${String(b.rank_port)}`,
+        )
         return send(200, 'OK')
       } catch (err) {
         return send(400, `bad registration: ${String(err)}`)
       }
     }
     if (req.method !== 'GET') return send(405, 'Method Not Allowed')
-    if (!this.complete) return send(503, `Prefill instance not ready: ${this.ranks.size}/${rankCount(this.layout)} ranks registered`)
+    if (!this.complete)
+      return send(503, `Prefill instance not ready: ${this.ranks.size}/${rankCount(this.layout)} ranks registered`)
     const q = (k: string) => Number(url.searchParams.get(k) ?? '-1')
-    const dp = q('prefill_dp_rank'); const cp = q('prefill_cp_rank'); const tp = q('target_tp_rank'); const pp = q('target_pp_rank')
+    const dp = q('prefill_dp_rank')
+    const cp = q('prefill_cp_rank')
+    const tp = q('target_tp_rank')
+    const pp = q('target_pp_rank')
     if (dp === -1 && cp === -1 && tp === -1 && pp === -1) {
       const first = [...this.ranks.values()][0]!
       return send(200, {
-        attn_tp_size: attnTpSize(this.layout), attn_cp_size: 1, dp_size: this.layout.dp, pp_size: this.layout.pp, page_size: first.page_size,
-        kv_cache_dtype: first.kv_cache_dtype, follow_bootstrap_room: true, bootstrap_instance_id: this.instanceId,
+        attn_tp_size: attnTpSize(this.layout),
+        attn_cp_size: 1,
+        dp_size: this.layout.dp,
+        pp_size: this.layout.pp,
+        page_size: first.page_size,
+        kv_cache_dtype: first.kv_cache_dtype,
+        follow_bootstrap_room: true,
+        bootstrap_instance_id: this.instanceId,
       })
     }
     const entry = this.ranks.get(`${dp}/${cp}/${tp}/${pp}`)

@@ -14,7 +14,14 @@ export const AUX_BYTES = 64
 /** Shared zero payload: the bytes' content never matters, only that they have to cross the wire. */
 const ZERO = Buffer.alloc(CHUNK_BYTES)
 
-export interface FrameHeader {type: number; room: bigint; prefillRank: number; chunk: number; isLast: boolean; length: number}
+export interface FrameHeader {
+  type: number
+  room: bigint
+  prefillRank: number
+  chunk: number
+  isLast: boolean
+  length: number
+}
 
 export function header(h: FrameHeader): Buffer {
   const b = Buffer.allocUnsafe(HEADER_BYTES)
@@ -42,7 +49,9 @@ export function* kvFrames(room: bigint, prefillRank: number, bytes: number): Gen
   yield payload(AUX_BYTES)
 }
 
-/** Incremental reader: calls onFrame once a frame's payload has fully arrived (payload bytes are skipped, not copied). */
+/**
+ * Incremental reader: calls onFrame once a frame's payload has fully arrived (payload bytes are skipped, not copied).
+ */
 export class FrameReader {
   private head: Buffer = Buffer.alloc(0)
   private current: FrameHeader | undefined
@@ -62,13 +71,20 @@ export class FrameReader {
       }
       const need = HEADER_BYTES - this.head.length
       const take = Math.min(need, data.length - off)
-      this.head = this.head.length === 0 && take === HEADER_BYTES ? data.subarray(off, off + take) : Buffer.concat([this.head, data.subarray(off, off + take)])
+      this.head =
+        this.head.length === 0 && take === HEADER_BYTES
+          ? data.subarray(off, off + take)
+          : Buffer.concat([this.head, data.subarray(off, off + take)])
       off += take
       if (this.head.length < HEADER_BYTES) continue
       const b = this.head
       this.current = {
-        type: b.readUInt8(0), room: b.readBigUInt64BE(1), prefillRank: b.readUInt16BE(9),
-        chunk: b.readUInt32BE(11), isLast: b.readUInt8(15) === 1, length: b.readUInt32BE(16),
+        type: b.readUInt8(0),
+        room: b.readBigUInt64BE(1),
+        prefillRank: b.readUInt16BE(9),
+        chunk: b.readUInt32BE(11),
+        isLast: b.readUInt8(15) === 1,
+        length: b.readUInt32BE(16),
       }
       this.head = Buffer.alloc(0)
       this.remaining = this.current.length

@@ -12,7 +12,11 @@ import type {EnvSettings} from './settings.js'
 import {nowMs, sleep} from './clock.js'
 import {httpCall, isOk} from './http-call.js'
 
-interface PrefillInfo {attnTpSize: number; instanceId: string; ranks: Map<number, {ip: string; port: number}>}
+interface PrefillInfo {
+  attnTpSize: number
+  instanceId: string
+  ranks: Map<number, {ip: string; port: number}>
+}
 
 interface Receiver {
   rid: string
@@ -49,29 +53,33 @@ export class DecodeRank {
   private warnedWaitingTimeout = false
   dataPort = 0
   zmqPort = 0
-  /** Something the next poll() reports differently may have happened outside a step (rank-main.ts tells the scheduler). */
+  /**
+   * Something the next poll() reports differently may have happened outside a step (rank-main.ts tells the scheduler).
+   */
   onChange: () => void = () => undefined
 
   constructor(
-    private readonly cfg: SimConfig, private readonly env: EnvSettings, private readonly tpRank: number,
+    private readonly cfg: SimConfig,
+    private readonly env: EnvSettings,
+    private readonly tpRank: number,
     private readonly log: Logger,
   ) {
     this.agentName = `decode_${process.pid}_tp${tpRank}`
   }
 
   async listen(): Promise<number> {
-    this.server = net.createServer((socket) => {
+    this.server = net.createServer(socket => {
       socket.setNoDelay(true)
       this.sockets.add(socket)
       socket.on('close', () => this.sockets.delete(socket))
       socket.on('error', () => socket.destroy())
-      const reader = new FrameReader((h) => {
+      const reader = new FrameReader(h => {
         if (h.type === FrameType.aux) this.notify(h.room.toString(), h.prefillRank)
       })
       // A receipt of what this process has read, once per burst of reads: prefill's proof that the bytes arrived.
       let read = 0
       let receiptDue = false
-      socket.on('data', (d) => {
+      socket.on('data', d => {
         reader.push(d)
         read += d.length
         if (receiptDue) return
@@ -102,7 +110,7 @@ export class DecodeRank {
       const r = this.receivers.get(n.room)
       if (!r || r.status === KVPoll.Failed) continue
       r.done.add(n.prefillRank)
-      if (r.sources?.every((j) => r.done.has(j))) r.status = nextStatus(r.status, KVPoll.Success)
+      if (r.sources?.every(j => r.done.has(j))) r.status = nextStatus(r.status, KVPoll.Success)
     }
   }
 
@@ -113,21 +121,35 @@ export class DecodeRank {
   apply(op: DecodeOp): void {
     switch (op.op) {
       case 'create': {
-        const r: Receiver = {rid: op.rid, addr: op.addr, tokens: op.tokens, status: KVPoll.Bootstrapping, done: new Set()}
+        const r: Receiver = {
+          rid: op.rid,
+          addr: op.addr,
+          tokens: op.tokens,
+          status: KVPoll.Bootstrapping,
+          done: new Set(),
+        }
         this.receivers.set(op.room, r)
-        this.resolve(op.addr).then((info) => {
-          if (r.status === KVPoll.Failed) return
-          r.sources = [...info.ranks.keys()]
-          r.status = nextStatus(r.status, KVPoll.WaitingForInput)
-          this.onChange()
-        }, (err: unknown) => {
-          this.log.warn(`Decode handshake failed for request rank=${this.tpRank} rid=${op.rid} bootstrap_addr=${op.addr}: ${String(err)}`)
-          r.status = KVPoll.Failed
-          this.onChange()
-        })
+        this.resolve(op.addr).then(
+          info => {
+            if (r.status === KVPoll.Failed) return
+            r.sources = [...info.ranks.keys()]
+            r.status = nextStatus(r.status, KVPoll.WaitingForInput)
+            this.onChange()
+          },
+          (err: unknown) => {
+            this.log.warn(
+              `Decode handshake failed for request rank=${this.tpRank} rid=${op.rid} ` +
+                `bootstrap_addr=${op.addr}: ${String(err)}`,
+            )
+            r.status = KVPoll.Failed
+            this.onChange()
+          },
+        )
         break
       }
-      case 'send_metadata': this.sendMetadata(op.room); break
+      case 'send_metadata':
+        this.sendMetadata(op.room)
+        break
       case 'abort': {
         const r = this.receivers.get(op.room)
         if (!r || r.status === KVPoll.Success) break
@@ -135,8 +157,13 @@ export class DecodeRank {
         this.sendAbort(op.room, r)
         break
       }
-      case 'clear': this.receivers.delete(op.room); this.reasons.delete(op.room); break
-      case 'node_failure': this.nodeFailure(op.addr); break
+      case 'clear':
+        this.receivers.delete(op.room)
+        this.reasons.delete(op.room)
+        break
+      case 'node_failure':
+        this.nodeFailure(op.addr)
+        break
     }
   }
 
@@ -150,9 +177,17 @@ export class DecodeRank {
         // the scheduler's "Decode transfer failed …" with this reason.
         if (!this.warnedWaitingTimeout) {
           this.warnedWaitingTimeout = true
-          this.log.warn("Some requests fail to receive KV Cache transfer done signal after bootstrapping. If a greater mean TTFT is acceptable, you can 'export SGLANG_DISAGGREGATION_WAITING_TIMEOUT=600' (10 minutes) to relax the timeout condition. ")
+          this.log.warn(
+            'Some requests fail to receive KV Cache transfer done signal after bootstrapping. If a greater mean ' +
+              "TTFT is acceptable, you can 'export SGLANG_DISAGGREGATION_WAITING_TIMEOUT=600' (10 minutes) to " +
+              'relax the timeout condition. ',
+          )
         }
-        this.reasons.set(room, `KVTransferError(bootstrap_room=${room}): Request ${room} timed out after ${elapsed.toFixed(1)}s in ${pollName(KVPoll.WaitingForInput)}`)
+        this.reasons.set(
+          room,
+          `KVTransferError(bootstrap_room=${room}): Request ${room} timed out after ${elapsed.toFixed(1)}s ` +
+            `in ${pollName(KVPoll.WaitingForInput)}`,
+        )
         r.status = KVPoll.Failed
         this.sendAbort(room, r)
       }
@@ -161,13 +196,18 @@ export class DecodeRank {
     return r.status
   }
 
-  /** GET /route: PrefillServerInfo, then the rank endpoints of the prefill ranks this decode rank serves. Cached per address. */
+  /**
+   * GET /route: PrefillServerInfo, then the rank endpoints of the prefill ranks this decode rank serves. Cached per
+   * address.
+   */
   private resolve(addr: string): Promise<PrefillInfo> {
     let p = this.infoTable.get(addr)
     if (!p) {
       p = this.fetchInfo(addr)
       this.infoTable.set(addr, p)
-      p.catch(() => { if (this.infoTable.get(addr) === p) this.infoTable.delete(addr) })
+      p.catch(() => {
+        if (this.infoTable.get(addr) === p) this.infoTable.delete(addr)
+      })
     }
     return p
   }
@@ -189,11 +229,15 @@ export class DecodeRank {
         for (let j = 0; j < rankCount(prefillLayout); j++) {
           if (j % this.cfg.decodeTp !== this.tpRank) continue
           const key = routeKeyOf(prefillLayout, j)
-          const r = await get(`prefill_dp_rank=${key.dp}&prefill_cp_rank=${key.cp}&target_tp_rank=${key.tp}&target_pp_rank=${key.pp}`)
+          const r = await get(
+            `prefill_dp_rank=${key.dp}&prefill_cp_rank=${key.cp}&target_tp_rank=${key.tp}&target_pp_rank=${key.pp}`,
+          )
           ranks.set(j, {ip: String(r.rank_ip), port: Number(r.rank_port)})
         }
         return {attnTpSize: tp, instanceId: String(info.bootstrap_instance_id ?? ''), ranks}
-      } catch (err) { last = err }
+      } catch (err) {
+        last = err
+      }
       await sleep(1000)
     }
     throw new Error(`could not resolve /route after ${ROUTE_TRIES} tries: ${String(last)}`)
@@ -202,7 +246,10 @@ export class DecodeRank {
   private link(ip: string, port: number): PushLink {
     const key = `tcp://${ip}:${port}`
     let l = this.pushes.get(key)
-    if (!l) { l = new PushLink(key); this.pushes.set(key, l) }
+    if (!l) {
+      l = new PushLink(key)
+      this.pushes.set(key, l)
+    }
     return l
   }
 
@@ -211,55 +258,89 @@ export class DecodeRank {
     if (!r || r.status === KVPoll.Failed) return
     r.metadataSentAt = nowMs()
     const sources = r.sources ?? []
-    if (sources.length === 0) { r.status = nextStatus(r.status, KVPoll.Success); return } // dummy rank
-    void this.resolve(r.addr).then((info) => {
-      const ip = this.cfg.host
-      const port = String(this.zmqPort)
-      const pages = Buffer.alloc(4 * Math.max(1, r.tokens))
-      for (const j of sources) {
-        const ep = info.ranks.get(j)
-        if (!ep) continue
-        const l = this.link(ep.ip, ep.port)
-        const regKey = `${r.addr}|${j}`
-        if (!this.registered.has(regKey)) {
-          this.registered.add(regKey)
-          const nic = railOfGpu(this.cfg.rails, gpuIndex('decode', this.tpRank, this.cfg.prefillTp))
-          const meta = JSON.stringify({dataHost: this.cfg.host, dataPort: this.dataPort, ...(nic ? {rail: {addr: nic.addr, port: ROCE_V2_PORT}} : {})})
-          l.send([NIXL_GUARD, 'None', ip, port, this.agentName, meta, Buffer.alloc(8), Buffer.alloc(8), String(this.tpRank), String(this.cfg.decodeTp), String(this.cfg.timing.kvBytesPerToken)])
+    if (sources.length === 0) {
+      r.status = nextStatus(r.status, KVPoll.Success)
+      return
+    } // dummy rank
+    void this.resolve(r.addr).then(
+      info => {
+        const ip = this.cfg.host
+        const port = String(this.zmqPort)
+        const pages = Buffer.alloc(4 * Math.max(1, r.tokens))
+        for (const j of sources) {
+          const ep = info.ranks.get(j)
+          if (!ep) continue
+          const l = this.link(ep.ip, ep.port)
+          const regKey = `${r.addr}|${j}`
+          if (!this.registered.has(regKey)) {
+            this.registered.add(regKey)
+            const nic = railOfGpu(this.cfg.rails, gpuIndex('decode', this.tpRank, this.cfg.prefillTp))
+            const meta = JSON.stringify({
+              dataHost: this.cfg.host,
+              dataPort: this.dataPort,
+              ...(nic ? {rail: {addr: nic.addr, port: ROCE_V2_PORT}} : {}),
+            })
+            l.send([
+              NIXL_GUARD,
+              'None',
+              ip,
+              port,
+              this.agentName,
+              meta,
+              Buffer.alloc(8),
+              Buffer.alloc(8),
+              String(this.tpRank),
+              String(this.cfg.decodeTp),
+              String(this.cfg.timing.kvBytesPerToken),
+            ])
+          }
+          l.send([NIXL_GUARD, room, ip, port, this.agentName, pages, '0', '1', Buffer.alloc(0), '0'])
         }
-        l.send([NIXL_GUARD, room, ip, port, this.agentName, pages, '0', '1', Buffer.alloc(0), '0'])
-      }
-    }, () => { r.status = KVPoll.Failed; this.onChange() })
+      },
+      () => {
+        r.status = KVPoll.Failed
+        this.onChange()
+      },
+    )
   }
 
   private sendAbort(room: string, r: Receiver): void {
     const info = this.infoTable.get(r.addr)
     if (!info) return
-    void info.then((i) => {
-      for (const ep of i.ranks.values()) this.link(ep.ip, ep.port).send(['ABORT', room, this.cfg.host, String(this.zmqPort)])
-    }, () => undefined)
+    void info.then(
+      i => {
+        for (const ep of i.ranks.values())
+          this.link(ep.ip, ep.port).send(['ABORT', room, this.cfg.host, String(this.zmqPort)])
+      },
+      () => undefined,
+    )
   }
 
   /** _handle_node_failure: forget the prefill's route info and sockets, fail every non-Success room of it. */
   private nodeFailure(addr: string): void {
     // --bug stale-peer: the rooms fail, but the dead instance's endpoints stay cached: decode never re-resolves.
     if (this.cfg.bugs.includes('stale-peer')) {
-      for (const r of this.receivers.values()) if (r.addr === addr && r.status !== KVPoll.Success) r.status = KVPoll.Failed
+      for (const r of this.receivers.values())
+        if (r.addr === addr && r.status !== KVPoll.Success) r.status = KVPoll.Failed
       return
     }
     const info = this.infoTable.get(addr)
     this.infoTable.delete(addr)
     for (const key of [...this.registered]) if (key.startsWith(`${addr}|`)) this.registered.delete(key)
     if (info) {
-      void info.then((i) => {
-        for (const ep of i.ranks.values()) {
-          const key = `tcp://${ep.ip}:${ep.port}`
-          this.pushes.get(key)?.close()
-          this.pushes.delete(key)
-        }
-      }, () => undefined)
+      void info.then(
+        i => {
+          for (const ep of i.ranks.values()) {
+            const key = `tcp://${ep.ip}:${ep.port}`
+            this.pushes.get(key)?.close()
+            this.pushes.delete(key)
+          }
+        },
+        () => undefined,
+      )
     }
-    for (const r of this.receivers.values()) if (r.addr === addr && r.status !== KVPoll.Success) r.status = KVPoll.Failed
+    for (const r of this.receivers.values())
+      if (r.addr === addr && r.status !== KVPoll.Success) r.status = KVPoll.Failed
   }
 
   close(): void {

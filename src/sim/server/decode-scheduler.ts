@@ -14,8 +14,12 @@ export class DecodeScheduler extends SchedulerCore {
   /** Rooms a heartbeat failure just failed, so their 500 names the cause. */
   private readonly lostAddrs = new Set<string>()
 
-  queued(): Req[] { return [...this.preallocQ, ...this.transferQ, ...this.runningQ] }
-  isBusy(): boolean { return this.preallocQ.length + this.transferQ.length + this.runningQ.length > 0 }
+  queued(): Req[] {
+    return [...this.preallocQ, ...this.transferQ, ...this.runningQ]
+  }
+  isBusy(): boolean {
+    return this.preallocQ.length + this.transferQ.length + this.runningQ.length > 0
+  }
   queueSizes(): Record<string, number> {
     return {prealloc: this.preallocQ.length, transfer: this.transferQ.length, running: this.runningQ.length}
   }
@@ -38,7 +42,7 @@ export class DecodeScheduler extends SchedulerCore {
     for (const req of [...this.runningQ]) {
       if (!matchesAbort(req.rid, rid, abortAll)) continue
       n++
-      this.runningQ = this.runningQ.filter((r) => r !== req)
+      this.runningQ = this.runningQ.filter(r => r !== req)
       this.exit(req, 'running')
       this.free(req)
       this.truth.record(req.rid, req.room, 'abort', {queue: 'running'})
@@ -49,8 +53,10 @@ export class DecodeScheduler extends SchedulerCore {
 
   /** _handle_node_failure, from the heartbeat: the ranks drop the prefill's info and fail its rooms. */
   nodeFailure(addr: string, why: string): void {
-    const affected = [...this.preallocQ, ...this.transferQ].filter((r) => r.addr === addr).length
-    this.log.error(`Lost connection with prefill instance (bootstrap_addr: ${addr}): ${why}, ${affected} requests affected`)
+    const affected = [...this.preallocQ, ...this.transferQ].filter(r => r.addr === addr).length
+    this.log.error(
+      `Lost connection with prefill instance (bootstrap_addr: ${addr}): ${why}, ${affected} requests affected`,
+    )
     this.lostAddrs.add(addr)
     this.pushOp({op: 'node_failure', addr})
   }
@@ -58,8 +64,13 @@ export class DecodeScheduler extends SchedulerCore {
   async step(): Promise<void> {
     const ops = this.takeOps()
     const polled = [...this.preallocQ, ...this.transferQ]
-    const {states, reasons} = await this.ranks.allReduce(ops, polled.map((r) => r.room))
-    polled.forEach((r, i) => { if (r.queue !== 'done') this.observe(r, states[i]!, reasons.get(i)) })
+    const {states, reasons} = await this.ranks.allReduce(
+      ops,
+      polled.map(r => r.room),
+    )
+    polled.forEach((r, i) => {
+      if (r.queue !== 'done') this.observe(r, states[i]!, reasons.get(i))
+    })
     this.lostAddrs.clear()
     let moved = this.popPreallocated()
     moved = this.popTransferred() || moved
@@ -79,8 +90,16 @@ export class DecodeScheduler extends SchedulerCore {
         this.metrics.inc('sglang:num_bootstrap_failed_reqs_total')
         this.pushOp({op: 'clear', room: req.room})
         this.log.warn(`Decode handshake failed for request rank=0 req.rid='${req.rid}' req.bootstrap_room=${req.room}`)
-        this.fail(req, `Decode handshake failed for request rid=${req.rid} bootstrap_room=${req.room}`, 'bootstrap_failed')
-      } else if (req.state !== undefined && req.state >= KVPoll.WaitingForInput && this.allocate(req, req.tokens + req.maxNewTokens)) {
+        this.fail(
+          req,
+          `Decode handshake failed for request rid=${req.rid} bootstrap_room=${req.room}`,
+          'bootstrap_failed',
+        )
+      } else if (
+        req.state !== undefined &&
+        req.state >= KVPoll.WaitingForInput &&
+        this.allocate(req, req.tokens + req.maxNewTokens)
+      ) {
         moved = true
         this.exit(req, 'prealloc')
         this.pushOp({op: 'send_metadata', room: req.room})
@@ -106,7 +125,9 @@ export class DecodeScheduler extends SchedulerCore {
         this.pushOp({op: 'clear', room: req.room})
         const exc = req.failure?.text ?? `KVTransferError(bootstrap_room=${req.room})`
         // pop_transferred (disaggregation/decode.py): logger.error, and the same text is the 500's (prepare_abort).
-        const message = `Decode transfer failed for request rank=${req.failure?.tpRank ?? 0} decode_req.req.rid='${req.rid}' decode_req.req.bootstrap_room=${req.room} with exception ${exc}`
+        const message =
+          `Decode transfer failed for request rank=${req.failure?.tpRank ?? 0} ` +
+          `decode_req.req.rid='${req.rid}' decode_req.req.bootstrap_room=${req.room} with exception ${exc}`
         this.log.error(message)
         this.fail(req, message, 'transfer_failed')
       } else if (req.state === KVPoll.Success) {
@@ -133,7 +154,7 @@ export class DecodeScheduler extends SchedulerCore {
   private runBatch(): boolean {
     const now = nowMs()
     let moved = false
-    this.runningQ = this.runningQ.filter((req) => {
+    this.runningQ = this.runningQ.filter(req => {
       if (req.queue !== 'running') return false
       if ((req.finishAt ?? 0) > now) {
         if (req.stream) this.streamProgress(req, now)
@@ -143,7 +164,12 @@ export class DecodeScheduler extends SchedulerCore {
       this.exit(req, 'running')
       this.free(req)
       const text = ' the'.repeat(Math.min(req.maxNewTokens, 4096))
-      this.answer(req, 200, this.finishBody(req, text, req.maxNewTokens, {type: 'length', length: req.maxNewTokens}), 'completed')
+      this.answer(
+        req,
+        200,
+        this.finishBody(req, text, req.maxNewTokens, {type: 'length', length: req.maxNewTokens}),
+        'completed',
+      )
       return false
     })
     return moved
@@ -155,7 +181,10 @@ export class DecodeScheduler extends SchedulerCore {
     const produced = Math.min(req.maxNewTokens - 1, Math.floor((now - (req.runningAt ?? now)) / per))
     if (produced <= (req.streamed ?? 0) || req.res.writableEnded || req.res.destroyed) return
     req.streamed = produced
-    const chunk = {text: ' the'.repeat(Math.min(produced, 4096)), meta_info: {id: req.rid, finish_reason: null, prompt_tokens: req.tokens, completion_tokens: produced}}
+    const chunk = {
+      text: ' the'.repeat(Math.min(produced, 4096)),
+      meta_info: {id: req.rid, finish_reason: null, prompt_tokens: req.tokens, completion_tokens: produced},
+    }
     req.res.write(`data: ${JSON.stringify(chunk)}\n\n`)
   }
 
@@ -167,8 +196,11 @@ export class DecodeScheduler extends SchedulerCore {
     this.metrics.setGauge('sglang:token_usage', this.tokenUsage())
     this.lastGaugeWrite = nowMs()
     this.loadsSnapshot = {
-      num_running_reqs: this.runningQ.length, num_waiting_reqs: 0, num_used_tokens: this.kvUsed,
-      decode_prealloc_queue_reqs: this.preallocQ.length, decode_transfer_queue_reqs: this.transferQ.length,
+      num_running_reqs: this.runningQ.length,
+      num_waiting_reqs: 0,
+      num_used_tokens: this.kvUsed,
+      decode_prealloc_queue_reqs: this.preallocQ.length,
+      decode_transfer_queue_reqs: this.transferQ.length,
     }
   }
 

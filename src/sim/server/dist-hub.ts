@@ -23,38 +23,55 @@ export class DistHub {
   private readonly links = new Map<number, JsonLines<FollowerMsg, LeaderMsg>>()
   private closing = false
 
-  constructor(private readonly dist: DistConfig, private readonly role: Role, private readonly tpPerNode: number,
-    private readonly log: Logger, private readonly on: HubEvents) {}
+  constructor(
+    private readonly dist: DistConfig,
+    private readonly role: Role,
+    private readonly tpPerNode: number,
+    private readonly log: Logger,
+    private readonly on: HubEvents,
+  ) {}
 
   async listen(host: string, port: number): Promise<void> {
-    this.server = net.createServer((s) => this.admit(new JsonLines<FollowerMsg, LeaderMsg>(s)))
+    this.server = net.createServer(s => this.admit(new JsonLines<FollowerMsg, LeaderMsg>(s)))
     await new Promise<void>((resolve, reject) => {
       this.server!.once('error', reject)
-      this.server!.listen(port, host, () => { this.server!.off('error', reject); resolve() })
+      this.server!.listen(port, host, () => {
+        this.server!.off('error', reject)
+        resolve()
+      })
     })
     this.log.info(`Waiting for ${this.dist.nnodes - 1} more node(s) at dist_init_addr=${this.dist.distInitAddr}`)
   }
 
   private admit(link: JsonLines<FollowerMsg, LeaderMsg>): void {
     let nodeRank: number | undefined
-    link.onMessage = (m) => {
+    link.onMessage = m => {
       if (nodeRank === undefined) {
         const why = m.t !== 'hello' ? 'expected hello' : this.refusal(m)
-        if (why) { link.send({t: 'reject', message: why}); this.log.warn(`Refused a node at ${link.socket.remoteAddress}: ${why}`); link.close(why); return }
+        if (why) {
+          link.send({t: 'reject', message: why})
+          this.log.warn(`Refused a node at ${link.socket.remoteAddress}: ${why}`)
+          link.close(why)
+          return
+        }
         nodeRank = (m as Extract<FollowerMsg, {t: 'hello'}>).nodeRank
         this.links.set(nodeRank, link)
         link.send({t: 'welcome'})
-        this.log.info(`Node rank ${nodeRank} joined from ${link.socket.remoteAddress} (TP${nodeRank * this.tpPerNode}..TP${(nodeRank + 1) * this.tpPerNode - 1})`)
+        this.log.info(
+          `Node rank ${nodeRank} joined from ${link.socket.remoteAddress} ` +
+            `(TP${nodeRank * this.tpPerNode}..TP${(nodeRank + 1) * this.tpPerNode - 1})`,
+        )
         return
       }
       if (m.t === 'ready') this.on.ready(m)
       else if (m.t === 'polled') this.on.polled(m.tpRank, m)
       else if (m.t === 'fatal') this.on.lost(`TP${m.tpRank} on node rank ${nodeRank} failed: ${m.message}`)
     }
-    link.onClose = (why) => {
+    link.onClose = why => {
       if (nodeRank === undefined || this.links.get(nodeRank) !== link) return
       this.links.delete(nodeRank)
-      if (!this.closing) this.on.lost(`lost the link to node rank ${nodeRank} (${link.socket.remoteAddress ?? '?'}): ${why}`)
+      if (!this.closing)
+        this.on.lost(`lost the link to node rank ${nodeRank} (${link.socket.remoteAddress ?? '?'}): ${why}`)
     }
   }
 
@@ -65,7 +82,11 @@ export class DistHub {
     if (!(h.nodeRank >= 1 && h.nodeRank < this.dist.nnodes)) return `node rank ${h.nodeRank} is out of range`
     if (this.links.has(h.nodeRank)) return `node rank ${h.nodeRank} has already joined`
     const want = Array.from({length: this.tpPerNode}, (_, i) => h.nodeRank * this.tpPerNode + i)
-    if (JSON.stringify(h.tpRanks) !== JSON.stringify(want)) return `node rank ${h.nodeRank} must run TP${want[0]}..TP${want.at(-1)}, it runs ${h.tpRanks.join(',')} (a different --${this.role}-tp?)`
+    if (JSON.stringify(h.tpRanks) !== JSON.stringify(want))
+      return (
+        `node rank ${h.nodeRank} must run TP${want[0]}..TP${want.at(-1)}, it runs ${h.tpRanks.join(',')} (a ` +
+        `different --${this.role}-tp?)`
+      )
     return undefined
   }
 

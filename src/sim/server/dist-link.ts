@@ -32,11 +32,18 @@ export class JsonLines<In, Out> {
         this.buf = this.buf.slice(i + 1)
         if (line === '') continue
         let m: In
-        try { m = JSON.parse(line) as In } catch { this.close('unreadable message'); return }
+        try {
+          m = JSON.parse(line) as In
+        } catch {
+          this.close('unreadable message')
+          return
+        }
         this.onMessage(m)
       }
     })
-    socket.on('error', (err) => { this.why = err.message })
+    socket.on('error', err => {
+      this.why = err.message
+    })
     socket.on('close', () => this.onClose(this.why))
   }
 
@@ -55,20 +62,38 @@ export class JsonLines<In, Out> {
  * node 0 may not listen yet). Each attempt ends by the deadline too: a peer that drops SYNs would otherwise hold one
  * for the kernel's whole connect timeout.
  */
-export async function connectWithRetry(host: string, port: number, localAddress: string, deadline: number): Promise<net.Socket> {
+export async function connectWithRetry(
+  host: string,
+  port: number,
+  localAddress: string,
+  deadline: number,
+): Promise<net.Socket> {
   let last = 'no attempt'
   while (Date.now() < deadline) {
     try {
       return await new Promise<net.Socket>((resolve, reject) => {
         const s = net.connect({host, port, localAddress})
-        const timer = setTimeout(() => { s.destroy(); reject(new Error('connect timed out')) }, Math.max(1, deadline - Date.now()))
-        s.once('connect', () => { clearTimeout(timer); s.off('error', reject); resolve(s) })
-        s.once('error', (err) => { clearTimeout(timer); reject(err) })
+        const timer = setTimeout(
+          () => {
+            s.destroy()
+            reject(new Error('connect timed out'))
+          },
+          Math.max(1, deadline - Date.now()),
+        )
+        s.once('connect', () => {
+          clearTimeout(timer)
+          s.off('error', reject)
+          resolve(s)
+        })
+        s.once('error', err => {
+          clearTimeout(timer)
+          reject(err)
+        })
       })
     } catch (err) {
       last = err instanceof Error ? err.message : String(err)
     }
-    await new Promise((r) => setTimeout(r, 200))
+    await new Promise(r => setTimeout(r, 200))
   }
   throw new Error(`could not reach node rank 0 at ${host}:${port} (--dist-init-addr): ${last}`)
 }

@@ -11,7 +11,10 @@ export function createDummyHealthServer(): Server {
   const server = createServer((req, res) => {
     const path = new URL(req.url ?? '/', 'http://node').pathname
     const known = path === '/health' || path === '/health_generate' || path === '/ping'
-    if (known && req.method === 'GET') { res.writeHead(200, {'content-length': '0'}).end(); return }
+    if (known && req.method === 'GET') {
+      res.writeHead(200, {'content-length': '0'}).end()
+      return
+    }
     const [status, detail] = known ? [405, 'Method Not Allowed'] : [404, 'Not Found']
     res.writeHead(status, {'content-type': 'application/json'}).end(JSON.stringify({detail}))
   })

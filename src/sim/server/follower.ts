@@ -12,10 +12,17 @@ import {nowMs} from './clock.js'
  * A node of rank >= 1 of one instance (`--nnodes N --node-rank K`, K >= 1): SGLang runs only this node's schedulers
  * there, no tokenizer and no HTTP API, then a stand-in health endpoint (engine.py `_launch_subprocesses`). The twin's
  * server process joins node 0 at the dist-init-addr first (SGLang's schedulers rendezvous before they register), starts
- * its ranks, and from then on relays: node 0's steps to its ranks, each rank's answer back as it comes. It ends (exit 1,
+ * its ranks, and from then on relays: node 0's steps to its ranks, each rank's answer back as it comes. It ends (exit
+ * 1,
  * with a log line saying why) when its link to node 0 or one of its ranks is gone, as the NCCL group would end it.
  */
-export async function runFollower(cfg: SimConfig, role: Role, stateDir: string, log: Logger, readyMs: number): Promise<void> {
+export async function runFollower(
+  cfg: SimConfig,
+  role: Role,
+  stateDir: string,
+  log: Logger,
+  readyMs: number,
+): Promise<void> {
   const d = cfg.dist!
   const paths = simPaths(stateDir)
   const startedAt = nowMs()
@@ -32,35 +39,57 @@ export async function runFollower(cfg: SimConfig, role: Role, stateDir: string, 
       rmSync(paths.service(role), {force: true})
       health?.closeAllConnections()
       health?.close()
-      if (link) { link.onClose = () => undefined; link.close('shutting down') }
+      if (link) {
+        link.onClose = () => undefined
+        link.close('shutting down')
+      }
       await ranks.stop().catch(() => undefined)
       rmSync(paths.service(role), {force: true})
     }
     process.exit(code)
   }
-  process.on('SIGTERM', () => { void shutdown(0, 'SIGTERM') })
-  process.on('SIGINT', () => { void shutdown(0, 'SIGINT') })
+  process.on('SIGTERM', () => {
+    void shutdown(0, 'SIGTERM')
+  })
+  process.on('SIGINT', () => {
+    void shutdown(0, 'SIGINT')
+  })
 
   try {
     const {host, port} = distEndpoint(d)
     const deadline = Date.now() + readyMs
-    log.info(`server_args=ServerArgs(model_path='${cfg.model}', host='${cfg.host}', port=${cfg.ports[role]}, tp_size=${ranks.size}, nnodes=${d.nnodes}, node_rank=${d.nodeRank}, dist_init_addr='${d.distInitAddr}', disaggregation_mode='${role}')`)
-    log.info(`Node rank ${d.nodeRank}: joining node rank 0 at ${d.distInitAddr} (TP${ranks.tpRanks[0]}..TP${ranks.tpRanks.at(-1)} on this node)`)
+    log.info(
+      `server_args=ServerArgs(model_path='${cfg.model}', host='${cfg.host}', port=${cfg.ports[role]}, ` +
+        `tp_size=${ranks.size}, nnodes=${d.nnodes}, node_rank=${d.nodeRank}, dist_init_addr='${d.distInitAddr}', ` +
+        `disaggregation_mode='${role}')`,
+    )
+    log.info(
+      `Node rank ${d.nodeRank}: joining node rank 0 at ${d.distInitAddr} ` +
+        `(TP${ranks.tpRanks[0]}..TP${ranks.tpRanks.at(-1)} on this node)`,
+    )
     const l = new JsonLines<LeaderMsg, FollowerMsg>(await connectWithRetry(host, port, cfg.host, deadline))
     link = l
     await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`node rank 0 at ${d.distInitAddr} did not admit this node in time`)), Math.max(0, deadline - Date.now()))
-      l.onMessage = (m) => {
+      const timer = setTimeout(
+        () => reject(new Error(`node rank 0 at ${d.distInitAddr} did not admit this node in time`)),
+        Math.max(0, deadline - Date.now()),
+      )
+      l.onMessage = m => {
         clearTimeout(timer)
         if (m.t === 'welcome') resolve()
         else reject(new Error(`node rank 0 refused this node: ${m.t === 'reject' ? m.message : m.t}`))
       }
-      l.onClose = (why) => { clearTimeout(timer); reject(new Error(`node rank 0 closed the link: ${why}`)) }
+      l.onClose = why => {
+        clearTimeout(timer)
+        reject(new Error(`node rank 0 closed the link: ${why}`))
+      }
       l.send({t: 'hello', role, nnodes: d.nnodes, nodeRank: d.nodeRank, tpRanks: ranks.tpRanks})
     })
     // From here on this node only relays; losing node 0 ends it, as a broken NCCL group ends SGLang's schedulers.
-    l.onMessage = (m) => { if (m.t === 'step') ranks.sendStep(m) }
-    l.onClose = (why) => {
+    l.onMessage = m => {
+      if (m.t === 'step') ranks.sendStep(m)
+    }
+    l.onClose = why => {
       log.error(`Lost the link to node rank 0 at ${d.distInitAddr}: ${why}`)
       void shutdown(1, 'lost the link to node rank 0')
     }
@@ -77,22 +106,39 @@ export async function runFollower(cfg: SimConfig, role: Role, stateDir: string, 
     const h = health
     await new Promise<void>((resolve, reject) => {
       h.once('error', reject)
-      h.listen(cfg.ports[role], cfg.host, () => { h.off('error', reject); resolve() })
+      h.listen(cfg.ports[role], cfg.host, () => {
+        h.off('error', reject)
+        resolve()
+      })
     })
     log.info(`Dummy health check server started at ${cfg.host}:${cfg.ports[role]}`)
     mkdirSync(paths.services, {recursive: true})
     const service = {
-      role, pid: process.pid, startedAt: Math.round(startedAt), httpUrl: `http://${cfg.host}:${cfg.ports[role]}`,
-      nnodes: d.nnodes, nodeRank: d.nodeRank, distInitAddr: d.distInitAddr,
+      role,
+      pid: process.pid,
+      startedAt: Math.round(startedAt),
+      httpUrl: `http://${cfg.host}:${cfg.ports[role]}`,
+      nnodes: d.nnodes,
+      nodeRank: d.nodeRank,
+      distInitAddr: d.distInitAddr,
       rankPids: ranks.pids,
-      rankPorts: ranks.readies.map((r) => ({tpRank: r.tpRank, zmqPort: r.zmqPort, ...(r.dataPort ? {dataPort: r.dataPort} : {})})),
+      rankPorts: ranks.readies.map(r => ({
+        tpRank: r.tpRank,
+        zmqPort: r.zmqPort,
+        ...(r.dataPort ? {dataPort: r.dataPort} : {}),
+      })),
     }
     const tmp = `${paths.service(role)}.${process.pid}.tmp`
     writeFileSync(tmp, JSON.stringify(service, null, 2))
     renameSync(tmp, paths.service(role))
-    log.info(`Node rank ${d.nodeRank} ready: TP${ranks.tpRanks[0]}..TP${ranks.tpRanks.at(-1)} joined node rank 0 (${Math.round(nowMs() - startedAt)} ms)`)
+    log.info(
+      `Node rank ${d.nodeRank} ready: TP${ranks.tpRanks[0]}..TP${ranks.tpRanks.at(-1)} joined node rank 0 ` +
+        `(${Math.round(nowMs() - startedAt)} ms)`,
+    )
   } catch (err) {
-    log.error(`Failed to start ${role} server (node rank ${d.nodeRank}): ${err instanceof Error ? err.message : String(err)}`)
+    log.error(
+      `Failed to start ${role} server (node rank ${d.nodeRank}): ${err instanceof Error ? err.message : String(err)}`,
+    )
     await shutdown(1, 'startup failed')
   }
 }

@@ -6,7 +6,9 @@
 
 const ROOM_KEY = 'bootstrap_room'
 
-/** Parse a JSON body; every `bootstrap_room` value that is a number (or an array of numbers) becomes a decimal string. */
+/**
+ * Parse a JSON body; every `bootstrap_room` value that is a number (or an array of numbers) becomes a decimal string.
+ */
 export function parseRoomJson(text: string): unknown {
   return JSON.parse(quoteRooms(text))
 }
@@ -23,7 +25,10 @@ export function stringifyRoomJson(value: unknown): string {
   return text.replace(new RegExp(`"${escapeRe(JSON.stringify(tag).slice(1, -1))}(-?\\d+)"`, 'g'), '$1')
 }
 
-/** A room as its canonical decimal string, or undefined when absent/null; throws on anything that is not a 64-bit integer. */
+/**
+ * A room as its canonical decimal string, or undefined when absent/null; throws on anything that is not a 64-bit
+ * integer.
+ */
 export function normalizeRoom(value: unknown): string | undefined {
   if (value === undefined || value === null) return undefined
   let big: bigint
@@ -43,7 +48,8 @@ export function randomRoom(): string {
 }
 
 function markRoom(v: unknown, tag: string): unknown {
-  const one = (x: unknown) => (typeof x === 'string' && /^-?\d+$/.test(x)) || typeof x === 'bigint' ? `${tag}${String(x)}` : x
+  const one = (x: unknown) =>
+    (typeof x === 'string' && /^-?\d+$/.test(x)) || typeof x === 'bigint' ? `${tag}${String(x)}` : x
   return Array.isArray(v) ? v.map(one) : one(v)
 }
 
@@ -51,7 +57,9 @@ function escapeRe(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
 }
 
-/** Scan JSON text token by token (strings are skipped whole), quoting the numbers that follow a "bootstrap_room" key. */
+/**
+ * Scan JSON text token by token (strings are skipped whole), quoting the numbers that follow a "bootstrap_room" key.
+ */
 function quoteRooms(text: string): string {
   if (!text.includes(ROOM_KEY)) return text
   let out = ''
@@ -67,7 +75,11 @@ function quoteRooms(text: string): string {
   }
   while (i < n) {
     const c = text[i]!
-    if (c !== '"') { out += c; i++; continue }
+    if (c !== '"') {
+      out += c
+      i++
+      continue
+    }
     let j = i + 1
     while (j < n && text[j] !== '"') j += text[j] === '\\' ? 2 : 1
     const str = text.slice(i, j + 1)
@@ -90,7 +102,10 @@ function quoteRooms(text: string): string {
           const e = numberEnd(i)
           out += `"${text.slice(i, e)}"`
           i = e
-        } else if (text[i] !== ']') { out += text[i]; i++ }
+        } else if (text[i] !== ']') {
+          out += text[i]
+          i++
+        }
       }
     } else if (/[-0-9]/.test(text[i] ?? '')) {
       const e = numberEnd(i)

@@ -14,13 +14,17 @@ export interface RankCoords {
   attnTp: number
 }
 
-/** The layout of a role: the one `sim up` was given, or the plain one (TP only, prefill on the first GPUs, decode after). */
+/**
+ * The layout of a role: the one `sim up` was given, or the plain one (TP only, prefill on the first GPUs, decode
+ * after).
+ */
 export function serverLayout(cfg: SimConfig, role: Role): ServerLayout {
   const given = cfg.layout?.[role]
   if (given) return given
   const tp = role === 'prefill' ? cfg.prefillTp : cfg.decodeTp
   // Over several nodes each node holds only this server's share, from GPU 0 (SGLang's default --base-gpu-id).
-  if (cfg.dist?.role === role) return {tp, dp: 1, pp: 1, dpAttention: false, ep: 1, baseGpuId: 0, tpPerNode: tp / cfg.dist.nnodes}
+  if (cfg.dist?.role === role)
+    return {tp, dp: 1, pp: 1, dpAttention: false, ep: 1, baseGpuId: 0, tpPerNode: tp / cfg.dist.nnodes}
   return {tp, dp: 1, pp: 1, dpAttention: false, ep: 1, baseGpuId: role === 'prefill' ? 0 : cfg.prefillTp}
 }
 
@@ -77,16 +81,26 @@ export function launchFlags(cfg: SimConfig, role: Role): Array<[string, string |
   const custom = cfg.layout?.[role] !== undefined
   const port = cfg.dockerProxy ? cfg.dockerProxy[role] : cfg.ports[role]
   return [
-    ['disaggregation-mode', role], ['host', cfg.host], ['port', String(port)], ['tp-size', String(l.tp)],
+    ['disaggregation-mode', role],
+    ['host', cfg.host],
+    ['port', String(port)],
+    ['tp-size', String(l.tp)],
     ...(l.dp > 1 ? [['dp-size', String(l.dp)] as [string, string]] : []),
     ...(l.dpAttention ? [['enable-dp-attention', true] as [string, true]] : []),
     ...(l.pp > 1 ? [['pp-size', String(l.pp)] as [string, string]] : []),
     ...(l.ep > 1 ? [['ep-size', String(l.ep)] as [string, string]] : []),
     // The plain layout keeps the twin's old command line (decode's base GPU is implicit there).
     ...(custom || l.baseGpuId !== 0 ? [['base-gpu-id', String(l.baseGpuId)] as [string, string]] : []),
-    ['disaggregation-bootstrap-port', String(cfg.ports.bootstrap)], ['disaggregation-transfer-backend', cfg.backend],
+    ['disaggregation-bootstrap-port', String(cfg.ports.bootstrap)],
+    ['disaggregation-transfer-backend', cfg.backend],
     // SGLang's multi-node flags, on every node's command line (discovery reads them from ps).
-    ...(cfg.dist?.role === role ? [['dist-init-addr', cfg.dist.distInitAddr], ['nnodes', String(cfg.dist.nnodes)], ['node-rank', String(cfg.dist.nodeRank)]] as Array<[string, string]> : []),
+    ...(cfg.dist?.role === role
+      ? ([
+          ['dist-init-addr', cfg.dist.distInitAddr],
+          ['nnodes', String(cfg.dist.nnodes)],
+          ['node-rank', String(cfg.dist.nodeRank)],
+        ] as Array<[string, string]>)
+      : []),
   ]
 }
 
@@ -96,7 +110,10 @@ export function launchArgv(flags: Array<[string, string | true]>): string[] {
 
 /** The same flags as SGLang's YAML config file (`--config FILE`): one `key: value` per flag. */
 export function launchYaml(flags: Array<[string, string | true]>): string {
-  return flags.map(([k, v]) => `${k}: ${v === true ? 'true' : /^[\w./:-]+$/.test(v) ? v : JSON.stringify(v)}`).join('\n') + '\n'
+  return (
+    flags.map(([k, v]) => `${k}: ${v === true ? 'true' : /^[\w./:-]+$/.test(v) ? v : JSON.stringify(v)}`).join('\n') +
+    '\n'
+  )
 }
 
 /** The PUT /route body fields that place a prefill rank (CommonKVManager.register_to_bootstrap). */
@@ -104,8 +121,15 @@ export function registrationKey(l: ServerLayout, k: number): Record<string, numb
   const c = coordsOf(l, k)
   // DP attention: one system DP group, the attention DP rank places the rank; plain DP: the system DP rank does.
   return {
-    attn_tp_size: attnTpSize(l), attn_tp_rank: c.attnTp, attn_cp_size: 1, attn_cp_rank: 0,
-    attn_dp_size: l.dpAttention ? l.dp : 1, attn_dp_rank: l.dpAttention ? c.dpGroup : 0,
-    pp_size: l.pp, pp_rank: c.pp, system_dp_size: l.dpAttention ? 1 : l.dp, system_dp_rank: l.dpAttention ? 0 : c.dpGroup,
+    attn_tp_size: attnTpSize(l),
+    attn_tp_rank: c.attnTp,
+    attn_cp_size: 1,
+    attn_cp_rank: 0,
+    attn_dp_size: l.dpAttention ? l.dp : 1,
+    attn_dp_rank: l.dpAttention ? c.dpGroup : 0,
+    pp_size: l.pp,
+    pp_rank: c.pp,
+    system_dp_size: l.dpAttention ? 1 : l.dp,
+    system_dp_rank: l.dpAttention ? 0 : c.dpGroup,
   }
 }

@@ -16,8 +16,14 @@ export interface Logger {
 export function makeLogger(prefix = ''): Logger {
   const line = (msg: string) => `[${stamp()}${prefix ? ' ' + prefix : ''}] ${msg}\n`
   return {
-    info: (msg) => { process.stdout.write(line(msg)) },
-    warn: (msg) => { process.stderr.write(line(msg)) },
-    error: (msg) => { process.stderr.write(line(msg)) },
+    info: msg => {
+      process.stdout.write(line(msg))
+    },
+    warn: msg => {
+      process.stderr.write(line(msg))
+    },
+    error: msg => {
+      process.stderr.write(line(msg))
+    },
   }
 }

@@ -34,20 +34,32 @@ export class Metrics {
   private readonly labels: string
 
   /** hidden: counters this server does not export (a deployment whose watchdog counts nothing). */
-  constructor(engineType: 'prefill' | 'decode', modelName: string, private readonly hidden: ReadonlySet<string> = new Set()) {
+  constructor(
+    engineType: 'prefill' | 'decode',
+    modelName: string,
+    private readonly hidden: ReadonlySet<string> = new Set(),
+  ) {
     this.labels = `engine_type="${engineType}",model_name="${esc(modelName)}",moe_ep_rank="0",pp_rank="0",tp_rank="0"`
     for (const [g] of GAUGES) this.gauges.set(g, 0)
     for (const [c] of COUNTERS) this.counters.set(c, 0)
   }
 
-  setGauge(name: GaugeName, value: number): void { this.gauges.set(name, value) }
-  inc(name: CounterName, by = 1): void { this.counters.set(name, (this.counters.get(name) ?? 0) + by) }
-  counter(name: CounterName): number { return this.counters.get(name) ?? 0 }
+  setGauge(name: GaugeName, value: number): void {
+    this.gauges.set(name, value)
+  }
+  inc(name: CounterName, by = 1): void {
+    this.counters.set(name, (this.counters.get(name) ?? 0) + by)
+  }
+  counter(name: CounterName): number {
+    return this.counters.get(name) ?? 0
+  }
 
   observeLatency(ms: number): void {
     this.histCount++
     this.histSum += ms
-    BUCKETS.forEach((b, i) => { if (ms <= b) this.bucketCounts[i]!++ })
+    BUCKETS.forEach((b, i) => {
+      if (ms <= b) this.bucketCounts[i]!++
+    })
   }
 
   render(): string {

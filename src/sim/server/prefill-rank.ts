@@ -14,15 +14,42 @@ import {ProcTcpTables, txQueue} from './tcp-acked.js'
 import {httpCall, isOk} from './http-call.js'
 
 /** What decode's KV-args registration says about a decode rank: its TCP data endpoint and, with rails, its NIC. */
-interface DecodeAgent {dataHost: string; dataPort: number; rail?: {addr: string; port: number}}
-interface DstInfo {agentName: string; decodeIp: string; decodePort: string; pages: number}
+interface DecodeAgent {
+  dataHost: string
+  dataPort: number
+  rail?: {addr: string; port: number}
+}
+interface DstInfo {
+  agentName: string
+  decodeIp: string
+  decodePort: string
+  pages: number
+}
 /** A WRITE on the TCP path completes when the peer's kernel has acknowledged every byte up to `end`. */
-interface PendingWrite {end: number; resolve: () => void; reject: (e: Error) => void}
+interface PendingWrite {
+  end: number
+  resolve: () => void
+  reject: (e: Error) => void
+}
 /** One KV data connection; `delayMs`/`checkAt`: its own backoff between reads of its tx_queue (checkAcks). */
-interface DataConn {socket: net.Socket; key: string; queued: number; sent: number; pending: PendingWrite[]; delayMs: number; checkAt: number; receipts: ReceiptReader}
+interface DataConn {
+  socket: net.Socket
+  key: string
+  queued: number
+  sent: number
+  pending: PendingWrite[]
+  delayMs: number
+  checkAt: number
+  receipts: ReceiptReader
+}
 
 /** Posts one RDMA WRITE to this rank's rail NIC (in the server process); resolves on its completion. */
-export type RdmaPoster = (w: {dest: {addr: string; port: number}; room: string; bytes: number; notify: boolean}) => Promise<void>
+export type RdmaPoster = (w: {
+  dest: {addr: string; port: number}
+  room: string
+  bytes: number
+  notify: boolean
+}) => Promise<void>
 
 const PROC_TCP = existsSync('/proc/net/tcp')
 /**
@@ -64,8 +91,11 @@ export class PrefillRank {
   onChange: () => void = () => undefined
 
   constructor(
-    private readonly cfg: SimConfig, private readonly env: EnvSettings, private readonly tpRank: number,
-    private readonly log: Logger, private readonly rdma?: RdmaPoster,
+    private readonly cfg: SimConfig,
+    private readonly env: EnvSettings,
+    private readonly tpRank: number,
+    private readonly log: Logger,
+    private readonly rdma?: RdmaPoster,
   ) {
     this.bugAbortRace = cfg.bugs.includes('abort-race')
   }
@@ -73,8 +103,13 @@ export class PrefillRank {
   /** PUT /route on the in-process bootstrap server, 5 tries with backoff, as register_to_bootstrap does. */
   async register(zmqPort: number): Promise<void> {
     const body = JSON.stringify({
-      role: 'Prefill', ...registrationKey(serverLayout(this.cfg, 'prefill'), this.tpRank),
-      rank_ip: this.cfg.host, rank_port: zmqPort, page_size: 1, kv_cache_dtype: 'auto', prefill_http_port: this.cfg.ports.prefill,
+      role: 'Prefill',
+      ...registrationKey(serverLayout(this.cfg, 'prefill'), this.tpRank),
+      rank_ip: this.cfg.host,
+      rank_port: zmqPort,
+      page_size: 1,
+      kv_cache_dtype: 'auto',
+      prefill_http_port: this.cfg.ports.prefill,
     })
     // Over several nodes the bootstrap server is node 0's, at the dist-init-addr's host (common/conn.py
     // register_to_bootstrap); rank_ip stays this node's own address.
@@ -86,7 +121,9 @@ export class PrefillRank {
         const res = await httpCall(url, {method: 'PUT', body, timeoutMs: 5000})
         if (isOk(res.status)) return
         last = new Error(`HTTP ${res.status}`)
-      } catch (err) { last = err }
+      } catch (err) {
+        last = err
+      }
       await sleep(200 * 2 ** attempt)
     }
     throw new Error(`Failed to register to bootstrap server ${url}: ${String(last)}`)
@@ -94,7 +131,14 @@ export class PrefillRank {
 
   async receive(pull: zmq.Pull): Promise<void> {
     for await (const frames of pull) {
-      try { this.onFrames(frames.map((f) => f.toString('latin1')), frames) } catch (err) { this.log.error(`bootstrap thread: ${String(err)}`) }
+      try {
+        this.onFrames(
+          frames.map(f => f.toString('latin1')),
+          frames,
+        )
+      } catch (err) {
+        this.log.error(`bootstrap thread: ${String(err)}`)
+      }
     }
   }
 
@@ -137,8 +181,12 @@ export class PrefillRank {
         this.update(op.room, KVPoll.Bootstrapping)
         this.createdAt.set(op.room, nowMs())
         break
-      case 'send': this.send(op.room, op.tokens); break
-      case 'abort': this.abort(op.room, 'Aborted by AbortReq.', 'own'); break
+      case 'send':
+        this.send(op.room, op.tokens)
+        break
+      case 'abort':
+        this.abort(op.room, 'Aborted by AbortReq.', 'own')
+        break
       case 'failpoint':
         if (!op.tpRanks.includes(this.tpRank)) break
         if (op.name === 'drop-dest-info') this.dropFrames = op.enabled
@@ -150,7 +198,10 @@ export class PrefillRank {
         this.log.info(`failpoint ${op.name} ${op.enabled ? 'on' : 'off'} on TP${this.tpRank}`)
         break
       case 'clear':
-        this.status.delete(op.room); this.createdAt.delete(op.room); this.infos.delete(op.room); this.required.delete(op.room)
+        this.status.delete(op.room)
+        this.createdAt.delete(op.room)
+        this.infos.delete(op.room)
+        this.required.delete(op.room)
         this.reasons.delete(op.room)
         break
     }
@@ -165,7 +216,8 @@ export class PrefillRank {
     // Decode's ABORT still fails the room, as it would on a sender whose abort() misses the inflight state.
     if (this.bugAbortRace && by === 'own' && cur >= KVPoll.Transferring) return
     if (cur !== KVPoll.Success) this.log.info(`KVSender room=${room}: ${why}`)
-    if (cur !== KVPoll.Failed && !this.reasons.has(room)) this.reasons.set(room, `KVTransferError(bootstrap_room=${room}): ${why}`)
+    if (cur !== KVPoll.Failed && !this.reasons.has(room))
+      this.reasons.set(room, `KVTransferError(bootstrap_room=${room}): ${why}`)
     this.update(room, KVPoll.Failed)
   }
 
@@ -183,7 +235,11 @@ export class PrefillRank {
       const elapsed = (nowMs() - (this.createdAt.get(room) ?? nowMs())) / 1000
       if (elapsed >= this.env.bootstrapTimeoutS) {
         this.log.warn(`Request ${room} timed out after ${elapsed.toFixed(1)}s in ${pollName(KVPoll.Bootstrapping)}`)
-        this.reasons.set(room, `KVTransferError(bootstrap_room=${room}): Request ${room} timed out after ${elapsed.toFixed(1)}s in ${pollName(KVPoll.Bootstrapping)}`)
+        this.reasons.set(
+          room,
+          `KVTransferError(bootstrap_room=${room}): Request ${room} timed out after ${elapsed.toFixed(1)}s ` +
+            `in ${pollName(KVPoll.Bootstrapping)}`,
+        )
         this.update(room, KVPoll.Failed)
         return KVPoll.Failed
       }
@@ -198,28 +254,38 @@ export class PrefillRank {
   private send(room: string, tokens: number): void {
     if (this.status.get(room) === KVPoll.Failed) return
     const infos = this.infos.get(room) ?? []
-    if (infos.length === 0) { this.fail(room, `KVTransferError(bootstrap_room=${room}): no destination info`); return }
+    if (infos.length === 0) {
+      this.fail(room, `KVTransferError(bootstrap_room=${room}): no destination info`)
+      return
+    }
     this.update(room, KVPoll.Transferring)
     const bytes = Math.ceil((this.cfg.timing.kvBytesPerToken * tokens) / this.cfg.prefillTp)
     const writes: Array<() => Promise<void>> = []
     for (const info of infos) {
       if (info.pages === 0) continue // a dummy decode rank gets no KV
       const agent = this.agents.get(info.agentName)
-      if (!agent) { this.fail(room, `KVTransferError(bootstrap_room=${room}): unknown decode agent ${info.agentName}`); return }
+      if (!agent) {
+        this.fail(room, `KVTransferError(bootstrap_room=${room}): unknown decode agent ${info.agentName}`)
+        return
+      }
       if (this.rdma && agent.rail) {
         const dest = agent.rail
         // Two WRITEs on the same QP, as NIXL posts the KV and then the aux data with its notification.
-        writes.push(() => Promise.all([
-          this.rdma!({dest, room, bytes, notify: false}),
-          this.rdma!({dest, room, bytes: AUX_BYTES, notify: true}),
-        ]).then(() => undefined))
+        writes.push(() =>
+          Promise.all([
+            this.rdma!({dest, room, bytes, notify: false}),
+            this.rdma!({dest, room, bytes: AUX_BYTES, notify: true}),
+          ]).then(() => undefined),
+        )
       } else {
         writes.push(() => this.tcpWrite(agent, room, bytes))
       }
     }
     const start = () => {
-      Promise.all(writes.map((w) => w())).then(
-        () => { if (this.status.has(room)) this.update(room, KVPoll.Success) },
+      Promise.all(writes.map(w => w())).then(
+        () => {
+          if (this.status.has(room)) this.update(room, KVPoll.Success)
+        },
         (err: unknown) => {
           if (!this.status.has(room) || this.status.get(room) === KVPoll.Failed) return
           const cause = err instanceof Error ? err.message : String(err)
@@ -245,7 +311,9 @@ export class PrefillRank {
     const conn = this.connect(agent)
     for (const frame of kvFrames(BigInt(room), this.tpRank, bytes)) {
       conn.queued += frame.length
-      conn.socket.write(frame, (err) => { if (!err) conn.sent += frame.length })
+      conn.socket.write(frame, err => {
+        if (!err) conn.sent += frame.length
+      })
     }
     return new Promise<void>((resolve, reject) => {
       // A connection that had nothing pending is asked soon (its receipt usually comes first); one already waiting
@@ -283,7 +351,8 @@ export class PrefillRank {
     for (const conn of this.conns.values()) {
       if (conn.pending.length === 0 || conn.checkAt > now) continue
       let acked: number
-      if (!PROC_TCP) acked = conn.sent // no procfs: the write callbacks are all there is
+      if (!PROC_TCP)
+        acked = conn.sent // no procfs: the write callbacks are all there is
       else {
         const txq = txQueue(conn.socket, tables)
         acked = txq === undefined ? -1 : conn.sent - txq
@@ -313,7 +382,16 @@ export class PrefillRank {
     if (existing) return existing
     const socket = net.createConnection({host: agent.dataHost, port: agent.dataPort})
     socket.setNoDelay(true)
-    const conn: DataConn = {socket, key, queued: 0, sent: 0, pending: [], delayMs: 1, checkAt: 0, receipts: new ReceiptReader()}
+    const conn: DataConn = {
+      socket,
+      key,
+      queued: 0,
+      sent: 0,
+      pending: [],
+      delayMs: 1,
+      checkAt: 0,
+      receipts: new ReceiptReader(),
+    }
     // Decode's receipts: what its process read is past its kernel, the WRITEs up to there are complete.
     socket.on('data', (d: Buffer) => {
       conn.receipts.push(d)
@@ -324,7 +402,7 @@ export class PrefillRank {
       const err = new Error(`data connection to ${key} ${why}`)
       for (const w of conn.pending.splice(0)) w.reject(err)
     }
-    socket.on('error', (err) => drop(`failed: ${err.message}`))
+    socket.on('error', err => drop(`failed: ${err.message}`))
     socket.on('close', () => drop('closed'))
     this.conns.set(key, conn)
     return conn

@@ -8,8 +8,19 @@ import type {Req} from './request.js'
  * The watchdog's line for one eviction, as docs/twin.md recommends a watchdog log it: the rid, the room, where it was
  * held and for how long by the watchdog's own clock (to the ms), and the contract it applied.
  */
-export function watchdogLogLine(e: {rid: string; room: string; queue: string; state: string; heldS: number; deadlineS: number; scope: string}): string {
-  return `Disaggregation watchdog evicted request rid='${e.rid}' bootstrap_room=${e.room} queue=${e.queue} state=${e.state} held=${e.heldS.toFixed(3)}s (deadline ${e.deadlineS}s, scope ${e.scope})`
+export function watchdogLogLine(e: {
+  rid: string
+  room: string
+  queue: string
+  state: string
+  heldS: number
+  deadlineS: number
+  scope: string
+}): string {
+  return (
+    `Disaggregation watchdog evicted request rid='${e.rid}' bootstrap_room=${e.room} queue=${e.queue} ` +
+    `state=${e.state} held=${e.heldS.toFixed(3)}s (deadline ${e.deadlineS}s, scope ${e.scope})`
+  )
 }
 
 /**
@@ -29,8 +40,12 @@ export class PrefillScheduler extends SchedulerCore {
     this.nextTick = nowMs() + this.policy.pollS * 1000
   }
 
-  queued(): Req[] { return [...this.bootstrapQ, ...this.waitingQ, ...this.inflightQ] }
-  isBusy(): boolean { return this.bootstrapQ.length + this.waitingQ.length + this.inflightQ.length > 0 }
+  queued(): Req[] {
+    return [...this.bootstrapQ, ...this.waitingQ, ...this.inflightQ]
+  }
+  isBusy(): boolean {
+    return this.bootstrapQ.length + this.waitingQ.length + this.inflightQ.length > 0
+  }
   queueSizes(): Record<string, number> {
     return {bootstrap: this.bootstrapQ.length, waiting: this.waitingQ.length, inflight: this.inflightQ.length}
   }
@@ -49,7 +64,7 @@ export class PrefillScheduler extends SchedulerCore {
     for (const req of [...this.waitingQ]) {
       if (!matchesAbort(req.rid, rid, abortAll)) continue
       n++
-      this.waitingQ = this.waitingQ.filter((r) => r !== req)
+      this.waitingQ = this.waitingQ.filter(r => r !== req)
       this.exit(req, 'waiting')
       this.pushOp({op: 'clear', room: req.room})
       this.truth.record(req.rid, req.room, 'abort', {queue: 'waiting'})
@@ -68,8 +83,13 @@ export class PrefillScheduler extends SchedulerCore {
   async step(): Promise<void> {
     const ops = this.takeOps()
     const polled = [...this.bootstrapQ, ...this.waitingQ, ...this.inflightQ]
-    const {states, reasons} = await this.ranks.allReduce(ops, polled.map((r) => r.room))
-    polled.forEach((r, i) => { if (r.queue !== 'done') this.observe(r, states[i]!, reasons.get(i)) })
+    const {states, reasons} = await this.ranks.allReduce(
+      ops,
+      polled.map(r => r.room),
+    )
+    polled.forEach((r, i) => {
+      if (r.queue !== 'done') this.observe(r, states[i]!, reasons.get(i))
+    })
 
     this.popBootstrapped()
     this.resolveWaiting()
@@ -88,9 +108,16 @@ export class PrefillScheduler extends SchedulerCore {
         this.exit(req, 'bootstrap')
         this.metrics.inc('sglang:num_bootstrap_failed_reqs_total')
         const exc = req.failure?.text ?? `KVTransferError(bootstrap_room=${req.room})`
-        this.log.warn(`Prefill bootstrap failed for request rank=${req.failure?.tpRank ?? 0} req.rid='${req.rid}' req.bootstrap_room=${req.room} with exception ${exc}`)
+        this.log.warn(
+          `Prefill bootstrap failed for request rank=${req.failure?.tpRank ?? 0} req.rid='${req.rid}' ` +
+            `req.bootstrap_room=${req.room} with exception ${exc}`,
+        )
         this.pushOp({op: 'clear', room: req.room})
-        this.fail(req, `Prefill bootstrap failed for request rid=${req.rid} bootstrap_room=${req.room} with exception ${exc}`, 'bootstrap_failed')
+        this.fail(
+          req,
+          `Prefill bootstrap failed for request rid=${req.rid} bootstrap_room=${req.room} with exception ${exc}`,
+          'bootstrap_failed',
+        )
       } else if (req.state === KVPoll.WaitingForInput) {
         this.exit(req, 'bootstrap')
         this.waitingQ.push(req)
@@ -102,7 +129,7 @@ export class PrefillScheduler extends SchedulerCore {
 
   /** resolve_waiting_queue_bootstrap: drop requests that went Failed while waiting for a forward. */
   private resolveWaiting(): void {
-    this.waitingQ = this.waitingQ.filter((req) => {
+    this.waitingQ = this.waitingQ.filter(req => {
       if (req.queue !== 'waiting') return false
       if (req.state !== KVPoll.Failed) return true
       this.exit(req, 'waiting')
@@ -138,7 +165,9 @@ export class PrefillScheduler extends SchedulerCore {
     this.free(req)
     this.metrics.inc('sglang:num_transfer_failed_reqs_total')
     const exc = req.failure?.text ?? `KVTransferError(bootstrap_room=${req.room}): Failed to send kv chunk or aborted`
-    const message = `Prefill transfer failed for request rank=${req.failure?.tpRank ?? 0} req.rid='${req.rid}' req.bootstrap_room=${req.room} with exception ${exc}`
+    const message =
+      `Prefill transfer failed for request rank=${req.failure?.tpRank ?? 0} req.rid='${req.rid}' ` +
+      `req.bootstrap_room=${req.room} with exception ${exc}`
     this.log.warn(message)
     this.pushOp({op: 'clear', room: req.room})
     this.fail(req, message, 'transfer_failed', req.failure ? {exception: exc, tpRank: req.failure.tpRank} : undefined)
@@ -155,10 +184,11 @@ export class PrefillScheduler extends SchedulerCore {
       const queue = req.queue
       if (queue !== 'bootstrap' && queue !== 'waiting' && queue !== 'inflight') continue
       if (!shouldEvict(this.policy, {queue, bootstrapAt: req.bootstrapAt, inflightAt: req.inflightAt}, now)) continue
-      const heldS = (heldMs(this.policy, {queue, bootstrapAt: req.bootstrapAt, inflightAt: req.inflightAt}, now) ?? 0) / 1000
-      if (queue === 'bootstrap') this.bootstrapQ = this.bootstrapQ.filter((r) => r !== req)
-      if (queue === 'waiting') this.waitingQ = this.waitingQ.filter((r) => r !== req)
-      if (queue === 'inflight') this.inflightQ = this.inflightQ.filter((r) => r !== req)
+      const heldS =
+        (heldMs(this.policy, {queue, bootstrapAt: req.bootstrapAt, inflightAt: req.inflightAt}, now) ?? 0) / 1000
+      if (queue === 'bootstrap') this.bootstrapQ = this.bootstrapQ.filter(r => r !== req)
+      if (queue === 'waiting') this.waitingQ = this.waitingQ.filter(r => r !== req)
+      if (queue === 'inflight') this.inflightQ = this.inflightQ.filter(r => r !== req)
       this.exit(req, queue)
       if (!this.cfg.bugs.includes('leak-on-evict')) this.free(req)
       else req.kvTokens = 0 // the defect: the tokens stay counted as used, for good
@@ -166,9 +196,29 @@ export class PrefillScheduler extends SchedulerCore {
       this.pushOp({op: 'clear', room: req.room})
       this.metrics.inc('sglang:num_watchdog_evicted_reqs_total')
       const state = pollName(req.state ?? KVPoll.Bootstrapping)
-      this.log.warn(watchdogLogLine({rid: req.rid, room: req.room, queue, state, heldS, deadlineS: this.policy.deadlineS, scope: this.policy.scope}))
-      this.truth.record(req.rid, req.room, 'evicted', {queue, state, detail: {heldS, thresholdS: threshold, scope: this.policy.scope}})
-      this.fail(req, `Request ${req.rid} evicted by the disaggregation watchdog after ${heldS.toFixed(3)}s in the ${queue} queue (${state})`, 'watchdog_evicted', {heldS})
+      this.log.warn(
+        watchdogLogLine({
+          rid: req.rid,
+          room: req.room,
+          queue,
+          state,
+          heldS,
+          deadlineS: this.policy.deadlineS,
+          scope: this.policy.scope,
+        }),
+      )
+      this.truth.record(req.rid, req.room, 'evicted', {
+        queue,
+        state,
+        detail: {heldS, thresholdS: threshold, scope: this.policy.scope},
+      })
+      this.fail(
+        req,
+        `Request ${req.rid} evicted by the disaggregation watchdog after ${heldS.toFixed(3)}s in the ${queue} ` +
+          `queue (${state})`,
+        'watchdog_evicted',
+        {heldS},
+      )
     }
   }
 
@@ -194,7 +244,11 @@ export class PrefillScheduler extends SchedulerCore {
       this.enter(req, 'inflight')
       this.pushOp({op: 'send', room: req.room, tokens: req.tokens})
     }
-    this.log.info(`Prefill batch. #new-seq: ${batch.length}, #new-token: ${tokens}, #cached-token: 0, token usage: ${this.tokenUsage().toFixed(2)}, #unbootstrapped-req: ${this.bootstrapQ.length}, #queue-req: ${this.waitingQ.length}, #transferring-req: ${this.inflightQ.length}`)
+    this.log.info(
+      `Prefill batch. #new-seq: ${batch.length}, #new-token: ${tokens}, #cached-token: 0, token ` +
+        `usage: ${this.tokenUsage().toFixed(2)}, #unbootstrapped-req: ${this.bootstrapQ.length}, ` +
+        `#queue-req: ${this.waitingQ.length}, #transferring-req: ${this.inflightQ.length}`,
+    )
     this.writeGauges()
     return true
   }
@@ -211,8 +265,11 @@ export class PrefillScheduler extends SchedulerCore {
 
   publishLoads(): void {
     this.loadsSnapshot = {
-      num_running_reqs: 0, num_waiting_reqs: this.waitingQ.length, num_used_tokens: this.kvUsed,
-      prefill_bootstrap_queue_reqs: this.bootstrapQ.length, prefill_inflight_queue_reqs: this.inflightQ.length,
+      num_running_reqs: 0,
+      num_waiting_reqs: this.waitingQ.length,
+      num_used_tokens: this.kvUsed,
+      prefill_bootstrap_queue_reqs: this.bootstrapQ.length,
+      prefill_inflight_queue_reqs: this.inflightQ.length,
     }
   }
 

@@ -4,7 +4,9 @@
  * answer: that round trip is the twin's gloo all-reduce.
  */
 /** The twin's own failure points, for users who cannot change the host's packet filter (no root). */
-/** refuse-generate: the prefill HTTP server resets every /generate connection (as a packet filter's TCP reset would). */
+/**
+ * refuse-generate: the prefill HTTP server resets every /generate connection (as a packet filter's TCP reset would).
+ */
 export type TwinFailpoint = 'drop-dest-info' | 'stall-kv' | 'refuse-generate'
 
 export type PrefillOp =
@@ -23,27 +25,64 @@ export type DecodeOp =
 
 export type RankOp = PrefillOp | DecodeOp
 
-export interface StepMsg {t: 'step'; seq: number; ops: RankOp[]; rooms: string[]}
+export interface StepMsg {
+  t: 'step'
+  seq: number
+  ops: RankOp[]
+  rooms: string[]
+}
 /** `reasons`: [index into the step's rooms, why] for the rooms this rank reports Failed (its failure_exception). */
-export interface PolledMsg {t: 'polled'; seq: number; states: number[]; reasons?: Array<[number, string]>}
-export interface ReadyMsg {t: 'ready'; tpRank: number; pid: number; zmqPort: number; dataPort?: number}
+export interface PolledMsg {
+  t: 'polled'
+  seq: number
+  states: number[]
+  reasons?: Array<[number, string]>
+}
+export interface ReadyMsg {
+  t: 'ready'
+  tpRank: number
+  pid: number
+  zmqPort: number
+  dataPort?: number
+}
 /**
  * Between steps, something this rank's next poll would report differently may have happened (a ZMQ message, a
  * transfer's completion): the scheduler's next iteration comes at once instead of after its back-off. SGLang's
  * scheduler loop never sleeps, so it polls again within an iteration; the twin's loop backs off while nothing moves
  * (scheduler-core.ts) and this is what keeps its reaction as prompt. One per step at most (rank-main.ts).
  */
-export interface ChangedMsg {t: 'changed'}
-export interface FatalMsg {t: 'fatal'; tpRank: number; message: string}
+export interface ChangedMsg {
+  t: 'changed'
+}
+export interface FatalMsg {
+  t: 'fatal'
+  tpRank: number
+  message: string
+}
 
 /**
  * Rail NICs (`sim up --rail-nics`): the NIC of a rank's GPU runs in its server process (a NIC keeps acknowledging
  * while the rank is stopped). A rank posts RDMA WRITEs to it and gets their completions; a decode rank gets the
  * notifications of WRITEs that landed on its GPU.
  */
-export interface RdmaWriteMsg {t: 'rdma_write'; wrId: number; dest: {addr: string; port: number}; room: string; bytes: number; notify: boolean}
-export interface RdmaCqeMsg {t: 'rdma_cqe'; wrId: number; error?: string}
-export interface RdmaNotifMsg {t: 'rdma_notif'; room: string; prefillRank: number}
+export interface RdmaWriteMsg {
+  t: 'rdma_write'
+  wrId: number
+  dest: {addr: string; port: number}
+  room: string
+  bytes: number
+  notify: boolean
+}
+export interface RdmaCqeMsg {
+  t: 'rdma_cqe'
+  wrId: number
+  error?: string
+}
+export interface RdmaNotifMsg {
+  t: 'rdma_notif'
+  room: string
+  prefillRank: number
+}
 
 export type ToRank = StepMsg | RdmaCqeMsg | RdmaNotifMsg
 export type FromRank = PolledMsg | ReadyMsg | FatalMsg | RdmaWriteMsg | ChangedMsg

@@ -32,7 +32,15 @@ export const RAIL_HEADER_BYTES = 24
 const WINDOW = 8
 const ZERO = Buffer.alloc(RAIL_PAYLOAD_BYTES)
 
-export interface RailHeader {type: number; flags: number; prefillRank: number; qpn: number; psn: number; room: bigint; length: number}
+export interface RailHeader {
+  type: number
+  flags: number
+  prefillRank: number
+  qpn: number
+  psn: number
+  room: bigint
+  length: number
+}
 
 export function railHeader(h: RailHeader): Buffer {
   const b = Buffer.allocUnsafe(RAIL_HEADER_BYTES)
@@ -49,8 +57,13 @@ export function railHeader(h: RailHeader): Buffer {
 export function parseRailHeader(b: Buffer): RailHeader | undefined {
   if (b.length < RAIL_HEADER_BYTES) return undefined
   return {
-    type: b.readUInt8(0), flags: b.readUInt8(1), prefillRank: b.readUInt16BE(2), qpn: b.readUInt32BE(4),
-    psn: b.readUInt32BE(8), room: b.readBigUInt64BE(12), length: b.readUInt32BE(20),
+    type: b.readUInt8(0),
+    flags: b.readUInt8(1),
+    prefillRank: b.readUInt16BE(2),
+    qpn: b.readUInt32BE(4),
+    psn: b.readUInt32BE(8),
+    room: b.readBigUInt64BE(12),
+    length: b.readUInt32BE(20),
   }
 }
 
@@ -66,14 +79,28 @@ export interface RdmaWrite {
 
 /** A work request that completed in error: the transport's own words. */
 export class TransportError extends Error {
-  constructor(message: string, readonly status = 'Endpoint timeout') {
+  constructor(
+    message: string,
+    readonly status = 'Endpoint timeout',
+  ) {
     super(message)
     this.name = 'TransportError'
   }
 }
 
-interface Wr {lastPsn: number; resolve: () => void; reject: (e: Error) => void}
-interface Pkt {psn: number; flags: number; length: number; room: bigint; prefillRank: number; wr?: Wr}
+interface Wr {
+  lastPsn: number
+  resolve: () => void
+  reject: (e: Error) => void
+}
+interface Pkt {
+  psn: number
+  flags: number
+  length: number
+  room: bigint
+  prefillRank: number
+  wr?: Wr
+}
 
 class Qp {
   readonly pkts: Pkt[] = [] // pkts[0].psn === acked: every packet not yet acknowledged, in PSN order
@@ -83,12 +110,25 @@ class Qp {
   retries = 0
   sends = 0
   timer: NodeJS.Timeout | undefined
-  constructor(readonly qpn: number, readonly dest: {addr: string; port: number}) {}
+  constructor(
+    readonly qpn: number,
+    readonly dest: {addr: string; port: number},
+  ) {}
 }
 
-interface Responder {expected: number; nakSent: boolean}
+interface Responder {
+  expected: number
+  nakSent: boolean
+}
 
-export interface NicCounters {txPackets: number; rxPackets: number; retransmits: number; timeouts: number; naks: number; errors: number}
+export interface NicCounters {
+  txPackets: number
+  rxPackets: number
+  retransmits: number
+  timeouts: number
+  naks: number
+  errors: number
+}
 
 export class RailNicEngine {
   private readonly sock: dgram.Socket
@@ -102,21 +142,35 @@ export class RailNicEngine {
   onNotifyRank: (room: string, prefillRank: number) => void = () => undefined
 
   /** `port`: 4791 (RoCEv2) on a rail; tests bind 0 and read `port` back. */
-  constructor(readonly nic: Pick<RailNic, 'name' | 'addr'>, readonly rc: UcxRcSettings, private readonly log: Logger, private readonly bindPort = ROCE_V2_PORT) {
+  constructor(
+    readonly nic: Pick<RailNic, 'name' | 'addr'>,
+    readonly rc: UcxRcSettings,
+    private readonly log: Logger,
+    private readonly bindPort = ROCE_V2_PORT,
+  ) {
     this.sock = dgram.createSocket({type: 'udp4', reuseAddr: true})
     this.sock.on('message', (msg, rinfo) => this.receive(msg, rinfo))
-    this.sock.on('error', (err) => this.log.error(`UCX  ERROR ${this.nic.name}: ${err.message}`))
+    this.sock.on('error', err => this.log.error(`UCX  ERROR ${this.nic.name}: ${err.message}`))
   }
 
-  get port(): number { return this.sock.address().port }
+  get port(): number {
+    return this.sock.address().port
+  }
 
   async bind(): Promise<void> {
     await new Promise<void>((resolve, reject) => {
       this.sock.once('error', reject)
-      this.sock.bind({address: this.nic.addr, port: this.bindPort}, () => { this.sock.off('error', reject); resolve() })
+      this.sock.bind({address: this.nic.addr, port: this.bindPort}, () => {
+        this.sock.off('error', reject)
+        resolve()
+      })
     })
     // As much receive buffer as the host allows (net.core.rmem_max caps it); NAKs recover what overflows.
-    try { this.sock.setRecvBufferSize(8 * 1024 * 1024) } catch { /* capped or refused: keep the default */ }
+    try {
+      this.sock.setRecvBufferSize(8 * 1024 * 1024)
+    } catch {
+      /* capped or refused: keep the default */
+    }
   }
 
   /** Post one RDMA WRITE: resolves when the responder acknowledged its last packet, rejects with a TransportError. */
@@ -136,7 +190,14 @@ export class RailNicEngine {
       for (let i = 0; i < n; i++) {
         const last = i === n - 1
         const length = Math.max(0, Math.min(RAIL_PAYLOAD_BYTES, w.bytes - i * RAIL_PAYLOAD_BYTES))
-        qp.pkts.push({psn: qp.nextPsn++, flags: (last ? FLAG_LAST : 0) | (last && w.notify ? FLAG_NOTIFY : 0), length, room, prefillRank: w.prefillRank, ...(last ? {wr} : {})})
+        qp.pkts.push({
+          psn: qp.nextPsn++,
+          flags: (last ? FLAG_LAST : 0) | (last && w.notify ? FLAG_NOTIFY : 0),
+          length,
+          room,
+          prefillRank: w.prefillRank,
+          ...(last ? {wr} : {}),
+        })
       }
       this.pump(qp)
     })
@@ -144,7 +205,8 @@ export class RailNicEngine {
 
   private newQpn(): number {
     let q: number
-    do q = randomInt(0x100, 0xffffff); while (this.byQpn.has(q))
+    do q = randomInt(0x100, 0xffffff)
+    while (this.byQpn.has(q))
     return q
   }
 
@@ -158,7 +220,15 @@ export class RailNicEngine {
   }
 
   private transmit(qp: Qp, pkt: Pkt): void {
-    const h = railHeader({type: RailPkt.data, flags: pkt.flags, prefillRank: pkt.prefillRank, qpn: qp.qpn, psn: pkt.psn, room: pkt.room, length: pkt.length})
+    const h = railHeader({
+      type: RailPkt.data,
+      flags: pkt.flags,
+      prefillRank: pkt.prefillRank,
+      qpn: qp.qpn,
+      psn: pkt.psn,
+      room: pkt.room,
+      length: pkt.length,
+    })
     this.counters.txPackets++
     qp.sends++
     this.sock.send(pkt.length > 0 ? [h, ZERO.subarray(0, pkt.length)] : [h], qp.dest.port, qp.dest.addr)
@@ -176,7 +246,10 @@ export class RailNicEngine {
     qp.timer = undefined
     if (qp.acked >= qp.nextSend) return
     this.counters.timeouts++
-    if (qp.retries >= this.rc.retryCount) { this.fail(qp); return }
+    if (qp.retries >= this.rc.retryCount) {
+      this.fail(qp)
+      return
+    }
     qp.retries++
     this.counters.retransmits += qp.nextSend - qp.acked
     qp.nextSend = qp.acked
@@ -190,10 +263,15 @@ export class RailNicEngine {
     this.byQpn.delete(qp.qpn)
     const head = qp.pkts[0]
     const ucx = `Transport retry count exceeded on ${this.nic.name}:1/RoCE (synd 0x15 vend 0x81 hw_synd 0/0)`
-    const detail = `${ucx}: RC QP 0x${qp.qpn.toString(16)} to ${qp.dest.addr}:${qp.dest.port}, psn ${head?.psn ?? qp.acked} unacknowledged after ` +
-      `${qp.retries + 1} transmissions, ${fmtS(this.rc.qpTimeoutS)} apart (${this.rc.transport} timeout ${this.rc.timeoutText}` +
-      `${this.rc.timeoutFrom === 'default' ? ' by default' : ` from ${this.rc.timeoutFrom}`} -> ${fmtS(this.rc.qpTimeoutS)}, retry count ${this.rc.retryCount}` +
-      `${this.rc.retryCountFrom === 'default' ? ' by default' : ` from ${this.rc.retryCountFrom}`}: gives up after ${fmtS(rcGiveUpS(this.rc))})`
+    const detail =
+      `${ucx}: RC QP 0x${qp.qpn.toString(16)} to ${qp.dest.addr}:${qp.dest.port}, psn ${head?.psn ?? qp.acked} ` +
+      `unacknowledged after ` +
+      `${qp.retries + 1} transmissions, ${fmtS(this.rc.qpTimeoutS)} apart (${this.rc.transport} ` +
+      `timeout ${this.rc.timeoutText}` +
+      `${this.rc.timeoutFrom === 'default' ? ' by default' : ` from ${this.rc.timeoutFrom}`} ` +
+      `-> ${fmtS(this.rc.qpTimeoutS)}, retry count ${this.rc.retryCount}` +
+      `${this.rc.retryCountFrom === 'default' ? ' by default' : ` from ${this.rc.retryCountFrom}`}: gives up ` +
+      `after ${fmtS(rcGiveUpS(this.rc))})`
     this.log.error(`UCX  ERROR ${ucx}`)
     const err = new TransportError(`UCX Endpoint timeout: ${detail}`)
     const wrs = new Set<Wr>()
@@ -215,14 +293,21 @@ export class RailNicEngine {
   private respond(h: RailHeader, rinfo: dgram.RemoteInfo): void {
     const key = `${rinfo.address}:${rinfo.port}:${h.qpn}`
     let r = this.responders.get(key)
-    if (!r) { r = {expected: 0, nakSent: false}; this.responders.set(key, r) }
+    if (!r) {
+      r = {expected: 0, nakSent: false}
+      this.responders.set(key, r)
+    }
     const reply = (type: number, psn: number) => {
-      this.sock.send(railHeader({type, flags: 0, prefillRank: h.prefillRank, qpn: h.qpn, psn, room: h.room, length: 0}), rinfo.port, rinfo.address)
+      this.sock.send(
+        railHeader({type, flags: 0, prefillRank: h.prefillRank, qpn: h.qpn, psn, room: h.room, length: 0}),
+        rinfo.port,
+        rinfo.address,
+      )
     }
     if (h.psn === r.expected) {
       r.expected++
       r.nakSent = false
-      if ((h.flags & FLAG_LAST) && (h.flags & FLAG_NOTIFY)) this.onNotifyRank(h.room.toString(), h.prefillRank)
+      if (h.flags & FLAG_LAST && h.flags & FLAG_NOTIFY) this.onNotifyRank(h.room.toString(), h.prefillRank)
       reply(RailPkt.ack, h.psn)
     } else if (h.psn < r.expected) {
       reply(RailPkt.ack, r.expected - 1) // a duplicate: say again how far we are
@@ -256,7 +341,10 @@ export class RailNicEngine {
     qp.retries = 0
     for (const p of done) p.wr?.resolve()
     if (qp.acked < qp.nextSend) this.arm(qp)
-    else if (qp.timer) { clearTimeout(qp.timer); qp.timer = undefined }
+    else if (qp.timer) {
+      clearTimeout(qp.timer)
+      qp.timer = undefined
+    }
     this.pump(qp)
   }
 
@@ -268,7 +356,11 @@ export class RailNicEngine {
     }
     this.byQpn.clear()
     this.byDest.clear()
-    try { this.sock.close() } catch { /* already closed */ }
+    try {
+      this.sock.close()
+    } catch {
+      /* already closed */
+    }
   }
 }
 

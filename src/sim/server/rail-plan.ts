@@ -50,14 +50,20 @@ export function railPlan(gpus: number, only?: readonly number[]): RailsConfig {
   for (let g = 0; g < gpus; g++) {
     if (only && !only.includes(g)) continue
     nics.push({
-      gpu: g, name: `rail${g}`, addr: `198.18.${g}.1`, prefixLen: 24,
-      mac: `02:00:c6:12:${hex2(g)}:01`, peer: `rsw${g}`, peerMac: `02:00:c6:12:${hex2(g)}:02`,
+      gpu: g,
+      name: `rail${g}`,
+      addr: `198.18.${g}.1`,
+      prefixLen: 24,
+      mac: `02:00:c6:12:${hex2(g)}:01`,
+      peer: `rsw${g}`,
+      peerMac: `02:00:c6:12:${hex2(g)}:02`,
     })
   }
   return {bridge: 'railsw', nics, tableBase: 4791_00, rulePrefBase: 50, localRulePref: 100}
 }
 
-export const railOfGpu = (rails: RailsConfig | undefined, gpu: number): RailNic | undefined => rails?.nics.find((n) => n.gpu === gpu)
+export const railOfGpu = (rails: RailsConfig | undefined, gpu: number): RailNic | undefined =>
+  rails?.nics.find(n => n.gpu === gpu)
 
 // ---- UCX's RC transport settings, read from the rank's environment as UCX reads them ----
 
@@ -89,7 +95,10 @@ export interface UcxRcSettings {
   warnings: string[]
 }
 
-/** ucs_config_sscanf_time (src/ucs/config/parser.c:497-529): a number, then s, ms, us, ns or m (minutes); none is seconds. */
+/**
+ * ucs_config_sscanf_time (src/ucs/config/parser.c:497-529): a number, then s, ms, us, ns or m (minutes); none is
+ * seconds.
+ */
 export function parseUcxTime(raw: string): number | undefined {
   const m = /^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)(m|s|ms|us|ns)?$/.exec(raw)
   if (!m) return undefined
@@ -111,9 +120,12 @@ export function qpFabricTime(seconds: number): {exponent: number; seconds: numbe
 
 /** rc_mlx5 unless UCX_TLS names only the verbs flavour (rc_v / rc_verbs) of RC. */
 export function rcTransportOf(env: NodeJS.ProcessEnv): RcTransport {
-  const tls = (env.UCX_TLS ?? '').split(',').map((t) => t.trim().replace(/^\^/, '')).filter(Boolean)
-  const verbs = tls.some((t) => t === 'rc_v' || t === 'rc_verbs')
-  const mlx5 = tls.some((t) => t === 'rc_x' || t === 'rc_mlx5' || t === 'rc' || t === 'all')
+  const tls = (env.UCX_TLS ?? '')
+    .split(',')
+    .map(t => t.trim().replace(/^\^/, ''))
+    .filter(Boolean)
+  const verbs = tls.some(t => t === 'rc_v' || t === 'rc_verbs')
+  const mlx5 = tls.some(t => t === 'rc_x' || t === 'rc_mlx5' || t === 'rc' || t === 'all')
   return verbs && !mlx5 ? 'rc_verbs' : 'rc_mlx5'
 }
 
@@ -131,14 +143,20 @@ export function ucxRcSettings(env: NodeJS.ProcessEnv = process.env): UcxRcSettin
   let timeout = pick('TIMEOUT') ?? {text: UCX_RC_DEFAULTS.timeout, from: 'default'}
   let timeoutS = parseUcxTime(timeout.text)
   if (timeoutS === undefined || timeoutS < 0) {
-    warnings.push(`Invalid value for ${timeout.from}: '${timeout.text}'. Expected: time value: <number>[s|us|ms|ns]; using ${UCX_RC_DEFAULTS.timeout}`)
+    warnings.push(
+      `Invalid value for ${timeout.from}: '${timeout.text}'. Expected: time value: <number>[s|us|ms|ns]; ` +
+        `using ${UCX_RC_DEFAULTS.timeout}`,
+    )
     timeout = {text: UCX_RC_DEFAULTS.timeout, from: 'default'}
     timeoutS = 1
   }
   let retry = pick('RETRY_COUNT') ?? {text: String(UCX_RC_DEFAULTS.retryCount), from: 'default'}
   let retryCount = /^\s*\d+\s*$/.test(retry.text) ? Number(retry.text) : NaN
   if (!Number.isSafeInteger(retryCount)) {
-    warnings.push(`Invalid value for ${retry.from}: '${retry.text}'. Expected: unsigned integer; using ${UCX_RC_DEFAULTS.retryCount}`)
+    warnings.push(
+      `Invalid value for ${retry.from}: '${retry.text}'. Expected: unsigned integer; ` +
+        `using ${UCX_RC_DEFAULTS.retryCount}`,
+    )
     retry = {text: String(UCX_RC_DEFAULTS.retryCount), from: 'default'}
     retryCount = UCX_RC_DEFAULTS.retryCount
   }
@@ -149,10 +167,18 @@ export function ucxRcSettings(env: NodeJS.ProcessEnv = process.env): UcxRcSettin
   }
   const qp = qpFabricTime(timeoutS)
   return {
-    transport, timeoutText: timeout.text, timeoutFrom: timeout.from, timeoutS, qpTimeoutExponent: qp.exponent, qpTimeoutS: qp.seconds,
-    retryCount, retryCountFrom: retry.from, warnings,
+    transport,
+    timeoutText: timeout.text,
+    timeoutFrom: timeout.from,
+    timeoutS,
+    qpTimeoutExponent: qp.exponent,
+    qpTimeoutS: qp.seconds,
+    retryCount,
+    retryCountFrom: retry.from,
+    warnings,
   }
 }
 
 /** How long a stalled rail is waited out before the endpoint fails: every transmission unacknowledged for a timeout. */
-export const rcGiveUpS = (s: Pick<UcxRcSettings, 'qpTimeoutS' | 'retryCount'>): number => s.qpTimeoutS * (s.retryCount + 1)
+export const rcGiveUpS = (s: Pick<UcxRcSettings, 'qpTimeoutS' | 'retryCount'>): number =>
+  s.qpTimeoutS * (s.retryCount + 1)

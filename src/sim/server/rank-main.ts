@@ -12,7 +12,8 @@ import {KVPoll} from './kvpoll.js'
 import {ChangeTeller} from './change-teller.js'
 
 /**
- * One scheduler process (`sglang::scheduler_TP<k>`, or its DP/PP/EP title), child of a server process over IPC. It holds the KV
+ * One scheduler process (`sglang::scheduler_TP<k>`, or its DP/PP/EP title), child of a server process over IPC. It
+ * holds the KV
  * sender/receiver state of its rank and answers one `step` per scheduler iteration. It exits as soon as
  * its parent's IPC channel goes away, so it is never orphaned.
  */
@@ -33,11 +34,22 @@ const gpu = physicalGpu(layout, tpRank)
 const gpuFile = simPaths(stateDir).gpu(gpu)
 // A stray context on the first visible GPU, as a library touching cuda:0 before set_device leaves one.
 const strayGpu = cfg.gpuView?.strayContext ? (layout.cudaVisibleDevices?.[0] ?? 0) : undefined
-const send = (m: FromRank) => { try { process.send!(m) } catch { /* parent gone */ } }
+const send = (m: FromRank) => {
+  try {
+    process.send!(m)
+  } catch {
+    /* parent gone */
+  }
+}
 const teller = new ChangeTeller(() => send({t: 'changed'}))
 const changed = (): void => teller.changed()
 /** One step: its ops, then the poll of its rooms, answered (the all-reduce's part on this rank). */
-function step(m: StepMsg, apply: (op: RankOp) => void, poll: (room: string) => number, why: (room: string) => string | undefined): void {
+function step(
+  m: StepMsg,
+  apply: (op: RankOp) => void,
+  poll: (room: string) => number,
+  why: (room: string) => string | undefined,
+): void {
   teller.step(() => {
     for (const op of m.ops) apply(op)
     const states = m.rooms.map(poll)
@@ -45,7 +57,11 @@ function step(m: StepMsg, apply: (op: RankOp) => void, poll: (room: string) => n
   })
 }
 /** [index, why] of the polled rooms this rank reports Failed and knows why. */
-function reasonsOf(rooms: string[], states: number[], why: (room: string) => string | undefined): Array<[number, string]> | undefined {
+function reasonsOf(
+  rooms: string[],
+  states: number[],
+  why: (room: string) => string | undefined,
+): Array<[number, string]> | undefined {
   const out: Array<[number, string]> = []
   states.forEach((s, i) => {
     if (s !== KVPoll.Failed) return
@@ -60,7 +76,11 @@ let closeRank: () => void = () => undefined
 function shutdown(code: number): never {
   if (!closing) {
     closing = true
-    try { closeRank() } catch { /* best effort */ }
+    try {
+      closeRank()
+    } catch {
+      /* best effort */
+    }
     rmSync(gpuFile, {force: true})
   }
   process.exit(code)
@@ -72,7 +92,16 @@ process.on('SIGINT', () => shutdown(0))
 try {
   mkdirSync(simPaths(stateDir).gpus, {recursive: true})
   const tmp = `${gpuFile}.${process.pid}.tmp`
-  writeFileSync(tmp, JSON.stringify({pid: process.pid, role, tpRank, startedAt: Date.now(), ...(strayGpu !== undefined && strayGpu !== gpu ? {strayGpu} : {})}))
+  writeFileSync(
+    tmp,
+    JSON.stringify({
+      pid: process.pid,
+      role,
+      tpRank,
+      startedAt: Date.now(),
+      ...(strayGpu !== undefined && strayGpu !== gpu ? {strayGpu} : {}),
+    }),
+  )
   renameSync(tmp, gpuFile)
 
   const {sock: pull, port: zmqPort} = await bindPull(cfg.host)
@@ -80,14 +109,20 @@ try {
     // With rail NICs, this rank's RDMA WRITEs go to its GPU's NIC in the server process; completions come back.
     let wrSeq = 0
     const wrs = new Map<number, {resolve: () => void; reject: (e: Error) => void}>()
-    const rdma: RdmaPoster | undefined = cfg.rails ? (w) => new Promise<void>((resolve, reject) => {
-      const wrId = ++wrSeq
-      wrs.set(wrId, {resolve, reject})
-      send({t: 'rdma_write', wrId, dest: w.dest, room: w.room, bytes: w.bytes, notify: w.notify})
-    }) : undefined
+    const rdma: RdmaPoster | undefined = cfg.rails
+      ? w =>
+          new Promise<void>((resolve, reject) => {
+            const wrId = ++wrSeq
+            wrs.set(wrId, {resolve, reject})
+            send({t: 'rdma_write', wrId, dest: w.dest, room: w.room, bytes: w.bytes, notify: w.notify})
+          })
+      : undefined
     const rank = new PrefillRank(cfg, env, tpRank, log, rdma)
     rank.onChange = changed
-    closeRank = () => { rank.close(); pull.close() }
+    closeRank = () => {
+      rank.close()
+      pull.close()
+    }
     void rank.receive(pull)
     process.on('message', (m: ToRank) => {
       if (m.t === 'rdma_cqe') {
@@ -98,7 +133,12 @@ try {
         return
       }
       if (m.t !== 'step') return
-      step(m, (op) => rank.apply(op as PrefillOp), (r) => rank.poll(r), (r) => rank.reason(r))
+      step(
+        m,
+        op => rank.apply(op as PrefillOp),
+        r => rank.poll(r),
+        r => rank.reason(r),
+      )
     })
     await rank.register(zmqPort)
     log.info(`Prefill rank registered to bootstrap server: rank_port=${zmqPort}`)
@@ -108,13 +148,28 @@ try {
     rank.onChange = changed
     rank.zmqPort = zmqPort
     const dataPort = await rank.listen()
-    closeRank = () => { rank.close(); pull.close() }
+    closeRank = () => {
+      rank.close()
+      pull.close()
+    }
     // Decode's PULL socket receives nothing under NIXL; drain it anyway.
-    void (async () => { for await (const _ of pull) { /* drain */ } })().catch(() => undefined)
+    void (async () => {
+      for await (const _ of pull) {
+        /* drain */
+      }
+    })().catch(() => undefined)
     process.on('message', (m: ToRank) => {
-      if (m.t === 'rdma_notif') { rank.notify(m.room, m.prefillRank); return }
+      if (m.t === 'rdma_notif') {
+        rank.notify(m.room, m.prefillRank)
+        return
+      }
       if (m.t !== 'step') return
-      step(m, (op) => rank.apply(op as DecodeOp), (r) => rank.poll(r), (r) => rank.reason(r))
+      step(
+        m,
+        op => rank.apply(op as DecodeOp),
+        r => rank.poll(r),
+        r => rank.reason(r),
+      )
     })
     send({t: 'ready', tpRank, pid: process.pid, zmqPort, dataPort})
   }

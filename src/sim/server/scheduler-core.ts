@@ -46,10 +46,18 @@ export abstract class SchedulerCore {
   readonly tokenizer: TokenizerQueue
 
   constructor(
-    readonly role: Role, readonly cfg: SimConfig, readonly env: EnvSettings, readonly ranks: RankGroup,
-    readonly log: Logger, stateDir: string,
+    readonly role: Role,
+    readonly cfg: SimConfig,
+    readonly env: EnvSettings,
+    readonly ranks: RankGroup,
+    readonly log: Logger,
+    stateDir: string,
   ) {
-    this.metrics = new Metrics(role, cfg.model, new Set(cfg.bugs.includes('no-watchdog-counter') ? ['sglang:num_watchdog_evicted_reqs_total'] : []))
+    this.metrics = new Metrics(
+      role,
+      cfg.model,
+      new Set(cfg.bugs.includes('no-watchdog-counter') ? ['sglang:num_watchdog_evicted_reqs_total'] : []),
+    )
     this.truth = new TruthLog(simPaths(stateDir).truth(role), role)
     this.tokenizer = new TokenizerQueue(cfg.lags?.tokenize)
     // A rank's change between steps (a decode's info arriving, a transfer done) brings the next iteration now.
@@ -124,22 +132,37 @@ export abstract class SchedulerCore {
     if (this.changedMeanwhile) {
       this.changedMeanwhile = false
       // Still a macrotask: the HTTP server and the ranks' messages get their turn between iterations.
-      return new Promise<void>((resolve) => setImmediate(resolve))
+      return new Promise<void>(resolve => setImmediate(resolve))
     }
-    return new Promise<void>((resolve) => {
-      const t = setTimeout(() => { this.wake = undefined; resolve() }, ms)
-      this.wake = () => { clearTimeout(t); this.wake = undefined; resolve() }
+    return new Promise<void>(resolve => {
+      const t = setTimeout(() => {
+        this.wake = undefined
+        resolve()
+      }, ms)
+      this.wake = () => {
+        clearTimeout(t)
+        this.wake = undefined
+        resolve()
+      }
     })
   }
 
-  kick(): void { this.wake?.() }
+  kick(): void {
+    this.wake?.()
+  }
 
   /** True when an iteration completes within timeoutMs (what /health and /health_generate report). */
   waitIteration(timeoutMs: number): Promise<boolean> {
     if (!this.running) return Promise.resolve(false)
-    return new Promise<boolean>((resolve) => {
-      const t = setTimeout(() => { this.iterationWaiters = this.iterationWaiters.filter((w) => w !== done); resolve(false) }, timeoutMs)
-      const done = () => { clearTimeout(t); resolve(true) }
+    return new Promise<boolean>(resolve => {
+      const t = setTimeout(() => {
+        this.iterationWaiters = this.iterationWaiters.filter(w => w !== done)
+        resolve(false)
+      }, timeoutMs)
+      const done = () => {
+        clearTimeout(t)
+        resolve(true)
+      }
       this.iterationWaiters.push(done)
       this.kick()
     })
@@ -151,7 +174,11 @@ export abstract class SchedulerCore {
     return ops
   }
 
-  pushOp(op: RankOp): void { this.ops.push(op); this.activity = true; this.kick() }
+  pushOp(op: RankOp): void {
+    this.ops.push(op)
+    this.activity = true
+    this.kick()
+  }
 
   enter(req: Req, queue: QueueName): void {
     req.queue = queue
@@ -184,14 +211,25 @@ export abstract class SchedulerCore {
     req.kvTokens = 0
   }
 
-  tokenUsage(): number { return this.kvUsed / this.cfg.kvPoolTokens }
+  tokenUsage(): number {
+    return this.kvUsed / this.cfg.kvPoolTokens
+  }
 
   /** Finish a request towards its client. Failure: 500 with SGLang's error shape. */
-  answer(req: Req, status: number, body: Record<string, unknown>, event: string, detail?: Record<string, unknown> | string): void {
+  answer(
+    req: Req,
+    status: number,
+    body: Record<string, unknown>,
+    event: string,
+    detail?: Record<string, unknown> | string,
+  ): void {
     if (req.queue === 'done') return
     req.queue = 'done'
     clearTimeout(req.disconnectTimer)
-    this.truth.record(req.rid, req.room, event, {detail, state: req.state === undefined ? undefined : pollName(req.state)})
+    this.truth.record(req.rid, req.room, event, {
+      detail,
+      state: req.state === undefined ? undefined : pollName(req.state),
+    })
     // `--answer-lag-ms`: released now (the truth above), answered later, as through a slow detokenizer and HTTP path.
     const lag = this.cfg.lags?.answer
     if (!lag) return writeAnswer(req.res, req.stream, status, body, req.headersSent === true)
@@ -203,12 +241,22 @@ export abstract class SchedulerCore {
   }
 
   /** The finish body SGLang's /generate returns. */
-  finishBody(req: Req, text: string, completion: number, finishReason: Record<string, unknown>): Record<string, unknown> {
+  finishBody(
+    req: Req,
+    text: string,
+    completion: number,
+    finishReason: Record<string, unknown>,
+  ): Record<string, unknown> {
     return {
       text,
       meta_info: {
-        id: req.rid, finish_reason: finishReason, prompt_tokens: req.tokens, completion_tokens: completion,
-        cached_tokens: 0, e2e_latency: (nowMs() - req.arrivedAt) / 1000, bootstrap_room: req.room,
+        id: req.rid,
+        finish_reason: finishReason,
+        prompt_tokens: req.tokens,
+        completion_tokens: completion,
+        cached_tokens: 0,
+        e2e_latency: (nowMs() - req.arrivedAt) / 1000,
+        bootstrap_room: req.room,
       },
     }
   }
@@ -217,10 +265,11 @@ export abstract class SchedulerCore {
     this.stopped = true
     clearTimeout(this.receiveTimer)
     this.kick()
-    const unreceived = this.inbox.flatMap((it) => ('req' in it ? [it.req] : []))
+    const unreceived = this.inbox.flatMap(it => ('req' in it ? [it.req] : []))
     this.inbox = []
     for (const r of [...this.queued(), ...unreceived]) {
-      if (r.queue !== 'done') writeAnswer(r.res, r.stream, 503, {error: {message: 'server shutting down', code: 503}}, r.headersSent === true)
+      if (r.queue !== 'done')
+        writeAnswer(r.res, r.stream, 503, {error: {message: 'server shutting down', code: 503}}, r.headersSent === true)
     }
     this.truth.close()
   }
@@ -230,11 +279,20 @@ export function matchesAbort(rid: string, target: string, abortAll: boolean): bo
   return abortAll || (target !== '' && rid.startsWith(target))
 }
 
-function writeAnswer(res: ServerResponse, stream: boolean, status: number, body: Record<string, unknown>, headersSent: boolean): void {
+function writeAnswer(
+  res: ServerResponse,
+  stream: boolean,
+  status: number,
+  body: Record<string, unknown>,
+  headersSent: boolean,
+): void {
   if (res.writableEnded || res.destroyed) return
   if (stream) {
     if (!headersSent) {
-      if (status !== 200) { res.writeHead(status, {'content-type': 'application/json'}).end(JSON.stringify(body)); return }
+      if (status !== 200) {
+        res.writeHead(status, {'content-type': 'application/json'}).end(JSON.stringify(body))
+        return
+      }
       res.writeHead(200, {'content-type': 'text/event-stream', 'cache-control': 'no-cache'})
     }
     res.write(`data: ${stringifyRoomJson(body)}\n\n`)

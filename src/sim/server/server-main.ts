@@ -74,18 +74,45 @@ async function shutdown(code: number, why: string): Promise<never> {
 function listen(server: Server, port: number): Promise<void> {
   return new Promise((resolve, reject) => {
     server.once('error', reject)
-    server.listen(port, cfg.host, () => { server.off('error', reject); resolve() })
+    server.listen(port, cfg.host, () => {
+      server.off('error', reject)
+      resolve()
+    })
   })
 }
 
 /** Node rank 0 (or a one-node instance): the API, the scheduler loop and, on prefill, the bootstrap server. */
 async function runServer(): Promise<void> {
-  process.on('SIGTERM', () => { void shutdown(0, 'SIGTERM') })
-  process.on('SIGINT', () => { void shutdown(0, 'SIGINT') })
+  process.on('SIGTERM', () => {
+    void shutdown(0, 'SIGTERM')
+  })
+  process.on('SIGINT', () => {
+    void shutdown(0, 'SIGINT')
+  })
   try {
-    log.info(`server_args=ServerArgs(model_path='${cfg.model}', host='${cfg.host}', port=${cfg.ports[role]}, tp_size=${role === 'prefill' ? cfg.prefillTp : cfg.decodeTp}, ${cfg.dist ? `nnodes=${cfg.dist.nnodes}, node_rank=${cfg.dist.nodeRank}, dist_init_addr='${cfg.dist.distInitAddr}', ` : ''}disaggregation_mode='${role}', disaggregation_transfer_backend='${env.backend}', disaggregation_bootstrap_port=${cfg.ports.bootstrap})`)
-    if (role === 'prefill') log.info(`Disaggregation watchdog: scope=${env.watchdog.scope} timeout=${env.watchdog.deadlineS}s poll_interval=${env.watchdog.pollS}s`)
-    http = createHttpApi({cfg, env, role, startedAt, sched: () => (sched?.running ? sched : undefined), onNewAddr: (a) => heartbeat?.watch(a)})
+    log.info(
+      `server_args=ServerArgs(model_path='${cfg.model}', host='${cfg.host}', port=${cfg.ports[role]}, ` +
+        `tp_size=${role === 'prefill' ? cfg.prefillTp : cfg.decodeTp}, ${
+          cfg.dist
+            ? `nnodes=${cfg.dist.nnodes}, ` +
+              `node_rank=${cfg.dist.nodeRank}, dist_init_addr='${cfg.dist.distInitAddr}', `
+            : ''
+        }disaggregation_mode='${role}', disaggregation_transfer_backend='${env.backend}', ` +
+        `disaggregation_bootstrap_port=${cfg.ports.bootstrap})`,
+    )
+    if (role === 'prefill')
+      log.info(
+        `Disaggregation watchdog: scope=${env.watchdog.scope} timeout=${env.watchdog.deadlineS}s ` +
+          `poll_interval=${env.watchdog.pollS}s`,
+      )
+    http = createHttpApi({
+      cfg,
+      env,
+      role,
+      startedAt,
+      sched: () => (sched?.running ? sched : undefined),
+      onNewAddr: a => heartbeat?.watch(a),
+    })
     await listen(http, ownPort)
     if (cfg.dockerProxy) stopProxy = await startDockerProxy(cfg.host, cfg.ports[role], ownPort, RANKS_READY_MS)
     if (role === 'prefill') {
@@ -97,7 +124,7 @@ async function runServer(): Promise<void> {
       void shutdown(1, `rank TP${k} died`)
     }
     // Another node's rank or link gone: the collective group is broken, as a NCCL/gloo failure would end SGLang.
-    ranks.onRemoteLost = (why) => {
+    ranks.onRemoteLost = why => {
       log.error(`Distributed group broken: ${why}`)
       void shutdown(1, 'a node of the instance was lost')
     }
@@ -109,7 +136,13 @@ async function runServer(): Promise<void> {
     } else {
       const d = new DecodeScheduler(role, cfg, env, ranks, schedLog, stateDir)
       // `sim up --heartbeat off` (not SGLang): no liveness check at all. `stale-peer`: no instance-id check either.
-      if (cfg.heartbeat !== 'off') heartbeat = new Heartbeat(d, env, schedLog, !cfg.bugs.includes('stale-prefill-ports') && !cfg.bugs.includes('stale-peer'))
+      if (cfg.heartbeat !== 'off')
+        heartbeat = new Heartbeat(
+          d,
+          env,
+          schedLog,
+          !cfg.bugs.includes('stale-prefill-ports') && !cfg.bugs.includes('stale-peer'),
+        )
       sched = d
     }
     const s = sched
@@ -121,12 +154,18 @@ async function runServer(): Promise<void> {
 
     mkdirSync(paths.services, {recursive: true})
     const service = {
-      role, pid: process.pid, startedAt: Math.round(startedAt),
+      role,
+      pid: process.pid,
+      startedAt: Math.round(startedAt),
       httpUrl: `http://${cfg.host}:${cfg.ports[role]}`,
       ...(role === 'prefill' ? {bootstrapUrl: `http://${cfg.host}:${cfg.ports.bootstrap}`} : {}),
       ...(cfg.dist ? {nnodes: cfg.dist.nnodes, nodeRank: 0, distInitAddr: cfg.dist.distInitAddr} : {}),
       rankPids: ranks.pids,
-      rankPorts: ranks.readies.map((r) => ({tpRank: r.tpRank, zmqPort: r.zmqPort, ...(r.dataPort ? {dataPort: r.dataPort} : {})})),
+      rankPorts: ranks.readies.map(r => ({
+        tpRank: r.tpRank,
+        zmqPort: r.zmqPort,
+        ...(r.dataPort ? {dataPort: r.dataPort} : {}),
+      })),
     }
     const tmp = `${paths.service(role)}.${process.pid}.tmp`
     writeFileSync(tmp, JSON.stringify(service, null, 2))

@@ -16,7 +16,7 @@ export function procTcpEndpoint(address: string, port: number): string | undefin
   const v4 = address.startsWith('::ffff:') && isIPv4(address.slice(7)) ? address.slice(7) : address
   if (isIPv4(v4)) {
     const b = v4.split('.').map(Number)
-    return `${[b[3], b[2], b[1], b[0]].map((x) => x!.toString(16).toUpperCase().padStart(2, '0')).join('')}:${p}`
+    return `${[b[3], b[2], b[1], b[0]].map(x => x!.toString(16).toUpperCase().padStart(2, '0')).join('')}:${p}`
   }
   const words = expandIPv6(address)
   if (!words) return undefined
@@ -26,24 +26,30 @@ export function procTcpEndpoint(address: string, port: number): string | undefin
     const hi = words[2 * w]!
     const lo = words[2 * w + 1]!
     const bytes = [hi >> 8, hi & 0xff, lo >> 8, lo & 0xff]
-    out += bytes.reverse().map((x) => x.toString(16).toUpperCase().padStart(2, '0')).join('')
+    out += bytes
+      .reverse()
+      .map(x => x.toString(16).toUpperCase().padStart(2, '0'))
+      .join('')
   }
   return `${out}:${p}`
 }
 
 function expandIPv6(a: string): number[] | undefined {
   const [head, tail] = a.split('::') as [string, string | undefined]
-  const parse = (s: string) => (s === '' ? [] : s.split(':').map((x) => parseInt(x, 16)))
+  const parse = (s: string) => (s === '' ? [] : s.split(':').map(x => parseInt(x, 16)))
   const h = parse(head)
   const t = tail === undefined ? [] : parse(tail)
   const fill = 8 - h.length - t.length
   if (fill < 0 || (tail === undefined && fill !== 0)) return undefined
   const words = [...h, ...Array<number>(fill).fill(0), ...t]
-  return words.every((w) => Number.isInteger(w) && w >= 0 && w <= 0xffff) ? words : undefined
+  return words.every(w => Number.isInteger(w) && w >= 0 && w <= 0xffff) ? words : undefined
 }
 
 /** The tx_queue of one connected socket, or undefined when /proc does not list it (closed, or no procfs). */
-export function txQueue(sock: Pick<net.Socket, 'localAddress' | 'localPort' | 'remoteAddress' | 'remotePort'>, tables: ProcTcpTables = new ProcTcpTables()): number | undefined {
+export function txQueue(
+  sock: Pick<net.Socket, 'localAddress' | 'localPort' | 'remoteAddress' | 'remotePort'>,
+  tables: ProcTcpTables = new ProcTcpTables(),
+): number | undefined {
   const {localAddress, localPort, remoteAddress, remotePort} = sock
   if (!localAddress || !localPort || !remoteAddress || !remotePort) return undefined
   const local = procTcpEndpoint(localAddress, localPort)
@@ -55,7 +61,10 @@ export function txQueue(sock: Pick<net.Socket, 'localAddress' | 'localPort' | 'r
   const at = text.indexOf(needle)
   if (at < 0) return undefined
   // "sl: local remote st tx_queue:rx_queue ..."
-  const rest = text.slice(at + needle.length, at + needle.length + 40).trim().split(/\s+/)
+  const rest = text
+    .slice(at + needle.length, at + needle.length + 40)
+    .trim()
+    .split(/\s+/)
   const tx = rest[1]?.split(':')[0]
   return tx === undefined ? undefined : parseInt(tx, 16)
 }
@@ -70,7 +79,11 @@ export class ProcTcpTables {
   read(file: string): string | undefined {
     if (!this.texts.has(file)) {
       let text: string | undefined
-      try { text = readFileSync(file, 'latin1') } catch { text = undefined }
+      try {
+        text = readFileSync(file, 'latin1')
+      } catch {
+        text = undefined
+      }
       this.texts.set(file, text)
     }
     return this.texts.get(file)

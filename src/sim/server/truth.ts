@@ -18,14 +18,23 @@ export interface TruthEvent {
 export class TruthLog {
   private fd: number | undefined
 
-  constructor(file: string, private readonly role: string) {
+  constructor(
+    file: string,
+    private readonly role: string,
+  ) {
     mkdirSync(dirname(file), {recursive: true})
     this.fd = openSync(file, 'a')
   }
 
-  record(rid: string, room: string | null, event: string, extra: Omit<Partial<TruthEvent>, 't' | 'role' | 'rid' | 'room' | 'event'> = {}): number {
+  record(
+    rid: string,
+    room: string | null,
+    event: string,
+    extra: Omit<Partial<TruthEvent>, 't' | 'role' | 'rid' | 'room' | 'event'> = {},
+  ): number {
     const t = nowMs()
-    if (this.fd !== undefined) writeSync(this.fd, JSON.stringify({t, role: this.role, rid, room, event, ...extra}) + '\n')
+    if (this.fd !== undefined)
+      writeSync(this.fd, JSON.stringify({t, role: this.role, rid, room, event, ...extra}) + '\n')
     return t
   }
 

@@ -33,6 +33,10 @@ export class PushLink {
   close(): void {
     if (this.closed) return
     this.closed = true
-    try { this.sock.close() } catch { /* already closed */ }
+    try {
+      this.sock.close()
+    } catch {
+      /* already closed */
+    }
   }
 }
