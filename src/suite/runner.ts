@@ -277,6 +277,12 @@ async function planOptions(
   } catch (error) {
     // Stopped while calibrating: nothing is planned, and the run stops before its first batch (runSuite).
     if (o.signal?.aborted) return {}
+    // Only the batch size hangs on the lags here: plan without that limit. The first batch calibrates again before
+    // it injects anything, and stops the run there the same way (exit 5), as before plan-time calibration.
+    if (!followsPath) {
+      o.say(`calibration before planning failed (${oneLine(error)}); the first batch measures again`)
+      return {}
+    }
     throw error
   }
   let d: Awaited<ReturnType<RunSession['discovery']>>

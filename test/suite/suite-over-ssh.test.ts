@@ -97,7 +97,7 @@ describe('pdchaos suite over SSH into the namespace host', () => {
     expect(r.stderr).toMatch(
       /batch 1: stall-kv gpu1 .*\| stall-kv gpu2 .*\| stall-kv gpu3 .*\| abort-mid-transfer gpu0/,
     )
-    expect(r.stderr).toMatch(/batch 2: drop-dest-info rank0 .*\| drop-dest-info rank3/)
+    expect(r.stderr).toMatch(/batch 3: drop-dest-info rank0 .*\| drop-dest-info rank3/)
     expect(r.stdout).toMatch(/all \d+ checks passed/)
 
     const j = JSON.parse(readFileSync(join(out, 'run.json'), 'utf8')) as Record<string, any>
@@ -106,6 +106,7 @@ describe('pdchaos suite over SSH into the namespace host', () => {
       'stall-kv gpu2',
       'stall-kv gpu3',
       'abort-mid-transfer gpu0',
+      'abort-mid-transfer gpu0 prefill',
       'drop-dest-info rank0',
       'drop-dest-info rank1',
       'drop-dest-info rank2',
@@ -150,7 +151,7 @@ describe('pdchaos suite over SSH into the namespace host', () => {
     }
     expect(coverage.inWindow, JSON.stringify(coverage)).toBeGreaterThan(0)
     // The four scenarios of each fault batch shared one window: their faults were all in place at once.
-    for (const batch of [j.scenarios.slice(0, 4), j.scenarios.slice(4, 8)]) {
+    for (const batch of [j.scenarios.slice(0, 4), j.scenarios.slice(5, 9)]) {
       const leases = batch.map((s: any) => s.leases[0])
       expect(Math.max(...leases.map((l: any) => l.injectedAt))).toBeLessThan(
         Math.min(...leases.map((l: any) => l.revertedAt)),
