@@ -77,11 +77,14 @@ describe('mutation matrix: a correct twin without /v1/loads', () => {
         /recovery pass: prefill KV token usage back at its baseline/,
       )
       // Decode writes its gauges only every few batches: what no write after the release shows stays unverified, by
-      // name.
+      // name. So may the failure counters, when the gateway retried a held load request once more than pdchaos can
+      // attribute (its dispatch drops decode as soon as prefill fails): honest, and not a reading's freshness.
       const unproven = o.unverified.filter(
         u =>
           u.startsWith('recovery') &&
-          !/not shown written|no reading of sglang:token_usage was shown to be written/.test(u),
+          !/not shown written|no reading of sglang:token_usage was shown to be written|more than the \d+ pdchaos can attribute/.test(
+            u,
+          ),
       )
       expect(unproven, `${args[0]}: ${o.unverified.join(' | ')}`).toEqual([])
     }
