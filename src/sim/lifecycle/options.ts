@@ -218,8 +218,14 @@ function ucxOptions(o: SimUpOptions): SimConfig['ucx'] | undefined {
   return out
 }
 
-/** Validate the options and build the twin's sim.json; bad input throws badInput (exit 2) naming the flag. */
-export function buildSimConfig(o: SimUpOptions): SimConfig {
+/** The placement phase of buildSimConfig: the state dir, the bind address, the GPUs and both TP sizes. */
+function placementOf(o: SimUpOptions): {
+  host: string
+  gpus: number
+  prefillTp: number
+  decodeTp: number
+  distGiven: boolean
+} {
   if (!o.stateDir) throw badInput('--state-dir must not be empty', 'pass --state-dir DIR or set PDCHAOS_SIM_DIR')
   const host = o.host ?? UP_DEFAULTS.host
   if (isIP(host) === 0)
@@ -246,6 +252,16 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
       `pass --gpus ${prefillTp + decodeTp} or smaller TP sizes`,
     )
   }
+  return {host, gpus, prefillTp, decodeTp, distGiven}
+}
+
+/** The watchdog and defects phase of buildSimConfig: backend, watchdog scope and timing, --bug, --base-port. */
+function watchdogOf(o: SimUpOptions): {
+  backend: Backend
+  watchdog: SimConfig['watchdog']
+  bugs: BugName[]
+  basePort: number
+} {
   const backend = o.backend ?? UP_DEFAULTS.backend
   if (backend !== 'nixl' && backend !== 'mooncake')
     throw badInput(`--backend must be nixl or mooncake, got "${backend}"`, 'pass --backend nixl')
@@ -268,6 +284,15 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
     if (!bugs.includes(b as BugName)) bugs.push(b as BugName)
   }
   const basePort = integer('--base-port', o.basePort, UP_DEFAULTS.basePort, 1, 65_535 - MAX_OFFSET)
+  return {backend, watchdog: {scope, deadlineS, pollS, ...(lateMs > 0 ? {lateMs} : {})}, bugs, basePort}
+}
+
+/** The timeouts phase of buildSimConfig: heartbeat, UCX, waiting and bootstrap timeouts, --wait, the router's probe. */
+function timeoutsOf(o: SimUpOptions): {
+  timeouts: SimConfig['timeouts']
+  ucx: SimConfig['ucx'] | undefined
+  routerHealthIntervalS: number
+} {
   const heartbeatIntervalS = positive('--heartbeat-interval', o.heartbeatIntervalS, UP_DEFAULTS.heartbeatIntervalS)
   // SGLang clamps the interval to >= 2 s; a smaller value would be silently changed, so refuse it.
   if (heartbeatIntervalS < 2)
@@ -296,8 +321,27 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
     UP_DEFAULTS.routerHealthIntervalS,
     3600,
   )
-  const resilience = routerResilience(o.router ?? {})
-  const lags = lagOptions(o)
+  const timeouts = {
+    bootstrapS,
+    waitingS,
+    heartbeatIntervalS,
+    heartbeatMaxFailure,
+    ...(decodeWaitingS === undefined ? {} : {decodeWaitingS}),
+  }
+  return {timeouts, ucx, routerHealthIntervalS}
+}
+
+/** The topology phase of buildSimConfig: layouts, this node's services and peers, rail NICs, a multi-node instance. */
+function topologyOf(
+  o: SimUpOptions,
+  p: ReturnType<typeof placementOf>,
+): {
+  layout: SimConfig['layout']
+  node: SimConfig['node']
+  rails: RailsConfig | undefined
+  dist: SimConfig['dist']
+} {
+  const {host, gpus, prefillTp, decodeTp, distGiven} = p
   if (distGiven && (anyGiven(o.prefillLayout) || anyGiven(o.decodeLayout))) {
     throw badInput(
       '--nnodes cannot be combined with the layout flags yet (DP, PP, EP, base GPU id, CUDA_VISIBLE_DEVICES)',
@@ -311,12 +355,23 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
       '--rail-nics cannot be combined with the layout flags',
       'drop --rail-nics or the --prefill-*/--decode-* layout flags',
     )
-
   const node = nodeOptions(o, host)
   const rails = o.railNics ? railsOf(node, distGiven, gpus, prefillTp, decodeTp) : undefined
   const dist = buildDist({...o, prefillTp, decodeTp, host}, node)
   if (dist && o.dockerProxy)
     throw badInput('--nnodes cannot be combined with --docker-proxy yet', 'drop --docker-proxy')
+  return {layout, node, rails, dist}
+}
+
+/** Validate the options and build the twin's sim.json; bad input throws badInput (exit 2) naming the flag. */
+export function buildSimConfig(o: SimUpOptions): SimConfig {
+  const placement = placementOf(o)
+  const {host, gpus, prefillTp, decodeTp} = placement
+  const {backend, watchdog, bugs, basePort} = watchdogOf(o)
+  const {timeouts, ucx, routerHealthIntervalS} = timeoutsOf(o)
+  const resilience = routerResilience(o.router ?? {})
+  const lags = lagOptions(o)
+  const {layout, node, rails, dist} = topologyOf(o, placement)
 
   return {
     stateDir: resolve(o.stateDir),
@@ -333,28 +388,15 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
     ...(layout ? {layout} : {}),
     ...(o.dockerProxy ? {dockerProxy: {prefill: basePort + 150, decode: basePort + 250}} : {}),
     ...(o.serverConfigFile ? {serverConfigFile: true} : {}),
-    ...(o.hideGpuProcesses || o.strayCudaContext
-      ? {
-          gpuView: {
-            ...(o.hideGpuProcesses ? {hideProcesses: true} : {}),
-            ...(o.strayCudaContext ? {strayContext: true} : {}),
-          },
-        }
-      : {}),
+    ...gpuViewOf(o),
     ...(rails ? {rails} : {}),
     ...(ucx ? {ucx} : {}),
     ...(lags ? {lags} : {}),
-    watchdog: {scope, deadlineS, pollS, ...(lateMs > 0 ? {lateMs} : {})},
+    watchdog,
     bugs,
     ...(o.heartbeat === 'off' ? {heartbeat: 'off' as const} : {}),
     ports: portsFor(basePort),
-    timeouts: {
-      bootstrapS,
-      waitingS,
-      heartbeatIntervalS,
-      heartbeatMaxFailure,
-      ...(decodeWaitingS === undefined ? {} : {decodeWaitingS}),
-    },
+    timeouts,
     timing: {...UP_DEFAULTS.timing, ...o.timing},
     kvPoolTokens: o.kvPoolTokens ?? UP_DEFAULTS.kvPoolTokens,
     router: {
@@ -364,6 +406,17 @@ export function buildSimConfig(o: SimUpOptions): SimConfig {
       healthSuccessThreshold: 2,
       requestTimeoutS: 1800,
       ...resilience,
+    },
+  }
+}
+
+/** --hide-gpu-processes and --stray-cuda-context: what nvidia-smi shows (absent when neither is given). */
+function gpuViewOf(o: SimUpOptions): Pick<SimConfig, 'gpuView'> {
+  if (!(o.hideGpuProcesses || o.strayCudaContext)) return {}
+  return {
+    gpuView: {
+      ...(o.hideGpuProcesses ? {hideProcesses: true} : {}),
+      ...(o.strayCudaContext ? {strayContext: true} : {}),
     },
   }
 }
@@ -473,85 +526,63 @@ function policyOf(p: string | undefined): NonNullable<RouterUpOptions['policy']>
  * router's command line.
  */
 function routerResilience(r: RouterUpOptions): Required<RouterUpOptions> {
-  const number = (
-    name: string,
-    v: number | undefined,
-    fallback: number,
-    min: number,
-    max: number,
-    whole: boolean,
-  ): number => {
-    const x = v ?? fallback
-    if (!Number.isFinite(x) || x < min || x > max || (whole && !Number.isInteger(x))) {
-      throw badInput(
-        `${name} must be ${whole ? 'an integer' : 'a number'} from ${min} to ${max}, got ${x}`,
-        `pass ${name} ${fallback}`,
-      )
-    }
-    return x
+  return {...retryOptions(r), ...breakerOptions(r), policy: policyOf(r.policy)}
+}
+
+/** One numeric router flag: its value or upstream's default, within [min, max] (whole: an integer). */
+function bounded(name: string, v: number | undefined, fallback: number, min: number, max: number, whole: boolean) {
+  const x = v ?? fallback
+  if (!Number.isFinite(x) || x < min || x > max || (whole && !Number.isInteger(x))) {
+    throw badInput(
+      `${name} must be ${whole ? 'an integer' : 'a number'} from ${min} to ${max}, got ${x}`,
+      `pass ${name} ${fallback}`,
+    )
   }
-  const out: Required<RouterUpOptions> = {
-    retryMaxRetries: number('--retry-max-retries', r.retryMaxRetries, RETRY_DEFAULTS.maxRetries, 0, 1000, true),
-    retryInitialBackoffMs: number(
+  return x
+}
+
+/** --retry-* and --disable-retries (RetryConfig). */
+function retryOptions(r: RouterUpOptions) {
+  const d = RETRY_DEFAULTS
+  return {
+    retryMaxRetries: bounded('--retry-max-retries', r.retryMaxRetries, d.maxRetries, 0, 1000, true),
+    retryInitialBackoffMs: bounded(
       '--retry-initial-backoff-ms',
       r.retryInitialBackoffMs,
-      RETRY_DEFAULTS.initialBackoffMs,
+      d.initialBackoffMs,
       0,
       3_600_000,
       true,
     ),
-    retryMaxBackoffMs: number(
-      '--retry-max-backoff-ms',
-      r.retryMaxBackoffMs,
-      RETRY_DEFAULTS.maxBackoffMs,
-      0,
-      3_600_000,
-      true,
-    ),
-    retryBackoffMultiplier: number(
+    retryMaxBackoffMs: bounded('--retry-max-backoff-ms', r.retryMaxBackoffMs, d.maxBackoffMs, 0, 3_600_000, true),
+    retryBackoffMultiplier: bounded(
       '--retry-backoff-multiplier',
       r.retryBackoffMultiplier,
-      RETRY_DEFAULTS.backoffMultiplier,
+      d.backoffMultiplier,
       0,
       100,
       false,
     ),
-    retryJitterFactor: number('--retry-jitter-factor', r.retryJitterFactor, RETRY_DEFAULTS.jitterFactor, 0, 1, false),
-    disableRetries: r.disableRetries ?? RETRY_DEFAULTS.disabled,
-    cbFailureThreshold: number(
-      '--cb-failure-threshold',
-      r.cbFailureThreshold,
-      CB_DEFAULTS.failureThreshold,
-      1,
-      1_000_000,
-      true,
-    ),
-    cbSuccessThreshold: number(
-      '--cb-success-threshold',
-      r.cbSuccessThreshold,
-      CB_DEFAULTS.successThreshold,
-      1,
-      1_000_000,
-      true,
-    ),
-    cbTimeoutDurationS: number(
+    retryJitterFactor: bounded('--retry-jitter-factor', r.retryJitterFactor, d.jitterFactor, 0, 1, false),
+    disableRetries: r.disableRetries ?? d.disabled,
+  }
+}
+
+/** --cb-* and --disable-circuit-breaker (CircuitBreakerConfig). */
+function breakerOptions(r: RouterUpOptions) {
+  const d = CB_DEFAULTS
+  return {
+    cbFailureThreshold: bounded('--cb-failure-threshold', r.cbFailureThreshold, d.failureThreshold, 1, 1_000_000, true),
+    cbSuccessThreshold: bounded('--cb-success-threshold', r.cbSuccessThreshold, d.successThreshold, 1, 1_000_000, true),
+    cbTimeoutDurationS: bounded(
       '--cb-timeout-duration-secs',
       r.cbTimeoutDurationS,
-      CB_DEFAULTS.timeoutDurationS,
+      d.timeoutDurationS,
       0,
       86_400,
       true,
     ),
-    cbWindowDurationS: number(
-      '--cb-window-duration-secs',
-      r.cbWindowDurationS,
-      CB_DEFAULTS.windowDurationS,
-      0,
-      86_400,
-      true,
-    ),
-    disableCircuitBreaker: r.disableCircuitBreaker ?? CB_DEFAULTS.disabled,
-    policy: policyOf(r.policy),
+    cbWindowDurationS: bounded('--cb-window-duration-secs', r.cbWindowDurationS, d.windowDurationS, 0, 86_400, true),
+    disableCircuitBreaker: r.disableCircuitBreaker ?? d.disabled,
   }
-  return out
 }
