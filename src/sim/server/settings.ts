@@ -33,6 +33,7 @@ export function readEnvSettings(env: NodeJS.ProcessEnv = process.env): EnvSettin
     watchdog: {
       scope: scope === 'inflight' || scope === 'off' ? scope : 'all',
       deadlineS: num(env, SIM_ENV.watchdogTimeout, 300),
+      // The twin's own copy of the shortest poll (it imports no CLI code); contract's: limits.ts MIN_POLL_SECONDS
       pollS: Math.max(0.01, num(env, SIM_ENV.watchdogPollInterval, 1)),
     },
   }
