@@ -3,7 +3,7 @@ import {resolve} from 'node:path'
 
 import {Flags} from '@oclif/core'
 
-import {MAX_DEADLINE_SECONDS, MIN_DEADLINE_SECONDS, MIN_POLL_SECONDS} from '../deployment/limits.js'
+import {type WatchdogRuleBreak, type WatchdogTiming, watchdogRuleBreaks} from '../deployment/watchdog-rules.js'
 import {badInput} from '../errors.js'
 import type {RouterUpOptions} from '../sim/lifecycle/index.js'
 import {POLICY_NAMES} from '../sim/router/policy.js'
@@ -250,27 +250,40 @@ export function suiteTwin(f: {sim: boolean; 'sim-deadline'?: string; 'sim-poll'?
   const pollS = seconds('--sim-poll', f['sim-poll']) ?? 0.5
   if (!(deadlineS > 0 && pollS > 0))
     throw badInput('--sim-deadline and --sim-poll must be above 0 seconds', 'e.g. --sim-deadline 3 --sim-poll 0.5')
-  if (deadlineS < MIN_DEADLINE_SECONDS) {
-    throw badInput(
-      `--sim-deadline must be at least ${MIN_DEADLINE_SECONDS} seconds, got ${deadlineS}`,
-      'e.g. --sim-deadline 3',
-    )
-  }
-  if (pollS < MIN_POLL_SECONDS) {
-    throw badInput(
-      `--sim-poll must be at least ${MIN_POLL_SECONDS} seconds (10 ms; shorter is a busy loop), got ${pollS}`,
-      'e.g. --sim-poll 0.5',
-    )
-  }
-  if (deadlineS > MAX_DEADLINE_SECONDS)
-    throw badInput(
-      `--sim-deadline must be at most ${MAX_DEADLINE_SECONDS} seconds, got ${deadlineS}`,
-      `pass --sim-deadline ${MAX_DEADLINE_SECONDS} or less`,
-    )
-  if (pollS > deadlineS)
-    throw badInput(
-      `--sim-poll (${pollS} s) is longer than --sim-deadline (${deadlineS} s)`,
-      'give a poll interval at most the deadline',
-    )
+  checkWatchdogFlags({deadlineSeconds: deadlineS, pollSeconds: pollS}, SUITE_WATCHDOG_WORDS)
   return {deadlineS, pollS, cbTimeoutS: SUITE_TWIN_CB_TIMEOUT_S, ...SUITE_TWIN_HEARTBEAT}
+}
+
+/** How a command words a watchdog rule its flags break: the cause and the "Try this:" suggestion. */
+export type WatchdogWords = Partial<Record<WatchdogRuleBreak['rule'], (b: WatchdogRuleBreak) => [string, string]>>
+
+/**
+ * The watchdog a twin is started with, judged by the contract's one home of its rules (deployment/watchdog-rules.ts,
+ * poll <= deadline among them): the first rule broken that the command words is bad input in the command's words.
+ * A rule the command does not word (the poll's maximum) is left to the twin's own bounds, as before.
+ */
+export function checkWatchdogFlags(t: WatchdogTiming, words: WatchdogWords): void {
+  for (const b of watchdogRuleBreaks(t)) {
+    const word = words[b.rule]
+    if (!word) continue
+    const [cause, suggestion] = word(b)
+    throw badInput(cause, suggestion)
+  }
+}
+
+/** `suite --sim-deadline / --sim-poll`. */
+const SUITE_WATCHDOG_WORDS: WatchdogWords = {
+  'deadline-min': b => [`--sim-deadline must be at least ${b.limit} seconds, got ${b.value}`, 'e.g. --sim-deadline 3'],
+  'poll-min': b => [
+    `--sim-poll must be at least ${b.limit} seconds (10 ms; shorter is a busy loop), got ${b.value}`,
+    'e.g. --sim-poll 0.5',
+  ],
+  'deadline-max': b => [
+    `--sim-deadline must be at most ${b.limit} seconds, got ${b.value}`,
+    `pass --sim-deadline ${b.limit} or less`,
+  ],
+  'poll-over-deadline': b => [
+    `--sim-poll (${b.value} s) is longer than --sim-deadline (${b.limit} s)`,
+    'give a poll interval at most the deadline',
+  ],
 }

@@ -1,6 +1,5 @@
 import type {DeploymentInput} from '../deployment/config.js'
-import {MAX_DEADLINE_SECONDS, MIN_DEADLINE_SECONDS, MIN_POLL_SECONDS} from '../deployment/limits.js'
-import {PdError, badInput} from '../errors.js'
+import {PdError} from '../errors.js'
 import {ExitCode, type ExitCodeValue} from '../exit-codes.js'
 import * as lifecycle from '../sim/lifecycle/index.js'
 import {
@@ -10,7 +9,7 @@ import {
   type SimUpOptions,
   type TwinDeployment,
 } from '../sim/lifecycle/index.js'
-import {simStateDir} from './sim-flags.js'
+import {checkWatchdogFlags, simStateDir, type WatchdogWords} from './sim-flags.js'
 
 /**
  * The CLI's door to the twin's lifecycle (`pdchaos sim …` and `--sim`): the same calls, with the twin's errors
@@ -50,35 +49,31 @@ export const simUp = async (options: SimUpOptions): Promise<lifecycle.SimUpResul
 
 /**
  * The twin writes a deployment file for pdchaos: its watchdog must be one that file may hold (the twin checks the
- * rest).
+ * rest). The rules are the contract's (deployment/watchdog-rules.ts); these are `sim up`'s words for them.
  */
-function checkTwinWatchdog(deadlineS: number | undefined, pollS: number | undefined): void {
-  if (deadlineS !== undefined && !(deadlineS >= MIN_DEADLINE_SECONDS)) {
-    throw badInput(
-      `--deadline must be at least ${MIN_DEADLINE_SECONDS} seconds, got ${deadlineS}`,
-      'pass a deadline in seconds, e.g. --deadline 30',
-    )
-  }
-  if (pollS !== undefined && !(pollS >= MIN_POLL_SECONDS)) {
-    throw badInput(
-      `--poll must be at least ${MIN_POLL_SECONDS} seconds (10 ms; shorter is a busy loop), got ${pollS}`,
-      'pass a poll interval in seconds, e.g. --poll 1',
-    )
-  }
-  if (deadlineS !== undefined && deadlineS > MAX_DEADLINE_SECONDS) {
-    throw badInput(
-      `--deadline must be at most ${MAX_DEADLINE_SECONDS} seconds (the longest watchdog a run can judge under its ` +
-        `lease), got ${deadlineS}`,
-      `pass --deadline ${MAX_DEADLINE_SECONDS} or less`,
-    )
-  }
-  if (deadlineS !== undefined && pollS !== undefined && pollS > deadlineS) {
-    throw badInput(
-      `--poll (${pollS} s) is longer than --deadline (${deadlineS} s)`,
-      'give a poll interval at most the deadline',
-    )
-  }
+const SIM_UP_WATCHDOG_WORDS: WatchdogWords = {
+  'deadline-min': b => [
+    `--deadline must be at least ${b.limit} seconds, got ${b.value}`,
+    'pass a deadline in seconds, e.g. --deadline 30',
+  ],
+  'poll-min': b => [
+    `--poll must be at least ${b.limit} seconds (10 ms; shorter is a busy loop), got ${b.value}`,
+    'pass a poll interval in seconds, e.g. --poll 1',
+  ],
+  'deadline-max': b => [
+    `--deadline must be at most ${b.limit} seconds (the longest watchdog a run can judge under its lease), ` +
+      `got ${b.value}`,
+    `pass --deadline ${b.limit} or less`,
+  ],
+  'poll-over-deadline': b => [
+    `--poll (${b.value} s) is longer than --deadline (${b.limit} s)`,
+    'give a poll interval at most the deadline',
+  ],
 }
+
+const checkTwinWatchdog = (deadlineS: number | undefined, pollS: number | undefined): void =>
+  checkWatchdogFlags({deadlineSeconds: deadlineS, pollSeconds: pollS}, SIM_UP_WATCHDOG_WORDS)
+
 // The state dir is checked first: a file there is bad input, not "no twin is running".
 export const simDown = async (stateDir: string): Promise<lifecycle.SimDownResult> =>
   translated(() => lifecycle.simDown(simStateDir(stateDir)))
