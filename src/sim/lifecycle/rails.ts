@@ -66,6 +66,65 @@ function aliasOf(name: string): string {
   }
 }
 
+/** `ip -batch` lines that create the switch and one veth per GPU, each tagged as this twin's. */
+function linkCommands(rails: RailsConfig, tag: string): string[] {
+  // The switch has no address and answers no ARP (else it would answer for every local rail address, with its own MAC,
+  // to a peer on another node, and the KV would arrive on the bridge, not on the destination's rail).
+  const links: string[] = [
+    `link add ${rails.bridge} type bridge`,
+    `link set dev ${rails.bridge} alias ${tag}:switch`,
+    `link set dev ${rails.bridge} arp off`,
+  ]
+  for (const n of rails.nics) {
+    links.push(
+      `link add ${n.name} address ${n.mac} type veth peer name ${n.peer} address ${n.peerMac}`,
+      `link set dev ${n.name} alias ${tag}:gpu${n.gpu}`,
+      `link set dev ${n.peer} alias ${tag}:gpu${n.gpu}:switch-port`,
+      `link set dev ${n.name} mtu 9000`,
+      `link set dev ${n.peer} mtu 9000`,
+      `link set dev ${n.peer} master ${rails.bridge}`,
+      `addr add ${n.addr}/${n.prefixLen} dev ${n.name}`,
+    )
+  }
+  return links
+}
+
+/** Each rail's sysctls, once its links exist. */
+function railSysctls(rails: RailsConfig, names: string[]): void {
+  // No IPv6 chatter (DAD, router solicitations) on the rails; a local source accepted on a rail (the peer GPU's).
+  for (const dev of names) sysctl(`/proc/sys/net/ipv6/conf/${dev}/disable_ipv6`, '1')
+  for (const n of rails.nics) {
+    sysctl(`/proc/sys/net/ipv4/conf/${n.name}/accept_local`, '1')
+    sysctl(`/proc/sys/net/ipv4/conf/${n.name}/rp_filter`, '0')
+    // ARP for the rails of other nodes: answer only for this rail's own address, ask from it (one NIC per address).
+    sysctl(`/proc/sys/net/ipv4/conf/${n.name}/arp_ignore`, '1')
+    sysctl(`/proc/sys/net/ipv4/conf/${n.name}/arp_announce`, '2')
+  }
+}
+
+/** `ip -batch` lines that bring the rails up and route each rail's traffic out of its own NIC. */
+function routingCommands(rails: RailsConfig, rulesShown: string): string[] {
+  const localAt0 = /^0:\s+from all lookup local\s*$/m.test(rulesShown)
+  const localMoved = new RegExp(`^${rails.localRulePref}:\\s+from all lookup local\\s*$`, 'm').test(rulesShown)
+  const routing: string[] = [
+    `link set dev ${rails.bridge} up`,
+    ...rails.nics.flatMap(n => [`link set dev ${n.peer} up`, `link set dev ${n.name} up`]),
+  ]
+  // The local rule is added at its new place before it leaves priority 0: local delivery never lapses.
+  if (!localMoved) routing.push(`rule add pref ${rails.localRulePref} lookup local`)
+  if (localAt0) routing.push('rule del pref 0 lookup local')
+  for (const n of rails.nics) {
+    const table = rails.tableBase + n.gpu
+    routing.push(
+      `rule add pref ${rails.rulePrefBase + n.gpu} from ${n.addr} iif lo lookup ${table}`,
+      `route add 198.18.0.0/16 dev ${n.name} table ${table}`,
+    )
+    for (const peer of rails.nics)
+      if (peer.gpu !== n.gpu) routing.push(`neigh replace ${peer.addr} lladdr ${peer.mac} dev ${n.name} nud permanent`)
+  }
+  return routing
+}
+
 /** Create the rails of `rails` for the twin in `stateDir`; replaces its own leftovers, refuses anyone else's. */
 export async function createRails(rails: RailsConfig, stateDir: string): Promise<void> {
   if (process.getuid?.() !== 0) {
@@ -87,24 +146,7 @@ export async function createRails(rails: RailsConfig, stateDir: string): Promise
   }
   if (names.some(linkExists)) await destroyRails(rails, stateDir)
 
-  // The switch has no address and answers no ARP (else it would answer for every local rail address, with its own MAC,
-  // to a peer on another node, and the KV would arrive on the bridge, not on the destination's rail).
-  const links: string[] = [
-    `link add ${rails.bridge} type bridge`,
-    `link set dev ${rails.bridge} alias ${tag}:switch`,
-    `link set dev ${rails.bridge} arp off`,
-  ]
-  for (const n of rails.nics) {
-    links.push(
-      `link add ${n.name} address ${n.mac} type veth peer name ${n.peer} address ${n.peerMac}`,
-      `link set dev ${n.name} alias ${tag}:gpu${n.gpu}`,
-      `link set dev ${n.peer} alias ${tag}:gpu${n.gpu}:switch-port`,
-      `link set dev ${n.name} mtu 9000`,
-      `link set dev ${n.peer} mtu 9000`,
-      `link set dev ${n.peer} master ${rails.bridge}`,
-      `addr add ${n.addr}/${n.prefixLen} dev ${n.name}`,
-    )
-  }
+  const links = linkCommands(rails, tag)
   const made = await batch(links)
   if (made.code !== 0) {
     await destroyRails(rails, stateDir)
@@ -113,35 +155,10 @@ export async function createRails(rails: RailsConfig, stateDir: string): Promise
       'run `ip link` to see what is there',
     )
   }
-  // No IPv6 chatter (DAD, router solicitations) on the rails; a local source accepted on a rail (the peer GPU's).
-  for (const dev of names) sysctl(`/proc/sys/net/ipv6/conf/${dev}/disable_ipv6`, '1')
-  for (const n of rails.nics) {
-    sysctl(`/proc/sys/net/ipv4/conf/${n.name}/accept_local`, '1')
-    sysctl(`/proc/sys/net/ipv4/conf/${n.name}/rp_filter`, '0')
-    // ARP for the rails of other nodes: answer only for this rail's own address, ask from it (one NIC per address).
-    sysctl(`/proc/sys/net/ipv4/conf/${n.name}/arp_ignore`, '1')
-    sysctl(`/proc/sys/net/ipv4/conf/${n.name}/arp_announce`, '2')
-  }
+  railSysctls(rails, names)
 
   const rules = await run([IP, 'rule', 'show'])
-  const localAt0 = /^0:\s+from all lookup local\s*$/m.test(rules.stdout)
-  const localMoved = new RegExp(`^${rails.localRulePref}:\\s+from all lookup local\\s*$`, 'm').test(rules.stdout)
-  const routing: string[] = [
-    `link set dev ${rails.bridge} up`,
-    ...rails.nics.flatMap(n => [`link set dev ${n.peer} up`, `link set dev ${n.name} up`]),
-  ]
-  // The local rule is added at its new place before it leaves priority 0: local delivery never lapses.
-  if (!localMoved) routing.push(`rule add pref ${rails.localRulePref} lookup local`)
-  if (localAt0) routing.push('rule del pref 0 lookup local')
-  for (const n of rails.nics) {
-    const table = rails.tableBase + n.gpu
-    routing.push(
-      `rule add pref ${rails.rulePrefBase + n.gpu} from ${n.addr} iif lo lookup ${table}`,
-      `route add 198.18.0.0/16 dev ${n.name} table ${table}`,
-    )
-    for (const peer of rails.nics)
-      if (peer.gpu !== n.gpu) routing.push(`neigh replace ${peer.addr} lladdr ${peer.mac} dev ${n.name} nud permanent`)
-  }
+  const routing = routingCommands(rails, rules.stdout)
   const routed = await batch(routing)
   if (routed.code !== 0) {
     await destroyRails(rails, stateDir)

@@ -25,6 +25,105 @@ export interface SimUpResult {
   config: SimConfig
 }
 
+/** One `sim up` in progress: what it has started, so that a failure or a signal stops exactly that. */
+interface Up {
+  config: SimConfig
+  stateDir: string
+  paths: ReturnType<typeof simPaths>
+  lock: LockFile
+  started: Array<[Service, ProcRef]>
+  railsMade: boolean
+}
+
+/** Every port this node's services will listen on is free, or bad input naming the port. */
+async function assertServicePortsFree(config: SimConfig, here: readonly Service[]): Promise<void> {
+  const on = (service: Service, ports: Record<string, number>): Record<string, number> =>
+    here.includes(service) ? ports : {}
+  await assertPortsFree(
+    config.host,
+    {
+      ...on('router', {router: config.ports.router, 'router metrics': config.ports.routerMetrics}),
+      // A follower node of a multi-node prefill runs no bootstrap server; node 0 also listens on the dist-init-addr.
+      ...on('prefill', {
+        prefill: config.ports.prefill,
+        ...(isFollower(config, 'prefill') ? {} : {bootstrap: config.ports.bootstrap}),
+        ...(config.dockerProxy ? {'prefill container': config.dockerProxy.prefill} : {}),
+      }),
+      ...(config.dist?.nodeRank === 0 ? {'dist-init-addr': distEndpoint(config.dist).port} : {}),
+      ...on('decode', {
+        decode: config.ports.decode,
+        ...(config.dockerProxy ? {'decode container': config.dockerProxy.decode} : {}),
+      }),
+    },
+    `pass another --base-port (now ${config.ports.router}), or stop what holds the port`,
+  )
+}
+
+/** A fresh twin: old service/gpu files, truth and logs belong to a previous run; then sim.json, nvidia-smi, rails. */
+async function prepareStateDir(up: Up): Promise<void> {
+  const {paths, config, stateDir} = up
+  for (const dir of [paths.services, paths.gpus, paths.truthDir, paths.logs])
+    rmSync(dir, {recursive: true, force: true})
+  for (const dir of [paths.services, paths.gpus, paths.truthDir, paths.logs]) mkdirSync(dir, {recursive: true})
+  writeJsonAtomic(paths.config, config)
+  writeNvidiaSmi(stateDir, config.gpus, config.rails?.nics.map(n => ({name: n.name, gpu: n.gpu})) ?? [], {
+    hideProcesses: config.gpuView?.hideProcesses ?? false,
+  })
+  if (config.rails) {
+    await createRails(config.rails, stateDir)
+    up.railsMade = true
+  }
+}
+
+/**
+ * Launch order prefill -> decode -> router, as SGLang's fixture. The router process starts without waiting (node
+ * start-up is the slow part here) but, like sgl-model-gateway, only turns ready once both workers pass its health
+ * probes; decode connects to prefill lazily, so it need not wait for prefill either. On a node of a twin that spans
+ * nodes, only this node's services; a router waits for workers on other nodes as the gateway does (start the workers'
+ * nodes first, or give --wait the time they take).
+ */
+async function startServices(up: Up, here: readonly Service[], deadline: number) {
+  const {config, lock, stateDir} = up
+  const start = (service: Service): ProcRef => {
+    const ref = startService(config, service)
+    up.started.push([service, ref])
+    lock.services[service] = ref
+    writeLock(stateDir, lock)
+    return ref
+  }
+  const refs: Partial<Record<Service, ProcRef>> = {}
+  for (const service of ['prefill', 'decode', 'router'] as const)
+    if (here.includes(service)) refs[service] = start(service)
+  const [pf, df] = await Promise.all(
+    (['prefill', 'decode'] as const).map(s => (refs[s] ? waitHealthy(config, s, refs[s], deadline) : undefined)),
+  )
+  if (refs.router) await waitHealthy(config, 'router', refs.router, deadline)
+  return {refs, pf, df}
+}
+
+/** Interrupted while starting: nothing half-started may outlive us. */
+function killStarted(up: Up): never {
+  for (const [service, ref] of up.started) {
+    try {
+      if (isSameProcess(ref)) process.kill(-ref.pid, 'SIGKILL')
+    } catch {}
+    rmSync(up.paths.service(service), {force: true})
+  }
+  removeLock(up.stateDir)
+  process.exit(EXIT_INTERRUPTED)
+}
+
+/** A failed start: stop everything this call started, release the lock, and say why. */
+async function undo(up: Up, error: unknown): Promise<never> {
+  const {started, paths, config, stateDir} = up
+  await Promise.all(started.map(([, ref]) => stopGroup(ref, 3000, 2000)))
+  for (const [service] of started) rmSync(paths.service(service), {force: true})
+  if (up.railsMade && config.rails) await destroyRails(config.rails, stateDir).catch(() => undefined)
+  removeLock(stateDir)
+  if (error instanceof SimError) throw error
+  throw unavailable(`sim up failed: ${(error as Error).message}`, downHint(stateDir), error)
+}
+
 /**
  * Start the twin: validate, lock the state dir, check every port, write sim.json and the nvidia-smi
  * stand-in, start prefill and decode detached, then the router once both serve, wait for health and
@@ -39,82 +138,20 @@ export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
   // write is never overwritten (issue 12, S2). Both are checked before anything in the dir changes.
   claimStateDir(stateDir)
   assertOwnDeploymentFile(paths.deploymentFile)
-  const lock: LockFile = acquireLock(stateDir)
-  const started: Array<[Service, ProcRef]> = []
-  let railsMade = false
-  // Interrupted while starting: nothing half-started may outlive us.
-  const onSignal = (): void => {
-    for (const [service, ref] of started) {
-      try {
-        if (isSameProcess(ref)) process.kill(-ref.pid, 'SIGKILL')
-      } catch {}
-      rmSync(paths.service(service), {force: true})
-    }
-    removeLock(stateDir)
-    process.exit(EXIT_INTERRUPTED)
-  }
+  const up: Up = {config, stateDir, paths, lock: acquireLock(stateDir), started: [], railsMade: false}
+  const onSignal = (): void => killStarted(up)
   process.once('SIGINT', onSignal)
   process.once('SIGTERM', onSignal)
   try {
     const here = servicesHere(config)
-    const on = (service: Service, ports: Record<string, number>): Record<string, number> =>
-      here.includes(service) ? ports : {}
-    await assertPortsFree(
-      config.host,
-      {
-        ...on('router', {router: config.ports.router, 'router metrics': config.ports.routerMetrics}),
-        // A follower node of a multi-node prefill runs no bootstrap server; node 0 also listens on the dist-init-addr.
-        ...on('prefill', {
-          prefill: config.ports.prefill,
-          ...(isFollower(config, 'prefill') ? {} : {bootstrap: config.ports.bootstrap}),
-          ...(config.dockerProxy ? {'prefill container': config.dockerProxy.prefill} : {}),
-        }),
-        ...(config.dist?.nodeRank === 0 ? {'dist-init-addr': distEndpoint(config.dist).port} : {}),
-        ...on('decode', {
-          decode: config.ports.decode,
-          ...(config.dockerProxy ? {'decode container': config.dockerProxy.decode} : {}),
-        }),
-      },
-      `pass another --base-port (now ${config.ports.router}), or stop what holds the port`,
-    )
-
-    // A fresh twin: old service/gpu files, truth and logs belong to a previous run.
-    for (const dir of [paths.services, paths.gpus, paths.truthDir, paths.logs])
-      rmSync(dir, {recursive: true, force: true})
-    for (const dir of [paths.services, paths.gpus, paths.truthDir, paths.logs]) mkdirSync(dir, {recursive: true})
-    writeJsonAtomic(paths.config, config)
-    writeNvidiaSmi(stateDir, config.gpus, config.rails?.nics.map(n => ({name: n.name, gpu: n.gpu})) ?? [], {
-      hideProcesses: config.gpuView?.hideProcesses ?? false,
-    })
-    if (config.rails) {
-      await createRails(config.rails, stateDir)
-      railsMade = true
-    }
-
+    await assertServicePortsFree(config, here)
+    await prepareStateDir(up)
     const deadline = Date.now() + (options.waitS ?? UP_DEFAULTS.waitS) * 1000
-    const start = (service: Service): ProcRef => {
-      const ref = startService(config, service)
-      started.push([service, ref])
-      lock.services[service] = ref
-      writeLock(stateDir, lock)
-      return ref
-    }
-    // Launch order prefill -> decode -> router, as SGLang's fixture. The router process starts without waiting
-    // (node start-up is the slow part here) but, like sgl-model-gateway, only turns ready once both workers
-    // pass its health probes; decode connects to prefill lazily, so it need not wait for prefill either.
-    // On a node of a twin that spans nodes, only this node's services; a router waits for workers on other nodes
-    // as the gateway does (start the workers' nodes first, or give --wait the time they take).
-    const refs: Partial<Record<Service, ProcRef>> = {}
-    for (const service of ['prefill', 'decode', 'router'] as const)
-      if (here.includes(service)) refs[service] = start(service)
-    const [pf, df] = await Promise.all(
-      (['prefill', 'decode'] as const).map(s => (refs[s] ? waitHealthy(config, s, refs[s], deadline) : undefined)),
-    )
-    if (refs.router) await waitHealthy(config, 'router', refs.router, deadline)
+    const {refs, pf, df} = await startServices(up, here, deadline)
 
     const deploymentFile = await writeDeploymentFile(config)
-    lock.owner = {pid: 0, start: ''} // from here on the services alone hold the state dir
-    writeLock(stateDir, lock)
+    up.lock.owner = {pid: 0, start: ''} // from here on the services alone hold the state dir
+    writeLock(stateDir, up.lock)
     return {
       stateDir,
       deploymentFile,
@@ -125,12 +162,7 @@ export async function simUp(options: SimUpOptions): Promise<SimUpResult> {
       config,
     }
   } catch (error) {
-    await Promise.all(started.map(([, ref]) => stopGroup(ref, 3000, 2000)))
-    for (const [service] of started) rmSync(paths.service(service), {force: true})
-    if (railsMade && config.rails) await destroyRails(config.rails, stateDir).catch(() => undefined)
-    removeLock(stateDir)
-    if (error instanceof SimError) throw error
-    throw unavailable(`sim up failed: ${(error as Error).message}`, downHint(stateDir), error)
+    return await undo(up, error)
   } finally {
     process.off('SIGINT', onSignal)
     process.off('SIGTERM', onSignal)

@@ -124,6 +124,109 @@ export function gatewayArgv(a: GatewayArgs): string[] {
   ]
 }
 
+const policyArg = (flag: string, raw: string | undefined): PolicyName => {
+  if (!(POLICY_NAMES as readonly string[]).includes(raw ?? ''))
+    throw new Error(
+      `${flag} must be one of ${POLICY_NAMES.join(', ')}, got ${raw === undefined ? 'nothing' : `"${raw}"`}`,
+    )
+  return raw as PolicyName
+}
+const numArg = (flag: string, raw: string | undefined): number => {
+  const v = Number(raw)
+  if (raw === undefined || raw.trim() === '' || !Number.isFinite(v))
+    throw new Error(`${flag} needs a number, got ${raw === undefined ? 'nothing' : `"${raw}"`}`)
+  return v
+}
+const strArg = (flag: string, raw: string | undefined): string => {
+  if (raw === undefined || raw.startsWith('--')) throw new Error(`${flag} needs a value`)
+  return raw
+}
+
+/** The flags that take one number, each setting its field of `a`. */
+const numericSetters = (a: GatewayArgs): Record<string, (v: number) => void> => ({
+  '--port': v => (a.port = v),
+  '--prometheus-port': v => (a.prometheusPort = v),
+  '--request-timeout-secs': v => (a.requestTimeoutS = v),
+  '--health-check-interval-secs': v => (a.health.intervalS = v),
+  '--health-check-timeout-secs': v => (a.health.timeoutS = v),
+  '--health-failure-threshold': v => (a.health.failureThreshold = v),
+  '--health-success-threshold': v => (a.health.successThreshold = v),
+  '--retry-max-retries': v => (a.retry.maxRetries = v),
+  '--retry-initial-backoff-ms': v => (a.retry.initialBackoffMs = v),
+  '--retry-max-backoff-ms': v => (a.retry.maxBackoffMs = v),
+  '--retry-backoff-multiplier': v => (a.retry.backoffMultiplier = v),
+  '--retry-jitter-factor': v => (a.retry.jitterFactor = v),
+  '--cb-failure-threshold': v => (a.circuitBreaker.failureThreshold = v),
+  '--cb-success-threshold': v => (a.circuitBreaker.successThreshold = v),
+  '--cb-timeout-duration-secs': v => (a.circuitBreaker.timeoutDurationS = v),
+  '--cb-window-duration-secs': v => (a.circuitBreaker.windowDurationS = v),
+})
+
+/** The flags that take a policy name. */
+const policySetters = (a: GatewayArgs): Record<string, (p: PolicyName) => void> => ({
+  '--policy': p => (a.policy = p),
+  '--prefill-policy': p => (a.prefillPolicy = p),
+  '--decode-policy': p => (a.decodePolicy = p),
+})
+
+/** The parse in progress: the args so far, and whether a --prefill (--decode) has replaced the base's list yet. */
+interface Parse {
+  a: GatewayArgs
+  base: GatewayArgs
+  argv: string[]
+  given: {prefill: boolean; decode: boolean}
+}
+
+/** `--prefill URL [PORT|none]`: the bootstrap port after the URL is optional, as in the launcher. Returns the next i. */
+function prefillArg(s: Parse, i: number): number {
+  const {argv, a} = s
+  const url = strArg('--prefill', argv[++i])
+  // The bootstrap port after the URL is optional ("none" or absent), as in the launcher: the base's port then.
+  let bootstrapPort = s.base.prefill[0]?.bootstrapPort ?? 8998
+  const next = argv[i + 1]
+  if (next !== undefined && !next.startsWith('--')) {
+    i++
+    if (next !== 'none') bootstrapPort = numArg('--prefill bootstrap port', next)
+  }
+  if (!s.given.prefill) a.prefill = []
+  s.given.prefill = true
+  a.prefill.push({url, bootstrapPort})
+  return i
+}
+
+/** One flag that is neither numeric nor a policy, at argv[i]; returns the index of its last word. */
+function otherFlag(s: Parse, i: number): number {
+  const {argv, a} = s
+  const flag = argv[i]
+  switch (flag) {
+    case '--pd-disaggregation':
+      break
+    case '--disable-retries':
+      a.retry.disabled = true
+      break
+    case '--disable-circuit-breaker':
+      a.circuitBreaker.disabled = true
+      break
+    case '--prefill':
+      return prefillArg(s, i)
+    case '--decode':
+      if (!s.given.decode) a.decode = []
+      s.given.decode = true
+      a.decode.push(strArg(flag, argv[++i]))
+      break
+
+    case '--host':
+      a.host = strArg(flag, argv[++i])
+      break
+    case '--prometheus-host':
+      a.prometheusHost = strArg(flag, argv[++i])
+      break
+    default:
+      throw new Error(`unknown flag ${flag}`)
+  }
+  return i
+}
+
 /**
  * Read the launch flags back (the router process configures itself from its own command line). Flags that are absent
  * keep `base`; an unknown flag or a value that is not a number is an error naming the flag.
@@ -138,95 +241,14 @@ export function parseGatewayArgv(argv: string[], base: GatewayArgs): GatewayArgs
     circuitBreaker: {...base.circuitBreaker},
   }
   // The first --prefill (--decode) replaces the base's list; each further one adds an instance.
-  const given = {prefill: false, decode: false}
-  const policy = (flag: string, raw: string | undefined): PolicyName => {
-    if (!(POLICY_NAMES as readonly string[]).includes(raw ?? ''))
-      throw new Error(
-        `${flag} must be one of ${POLICY_NAMES.join(', ')}, got ${raw === undefined ? 'nothing' : `"${raw}"`}`,
-      )
-    return raw as PolicyName
-  }
-  const num = (flag: string, raw: string | undefined): number => {
-    const v = Number(raw)
-    if (raw === undefined || raw.trim() === '' || !Number.isFinite(v))
-      throw new Error(`${flag} needs a number, got ${raw === undefined ? 'nothing' : `"${raw}"`}`)
-    return v
-  }
-  const str = (flag: string, raw: string | undefined): string => {
-    if (raw === undefined || raw.startsWith('--')) throw new Error(`${flag} needs a value`)
-    return raw
-  }
-  const numeric: Record<string, (v: number) => void> = {
-    '--port': v => (a.port = v),
-    '--prometheus-port': v => (a.prometheusPort = v),
-    '--request-timeout-secs': v => (a.requestTimeoutS = v),
-    '--health-check-interval-secs': v => (a.health.intervalS = v),
-    '--health-check-timeout-secs': v => (a.health.timeoutS = v),
-    '--health-failure-threshold': v => (a.health.failureThreshold = v),
-    '--health-success-threshold': v => (a.health.successThreshold = v),
-    '--retry-max-retries': v => (a.retry.maxRetries = v),
-    '--retry-initial-backoff-ms': v => (a.retry.initialBackoffMs = v),
-    '--retry-max-backoff-ms': v => (a.retry.maxBackoffMs = v),
-    '--retry-backoff-multiplier': v => (a.retry.backoffMultiplier = v),
-    '--retry-jitter-factor': v => (a.retry.jitterFactor = v),
-    '--cb-failure-threshold': v => (a.circuitBreaker.failureThreshold = v),
-    '--cb-success-threshold': v => (a.circuitBreaker.successThreshold = v),
-    '--cb-timeout-duration-secs': v => (a.circuitBreaker.timeoutDurationS = v),
-    '--cb-window-duration-secs': v => (a.circuitBreaker.windowDurationS = v),
-  }
-  const policies: Record<string, (p: PolicyName) => void> = {
-    '--policy': p => (a.policy = p),
-    '--prefill-policy': p => (a.prefillPolicy = p),
-    '--decode-policy': p => (a.decodePolicy = p),
-  }
+  const s: Parse = {a, base, argv, given: {prefill: false, decode: false}}
+  const numeric = numericSetters(a)
+  const policies = policySetters(a)
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i]
-    if (flag in numeric) {
-      numeric[flag](num(flag, argv[++i]))
-      continue
-    }
-    if (flag in policies) {
-      policies[flag](policy(flag, argv[++i]))
-      continue
-    }
-    switch (flag) {
-      case '--pd-disaggregation':
-        break
-      case '--disable-retries':
-        a.retry.disabled = true
-        break
-      case '--disable-circuit-breaker':
-        a.circuitBreaker.disabled = true
-        break
-      case '--prefill': {
-        const url = str(flag, argv[++i])
-        // The bootstrap port after the URL is optional ("none" or absent), as in the launcher: the base's port then.
-        let bootstrapPort = base.prefill[0]?.bootstrapPort ?? 8998
-        const next = argv[i + 1]
-        if (next !== undefined && !next.startsWith('--')) {
-          i++
-          if (next !== 'none') bootstrapPort = num('--prefill bootstrap port', next)
-        }
-        if (!given.prefill) a.prefill = []
-        given.prefill = true
-        a.prefill.push({url, bootstrapPort})
-        break
-      }
-      case '--decode':
-        if (!given.decode) a.decode = []
-        given.decode = true
-        a.decode.push(str(flag, argv[++i]))
-        break
-
-      case '--host':
-        a.host = str(flag, argv[++i])
-        break
-      case '--prometheus-host':
-        a.prometheusHost = str(flag, argv[++i])
-        break
-      default:
-        throw new Error(`unknown flag ${flag}`)
-    }
+    if (flag in numeric) numeric[flag](numArg(flag, argv[++i]))
+    else if (flag in policies) policies[flag](policyArg(flag, argv[++i]))
+    else i = otherFlag(s, i)
   }
   return a
 }

@@ -81,6 +81,73 @@ function listen(server: Server, port: number): Promise<void> {
   })
 }
 
+/** SGLang's first lines: its server args and, on prefill, the watchdog's settings. */
+function logServerArgs(): void {
+  log.info(
+    `server_args=ServerArgs(model_path='${cfg.model}', host='${cfg.host}', port=${cfg.ports[role]}, ` +
+      `tp_size=${role === 'prefill' ? cfg.prefillTp : cfg.decodeTp}, ${
+        cfg.dist
+          ? `nnodes=${cfg.dist.nnodes}, ` +
+            `node_rank=${cfg.dist.nodeRank}, dist_init_addr='${cfg.dist.distInitAddr}', `
+          : ''
+      }disaggregation_mode='${role}', disaggregation_transfer_backend='${env.backend}', ` +
+      `disaggregation_bootstrap_port=${cfg.ports.bootstrap})`,
+  )
+  if (role === 'prefill')
+    log.info(
+      `Disaggregation watchdog: scope=${env.watchdog.scope} timeout=${env.watchdog.deadlineS}s ` +
+        `poll_interval=${env.watchdog.pollS}s`,
+    )
+}
+
+/** The role's scheduler loop (decode's with its heartbeat), run until it completes a first iteration. */
+async function startScheduler(): Promise<void> {
+  if (role === 'prefill') {
+    const p = new PrefillScheduler(role, cfg, env, ranks, schedLog, stateDir)
+    p.init()
+    sched = p
+  } else {
+    const d = new DecodeScheduler(role, cfg, env, ranks, schedLog, stateDir)
+    // `sim up --heartbeat off` (not SGLang): no liveness check at all. `stale-peer`: no instance-id check either.
+    if (cfg.heartbeat !== 'off')
+      heartbeat = new Heartbeat(
+        d,
+        env,
+        schedLog,
+        !cfg.bugs.includes('stale-prefill-ports') && !cfg.bugs.includes('stale-peer'),
+      )
+    sched = d
+  }
+  const s = sched
+  s.run().catch((err: unknown) => {
+    log.error(`Scheduler loop failed: ${String(err)}`)
+    void shutdown(1, 'scheduler loop failed')
+  })
+  if (!(await s.waitIteration(RANKS_READY_MS))) throw new Error('scheduler loop did not complete an iteration')
+}
+
+/** The server's service file, written atomically once it serves. */
+function writeService(): void {
+  mkdirSync(paths.services, {recursive: true})
+  const service = {
+    role,
+    pid: process.pid,
+    startedAt: Math.round(startedAt),
+    httpUrl: `http://${cfg.host}:${cfg.ports[role]}`,
+    ...(role === 'prefill' ? {bootstrapUrl: `http://${cfg.host}:${cfg.ports.bootstrap}`} : {}),
+    ...(cfg.dist ? {nnodes: cfg.dist.nnodes, nodeRank: 0, distInitAddr: cfg.dist.distInitAddr} : {}),
+    rankPids: ranks.pids,
+    rankPorts: ranks.readies.map(r => ({
+      tpRank: r.tpRank,
+      zmqPort: r.zmqPort,
+      ...(r.dataPort ? {dataPort: r.dataPort} : {}),
+    })),
+  }
+  const tmp = `${paths.service(role)}.${process.pid}.tmp`
+  writeFileSync(tmp, JSON.stringify(service, null, 2))
+  renameSync(tmp, paths.service(role))
+}
+
 /** Node rank 0 (or a one-node instance): the API, the scheduler loop and, on prefill, the bootstrap server. */
 async function runServer(): Promise<void> {
   process.on('SIGTERM', () => {
@@ -90,21 +157,7 @@ async function runServer(): Promise<void> {
     void shutdown(0, 'SIGINT')
   })
   try {
-    log.info(
-      `server_args=ServerArgs(model_path='${cfg.model}', host='${cfg.host}', port=${cfg.ports[role]}, ` +
-        `tp_size=${role === 'prefill' ? cfg.prefillTp : cfg.decodeTp}, ${
-          cfg.dist
-            ? `nnodes=${cfg.dist.nnodes}, ` +
-              `node_rank=${cfg.dist.nodeRank}, dist_init_addr='${cfg.dist.distInitAddr}', `
-            : ''
-        }disaggregation_mode='${role}', disaggregation_transfer_backend='${env.backend}', ` +
-        `disaggregation_bootstrap_port=${cfg.ports.bootstrap})`,
-    )
-    if (role === 'prefill')
-      log.info(
-        `Disaggregation watchdog: scope=${env.watchdog.scope} timeout=${env.watchdog.deadlineS}s ` +
-          `poll_interval=${env.watchdog.pollS}s`,
-      )
+    logServerArgs()
     http = createHttpApi({
       cfg,
       env,
@@ -129,47 +182,8 @@ async function runServer(): Promise<void> {
       void shutdown(1, 'a node of the instance was lost')
     }
     await ranks.start(RANKS_READY_MS)
-    if (role === 'prefill') {
-      const p = new PrefillScheduler(role, cfg, env, ranks, schedLog, stateDir)
-      p.init()
-      sched = p
-    } else {
-      const d = new DecodeScheduler(role, cfg, env, ranks, schedLog, stateDir)
-      // `sim up --heartbeat off` (not SGLang): no liveness check at all. `stale-peer`: no instance-id check either.
-      if (cfg.heartbeat !== 'off')
-        heartbeat = new Heartbeat(
-          d,
-          env,
-          schedLog,
-          !cfg.bugs.includes('stale-prefill-ports') && !cfg.bugs.includes('stale-peer'),
-        )
-      sched = d
-    }
-    const s = sched
-    s.run().catch((err: unknown) => {
-      log.error(`Scheduler loop failed: ${String(err)}`)
-      void shutdown(1, 'scheduler loop failed')
-    })
-    if (!(await s.waitIteration(RANKS_READY_MS))) throw new Error('scheduler loop did not complete an iteration')
-
-    mkdirSync(paths.services, {recursive: true})
-    const service = {
-      role,
-      pid: process.pid,
-      startedAt: Math.round(startedAt),
-      httpUrl: `http://${cfg.host}:${cfg.ports[role]}`,
-      ...(role === 'prefill' ? {bootstrapUrl: `http://${cfg.host}:${cfg.ports.bootstrap}`} : {}),
-      ...(cfg.dist ? {nnodes: cfg.dist.nnodes, nodeRank: 0, distInitAddr: cfg.dist.distInitAddr} : {}),
-      rankPids: ranks.pids,
-      rankPorts: ranks.readies.map(r => ({
-        tpRank: r.tpRank,
-        zmqPort: r.zmqPort,
-        ...(r.dataPort ? {dataPort: r.dataPort} : {}),
-      })),
-    }
-    const tmp = `${paths.service(role)}.${process.pid}.tmp`
-    writeFileSync(tmp, JSON.stringify(service, null, 2))
-    renameSync(tmp, paths.service(role))
+    await startScheduler()
+    writeService()
     log.info(`The server is fired up and ready to roll! (${role}, ${Math.round(nowMs() - startedAt)} ms)`)
   } catch (err) {
     log.error(`Failed to start ${role} server: ${err instanceof Error ? err.message : String(err)}`)
