@@ -109,17 +109,53 @@ interface Judged {
   record: AbortRecord
 }
 
+type Sent = Extract<Observation, {kind: 'request-sent'}>
+type Answer = NonNullable<ReturnType<typeof answerOf>>
+
+/** One trial's timing, what released it and whether its request entered first: what each outcome is judged from. */
+interface Trial {
+  tl: Timeline
+  sent: Sent
+  rid: string
+  abortAt: number
+  sides: Array<'prefill' | 'decode'>
+  pollMs: number
+  answer: Answer | undefined
+  eps: ReturnType<typeof epsilonFor>
+  /** An honoured abort releases the request by then (one poll + ε after the abort). */
+  honourBy: number
+  /** The watchdog's window on the pdchaos clock. */
+  windowLow: number
+  windowHigh: number
+  evidence: Record<string, unknown>
+  record: AbortRecord
+  released: ReturnType<typeof attributeRelease> | undefined
+  entry: ReturnType<typeof entryOf>
+  path: Record<string, unknown>
+}
+
 /**
  * One trial judged by its timing and what released it (honoured, lost, late, pinned, …), with its record; coverage
  * comes after.
  */
 function judgeTrial(
   tl: Timeline,
-  sent: Extract<Observation, {kind: 'request-sent'}>,
+  sent: Sent,
   abortAt: number,
   end: number,
   sides: Array<'prefill' | 'decode'>,
 ): Judged {
+  const t = trialOf(tl, sent, abortAt, sides)
+  const {answer, released} = t
+  if (answer && answer.status >= 200 && answer.status < 300) return completed(t, answer)
+  if (answer && answer.t <= abortAt) return releasedBeforeAbort(t, answer)
+  if (answer && released && answer.t <= t.honourBy && released.cause !== 'watchdog')
+    return releasedInAbortBound(t, answer, released)
+  if (answer && released && answer.t <= t.windowHigh) return releasedBeforeWindowEnd(t, answer, released)
+  return lateOrPinned(t, end)
+}
+
+function trialOf(tl: Timeline, sent: Sent, abortAt: number, sides: Array<'prefill' | 'decode'>): Trial {
   const rid = sent.rid
   const pollMs = tl.contract.pollSeconds * 1000
   const deadlineMs = tl.contract.deadlineSeconds * 1000
@@ -159,10 +195,6 @@ function judgeTrial(
     outcome: '',
     evidence: {},
   }
-  const out = (outcome: string, ...verdicts: Verdict[]): Judged => {
-    record.outcome = outcome
-    return {verdicts, record}
-  }
   // What released it (logs naming the rid, the answer's text, counters): timing alone cannot tell an honoured abort
   // from a watchdog eviction when one poll after the abort reaches into the watchdog's window.
   const failed = answer && !(answer.status >= 200 && answer.status < 300) && answer.t > abortAt
@@ -177,186 +209,216 @@ function judgeTrial(
   })
   record.entry = entry
   const path = {releasePath: record.releasedBy.path, entry: entry.shown, entryEvidence: entry.evidence}
-  // A lost abort counts only once the request is shown to have entered prefill before it; otherwise it did not land.
-  const lost = (outcome: string, v: Verdict, ...more: Verdict[]): Judged => {
-    if (entry.shown === 'before') return out(outcome, {...v, evidence: {...v.evidence, ...path}}, ...more)
-    const after = entry.shown === 'after'
-    const was = after ? 'its abort having arrived first' : 'after its abort was fired'
-    more = more.map(m => ({...m, summary: m.summary.replace(/after its abort was lost$/, was)}))
-    const because = after
-      ? 'not landed: the abort arrived before the request entered prefill'
-      : 'not shown to have entered prefill before its abort'
-    const summary = `${v.summary.replace(/^abort lost/, 'abort not shown lost')} — ${because}`
-    return out(
-      after ? 'not-landed' : 'entry-unknown',
-      unverified('abort', rid, summary, {
-        ...v.evidence,
-        ...path,
-        outcome: after ? 'not-landed' : 'entry-unknown',
-        why: `${notEnteredWhy(entry)!}; SGLang drops an abort for a rid it does not know yet`,
-        toVerify:
-          'abort later after the send (a longer transfer window), read /v1/loads?include=disagg, or give the ' +
-          "deployment file the services' logs (logs:, watchdog.logPattern) so the entry is shown",
-      }),
-      ...more,
-    )
-  }
+  const common = {tl, sent, rid, abortAt, sides, pollMs, answer, eps, honourBy, windowLow, windowHigh}
+  return {...common, evidence, record, released, entry, path}
+}
 
-  if (answer && answer.status >= 200 && answer.status < 300) {
-    const before = answer.t <= abortAt
+function out(t: Trial, outcome: string, ...verdicts: Verdict[]): Judged {
+  t.record.outcome = outcome
+  return {verdicts, record: t.record}
+}
+
+/** A lost abort counts only once the request is shown to have entered prefill before it; otherwise it did not land. */
+function lost(t: Trial, outcome: string, v: Verdict, ...more: Verdict[]): Judged {
+  const {entry, path, rid} = t
+  if (entry.shown === 'before') return out(t, outcome, {...v, evidence: {...v.evidence, ...path}}, ...more)
+  const after = entry.shown === 'after'
+  const was = after ? 'its abort having arrived first' : 'after its abort was fired'
+  const renamed = more.map(m => ({...m, summary: m.summary.replace(/after its abort was lost$/, was)}))
+  const because = after
+    ? 'not landed: the abort arrived before the request entered prefill'
+    : 'not shown to have entered prefill before its abort'
+  const summary = `${v.summary.replace(/^abort lost/, 'abort not shown lost')} — ${because}`
+  return out(
+    t,
+    after ? 'not-landed' : 'entry-unknown',
+    unverified('abort', rid, summary, {
+      ...v.evidence,
+      ...path,
+      outcome: after ? 'not-landed' : 'entry-unknown',
+      why: `${notEnteredWhy(entry)!}; SGLang drops an abort for a rid it does not know yet`,
+      toVerify:
+        'abort later after the send (a longer transfer window), read /v1/loads?include=disagg, or give the ' +
+        "deployment file the services' logs (logs:, watchdog.logPattern) so the entry is shown",
+    }),
+    ...renamed,
+  )
+}
+
+function completed(t: Trial, answer: Answer): Judged {
+  const {sent, abortAt, rid, evidence} = t
+  const before = answer.t <= abortAt
+  return out(
+    t,
+    'completed',
+    pass(
+      'abort',
+      rid,
+      before
+        ? `completed before the abort (${secs(answer.t - sent.t)}): the abort missed the transfer window`
+        : `completed with ${answer.status} ${secs(answer.t - abortAt)} after the abort: the transfer won the race`,
+      evidence,
+    ),
+  )
+}
+
+/** Released (not completed) before any abort was fired: something else let it go, and the abort had nothing to act on. */
+function releasedBeforeAbort(t: Trial, answer: Answer): Judged {
+  return out(
+    t,
+    'released-before-abort',
+    unverified(
+      'abort',
+      t.rid,
+      `released with ${answer.status} ${secs(t.abortAt - answer.t)} before its abort was fired`,
+      {
+        ...t.evidence,
+        outcome: 'released-before-abort',
+        why: 'the request was released before its abort was fired: the abort had nothing to act on',
+        toVerify: 'a trial whose request is still held when its abort fires (a held window: a TCP data path, --gpu N)',
+      },
+    ),
+  )
+}
+
+/** Released within one poll (+ ε) of the abort, by something other than the watchdog: honoured, or not shown so. */
+function releasedInAbortBound(t: Trial, answer: Answer, released: NonNullable<Trial['released']>): Judged {
+  const {abortAt, rid, evidence, path, sides} = t
+  if (released.cause === 'decode-abort' && !sides.includes('decode')) {
+    // The abort went to prefill alone, yet decode's ABORT released it: decode let go for its own reasons (a
+    // timeout, a lost peer); prefill's own abort path is not what was shown to work.
+    const summary =
+      `released ${secs(answer.t - abortAt)} after an abort sent to prefill alone, but by decode's ABORT, ` +
+      "not prefill's own abort path"
     return out(
-      'completed',
-      pass(
-        'abort',
-        rid,
-        before
-          ? `completed before the abort (${secs(answer.t - sent.t)}): the abort missed the transfer window`
-          : `completed with ${answer.status} ${secs(answer.t - abortAt)} after the abort: the transfer won the race`,
-        evidence,
-      ),
+      t,
+      'rescued-by-decode',
+      unverified('abort', rid, summary, {
+        ...evidence,
+        ...path,
+        outcome: 'rescued-by-decode',
+        releaseEvidence: released.evidence,
+        why:
+          "the answer names decode's ABORT: prefill's own abort may have been lost, and decode let go at the " +
+          'same time',
+        toVerify:
+          'a decode whose waiting timeout and heartbeat fire well after the window ' +
+          "(SGLANG_DISAGGREGATION_WAITING_TIMEOUT), or the services' logs (logs:)",
+      }),
     )
   }
-  if (answer && answer.t <= abortAt) {
-    // Released (not completed) before any abort was fired: something else let it go, and the abort had nothing to act
-    // on.
+  if (answer.t >= t.windowLow && released.cause !== 'abort') {
     return out(
-      'released-before-abort',
+      t,
+      'ambiguous',
       unverified(
         'abort',
         rid,
-        `released with ${answer.status} ${secs(abortAt - answer.t)} before its abort was fired`,
+        `released ${secs(answer.t - abortAt)} after the abort, inside both one poll of it and the watchdog's ` +
+          `window; nothing names the abort`,
         {
           ...evidence,
-          outcome: 'released-before-abort',
-          why: 'the request was released before its abort was fired: the abort had nothing to act on',
+          outcome: 'ambiguous',
+          releasedBy: released.cause,
+          releaseEvidence: released.evidence,
+          why:
+            "the release falls inside both the abort's bound (one poll + ε) and the watchdog's window, and " +
+            'neither the answer nor a log line says the abort released it',
           toVerify:
-            'a trial whose request is still held when its abort fires (a held window: a TCP data path, --gpu N)',
+            'abort earlier than the deadline minus one poll (a longer deadline or a shorter poll), or give the ' +
+            "deployment file the services' logs (logs:) so the release is named",
         },
       ),
     )
   }
-  if (answer && released && answer.t <= honourBy && released.cause !== 'watchdog') {
-    if (released.cause === 'decode-abort' && !sides.includes('decode')) {
-      // The abort went to prefill alone, yet decode's ABORT released it: decode let go for its own reasons (a
-      // timeout, a lost peer); prefill's own abort path is not what was shown to work.
-      const summary =
-        `released ${secs(answer.t - abortAt)} after an abort sent to prefill alone, but by decode's ABORT, ` +
-        "not prefill's own abort path"
-      return out(
-        'rescued-by-decode',
-        unverified('abort', rid, summary, {
-          ...evidence,
-          ...path,
-          outcome: 'rescued-by-decode',
-          releaseEvidence: released.evidence,
-          why:
-            "the answer names decode's ABORT: prefill's own abort may have been lost, and decode let go at the " +
-            'same time',
-          toVerify:
-            'a decode whose waiting timeout and heartbeat fire well after the window ' +
-            "(SGLANG_DISAGGREGATION_WAITING_TIMEOUT), or the services' logs (logs:)",
-        }),
-      )
-    }
-    if (answer.t >= windowLow && released.cause !== 'abort') {
-      return out(
-        'ambiguous',
-        unverified(
-          'abort',
-          rid,
-          `released ${secs(answer.t - abortAt)} after the abort, inside both one poll of it and the watchdog's ` +
-            `window; nothing names the abort`,
-          {
-            ...evidence,
-            outcome: 'ambiguous',
-            releasedBy: released.cause,
-            releaseEvidence: released.evidence,
-            why:
-              "the release falls inside both the abort's bound (one poll + ε) and the watchdog's window, and " +
-              'neither the answer nor a log line says the abort released it',
-            toVerify:
-              'abort earlier than the deadline minus one poll (a longer deadline or a shorter poll), or give the ' +
-              "deployment file the services' logs (logs:) so the release is named",
-          },
-        ),
-      )
-    }
-    const summary =
-      `abort honoured: released ${secs(answer.t - abortAt)} after the abort by ${PATH_NAMES[record.releasedBy.path]} ` +
-      `(bound one poll + ε = ${secs(pollMs + eps.highMs)})`
-    return out('honoured', pass('abort', rid, summary, {...evidence, ...path, outcome: 'honoured'}))
-  }
-  if (answer && released && answer.t <= windowHigh) {
-    if (answer.t >= windowLow) {
-      const by = released.cause === 'watchdog' ? 'the watchdog' : 'something other than the abort'
-      const eviction = pass(
-        'eviction',
-        rid,
-        `evicted after ${secs(answer.t - sent.t)}, inside ` +
-          `[${secs(windowLow - sent.t)}, ${secs(windowHigh - sent.t)}], after its abort was fired`,
-        {...evidence, releasedBy: released.cause},
-      )
-      if (released.cause === 'watchdog' && answer.t - abortAt <= eps.highMs) {
-        // The watchdog's release was seen within one observation delay of the abort: the abort may have reached the
-        // server only after the watchdog had acted, so it was not shown lost.
-        return out(
-          'raced',
-          unverified(
-            'abort',
-            rid,
-            `released by the watchdog ${secs(answer.t - abortAt)} after the abort was fired, within the ` +
-              `observation delay (ε ${secs(eps.highMs)}): the abort may have arrived after the eviction`,
-            {
-              ...evidence,
-              outcome: 'raced',
-              releasedBy: released.cause,
-              releaseEvidence: released.evidence,
-              why:
-                'the watchdog released the request within one observation delay of the abort, so whether the ' +
-                'abort reached the server first is unknown',
-              toVerify:
-                'abort earlier in the window (well before the watchdog deadline), on a less loaded host (a smaller ε)',
-            },
-          ),
-          eviction,
-        )
-      }
-      const past = answer.t > honourBy ? `, past one poll + ε = ${secs(pollMs + eps.highMs)}` : ''
-      return lost(
-        'lost-then-evicted',
-        fail(
-          'abort',
-          rid,
-          `abort lost; released by ${by} after ${secs(answer.t - sent.t)} (${secs(answer.t - abortAt)} after the ` +
-            `abort${past})`,
-          {
-            ...evidence,
-            outcome: 'lost-then-evicted',
-            releasedBy: released.cause,
-            releaseEvidence: released.evidence,
-          },
-        ),
-        {...eviction, summary: eviction.summary.replace(/was fired$/, 'was lost')},
-      )
-    }
-    const unexplained = released.cause === 'watchdog' ? lost : out
-    return unexplained(
-      'unexplained',
-      fail(
+  const summary =
+    `abort honoured: released ${secs(answer.t - abortAt)} after the abort by ${PATH_NAMES[t.record.releasedBy!.path]} ` +
+    `(bound one poll + ε = ${secs(t.pollMs + t.eps.highMs)})`
+  return out(t, 'honoured', pass('abort', rid, summary, {...evidence, ...path, outcome: 'honoured'}))
+}
+
+/** Released past the abort's bound (or by the watchdog), no later than the watchdog's window closes. */
+function releasedBeforeWindowEnd(t: Trial, answer: Answer, released: NonNullable<Trial['released']>): Judged {
+  const {sent, abortAt, rid, evidence, windowLow} = t
+  if (answer.t >= windowLow) return releasedInWindow(t, answer, released)
+  const watchdog = released.cause === 'watchdog'
+  const v = fail(
+    'abort',
+    rid,
+    watchdog
+      ? `abort lost; released by the watchdog ${secs(answer.t - sent.t)} after the send, before its window ` +
+          `opens (${secs(windowLow - sent.t)})`
+      : `released ${secs(answer.t - abortAt)} after the abort: later than one poll, earlier than the watchdog ` +
+          `deadline — neither an honoured abort nor an eviction`,
+    {...evidence, outcome: 'unexplained', releasedBy: released.cause, releaseEvidence: released.evidence},
+  )
+  return watchdog ? lost(t, 'unexplained', v) : out(t, 'unexplained', v)
+}
+
+/** Released inside the watchdog's window after the abort: an eviction, and the abort raced or lost. */
+function releasedInWindow(t: Trial, answer: Answer, released: NonNullable<Trial['released']>): Judged {
+  const {sent, abortAt, rid, evidence, windowLow, windowHigh, eps} = t
+  const by = released.cause === 'watchdog' ? 'the watchdog' : 'something other than the abort'
+  const eviction = pass(
+    'eviction',
+    rid,
+    `evicted after ${secs(answer.t - sent.t)}, inside ` +
+      `[${secs(windowLow - sent.t)}, ${secs(windowHigh - sent.t)}], after its abort was fired`,
+    {...evidence, releasedBy: released.cause},
+  )
+  if (released.cause === 'watchdog' && answer.t - abortAt <= eps.highMs) {
+    // The watchdog's release was seen within one observation delay of the abort: the abort may have reached the
+    // server only after the watchdog had acted, so it was not shown lost.
+    return out(
+      t,
+      'raced',
+      unverified(
         'abort',
         rid,
-        released.cause === 'watchdog'
-          ? `abort lost; released by the watchdog ${secs(answer.t - sent.t)} after the send, before its window ` +
-              `opens (${secs(windowLow - sent.t)})`
-          : `released ${secs(answer.t - abortAt)} after the abort: later than one poll, earlier than the watchdog ` +
-              `deadline — neither an honoured abort nor an eviction`,
-        {...evidence, outcome: 'unexplained', releasedBy: released.cause, releaseEvidence: released.evidence},
+        `released by the watchdog ${secs(answer.t - abortAt)} after the abort was fired, within the ` +
+          `observation delay (ε ${secs(eps.highMs)}): the abort may have arrived after the eviction`,
+        {
+          ...evidence,
+          outcome: 'raced',
+          releasedBy: released.cause,
+          releaseEvidence: released.evidence,
+          why:
+            'the watchdog released the request within one observation delay of the abort, so whether the ' +
+            'abort reached the server first is unknown',
+          toVerify:
+            'abort earlier in the window (well before the watchdog deadline), on a less loaded host (a smaller ε)',
+        },
       ),
+      eviction,
     )
   }
+  const past = answer.t > t.honourBy ? `, past one poll + ε = ${secs(t.pollMs + eps.highMs)}` : ''
+  return lost(
+    t,
+    'lost-then-evicted',
+    fail(
+      'abort',
+      rid,
+      `abort lost; released by ${by} after ${secs(answer.t - sent.t)} (${secs(answer.t - abortAt)} after the ` +
+        `abort${past})`,
+      {
+        ...evidence,
+        outcome: 'lost-then-evicted',
+        releasedBy: released.cause,
+        releaseEvidence: released.evidence,
+      },
+    ),
+    {...eviction, summary: eviction.summary.replace(/was fired$/, 'was lost')},
+  )
+}
+
+/** Released only past the watchdog's window, or never: the abort was lost and nothing let the pin go in time. */
+function lateOrPinned(t: Trial, end: number): Judged {
+  const {sent, answer, rid, evidence, windowHigh} = t
   const heldFor = (answer?.t ?? end) - sent.t
   const outcome = answer ? 'late' : 'pinned'
   return lost(
+    t,
     outcome,
     fail(
       'abort',

@@ -27,6 +27,13 @@ const TO_VERIFY =
   'idle), or ' +
   'sample again after the server has been idle past its 30 s idle refresh, which rewrites sglang:token_usage'
 
+/** Whose tokens are judged: the subject, its name in summaries and the instance label for the evidence. */
+interface Who {
+  who: string
+  subject: string
+  of: {instance?: string}
+}
+
 export function checkKvTokens(
   tl: Timeline,
   service: 'prefill' | 'decode',
@@ -34,42 +41,62 @@ export function checkKvTokens(
   o: KvTokensOptions,
 ): Verdict | undefined {
   const who = instance ?? service
-  const subject = `${who} KV tokens`
-  const of = instance === undefined ? {} : {instance}
+  const w: Who = {who, subject: `${who} KV tokens`, of: instance === undefined ? {} : {instance}}
   const releasedAt = settledAfter(tl, o.revertedAt, o.end)
+  return (
+    fromIdleSnapshots(tl, service, instance, o, releasedAt, w) ??
+    fromBatchReadings(tl, service, instance, o, releasedAt, w)
+  )
+}
 
-  // 1. Fresh: the idle snapshots before the fault and after every request of it had ended.
+/** 1. Fresh: the idle snapshots before the fault and after every request of it had ended. */
+function fromIdleSnapshots(
+  tl: Timeline,
+  service: 'prefill' | 'decode',
+  instance: string | undefined,
+  o: KvTokensOptions,
+  releasedAt: number,
+  {who, subject, of}: Who,
+): Verdict | undefined {
   const idle = idleSnapshotReadings(tl, service, LOADS_USED_TOKENS, instance)
   const before = idle.filter(r => r.t <= o.injectedAt).at(-1)
   const after = idle.filter(r => r.t >= releasedAt).at(-1)
-  if (before && after) {
-    const tol = o.usedTokensTolerance ?? 0
-    const evidence = {
-      metric: LOADS_USED_TOKENS,
-      baseline: before.value,
-      after: after.value,
-      tolerance: tol,
-      readAt: {baseline: before.t, after: after.t},
-      freshness: 'idle /v1/loads snapshots (nothing of pdchaos in flight, nothing running or queued)',
-      ...of,
-    }
-    return after.value - before.value > tol
-      ? fail(
-          'recovery',
-          subject,
-          `${who} KV token usage did not return to its baseline: ${before.value} before the fault, ${after.value} ` +
-            `after recovery, both read with the server idle (${LOADS_USED_TOKENS}) — a leak`,
-          evidence,
-        )
-      : pass(
-          'recovery',
-          subject,
-          `${who} KV token usage back at its baseline (${after.value} vs ${before.value}, read with the server idle)`,
-          evidence,
-        )
+  if (!before || !after) return undefined
+  const tol = o.usedTokensTolerance ?? 0
+  const evidence = {
+    metric: LOADS_USED_TOKENS,
+    baseline: before.value,
+    after: after.value,
+    tolerance: tol,
+    readAt: {baseline: before.t, after: after.t},
+    freshness: 'idle /v1/loads snapshots (nothing of pdchaos in flight, nothing running or queued)',
+    ...of,
   }
+  return after.value - before.value > tol
+    ? fail(
+        'recovery',
+        subject,
+        `${who} KV token usage did not return to its baseline: ${before.value} before the fault, ${after.value} ` +
+          `after recovery, both read with the server idle (${LOADS_USED_TOKENS}) — a leak`,
+        evidence,
+      )
+    : pass(
+        'recovery',
+        subject,
+        `${who} KV token usage back at its baseline (${after.value} vs ${before.value}, read with the server idle)`,
+        evidence,
+      )
+}
 
-  // 2. Per batch: the loads snapshot taken while busy, else the /metrics gauge.
+/** 2. Per batch: the loads snapshot taken while busy, else the /metrics gauge. */
+function fromBatchReadings(
+  tl: Timeline,
+  service: 'prefill' | 'decode',
+  instance: string | undefined,
+  o: KvTokensOptions,
+  releasedAt: number,
+  {who, subject, of}: Who,
+): Verdict | undefined {
   const name = readingsOf(tl, service, LOADS_USED_TOKENS, instance).length > 0 ? LOADS_USED_TOKENS : TOKEN_USAGE
   const readings = readingsOf(tl, service, name, instance)
   const pre = readings.filter(r => r.t <= o.injectedAt)

@@ -47,14 +47,43 @@ const GATEWAY_REFUSAL = /no available servers|server_selection_failed|circuit.?b
 
 const ok = (c: CanaryOutcome) => c.status !== null && c.status >= 200 && c.status < 300
 
+/** The canaries judged, when the deployment was whole again, and the evidence every verdict carries. */
+interface Measured {
+  canaries: CanaryOutcome[]
+  firstGood: CanaryOutcome | undefined
+  measured: string
+  refusals: string
+  evidence: Record<string, unknown>
+}
+
 export function checkPeerRecovery(tl: Timeline, o: PeerRecoveryOptions): Verdict[] {
+  const m = measure(tl, o)
+  const subject = `${o.role} restarted alone`
+  if (!o.heartbeat) {
+    return [
+      unverified('recovery', subject, `decode's heartbeat bound is unknown: ${m.measured}`, {
+        ...m.evidence,
+        why:
+          "decode's environment was not read, so SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL and _MAX_FAILURE " +
+          'are unknown',
+        toVerify:
+          "let pdchaos read decode's /proc/<pid>/environ (the deployment's sudo policy), " +
+          'or run as the user that runs decode',
+      }),
+    ]
+  }
+  return [afterHeartbeatBound(o, o.heartbeat, m, subject)]
+}
+
+/**
+ * A canary the gateway refused (its breaker opened on the failures before decode noticed) is no evidence either way:
+ * judged are the others; the direct ones bypass the gateway and always count. The first canary after which every
+ * later one completed is when the deployment was whole again.
+ */
+function measure(tl: Timeline, o: PeerRecoveryOptions): Measured {
   const all = canaryOutcomes(tl, o.healthyAt).sort((a, b) => a.sentAfterS - b.sentAfterS)
-  // A canary the gateway refused (its breaker opened on the failures before decode noticed) is no evidence either way:
-  // judged are the others; the direct ones bypass the gateway and always count.
   const canaries = all.filter(c => !c.refusedByGateway)
   const refused = all.filter(c => c.refusedByGateway)
-  const subject = `${o.role} restarted alone`
-  // The first canary after which every later one completed: when the deployment was whole again.
   let lastBad = -1
   canaries.forEach((c, i) => {
     if (!ok(c)) lastBad = i
@@ -82,31 +111,25 @@ export function checkPeerRecovery(tl: Timeline, o: PeerRecoveryOptions): Verdict
     ...(o.heartbeat ? {heartbeat: o.heartbeat} : {}),
     epsilonS: o.epsilonS,
   }
-  if (!o.heartbeat) {
-    return [
-      unverified('recovery', subject, `decode's heartbeat bound is unknown: ${measured}`, {
-        ...evidence,
-        why:
-          "decode's environment was not read, so SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL and _MAX_FAILURE " +
-          'are unknown',
-        toVerify:
-          "let pdchaos read decode's /proc/<pid>/environ (the deployment's sudo policy), " +
-          'or run as the user that runs decode',
-      }),
-    ]
-  }
-  const limitS = o.heartbeat.boundSeconds + o.epsilonS
-  const hb = o.heartbeat
+  return {canaries, firstGood, measured, refusals, evidence}
+}
+
+/** Every canary sent after decode's heartbeat bound (+ ε) completed. */
+function afterHeartbeatBound(
+  o: PeerRecoveryOptions,
+  hb: NonNullable<PeerRecoveryOptions['heartbeat']>,
+  {canaries, firstGood, measured, refusals, evidence}: Measured,
+  subject: string,
+): Verdict {
+  const limitS = hb.boundSeconds + o.epsilonS
   const bound = `${hb.intervalSeconds} s × ${hb.maxFailure} = ${hb.boundSeconds} s (+ ε ${o.epsilonS} s; ${hb.source})`
   const after = canaries.filter(c => c.sentAfterS >= limitS)
   if (after.length === 0) {
-    return [
-      unverified('recovery', subject, `no canary was sent after the bound ${bound}: ${measured}`, {
-        ...evidence,
-        why: 'the canaries ended before the heartbeat bound',
-        toVerify: 'send canaries for longer than the bound',
-      }),
-    ]
+    return unverified('recovery', subject, `no canary was sent after the bound ${bound}: ${measured}`, {
+      ...evidence,
+      why: 'the canaries ended before the heartbeat bound',
+      toVerify: 'send canaries for longer than the bound',
+    })
   }
   const bad = after.filter(c => !ok(c))
   if (bad.length > 0) {
@@ -114,21 +137,19 @@ export function checkPeerRecovery(tl: Timeline, o: PeerRecoveryOptions): Verdict
     const goodAfter = firstGood
       ? `the first good request after it was sent at +${r1(firstGood.sentAfterS)} s`
       : 'no good request followed'
-    return [
-      fail(
-        'recovery',
-        subject,
-        `${bad.length} of ${after.length} canaries sent after decode's heartbeat bound ${bound} did not complete ` +
-          `(first: ${first.rid} via ${first.path} at +${r1(first.sentAfterS)} s, ${first.status ?? 'no answer'}` +
-          `${first.tookS === null ? '' : ` after ${r1(first.tookS)} s`}); ` +
-          goodAfter +
-          `: decode still uses the replaced ${o.role === 'prefill' ? "prefill's endpoints" : 'peer'} (SGLang #34289)`,
-        {...evidence, failedAfterBound: bad},
-      ),
-    ]
+    return fail(
+      'recovery',
+      subject,
+      `${bad.length} of ${after.length} canaries sent after decode's heartbeat bound ${bound} did not complete ` +
+        `(first: ${first.rid} via ${first.path} at +${r1(first.sentAfterS)} s, ${first.status ?? 'no answer'}` +
+        `${first.tookS === null ? '' : ` after ${r1(first.tookS)} s`}); ` +
+        goodAfter +
+        `: decode still uses the replaced ${o.role === 'prefill' ? "prefill's endpoints" : 'peer'} (SGLang #34289)`,
+      {...evidence, failedAfterBound: bad},
+    )
   }
   const summary =
     `${after.length} of ${after.length} canaries sent after decode's heartbeat bound ${bound} ` +
     `completed; ${measured}${refusals}`
-  return [pass('recovery', subject, summary, evidence)]
+  return pass('recovery', subject, summary, evidence)
 }

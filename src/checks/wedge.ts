@@ -32,6 +32,19 @@ const healthOf = (tl: Timeline, service: string): Health[] =>
 const describe = (h: Health): string =>
   h.status === undefined ? `no answer after ${round(h.ms)} ms` : `${h.status} after ${round(h.ms)} ms`
 
+/** A wedge's window, its bounds and what every verdict on it carries. */
+interface WedgeCtx {
+  tl: Timeline
+  expected: WedgeExpectation | undefined
+  from: number
+  to: number
+  end: number
+  detectBound: number
+  resumeBound: number
+  epsMs: number
+  base: Record<string, unknown>
+}
+
 export function checkWedge(tl: Timeline, expected?: WedgeExpectation): Verdict[] {
   const window = faultWindows(tl)[0]
   if (!window)
@@ -49,10 +62,24 @@ export function checkWedge(tl: Timeline, expected?: WedgeExpectation): Verdict[]
   const service =
     expected?.service ??
     (['prefill', 'decode'] as const).find(s => healthOf(tl, s).some(h => !h.ok && h.t >= from && h.t - h.ms < to))
-  const detectBound = expected?.detectWithinSeconds ?? DEFAULT_BOUND_S
-  const resumeBound = expected?.resumeWithinSeconds ?? DEFAULT_BOUND_S
   const epsMs = 5 + 2 * observeDelayMs(tl).ms
-  const base = {
+  const w: WedgeCtx = {
+    tl,
+    expected,
+    from,
+    to,
+    end,
+    detectBound: expected?.detectWithinSeconds ?? DEFAULT_BOUND_S,
+    resumeBound: expected?.resumeWithinSeconds ?? DEFAULT_BOUND_S,
+    epsMs,
+    base: wedgeBase(expected, epsMs),
+  }
+  if (!service) return [noWedgedService(w)]
+  return [detection(w, service), resumption(w, service, window.to)]
+}
+
+function wedgeBase(expected: WedgeExpectation | undefined, epsMs: number): Record<string, unknown> {
+  return {
     clock: "the health probes' own answers (arrival time; each was sent its duration earlier)",
     watchdog: WATCHDOG_NOT_JUDGED,
     epsilonMs: round(epsMs),
@@ -69,64 +96,60 @@ export function checkWedge(tl: Timeline, expected?: WedgeExpectation): Verdict[]
             `= ${DEFAULT_BOUND_S} s`,
         }),
   }
-  if (!service) {
-    const sampled = (['prefill', 'decode'] as const).filter(s =>
-      healthOf(tl, s).some(h => h.t >= from && h.t - h.ms < to),
-    )
-    if (sampled.length === 0) {
-      return [
-        unverified(
-          WEDGE_CHECKS.detection,
-          'health: detection',
-          'no health sample while the wedge was held: detection unverified',
-          {
-            ...base,
-            why: 'the timeline has no health observation inside the fault window',
-            toVerify: 'sample /health of prefill and decode every 250 ms while the wedge is held and after the revert',
-          },
-        ),
-      ]
-    }
-    return [
-      fail(
-        WEDGE_CHECKS.detection,
-        'health: detection',
-        `never detected: ${sampled.join(' and ')} /health stayed ok for the ${secs(to - from)} the wedge was held`,
-        {...base, heldSeconds: round((to - from) / 1000, 3)},
-      ),
-    ]
-  }
+}
 
+/** No side's health went red while the wedge was held (and the plan names none): never detected, or not sampled. */
+function noWedgedService({tl, from, to, base}: WedgeCtx): Verdict {
+  const sampled = (['prefill', 'decode'] as const).filter(s =>
+    healthOf(tl, s).some(h => h.t >= from && h.t - h.ms < to),
+  )
+  if (sampled.length === 0) {
+    return unverified(
+      WEDGE_CHECKS.detection,
+      'health: detection',
+      'no health sample while the wedge was held: detection unverified',
+      {
+        ...base,
+        why: 'the timeline has no health observation inside the fault window',
+        toVerify: 'sample /health of prefill and decode every 250 ms while the wedge is held and after the revert',
+      },
+    )
+  }
+  return fail(
+    WEDGE_CHECKS.detection,
+    'health: detection',
+    `never detected: ${sampled.join(' and ')} /health stayed ok for the ${secs(to - from)} the wedge was held`,
+    {...base, heldSeconds: round((to - from) / 1000, 3)},
+  )
+}
+
+/** Detection: the wedged side's /health went red within the bound while the wedge was held. */
+function detection(w: WedgeCtx, service: 'prefill' | 'decode'): Verdict {
+  const {tl, from, to, base, detectBound, epsMs} = w
   const samples = healthOf(tl, service)
   const other = service === 'prefill' ? 'decode' : 'prefill'
   const others = healthOf(tl, other).filter(h => h.t >= from && h.t - h.ms < to)
   const otherSeen = others.length
     ? {otherService: other, otherSamples: others.length, otherRed: others.filter(h => !h.ok).length}
     : {}
-  const verdicts: Verdict[] = []
-
-  // Detection.
   const subjectD = `${service} health: detection`
   const before = samples.filter(h => h.t < from)
   const during = samples.filter(h => h.t >= from && h.t - h.ms < to)
   const red = during.find(h => !h.ok)
-  const heldMs = to - from
   const boundMs = detectBound * 1000
-  if (before.length && !before.at(-1)!.ok) {
-    verdicts.push(
-      unverified(
-        WEDGE_CHECKS.detection,
-        subjectD,
-        `${service} was already unhealthy before the wedge (${describe(before.at(-1)!)}): detection cannot be told`,
-        {
-          ...base,
-          ...otherSeen,
-          why: 'the last health sample before the wedge was not ok',
-          toVerify: 'start from a healthy deployment (`pdchaos status`), then inject',
-        },
-      ),
+  if (before.length && !before.at(-1)!.ok)
+    return unverified(
+      WEDGE_CHECKS.detection,
+      subjectD,
+      `${service} was already unhealthy before the wedge (${describe(before.at(-1)!)}): detection cannot be told`,
+      {
+        ...base,
+        ...otherSeen,
+        why: 'the last health sample before the wedge was not ok',
+        toVerify: 'start from a healthy deployment (`pdchaos status`), then inject',
+      },
     )
-  } else if (red) {
+  if (red) {
     const after = red.t - from
     const ev = {
       ...base,
@@ -136,155 +159,147 @@ export function checkWedge(tl: Timeline, expected?: WedgeExpectation): Verdict[]
       firstRed: describe(red),
       samplesWhileHeld: during.length,
     }
-    verdicts.push(
-      after <= boundMs + epsMs
-        ? pass(
-            WEDGE_CHECKS.detection,
-            subjectD,
-            `detected: ${service} /health went red ${secs(after)} after the wedge (${describe(red)}; ` +
-              `bound ${detectBound} s); the watchdog is not judged`,
-            ev,
-          )
-        : fail(
-            WEDGE_CHECKS.detection,
-            subjectD,
-            `detected late: ${service} /health went red only ${secs(after)} after the wedge (bound ${detectBound} s)`,
-            ev,
-          ),
-    )
-  } else if (during.length === 0) {
-    verdicts.push(
-      unverified(
-        WEDGE_CHECKS.detection,
-        subjectD,
-        `no ${service} health sample while the wedge was held: detection unverified`,
-        {
-          ...base,
-          ...otherSeen,
-          why: `no health observation of ${service} inside the fault window`,
-          toVerify: `sample ${service} /health every 250 ms while the wedge is held`,
-        },
-      ),
-    )
-  } else if (heldMs < boundMs) {
-    verdicts.push(
-      unverified(
-        WEDGE_CHECKS.detection,
-        subjectD,
-        `${service} /health stayed ok, but the wedge was held only ${secs(heldMs)}, less than the detection ` +
-          `bound ${detectBound} s`,
-        {
-          ...base,
-          ...otherSeen,
-          why: 'the wedge ended before the deployment was due to notice it',
-          toVerify: `hold the wedge at least ${expected?.holdSeconds ?? Math.ceil(detectBound + 3)} s`,
-        },
-      ),
-    )
-  } else {
-    verdicts.push(
-      fail(
-        WEDGE_CHECKS.detection,
-        subjectD,
-        `never detected: ${service} /health stayed ok for the ${secs(heldMs)} the wedge was held ` +
-          `(bound ${detectBound} s)`,
-        {
-          ...base,
-          ...otherSeen,
-          heldSeconds: round(heldMs / 1000, 3),
-          boundSeconds: detectBound,
-          samplesWhileHeld: during.length,
-        },
-      ),
-    )
+    return after <= boundMs + epsMs
+      ? pass(
+          WEDGE_CHECKS.detection,
+          subjectD,
+          `detected: ${service} /health went red ${secs(after)} after the wedge (${describe(red)}; ` +
+            `bound ${detectBound} s); the watchdog is not judged`,
+          ev,
+        )
+      : fail(
+          WEDGE_CHECKS.detection,
+          subjectD,
+          `detected late: ${service} /health went red only ${secs(after)} after the wedge (bound ${detectBound} s)`,
+          ev,
+        )
   }
+  return notDetected(w, service, during.length, otherSeen)
+}
 
-  // Resumption: after SIGCONT, the first ok answer after which nothing is red again.
-  const subjectR = `${service} health: resumption`
-  if (window.to === undefined) {
-    verdicts.push(
-      unverified(WEDGE_CHECKS.resumption, subjectR, 'the wedge was not reverted: resumption unverified', {
+/** The wedged side's /health stayed ok (or was not sampled) while the wedge was held. */
+function notDetected(w: WedgeCtx, service: string, samplesWhileHeld: number, otherSeen: object): Verdict {
+  const {from, to, base, detectBound, expected} = w
+  const subjectD = `${service} health: detection`
+  const heldMs = to - from
+  if (samplesWhileHeld === 0)
+    return unverified(
+      WEDGE_CHECKS.detection,
+      subjectD,
+      `no ${service} health sample while the wedge was held: detection unverified`,
+      {
         ...base,
-        why: 'no fault-reverted observation',
-        toVerify: 'revert the lease (SIGCONT) and keep sampling health',
-      }),
+        ...otherSeen,
+        why: `no health observation of ${service} inside the fault window`,
+        toVerify: `sample ${service} /health every 250 ms while the wedge is held`,
+      },
     )
-    return verdicts
-  }
-  const afterRevert = samples.filter(h => h.t >= window.to!)
+  if (heldMs < detectBound * 1000)
+    return unverified(
+      WEDGE_CHECKS.detection,
+      subjectD,
+      `${service} /health stayed ok, but the wedge was held only ${secs(heldMs)}, less than the detection ` +
+        `bound ${detectBound} s`,
+      {
+        ...base,
+        ...otherSeen,
+        why: 'the wedge ended before the deployment was due to notice it',
+        toVerify: `hold the wedge at least ${expected?.holdSeconds ?? Math.ceil(detectBound + 3)} s`,
+      },
+    )
+  return fail(
+    WEDGE_CHECKS.detection,
+    subjectD,
+    `never detected: ${service} /health stayed ok for the ${secs(heldMs)} the wedge was held ` +
+      `(bound ${detectBound} s)`,
+    {
+      ...base,
+      ...otherSeen,
+      heldSeconds: round(heldMs / 1000, 3),
+      boundSeconds: detectBound,
+      samplesWhileHeld,
+    },
+  )
+}
+
+/** Resumption: after SIGCONT, the first ok answer after which nothing is red again, within the bound. */
+function resumption(w: WedgeCtx, service: 'prefill' | 'decode', revertedAt: number | undefined): Verdict {
+  const {tl, base, resumeBound, epsMs} = w
+  const subjectR = `${service} health: resumption`
+  if (revertedAt === undefined)
+    return unverified(WEDGE_CHECKS.resumption, subjectR, 'the wedge was not reverted: resumption unverified', {
+      ...base,
+      why: 'no fault-reverted observation',
+      toVerify: 'revert the lease (SIGCONT) and keep sampling health',
+    })
+  const afterRevert = healthOf(tl, service).filter(h => h.t >= revertedAt)
   let lastRed = -1
   afterRevert.forEach((h, i) => {
     if (!h.ok) lastRed = i
   })
   const okAt = afterRevert.slice(lastRed + 1)[0]
-  const rBoundMs = resumeBound * 1000
-  const watched = end - window.to
-  if (okAt) {
-    const after = okAt.t - window.to
-    const ev = {
+  if (!okAt) return notResumed(w, service, afterRevert, revertedAt)
+  const after = okAt.t - revertedAt
+  const ev = {
+    ...base,
+    resumedAfterSeconds: round(after / 1000, 3),
+    boundSeconds: resumeBound,
+    samplesAfterRevert: afterRevert.length,
+    redAfterRevert: afterRevert.filter(h => !h.ok).length,
+  }
+  return after <= resumeBound * 1000 + epsMs
+    ? pass(
+        WEDGE_CHECKS.resumption,
+        subjectR,
+        `resumed: ${service} /health ok ${secs(after)} after SIGCONT and stayed ok (bound ${resumeBound} s)`,
+        ev,
+      )
+    : fail(
+        WEDGE_CHECKS.resumption,
+        subjectR,
+        `resumed late: ${service} /health ok only ${secs(after)} after SIGCONT (bound ${resumeBound} s)`,
+        ev,
+      )
+}
+
+/** No ok answer after SIGCONT that stayed ok: not sampled, sampling stopped too soon, or never resumed. */
+function notResumed(w: WedgeCtx, service: string, afterRevert: Health[], revertedAt: number): Verdict {
+  const {base, resumeBound, end} = w
+  const subjectR = `${service} health: resumption`
+  const watched = end - revertedAt
+  if (afterRevert.length === 0)
+    return unverified(
+      WEDGE_CHECKS.resumption,
+      subjectR,
+      `no ${service} health sample after SIGCONT: resumption unverified`,
+      {
+        ...base,
+        why: 'no health observation after the revert',
+        toVerify: `keep sampling ${service} /health after the revert for ${resumeBound} s`,
+      },
+    )
+  if (watched < resumeBound * 1000)
+    return unverified(
+      WEDGE_CHECKS.resumption,
+      subjectR,
+      `${service} /health still red when sampling stopped ${secs(watched)} after SIGCONT, before the ` +
+        `bound ${resumeBound} s`,
+      {
+        ...base,
+        why: 'sampling stopped before the deployment was due to recover',
+        toVerify: `keep sampling ${service} /health for ${resumeBound} s after the revert`,
+      },
+    )
+  return fail(
+    WEDGE_CHECKS.resumption,
+    subjectR,
+    `never resumed: ${service} /health still red ${secs(watched)} after SIGCONT (bound ${resumeBound} s; ` +
+      `last: ${describe(afterRevert.at(-1)!)})`,
+    {
       ...base,
-      resumedAfterSeconds: round(after / 1000, 3),
+      watchedSeconds: round(watched / 1000, 3),
       boundSeconds: resumeBound,
       samplesAfterRevert: afterRevert.length,
-      redAfterRevert: afterRevert.filter(h => !h.ok).length,
-    }
-    verdicts.push(
-      after <= rBoundMs + epsMs
-        ? pass(
-            WEDGE_CHECKS.resumption,
-            subjectR,
-            `resumed: ${service} /health ok ${secs(after)} after SIGCONT and stayed ok (bound ${resumeBound} s)`,
-            ev,
-          )
-        : fail(
-            WEDGE_CHECKS.resumption,
-            subjectR,
-            `resumed late: ${service} /health ok only ${secs(after)} after SIGCONT (bound ${resumeBound} s)`,
-            ev,
-          ),
-    )
-  } else if (afterRevert.length === 0) {
-    verdicts.push(
-      unverified(
-        WEDGE_CHECKS.resumption,
-        subjectR,
-        `no ${service} health sample after SIGCONT: resumption unverified`,
-        {
-          ...base,
-          why: 'no health observation after the revert',
-          toVerify: `keep sampling ${service} /health after the revert for ${resumeBound} s`,
-        },
-      ),
-    )
-  } else if (watched < rBoundMs) {
-    verdicts.push(
-      unverified(
-        WEDGE_CHECKS.resumption,
-        subjectR,
-        `${service} /health still red when sampling stopped ${secs(watched)} after SIGCONT, before the ` +
-          `bound ${resumeBound} s`,
-        {
-          ...base,
-          why: 'sampling stopped before the deployment was due to recover',
-          toVerify: `keep sampling ${service} /health for ${resumeBound} s after the revert`,
-        },
-      ),
-    )
-  } else {
-    verdicts.push(
-      fail(
-        WEDGE_CHECKS.resumption,
-        subjectR,
-        `never resumed: ${service} /health still red ${secs(watched)} after SIGCONT (bound ${resumeBound} s; ` +
-          `last: ${describe(afterRevert.at(-1)!)})`,
-        {
-          ...base,
-          watchedSeconds: round(watched / 1000, 3),
-          boundSeconds: resumeBound,
-          samplesAfterRevert: afterRevert.length,
-        },
-      ),
-    )
-  }
-  return verdicts
+    },
+  )
 }

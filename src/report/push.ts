@@ -101,9 +101,22 @@ export function fleetRegistry(fleet: FleetRun): {registry: Registry; series: num
 
 /** The metrics of runs, each labelled with `extra` label names (none for a single run, as dashboards have it). */
 function metricsFor(extra: string[], buckets: number[]) {
-  const {Gauge, Histogram, Registry} = prom()
+  const {Registry} = prom()
   const registry = new Registry()
   const names = (...own: string[]) => [...extra, ...own]
+  // Registered in this order, which is the order of the pushed text.
+  const m: RunMetrics = {...scenarioMetrics(registry, names, buckets), ...runMetrics(registry, names)}
+  /** Add one run's metrics under these labels; returns the series it added. */
+  const add = (run: SuiteRun, labels: Record<string, string>): number => addRun(m, run, labels)
+  return {registry, series: 0, add, passed: m.passed}
+}
+
+type Names = (...own: string[]) => string[]
+type RunMetrics = ReturnType<typeof scenarioMetrics> & ReturnType<typeof runMetrics>
+
+/** Per scenario: eviction seconds, the smallest margins, and pass/unverified per check and subject. */
+function scenarioMetrics(registry: Registry, names: Names, buckets: number[]) {
+  const {Gauge, Histogram} = prom()
   const eviction = new Histogram({
     name: 'pdchaos_eviction_seconds',
     help: "Seconds from a pin's send to its eviction by the watchdog.",
@@ -132,6 +145,12 @@ function metricsFor(extra: string[], buckets: number[]) {
     labelNames: names('scenario', 'check', 'subject'),
     registers: [registry],
   })
+  return {eviction, margin, checkPassed, checkUnverified}
+}
+
+/** Abort coverage per scenario, then the run's own: faults left behind, duration, passed. */
+function runMetrics(registry: Registry, names: Names) {
+  const {Gauge} = prom()
   // Abort coverage: how many trials landed in the transfer window (a dashboard tells a covered abort pass from an empty
   // one).
   const abortTrials = new Gauge({
@@ -170,49 +189,59 @@ function metricsFor(extra: string[], buckets: number[]) {
     labelNames: names(),
     registers: [registry],
   })
+  return {abortTrials, abortInWindow, filterMatched, left, duration, passed}
+}
 
-  /** Add one run's metrics under these labels; returns the series it added. */
-  const add = (run: SuiteRun, labels: Record<string, string>): number => {
-    let series = 0
-    const histograms = new Set<string>()
-    for (const s of run.scenarios) {
-      for (const p of s.pins) {
-        if (p.evictionSeconds === null) continue
-        const fault = p.fault ?? s.fault ?? 'none'
-        eviction.observe({...labels, scenario: s.name, fault}, p.evictionSeconds)
-        histograms.add(`${s.name}\u0000${fault}`)
-      }
-      const smallest = smallestMargins(scenarioMargins(s))
-      if (smallest) {
-        const fault = s.fault ?? 'none'
-        margin.set({...labels, scenario: s.name, fault, bound: 'deadline'}, smallest.earlyMs / 1000)
-        margin.set({...labels, scenario: s.name, fault, bound: 'deadline_plus_poll'}, smallest.lateMs / 1000)
-        series += 2
-      }
-      if (s.abortCoverage) {
-        abortTrials.set({...labels, scenario: s.name}, s.abortCoverage.trials)
-        abortInWindow.set({...labels, scenario: s.name}, s.abortCoverage.inWindow)
-        series += 2
-        if (s.abortCoverage.filterMatchedPackets !== null) {
-          filterMatched.set({...labels, scenario: s.name}, s.abortCoverage.filterMatchedPackets)
-          series++
-        }
-      }
-      for (const v of s.verdicts) {
-        checkPassed.set({...labels, scenario: s.name, check: v.check, subject: v.subject}, v.verdict === 'pass' ? 1 : 0)
-        checkUnverified.set(
-          {...labels, scenario: s.name, check: v.check, subject: v.subject},
-          v.verdict === 'unverified' ? 1 : 0,
-        )
-        series += 2
-      }
-    }
-    left.set(labels, faultsLeftBehind(run))
-    duration.set(labels, Math.max(0, (run.finishedAt - run.startedAt) / 1000))
-    passed.set(labels, runPassed(run) ? 1 : 0)
-    return series + histograms.size + 3
+/** One run's metrics under these labels; returns the series it added. */
+function addRun(m: RunMetrics, run: SuiteRun, labels: Record<string, string>): number {
+  let series = 0
+  const histograms = new Set<string>()
+  for (const s of run.scenarios) series += addScenario(m, s, labels, histograms)
+  m.left.set(labels, faultsLeftBehind(run))
+  m.duration.set(labels, Math.max(0, (run.finishedAt - run.startedAt) / 1000))
+  m.passed.set(labels, runPassed(run) ? 1 : 0)
+  return series + histograms.size + 3
+}
+
+/** One scenario's metrics; the histograms' label sets are gathered in `histograms` (each counts once). */
+function addScenario(
+  m: RunMetrics,
+  s: SuiteRun['scenarios'][number],
+  labels: Record<string, string>,
+  histograms: Set<string>,
+): number {
+  let series = 0
+  for (const p of s.pins) {
+    if (p.evictionSeconds === null) continue
+    const fault = p.fault ?? s.fault ?? 'none'
+    m.eviction.observe({...labels, scenario: s.name, fault}, p.evictionSeconds)
+    histograms.add(`${s.name}\u0000${fault}`)
   }
-  return {registry, series: 0, add, passed}
+  const smallest = smallestMargins(scenarioMargins(s))
+  if (smallest) {
+    const fault = s.fault ?? 'none'
+    m.margin.set({...labels, scenario: s.name, fault, bound: 'deadline'}, smallest.earlyMs / 1000)
+    m.margin.set({...labels, scenario: s.name, fault, bound: 'deadline_plus_poll'}, smallest.lateMs / 1000)
+    series += 2
+  }
+  if (s.abortCoverage) {
+    m.abortTrials.set({...labels, scenario: s.name}, s.abortCoverage.trials)
+    m.abortInWindow.set({...labels, scenario: s.name}, s.abortCoverage.inWindow)
+    series += 2
+    if (s.abortCoverage.filterMatchedPackets !== null) {
+      m.filterMatched.set({...labels, scenario: s.name}, s.abortCoverage.filterMatchedPackets)
+      series++
+    }
+  }
+  for (const v of s.verdicts) {
+    m.checkPassed.set({...labels, scenario: s.name, check: v.check, subject: v.subject}, v.verdict === 'pass' ? 1 : 0)
+    m.checkUnverified.set(
+      {...labels, scenario: s.name, check: v.check, subject: v.subject},
+      v.verdict === 'unverified' ? 1 : 0,
+    )
+    series += 2
+  }
+  return series
 }
 
 function gatewayError(url: string, what: string, error: unknown): PdError {

@@ -3,26 +3,47 @@ import type {DeploymentReport} from '../discovery/discover-hosts.js'
 
 /** `pdchaos status` for a person: one screen, the problems last and loud. */
 export function renderStatus(r: StatusReport | DeploymentReport): string {
-  const out: string[] = []
   // Over several hosts: each service and rank says which host it runs on, and each host its leases and lock.
   const across = 'hosts' in r ? r : undefined
   const on = (x: object): string => (across && 'host' in x ? `${String(x.host).padEnd(hostWidth(across))} ` : '')
-  out.push(
+  const out: string[] = [
     `deployment ${r.deployment.name} on ${r.deployment.host}  (backend ${r.transport.backend}, ` +
       `from ${r.transport.source})`,
-  )
-  out.push('')
-  if (across) {
-    out.push('hosts')
-    for (const h of across.hosts) {
-      // A multi-node instance's other node ranks run schedulers here: named by instance and node rank.
-      const nodes = (h.nodeRanks ?? []).map(n => `${n.path.replace(/^services\./, '')} node rank ${n.nodeRank}`)
-      out.push(`  ${h.name.padEnd(hostWidth(across))} ${h.host.padEnd(28)} runs ${[...h.roles, ...nodes].join(', ')}`)
-    }
+    '',
+    ...(across ? hostLines(across) : []),
+    ...serviceLines(r, across, on),
+    '',
+    ...rankLines(r, on),
+    '',
+    ...watchdogLines(r),
+    ...counterLines(r),
+    '',
+    ...hostStateLines(r, across),
+  ]
+  if (r.warnings.length > 0) {
     out.push('')
+    out.push('warnings')
+    for (const line of r.warnings) out.push(`  ! ${line}`)
   }
-  out.push('services')
-  // Several instances of a role: each as the file states it (prefill[0], prefill[1], …), then the router.
+  return out.join('\n')
+}
+
+/** Each host, what it runs (a multi-node instance's other node ranks run schedulers here: instance and node rank). */
+function hostLines(across: DeploymentReport): string[] {
+  const out = ['hosts']
+  for (const h of across.hosts) {
+    const nodes = (h.nodeRanks ?? []).map(n => `${n.path.replace(/^services\./, '')} node rank ${n.nodeRank}`)
+    out.push(`  ${h.name.padEnd(hostWidth(across))} ${h.host.padEnd(28)} runs ${[...h.roles, ...nodes].join(', ')}`)
+  }
+  out.push('')
+  return out
+}
+
+type On = (x: object) => string
+
+/** Each service (several instances of a role: each as the file states it, then the router), and the router's settings. */
+function serviceLines(r: StatusReport | DeploymentReport, across: DeploymentReport | undefined, on: On): string[] {
+  const out = ['services']
   const listed: Array<[string, (typeof r.services)[keyof typeof r.services]]> = across?.instances
     ? [
         ...across.instances.map(i => [i.path.replace(/^services\./, ''), i] as [string, typeof i]),
@@ -60,8 +81,11 @@ export function renderStatus(r: StatusReport | DeploymentReport): string {
         'the router)',
     )
   }
-  out.push('')
-  out.push('ranks')
+  return out
+}
+
+function rankLines(r: StatusReport | DeploymentReport, on: On): string[] {
+  const out = ['ranks']
   if (r.ranks.length === 0) out.push('  (none found)')
   for (const k of r.ranks) {
     const gpu = k.gpu === undefined ? 'gpu ?' : `gpu ${k.gpu}`
@@ -73,17 +97,21 @@ export function renderStatus(r: StatusReport | DeploymentReport): string {
         `state ${k.state}  ${k.title}${zmq}`,
     )
   }
-  out.push('')
+  return out
+}
+
+/** The watchdog's contract (and prefill's environment), then SGLang's own timeouts. */
+function watchdogLines(r: StatusReport | DeploymentReport): string[] {
   const w = r.watchdog
   const env = w.prefillEnv
-  out.push(
+  const out = [
     `watchdog  contract: scope ${w.contract.scope}, deadline ${w.contract.deadlineSeconds}s, ` +
       `poll ${w.contract.pollSeconds}s` +
       (env
         ? `;  prefill env: scope ${env.scope ?? '-'}, deadline ${env.deadlineSeconds ?? '-'}s, ` +
           `poll ${env.pollSeconds ?? '-'}s`
         : ''),
-  )
+  ]
   const st = r.sglangTimeouts
   if (st) {
     out.push(
@@ -98,6 +126,11 @@ export function renderStatus(r: StatusReport | DeploymentReport): string {
         `x ${st.heartbeat.maxFailure}): ${st.heartbeat.source}`,
     )
   }
+  return out
+}
+
+function counterLines(r: StatusReport | DeploymentReport): string[] {
+  const out: string[] = []
   for (const role of ['prefill', 'decode'] as const) {
     const c = Object.entries(r.counters[role])
       .map(([k, v]) => `${k.replace(/^sglang:num_|_reqs_total$/g, '')}=${v}`)
@@ -108,7 +141,12 @@ export function renderStatus(r: StatusReport | DeploymentReport): string {
     out.push(`${role.padEnd(9)} counters: ${c || '-'}`)
     out.push(`${''.padEnd(9)} gauges (may be stale): ${g || '-'}`)
   }
-  out.push('')
+  return out
+}
+
+/** Each host's leases and lock (one host: unnamed). */
+function hostStateLines(r: StatusReport | DeploymentReport, across: DeploymentReport | undefined): string[] {
+  const out: string[] = []
   for (const h of across?.hosts ?? [{name: '', hostState: r.hostState}]) {
     const {leases, lock} = h.hostState
     const where = h.name ? ` on ${h.name}` : ''
@@ -124,12 +162,7 @@ export function renderStatus(r: StatusReport | DeploymentReport): string {
       `${`lock${where}`.padEnd(w)}${lock ? `held by ${String(lock.owner)} for ${String(lock.command)}` : 'free'}`,
     )
   }
-  if (r.warnings.length > 0) {
-    out.push('')
-    out.push('warnings')
-    for (const line of r.warnings) out.push(`  ! ${line}`)
-  }
-  return out.join('\n')
+  return out
 }
 
 function hostWidth(r: DeploymentReport): number {

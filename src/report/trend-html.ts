@@ -82,6 +82,14 @@ function plot(t: Trend, m: MarginTrend): string {
     `<text x="${LEFT + PLOT_W / 2}" y="${TOP + PLOT_H + 36}" text-anchor="middle" class="label">` +
       'run (oldest first)</text>',
   )
+  parts.push(...plotPoints(m, x, y), ...plotLegend())
+  parts.push('</svg>')
+  return parts.join('\n')
+}
+
+/** Per bound: the smallest margin of each run joined (the line the drift is fitted to), and every eviction's point. */
+function plotPoints(m: MarginTrend, x: (run: number) => number, y: (v: number) => number): string[] {
+  const parts: string[] = []
   for (const bound of MARGIN_BOUNDS) {
     const key = bound === 'early' ? 'earlyMs' : 'lateMs'
     // The smallest margin per run, joined: the line the drift is fitted to.
@@ -102,6 +110,12 @@ function plot(t: Trend, m: MarginTrend): string {
       }
     }
   }
+  return parts
+}
+
+/** The legend above the plot: one entry per bound's points, then the bound line. */
+function plotLegend(): string[] {
+  const parts: string[] = []
   let lx = LEFT
   for (const bound of MARGIN_BOUNDS) {
     const text = `margin to ${BOUND_TEXT[bound]} (${bound})`
@@ -116,8 +130,7 @@ function plot(t: Trend, m: MarginTrend): string {
       `<line x1="0" x2="18" y1="-4" y2="-4" stroke="${COLOR.bound}" stroke-dasharray="6,3"/>` +
       '<text x="24" y="0" class="legend">bound (0 ms)</text></g>',
   )
-  parts.push('</svg>')
-  return parts.join('\n')
+  return parts
 }
 
 function verdictGrid(t: Trend): string {

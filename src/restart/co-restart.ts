@@ -81,17 +81,32 @@ export function roleTargets(deployment: Deployment, hosts: RestartHost, order: S
   }))
 }
 
+/** One co-restart under way: what it has gathered so far, and how it says where it is and stops. */
+interface Run {
+  deployment: Deployment
+  opts: RestartOptions
+  rec: Recorder
+  say: (line: string) => void
+  stopOpt: {signal?: AbortSignal}
+  steps: RestartStep[]
+  verdicts: Verdict[]
+  canaries: RestartResult['canaries']
+  samples: WatchSample[]
+  watchRequests: RestartResult['watch']['requests']
+  /** What was restarted so far, for a stop (SIGINT): a restart command under way is killed (exit 3). */
+  done: () => string
+  stopped: (phase: string) => void
+  finish: () => RestartResult
+}
+
 export async function coRestart(
   deployment: Deployment,
   hosts: RestartHost,
   opts: RestartOptions,
 ): Promise<RestartResult> {
-  const started = now()
-  const rec = new Recorder()
-  const say = opts.onProgress ?? (() => {})
+  const run = startRun(deployment, opts)
   const {router, ...clients} = serviceClients(deployment)
   const targets = opts.targets ?? roleTargets(deployment, hosts, opts.order)
-  const stopOpt = opts.signal ? {signal: opts.signal} : {}
   for (const t of targets) {
     if (!t.service.restart)
       throw badInput(
@@ -99,174 +114,259 @@ export async function coRestart(
         `add ${t.path}.restart (an argv list) to the deployment file`,
       )
   }
-  const gate = (t: RestartTarget): Promise<HealthResult> =>
-    t.role === 'router'
-      ? new RouterClient(t.service.url, {service: t.name, timeoutMs: DEFAULT_PROBE_TIMEOUT_MS}).readiness(
-          t.service.readinessPath ?? '/readiness',
-        )
-      : new SglangClient(t.service.url, {service: t.name, timeoutMs: DEFAULT_PROBE_TIMEOUT_MS}).health(
-          t.service.healthPath,
-        )
-
-  const verdicts: Verdict[] = []
-  const steps: RestartStep[] = []
-  const canaries: RestartResult['canaries'] = []
-  const samples: WatchSample[] = []
-  let watchRequests: RestartResult['watch']['requests'] = []
-  // Stopped (SIGINT): what was restarted so far is said; a restart command under way is killed (exit 3).
-  const done = (): string => {
-    const restarted = steps.filter(x => x.exitCode === 0).map(x => x.instance ?? x.service)
-    return restarted.length > 0 ? `restarted ${restarted.join(', ')}; nothing after` : 'nothing was restarted'
-  }
-  const stopped = (phase: string): void => throwIfStopped(opts.signal, phase, done())
-  const finish = (): RestartResult => ({
-    steps,
-    totalMs: Math.round(now() - started),
-    canaries,
-    watch: {samples, requests: watchRequests},
-    verdicts,
-    observations: rec.sorted(),
-  })
   for (const t of targets) {
-    const name = t.name
-    const command = t.service.restart!
-    // Quoted, control characters escaped: an argument with a newline cannot forge a progress line.
-    say(
-      `restarting ${name}${
-        t.nodes && t.nodes.length > 1
-          ? ` on its ${t.nodes.length} nodes ` + `(${t.nodes.map(n => n.name).join(', ')}) at once`
-          : ''
-      }: ${displayArgv(command)}`,
-    )
-    const t0 = now()
-    rec.add({kind: 'marker', t: t0, name: `restart ${name}`})
-    const runOn = async (host: Host, where: string): Promise<number | null> => {
-      try {
-        // Privileged only as the deployment's sudo: policy says (never: as the login user).
-        const res = await host.run(command, {
-          timeoutMs: opts.commandTimeoutS * 1000,
-          sudo: deployment.sudo === 'passwordless',
-          ...stopOpt,
-        })
-        if (res.code !== 0)
-          say(`${name}${where} restart command exited ${res.code}: ${oneLine(res.stderr).slice(0, 200)}`)
-        return res.code
-      } catch (error) {
-        if (opts.signal?.aborted) throw stoppedError(opts.signal, `${name}'s restart command (killed)`, done())
-        say(`${name}${where} restart command failed: ${oneLine(error)}`)
-        return null
-      }
-    }
-    const nodeCodes =
-      t.nodes && t.nodes.length > 1
-        ? await Promise.all(
-            t.nodes.map(async (n, k) => ({
-              host: n.name,
-              exitCode: await runOn(n.host, ` (node rank ${k} on ${n.name})`),
-            })),
-          )
-        : undefined
-    // The step's exit: the one command's, or over nodes the first that did not succeed (0 when all did).
-    const exitCode = nodeCodes ? (nodeCodes.find(c => c.exitCode !== 0)?.exitCode ?? 0) : await runOn(t.host, '')
-    const commandMs = now() - t0
-    if (exitCode !== 0) {
-      // A command that failed restarted nothing anyone can vouch for: the old process answering healthy would pass a
-      // restart that never happened.
-      const where = nodeCodes
-        ? ` (${nodeCodes.map(n => `${n.host}: ${n.exitCode === null ? 'did not finish' : `exit ${n.exitCode}`}`).join(', ')})`
-        : ''
-      steps.push({
-        service: t.role,
-        ...(name === t.role ? {} : {instance: t.path}),
-        command,
-        exitCode,
-        ...(nodeCodes ? {nodes: nodeCodes} : {}),
-        commandMs: Math.round(commandMs),
-        healthyAfterMs: null,
-      })
-      verdicts.push(
-        fail(
-          'restart',
-          name,
-          `${name}'s restart command ${exitCode === null ? 'did not finish' : `exited ${exitCode}`}${where}: it ` +
-            `was not restarted as the file says; later services were not restarted`,
-          {command, exitCode, ...(nodeCodes ? {nodes: nodeCodes} : {}), commandMs: Math.round(commandMs)},
-        ),
-      )
-      return finish()
-    }
-    let healthyAfterMs: number | null = null
-    let last: HealthResult | undefined
-    const deadline = t0 + opts.healthTimeoutS * 1000
-    while (now() < deadline && !opts.signal?.aborted) {
-      last = await abortable(gate(t), opts.signal, `${name}'s health gate`, `${name}'s restart command ran; ${done()}`)
-      if (last.ok) {
-        healthyAfterMs = now() - t0
-        break
-      }
-      await sleep(200, opts.signal)
-    }
-    throwIfStopped(opts.signal, `${name}'s health gate`, `${name}'s restart command ran; ${done()}`)
-    steps.push({
-      service: t.role,
-      ...(name === t.role ? {} : {instance: t.path}),
-      command,
-      exitCode,
-      ...(nodeCodes ? {nodes: nodeCodes} : {}),
-      commandMs: Math.round(commandMs),
-      healthyAfterMs: healthyAfterMs === null ? null : Math.round(healthyAfterMs),
-      lastHealth: last,
-    })
-    const evidence = {
-      command,
-      exitCode,
-      ...(nodeCodes ? {nodes: nodeCodes} : {}),
-      commandMs: Math.round(commandMs),
-      healthyAfterMs,
-      gate: t.role === 'router' ? t.service.readinessPath : t.service.healthPath,
-      lastHealth: last,
-    }
-    if (healthyAfterMs === null) {
-      verdicts.push(
-        fail(
-          'restart',
-          name,
-          `${name} not healthy within ${opts.healthTimeoutS}s of its restart (${last?.error ?? 'no answer'}); ` +
-            `later services were not restarted`,
-          evidence,
-        ),
-      )
-      return finish()
-    }
-    verdicts.push(
-      pass(
-        'restart',
-        name,
-        `${name} healthy ${(healthyAfterMs / 1000).toFixed(2)}s after its restart command`,
-        evidence,
-      ),
-    )
-    say(`${name} healthy after ${(healthyAfterMs / 1000).toFixed(2)}s`)
+    if (!(await restartOne(run, t))) return run.finish()
   }
-
-  if (opts.gatesOnly) return finish()
-  if (opts.settleS > 0) {
-    say(`settling ${opts.settleS}s (one decode heartbeat) before the canaries`)
-    await sleep(opts.settleS * 1000, opts.signal)
-    stopped('the settle')
-  }
-  // A restarted instance opens its routes and KV connections on its first request, which can outlast a short watchdog
-  // deadline: warm it up directly (as calibration does) before the canaries judge it through the router. Several
-  // instances: pairs that reach every restarted one, since the router may send a canary to any of them.
-  const warmed = await abortable(warmUpPairs(deployment, targets, opts.signal), opts.signal, 'the warm-up', done())
-  rec.marker('warm-up', `${warmed.ok ? 'succeeded' : 'did not succeed'} after ${warmed.tries} request(s)`)
-  say(`warm-up after the restart: ${warmed.ok ? 'ok' : 'no success'} after ${warmed.tries} request(s)`)
+  if (opts.gatesOnly) return run.finish()
+  await settleAndWarmUp(run, targets)
   // Canaries end to end: the pair works again through the router.
   const requestTimeoutMs = Math.max(
     10_000,
     (deployment.watchdog.deadlineSeconds + deployment.watchdog.pollSeconds) * 1000 + 10_000,
   )
-  // All at once: a canary a restart left pinned waits out its whole timeout, and one after another they would add up.
+  await sendCanaries(run, router, requestTimeoutMs)
+  await pinWatch(run, router, clients, requestTimeoutMs)
+  return run.finish()
+}
+
+function startRun(deployment: Deployment, opts: RestartOptions): Run {
+  const started = now()
+  const rec = new Recorder()
+  const run: Run = {
+    deployment,
+    opts,
+    rec,
+    say: opts.onProgress ?? (() => {}),
+    stopOpt: opts.signal ? {signal: opts.signal} : {},
+    steps: [],
+    verdicts: [],
+    canaries: [],
+    samples: [],
+    watchRequests: [],
+    done: () => {
+      const restarted = run.steps.filter(x => x.exitCode === 0).map(x => x.instance ?? x.service)
+      return restarted.length > 0 ? `restarted ${restarted.join(', ')}; nothing after` : 'nothing was restarted'
+    },
+    stopped: phase => throwIfStopped(opts.signal, phase, run.done()),
+    finish: () => ({
+      steps: run.steps,
+      totalMs: Math.round(now() - started),
+      canaries: run.canaries,
+      watch: {samples: run.samples, requests: run.watchRequests},
+      verdicts: run.verdicts,
+      observations: rec.sorted(),
+    }),
+  }
+  return run
+}
+
+/** A service's health gate: the router's readiness, a server's health. */
+function gate(t: RestartTarget): Promise<HealthResult> {
+  return t.role === 'router'
+    ? new RouterClient(t.service.url, {service: t.name, timeoutMs: DEFAULT_PROBE_TIMEOUT_MS}).readiness(
+        t.service.readinessPath ?? '/readiness',
+      )
+    : new SglangClient(t.service.url, {service: t.name, timeoutMs: DEFAULT_PROBE_TIMEOUT_MS}).health(
+        t.service.healthPath,
+      )
+}
+
+type NodeCodes = Array<{host: string; exitCode: number | null}> | undefined
+
+/** One target restarted by its command and behind its health gate; false when the co-restart stops there. */
+async function restartOne(run: Run, t: RestartTarget): Promise<boolean> {
+  const {opts, rec, say} = run
+  const name = t.name
+  const command = t.service.restart!
+  // Quoted, control characters escaped: an argument with a newline cannot forge a progress line.
+  say(
+    `restarting ${name}${
+      t.nodes && t.nodes.length > 1
+        ? ` on its ${t.nodes.length} nodes ` + `(${t.nodes.map(n => n.name).join(', ')}) at once`
+        : ''
+    }: ${displayArgv(command)}`,
+  )
+  const t0 = now()
+  rec.add({kind: 'marker', t: t0, name: `restart ${name}`})
+  const {nodeCodes, exitCode} = await runRestartCommand(run, t, command)
+  const commandMs = now() - t0
+  if (exitCode !== 0) {
+    commandFailed(run, t, {command, exitCode, nodeCodes, commandMs})
+    return false
+  }
+  const {healthyAfterMs, last} = await waitHealthy(run, t, t0)
+  run.steps.push({
+    service: t.role,
+    ...(name === t.role ? {} : {instance: t.path}),
+    command,
+    exitCode,
+    ...(nodeCodes ? {nodes: nodeCodes} : {}),
+    commandMs: Math.round(commandMs),
+    healthyAfterMs: healthyAfterMs === null ? null : Math.round(healthyAfterMs),
+    lastHealth: last,
+  })
+  const evidence = {
+    command,
+    exitCode,
+    ...(nodeCodes ? {nodes: nodeCodes} : {}),
+    commandMs: Math.round(commandMs),
+    healthyAfterMs,
+    gate: t.role === 'router' ? t.service.readinessPath : t.service.healthPath,
+    lastHealth: last,
+  }
+  if (healthyAfterMs === null) {
+    run.verdicts.push(
+      fail(
+        'restart',
+        name,
+        `${name} not healthy within ${opts.healthTimeoutS}s of its restart (${last?.error ?? 'no answer'}); ` +
+          `later services were not restarted`,
+        evidence,
+      ),
+    )
+    return false
+  }
+  run.verdicts.push(
+    pass('restart', name, `${name} healthy ${(healthyAfterMs / 1000).toFixed(2)}s after its restart command`, evidence),
+  )
+  say(`${name} healthy after ${(healthyAfterMs / 1000).toFixed(2)}s`)
+  return true
+}
+
+/**
+ * The restart command on the target's host, or on every node of a multi-node instance at once. The step's exit: the
+ * one command's, or over nodes the first that did not succeed (0 when all did).
+ */
+async function runRestartCommand(
+  run: Run,
+  t: RestartTarget,
+  command: string[],
+): Promise<{nodeCodes: NodeCodes; exitCode: number | null}> {
+  const {opts, deployment, say, stopOpt} = run
+  const name = t.name
+  const runOn = async (host: Host, where: string): Promise<number | null> => {
+    try {
+      // Privileged only as the deployment's sudo: policy says (never: as the login user).
+      const res = await host.run(command, {
+        timeoutMs: opts.commandTimeoutS * 1000,
+        sudo: deployment.sudo === 'passwordless',
+        ...stopOpt,
+      })
+      if (res.code !== 0)
+        say(`${name}${where} restart command exited ${res.code}: ${oneLine(res.stderr).slice(0, 200)}`)
+      return res.code
+    } catch (error) {
+      if (opts.signal?.aborted) throw stoppedError(opts.signal, `${name}'s restart command (killed)`, run.done())
+      say(`${name}${where} restart command failed: ${oneLine(error)}`)
+      return null
+    }
+  }
+  const nodeCodes =
+    t.nodes && t.nodes.length > 1
+      ? await Promise.all(
+          t.nodes.map(async (n, k) => ({
+            host: n.name,
+            exitCode: await runOn(n.host, ` (node rank ${k} on ${n.name})`),
+          })),
+        )
+      : undefined
+  const exitCode = nodeCodes ? (nodeCodes.find(c => c.exitCode !== 0)?.exitCode ?? 0) : await runOn(t.host, '')
+  return {nodeCodes, exitCode}
+}
+
+/**
+ * A command that failed restarted nothing anyone can vouch for: the old process answering healthy would pass a
+ * restart that never happened. Its step and a failed verdict; later services are not restarted.
+ */
+function commandFailed(
+  run: Run,
+  t: RestartTarget,
+  {
+    command,
+    exitCode,
+    nodeCodes,
+    commandMs,
+  }: {command: string[]; exitCode: number | null; nodeCodes: NodeCodes; commandMs: number},
+): void {
+  const name = t.name
+  const where = nodeCodes
+    ? ` (${nodeCodes.map(n => `${n.host}: ${n.exitCode === null ? 'did not finish' : `exit ${n.exitCode}`}`).join(', ')})`
+    : ''
+  run.steps.push({
+    service: t.role,
+    ...(name === t.role ? {} : {instance: t.path}),
+    command,
+    exitCode,
+    ...(nodeCodes ? {nodes: nodeCodes} : {}),
+    commandMs: Math.round(commandMs),
+    healthyAfterMs: null,
+  })
+  run.verdicts.push(
+    fail(
+      'restart',
+      name,
+      `${name}'s restart command ${exitCode === null ? 'did not finish' : `exited ${exitCode}`}${where}: it ` +
+        `was not restarted as the file says; later services were not restarted`,
+      {command, exitCode, ...(nodeCodes ? {nodes: nodeCodes} : {}), commandMs: Math.round(commandMs)},
+    ),
+  )
+}
+
+/** The health gate polled until it passes or the deadline (healthTimeoutS after the command started) runs out. */
+async function waitHealthy(
+  run: Run,
+  t: RestartTarget,
+  t0: number,
+): Promise<{healthyAfterMs: number | null; last: HealthResult | undefined}> {
+  const {opts} = run
+  const name = t.name
+  let healthyAfterMs: number | null = null
+  let last: HealthResult | undefined
+  const deadline = t0 + opts.healthTimeoutS * 1000
+  while (now() < deadline && !opts.signal?.aborted) {
+    last = await abortable(
+      gate(t),
+      opts.signal,
+      `${name}'s health gate`,
+      `${name}'s restart command ran; ${run.done()}`,
+    )
+    if (last.ok) {
+      healthyAfterMs = now() - t0
+      break
+    }
+    await sleep(200, opts.signal)
+  }
+  throwIfStopped(opts.signal, `${name}'s health gate`, `${name}'s restart command ran; ${run.done()}`)
+  return {healthyAfterMs, last}
+}
+
+/**
+ * The settle (one decode heartbeat), then the warm-up. A restarted instance opens its routes and KV connections on
+ * its first request, which can outlast a short watchdog deadline: warm it up directly (as calibration does) before
+ * the canaries judge it through the router. Several instances: pairs that reach every restarted one, since the
+ * router may send a canary to any of them.
+ */
+async function settleAndWarmUp(run: Run, targets: RestartTarget[]): Promise<void> {
+  const {opts, say, rec, deployment} = run
+  if (opts.settleS > 0) {
+    say(`settling ${opts.settleS}s (one decode heartbeat) before the canaries`)
+    await sleep(opts.settleS * 1000, opts.signal)
+    run.stopped('the settle')
+  }
+  const warmed = await abortable(warmUpPairs(deployment, targets, opts.signal), opts.signal, 'the warm-up', run.done())
+  rec.marker('warm-up', `${warmed.ok ? 'succeeded' : 'did not succeed'} after ${warmed.tries} request(s)`)
+  say(`warm-up after the restart: ${warmed.ok ? 'ok' : 'no success'} after ${warmed.tries} request(s)`)
+}
+
+type Router = ReturnType<typeof serviceClients>['router']
+type Clients = Omit<ReturnType<typeof serviceClients>, 'router'>
+
+/**
+ * The canaries, all at once: a canary a restart left pinned waits out its whole timeout, and one after another they
+ * would add up.
+ */
+async function sendCanaries(run: Run, router: Router, requestTimeoutMs: number): Promise<void> {
+  const {opts, rec, canaries} = run
   const sent = Array.from({length: opts.canaries}, () =>
     sendRequest(router, rec, {role: 'canary', timeoutMs: requestTimeoutMs, signal: opts.signal}),
   )
@@ -274,9 +374,9 @@ export async function coRestart(
     const r = await s.done
     canaries.push({rid: s.rid, status: r.status, ms: Math.round(r.at - s.sentAt)})
   }
-  stopped('the canaries')
+  run.stopped('the canaries')
   const badCanaries = canaries.filter(c => c.status !== 200)
-  verdicts.push(
+  run.verdicts.push(
     badCanaries.length === 0
       ? pass('restart', 'canaries', `${canaries.length} of ${canaries.length} canary requests succeeded end to end`, {
           canaries,
@@ -289,12 +389,14 @@ export async function coRestart(
           {canaries},
         ),
   )
+}
 
-  // The pin watch: an operator's sampling loop plus one request per sample.
+/** The pin watch: an operator's sampling loop plus one request per sample; then every watch request judged. */
+async function pinWatch(run: Run, router: Router, clients: Clients, requestTimeoutMs: number): Promise<void> {
+  const {opts, rec, say, samples} = run
   say(`watching for pins for ${opts.watchS}s`)
   const watchStart = now()
   const inWatch: Sent[] = []
-  const deadlineMs = deployment.watchdog.deadlineSeconds * 1000
   while (now() - watchStart < opts.watchS * 1000 && !opts.signal?.aborted) {
     inWatch.push(sendRequest(router, rec, {role: 'load', timeoutMs: requestTimeoutMs, signal: opts.signal}))
     const atS = (now() - watchStart) / 1000
@@ -302,7 +404,7 @@ export async function coRestart(
       Promise.all([clients.prefill.metrics().catch(() => undefined), clients.decode.metrics().catch(() => undefined)]),
       opts.signal,
       'the pin watch',
-      done(),
+      run.done(),
     )
     const sample: WatchSample = {
       atS: Math.round(atS * 10) / 10,
@@ -318,10 +420,16 @@ export async function coRestart(
     say(sample.line)
     await sleep(opts.sampleS * 1000, opts.signal)
   }
-  stopped('the pin watch')
-  // Every watch request must finish; one held past the deadline is a pin the restart left behind.
+  run.stopped('the pin watch')
+  await judgeWatch(run, inWatch, watchStart)
+}
+
+/** Every watch request must finish; one held past half the deadline and then failed is a pin the restart left. */
+async function judgeWatch(run: Run, inWatch: Sent[], watchStart: number): Promise<void> {
+  const {deployment, opts, samples} = run
+  const deadlineMs = deployment.watchdog.deadlineSeconds * 1000
   const settled = await Promise.all(inWatch.map(async s => ({s, r: await s.done})))
-  watchRequests = settled.map(({s, r}) => ({
+  run.watchRequests = settled.map(({s, r}) => ({
     rid: s.rid,
     sentAtS: Math.round(((s.sentAt - watchStart) / 1000) * 10) / 10,
     status: r.status,
@@ -331,11 +439,11 @@ export async function coRestart(
   const failedFast = settled.filter(({s, r}) => r.status !== 200 && r.at - s.sentAt < deadlineMs * 0.5)
   const watchEvidence = {
     samples: samples.map(x => x.line),
-    requests: watchRequests,
+    requests: run.watchRequests,
     deadlineSeconds: deployment.watchdog.deadlineSeconds,
   }
   if (pinned.length > 0) {
-    verdicts.push(
+    run.verdicts.push(
       fail(
         'restart',
         'pin watch',
@@ -347,7 +455,7 @@ export async function coRestart(
       ),
     )
   } else if (failedFast.length > 0) {
-    verdicts.push(
+    run.verdicts.push(
       fail(
         'restart',
         'pin watch',
@@ -356,7 +464,7 @@ export async function coRestart(
       ),
     )
   } else {
-    verdicts.push(
+    run.verdicts.push(
       pass(
         'restart',
         'pin watch',
@@ -365,7 +473,6 @@ export async function coRestart(
       ),
     )
   }
-  return finish()
 }
 
 /**

@@ -4,7 +4,7 @@ import {checkPeerRecovery, canaryOutcomes} from '../checks/peer-recovery.js'
 import type {HeartbeatSettings} from '../discovery/heartbeat-bound.js'
 import type {AloneRecovery, RestartResult} from '../model/restart.js'
 import type {Observation, Timeline} from '../model/timeline.js'
-import {unverified} from '../model/verdict.js'
+import {unverified, type Verdict} from '../model/verdict.js'
 import {sleep} from '../util/time.js'
 import {now, Recorder} from '../workload/recorder.js'
 import {sendDirect, sendRequest, type Sent} from '../workload/send.js'
@@ -95,15 +95,7 @@ export async function restartAlone(
     ? 'the pair serves (decode has resolved the current peer)'
     : `the pair does not serve (${before.detail})`
   say(`before the restart: ${serves}`)
-  if (!before.ok) {
-    const why = `not restarted: the deployment did not serve before the restart (${before.detail})`
-    const v = unverified('recovery', `${o.role} restarted alone`, why, {
-      why: 'a deployment that fails before the restart cannot show what the restart broke',
-      toVerify: 'bring the deployment back (pdchaos restart) and run again',
-    })
-    const totalMs = Math.round(now() - started)
-    return {steps: [], totalMs, ...NO_WATCH, observations: before.observations, verdicts: [v]}
-  }
+  if (!before.ok) return notServed(o, before, started)
   const restarted = await coRestart(deployment, hosts, {
     ...gates,
     order: [o.role],
@@ -118,25 +110,10 @@ export async function restartAlone(
   let finished = false
   try {
     if (!broken) {
-      // The last instance's gate: from then on the whole role is its new self.
-      const last = restarted.steps.at(-1)!
-      const markers = restarted.observations.filter(x => x.kind === 'marker' && x.name.startsWith('restart '))
-      const startMarker = markers.at(-1)
-      const healthyAt = (startMarker?.t ?? started) + (last.healthyAfterMs ?? 0)
-      rec.add({kind: 'marker', t: healthyAt, name: `healthy ${o.role}`})
-      const sent = await sendCanaries(deployment, rec, healthyAt, o, say)
-      await Promise.all(sent.map(s => s.done))
-      const w = deployment.watchdog
-      const tl: Timeline = {
-        contract: {scope: w.scope, deadlineSeconds: w.deadlineSeconds, pollSeconds: w.pollSeconds},
-        calibration: {prefillMs: 0, prefillSpreadMs: 0, observeMs: 0, samples: 0},
-        observations: rec.sorted(),
-      }
-      const heartbeat = o.heartbeat ? {heartbeat: o.heartbeat} : {}
-      const judged = checkPeerRecovery(tl, {role: o.role, healthyAt, ...heartbeat, epsilonS: o.epsilonS})
-      verdicts.push(...judged)
-      alone = {role: o.role, healthyAt, ...heartbeat, canaries: canaryOutcomes(tl, healthyAt)}
-      broken = judged.some(v => v.verdict === 'fail') || Boolean(o.signal?.aborted)
+      const probed = await probeAlone(deployment, o, restarted, started, rec, say)
+      verdicts.push(...probed.judged)
+      alone = probed.alone
+      broken = probed.judged.some(v => v.verdict === 'fail') || Boolean(o.signal?.aborted)
     }
     finished = true
   } finally {
@@ -154,6 +131,51 @@ export async function restartAlone(
   const observations = [...restarted.observations, ...rec.sorted()].sort((a, b) => a.t - b.t)
   const totalMs = Math.round(now() - started)
   return {steps: restarted.steps, totalMs, ...NO_WATCH, verdicts, observations, ...(alone ? {alone} : {})}
+}
+
+/** The deployment did not serve before the restart: nothing restarted, unverified (it cannot show what broke). */
+function notServed(
+  o: AloneOptions,
+  before: {detail: string; observations: Observation[]},
+  started: number,
+): RestartResult {
+  const why = `not restarted: the deployment did not serve before the restart (${before.detail})`
+  const v = unverified('recovery', `${o.role} restarted alone`, why, {
+    why: 'a deployment that fails before the restart cannot show what the restart broke',
+    toVerify: 'bring the deployment back (pdchaos restart) and run again',
+  })
+  const totalMs = Math.round(now() - started)
+  return {steps: [], totalMs, ...NO_WATCH, observations: before.observations, verdicts: [v]}
+}
+
+/**
+ * The canaries from the last instance's gate (from then on the whole role is its new self), judged by
+ * checkPeerRecovery.
+ */
+async function probeAlone(
+  deployment: Deployment,
+  o: AloneOptions,
+  restarted: RestartResult,
+  started: number,
+  rec: Recorder,
+  say: (l: string) => void,
+): Promise<{judged: Verdict[]; alone: AloneRecovery}> {
+  const last = restarted.steps.at(-1)!
+  const markers = restarted.observations.filter(x => x.kind === 'marker' && x.name.startsWith('restart '))
+  const startMarker = markers.at(-1)
+  const healthyAt = (startMarker?.t ?? started) + (last.healthyAfterMs ?? 0)
+  rec.add({kind: 'marker', t: healthyAt, name: `healthy ${o.role}`})
+  const sent = await sendCanaries(deployment, rec, healthyAt, o, say)
+  await Promise.all(sent.map(s => s.done))
+  const w = deployment.watchdog
+  const tl: Timeline = {
+    contract: {scope: w.scope, deadlineSeconds: w.deadlineSeconds, pollSeconds: w.pollSeconds},
+    calibration: {prefillMs: 0, prefillSpreadMs: 0, observeMs: 0, samples: 0},
+    observations: rec.sorted(),
+  }
+  const heartbeat = o.heartbeat ? {heartbeat: o.heartbeat} : {}
+  const judged = checkPeerRecovery(tl, {role: o.role, healthyAt, ...heartbeat, epsilonS: o.epsilonS})
+  return {judged, alone: {role: o.role, healthyAt, ...heartbeat, canaries: canaryOutcomes(tl, healthyAt)}}
 }
 
 /** Prefill's bootstrap server, as the gateway injects it into both /generate bodies. */
