@@ -814,11 +814,69 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
   const rows = parsePs(ps.stdout)
   const ss = await host.run(['ss', '-Hltnp'], {timeoutMs, sudo: true})
   const listeners = ss.code === 0 ? parseSsListeners(ss.stdout) : []
-  const portOf = (url: string) => Number(new URL(url).port || (url.startsWith('https') ? 443 : 80))
   const byPid = new Map(rows.map(r => [r.pid, r]))
+  const owners = serviceOwners(deployment, listeners, byPid)
+  const {servicePids, dockerProxy} = owners
+  const router = routerProcess(deployment, rows, listeners, byPid)
+  const {ranks, launchOf, serverOf} = await readRanks(host, rows, byPid, owners, timeoutMs)
+  const launch: ProcessView['launch'] = {}
+  for (const name of ['prefill', 'decode'] as const) {
+    const pid = servicePids[name] ?? serverOf.get(ranks.find(r => r.service === name)?.pid ?? -1)
+    const l = pid === undefined ? undefined : launchOf.get(pid)
+    if (l && pid !== undefined) launch[name] = {pid, source: l.source, args: l.args}
+  }
+  const launchVars = launchVarsOfServers(launch, servicePids, byPid)
+  if (ranks.length === 0)
+    return {
+      ranks,
+      servicePids,
+      ...(router ? {router} : {}),
+      serviceEnv: {},
+      launch,
+      launchVars,
+      dockerProxy,
+      gpuList: [],
+    }
+  await readRankStats(host, ranks, timeoutMs)
+  const gpus = await readGpus(host, deployment, timeoutMs)
+  ranks.sort((a, b) =>
+    a.service === b.service
+      ? (a.dpRank ?? 0) - (b.dpRank ?? 0) || (a.ppRank ?? 0) - (b.ppRank ?? 0) || a.tpRank - b.tpRank
+      : a.service === 'prefill'
+        ? -1
+        : 1,
+  )
+  const {prefillEnv, serviceEnv} = await readEnvironments(host, ranks, servicePids, timeoutMs)
+  return {
+    ranks,
+    servicePids,
+    ...(router ? {router} : {}),
+    prefillEnv,
+    serviceEnv,
+    launch,
+    launchVars,
+    dockerProxy,
+    ...(gpus.gpuByPid ? {gpuByPid: gpus.gpuByPid} : {}),
+    gpuList: gpus.gpuList,
+    ...(gpus.gpuWarning ? {gpuWarning: gpus.gpuWarning} : {}),
+    ...(gpus.topology ? {topology: gpus.topology} : {}),
+    ...(gpus.topologyError ? {topologyError: gpus.topologyError} : {}),
+  }
+}
+
+const portOf = (url: string) => Number(new URL(url).port || (url.startsWith('https') ? 443 : 80))
+
+/** Each server's process behind its port (or docker-proxy's), and the ports it may have been launched with. */
+interface ServiceOwners {
+  servicePids: ProcessView['servicePids']
+  dockerProxy: ProcessView['dockerProxy']
+  /** The ports a role's server may be launched with: the deployment's, or the container port behind docker-proxy. */
+  launchPorts: Record<'prefill' | 'decode', number[]>
+}
+
+function serviceOwners(deployment: Deployment, listeners: Listener[], byPid: Map<number, ProcessRow>): ServiceOwners {
   const servicePids: ProcessView['servicePids'] = {}
   const dockerProxy: ProcessView['dockerProxy'] = {}
-  /** The ports a role's server may be launched with: the deployment's, or the container port behind docker-proxy. */
   const launchPorts: Record<'prefill' | 'decode', number[]> = {prefill: [], decode: []}
   for (const name of ['prefill', 'decode'] as const) {
     const port = portOf(deployment.services[name].url)
@@ -827,6 +885,16 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
     if (o.proxy) dockerProxy[name] = o.proxy
     launchPorts[name] = [port, ...(o.proxy?.containerPort === undefined ? [] : [o.proxy.containerPort])]
   }
+  return {servicePids, dockerProxy, launchPorts}
+}
+
+/** The router: the process listening on its port, else a gateway command line naming that port. */
+function routerProcess(
+  deployment: Deployment,
+  rows: ProcessRow[],
+  listeners: Listener[],
+  byPid: Map<number, ProcessRow>,
+): ProcessView['router'] {
   const routerPid = listeners.find(l => l.port === portOf(deployment.services.router.url) && l.pids.length > 0)?.pids[0]
   const routerRow =
     routerPid === undefined
@@ -836,8 +904,22 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
             new RegExp(`--port[ =]${portOf(deployment.services.router.url)}\\b`).test(r.args),
         )
       : byPid.get(routerPid)
-  const router = routerRow ? {pid: routerRow.pid, args: routerRow.args} : undefined
+  return routerRow ? {pid: routerRow.pid, args: routerRow.args} : undefined
+}
 
+/** The scheduler processes by title, each assigned to its server, with the launch arguments of every server. */
+async function readRanks(
+  host: Host,
+  rows: ProcessRow[],
+  byPid: Map<number, ProcessRow>,
+  owners: ServiceOwners,
+  timeoutMs: number,
+): Promise<{
+  ranks: RankInfo[]
+  launchOf: Map<number, {source: string; args: LaunchArgs}>
+  serverOf: Map<number, number>
+}> {
+  const {servicePids, launchPorts} = owners
   const rankRows = rows.map(r => ({row: r, title: parseRankTitle(r.args)})).filter(x => x.title !== undefined)
   // The launch arguments of every server a scheduler may belong to: its ancestors, and the processes on the ports.
   const candidates = new Set<number>(Object.values(servicePids))
@@ -875,12 +957,15 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
     for (let i = 0; i < 4 && cur && !launchOf.has(cur.pid); i++) cur = byPid.get(cur.ppid)
     if (cur) serverOf.set(row.pid, cur.pid)
   }
-  const launch: ProcessView['launch'] = {}
-  for (const name of ['prefill', 'decode'] as const) {
-    const pid = servicePids[name] ?? serverOf.get(ranks.find(r => r.service === name)?.pid ?? -1)
-    const l = pid === undefined ? undefined : launchOf.get(pid)
-    if (l && pid !== undefined) launch[name] = {pid, source: l.source, args: l.args}
-  }
+  return {ranks, launchOf, serverOf}
+}
+
+/** SGLang's PD variables as `NAME=value` words on each server's command line or its parents' (a wrapper's). */
+function launchVarsOfServers(
+  launch: ProcessView['launch'],
+  servicePids: ProcessView['servicePids'],
+  byPid: Map<number, ProcessRow>,
+): ProcessView['launchVars'] {
   const launchVars: ProcessView['launchVars'] = {}
   for (const name of ['prefill', 'decode'] as const) {
     const pid = launch[name]?.pid ?? servicePids[name]
@@ -891,18 +976,11 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
       for (const [k, v] of Object.entries(launchVarsOf(cur.args))) vars[k] ??= v
     if (pid !== undefined && Object.keys(vars).length > 0) launchVars[name] = {pid, vars}
   }
-  if (ranks.length === 0)
-    return {
-      ranks,
-      servicePids,
-      ...(router ? {router} : {}),
-      serviceEnv: {},
-      launch,
-      launchVars,
-      dockerProxy,
-      gpuList: [],
-    }
+  return launchVars
+}
 
+/** Each rank's start time (its identity with the pid) and state, from /proc/<pid>/stat. */
+async function readRankStats(host: Host, ranks: RankInfo[], timeoutMs: number): Promise<void> {
   const stat = await host.run(['cat', ...ranks.map(r => `/proc/${r.pid}/stat`)], {timeoutMs})
   for (const line of stat.stdout.split('\n')) {
     const s = parseProcStat(line)
@@ -912,7 +990,14 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
       rank.state = s.state
     }
   }
+}
 
+/** nvidia-smi: each pid's busiest compute context, the GPU list, and the GPU/NIC topology. */
+async function readGpus(
+  host: Host,
+  deployment: Deployment,
+  timeoutMs: number,
+): Promise<Pick<ProcessView, 'gpuByPid' | 'gpuList' | 'gpuWarning' | 'topology' | 'topologyError'>> {
   const [apps, gpus, topo] = await Promise.all([
     host
       .run(
@@ -946,14 +1031,22 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
       `(${oneLine(apps?.stderr ?? 'not run') || `exit ${apps?.code}`}), and the launch layout does not give every ` +
       `rank's GPU: --gpu cannot be resolved for those ranks`
   }
+  return {
+    ...(gpuByPid ? {gpuByPid} : {}),
+    gpuList,
+    ...(gpuWarning ? {gpuWarning} : {}),
+    ...(topology ? {topology} : {}),
+    ...(topologyError ? {topologyError} : {}),
+  }
+}
 
-  ranks.sort((a, b) =>
-    a.service === b.service
-      ? (a.dpRank ?? 0) - (b.dpRank ?? 0) || (a.ppRank ?? 0) - (b.ppRank ?? 0) || a.tpRank - b.tpRank
-      : a.service === 'prefill'
-        ? -1
-        : 1,
-  )
+/** The first prefill rank's whole environment, and every rank's and server's kept variables (one read for all). */
+async function readEnvironments(
+  host: Host,
+  ranks: RankInfo[],
+  servicePids: ProcessView['servicePids'],
+  timeoutMs: number,
+): Promise<Pick<ProcessView, 'prefillEnv' | 'serviceEnv'>> {
   const prefill0 = ranks.find(r => r.service === 'prefill')
   let prefillEnv: Record<string, string> | undefined
   if (prefill0) {
@@ -976,21 +1069,7 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
       if (pid !== undefined && byPid.has(pid)) serviceEnv[name] = byPid.get(pid)
     }
   }
-  return {
-    ranks,
-    servicePids,
-    ...(router ? {router} : {}),
-    prefillEnv,
-    serviceEnv,
-    launch,
-    launchVars,
-    dockerProxy,
-    ...(gpuByPid ? {gpuByPid} : {}),
-    gpuList,
-    ...(gpuWarning ? {gpuWarning} : {}),
-    ...(topology ? {topology} : {}),
-    ...(topologyError ? {topologyError} : {}),
-  }
+  return {prefillEnv, serviceEnv}
 }
 
 /**
