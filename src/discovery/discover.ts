@@ -393,7 +393,9 @@ function healthCheckOf(
     : hc
 }
 
-/** Each prefill rank's ZMQ PULL port, from the bootstrap route under the rank's own key (it changes on every restart). */
+/**
+ * Each prefill rank's ZMQ PULL port, from the bootstrap route under the rank's own key (it changes on every restart).
+ */
 async function readRoutes(
   deployment: Deployment,
   prefill: ServiceClients['prefill'],

@@ -285,7 +285,8 @@ function widenedPlan(
       verifyInjected: [fp.verifyInjected],
       verifyClean: [fp.verifyClean],
       readOnlyProbes: fp.readOnlyProbes,
-      description: `${sweep.summary}; window held open by ${fp.summary} (the twin's failure point, not a host mechanism)`,
+      description:
+        `${sweep.summary}; window held open by ${fp.summary} ` + "(the twin's failure point, not a host mechanism)",
       refusals: [
         `packet filter not usable here (${ctx.facts.filterEvidence ?? 'not probed'}): using the twin's own ` +
           `failure point instead`,
