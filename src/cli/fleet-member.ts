@@ -1,4 +1,4 @@
-import {spawn} from 'node:child_process'
+import {type ChildProcess, spawn} from 'node:child_process'
 import {existsSync, lstatSync, unlinkSync} from 'node:fs'
 import {join} from 'node:path'
 import {createInterface} from 'node:readline'
@@ -95,31 +95,7 @@ export async function runMemberChild(e: FleetEntry, o: ChildOptions, ctx: Member
     o.say?.(line)
   })
   child.stdout.resume()
-  let stoppedBy: string | undefined
-  let killed = false
-  let killTimer: NodeJS.Timeout | undefined
-  const stop = (why: string) => {
-    if (stoppedBy !== undefined) return
-    stoppedBy = why
-    child.kill('SIGINT')
-    killTimer = setTimeout(() => {
-      killed = true
-      child.kill('SIGKILL')
-    }, o.killGraceMs ?? 120_000)
-  }
-  const deadlineMs = o.deadlineMs ?? memberDeadlineMs(e)
-  const deadline = setTimeout(() => stop(`it did not finish within ${Math.round(deadlineMs / 1000)} s`), deadlineMs)
-  const onAbort = () => stop('the fleet was stopped')
-  ctx.signal.addEventListener('abort', onAbort, {once: true})
-  if (ctx.signal.aborted) onAbort()
-  const ended = await new Promise<{code: number | null; signal: string | null; error?: Error}>(resolve => {
-    child.once('error', error => resolve({code: null, signal: null, error}))
-    child.once('close', (code, signal) => resolve({code, signal}))
-  })
-  clearTimeout(deadline)
-  clearTimeout(killTimer)
-  ctx.signal.removeEventListener('abort', onAbort)
-
+  const ended = await superviseChild(child, o.deadlineMs ?? memberDeadlineMs(e), o.killGraceMs ?? 120_000, ctx.signal)
   const more: Partial<FleetMember> = {
     ...describeEntry(e),
     ...(o.keepJournal ? {journal} : {}),
@@ -137,27 +113,80 @@ export async function runMemberChild(e: FleetEntry, o: ChildOptions, ctx: Member
       more,
     )
   const code = ended.code ?? undefined
-  if (existsSync(journal)) {
-    let member: FleetMember
-    try {
-      member = await readJournal(journal, e.name)
-    } catch (error) {
-      return memberOfFailure(
-        e.name,
-        {
-          exitCode: ExitCode.unreachable,
-          code: 'E_INTERNAL',
-          reason: `its run exited ${code ?? ended.signal} and its journal cannot be read: ${oneLine(error)}`,
-        },
-        more,
-      )
-    }
-    // A temporary journal is gone once the report is written: not named.
-    if (!o.keepJournal) delete member.journal
-    // The process's own code may be worse than its journal's (a revert that failed after the journal was written).
-    return code !== undefined && FLEET_EXIT_PRECEDENCE.includes(code) ? worseExit(member, code) : member
+  if (existsSync(journal)) return memberOfJournal(journal, e.name, o, code, ended.signal, more)
+  return memberOfFailure(e.name, withoutJournal(tail, code, ended.signal, ended), more)
+}
+
+interface ChildEnd {
+  code: number | null
+  signal: string | null
+  error?: Error
+  /** Why we stopped it (SIGINT), if we did. */
+  stoppedBy?: string
+  /** SIGKILLed after it did not stop within the grace. */
+  killed: boolean
+}
+
+/** Wait for the child to end: SIGINT at its deadline or when the fleet is stopped, SIGKILL after the grace. */
+async function superviseChild(
+  child: ChildProcess,
+  deadlineMs: number,
+  killGraceMs: number,
+  signal: AbortSignal,
+): Promise<ChildEnd> {
+  let stoppedBy: string | undefined
+  let killed = false
+  let killTimer: NodeJS.Timeout | undefined
+  const stop = (why: string) => {
+    if (stoppedBy !== undefined) return
+    stoppedBy = why
+    child.kill('SIGINT')
+    killTimer = setTimeout(() => {
+      killed = true
+      child.kill('SIGKILL')
+    }, killGraceMs)
   }
-  return memberOfFailure(e.name, withoutJournal(tail, code, ended.signal, {stoppedBy, killed}), more)
+  const deadline = setTimeout(() => stop(`it did not finish within ${Math.round(deadlineMs / 1000)} s`), deadlineMs)
+  const onAbort = () => stop('the fleet was stopped')
+  signal.addEventListener('abort', onAbort, {once: true})
+  if (signal.aborted) onAbort()
+  const ended = await new Promise<{code: number | null; signal: string | null; error?: Error}>(resolve => {
+    child.once('error', error => resolve({code: null, signal: null, error}))
+    child.once('close', (code, signal) => resolve({code, signal}))
+  })
+  clearTimeout(deadline)
+  clearTimeout(killTimer)
+  signal.removeEventListener('abort', onAbort)
+  return {...ended, ...(stoppedBy === undefined ? {} : {stoppedBy}), killed}
+}
+
+/** The member its run's journal records (the process's exit code may make it worse). */
+async function memberOfJournal(
+  journal: string,
+  name: string,
+  o: ChildOptions,
+  code: number | undefined,
+  signal: string | null,
+  more: Partial<FleetMember>,
+): Promise<FleetMember> {
+  let member: FleetMember
+  try {
+    member = await readJournal(journal, name)
+  } catch (error) {
+    return memberOfFailure(
+      name,
+      {
+        exitCode: ExitCode.unreachable,
+        code: 'E_INTERNAL',
+        reason: `its run exited ${code ?? signal} and its journal cannot be read: ${oneLine(error)}`,
+      },
+      more,
+    )
+  }
+  // A temporary journal is gone once the report is written: not named.
+  if (!o.keepJournal) delete member.journal
+  // The process's own code may be worse than its journal's (a revert that failed after the journal was written).
+  return code !== undefined && FLEET_EXIT_PRECEDENCE.includes(code) ? worseExit(member, code) : member
 }
 
 /** A run that wrote no journal: the error line it printed, else how it ended. */

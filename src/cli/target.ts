@@ -56,27 +56,24 @@ export interface Target {
   pair?: InstancePair
 }
 
-export async function resolveTarget(
-  flags: TargetFlags,
-  opts: {
-    /** The command acting on the target, named when a file spans more than it can act on yet (exit 2). */
-    command?: string
-    startTwin?: boolean
-    /** How to start the twin when none runs: its watchdog, and its gateway's breaker (absent: upstream's 60 s). */
-    twin?: TwinStart
-    onProgress?: (line: string) => void
-    /** Checks that need the deployment file (a TTL against its watchdog): run before the host is reached. */
-    check?: (deployment: Deployment, model: DeploymentModel) => void
-    /**
-     * The instance pair a run acts on, where the file lists several instances of a role (exit 2 when it names none).
-     */
-    pair?: InstancePair
-    /** The command's stop (SIGINT): reading the file and reaching the hosts end with exit 3 when it fires. */
-    signal?: AbortSignal
-  } = {},
-): Promise<Target> {
-  let file = resolve(flags.config)
-  let startedTwin: string | undefined
+export interface ResolveTargetOptions {
+  /** The command acting on the target, named when a file spans more than it can act on yet (exit 2). */
+  command?: string
+  startTwin?: boolean
+  /** How to start the twin when none runs: its watchdog, and its gateway's breaker (absent: upstream's 60 s). */
+  twin?: TwinStart
+  onProgress?: (line: string) => void
+  /** Checks that need the deployment file (a TTL against its watchdog): run before the host is reached. */
+  check?: (deployment: Deployment, model: DeploymentModel) => void
+  /**
+   * The instance pair a run acts on, where the file lists several instances of a role (exit 2 when it names none).
+   */
+  pair?: InstancePair
+  /** The command's stop (SIGINT): reading the file and reaching the hosts end with exit 3 when it fires. */
+  signal?: AbortSignal
+}
+
+export async function resolveTarget(flags: TargetFlags, opts: ResolveTargetOptions = {}): Promise<Target> {
   // --state-dir names the twin's directory: without --sim it would be silently ignored, and -c used instead.
   if (flags['state-dir'] !== undefined && !flags.sim) {
     throw badInput(
@@ -84,33 +81,7 @@ export async function resolveTarget(
       'add --sim to target the twin, or drop --state-dir and pass the deployment file with -c FILE',
     )
   }
-  if (flags.sim) {
-    // The twin's code only for --sim: a run against a deployment file does not load it (about 30 modules at start).
-    const [{readLock, liveHolders}, {simPaths}, {simUp}] = await Promise.all([
-      import('../sim/lifecycle/lock.js'),
-      import('../sim/sim-config.js'),
-      import('./twin.js'),
-    ])
-    const stateDir = simStateDir(flags['state-dir'] ?? defaultSimDir())
-    file = simPaths(stateDir).deploymentFile
-    const lock = readLock(stateDir)
-    const running = lock !== undefined && liveHolders(lock).length > 0 && existsSync(file)
-    if (!running && opts.startTwin !== false) {
-      const breaker =
-        opts.twin?.cbTimeoutS === undefined ? '' : `, circuit breaker half-open after ${opts.twin.cbTimeoutS}s`
-      const watchdog = opts.twin
-        ? ` (watchdog deadline ${opts.twin.deadlineS}s, poll ${opts.twin.pollS}s${breaker})`
-        : ''
-      opts.onProgress?.(`starting the twin in ${stateDir}${watchdog}`)
-      const {cbTimeoutS, ...watchdogS} = opts.twin ?? {}
-      await simUp({
-        stateDir,
-        ...watchdogS,
-        ...(cbTimeoutS === undefined ? {} : {router: {cbTimeoutDurationS: cbTimeoutS}}),
-      })
-      startedTwin = stateDir
-    }
-  }
+  const {file, startedTwin} = flags.sim ? await twinDeploymentFile(flags, opts) : {file: resolve(flags.config)}
   // A twin being started is let finish (it keeps running, as after any suite that started it), then the stop is heard.
   throwIfStopped(opts.signal, 'starting the twin')
   const model = await loadDeploymentModel(file)
@@ -122,31 +93,11 @@ export async function resolveTarget(
     ...(opts.pair ? {pair: opts.pair} : {}),
   })
   opts.check?.(deployment, model)
-  // Connecting has its own deadline; a stop ends the wait at once (a connection that opens later is dropped).
-  const open = (config: Deployment['host']): Promise<Host> => {
-    const opening = openHost(config, {sudo: deployment.sudo, acceptNewHostKey: flags['accept-new-host-key']})
-    if (opts.signal)
-      opening.then(
-        h => {
-          if (opts.signal!.aborted) h.close().catch(() => {})
-        },
-        () => {},
-      )
-    const phase =
-      config.kind === 'ssh' ? `connecting to ${config.alias ?? config.hostname ?? 'the host'}` : 'opening the host'
-    return abortable(opening, opts.signal, phase)
-  }
+  const open = (config: Deployment['host']): Promise<Host> => openTargetHost(config, deployment, flags, opts.signal)
   const placed = acrossHosts(model)
   const pair = opts.pair ? {pair: opts.pair} : {}
   if (placed.length <= 1) return {deployment, model, file, host: await open(deployment.host), startedTwin, ...pair}
-  // Every host, or none: one that cannot be reached closes those already open (exit 5 naming it).
-  const across: NonNullable<Target['across']> = []
-  try {
-    for (const p of placed) across.push({...p, host: await open(hostView(model, p.name).host)})
-  } catch (error) {
-    await Promise.all(across.map(a => a.host.close().catch(() => {})))
-    throw error
-  }
+  const across = await openAcross(model, placed, open)
   return {
     deployment,
     model,
@@ -156,6 +107,71 @@ export async function resolveTarget(
     startedTwin,
     ...pair,
   }
+}
+
+/** --sim: the twin's deployment file, the twin started first when none runs (and the command may start it). */
+async function twinDeploymentFile(
+  flags: TargetFlags,
+  opts: ResolveTargetOptions,
+): Promise<{file: string; startedTwin?: string}> {
+  // The twin's code only for --sim: a run against a deployment file does not load it (about 30 modules at start).
+  const [{readLock, liveHolders}, {simPaths}, {simUp}] = await Promise.all([
+    import('../sim/lifecycle/lock.js'),
+    import('../sim/sim-config.js'),
+    import('./twin.js'),
+  ])
+  const stateDir = simStateDir(flags['state-dir'] ?? defaultSimDir())
+  const file = simPaths(stateDir).deploymentFile
+  const lock = readLock(stateDir)
+  const running = lock !== undefined && liveHolders(lock).length > 0 && existsSync(file)
+  if (running || opts.startTwin === false) return {file}
+  const breaker =
+    opts.twin?.cbTimeoutS === undefined ? '' : `, circuit breaker half-open after ${opts.twin.cbTimeoutS}s`
+  const watchdog = opts.twin ? ` (watchdog deadline ${opts.twin.deadlineS}s, poll ${opts.twin.pollS}s${breaker})` : ''
+  opts.onProgress?.(`starting the twin in ${stateDir}${watchdog}`)
+  const {cbTimeoutS, ...watchdogS} = opts.twin ?? {}
+  await simUp({
+    stateDir,
+    ...watchdogS,
+    ...(cbTimeoutS === undefined ? {} : {router: {cbTimeoutDurationS: cbTimeoutS}}),
+  })
+  return {file, startedTwin: stateDir}
+}
+
+/** Connecting has its own deadline; a stop ends the wait at once (a connection that opens later is dropped). */
+function openTargetHost(
+  config: Deployment['host'],
+  deployment: Deployment,
+  flags: TargetFlags,
+  signal: AbortSignal | undefined,
+): Promise<Host> {
+  const opening = openHost(config, {sudo: deployment.sudo, acceptNewHostKey: flags['accept-new-host-key']})
+  if (signal)
+    opening.then(
+      h => {
+        if (signal.aborted) h.close().catch(() => {})
+      },
+      () => {},
+    )
+  const phase =
+    config.kind === 'ssh' ? `connecting to ${config.alias ?? config.hostname ?? 'the host'}` : 'opening the host'
+  return abortable(opening, signal, phase)
+}
+
+/** Every host, or none: one that cannot be reached closes those already open (exit 5 naming it). */
+async function openAcross(
+  model: DeploymentModel,
+  placed: ReturnType<typeof acrossHosts>,
+  open: (config: Deployment['host']) => Promise<Host>,
+): Promise<NonNullable<Target['across']>> {
+  const across: NonNullable<Target['across']> = []
+  try {
+    for (const p of placed) across.push({...p, host: await open(hostView(model, p.name).host)})
+  } catch (error) {
+    await Promise.all(across.map(a => a.host.close().catch(() => {})))
+    throw error
+  }
+  return across
 }
 
 /** Close every host a target opened. */

@@ -85,58 +85,14 @@ export async function discoverAcrossHosts(
       {...of(role).report.services[role], host: of(role).name},
     ]),
   ) as DeploymentReport['services']
-
-  // Bootstrap timeout from prefill's environment, waiting and heartbeat from decode's: each read on its own host.
-  const pt = p.report.watchdog.timeouts as
-    | (StatusReport['watchdog']['timeouts'] & {sources?: Record<string, string>})
-    | undefined
-  const dt = d.report.watchdog.timeouts as typeof pt
-  const timeouts =
-    pt && dt && p !== d
-      ? {
-          ...dt,
-          bootstrapTimeout: pt.bootstrapTimeout,
-          ...(dt.sources && pt.sources
-            ? {sources: {...dt.sources, bootstrapTimeout: pt.sources.bootstrapTimeout}}
-            : {}),
-        }
-      : (pt ?? dt)
-
-  // A warning every host gave (a service's HTTP answer) once; one only some hosts gave, with the host's name.
-  const all = parts.map(x => x.report.warnings)
-  const everywhere = all[0]!.filter(w => all.every(ws => ws.includes(w)))
-  const warnings = [
-    ...everywhere,
-    ...parts.flatMap(x => x.report.warnings.filter(w => !everywhere.includes(w)).map(w => `${x.name}: ${w}`)),
-  ]
-
+  const warnings = warningsAcross(parts)
   return {
     deployment: {...r.report.deployment, host: parts.map(x => `${x.name} (${x.report.deployment.host})`).join(', ')},
     services,
     ...(hosts.some(h => h.instances?.length) ? {instances: instancesOf(parts)} : {}),
-    ranks: parts.flatMap(x =>
-      x.report.ranks.map(k => {
-        const node = x.nodeRanks?.find(n => n.role === k.service && !x.roles.includes(k.service))
-        const instance = node?.path ?? x.instances?.find(i => i.role === k.service)?.path
-        return {...k, host: x.name, ...(instance ? {instance} : {}), ...(node ? {nodeRank: node.nodeRank} : {})}
-      }),
-    ),
-    // Each SGLang timeout from the host of the role that reads it.
-    sglangTimeouts: {
-      ...d.report.sglangTimeouts,
-      bootstrap: p.report.sglangTimeouts.bootstrap,
-      version: p.report.sglangTimeouts.version ?? d.report.sglangTimeouts.version,
-      versionSource: p.report.sglangTimeouts.version
-        ? p.report.sglangTimeouts.versionSource
-        : d.report.sglangTimeouts.versionSource,
-      ...(p.report.sglangTimeouts.backend ? {backend: p.report.sglangTimeouts.backend} : {}),
-    },
-    watchdog: {
-      contract: p.report.watchdog.contract,
-      ...(p.report.watchdog.prefillEnv ? {prefillEnv: p.report.watchdog.prefillEnv} : {}),
-      ...(timeouts ? {timeouts} : {}),
-      ...(d.report.watchdog.heartbeat ? {heartbeat: d.report.watchdog.heartbeat} : {}),
-    },
+    ranks: ranksAcross(parts),
+    sglangTimeouts: sglangTimeoutsAcross(p.report, d.report),
+    watchdog: watchdogAcross(p, d),
     transport: transportAcross(p.report, d.report),
     ...(p.report.topology ? {topology: p.report.topology} : {}),
     ...(p.report.topologyError ? {topologyError: p.report.topologyError} : {}),
@@ -161,6 +117,64 @@ export async function discoverAcrossHosts(
   }
 }
 
+type ReadPart = HostToRead & {report: StatusReport}
+
+/** A warning every host gave (a service's HTTP answer) once; one only some hosts gave, with the host's name. */
+function warningsAcross(parts: ReadPart[]): string[] {
+  const all = parts.map(x => x.report.warnings)
+  const everywhere = all[0]!.filter(w => all.every(ws => ws.includes(w)))
+  return [
+    ...everywhere,
+    ...parts.flatMap(x => x.report.warnings.filter(w => !everywhere.includes(w)).map(w => `${x.name}: ${w}`)),
+  ]
+}
+
+/** Every host's ranks, each naming its host, its instance and (off node rank 0) its node rank. */
+function ranksAcross(parts: ReadPart[]): PlacedRank[] {
+  return parts.flatMap(x =>
+    x.report.ranks.map(k => {
+      const node = x.nodeRanks?.find(n => n.role === k.service && !x.roles.includes(k.service))
+      const instance = node?.path ?? x.instances?.find(i => i.role === k.service)?.path
+      return {...k, host: x.name, ...(instance ? {instance} : {}), ...(node ? {nodeRank: node.nodeRank} : {})}
+    }),
+  )
+}
+
+/** Each SGLang timeout from the host of the role that reads it. */
+function sglangTimeoutsAcross(p: StatusReport, d: StatusReport): StatusReport['sglangTimeouts'] {
+  return {
+    ...d.sglangTimeouts,
+    bootstrap: p.sglangTimeouts.bootstrap,
+    version: p.sglangTimeouts.version ?? d.sglangTimeouts.version,
+    versionSource: p.sglangTimeouts.version ? p.sglangTimeouts.versionSource : d.sglangTimeouts.versionSource,
+    ...(p.sglangTimeouts.backend ? {backend: p.sglangTimeouts.backend} : {}),
+  }
+}
+
+/** Bootstrap timeout from prefill's environment, waiting and heartbeat from decode's: each read on its own host. */
+function watchdogAcross(p: ReadPart, d: ReadPart): StatusReport['watchdog'] {
+  const pt = p.report.watchdog.timeouts as
+    | (StatusReport['watchdog']['timeouts'] & {sources?: Record<string, string>})
+    | undefined
+  const dt = d.report.watchdog.timeouts as typeof pt
+  const timeouts =
+    pt && dt && p !== d
+      ? {
+          ...dt,
+          bootstrapTimeout: pt.bootstrapTimeout,
+          ...(dt.sources && pt.sources
+            ? {sources: {...dt.sources, bootstrapTimeout: pt.sources.bootstrapTimeout}}
+            : {}),
+        }
+      : (pt ?? dt)
+  return {
+    contract: p.report.watchdog.contract,
+    ...(p.report.watchdog.prefillEnv ? {prefillEnv: p.report.watchdog.prefillEnv} : {}),
+    ...(timeouts ? {timeouts} : {}),
+    ...(d.report.watchdog.heartbeat ? {heartbeat: d.report.watchdog.heartbeat} : {}),
+  }
+}
+
 /**
  * The KV transport as prefill's server states it, with the twin's rails of both roles: on a twin split over nodes each
  * node states only its own GPUs' rails (decode's in decode's server_info), so a decode GPU's rail comes from there.
@@ -172,7 +186,7 @@ export function transportAcross(p: StatusReport, d: StatusReport): StatusReport[
 }
 
 /** Each host's own instances as its discovery found them, prefill before decode, in the file's order. */
-function instancesOf(parts: Array<HostToRead & {report: StatusReport}>): InstanceStatus[] {
+function instancesOf(parts: ReadPart[]): InstanceStatus[] {
   const found = parts.flatMap(x =>
     (x.instances ?? []).map(i => ({...x.report.services[i.role], role: i.role, path: i.path, host: x.name})),
   )

@@ -1,5 +1,5 @@
 import type {Deployment} from '../deployment/config.js'
-import {DEFAULT_PROBE_TIMEOUT_MS, serviceClients} from '../deployment/clients.js'
+import {DEFAULT_PROBE_TIMEOUT_MS, type ServiceClients, serviceClients} from '../deployment/clients.js'
 import type {HealthResult} from '../deployment/sglang-client.js'
 import {sampleValue, sumOf, type ParsedMetrics} from '../deployment/prom-text.js'
 import {PD_COUNTERS, PD_QUEUE_GAUGES, QUEUE_REQS, RUNNING_REQS, TOKEN_USAGE} from '../deployment/sglang-metrics.js'
@@ -30,9 +30,15 @@ import {
 import {isRouterCommand, type RouterSettings, routerSettingsFromArgv} from './router-settings.js'
 import {parseNvidiaTopo, type Topology} from './topo.js'
 import {healthCheckFromEnv, KEPT_ENV, type HealthCheckSettings} from './transport-env.js'
-import {launchVarsOf, type RoleReads, type SglangTimeouts, sglangTimeoutsOf} from './sglang-timeouts.js'
+import {
+  heartbeatSettingsOf,
+  launchVarsOf,
+  type RoleReads,
+  type SglangTimeouts,
+  sglangTimeoutsOf,
+} from './sglang-timeouts.js'
 import {watchdogFromEnv, watchdogWarnings, type EnvTimeouts, type EnvWatchdog} from './watchdog-env.js'
-import {heartbeatFromEnv, type HeartbeatSettings} from './heartbeat-bound.js'
+import type {HeartbeatSettings} from './heartbeat-bound.js'
 
 /**
  * Discovery: what a PD deployment is right now, read the way an operator would read it — the services' HTTP APIs,
@@ -186,20 +192,11 @@ function onlyHere(p: ProcessView, here: ReadonlySet<ServiceName>): ProcessView {
   }
 }
 
-export async function discover(deployment: Deployment, host: Host, opts: DiscoverOptions = {}): Promise<StatusReport> {
-  const started = performance.now()
-  const timeoutMs = opts.timeoutMs ?? DEFAULT_PROBE_TIMEOUT_MS
-  const warnings: string[] = []
-  const svc = deployment.services
-  const {prefill, decode, router} = serviceClients(deployment, {
-    timeoutMs,
-    ...(opts.signal ? {signal: opts.signal} : {}),
-  })
-  const soft = async <T>(
-    what: string,
-    p: Promise<T>,
-    o: {fatal?: (error: unknown) => boolean} = {},
-  ): Promise<T | undefined> => {
+/** A probe whose failure is a warning, not the end of discovery (unless `fatal` says it is). */
+type Soft = <T>(what: string, p: Promise<T>, o?: {fatal?: (error: unknown) => boolean}) => Promise<T | undefined>
+
+function softProbes(warnings: string[]): Soft {
+  return async (what, p, o = {}) => {
     try {
       return await p
     } catch (error) {
@@ -208,13 +205,65 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
       return undefined
     }
   }
+}
+
+export async function discover(deployment: Deployment, host: Host, opts: DiscoverOptions = {}): Promise<StatusReport> {
+  const started = performance.now()
+  const timeoutMs = opts.timeoutMs ?? DEFAULT_PROBE_TIMEOUT_MS
+  const warnings: string[] = []
+  const clients = serviceClients(deployment, {
+    timeoutMs,
+    ...(opts.signal ? {signal: opts.signal} : {}),
+  })
+  const soft = softProbes(warnings)
 
   // The host itself is not optional: an unreachable host, a refused key or a changed host key stops here (exit 5),
   // before any service probe can make a half-report look like an answer.
   await host.run(['true'], {timeoutMs, ...(opts.signal ? {signal: opts.signal} : {})})
 
   const here = new Set<ServiceName>(opts.here ?? ['prefill', 'decode', 'router'])
-  const [pHealth, dHealth, rHealth, rReady, pInfo, dInfo, pMetrics, dMetrics, allProcs, hostState] = await Promise.all([
+  const probed = await probeAll(deployment, host, clients, timeoutMs, soft, warnings)
+  const procs = probed.procs && onlyHere(probed.procs, here)
+  const services = servicesOf(deployment, probed, procs, warnings)
+  const ranks: RankInfo[] = procs?.ranks ?? []
+  placeRanks(here, services, procs, ranks, warnings)
+  for (const name of ['prefill', 'decode'] as const) services[name].healthCheck = healthCheckOf(name, services, procs)
+  for (const r of ranks)
+    if (r.state === 'T')
+      warnings.push(`${r.service} rank ${rankName(r)} (pid ${r.pid}) is stopped (state T): the instance is wedged`)
+  await readRoutes(deployment, clients.prefill, services.prefill, ranks, soft)
+  const {watchdog, sglangTimeouts} = timeoutsOf(deployment, here, services, procs, ranks, warnings)
+  const transport = transportOf(deployment, services.prefill, procs, warnings)
+  const {pMetrics, dMetrics} = probed
+  return {
+    deployment: {name: deployment.name, host: host.describe(), labels: deployment.labels, backend: deployment.backend},
+    services,
+    ranks,
+    watchdog,
+    sglangTimeouts,
+    transport,
+    ...(procs?.topology ? {topology: procs.topology} : {}),
+    ...(procs?.topologyError ? {topologyError: procs.topologyError} : {}),
+    counters: {prefill: pick(pMetrics, COUNTERS, true), decode: pick(dMetrics, COUNTERS, true)},
+    gauges: {prefill: pick(pMetrics, GAUGES, false), decode: pick(dMetrics, GAUGES, false)},
+    hostState: probed.hostState,
+    warnings,
+    ms: Math.round(performance.now() - started),
+  }
+}
+
+/** Everything discovery reads at once: the services' health, server_info and metrics, the processes, pdchaos state. */
+async function probeAll(
+  deployment: Deployment,
+  host: Host,
+  clients: ServiceClients,
+  timeoutMs: number,
+  soft: Soft,
+  warnings: string[],
+) {
+  const svc = deployment.services
+  const {prefill, decode, router} = clients
+  const [pHealth, dHealth, rHealth, rReady, pInfo, dInfo, pMetrics, dMetrics, procs, hostState] = await Promise.all([
     prefill.health(svc.prefill.healthPath),
     decode.health(svc.decode.healthPath),
     router.health(svc.router.healthPath),
@@ -252,15 +301,24 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
   ] as const) {
     if (!h.ok) warnings.push(`${name} is not healthy: ${h.error ?? h.status}`)
   }
-  const procs = allProcs && onlyHere(allProcs, here)
+  return {pHealth, dHealth, rHealth, rReady, pInfo, dInfo, pMetrics, dMetrics, procs, hostState}
+}
 
+/** Each service as its probes and the process table show it; the router with its retry and breaker settings. */
+function servicesOf(
+  deployment: Deployment,
+  probed: Awaited<ReturnType<typeof probeAll>>,
+  procs: ProcessView | undefined,
+  warnings: string[],
+): Record<ServiceName, ServiceStatus> {
+  const svc = deployment.services
   const services: Record<ServiceName, ServiceStatus> = {
-    prefill: {url: svc.prefill.url, health: pHealth, ...infoSummary(pInfo)},
-    decode: {url: svc.decode.url, health: dHealth, ...infoSummary(dInfo)},
+    prefill: {url: svc.prefill.url, health: probed.pHealth, ...infoSummary(probed.pInfo)},
+    decode: {url: svc.decode.url, health: probed.dHealth, ...infoSummary(probed.dInfo)},
     router: {
       url: svc.router.url,
-      health: rHealth,
-      readiness: rReady,
+      health: probed.rHealth,
+      readiness: probed.rReady,
       ...(procs?.router ? {pid: procs.router.pid} : {}),
       // The gateway's retries and breaker decide what users see under a fault (pdchaos's own pins bypass them).
       routerSettings: procs?.router
@@ -278,8 +336,17 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
         warnings.push(`${name} runs SGLang ${v}, the deployment file expects ${deployment.sglangVersion}`)
     }
   }
+  return services
+}
 
-  const ranks: RankInfo[] = procs?.ranks ?? []
+/** Each server's pid, launch and docker-proxy; its scheduler count checked against its layout; each rank's GPU. */
+function placeRanks(
+  here: ReadonlySet<ServiceName>,
+  services: Record<ServiceName, ServiceStatus>,
+  procs: ProcessView | undefined,
+  ranks: RankInfo[],
+  warnings: string[],
+): void {
   for (const name of (['prefill', 'decode'] as const).filter(n => here.has(n))) {
     services[name].pid = procs?.servicePids[name]
     if (procs?.launch[name]) services[name].launch = procs.launch[name]
@@ -305,28 +372,40 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
     }
   }
   if (procs) assignGpus(ranks, services, procs, warnings)
-  for (const name of ['prefill', 'decode'] as const) {
-    // The HTTP server process reads SGLANG_HEALTH_CHECK_TIMEOUT; its schedulers inherit the same environment.
-    const env = procs?.serviceEnv[name] ?? ranks.find(r => r.service === name && r.env)?.env
-    const hc = healthCheckFromEnv(env)
-    const twin = services[name].twinHealthTimeoutSeconds
-    services[name].healthCheck =
-      env?.SGLANG_HEALTH_CHECK_TIMEOUT === undefined && twin !== undefined
-        ? {
-            ...hc,
-            timeoutSeconds: twin,
-            source: `the twin's server_info (pdchaos_twin.health_check_timeout_s = ${twin})`,
-          }
-        : hc
-  }
-  for (const r of ranks)
-    if (r.state === 'T')
-      warnings.push(`${r.service} rank ${rankName(r)} (pid ${r.pid}) is stopped (state T): the instance is wedged`)
+}
 
-  // Each prefill rank's ZMQ PULL port, from the bootstrap route under the rank's own key (it changes on every restart).
+/** How /health judges a server: from its environment, else (the twin) from its server_info. */
+function healthCheckOf(
+  name: 'prefill' | 'decode',
+  services: Record<ServiceName, ServiceStatus>,
+  procs: ProcessView | undefined,
+): HealthCheckSettings {
+  // The HTTP server process reads SGLANG_HEALTH_CHECK_TIMEOUT; its schedulers inherit the same environment.
+  const env = procs?.serviceEnv[name] ?? procs?.ranks.find(r => r.service === name && r.env)?.env
+  const hc = healthCheckFromEnv(env)
+  const twin = services[name].twinHealthTimeoutSeconds
+  return env?.SGLANG_HEALTH_CHECK_TIMEOUT === undefined && twin !== undefined
+    ? {
+        ...hc,
+        timeoutSeconds: twin,
+        source: `the twin's server_info (pdchaos_twin.health_check_timeout_s = ${twin})`,
+      }
+    : hc
+}
+
+/**
+ * Each prefill rank's ZMQ PULL port, from the bootstrap route under the rank's own key (it changes on every restart).
+ */
+async function readRoutes(
+  deployment: Deployment,
+  prefill: ServiceClients['prefill'],
+  prefillStatus: ServiceStatus,
+  ranks: RankInfo[],
+  soft: Soft,
+): Promise<void> {
   const bootstrapUrl = bootstrapUrlOf(deployment)
   const prefillRanks = ranks.filter(r => r.service === 'prefill')
-  const attnTp = await attnTpSizeOf(services.prefill, prefillRanks, () =>
+  const attnTp = await attnTpSizeOf(prefillStatus, prefillRanks, () =>
     soft(
       'bootstrap route (prefill server info)',
       prefill.bootstrapRoute(bootstrapUrl, {
@@ -357,9 +436,22 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
       }
     }),
   )
+}
 
+/**
+ * SGLang's PD timeouts, each read once from the role that reads it (sglang-timeouts.ts), and the watchdog view built
+ * from that one reading: prefill's watchdog environment, the timeouts it competes with, decode's heartbeat bound.
+ */
+function timeoutsOf(
+  deployment: Deployment,
+  here: ReadonlySet<ServiceName>,
+  services: Record<ServiceName, ServiceStatus>,
+  procs: ProcessView | undefined,
+  ranks: RankInfo[],
+  warnings: string[],
+): Pick<StatusReport, 'watchdog' | 'sglangTimeouts'> {
   const contract = deployment.watchdog
-  let prefillEnv: EnvWatchdog | undefined
+  const prefillRanks = ranks.filter(r => r.service === 'prefill')
   // Each timeout from the role that reads it: its scheduler's environment first (the reader), else its server's.
   const readsOf = (role: 'prefill' | 'decode'): RoleReads | undefined => {
     if (!here.has(role)) return undefined
@@ -376,13 +468,13 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
     const launch = procs?.launchVars[role]
     return env || launch ? {...(env ? {env} : {}), ...(launch ? {launch} : {})} : undefined
   }
+  const version = services.prefill.version ?? services.decode.version
   const backendStated = services.prefill.backend ?? (deployment.backend === 'auto' ? undefined : deployment.backend)
+  const decodeReads = readsOf('decode')
   const sglangTimeouts = sglangTimeoutsOf({
     prefill: readsOf('prefill'),
-    decode: readsOf('decode'),
-    ...((services.prefill.version ?? services.decode.version)
-      ? {version: services.prefill.version ?? services.decode.version}
-      : {}),
+    decode: decodeReads,
+    ...(version ? {version} : {}),
     versionSource: services.prefill.version
       ? "prefill's server_info"
       : services.decode.version
@@ -391,7 +483,7 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
     ...(backendStated ? {backend: backendStated} : {}),
   })
   const timeouts: EnvTimeouts | undefined =
-    procs?.prefillEnv || readsOf('decode')?.env
+    procs?.prefillEnv || decodeReads?.env
       ? {
           bootstrapTimeout: sglangTimeouts.bootstrap.seconds ?? Number.POSITIVE_INFINITY,
           waitingTimeout: sglangTimeouts.waiting.seconds!,
@@ -399,14 +491,24 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
           heartbeatMaxFailure: sglangTimeouts.heartbeat.maxFailure,
         }
       : undefined
-  // Decode's heartbeat toward prefill: read from decode's environment (its server, else its first rank).
-  const heartbeat = heartbeatFromEnv(procs?.serviceEnv.decode ?? procs?.ranks.find(r => r.service === 'decode')?.env)
+  // Decode's heartbeat toward prefill: the same reading (known only where decode's environment was read).
+  const heartbeat = heartbeatSettingsOf(sglangTimeouts.heartbeat)
+  let prefillEnv: EnvWatchdog | undefined
   if (procs?.prefillEnv) {
     prefillEnv = watchdogFromEnv(procs.prefillEnv)
     warnings.push(...watchdogWarnings(prefillEnv, contract, timeouts!, 'prefill'))
   }
+  return {watchdog: {contract, prefillEnv, timeouts, ...(heartbeat ? {heartbeat} : {})}, sglangTimeouts}
+}
 
-  const backendSeen = services.prefill.backend
+/** The KV transport: prefill's stated backend (else the file's), its transport variables, the twin's data path. */
+function transportOf(
+  deployment: Deployment,
+  prefill: ServiceStatus,
+  procs: ProcessView | undefined,
+  warnings: string[],
+): StatusReport['transport'] {
+  const backendSeen = prefill.backend
   const transportEnv = Object.fromEntries(
     Object.entries(procs?.prefillEnv ?? {}).filter(([k]) => /^(UCX_|MC_|NIXL_)/.test(k)),
   )
@@ -415,28 +517,13 @@ export async function discover(deployment: Deployment, host: Host, opts: Discove
       ? {backend: backendSeen, source: 'prefill server_info disaggregation_transfer_backend'}
       : {backend: deployment.backend, source: 'deployment file'}),
     ...(Object.keys(transportEnv).length > 0 ? {env: transportEnv} : {}),
-    ...(services.prefill.kvDataPath ? {dataPath: services.prefill.kvDataPath} : {}),
-    ...(services.prefill.twinRails?.length ? {rails: services.prefill.twinRails} : {}),
+    ...(prefill.kvDataPath ? {dataPath: prefill.kvDataPath} : {}),
+    ...(prefill.twinRails?.length ? {rails: prefill.twinRails} : {}),
   }
   if (backendSeen && deployment.backend !== 'auto' && backendSeen !== deployment.backend) {
     warnings.push(`prefill uses the ${backendSeen} backend, the deployment file says ${deployment.backend}`)
   }
-
-  return {
-    deployment: {name: deployment.name, host: host.describe(), labels: deployment.labels, backend: deployment.backend},
-    services,
-    ranks,
-    watchdog: {contract, prefillEnv, timeouts, ...(heartbeat ? {heartbeat} : {})},
-    sglangTimeouts,
-    transport,
-    ...(procs?.topology ? {topology: procs.topology} : {}),
-    ...(procs?.topologyError ? {topologyError: procs.topologyError} : {}),
-    counters: {prefill: pick(pMetrics, COUNTERS, true), decode: pick(dMetrics, COUNTERS, true)},
-    gauges: {prefill: pick(pMetrics, GAUGES, false), decode: pick(dMetrics, GAUGES, false)},
-    hostState,
-    warnings,
-    ms: Math.round(performance.now() - started),
-  }
+  return transport
 }
 
 export function bootstrapUrlOf(deployment: Deployment): string {
@@ -729,11 +816,69 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
   const rows = parsePs(ps.stdout)
   const ss = await host.run(['ss', '-Hltnp'], {timeoutMs, sudo: true})
   const listeners = ss.code === 0 ? parseSsListeners(ss.stdout) : []
-  const portOf = (url: string) => Number(new URL(url).port || (url.startsWith('https') ? 443 : 80))
   const byPid = new Map(rows.map(r => [r.pid, r]))
+  const owners = serviceOwners(deployment, listeners, byPid)
+  const {servicePids, dockerProxy} = owners
+  const router = routerProcess(deployment, rows, listeners, byPid)
+  const {ranks, launchOf, serverOf} = await readRanks(host, rows, byPid, owners, timeoutMs)
+  const launch: ProcessView['launch'] = {}
+  for (const name of ['prefill', 'decode'] as const) {
+    const pid = servicePids[name] ?? serverOf.get(ranks.find(r => r.service === name)?.pid ?? -1)
+    const l = pid === undefined ? undefined : launchOf.get(pid)
+    if (l && pid !== undefined) launch[name] = {pid, source: l.source, args: l.args}
+  }
+  const launchVars = launchVarsOfServers(launch, servicePids, byPid)
+  if (ranks.length === 0)
+    return {
+      ranks,
+      servicePids,
+      ...(router ? {router} : {}),
+      serviceEnv: {},
+      launch,
+      launchVars,
+      dockerProxy,
+      gpuList: [],
+    }
+  await readRankStats(host, ranks, timeoutMs)
+  const gpus = await readGpus(host, deployment, timeoutMs)
+  ranks.sort((a, b) =>
+    a.service === b.service
+      ? (a.dpRank ?? 0) - (b.dpRank ?? 0) || (a.ppRank ?? 0) - (b.ppRank ?? 0) || a.tpRank - b.tpRank
+      : a.service === 'prefill'
+        ? -1
+        : 1,
+  )
+  const {prefillEnv, serviceEnv} = await readEnvironments(host, ranks, servicePids, timeoutMs)
+  return {
+    ranks,
+    servicePids,
+    ...(router ? {router} : {}),
+    prefillEnv,
+    serviceEnv,
+    launch,
+    launchVars,
+    dockerProxy,
+    ...(gpus.gpuByPid ? {gpuByPid: gpus.gpuByPid} : {}),
+    gpuList: gpus.gpuList,
+    ...(gpus.gpuWarning ? {gpuWarning: gpus.gpuWarning} : {}),
+    ...(gpus.topology ? {topology: gpus.topology} : {}),
+    ...(gpus.topologyError ? {topologyError: gpus.topologyError} : {}),
+  }
+}
+
+const portOf = (url: string) => Number(new URL(url).port || (url.startsWith('https') ? 443 : 80))
+
+/** Each server's process behind its port (or docker-proxy's), and the ports it may have been launched with. */
+interface ServiceOwners {
+  servicePids: ProcessView['servicePids']
+  dockerProxy: ProcessView['dockerProxy']
+  /** The ports a role's server may be launched with: the deployment's, or the container port behind docker-proxy. */
+  launchPorts: Record<'prefill' | 'decode', number[]>
+}
+
+function serviceOwners(deployment: Deployment, listeners: Listener[], byPid: Map<number, ProcessRow>): ServiceOwners {
   const servicePids: ProcessView['servicePids'] = {}
   const dockerProxy: ProcessView['dockerProxy'] = {}
-  /** The ports a role's server may be launched with: the deployment's, or the container port behind docker-proxy. */
   const launchPorts: Record<'prefill' | 'decode', number[]> = {prefill: [], decode: []}
   for (const name of ['prefill', 'decode'] as const) {
     const port = portOf(deployment.services[name].url)
@@ -742,6 +887,16 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
     if (o.proxy) dockerProxy[name] = o.proxy
     launchPorts[name] = [port, ...(o.proxy?.containerPort === undefined ? [] : [o.proxy.containerPort])]
   }
+  return {servicePids, dockerProxy, launchPorts}
+}
+
+/** The router: the process listening on its port, else a gateway command line naming that port. */
+function routerProcess(
+  deployment: Deployment,
+  rows: ProcessRow[],
+  listeners: Listener[],
+  byPid: Map<number, ProcessRow>,
+): ProcessView['router'] {
   const routerPid = listeners.find(l => l.port === portOf(deployment.services.router.url) && l.pids.length > 0)?.pids[0]
   const routerRow =
     routerPid === undefined
@@ -751,8 +906,22 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
             new RegExp(`--port[ =]${portOf(deployment.services.router.url)}\\b`).test(r.args),
         )
       : byPid.get(routerPid)
-  const router = routerRow ? {pid: routerRow.pid, args: routerRow.args} : undefined
+  return routerRow ? {pid: routerRow.pid, args: routerRow.args} : undefined
+}
 
+/** The scheduler processes by title, each assigned to its server, with the launch arguments of every server. */
+async function readRanks(
+  host: Host,
+  rows: ProcessRow[],
+  byPid: Map<number, ProcessRow>,
+  owners: ServiceOwners,
+  timeoutMs: number,
+): Promise<{
+  ranks: RankInfo[]
+  launchOf: Map<number, {source: string; args: LaunchArgs}>
+  serverOf: Map<number, number>
+}> {
+  const {servicePids, launchPorts} = owners
   const rankRows = rows.map(r => ({row: r, title: parseRankTitle(r.args)})).filter(x => x.title !== undefined)
   // The launch arguments of every server a scheduler may belong to: its ancestors, and the processes on the ports.
   const candidates = new Set<number>(Object.values(servicePids))
@@ -790,12 +959,15 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
     for (let i = 0; i < 4 && cur && !launchOf.has(cur.pid); i++) cur = byPid.get(cur.ppid)
     if (cur) serverOf.set(row.pid, cur.pid)
   }
-  const launch: ProcessView['launch'] = {}
-  for (const name of ['prefill', 'decode'] as const) {
-    const pid = servicePids[name] ?? serverOf.get(ranks.find(r => r.service === name)?.pid ?? -1)
-    const l = pid === undefined ? undefined : launchOf.get(pid)
-    if (l && pid !== undefined) launch[name] = {pid, source: l.source, args: l.args}
-  }
+  return {ranks, launchOf, serverOf}
+}
+
+/** SGLang's PD variables as `NAME=value` words on each server's command line or its parents' (a wrapper's). */
+function launchVarsOfServers(
+  launch: ProcessView['launch'],
+  servicePids: ProcessView['servicePids'],
+  byPid: Map<number, ProcessRow>,
+): ProcessView['launchVars'] {
   const launchVars: ProcessView['launchVars'] = {}
   for (const name of ['prefill', 'decode'] as const) {
     const pid = launch[name]?.pid ?? servicePids[name]
@@ -806,18 +978,11 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
       for (const [k, v] of Object.entries(launchVarsOf(cur.args))) vars[k] ??= v
     if (pid !== undefined && Object.keys(vars).length > 0) launchVars[name] = {pid, vars}
   }
-  if (ranks.length === 0)
-    return {
-      ranks,
-      servicePids,
-      ...(router ? {router} : {}),
-      serviceEnv: {},
-      launch,
-      launchVars,
-      dockerProxy,
-      gpuList: [],
-    }
+  return launchVars
+}
 
+/** Each rank's start time (its identity with the pid) and state, from /proc/<pid>/stat. */
+async function readRankStats(host: Host, ranks: RankInfo[], timeoutMs: number): Promise<void> {
   const stat = await host.run(['cat', ...ranks.map(r => `/proc/${r.pid}/stat`)], {timeoutMs})
   for (const line of stat.stdout.split('\n')) {
     const s = parseProcStat(line)
@@ -827,7 +992,14 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
       rank.state = s.state
     }
   }
+}
 
+/** nvidia-smi: each pid's busiest compute context, the GPU list, and the GPU/NIC topology. */
+async function readGpus(
+  host: Host,
+  deployment: Deployment,
+  timeoutMs: number,
+): Promise<Pick<ProcessView, 'gpuByPid' | 'gpuList' | 'gpuWarning' | 'topology' | 'topologyError'>> {
   const [apps, gpus, topo] = await Promise.all([
     host
       .run(
@@ -861,14 +1033,22 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
       `(${oneLine(apps?.stderr ?? 'not run') || `exit ${apps?.code}`}), and the launch layout does not give every ` +
       `rank's GPU: --gpu cannot be resolved for those ranks`
   }
+  return {
+    ...(gpuByPid ? {gpuByPid} : {}),
+    gpuList,
+    ...(gpuWarning ? {gpuWarning} : {}),
+    ...(topology ? {topology} : {}),
+    ...(topologyError ? {topologyError} : {}),
+  }
+}
 
-  ranks.sort((a, b) =>
-    a.service === b.service
-      ? (a.dpRank ?? 0) - (b.dpRank ?? 0) || (a.ppRank ?? 0) - (b.ppRank ?? 0) || a.tpRank - b.tpRank
-      : a.service === 'prefill'
-        ? -1
-        : 1,
-  )
+/** The first prefill rank's whole environment, and every rank's and server's kept variables (one read for all). */
+async function readEnvironments(
+  host: Host,
+  ranks: RankInfo[],
+  servicePids: ProcessView['servicePids'],
+  timeoutMs: number,
+): Promise<Pick<ProcessView, 'prefillEnv' | 'serviceEnv'>> {
   const prefill0 = ranks.find(r => r.service === 'prefill')
   let prefillEnv: Record<string, string> | undefined
   if (prefill0) {
@@ -891,21 +1071,7 @@ async function readProcesses(host: Host, deployment: Deployment, timeoutMs: numb
       if (pid !== undefined && byPid.has(pid)) serviceEnv[name] = byPid.get(pid)
     }
   }
-  return {
-    ranks,
-    servicePids,
-    ...(router ? {router} : {}),
-    prefillEnv,
-    serviceEnv,
-    launch,
-    launchVars,
-    dockerProxy,
-    ...(gpuByPid ? {gpuByPid} : {}),
-    gpuList,
-    ...(gpuWarning ? {gpuWarning} : {}),
-    ...(topology ? {topology} : {}),
-    ...(topologyError ? {topologyError} : {}),
-  }
+  return {prefillEnv, serviceEnv}
 }
 
 /**

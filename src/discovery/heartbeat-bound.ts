@@ -22,19 +22,36 @@ const num = (v: string | undefined): number | undefined => {
   return Number.isFinite(n) ? n : undefined
 }
 
-/** From decode's environment as read; undefined when it was not read (then the bound is unknown, not the default). */
+/**
+ * SGLang's clamps of decode's heartbeat (common/conn.py CommonKVManager.__init__: `max(HEARTBEAT_INTERVAL, 2.0)`,
+ * `max(HEARTBEAT_MAX_FAILURE, 1)`) and the bound they give: the one home of this rule (sglang-timeouts.ts reads the
+ * values, this clamps them).
+ */
+export function heartbeatBound(
+  interval: number,
+  maxFailure: number,
+): Pick<HeartbeatSettings, 'intervalSeconds' | 'maxFailure' | 'boundSeconds'> {
+  const intervalSeconds = Math.max(interval, 2)
+  const failures = Math.max(Math.floor(maxFailure), 1)
+  return {
+    intervalSeconds,
+    maxFailure: failures,
+    boundSeconds: Math.round(intervalSeconds * failures * 1000) / 1000,
+  }
+}
+
+/**
+ * From a bare decode environment (discovery reads it once, in sglang-timeouts.ts, and derives the bound with
+ * heartbeatSettingsOf); undefined when it was not read (then the bound is unknown, not the default).
+ */
 export function heartbeatFromEnv(decodeEnv: Record<string, string> | undefined): HeartbeatSettings | undefined {
   if (decodeEnv === undefined) return undefined
   const i = num(decodeEnv[TIMEOUT_ENV.heartbeatInterval])
   const f = num(decodeEnv[TIMEOUT_ENV.heartbeatMaxFailure])
-  const intervalSeconds = Math.max(i ?? TIMEOUT_DEFAULTS.heartbeatInterval, 2)
-  const maxFailure = Math.max(Math.floor(f ?? TIMEOUT_DEFAULTS.heartbeatMaxFailure), 1)
   const said = (v: number | undefined, name: string) =>
     v === undefined ? `${name} unset (SGLang's default)` : `${name}=${v}`
   return {
-    intervalSeconds,
-    maxFailure,
-    boundSeconds: Math.round(intervalSeconds * maxFailure * 1000) / 1000,
+    ...heartbeatBound(i ?? TIMEOUT_DEFAULTS.heartbeatInterval, f ?? TIMEOUT_DEFAULTS.heartbeatMaxFailure),
     source:
       `decode's environment: ${said(i, TIMEOUT_ENV.heartbeatInterval)}, ` + said(f, TIMEOUT_ENV.heartbeatMaxFailure),
   }

@@ -1,3 +1,4 @@
+import {heartbeatBound, type HeartbeatSettings} from './heartbeat-bound.js'
 import {TIMEOUT_DEFAULTS, TIMEOUT_ENV} from './watchdog-env.js'
 
 /**
@@ -169,9 +170,8 @@ export function sglangTimeoutsOf(o: {
   const w = read('decode', o.decode, TIMEOUT_ENV.waitingTimeout, v, TIMEOUT_DEFAULTS.waitingTimeout)
   const i = read('decode', o.decode, TIMEOUT_ENV.heartbeatInterval, v, TIMEOUT_DEFAULTS.heartbeatInterval)
   const f = read('decode', o.decode, TIMEOUT_ENV.heartbeatMaxFailure, v, TIMEOUT_DEFAULTS.heartbeatMaxFailure)
-  // SGLang clamps both (common/conn.py: max(interval, 2.0), max(failures, 1)).
-  const intervalSeconds = Math.max(i.value, 2)
-  const maxFailure = Math.max(Math.floor(f.value), 1)
+  // SGLang clamps both (common/conn.py: max(interval, 2.0), max(failures, 1)): heartbeat-bound.ts.
+  const {intervalSeconds, maxFailure} = heartbeatBound(i.value, f.value)
   const either = (x: TimeoutFrom) => i.from === x || f.from === x
   const hbFrom: TimeoutFrom = either('env') ? 'env' : either('launch-command') ? 'launch-command' : 'default'
   return {
@@ -200,4 +200,14 @@ export function sglangTimeoutsOf(o: {
       ...((i.pid ?? f.pid) === undefined ? {} : {pid: (i.pid ?? f.pid)!}),
     },
   }
+}
+
+/**
+ * Decode's heartbeat bound as a restart is judged against it (watchdog.heartbeat, FaultDiscovery.heartbeat), from
+ * the same reading as sglangTimeouts.heartbeat: known only where decode's environment was read (else unknown, not
+ * SGLang's default).
+ */
+export function heartbeatSettingsOf(h: HeartbeatSetting): HeartbeatSettings | undefined {
+  if (!h.envRead) return undefined
+  return {...heartbeatBound(h.intervalSeconds, h.maxFailure), source: h.source}
 }

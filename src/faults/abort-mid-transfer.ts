@@ -188,39 +188,22 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
       throw badInput(`--trials must be 1 to ${MAX_TRIALS}`)
     const widen = wideningOf(p, ctx.discovery)
     const window = transferWindow(ctx, widen !== undefined)
-    const trials: AbortTrial[] = sweepOffsets(p.trials, window.startMs, window.endMs).map((offsetMs, index) => {
-      const rid = trialRid(ctx.leaseId, index)
-      return {
-        index,
-        rid,
-        offsetMs,
-        aborts: servicesOfSide(p.side ?? 'both').map(service => ({
-          service,
-          method: 'POST' as const,
-          path: '/abort_request' as const,
-          body: {rid},
-        })),
-      }
-    })
-    const base = {
-      fault: 'abort-mid-transfer' as const,
-      mechanism: 'abort-requests' as const,
-      leaseId: ctx.leaseId,
-      trials,
+    const sweep: Sweep = {
+      base: {
+        fault: 'abort-mid-transfer' as const,
+        mechanism: 'abort-requests' as const,
+        leaseId: ctx.leaseId,
+        trials: abortTrials(ctx.leaseId, p, window),
+      },
+      window,
+      summary:
+        `${p.trials} trial(s), aborts on ${describeSide(p.side ?? 'both')} at ${window.startMs}..${window.endMs} ms ` +
+        `after each request is sent (${window.why})`,
     }
-    const swept = (widening: TransferWindow['widening']): TransferWindow => ({
-      startMs: window.startMs,
-      endMs: window.endMs,
-      why: window.why,
-      widening,
-    })
-    const sweep =
-      `${p.trials} trial(s), aborts on ${describeSide(p.side ?? 'both')} at ${window.startMs}..${window.endMs} ms ` +
-      `after each request is sent (${window.why})`
     if (widen === undefined) {
       return {
-        ...base,
-        transferWindow: swept('none'),
+        ...sweep.base,
+        transferWindow: sweptWindow(window, 'none'),
         targets: [],
         inject: [],
         revert: [],
@@ -228,87 +211,141 @@ export const abortMidTransfer: Fault<AbortMidTransferParams> = {
         verifyInjected: [],
         verifyClean: [],
         readOnlyProbes: [],
-        description: `${sweep}; no change on the host`,
+        description: `${sweep.summary}; no change on the host`,
       }
     }
-    const rank = rankOnGpu(ctx.discovery, widen.gpu)
-    const path = classifyDataPath(ctx.discovery.transport)
-    if (path.kind !== 'tcp')
-      throw badInput(
-        `cannot widen the window by slowing the data path: ${path.evidence}; a rate limit cannot slow hardware RDMA`,
-        'run without widening',
-      )
-    if (
-      !ctx.facts.filterTool &&
-      ctx.discovery.twinFailpointUrl &&
-      widen.kbytesPerSecond === 0 &&
-      rank.service === 'prefill'
-    ) {
-      // No packet filter usable here (not root?), but the target is the twin: hold the window open with its own
-      // stall-kv failure point on that rank, and say so.
-      const fp = buildTwinFailpoint(ctx.discovery.twinFailpointUrl, 'stall-kv', [rank.tpRank])
-      return {
-        ...base,
-        transferWindow: swept('twin-failpoint'),
-        targets: [
-          {service: 'prefill', tpRank: rank.tpRank, pid: rank.pid, ...(rank.gpu === undefined ? {} : {gpu: rank.gpu})},
-        ],
-        inject: fp.inject,
-        revert: fp.revert,
-        sudo: false,
-        verifyInjected: [fp.verifyInjected],
-        verifyClean: [fp.verifyClean],
-        readOnlyProbes: fp.readOnlyProbes,
-        description: `${sweep}; window held open by ${fp.summary} (the twin's failure point, not a host mechanism)`,
-        refusals: [
-          `packet filter not usable here (${ctx.facts.filterEvidence ?? 'not probed'}): using the twin's own ` +
-            `failure point instead`,
-        ],
-      }
-    }
-    const conns = dataConnectionsOf(rank, ctx.discovery, ctx.facts.connections ?? [])
-    if (conns.length === 0) {
-      // What ss showed of the rank, so a refusal says why (none at all, or only control and service ports).
-      const own = (ctx.facts.connections ?? [])
-        .filter(c => c.pids.includes(rank.pid))
-        .map(c => `${c.state} ${c.local.addr}:${c.local.port} -> ${c.peer.addr}:${c.peer.port}`)
-      const seen =
-        own.length === 0
-          ? 'ss showed no TCP connection of that pid'
-          : `ss showed only control or service connections of that pid: ${own.slice(0, 8).join(', ')}`
-      throw badInput(
-        `no open KV data connection of ${describeRank(rank)} to slow (${seen})`,
-        'send one request through the deployment first',
-      )
-    }
-    if (!ctx.facts.filterTool) throw noFilterTool(ctx.facts.filterEvidence)
-    const filter = buildFilter({
-      tool: ctx.facts.filterTool,
-      leaseId: ctx.leaseId,
-      action: widen.kbytesPerSecond === 0 ? {kind: 'drop'} : {kind: 'rate', kbytesPerSecond: widen.kbytesPerSecond},
-      matches: conns.map(c => ({kind: 'flow', a: c.local, b: c.peer})),
-    })
-    return {
-      ...base,
-      transferWindow: swept('packet-filter'),
-      targets: [
-        {
-          service: rank.service,
-          tpRank: rank.tpRank,
-          pid: rank.pid,
-          ...(rank.startTicks === undefined ? {} : {startTicks: rank.startTicks}),
-          ...(rank.gpu === undefined ? {} : {gpu: rank.gpu}),
-          connections: conns.map(c => ({local: c.local, peer: c.peer})),
-        },
-      ],
-      inject: filter.inject,
-      revert: filter.revert,
-      sudo: true,
-      verifyInjected: [filter.verifyInjected],
-      verifyClean: [filter.verifyClean],
-      readOnlyProbes: [...filter.readOnlyProbes, SS_ARGV],
-      description: `${sweep}; window widened: ${filter.summary}`,
-      notes: [`data path: ${path.evidence}`],
-    }
+    return widenedPlan(ctx, widen, sweep)
   },
+}
+
+/** The plan's sweep: what every plan of it carries, the window it sweeps, and the line that says so. */
+interface Sweep {
+  base: {fault: 'abort-mid-transfer'; mechanism: 'abort-requests'; leaseId: string; trials: AbortTrial[]}
+  window: ReturnType<typeof transferWindow>
+  summary: string
+}
+
+/** One trial per offset, each a request id of its own aborted on the side(s) asked for. */
+function abortTrials(
+  leaseId: string,
+  p: AbortMidTransferParams,
+  window: ReturnType<typeof transferWindow>,
+): AbortTrial[] {
+  return sweepOffsets(p.trials, window.startMs, window.endMs).map((offsetMs, index) => {
+    const rid = trialRid(leaseId, index)
+    return {
+      index,
+      rid,
+      offsetMs,
+      aborts: servicesOfSide(p.side ?? 'both').map(service => ({
+        service,
+        method: 'POST' as const,
+        path: '/abort_request' as const,
+        body: {rid},
+      })),
+    }
+  })
+}
+
+function sweptWindow(window: ReturnType<typeof transferWindow>, widening: TransferWindow['widening']): TransferWindow {
+  return {startMs: window.startMs, endMs: window.endMs, why: window.why, widening}
+}
+
+/** The window widened on one prefill rank's TCP KV connections: a packet filter, or the twin's failure point. */
+function widenedPlan(
+  ctx: FaultContext<AbortMidTransferParams>,
+  widen: NonNullable<ReturnType<typeof wideningOf>>,
+  sweep: Sweep,
+): FaultPlan {
+  const rank = rankOnGpu(ctx.discovery, widen.gpu)
+  const path = classifyDataPath(ctx.discovery.transport)
+  if (path.kind !== 'tcp')
+    throw badInput(
+      `cannot widen the window by slowing the data path: ${path.evidence}; a rate limit cannot slow hardware RDMA`,
+      'run without widening',
+    )
+  if (
+    !ctx.facts.filterTool &&
+    ctx.discovery.twinFailpointUrl &&
+    widen.kbytesPerSecond === 0 &&
+    rank.service === 'prefill'
+  ) {
+    // No packet filter usable here (not root?), but the target is the twin: hold the window open with its own
+    // stall-kv failure point on that rank, and say so.
+    const fp = buildTwinFailpoint(ctx.discovery.twinFailpointUrl, 'stall-kv', [rank.tpRank])
+    return {
+      ...sweep.base,
+      transferWindow: sweptWindow(sweep.window, 'twin-failpoint'),
+      targets: [
+        {service: 'prefill', tpRank: rank.tpRank, pid: rank.pid, ...(rank.gpu === undefined ? {} : {gpu: rank.gpu})},
+      ],
+      inject: fp.inject,
+      revert: fp.revert,
+      sudo: false,
+      verifyInjected: [fp.verifyInjected],
+      verifyClean: [fp.verifyClean],
+      readOnlyProbes: fp.readOnlyProbes,
+      description:
+        `${sweep.summary}; window held open by ${fp.summary} ` + "(the twin's failure point, not a host mechanism)",
+      refusals: [
+        `packet filter not usable here (${ctx.facts.filterEvidence ?? 'not probed'}): using the twin's own ` +
+          `failure point instead`,
+      ],
+    }
+  }
+  return filterWidenedPlan(ctx, widen, sweep, rank, path.evidence)
+}
+
+/** A packet filter holding still (or rate-limiting) both directions of the rank's KV data connections. */
+function filterWidenedPlan(
+  ctx: FaultContext<AbortMidTransferParams>,
+  widen: NonNullable<ReturnType<typeof wideningOf>>,
+  sweep: Sweep,
+  rank: RankInfo,
+  pathEvidence: string,
+): FaultPlan {
+  const conns = dataConnectionsOf(rank, ctx.discovery, ctx.facts.connections ?? [])
+  if (conns.length === 0) {
+    // What ss showed of the rank, so a refusal says why (none at all, or only control and service ports).
+    const own = (ctx.facts.connections ?? [])
+      .filter(c => c.pids.includes(rank.pid))
+      .map(c => `${c.state} ${c.local.addr}:${c.local.port} -> ${c.peer.addr}:${c.peer.port}`)
+    const seen =
+      own.length === 0
+        ? 'ss showed no TCP connection of that pid'
+        : `ss showed only control or service connections of that pid: ${own.slice(0, 8).join(', ')}`
+    throw badInput(
+      `no open KV data connection of ${describeRank(rank)} to slow (${seen})`,
+      'send one request through the deployment first',
+    )
+  }
+  if (!ctx.facts.filterTool) throw noFilterTool(ctx.facts.filterEvidence)
+  const filter = buildFilter({
+    tool: ctx.facts.filterTool,
+    leaseId: ctx.leaseId,
+    action: widen.kbytesPerSecond === 0 ? {kind: 'drop'} : {kind: 'rate', kbytesPerSecond: widen.kbytesPerSecond},
+    matches: conns.map(c => ({kind: 'flow', a: c.local, b: c.peer})),
+  })
+  return {
+    ...sweep.base,
+    transferWindow: sweptWindow(sweep.window, 'packet-filter'),
+    targets: [
+      {
+        service: rank.service,
+        tpRank: rank.tpRank,
+        pid: rank.pid,
+        ...(rank.startTicks === undefined ? {} : {startTicks: rank.startTicks}),
+        ...(rank.gpu === undefined ? {} : {gpu: rank.gpu}),
+        connections: conns.map(c => ({local: c.local, peer: c.peer})),
+      },
+    ],
+    inject: filter.inject,
+    revert: filter.revert,
+    sudo: true,
+    verifyInjected: [filter.verifyInjected],
+    verifyClean: [filter.verifyClean],
+    readOnlyProbes: [...filter.readOnlyProbes, SS_ARGV],
+    description: `${sweep.summary}; window widened: ${filter.summary}`,
+    notes: [`data path: ${pathEvidence}`],
+  }
 }

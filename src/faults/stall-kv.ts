@@ -1,8 +1,8 @@
 import {z} from 'zod'
 
 import type {StallExpectation} from '../checks/expectation.js'
-import type {RankInfo} from '../discovery/discover.js'
-import {nicsOfGpu} from '../discovery/topo.js'
+import type {RankInfo, TwinRail} from '../discovery/discover.js'
+import {type GpuNics, nicsOfGpu} from '../discovery/topo.js'
 import {mooncakeTimeoutFromEnv, rcLimitsFromEnv} from '../discovery/transport-env.js'
 import {badInput, oneLine} from '../errors.js'
 import type {Host} from '../hosts/host.js'
@@ -324,98 +324,139 @@ function noMechanism(gpu: number, why: string, fix: string): Error {
   return badInput(`no way to stall GPU ${gpu}'s KV transfer here: ${why}`, fix)
 }
 
+type NicPlanInputs = {
+  gpu: number
+  nics: NicFacts[]
+  topo: GpuNics | undefined
+  /** The plan's notes so far; each step appends what it found. */
+  notes: string[]
+  expected: StallExpectation | undefined
+}
+
 function nicPlan(ctx: FaultContext<StallKvParams>, rank: RankInfo, path: DataPath): FaultPlan {
   const {params, discovery} = ctx
   const gpu = params.gpu!
-  const nics = ctx.facts.nics ?? []
   const rail = discovery.transport.rails?.find(r => r.gpu === gpu)
   const expected = stallExpectation(ctx, rank)
-  const notes = [`data path: ${path.evidence}`, ...expectationNotes(expected)]
-  const topo = discovery.topology ? nicsOfGpu(discovery.topology, gpu) : undefined
-
-  // The twin's rail: kernel UDP on the GPU's own interface, as the twin states and the host confirms (no RDMA device).
-  if (rail) {
-    const nic = nics.find(n => n.netdev === rail.interface || n.legend === rail.interface)
-    if (!nic?.netdev)
-      throw noMechanism(
-        gpu,
-        `the twin states GPU ${gpu}'s rail is ${rail.interface}, but the host has no such interface ` +
-          `(${nic?.evidence.join('; ') ?? 'not probed'})`,
-        'bring the twin up with `pdchaos sim up --rail-nics`, or check the interface names',
-      )
-    if (nic.rdmaDevice) {
-      throw noMechanism(
-        gpu,
-        `${rail.interface} has an RDMA device (${nic.rdmaDevice}): its traffic is hardware RoCE, which netfilter ` +
-          `never sees, whatever the twin states`,
-        'stall it with --mechanism tc-flower where the NIC offloads tc, or --allow-link-down',
-      )
-    }
-    if (nic.rdmaUnknown)
-      notes.push(
-        `${rail.interface}: sysfs does not show this network namespace, so no RDMA device could be ruled out; the ` +
-          `twin states its KV is kernel UDP`,
-      )
-    if (params.mechanism === 'tc-flower' || params.mechanism === 'link-down') {
-      throw badInput(
-        `--mechanism ${params.mechanism} is for a hardware RDMA NIC; GPU ${gpu}'s rail ${rail.interface} carries ` +
-          `kernel UDP, which netfilter stalls exactly`,
-        'use --mechanism auto',
-      )
-    }
-    if (topo?.ok && !topo.nics.some(n => n.device === rail.interface)) {
-      notes.push(
-        `nvidia-smi topo -m names ${topo.nics.map(n => n.device ?? n.label).join(', ')} for GPU ${gpu}, the twin ` +
-          `states ${rail.interface}: using the twin's statement`,
-      )
-    } else if (topo?.ok) {
-      notes.push(topo.evidence)
-    }
-    if (!ctx.facts.filterTool) {
-      if (discovery.twinFailpointUrl && params.mechanism === 'auto') {
-        return {
-          ...twinFailpointPlan(ctx, rank, discovery.twinFailpointUrl, [
-            `packet filter not usable here (${ctx.facts.filterEvidence ?? 'not probed'}): using the twin's own ` +
-              `failure point instead`,
-          ]),
-          ...(expected ? {expected} : {}),
-          notes,
-        }
-      }
-      throw noFilterTool(ctx.facts.filterEvidence)
-    }
-    const filter = buildFilter({
-      tool: ctx.facts.filterTool,
-      leaseId: ctx.leaseId,
-      matches: [{kind: 'iface-udp', iface: rail.interface, port: rail.udpPort}],
-    })
-    return {
-      fault: 'stall-kv',
-      mechanism: 'packet-filter',
-      leaseId: ctx.leaseId,
-      targets: [targetOf(rank, {nic: rail.interface})],
-      inject: filter.inject,
-      revert: filter.revert,
-      sudo: true,
-      verifyInjected: [filter.verifyInjected],
-      verifyClean: [filter.verifyClean],
-      readOnlyProbes: [...filter.readOnlyProbes, ['ip', '-j', 'link', 'show', 'dev', rail.interface]],
-      description:
-        `stall GPU ${gpu}'s rail NIC ${rail.interface} (the twin's kernel UDP stand-in for RoCEv2): drop ` +
-        `UDP ${rail.udpPort} in and out of it; ${filter.summary}. ` +
-        `${describeRank(rank)}'s transfers stop making progress while the schedulers run.`,
-      notes: [
-        ...notes,
-        `${nic.evidence.join('; ')}`,
-        `packet filter: ${ctx.facts.filterEvidence ?? ctx.facts.filterTool}`,
-        ...(ctx.facts.filterTool === 'iptables'
-          ? ["the iptables fallback drops IPv4 only (the twin's rails are IPv4)"]
-          : []),
-      ],
-      ...(expected ? {expected} : {}),
-    }
+  const inputs: NicPlanInputs = {
+    gpu,
+    nics: ctx.facts.nics ?? [],
+    topo: discovery.topology ? nicsOfGpu(discovery.topology, gpu) : undefined,
+    notes: [`data path: ${path.evidence}`, ...expectationNotes(expected)],
+    expected,
   }
+  // The twin's rail: kernel UDP on the GPU's own interface, as the twin states and the host confirms (no RDMA device).
+  if (rail) return railPlan(ctx, rank, rail, railNic(ctx, rail, inputs), inputs)
+  const {chosen, layers} = rdmaNicsOfGpu(ctx, path, inputs)
+  return rdmaPlan(ctx, rank, chosen, layers, inputs)
+}
 
+/** The twin's rail interface on the host, checked to carry kernel UDP (no RDMA device) and the mechanism to fit. */
+function railNic(ctx: FaultContext<StallKvParams>, rail: TwinRail, inputs: NicPlanInputs): NicFacts {
+  const {params} = ctx
+  const {gpu, nics, topo, notes} = inputs
+  const nic = nics.find(n => n.netdev === rail.interface || n.legend === rail.interface)
+  if (!nic?.netdev)
+    throw noMechanism(
+      gpu,
+      `the twin states GPU ${gpu}'s rail is ${rail.interface}, but the host has no such interface ` +
+        `(${nic?.evidence.join('; ') ?? 'not probed'})`,
+      'bring the twin up with `pdchaos sim up --rail-nics`, or check the interface names',
+    )
+  if (nic.rdmaDevice) {
+    throw noMechanism(
+      gpu,
+      `${rail.interface} has an RDMA device (${nic.rdmaDevice}): its traffic is hardware RoCE, which netfilter ` +
+        `never sees, whatever the twin states`,
+      'stall it with --mechanism tc-flower where the NIC offloads tc, or --allow-link-down',
+    )
+  }
+  if (nic.rdmaUnknown)
+    notes.push(
+      `${rail.interface}: sysfs does not show this network namespace, so no RDMA device could be ruled out; the ` +
+        `twin states its KV is kernel UDP`,
+    )
+  if (params.mechanism === 'tc-flower' || params.mechanism === 'link-down') {
+    throw badInput(
+      `--mechanism ${params.mechanism} is for a hardware RDMA NIC; GPU ${gpu}'s rail ${rail.interface} carries ` +
+        `kernel UDP, which netfilter stalls exactly`,
+      'use --mechanism auto',
+    )
+  }
+  if (topo?.ok && !topo.nics.some(n => n.device === rail.interface)) {
+    notes.push(
+      `nvidia-smi topo -m names ${topo.nics.map(n => n.device ?? n.label).join(', ')} for GPU ${gpu}, the twin ` +
+        `states ${rail.interface}: using the twin's statement`,
+    )
+  } else if (topo?.ok) {
+    notes.push(topo.evidence)
+  }
+  return nic
+}
+
+/** A netfilter drop of the rail's UDP port (or, without a packet filter, the twin's own failure point). */
+function railPlan(
+  ctx: FaultContext<StallKvParams>,
+  rank: RankInfo,
+  rail: TwinRail,
+  nic: NicFacts,
+  inputs: NicPlanInputs,
+): FaultPlan {
+  const {params, discovery} = ctx
+  const {gpu, notes, expected} = inputs
+  if (!ctx.facts.filterTool) {
+    if (discovery.twinFailpointUrl && params.mechanism === 'auto') {
+      return {
+        ...twinFailpointPlan(ctx, rank, discovery.twinFailpointUrl, [
+          `packet filter not usable here (${ctx.facts.filterEvidence ?? 'not probed'}): using the twin's own ` +
+            `failure point instead`,
+        ]),
+        ...(expected ? {expected} : {}),
+        notes,
+      }
+    }
+    throw noFilterTool(ctx.facts.filterEvidence)
+  }
+  const filter = buildFilter({
+    tool: ctx.facts.filterTool,
+    leaseId: ctx.leaseId,
+    matches: [{kind: 'iface-udp', iface: rail.interface, port: rail.udpPort}],
+  })
+  return {
+    fault: 'stall-kv',
+    mechanism: 'packet-filter',
+    leaseId: ctx.leaseId,
+    targets: [targetOf(rank, {nic: rail.interface})],
+    inject: filter.inject,
+    revert: filter.revert,
+    sudo: true,
+    verifyInjected: [filter.verifyInjected],
+    verifyClean: [filter.verifyClean],
+    readOnlyProbes: [...filter.readOnlyProbes, ['ip', '-j', 'link', 'show', 'dev', rail.interface]],
+    description:
+      `stall GPU ${gpu}'s rail NIC ${rail.interface} (the twin's kernel UDP stand-in for RoCEv2): drop ` +
+      `UDP ${rail.udpPort} in and out of it; ${filter.summary}. ` +
+      `${describeRank(rank)}'s transfers stop making progress while the schedulers run.`,
+    notes: [
+      ...notes,
+      `${nic.evidence.join('; ')}`,
+      `packet filter: ${ctx.facts.filterEvidence ?? ctx.facts.filterTool}`,
+      ...(ctx.facts.filterTool === 'iptables'
+        ? ["the iptables fallback drops IPv4 only (the twin's rails are IPv4)"]
+        : []),
+    ],
+    ...(expected ? {expected} : {}),
+  }
+}
+
+/** The GPU's RDMA NICs by PCIe affinity, each shown to be RDMA with a netdev (or InfiniBand), and their link layers. */
+function rdmaNicsOfGpu(
+  ctx: FaultContext<StallKvParams>,
+  path: DataPath,
+  inputs: NicPlanInputs,
+): {chosen: NicFacts[]; layers: Set<NicFacts['linkLayer']>} {
+  const {params, discovery} = ctx
+  const {gpu, nics, topo, notes} = inputs
   if (params.mechanism === 'packet-filter')
     throw badInput(
       `${RDMA_REFUSAL} (${path.evidence})`,
@@ -473,6 +514,19 @@ function nicPlan(ctx: FaultContext<StallKvParams>, rank: RankInfo, path: DataPat
       `its NICs mix link layers (${[...layers].join(', ')})`,
       'pick a GPU whose NICs are all RoCE or all InfiniBand',
     )
+  return {chosen, layers}
+}
+
+/** By link layer: a tc flower drop on RoCE (or its link down, when allowed), an InfiniBand port disabled. */
+function rdmaPlan(
+  ctx: FaultContext<StallKvParams>,
+  rank: RankInfo,
+  chosen: NicFacts[],
+  layers: Set<NicFacts['linkLayer']>,
+  inputs: NicPlanInputs,
+): FaultPlan {
+  const {params} = ctx
+  const {gpu, notes, expected} = inputs
   const layer = [...layers][0]
   const evidence = chosen.flatMap(n => n.evidence)
 

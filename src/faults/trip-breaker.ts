@@ -83,40 +83,15 @@ export const tripBreaker: Fault<TripBreakerParams> = {
 
   plan(ctx: FaultContext<TripBreakerParams>): FaultPlan {
     checkLeaseId(ctx.leaseId)
-    const gateway = ctx.discovery.gateway
-    if (!gateway) throw badInput('discovery found no gateway to trip', 'name the router in the deployment file')
-    const settings = ctx.discovery.gateway?.settings
-    const cb = settings?.circuitBreaker
-    if (cb && !cb.enabled) {
-      throw badInput(
-        'the gateway runs with --disable-circuit-breaker: there is no breaker to trip',
-        'run the gateway with its circuit breaker, or leave trip-breaker out',
-      )
-    }
+    const {gateway, mech, useTwin} = breakerMechanism(ctx)
     const twinUrl = ctx.discovery.twinFailpointUrl
-    const mech = ctx.params.mechanism ?? 'auto'
-    if (mech === 'twin-failpoint' && !twinUrl) {
-      throw badInput(
-        "--mechanism twin-failpoint works only against pdchaos's twin, and this prefill is not it",
-        'use --mechanism packet-filter',
-      )
-    }
-    const useTwin = mech === 'twin-failpoint' || (mech === 'auto' && !ctx.facts.filterTool && twinUrl !== undefined)
-    if (!useTwin && !ctx.facts.filterTool) throw noFilterTool(ctx.facts.filterEvidence)
     const prefill = new URL(gateway.prefillUrl)
     const port = Number(prefill.port || (prefill.protocol === 'https:' ? 443 : 80))
     const from = useTwin
       ? {addr: '*', why: "the twin's failure point resets every /generate connection"}
       : routerSource(gateway)
-    const failureThreshold = cb?.failureThreshold ?? GATEWAY_DEFAULTS.failureThreshold
-    const openSeconds = cb?.openSeconds ?? GATEWAY_DEFAULTS.openSeconds
-    const successThreshold = cb?.successThreshold ?? GATEWAY_DEFAULTS.successThreshold
-    const retries = settings?.retries ?? {enabled: true, attempts: GATEWAY_DEFAULTS.attempts}
-    const attempts = Math.max(1, retries.attempts)
-    const backoffMs = worstBackoffMs({...retries, attempts})
-    // A refusal is immediate: every attempt fails at selection, so the answer takes the backoffs and a round trip.
-    const refuseWithinMs = Math.ceil(backoffMs + 1000)
-    const tripRequests = Math.ceil(failureThreshold / attempts) + 2
+    const expected = breakerExpectation(ctx, gateway)
+    const {tripRequests, refuseWithinMs} = expected
     const filter = useTwin
       ? buildTwinFailpoint(twinUrl!, 'refuse-generate', [0])
       : buildFilter({
@@ -125,27 +100,6 @@ export const tripBreaker: Fault<TripBreakerParams> = {
           matches: [{kind: 'to', port, from: from.addr}],
           action: {kind: 'reject'},
         })
-    const expected: BreakerExpectation = {
-      kind: 'breaker',
-      role: 'prefill',
-      workerUrl: gateway.prefillUrl,
-      decodeUrl: gateway.decodeUrl,
-      failureThreshold,
-      successThreshold,
-      openSeconds,
-      attempts,
-      tripRequests,
-      tripTimeoutMs: refuseWithinMs + 5000,
-      probes: ctx.params.probes ?? 3,
-      refuseWithinMs,
-      closeWithinSeconds: openSeconds + 10,
-      settingsSource: settings?.source ?? "router settings not read: the gateway's defaults",
-      why:
-        `${failureThreshold} consecutive failures open a worker's breaker; ${attempts} attempt(s) per request, ` +
-        `so ${tripRequests} refused requests open it; open, every attempt is refused at selection ` +
-        `(worst backoff ${backoffMs.toFixed(0)} ms in all, + 1 s); ` +
-        `it turns half-open when read after ${openSeconds} s and closes after ${successThreshold} successes`,
-    }
     return {
       fault: 'trip-breaker',
       mechanism: useTwin ? 'twin-failpoint' : 'packet-filter',
@@ -184,4 +138,68 @@ export const tripBreaker: Fault<TripBreakerParams> = {
       expected,
     }
   },
+}
+
+/** The gateway (with a breaker to trip) and how to refuse it: the host's packet filter or the twin's failure point. */
+function breakerMechanism(ctx: FaultContext<TripBreakerParams>): {
+  gateway: Gateway
+  mech: NonNullable<TripBreakerParams['mechanism']>
+  useTwin: boolean
+} {
+  const gateway = ctx.discovery.gateway
+  if (!gateway) throw badInput('discovery found no gateway to trip', 'name the router in the deployment file')
+  const cb = gateway.settings?.circuitBreaker
+  if (cb && !cb.enabled) {
+    throw badInput(
+      'the gateway runs with --disable-circuit-breaker: there is no breaker to trip',
+      'run the gateway with its circuit breaker, or leave trip-breaker out',
+    )
+  }
+  const twinUrl = ctx.discovery.twinFailpointUrl
+  const mech = ctx.params.mechanism ?? 'auto'
+  if (mech === 'twin-failpoint' && !twinUrl) {
+    throw badInput(
+      "--mechanism twin-failpoint works only against pdchaos's twin, and this prefill is not it",
+      'use --mechanism packet-filter',
+    )
+  }
+  const useTwin = mech === 'twin-failpoint' || (mech === 'auto' && !ctx.facts.filterTool && twinUrl !== undefined)
+  if (!useTwin && !ctx.facts.filterTool) throw noFilterTool(ctx.facts.filterEvidence)
+  return {gateway, mech, useTwin}
+}
+
+/** What the breaker must do, from the gateway's settings (its defaults where they were not read). */
+function breakerExpectation(ctx: FaultContext<TripBreakerParams>, gateway: Gateway): BreakerExpectation {
+  const settings = gateway.settings
+  const cb = settings?.circuitBreaker
+  const failureThreshold = cb?.failureThreshold ?? GATEWAY_DEFAULTS.failureThreshold
+  const openSeconds = cb?.openSeconds ?? GATEWAY_DEFAULTS.openSeconds
+  const successThreshold = cb?.successThreshold ?? GATEWAY_DEFAULTS.successThreshold
+  const retries = settings?.retries ?? {enabled: true, attempts: GATEWAY_DEFAULTS.attempts}
+  const attempts = Math.max(1, retries.attempts)
+  const backoffMs = worstBackoffMs({...retries, attempts})
+  // A refusal is immediate: every attempt fails at selection, so the answer takes the backoffs and a round trip.
+  const refuseWithinMs = Math.ceil(backoffMs + 1000)
+  const tripRequests = Math.ceil(failureThreshold / attempts) + 2
+  return {
+    kind: 'breaker',
+    role: 'prefill',
+    workerUrl: gateway.prefillUrl,
+    decodeUrl: gateway.decodeUrl,
+    failureThreshold,
+    successThreshold,
+    openSeconds,
+    attempts,
+    tripRequests,
+    tripTimeoutMs: refuseWithinMs + 5000,
+    probes: ctx.params.probes ?? 3,
+    refuseWithinMs,
+    closeWithinSeconds: openSeconds + 10,
+    settingsSource: settings?.source ?? "router settings not read: the gateway's defaults",
+    why:
+      `${failureThreshold} consecutive failures open a worker's breaker; ${attempts} attempt(s) per request, ` +
+      `so ${tripRequests} refused requests open it; open, every attempt is refused at selection ` +
+      `(worst backoff ${backoffMs.toFixed(0)} ms in all, + 1 s); ` +
+      `it turns half-open when read after ${openSeconds} s and closes after ${successThreshold} successes`,
+  }
 }

@@ -2,13 +2,12 @@ import {homedir, userInfo} from 'node:os'
 import {join} from 'node:path'
 import type {Duplex} from 'node:stream'
 import type ssh2Module from 'ssh2'
-import type {AuthMethod, Client as ClientType, ClientChannel, ConnectConfig} from 'ssh2'
+import type {AuthMethod, Client as ClientType, ConnectConfig} from 'ssh2'
 
 import {PdError, badInput, oneLine} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import {lazyRequire} from '../util/lazy-require.js'
 import {readInputFile} from '../util/safe-file.js'
-import {stoppedError} from '../util/stop.js'
 import {within} from '../util/time.js'
 import {
   DETACH_SCRIPT,
@@ -28,14 +27,12 @@ import {
 import type {SshHostConfig} from './host-spec.js'
 import {appendKnownHost, checkKnownHosts, fingerprintOf, knownHostsToken, readKnownHosts} from './known-hosts.js'
 import {parsePid} from './local-host.js'
-import {anyShellCommand, describeArgv, shellCommand} from './quote.js'
+import {anyShellCommand, shellCommand} from './quote.js'
 import {expandTilde, parseJumpSpec, readSshConfigFile, resolveSshConfig} from './ssh-config.js'
+import {type ChannelHost, type Connection, runOnChannel} from './ssh-exec.js'
 
 // ssh2 on first connection (src/util/lazy-require.ts).
 const ssh2 = lazyRequire<typeof ssh2Module>('ssh2')
-
-/** Attempts at opening a channel that sshd refused for want of a free session. */
-const OPEN_RETRIES = 5
 
 /** Everything needed to open one ssh connection, after the deployment file and ~/.ssh/config are merged. */
 export interface SshEndpoint {
@@ -138,15 +135,6 @@ export async function resolveSshEndpoint(cfg: SshHostConfig, opts: SshHostOption
   return target
 }
 
-/** One live ssh connection (and the jump connection under it, if any). */
-interface Connection {
-  client: ClientType
-  jump?: ClientType
-  alive: boolean
-  /** Called with the reason when the connection drops under running commands. */
-  inflight: Set<(err: PdError) => void>
-}
-
 class Slots {
   private used = 0
   private readonly waiters: Array<() => void> = []
@@ -176,6 +164,13 @@ export class SshHost implements Host {
   private readonly slots: Slots
   private readonly sudoPolicy: SudoPolicy
   private readonly isRoot: boolean
+  /** What each command's channel needs of this host (src/hosts/ssh-exec.ts). */
+  private readonly channelHost: ChannelHost = {
+    describe: () => this.describe(),
+    connection: () => this.connection(),
+    acquireSlot: () => this.slots.acquire(),
+    killRemote: (pid, sudo) => this.killRemote(pid, sudo),
+  }
 
   constructor(
     readonly endpoint: SshEndpoint,
@@ -207,165 +202,7 @@ export class SshHost implements Host {
     // the command, so a timeout can kill the whole group on the host, not just close the channel. sshd runs this
     // through the user's login shell, which may be tcsh or fish: anyShellCommand hands it to sh unchanged.
     const line = anyShellCommand(`printf '%s\\n' "$$" && exec ${shellCommand(full)}`)
-    const where = this.describe()
-    const started = performance.now()
-    return new Promise<RunResult>((resolve, reject) => {
-      let settled = false
-      let release: (() => void) | undefined
-      let conn: Connection | undefined
-      let channel: ClientChannel | undefined
-      let pid: number | undefined
-      let timedOut = false
-      const onDrop = (err: PdError): void =>
-        finish(
-          new PdError(`${err.message} while running \`${describeArgv(argv)}\``, {
-            exit: ExitCode.unreachable,
-            suggestion: err.suggestion,
-          }),
-        )
-      const finish = (err?: Error, res?: RunResult): void => {
-        if (settled) return
-        settled = true
-        clearTimeout(timer)
-        opts.signal?.removeEventListener('abort', onAbort)
-        release?.()
-        conn?.inflight.delete(onDrop)
-        if (err) reject(err)
-        else resolve(res!)
-      }
-      // At its deadline, or stopped (SIGINT): the remote group is killed, so nothing the command started runs on.
-      const end = (err: PdError): void => {
-        const killing = pid !== undefined && conn?.alive ? this.killRemote(pid, opts.sudo) : Promise.resolve()
-        killing.finally(() => {
-          try {
-            channel?.close()
-          } catch {
-            /* already closed */
-          }
-          finish(err)
-        })
-      }
-      const onAbort = (): void => {
-        timedOut = true
-        end(stoppedError(opts.signal!, `\`${describeArgv(argv)}\` on ${where} (the remote command was killed)`))
-      }
-      const timer = setTimeout(() => {
-        timedOut = true
-        const err = channel
-          ? new PdError(
-              `\`${describeArgv(argv)}\` timed out after ${opts.timeoutMs} ms on ${where}; the remote command was ` +
-                `killed`,
-              {
-                exit: ExitCode.unreachable,
-                suggestion: 'raise the timeout or find out why the command hangs on the host',
-              },
-            )
-          : new PdError(
-              `\`${describeArgv(argv)}\` timed out after ${opts.timeoutMs} ms on ${where} before it started ` +
-                `(connecting or queued behind other commands)`,
-              {
-                exit: ExitCode.unreachable,
-                suggestion: 'raise the timeout, or check the network path and how many commands run at once',
-              },
-            )
-        end(err)
-      }, opts.timeoutMs)
-      if (opts.signal?.aborted) queueMicrotask(onAbort)
-      else opts.signal?.addEventListener('abort', onAbort, {once: true})
-
-      const start = async (attempt: number): Promise<void> => {
-        conn = await this.connection()
-        if (!release) release = useSlot ? await this.slots.acquire() : () => undefined
-        if (settled) {
-          release()
-          return
-        }
-        conn.inflight.add(onDrop)
-        const c = conn
-        c.client.exec(line, (err, ch) => {
-          if (settled) {
-            ch?.close()
-            return
-          }
-          if (err) {
-            c.inflight.delete(onDrop)
-            // The command never started: when the connection died under us, open a new one once.
-            if (!c.alive && attempt === 0) {
-              start(1).catch((e: unknown) => finish(lostConnection(e)))
-              return
-            }
-            // sshd refuses a session while it still counts ones just closed (MaxSessions): a short backoff, a few
-            // times.
-            if (c.alive && attempt < OPEN_RETRIES && /open failed/i.test(err.message)) {
-              release?.()
-              release = undefined
-              setTimeout(
-                () => {
-                  start(attempt + 1).catch((e: unknown) => finish(lostConnection(e)))
-                },
-                25 * 2 ** attempt,
-              )
-              return
-            }
-            finish(
-              new PdError(`cannot open a channel on ${where}: ${oneLine(err)}`, {
-                exit: ExitCode.unreachable,
-                suggestion: "check MaxSessions in sshd_config and the host's load",
-              }),
-            )
-            return
-          }
-          channel = ch
-          const out: Buffer[] = []
-          const errChunks: Buffer[] = []
-          let head = Buffer.alloc(0)
-          let code: number | null = null
-          let signal: string | undefined
-          ch.on('data', (chunk: Buffer) => {
-            if (pid !== undefined) {
-              out.push(chunk)
-              return
-            }
-            head = Buffer.concat([head, chunk])
-            const nl = head.indexOf(10)
-            if (nl < 0) return
-            pid = Number.parseInt(head.subarray(0, nl).toString('latin1'), 10)
-            out.push(head.subarray(nl + 1))
-          })
-          ch.stderr.on('data', (chunk: Buffer) => errChunks.push(chunk))
-          ch.on('exit', (exitCode: number | null, sig?: string) => {
-            code = typeof exitCode === 'number' ? exitCode : null
-            if (sig) signal = sig.startsWith('SIG') ? sig : `SIG${sig}`
-          })
-          ch.on(
-            'close',
-            () =>
-              timedOut ||
-              finish(undefined, {
-                code,
-                ...(signal ? {signal} : {}),
-                stdout: Buffer.concat(out).toString('utf8'),
-                stderr: Buffer.concat(errChunks).toString('utf8'),
-                durationMs: performance.now() - started,
-              }),
-          )
-          ch.on('error', (e: Error) =>
-            finish(new PdError(`channel error on ${where}: ${oneLine(e)}`, {exit: ExitCode.unreachable})),
-          )
-          if (opts.stdin !== undefined) ch.end(opts.stdin)
-          else ch.end()
-        })
-      }
-      // ssh2 throws synchronously ("Not connected") when the connection died between commands: still exit 5, one line.
-      const lostConnection = (e: unknown): Error =>
-        e instanceof PdError
-          ? e
-          : new PdError(`lost the connection to ${where} before \`${describeArgv(argv)}\` could start: ${oneLine(e)}`, {
-              exit: ExitCode.unreachable,
-              suggestion: 'check that sshd on the host is up and reachable',
-            })
-      start(0).catch((e: unknown) => finish(lostConnection(e)))
-    })
+    return runOnChannel(this.channelHost, argv, line, opts, useSlot)
   }
 
   /** Kill a timed-out command's process group on the host, bounded in time. */
@@ -528,34 +365,57 @@ async function connectClient(e: SshEndpoint, opts: SshHostOptions, sock?: Duplex
   if (!e.fingerprint) await readKnownHosts(e.knownHostsPath)
   const {methods, tried} = await loadIdentities(e)
   const where = describeEndpoint(e)
-  let refusal: PdError | undefined
-  const hostVerifier = (key: Buffer, verify: (ok: boolean) => void): void => {
-    judgeHostKey(e, key).then(
-      r => {
-        refusal = r
-        verify(r === undefined)
-      },
-      (err: unknown) => {
-        refusal =
-          err instanceof PdError
-            ? err
-            : new PdError(`cannot check the host key of ${where}: ${oneLine(err)}`, {exit: ExitCode.unreachable})
-        verify(false)
-      },
-    )
-  }
+  const hostKey = hostKeyCheck(e, where)
   const client = new (ssh2().Client)()
   const config: ConnectConfig = {
     host: e.host,
     port: e.port,
     username: e.user,
     authHandler: methods,
-    hostVerifier,
+    hostVerifier: hostKey.verifier,
     readyTimeout: e.connectTimeoutMs,
     keepaliveInterval: opts.keepaliveIntervalMs ?? 5000,
     keepaliveCountMax: opts.keepaliveCountMax ?? 3,
     ...(sock ? {sock} : {}),
   }
+  return handshake(client, config, e, tried, () => hostKey.refusal)
+}
+
+/** The ssh2 host verifier, keeping the refusal (if any) for the handshake's error to report. */
+function hostKeyCheck(
+  e: SshEndpoint,
+  where: string,
+): {verifier: (key: Buffer, verify: (ok: boolean) => void) => void; refusal: PdError | undefined} {
+  const check = {
+    refusal: undefined as PdError | undefined,
+    verifier: (key: Buffer, verify: (ok: boolean) => void): void => {
+      judgeHostKey(e, key).then(
+        r => {
+          check.refusal = r
+          verify(r === undefined)
+        },
+        (err: unknown) => {
+          check.refusal =
+            err instanceof PdError
+              ? err
+              : new PdError(`cannot check the host key of ${where}: ${oneLine(err)}`, {exit: ExitCode.unreachable})
+          verify(false)
+        },
+      )
+    },
+  }
+  return check
+}
+
+/** Connect and wait for ready, bounded; a failure destroys the client and becomes one PdError. */
+function handshake(
+  client: ClientType,
+  config: ConnectConfig,
+  e: SshEndpoint,
+  tried: string[],
+  refusal: () => PdError | undefined,
+): Promise<ClientType> {
+  const where = describeEndpoint(e)
   return new Promise<ClientType>((resolve, reject) => {
     let done = false
     const settle = (err?: PdError): void => {
@@ -582,27 +442,29 @@ async function connectClient(e: SshEndpoint, opts: SshHostOptions, sock?: Duplex
     )
     client.once('ready', onReady)
     client.on('error', (err: Error & {level?: string; code?: string}) => {
-      if (done) return
-      if (refusal) settle(refusal)
-      else if (err.level === 'client-authentication') {
-        settle(
-          new PdError(`${where} refused the key (tried ${tried.join(', ')})`, {
-            exit: ExitCode.unreachable,
-            suggestion:
-              `add the public key to ~${e.user}/.ssh/authorized_keys on the host, or name the right ` + `identityFile`,
-          }),
-        )
-      } else if (err.level === 'client-timeout')
-        settle(cannotReach(where, `timed out after ${e.connectTimeoutMs} ms waiting for the ssh handshake`))
-      else settle(cannotReach(where, err.code ?? oneLine(err)))
+      if (!done) settle(refusal() ?? handshakeError(e, tried, err))
     })
-    client.on('close', () => settle(refusal ?? cannotReach(where, 'the connection closed during the handshake')))
+    client.on('close', () => settle(refusal() ?? cannotReach(where, 'the connection closed during the handshake')))
     try {
       client.connect(config)
     } catch (err) {
       settle(cannotReach(where, oneLine(err)))
     }
   })
+}
+
+/** The one-line reason a handshake failed: the key refused, a timeout, or the network. */
+function handshakeError(e: SshEndpoint, tried: string[], err: Error & {level?: string; code?: string}): PdError {
+  const where = describeEndpoint(e)
+  if (err.level === 'client-authentication') {
+    return new PdError(`${where} refused the key (tried ${tried.join(', ')})`, {
+      exit: ExitCode.unreachable,
+      suggestion: `add the public key to ~${e.user}/.ssh/authorized_keys on the host, or name the right identityFile`,
+    })
+  }
+  if (err.level === 'client-timeout')
+    return cannotReach(where, `timed out after ${e.connectTimeoutMs} ms waiting for the ssh handshake`)
+  return cannotReach(where, err.code ?? oneLine(err))
 }
 
 function cannotReach(where: string, why: string): PdError {

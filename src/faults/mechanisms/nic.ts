@@ -216,96 +216,105 @@ export async function gatherNics(
     : new Map<string, Record<string, string>>()
   const out: NicFacts[] = []
   for (const n of nics) {
-    const f: NicFacts = {label: n.label, ...(n.device ? {legend: n.device} : {}), evidence: []}
+    const f = nicFromSysfs(n, blocks)
     out.push(f)
-    if (!n.device) {
-      f.evidence.push(`${n.label} has no name in the NIC Legend`)
-      continue
-    }
-    if (!DEVICE_NAME.test(n.device)) {
-      f.evidence.push(`${n.label}: unexpected device name ${JSON.stringify(n.device)}`)
-      continue
-    }
-    const kv = blocks.get(n.device)
-    if (!kv || kv.missing) {
-      f.evidence.push(
-        `${n.label} (${n.device}): neither /sys/class/infiniband/${n.device} nor /sys/class/net/${n.device} exists`,
-      )
-      continue
-    }
-    if (kv.rdma) f.rdmaDevice = kv.rdma
-    if (kv.netdev && IFACE_NAME.test(kv.netdev)) f.netdev = kv.netdev
-    if (kv.link_layer) f.linkLayer = kv.link_layer
-    if (kv.state) f.portState = kv.state
-    if (kv.phys_state) f.portPhysState = kv.phys_state
-    if (kv.nosysfs) f.rdmaUnknown = true
-    f.evidence.push(
-      f.rdmaDevice
-        ? `${n.label}: RDMA device ${f.rdmaDevice}, link layer ${f.linkLayer ?? 'unknown'}, port ` +
-            `1 ${f.portState ?? '?'} ` +
-            `/ ${f.portPhysState ?? '?'}${f.netdev ? `, netdev ${f.netdev} (${kv.operstate || '?'})` : ', no netdev'}`
-        : f.rdmaUnknown
-          ? `${n.label}: netdev ${f.netdev ?? n.device} (${kv.operstate || '?'}) seen by \`ip link\` but not in ` +
-            `/sys/class/net (a network namespace without its own sysfs): whether it has an RDMA device is unknown`
-          : `${n.label}: netdev ${f.netdev ?? n.device} (${kv.operstate || '?'}) with no RDMA device: kernel ` +
-            `traffic only`,
-    )
     const dev = f.netdev
     if (!f.rdmaDevice || !dev) continue
-    if (f.linkLayer === 'Ethernet') {
-      const [eth, caps, qd] = await Promise.all([
-        host
-          .run(['ethtool', '-k', dev], {timeoutMs})
-          .catch((e: unknown) => ({code: null, stdout: '', stderr: oneLine(e)})),
-        host
-          .run(['sh', '-c', TC_CAPS_SCRIPT], {timeoutMs})
-          .catch((e: unknown) => ({code: null, stdout: '', stderr: oneLine(e)})),
-        host
-          .run(['tc', '-j', 'qdisc', 'show', 'dev', dev], {timeoutMs})
-          .catch((e: unknown) => ({code: null, stdout: '', stderr: oneLine(e)})),
-      ])
-      f.hwTcOffload = eth.code === 0 ? (parseHwTcOffload(eth.stdout) ?? 'absent') : undefined
-      f.evidence.push(
-        eth.code === 0
-          ? `ethtool -k ${dev}: hw-tc-offload: ${f.hwTcOffload}`
-          : `ethtool -k ${dev} failed: ${oneLine(eth.stderr) || `exit ${eth.code}`}`,
-      )
-      f.tc = parseTcCaps(caps.stdout)
-      f.evidence.push(
-        `tc: ${f.tc.version ?? 'not found'}; kernel ${Object.entries(f.tc.modules)
-          .map(([m, v]) => `${m} ${v}`)
-          .join(', ')}`,
-      )
-      f.hasClsact = qd.code === 0 && hasClsactQdisc(qd.stdout)
-    } else if (f.linkLayer === 'InfiniBand') {
-      const ib = await host
-        .run(['sh', '-c', 'command -v ibportstate'], {timeoutMs})
-        .catch(() => ({code: null, stdout: ''}))
-      if (ib.code === 0 && ib.stdout.trim()) f.ibportstate = ib.stdout.trim()
-      f.evidence.push(f.ibportstate ? `ibportstate: ${f.ibportstate}` : 'ibportstate: not installed (infiniband-diags)')
-    }
-    if (opts.linkDown && f.linkLayer === 'Ethernet') {
-      const [r4, r6, a6] = await Promise.all([
-        host
-          .run(['ip', '-j', 'route', 'show', 'table', 'all', 'dev', dev], {timeoutMs})
-          .catch(() => ({code: null, stdout: ''})),
-        host
-          .run(['ip', '-6', '-j', 'route', 'show', 'table', 'all', 'dev', dev], {timeoutMs})
-          .catch(() => ({code: null, stdout: ''})),
-        host.run(['ip', '-6', '-j', 'addr', 'show', 'dev', dev], {timeoutMs}).catch(() => ({code: null, stdout: ''})),
-      ])
-      f.routes = [
-        ...(r4.code === 0 ? parseRoutes(r4.stdout, 4) : []),
-        ...(r6.code === 0 ? parseRoutes(r6.stdout, 6) : []),
-      ]
-      f.addrs6 = a6.code === 0 ? parseGlobalAddrs6(a6.stdout) : []
-      f.evidence.push(
-        `${dev}: ${f.routes.length} route(s) and ${f.addrs6.length} global IPv6 address(es) the kernel deletes ` +
-          `with the link`,
-      )
-    }
+    if (f.linkLayer === 'Ethernet') await probeRoce(host, f, dev, timeoutMs)
+    else if (f.linkLayer === 'InfiniBand') await probeInfiniBand(host, f, timeoutMs)
+    if (opts.linkDown && f.linkLayer === 'Ethernet') await probeLinkState(host, f, dev, timeoutMs)
   }
   return out
+}
+
+/** One NIC Legend entry as NIC_SCRIPT's block shows it: RDMA device, netdev, link layer, port state. */
+function nicFromSysfs(n: {label: string; device?: string}, blocks: Map<string, Record<string, string>>): NicFacts {
+  const f: NicFacts = {label: n.label, ...(n.device ? {legend: n.device} : {}), evidence: []}
+  if (!n.device) {
+    f.evidence.push(`${n.label} has no name in the NIC Legend`)
+    return f
+  }
+  if (!DEVICE_NAME.test(n.device)) {
+    f.evidence.push(`${n.label}: unexpected device name ${JSON.stringify(n.device)}`)
+    return f
+  }
+  const kv = blocks.get(n.device)
+  if (!kv || kv.missing) {
+    f.evidence.push(
+      `${n.label} (${n.device}): neither /sys/class/infiniband/${n.device} nor /sys/class/net/${n.device} exists`,
+    )
+    return f
+  }
+  if (kv.rdma) f.rdmaDevice = kv.rdma
+  if (kv.netdev && IFACE_NAME.test(kv.netdev)) f.netdev = kv.netdev
+  if (kv.link_layer) f.linkLayer = kv.link_layer
+  if (kv.state) f.portState = kv.state
+  if (kv.phys_state) f.portPhysState = kv.phys_state
+  if (kv.nosysfs) f.rdmaUnknown = true
+  f.evidence.push(
+    f.rdmaDevice
+      ? `${n.label}: RDMA device ${f.rdmaDevice}, link layer ${f.linkLayer ?? 'unknown'}, port ` +
+          `1 ${f.portState ?? '?'} ` +
+          `/ ${f.portPhysState ?? '?'}${f.netdev ? `, netdev ${f.netdev} (${kv.operstate || '?'})` : ', no netdev'}`
+      : f.rdmaUnknown
+        ? `${n.label}: netdev ${f.netdev ?? n.device} (${kv.operstate || '?'}) seen by \`ip link\` but not in ` +
+          `/sys/class/net (a network namespace without its own sysfs): whether it has an RDMA device is unknown`
+        : `${n.label}: netdev ${f.netdev ?? n.device} (${kv.operstate || '?'}) with no RDMA device: kernel ` +
+          `traffic only`,
+  )
+  return f
+}
+
+/** A RoCE NIC: hw-tc-offload, tc and its kernel modules, and whether DEV has a clsact qdisc (for tc flower). */
+async function probeRoce(host: Host, f: NicFacts, dev: string, timeoutMs: number): Promise<void> {
+  const [eth, caps, qd] = await Promise.all([
+    host.run(['ethtool', '-k', dev], {timeoutMs}).catch((e: unknown) => ({code: null, stdout: '', stderr: oneLine(e)})),
+    host
+      .run(['sh', '-c', TC_CAPS_SCRIPT], {timeoutMs})
+      .catch((e: unknown) => ({code: null, stdout: '', stderr: oneLine(e)})),
+    host
+      .run(['tc', '-j', 'qdisc', 'show', 'dev', dev], {timeoutMs})
+      .catch((e: unknown) => ({code: null, stdout: '', stderr: oneLine(e)})),
+  ])
+  f.hwTcOffload = eth.code === 0 ? (parseHwTcOffload(eth.stdout) ?? 'absent') : undefined
+  f.evidence.push(
+    eth.code === 0
+      ? `ethtool -k ${dev}: hw-tc-offload: ${f.hwTcOffload}`
+      : `ethtool -k ${dev} failed: ${oneLine(eth.stderr) || `exit ${eth.code}`}`,
+  )
+  f.tc = parseTcCaps(caps.stdout)
+  f.evidence.push(
+    `tc: ${f.tc.version ?? 'not found'}; kernel ${Object.entries(f.tc.modules)
+      .map(([m, v]) => `${m} ${v}`)
+      .join(', ')}`,
+  )
+  f.hasClsact = qd.code === 0 && hasClsactQdisc(qd.stdout)
+}
+
+/** An InfiniBand HCA: whether ibportstate (to disable its port) is installed. */
+async function probeInfiniBand(host: Host, f: NicFacts, timeoutMs: number): Promise<void> {
+  const ib = await host.run(['sh', '-c', 'command -v ibportstate'], {timeoutMs}).catch(() => ({code: null, stdout: ''}))
+  if (ib.code === 0 && ib.stdout.trim()) f.ibportstate = ib.stdout.trim()
+  f.evidence.push(f.ibportstate ? `ibportstate: ${f.ibportstate}` : 'ibportstate: not installed (infiniband-diags)')
+}
+
+/** For link down: the routes and global IPv6 addresses the kernel deletes with DEV's link (to put back). */
+async function probeLinkState(host: Host, f: NicFacts, dev: string, timeoutMs: number): Promise<void> {
+  const [r4, r6, a6] = await Promise.all([
+    host
+      .run(['ip', '-j', 'route', 'show', 'table', 'all', 'dev', dev], {timeoutMs})
+      .catch(() => ({code: null, stdout: ''})),
+    host
+      .run(['ip', '-6', '-j', 'route', 'show', 'table', 'all', 'dev', dev], {timeoutMs})
+      .catch(() => ({code: null, stdout: ''})),
+    host.run(['ip', '-6', '-j', 'addr', 'show', 'dev', dev], {timeoutMs}).catch(() => ({code: null, stdout: ''})),
+  ])
+  f.routes = [...(r4.code === 0 ? parseRoutes(r4.stdout, 4) : []), ...(r6.code === 0 ? parseRoutes(r6.stdout, 6) : [])]
+  f.addrs6 = a6.code === 0 ? parseGlobalAddrs6(a6.stdout) : []
+  f.evidence.push(
+    `${dev}: ${f.routes.length} route(s) and ${f.addrs6.length} global IPv6 address(es) the kernel deletes ` +
+      `with the link`,
+  )
 }
 
 // ---------------------------------------------------------------- effect: counters standing still
