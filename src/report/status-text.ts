@@ -1,5 +1,6 @@
 import type {StatusReport} from '../discovery/discover.js'
 import type {DeploymentReport} from '../discovery/discover-hosts.js'
+import {type HaltRecord, haltLine} from '../model/halt.js'
 
 /** `pdchaos status` for a person: one screen, the problems last and loud. */
 export function renderStatus(r: StatusReport | DeploymentReport): string {
@@ -124,6 +125,7 @@ export function renderStatus(r: StatusReport | DeploymentReport): string {
       `${`lock${where}`.padEnd(w)}${lock ? `held by ${String(lock.owner)} for ${String(lock.command)}` : 'free'}`,
     )
   }
+  out.push(...haltLines(r))
   if (r.warnings.length > 0) {
     out.push('')
     out.push('warnings')
@@ -134,4 +136,10 @@ export function renderStatus(r: StatusReport | DeploymentReport): string {
 
 function hostWidth(r: DeploymentReport): number {
   return Math.max(...r.hosts.map(h => h.name.length))
+}
+
+/** The halt (`pdchaos halt`), loud: no chaos run acts on the deployment until `pdchaos resume`. */
+export function haltLines(r: object): string[] {
+  const h = (r as {halt?: HaltRecord}).halt
+  return h ? ['', `HALTED    ${haltLine(h)}`, '          no chaos run acts on it until `pdchaos resume`'] : []
 }
