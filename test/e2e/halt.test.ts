@@ -1,0 +1,184 @@
+import {execFileSync} from 'node:child_process'
+import {existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync} from 'node:fs'
+import {tmpdir} from 'node:os'
+import {join} from 'node:path'
+
+import {afterAll, beforeAll, describe, expect, it} from 'vitest'
+
+import {simDown} from '../../src/sim/lifecycle/down.js'
+import {upOnFreePorts} from '../sim/lifecycle-helpers.js'
+import {runCli, startCli} from './cli.js'
+
+/**
+ * Issue 32, the kill switch, end to end on the twin: `pdchaos halt` from a second process stops a suite mid-batch (exit
+ * 3, its journal written with the unfinished scenarios "halted", nothing left on the host: no nft table of the run, no
+ * armed lease, no reverter, no lock); a new run refuses while halted (exit 2) and runs again after `pdchaos resume`; a
+ * suite SIGKILLed with its fault in place has the fault taken out by the lease's host-side reverter on the halt, long
+ * before the lease's TTL. Latencies are measured from the moment the halt file appears on the host.
+ */
+
+let dir: string
+let stateDir: string
+const target = (): string[] => ['--sim', '--state-dir', dir]
+const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'pdchaos-test-halt-'))
+  await upOnFreePorts({stateDir: dir, deadlineS: 3, pollS: 0.5, waitS: 60})
+  stateDir = join(dir, 'host-state')
+}, 120_000)
+
+afterAll(async () => {
+  if (dir) {
+    await runCli(['resume', ...target()]).catch(() => undefined)
+    await simDown(dir)
+    rmSync(dir, {recursive: true, force: true})
+  }
+}, 60_000)
+
+/** Run `pdchaos halt`; when its file appeared on the host (performance.now(), polled every 5 ms). */
+async function halt(reason: string): Promise<{at: number; code: number | null; stdout: string}> {
+  const file = join(stateDir, 'halt.json')
+  const {child, done} = startCli(['halt', ...target(), '--reason', reason])
+  let at = 0
+  while (at === 0) {
+    if (existsSync(file)) at = performance.now()
+    else if (child.exitCode !== null) break
+    else await sleep(5)
+  }
+  const r = await done
+  return {at: at || performance.now(), code: r.code, stdout: r.stdout}
+}
+
+function reverterOf(lease: string): string {
+  try {
+    return execFileSync('pgrep', ['-f', `pdchaos-reverter watch ${stateDir} ${lease}`], {encoding: 'utf8'})
+  } catch {
+    return ''
+  }
+}
+
+function nftTables(): string {
+  return execFileSync('nft', ['list', 'tables'], {encoding: 'utf8'})
+}
+
+const armed = (): string[] => readdirSync(join(stateDir, 'leases')).filter(f => f.endsWith('.json'))
+
+/** Nothing of the run's lease left: done, not armed, no reverter, no nft table; and no run lock. */
+function expectNothingLeft(stderr: string, lock = true): void {
+  const lease = /under lease (\S+)/.exec(stderr)?.[1]
+  expect(lease, stderr).toBeDefined()
+  expect(armed(), 'armed leases').toEqual([])
+  expect(existsSync(join(stateDir, 'leases', 'done', `${lease}.json`))).toBe(true)
+  if (lock) expect(existsSync(join(stateDir, 'lock.json')), 'run lock').toBe(false)
+  expect(reverterOf(lease!), 'reverter still running').toBe('')
+  const table = /nft table inet (pdchaos_\w+)/.exec(stderr)?.[1]
+  if (table) expect(nftTables()).not.toContain(table)
+}
+
+describe('pdchaos halt (issue 32)', () => {
+  it('halts a suite mid-batch from a second process: exit 3 within 2 s, journal with every unfinished scenario ' +
+    'halted, nothing left on the host', async () => {
+    const suite = join(dir, 'two.yaml')
+    const journal = join(dir, 'run.json')
+    writeFileSync(
+      suite,
+      'scenarios:\n  - {name: dd1, fault: drop-dest-info, pins: 2}\n  - {name: dd2, fault: drop-dest-info, pins: 2}\n' +
+        'stop: {kernelXid: false}\n',
+    )
+    const cli = startCli(['suite', suite, ...target(), '--one-at-a-time', '--journal', journal], {NO_COLOR: '1'})
+    const killer = setTimeout(() => cli.child.kill('SIGKILL'), 120_000)
+    let stderr = ''
+    const observing = new Promise<void>(resolve => {
+      cli.child.stderr!.on('data', (d: Buffer) => {
+        stderr += d.toString()
+        if (/waiting for evictions/.test(stderr)) resolve()
+      })
+    })
+    await Promise.race([observing, cli.done])
+    expect(stderr).toMatch(/waiting for evictions/)
+    expect(nftTables()).toMatch(/pdchaos_/)
+    const h = await halt('e2e: INC-1 prefill on fire')
+    expect(h.code).toBe(0)
+    const r = await cli.done
+    clearTimeout(killer)
+    const exitMs = performance.now() - h.at
+    console.log(`halt → suite exit: ${exitMs.toFixed(0)} ms`)
+    expect(r.code, r.stderr).toBe(3)
+    expect(exitMs, r.stderr).toBeLessThan(2000)
+    expect(r.stderr).toMatch(/HALT: halted by \S+@\S+ at \S+: e2e: INC-1 prefill on fire/)
+    expect(r.stdout).toMatch(/STOPPED: halted by \S+@\S+ at \S+: e2e: INC-1 prefill on fire/)
+    const j = JSON.parse(readFileSync(journal, 'utf8'))
+    expect(j.stopped.halt).toMatchObject({reason: 'e2e: INC-1 prefill on fire'})
+    expect(j.stopped.reason).toMatch(/^halted by /)
+    expect(j.scenarios.map((s: {name: string; status?: string}) => [s.name, s.status])).toEqual([
+      ['dd1', 'halted'],
+      ['dd2', 'halted'],
+    ])
+    expectNothingLeft(r.stderr)
+  }, 180_000)
+
+  it('while halted a new inject refuses before touching anything (exit 2, who, when, why, resume); after ' +
+    '`pdchaos resume` it runs', async () => {
+    const before = readdirSync(join(stateDir, 'leases', 'done')).length
+    const r = await runCli(['inject', 'drop-dest-info', ...target(), '--pins', '1'])
+    expect(r.code, r.stderr).toBe(2)
+    expect(r.stderr).toMatch(
+      /^Error: the deployment is halted by \S+@\S+ at \S+: e2e: INC-1 prefill on fire; no chaos runs until it is resumed$/m,
+    )
+    expect(r.stderr).toMatch(/^Try this: pdchaos resume --sim --state-dir /m)
+    expect(readdirSync(join(stateDir, 'leases', 'done')).length, 'a lease was made').toBe(before)
+    expect(existsSync(join(stateDir, 'lock.json')), 'the lock was taken').toBe(false)
+    const status = await runCli(['status', ...target()])
+    expect(status.stdout).toMatch(/^HALTED {4}halted by .*e2e: INC-1 prefill on fire$/m)
+    const resumed = await runCli(['resume', ...target()])
+    expect(resumed.code, resumed.stderr).toBe(0)
+    expect(resumed.stdout).toMatch(/resumed by .*it was halted by/)
+    expect(existsSync(join(stateDir, 'halt.json'))).toBe(false)
+    const dry = await runCli(['inject', 'drop-dest-info', ...target(), '--dry-run'])
+    expect(dry.code, dry.stderr).toBe(0)
+  }, 180_000)
+
+  it('a SIGKILLed suite: its fault is taken out by the host-side reverter on the halt, long before its TTL', async () => {
+    const suite = join(dir, 'one.yaml')
+    writeFileSync(suite, 'scenarios:\n  - {name: dd, fault: drop-dest-info, pins: 2}\nstop: {kernelXid: false}\n')
+    const cli = startCli(['suite', suite, ...target()], {NO_COLOR: '1'})
+    let stderr = ''
+    const observing = new Promise<void>(resolve => {
+      cli.child.stderr!.on('data', (d: Buffer) => {
+        stderr += d.toString()
+        if (/waiting for evictions/.test(stderr)) resolve()
+      })
+    })
+    await Promise.race([observing, cli.done, sleep(120_000)])
+    cli.child.kill('SIGKILL')
+    await cli.done
+    const lease = /under lease (\S+)/.exec(stderr)?.[1]
+    expect(lease, stderr).toBeDefined()
+    const leaseFile = JSON.parse(readFileSync(join(stateDir, 'leases', `${lease}.json`), 'utf8'))
+    expect(armed()).toEqual([`${lease}.json`])
+    expect(reverterOf(lease!)).not.toBe('')
+    const h = await halt('e2e: reverter')
+    const haltWall = Date.now() - (performance.now() - h.at)
+    let cleanMs = Infinity
+    for (let waited = 0; waited < 10_000; waited += 100) {
+      if (armed().length === 0 && reverterOf(lease!) === '') {
+        cleanMs = performance.now() - h.at
+        break
+      }
+      await sleep(100)
+    }
+    const done = JSON.parse(readFileSync(join(stateDir, 'leases', 'done', `${lease}.json`), 'utf8'))
+    console.log(
+      `halt → reverter reverted: ${Math.round(done.revertedAt - haltWall)} ms (clean seen after ${cleanMs.toFixed(0)} ms); ` +
+        `TTL left at the halt: ${Math.round(leaseFile.expiresAt - haltWall)} ms`,
+    )
+    expect(done.revertedBy).toBe('reverter')
+    expect(done.exitStatus).toBe(0)
+    // Reverted on the halt, not at its TTL: the lease had tens of seconds left.
+    expect(leaseFile.expiresAt - done.revertedAt).toBeGreaterThan(10_000)
+    expect(cleanMs).toBeLessThan(5000)
+    expectNothingLeft(stderr, false)
+    await runCli(['resume', ...target()])
+  }, 180_000)
+})
