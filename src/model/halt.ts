@@ -26,7 +26,6 @@ export interface HaltRecord {
 
 /** The record to store for a halt: the reason on one line (control characters dropped), bounded. */
 export function newHalt(by: string, at: number, reason: string | undefined): HaltRecord {
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what is dropped
   const clean = (reason ?? '').replace(/[\u0000-\u001f\u007f]+/g, ' ').trim()
   return {by, at, reason: clean === '' ? 'no reason given' : clean.slice(0, HALT_REASON_MAX)}
 }

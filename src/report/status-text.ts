@@ -109,7 +109,7 @@ export function renderStatus(r: StatusReport | DeploymentReport): string {
     out.push(`${role.padEnd(9)} counters: ${c || '-'}`)
     out.push(`${''.padEnd(9)} gauges (may be stale): ${g || '-'}`)
   }
-  out.push('')
+  out.push(...haltLines(r), '')
   for (const h of across?.hosts ?? [{name: '', hostState: r.hostState}]) {
     const {leases, lock} = h.hostState
     const where = h.name ? ` on ${h.name}` : ''
@@ -125,7 +125,6 @@ export function renderStatus(r: StatusReport | DeploymentReport): string {
       `${`lock${where}`.padEnd(w)}${lock ? `held by ${String(lock.owner)} for ${String(lock.command)}` : 'free'}`,
     )
   }
-  out.push(...haltLines(r))
   if (r.warnings.length > 0) {
     out.push('')
     out.push('warnings')
