@@ -6,6 +6,7 @@ import {join} from 'node:path'
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
 import {simDown} from '../../src/sim/lifecycle/down.js'
+import {createTestHost, SMALL_TWIN, type TestHost} from '../harness/test-host.js'
 import {upOnFreePorts} from '../sim/lifecycle-helpers.js'
 import {runCli, startCli} from './cli.js'
 
@@ -181,4 +182,54 @@ describe('pdchaos halt (issue 32)', () => {
     expectNothingLeft(stderr, false)
     await runCli(['resume', ...target()])
   }, 180_000)
+})
+
+describe('pdchaos halt over SSH (a host reached as a real one: its own sshd and network namespace)', () => {
+  let host: TestHost | undefined
+  beforeAll(async () => {
+    host = await createTestHost({twin: {...SMALL_TWIN, deadlineSeconds: 3, pollSeconds: 0.5}})
+  }, 180_000)
+  afterAll(async () => {
+    await host?.destroy()
+  }, 60_000)
+
+  it('an inject over SSH halted from a second process exits 3, the fault out of the host; the next one refuses ' +
+    'until resume', async () => {
+    const h = host!
+    const tables = async (): Promise<string> => (await h.netns.run(['nft', 'list', 'tables'], {reject: false})).stdout
+    const cli = startCli(['inject', 'drop-dest-info', '-c', h.deploymentFile, '--pins', '2'], {NO_COLOR: '1'})
+    let stderr = ''
+    const observing = new Promise<void>(resolve => {
+      cli.child.stderr!.on('data', (d: Buffer) => {
+        stderr += d.toString()
+        if (/waiting for evictions/.test(stderr)) resolve()
+      })
+    })
+    await Promise.race([observing, cli.done, sleep(120_000)])
+    expect(await tables(), stderr).toMatch(/pdchaos_/)
+    // The deployment's state dir on the host (test-host.ts writes it as stateDir: in the deployment file).
+    const hostState = join(h.dir, 'host-run')
+    const file = join(hostState, 'halt.json')
+    const halting = runCli(['halt', '-c', h.deploymentFile, '--reason', 'e2e over ssh'])
+    let at = 0
+    for (let i = 0; i < 6000 && at === 0; i++) {
+      if (existsSync(file)) at = performance.now()
+      else await sleep(5)
+    }
+    expect(at, 'the halt file never appeared').toBeGreaterThan(0)
+    const r = await cli.done
+    const exitMs = performance.now() - at
+    console.log(`over SSH: halt → inject exit: ${exitMs.toFixed(0)} ms`)
+    expect((await halting).code).toBe(0)
+    expect(r.code, r.stderr).toBe(3)
+    expect(exitMs, r.stderr).toBeLessThan(2000)
+    expect(await tables()).not.toMatch(/pdchaos_/)
+    expect(readdirSync(join(hostState, 'leases')).filter(f => f.endsWith('.json'))).toEqual([])
+    const refused = await runCli(['inject', 'drop-dest-info', '-c', h.deploymentFile, '--pins', '1'])
+    expect(refused.code, refused.stderr).toBe(2)
+    expect(refused.stderr).toMatch(/^Error: the deployment is halted by \S+ at \S+: e2e over ssh; /m)
+    expect(refused.stderr).toMatch(/^Try this: pdchaos resume -c /m)
+    expect((await runCli(['resume', '-c', h.deploymentFile])).code).toBe(0)
+    expect(existsSync(file)).toBe(false)
+  }, 240_000)
 })
