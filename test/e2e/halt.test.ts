@@ -5,6 +5,7 @@ import {join} from 'node:path'
 
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
+import {nftTableName} from '../../src/faults/mechanisms/packet-filter.js'
 import {simDown} from '../../src/sim/lifecycle/down.js'
 import {createTestHost, SMALL_TWIN, type TestHost} from '../harness/test-host.js'
 import {upOnFreePorts} from '../sim/lifecycle-helpers.js'
@@ -73,8 +74,7 @@ function expectNothingLeft(stderr: string, lock = true): void {
   expect(existsSync(join(stateDir, 'leases', 'done', `${lease}.json`))).toBe(true)
   if (lock) expect(existsSync(join(stateDir, 'lock.json')), 'run lock').toBe(false)
   expect(reverterOf(lease!), 'reverter still running').toBe('')
-  const table = /nft table inet (pdchaos_\w+)/.exec(stderr)?.[1]
-  if (table) expect(nftTables()).not.toContain(table)
+  expect(nftTables(), "the fault's nft table").not.toContain(nftTableName(lease!))
 }
 
 describe('pdchaos halt (issue 32)', () => {
@@ -98,7 +98,7 @@ describe('pdchaos halt (issue 32)', () => {
     })
     await Promise.race([observing, cli.done])
     expect(stderr).toMatch(/waiting for evictions/)
-    expect(nftTables()).toMatch(/pdchaos_/)
+    expect(nftTables()).toContain(nftTableName(/under lease (\S+)/.exec(stderr)![1]!))
     const h = await halt('e2e: INC-1 prefill on fire')
     expect(h.code).toBe(0)
     const r = await cli.done
@@ -158,6 +158,7 @@ describe('pdchaos halt (issue 32)', () => {
     expect(lease, stderr).toBeDefined()
     const leaseFile = JSON.parse(readFileSync(join(stateDir, 'leases', `${lease}.json`), 'utf8'))
     expect(armed()).toEqual([`${lease}.json`])
+    expect(nftTables()).toContain(nftTableName(lease!))
     expect(reverterOf(lease!)).not.toBe('')
     const h = await halt('e2e: reverter')
     const haltWall = Date.now() - (performance.now() - h.at)
