@@ -21,12 +21,13 @@ import {runCli, startCli} from './cli.js'
 
 let dir: string
 let stateDir: string
+let deploymentFile: string
 const target = (): string[] => ['--sim', '--state-dir', dir]
 const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'pdchaos-test-halt-'))
-  await upOnFreePorts({stateDir: dir, deadlineS: 3, pollS: 0.5, waitS: 60})
+  deploymentFile = (await upOnFreePorts({stateDir: dir, deadlineS: 3, pollS: 0.5, waitS: 60})).deploymentFile
   stateDir = join(dir, 'host-state')
 }, 120_000)
 
@@ -132,7 +133,16 @@ describe('pdchaos halt (issue 32)', () => {
     expect(existsSync(join(stateDir, 'lock.json')), 'the lock was taken').toBe(false)
     const status = await runCli(['status', ...target()])
     expect(status.stdout).toMatch(/^HALTED {4}halted by .*e2e: INC-1 prefill on fire$/m)
-    const resumed = await runCli(['resume', ...target()])
+    // A fleet's member refuses too (each is its own run), and --fleet halts and resumes every deployment of the fleet.
+    const fleet = join(dir, 'fleet.yaml')
+    writeFileSync(fleet, `deployments:\n  - {name: twin, deployment: ${JSON.stringify(deploymentFile)}}\n`)
+    const member = await runCli(['suite', '--fleet', fleet])
+    expect(member.code, member.stdout + member.stderr).toBe(2)
+    expect(member.stdout + member.stderr).toMatch(/halted by \S+ at \S+: e2e: INC-1 prefill on fire/)
+    const twice = await runCli(['halt', '--fleet', fleet, '--reason', 'a second halt'])
+    expect(twice.code, twice.stderr).toBe(0)
+    expect(twice.stdout).toMatch(/^twin on host \(local\): already halted by \S+ at \S+: e2e: INC-1 prefill on fire$/m)
+    const resumed = await runCli(['resume', '--fleet', fleet])
     expect(resumed.code, resumed.stderr).toBe(0)
     expect(resumed.stdout).toMatch(/resumed by .*it was halted by/)
     expect(existsSync(join(stateDir, 'halt.json'))).toBe(false)
