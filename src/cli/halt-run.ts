@@ -23,7 +23,14 @@ export interface DeploymentOutcome<T> {
 
 /** user@machine: who halts or resumes. */
 export function whoAmI(): string {
-  return `${userInfo().username}@${hostname()}`
+  let user: string
+  try {
+    user = userInfo().username
+  } catch {
+    // A uid without a passwd entry (a container): named by its uid.
+    user = process.env.USER ?? `uid${process.getuid?.() ?? '?'}`
+  }
+  return `${user}@${hostname()}`
 }
 
 export async function onEveryDeployment<T>(
