@@ -83,12 +83,15 @@ describe('pdchaos halt (issue 32)', () => {
     'halted, nothing left on the host', async () => {
     const suite = join(dir, 'two.yaml')
     const journal = join(dir, 'run.json')
+    const junit = join(dir, 'junit.xml')
     writeFileSync(
       suite,
       'scenarios:\n  - {name: dd1, fault: drop-dest-info, pins: 2}\n  - {name: dd2, fault: drop-dest-info, pins: 2}\n' +
         'stop: {kernelXid: false}\n',
     )
-    const cli = startCli(['suite', suite, ...target(), '--one-at-a-time', '--journal', journal], {NO_COLOR: '1'})
+    const cli = startCli(['suite', suite, ...target(), '--one-at-a-time', '--journal', journal, '--junit', junit], {
+      NO_COLOR: '1',
+    })
     const killer = setTimeout(() => cli.child.kill('SIGKILL'), 120_000)
     let stderr = ''
     const observing = new Promise<void>(resolve => {
@@ -117,6 +120,7 @@ describe('pdchaos halt (issue 32)', () => {
       ['dd1', 'halted'],
       ['dd2', 'halted'],
     ])
+    expect(readFileSync(junit, 'utf8').match(/<skipped message="halted: halted by /g)).toHaveLength(2)
     expectNothingLeft(r.stderr)
   }, 180_000)
 

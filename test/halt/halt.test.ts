@@ -20,6 +20,7 @@ import {
 import {runExitCode} from '../../src/model/run.js'
 import {checkJournal} from '../../src/report/journal-schema.js'
 import {runJournal} from '../../src/report/journal-fields.js'
+import {renderHtml} from '../../src/report/html.js'
 import {renderJUnit} from '../../src/report/junit.js'
 import {renderSuite} from '../../src/report/suite-text.js'
 import {haltLines} from '../../src/report/status-text.js'
@@ -79,6 +80,9 @@ describe('the halt record (model/halt.ts)', () => {
     expect(text).toMatch(/^ {2}PASS {2}drop-dest-info/m)
     const junit = renderJUnit(run)
     expect(junit.match(/<skipped message="halted: halted by alice@ops1/g)).toHaveLength(2)
+    const html = renderHtml(run)
+    expect(html.match(/<span class="badge halted">HALTED<\/span>/g)).toHaveLength(2)
+    expect(html).toContain('Stopped: halted by alice@ops1 at 2026-12-04T03:12:00.000Z: INC')
     expect(haltLines({halt})).toEqual([
       '',
       `HALTED    ${haltLine(halt)}`,
