@@ -199,6 +199,32 @@ describe('pdchaos halt (issue 32)', () => {
   }, 180_000)
 })
 
+describe('pdchaos halt, a co-restart (issue 32)', () => {
+  it('a restart halted in its pin watch exits 3 within 2 s, naming the halt and what was restarted', async () => {
+    const cli = startCli(['restart', ...target(), '--service', 'router', '--settle', '0', '--watch', '60'], {
+      NO_COLOR: '1',
+    })
+    let stderr = ''
+    const watching = new Promise<void>(resolve => {
+      cli.child.stderr!.on('data', (d: Buffer) => {
+        stderr += d.toString()
+        if (/watching for pins/.test(stderr)) resolve()
+      })
+    })
+    await Promise.race([watching, cli.done, sleep(120_000)])
+    expect(stderr).toMatch(/watching for pins/)
+    const h = await halt('e2e: restart')
+    const r = await cli.done
+    const exitMs = performance.now() - h.at
+    console.log(`halt → restart exit: ${exitMs.toFixed(0)} ms`)
+    expect(r.code, r.stderr).toBe(3)
+    expect(exitMs, r.stderr).toBeLessThan(2000)
+    expect(r.stderr).toMatch(/^Error: halted by \S+ at \S+: e2e: restart during the pin watch: restarted router/m)
+    expect(existsSync(join(stateDir, 'lock.json')), 'run lock').toBe(false)
+    expect((await runCli(['resume', ...target()])).code).toBe(0)
+  }, 180_000)
+})
+
 describe('pdchaos halt over SSH (a host reached as a real one: its own sshd and network namespace)', () => {
   let host: TestHost | undefined
   beforeAll(async () => {
