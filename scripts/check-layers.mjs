@@ -18,7 +18,7 @@ export const LAYERS = [
   [3, ['deployment']],
   [4, ['discovery']],
   [5, ['checks', 'workload']],
-  [6, ['faults']],
+  [6, ['faults', 'halt']],
   [7, ['report']],
   [8, ['experiment', 'restart', 'suite']],
   [9, ['cli', 'commands']],

@@ -41,6 +41,8 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
 
   /** The run's stop while inside withStopSignal: every phase of the command honours it (withTarget passes it on). */
   protected stopSignal?: AbortSignal
+  /** Its stop from another source than a signal (a halt noticed on a host: src/halt/watch.ts). */
+  protected stopRun?: (reason: string) => void
 
   /**
    * Run fn with SIGINT and SIGTERM stopping it (cli/stop-signal.ts): its signal is `this.stopSignal` meanwhile, so
@@ -49,10 +51,12 @@ export abstract class BaseCommand<T extends typeof Command> extends Command {
   protected async withStopSignal<R>(fn: (stop: StopSignal) => Promise<R>, o: StopSignalOptions = {}): Promise<R> {
     return withStopSignal(async stop => {
       this.stopSignal = stop.signal
+      this.stopRun = stop.stop
       try {
         return await fn(stop)
       } finally {
         this.stopSignal = undefined
+        this.stopRun = undefined
       }
     }, o)
   }

@@ -22,6 +22,8 @@ import type {TwinStart} from './sim-flags.js'
 import {closeTarget, everyHostOf, resolveTarget, type Target} from './target.js'
 import {onSignalExit} from '../faults/lease/lease-guard.js'
 import {throwIfStopped} from '../util/stop.js'
+import {type HaltGuard, guardRun} from '../halt/watch.js'
+import {haltRecorded, resumeCommand} from './halt-hook.js'
 
 /** Where a run's results go: files, and a Pushgateway URL. */
 export interface RunOutputs {
@@ -86,10 +88,20 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
       ...(this.stopSignal ? {signal: this.stopSignal} : {}),
     })
     const signal = this.stopSignal
+    let halt: HaltGuard | undefined
     try {
       if (opts.disturb) assertMayDisturb(target.deployment, Boolean(flags['allow-production']), opts.disturb)
+      // A halted deployment (`pdchaos halt`) refuses a run that changes it (exit 2); a halt while it runs stops it.
+      if (opts.disturb)
+        halt = await guardRun(everyHostOf(target).hosts, {
+          resume: resumeCommand(flags, target.file),
+          ...(this.stopRun ? {stop: this.stopRun} : {}),
+          say: l => this.progress(l),
+          ...(signal ? {signal} : {}),
+        })
       const others = typeof opts.preflight === 'function' ? opts.preflight(target) : []
       if (opts.preflight) await preflight(target.deployment, others, undefined, signal)
+      if (halt) fn = haltRecorded(fn, halt)
       if (!opts.lock) return await fn(target)
       const spec = opts.lock(target)
       // One run lock for the deployment: on every host it spans (each in its own state dir), taken in the file's
@@ -110,6 +122,7 @@ export abstract class TargetCommand<T extends typeof Command> extends BaseComman
         if (!spec.untilExpiry || locks.length < hosts.length) await release()
       }
     } finally {
+      await halt?.close()
       await closeTarget(target)
     }
   }

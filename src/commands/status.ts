@@ -1,6 +1,7 @@
 import {Flags} from '@oclif/core'
 
 import {TargetCommand} from '../cli/target-command.js'
+import {withHaltOf} from '../cli/halt-hook.js'
 import {DEFAULT_PROBE_TIMEOUT_MS} from '../deployment/clients.js'
 import {ExitCode} from '../exit-codes.js'
 import {discover, type StatusReport} from '../discovery/discover.js'
@@ -30,17 +31,20 @@ export default class Status extends TargetCommand<typeof Status> {
   async run(): Promise<StatusReport | DeploymentReport> {
     // The service URLs are shown as the deployment file gives them, minus any password (issue 12, S4).
     const report = redactDeep(
-      await this.withTarget({}, t => {
-        const timeoutMs =
-          (this.flags.timeout ?? t.deployment.probeTimeoutSeconds ?? DEFAULT_PROBE_TIMEOUT_MS / 1000) * 1000
-        // Over several hosts: each host read for the services it runs.
-        if (t.across)
-          return discoverAcrossHosts(
-            t.across.map(a => ({...a, view: hostView(t.model, a.name), instances: instancesOn(t.model, a.name)})),
-            {timeoutMs},
-          )
-        return discover(t.deployment, t.host, {timeoutMs})
-      }),
+      await this.withTarget(
+        {},
+        withHaltOf(t => {
+          const timeoutMs =
+            (this.flags.timeout ?? t.deployment.probeTimeoutSeconds ?? DEFAULT_PROBE_TIMEOUT_MS / 1000) * 1000
+          // Over several hosts: each host read for the services it runs.
+          if (t.across)
+            return discoverAcrossHosts(
+              t.across.map(a => ({...a, view: hostView(t.model, a.name), instances: instancesOn(t.model, a.name)})),
+              {timeoutMs},
+            )
+          return discover(t.deployment, t.host, {timeoutMs})
+        }),
+      ),
     )
     if (!this.jsonEnabled()) this.log(renderStatus(report))
     // The report is printed either way; an unhealthy service makes the exit code say so (5), for scripts.

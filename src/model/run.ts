@@ -160,6 +160,8 @@ export interface ScenarioRun {
   contract: Contract
   /** The scenario could not run to a verdict (infrastructure, stop condition): one line. */
   error?: string
+  /** `halted`: the run was halted (`pdchaos halt`) before this scenario finished (model/halt.ts). */
+  status?: 'halted'
   /** Where the deployment lists several instances of a role: the pair the fault acted on, as the file states them. */
   pair?: {prefill: string; decode: string}
   /** The fault's mechanism and plan, as injected (or as a dry run would). */
@@ -191,7 +193,8 @@ export interface SuiteRun {
   target?: string
   /** The release gate's verdict, when the run was a gate. */
   gate?: {passed: boolean; reasons: string[]}
-  stopped?: {reason: string}
+  /** `halt`: stopped by `pdchaos halt` (model/halt.ts): who, when and why. */
+  stopped?: {reason: string; halt?: {by: string; at: number; reason: string; host?: string}}
   scenarios: ScenarioRun[]
   /** The batch plan, as printed before any injection. */
   plan?: string[]

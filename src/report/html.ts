@@ -464,7 +464,17 @@ function verdictTable(s: ScenarioRun): string {
 function scenarioSection(s: ScenarioRun, id: string, opts: Required<HtmlOptions>): string {
   const failed = s.verdicts.filter(v => v.verdict === 'fail').length
   const unverified = s.verdicts.filter(v => v.verdict === 'unverified').length
-  const status = s.error !== undefined ? 'error' : failed > 0 ? 'fail' : unverified > 0 ? 'unverified' : 'pass'
+  // Halted (`pdchaos halt`) before it finished: its badge says so; what it recorded is shown as for any scenario.
+  const status =
+    s.status === 'halted'
+      ? 'halted'
+      : s.error !== undefined
+        ? 'error'
+        : failed > 0
+          ? 'fail'
+          : unverified > 0
+            ? 'unverified'
+            : 'pass'
   const facts = [
     s.kind,
     s.fault && `fault ${s.fault}`,
@@ -500,7 +510,7 @@ h1{font-size:22px;margin:0 0 6px} h2{font-size:17px;margin:28px 0 4px}
 .badge{display:inline-block;padding:1px ` +
   `8px;border-radius:4px;color:#fff;font-size:13px;font-weight:600;vertical-align:1px}
 .badge.pass{background:${COLOR.pass}} .badge.fail{background:${COLOR.fail}} ` +
-  `.badge.error,.badge.stopped{background:#8a5a00} .badge.unverified{background:${COLOR.unverified}}
+  `.badge.error,.badge.stopped,.badge.halted{background:#8a5a00} .badge.unverified{background:${COLOR.unverified}}
 .counts span{display:inline-block;margin-right:18px} .counts b{font-size:18px}
 .facts,.note{color:#555;margin:2px 0 8px} .error{color:#8a5a00;font-weight:600}
 ul.failed li{margin:3px 0} ul.failed .subject{font-family:ui-monospace,Menlo,Consolas,monospace}

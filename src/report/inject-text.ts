@@ -53,6 +53,7 @@ export function renderInject(r: ScenarioRun): string {
     )
   if (r.abortCoverage) out.push('', ...coverageLines(r.abortCoverage))
   if (r.error) out.push('', `error: ${r.error}`)
+  if (r.status === 'halted') out.push('', 'HALTED before it finished (pdchaos halt): its fault was reverted')
   out.push('', renderVerdicts(r.verdicts))
   return out.join('\n')
 }

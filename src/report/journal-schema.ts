@@ -50,6 +50,7 @@ const Scenario = z.looseObject({
   leases: z.array(Lease),
   contract: Contract,
   error: z.string().optional(),
+  status: z.enum(['halted']).optional(),
   timeline: z
     .looseObject({contract: Contract, observations: z.array(z.looseObject({kind: z.string(), t: Time}))})
     .optional(),
@@ -71,7 +72,12 @@ export const RunJournal = z.looseObject({
   finishedAt: Time,
   scenarios: z.array(Scenario),
   gate: z.object({passed: z.boolean(), reasons: z.array(z.string())}).optional(),
-  stopped: z.object({reason: z.string()}).optional(),
+  stopped: z
+    .object({
+      reason: z.string(),
+      halt: z.object({by: z.string(), at: Num, reason: z.string(), host: z.string().optional()}).optional(),
+    })
+    .optional(),
 })
 
 /** The journal of a run that reached no verdict: the error it ended with. */

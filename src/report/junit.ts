@@ -126,7 +126,15 @@ export function scenarioCases(run: SuiteRun, s: ScenarioRun, classPrefix = 'pdch
   const runCase =
     `    <testcase name="${escapeAttr(`scenario ${s.name}`)}" ` +
     `classname="${escapeAttr(`${classPrefix}.${classPart(s.name)}.run`)}" time="${secs(s.finishedAt - s.startedAt)}">`
-  if (s.error !== undefined) {
+  if (s.status === 'halted') {
+    // Halted (`pdchaos halt`) before it finished: not a failure of the deployment, nor of the infrastructure.
+    skipped++
+    cases.push(
+      runCase,
+      `      <skipped message="${escapeAttr(`halted: ${run.stopped?.reason ?? ''}`)}"/>`,
+      '    </testcase>',
+    )
+  } else if (s.error !== undefined) {
     errors++
     cases.push(
       runCase,

@@ -1,5 +1,6 @@
 import type {StatusReport} from '../discovery/discover.js'
 import type {DeploymentReport} from '../discovery/discover-hosts.js'
+import {type HaltRecord, haltLine} from '../model/halt.js'
 
 /** `pdchaos status` for a person: one screen, the problems last and loud. */
 export function renderStatus(r: StatusReport | DeploymentReport): string {
@@ -17,6 +18,7 @@ export function renderStatus(r: StatusReport | DeploymentReport): string {
     '',
     ...watchdogLines(r),
     ...counterLines(r),
+    ...haltLines(r),
     '',
     ...hostStateLines(r, across),
   ]
@@ -167,4 +169,10 @@ function hostStateLines(r: StatusReport | DeploymentReport, across: DeploymentRe
 
 function hostWidth(r: DeploymentReport): number {
   return Math.max(...r.hosts.map(h => h.name.length))
+}
+
+/** The halt (`pdchaos halt`), loud: no chaos run acts on the deployment until `pdchaos resume`. */
+export function haltLines(r: object): string[] {
+  const h = (r as {halt?: HaltRecord}).halt
+  return h ? ['', `HALTED    ${haltLine(h)}`, '          no chaos run acts on it until `pdchaos resume`'] : []
 }

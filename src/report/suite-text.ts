@@ -16,6 +16,8 @@ export function renderSuite(run: SuiteRun, o: {wallMs: number; twin?: string}): 
     const failed = s.verdicts.filter(v => v.verdict === 'fail').length
     const unverified = s.verdicts.filter(v => v.verdict === 'unverified').length
     const mark = s.error !== undefined ? 'ERROR' : failed > 0 ? 'FAIL ' : unverified > 0 ? 'UNVR ' : 'PASS '
+    if (s.status === 'halted') lines.push(`  HALT  ${s.name}: halted before it finished (pdchaos halt)`)
+    if (s.status === 'halted') continue
     const pins =
       s.pins.length > 0
         ? `, ${s.pins.filter(p => p.verdict === 'pass').length}/${s.pins.length} pins evicted in window`

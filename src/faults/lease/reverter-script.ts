@@ -22,7 +22,8 @@ import {SAFE_SH} from './host-safety.js'
  * The reverter, always run from this text (sh -c REVERTER_SH pdchaos-reverter ...), never from a file on the host
  * that could be swapped before it runs: detached to watch a lease, inline by pdchaos and recover to revert one, so
  * that one implementation claims, runs and records every revert whoever does it.
- *   watch  DIR ID EXPIRES_AT_MS   sleep (in short steps, re-reading the host clock) until expiry, then revert
+ *   watch  DIR ID EXPIRES_AT_MS   sleep (in short steps, re-reading the host clock) until expiry, then revert;
+ *                                 at once when DIR/halt.json appears (pdchaos halt)
  *   revert DIR ID BY [FORCE]      revert now; BY is pdchaos | recover | reverter
  * revert exits 0 reverted here, 10 already reverted, 11 busy (a live party is reverting), 12 no such lease, 13 unsafe
  * (another user owns or can write the state dir or a file of the lease: nothing is run), 2 usage;
@@ -156,6 +157,9 @@ watch() {
   while :; do
     if [ -f "$L/done/$id.json" ] && [ ! -f "$L/$id.revert.sh" ] && [ ! -f "$L/$id.reverting.sh" ]; then exit 0; fi
     left=$(( exp - $(now_ms) ))
+    # The deployment halted (pdchaos halt: halt.json in the state dir): revert now, whatever the TTL. Only its
+    # presence is read; the revert itself runs through the same checks as at expiry.
+    if [ -e "$dir/halt.json" ] || [ -L "$dir/halt.json" ]; then left=0; fi
     if [ "$left" -le 0 ]; then
       force=0
       [ "$busy" -lt 20 ] || force=1
@@ -163,8 +167,9 @@ watch() {
       [ $? -eq 11 ] || exit 0
       busy=$((busy + 1)) left=500
     fi
-    # Short steps, the clock re-read each time: a suspended host or a clock step never stretches the wait.
-    [ "$left" -le 2000 ] || left=2000
+    # Short steps, the clock re-read each time: a suspended host or a clock step never stretches the wait, and a halt
+    # is seen within a second.
+    [ "$left" -le 1000 ] || left=1000
     sleep "$((left / 1000)).$(printf '%03d' $((left % 1000)))"
   done
 }
