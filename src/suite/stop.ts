@@ -46,6 +46,81 @@ async function readKernelLog(host: Host): Promise<{text?: string; why?: string}>
   return {why: 'neither `dmesg` nor `journalctl -k` could be read on the host'}
 }
 
+/** What the watch loop keeps between checks. */
+interface WatchState {
+  deployment: Deployment
+  hosts: Array<{name: string; host: Host}>
+  spec: StopSpec
+  router: ReturnType<typeof serviceClients>['router']
+  stop: (reason: string) => void
+  notes: string[]
+  rec?: Recorder
+  restarting: boolean
+  failingSince?: number
+  lastXidRead: number
+  /** Each host's Xid lines before the run; a host whose kernel log cannot be read is not watched (and noted). */
+  baselineXid: Map<string, Set<string>>
+}
+
+const namedIn = (st: WatchState, name: string): string => (st.hosts.length > 1 ? ` on ${name}` : '')
+
+async function readXidBaseline(st: WatchState): Promise<void> {
+  await Promise.all(
+    st.hosts.map(async ({name, host}) => {
+      const k = await readKernelLog(host)
+      if (k.text === undefined)
+        st.notes.push(`the kernel-log Xid condition is not watched${namedIn(st, name)}: ${k.why}`)
+      else st.baselineXid.set(name, new Set(xidLines(k.text)))
+    }),
+  )
+}
+
+async function checkRouterHealth(st: WatchState): Promise<void> {
+  const limit = st.spec.routerUnhealthySeconds
+  if (st.restarting) st.failingSince = undefined
+  else if (limit !== undefined) {
+    const h = await st.router.liveness().catch((error: unknown) => ({ok: false, error: oneLine(error)}))
+    if (h.ok) st.failingSince = undefined
+    else {
+      st.failingSince ??= now()
+      if (now() - st.failingSince > limit * 1000) {
+        st.stop(
+          `router health failing for ${((now() - st.failingSince) / 1000).toFixed(1)}s ` +
+            `(limit ${limit}s): ${(h as {error?: string}).error ?? 'not ok'}`,
+        )
+      }
+    }
+  }
+}
+
+function checkCollateralLoss(st: WatchState): void {
+  const limit = st.spec.collateralLossPercent
+  if (limit === undefined || !st.rec || st.rec.observations.length === 0) return
+  const v = checkCollateral({
+    contract: st.deployment.watchdog,
+    calibration: {prefillMs: 0, prefillSpreadMs: 0, observeMs: 0, samples: 0},
+    observations: st.rec.sorted(),
+  })
+  const e = v.evidence as {judged: number; lost: unknown[]}
+  const pct = e.judged > 0 ? (100 * e.lost.length) / e.judged : 0
+  if (e.lost.length > 0 && pct > limit) st.stop(`collateral loss ${pct.toFixed(1)}% above ${limit}%: ${v.summary}`)
+}
+
+async function checkNewXid(st: WatchState): Promise<void> {
+  if (st.baselineXid.size === 0 || now() - st.lastXidRead < 2000) return
+  st.lastXidRead = now()
+  await Promise.all(
+    st.hosts
+      .filter(h => st.baselineXid.has(h.name))
+      .map(async ({name, host}) => {
+        const k = await readKernelLog(host)
+        const fresh = k.text === undefined ? [] : xidLines(k.text).filter(l => !st.baselineXid.get(name)!.has(l))
+        if (fresh.length > 0)
+          st.stop(`new Xid line in the host's kernel log${namedIn(st, name)}: ${fresh[0]!.trim().slice(0, 200)}`)
+      }),
+  )
+}
+
 /**
  * `hosts`: every host of the deployment, each named (an Xid on any GPU host stops the run: on a deployment over several
  * hosts the GPUs are on several kernels); a name is shown only when there are several.
@@ -58,77 +133,37 @@ export async function startStopWatch(
 ): Promise<StopWatch> {
   const controller = new AbortController()
   let why: string | undefined
-  const notes: string[] = []
-  let rec: Recorder | undefined
-  let restarting = false
   const stop = (reason: string) => {
     if (why !== undefined) return
     why = reason
     opts.say(`STOP: ${reason}`)
     controller.abort(new Error(reason))
   }
-  const {router} = serviceClients(deployment, {timeoutMs: 1000})
-  // Each host's Xid lines before the run; a host whose kernel log cannot be read is not watched (and noted).
-  const baselineXid = new Map<string, Set<string>>()
-  const named = (name: string): string => (hosts.length > 1 ? ` on ${name}` : '')
-  if (spec.kernelXid) {
-    await Promise.all(
-      hosts.map(async ({name, host}) => {
-        const k = await readKernelLog(host)
-        if (k.text === undefined) notes.push(`the kernel-log Xid condition is not watched${named(name)}: ${k.why}`)
-        else baselineXid.set(name, new Set(xidLines(k.text)))
-      }),
-    )
+  const st: WatchState = {
+    deployment,
+    hosts,
+    spec,
+    router: serviceClients(deployment, {timeoutMs: 1000}).router,
+    stop,
+    notes: [],
+    restarting: false,
+    lastXidRead: now(),
+    baselineXid: new Map(),
   }
+  if (spec.kernelXid) await readXidBaseline(st)
+  st.lastXidRead = now()
   const intervalMs = opts.intervalMs ?? 500
-  let failingSince: number | undefined
-  let lastXidRead = now()
   let closed = false
   const closing = new AbortController()
   const loop = (async () => {
     // Bounded: at most one day of checks; the run ends long before.
     for (let i = 0; !closed && i < 86_400_000 / intervalMs; i++) {
       try {
-        if (restarting) failingSince = undefined
-        else if (spec.routerUnhealthySeconds !== undefined) {
-          const h = await router.liveness().catch((error: unknown) => ({ok: false, error: oneLine(error)}))
-          if (h.ok) failingSince = undefined
-          else {
-            failingSince ??= now()
-            if (now() - failingSince > spec.routerUnhealthySeconds * 1000) {
-              stop(
-                `router health failing for ${((now() - failingSince) / 1000).toFixed(1)}s ` +
-                  `(limit ${spec.routerUnhealthySeconds}s): ${(h as {error?: string}).error ?? 'not ok'}`,
-              )
-            }
-          }
-        }
-        if (spec.collateralLossPercent !== undefined && rec && rec.observations.length > 0) {
-          const v = checkCollateral({
-            contract: deployment.watchdog,
-            calibration: {prefillMs: 0, prefillSpreadMs: 0, observeMs: 0, samples: 0},
-            observations: rec.sorted(),
-          })
-          const e = v.evidence as {judged: number; lost: unknown[]}
-          const pct = e.judged > 0 ? (100 * e.lost.length) / e.judged : 0
-          if (e.lost.length > 0 && pct > spec.collateralLossPercent)
-            stop(`collateral loss ${pct.toFixed(1)}% above ${spec.collateralLossPercent}%: ${v.summary}`)
-        }
-        if (baselineXid.size > 0 && now() - lastXidRead >= 2000) {
-          lastXidRead = now()
-          await Promise.all(
-            hosts
-              .filter(h => baselineXid.has(h.name))
-              .map(async ({name, host}) => {
-                const k = await readKernelLog(host)
-                const fresh = k.text === undefined ? [] : xidLines(k.text).filter(l => !baselineXid.get(name)!.has(l))
-                if (fresh.length > 0)
-                  stop(`new Xid line in the host's kernel log${named(name)}: ${fresh[0]!.trim().slice(0, 200)}`)
-              }),
-          )
-        }
+        await checkRouterHealth(st)
+        checkCollateralLoss(st)
+        await checkNewXid(st)
       } catch (error) {
-        notes.push(`stop-condition check failed once: ${oneLine(error)}`)
+        st.notes.push(`stop-condition check failed once: ${oneLine(error)}`)
       }
       // A sleep that close() cuts short, so closing never waits out an interval.
       await sleep(intervalMs, closing.signal)
@@ -138,12 +173,12 @@ export async function startStopWatch(
     signal: controller.signal,
     stop,
     reason: () => why,
-    notes,
+    notes: st.notes,
     setRecorder: r => {
-      rec = r
+      st.rec = r
     },
     setRestarting: on => {
-      restarting = on
+      st.restarting = on
     },
     close: async () => {
       closed = true
