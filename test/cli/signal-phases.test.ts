@@ -261,6 +261,7 @@ describe('signals in each phase (issue 28): exit 3 within a second, nothing left
 
   it.concurrent('a suite of 10,000 scenarios is refused at once, exit 2, before any planning', async () => {
     const file = deployment('suite-huge', deadPort)
+    // 10,000 scenarios written out are 420 kB, over the 256 KiB a YAML file may hold: refused before parsing.
     const suite = at('suite-10000.yaml')
     writeFileSync(
       suite,
@@ -271,14 +272,35 @@ describe('signals in each phase (issue 28): exit 3 within a second, nothing left
     const cli = startCli(['suite', suite, '-c', file, '--json'], {NO_COLOR: '1'})
     const r = await cli.done
     expect(r.code, r.stdout).toBe(2)
-    expect(r.stdout).toMatch(/10000 scenarios to plan \(scenarios × repetitions\) is more than the 1000 a run plans/)
-    expect(r.ms, 'refused before validating 10,000 scenarios (about 3 s) or planning them (minutes)').toBeLessThan(
-      15_000,
+    expect(r.stdout).toMatch(/suite-10000\.yaml is larger than 256 KiB, the most pdchaos reads from a suite file/)
+    // 100 scenarios of 100 repetitions each (5 kB): counted before any scenario is validated or planned.
+    const reps = at('suite-100x100.yaml')
+    writeFileSync(
+      reps,
+      'scenarios:\n' +
+        Array.from({length: 100}, (_, i) => `  - {name: "s${i}", fault: drop-dest-info, repetitions: 100}`).join('\n') +
+        '\n',
     )
+    const r2 = await startCli(['suite', reps, '-c', file, '--json'], {NO_COLOR: '1'}).done
+    expect(r2.code, r2.stdout).toBe(2)
+    expect(r2.stdout).toMatch(/10000 scenarios to plan \(scenarios × repetitions\) is more than the 1000 a run plans/)
+    expect(r.ms + r2.ms, 'refused before validating or planning (minutes)').toBeLessThan(15_000)
   })
 
-  // Parsing is synchronous: a signal during it is heard when it ends. The 1 MiB cap bounds it; a suite of 1000
-  // scenarios (70 KB) parses in 0.3 s idle and took up to 1.1 s at load 8-26, so this file holds 200 (0.06 s).
+  // A YAML file over 4 KiB parses in a worker thread (src/deployment/yaml-file.ts): the signal is heard while it
+  // parses. This one (250 kB of lines that are each an error) takes yaml 4-7 s; the signal is sent 1.5 CPU-s in, past
+  // node's and oclif's start (well under 1 CPU-s) and into the parse.
+  it.concurrent('suite, SIGINT while a hostile 250 kB suite file parses: exit 3 within a second, not after the parse', async () => {
+    const file = deployment('suite-parse', hangPort)
+    const suite = at('suite-hostile.yaml')
+    writeFileSync(suite, 'scenarios:\n' + '\t- ]\n'.repeat(50_000))
+    const r = await interrupt(['suite', suite, '-c', file], (_, pid) => cpuTicks(pid) >= 150, 'the suite file parsing')
+    expectStopped(r, /interrupted \(SIGINT\) during reading .*suite-hostile\.yaml: stopped before changing anything/)
+    expectNothingHeld(at('state-suite-parse'))
+  })
+
+  // A file of up to 4 KiB parses on the main thread (at most ~0.3 s at load 13 for the most hostile text); a larger
+  // one in a worker that the signal ends. This suite file of 200 scenarios (13 kB) parses in the worker.
   it.concurrent(
     'SIGINT while pdchaos starts and reads its files (suite file of 200 scenarios): exit 3, not death ' + 'by signal',
     async () => {
