@@ -1,5 +1,5 @@
 import {execFileSync} from 'node:child_process'
-import {existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync} from 'node:fs'
+import {appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync} from 'node:fs'
 import {createServer, type IncomingMessage, type Server, type ServerResponse} from 'node:http'
 import {createServer as createTcpServer, type Server as TcpServer, type Socket} from 'node:net'
 import {tmpdir} from 'node:os'
@@ -29,7 +29,16 @@ let healthyPort = 0
 /** Answers 503 to everything: a service that never passes its health gate; counts the gate's probes. */
 let unhealthyPort = 0
 let gateProbes = 0
+/** The router's readiness probes the unhealthy server answered (a router's health gate). */
+let readinessProbes = 0
 let deadPort = 0
+/**
+ * Healthy to every gate, every POST (a generation) held and counted: two of them, one for the warm-up's test and one
+ * for the canaries' (tests run at once: a shared count would let one test's requests trigger the other's signal).
+ */
+const holding = {warmUp: {port: 0, posts: 0}, canaries: {port: 0, posts: 0}}
+/** Healthy, and a generation answered 200 at once (a warm-up that succeeds). */
+let quickPort = 0
 
 function deployment(
   name: string,
@@ -48,6 +57,28 @@ function deployment(
     'watchdog: {deadlineSeconds: 2, pollSeconds: 0.5}',
     `probeTimeoutSeconds: ${o.probeTimeout ?? 30}`,
     o.extra ?? '',
+  ].join('\n')
+  writeFileSync(at(`${name}.yaml`), text)
+  return at(`${name}.yaml`)
+}
+
+/** A deployment whose services each have their own port and restart command (a restart's phases, one by one). */
+function restartDeployment(
+  name: string,
+  ports: Record<'prefill' | 'decode' | 'router', number>,
+  restart: Partial<Record<'prefill' | 'decode' | 'router', string[]>> = {},
+): string {
+  const line = (role: 'prefill' | 'decode' | 'router') =>
+    `  ${role}: {url: "http://127.0.0.1:${ports[role]}", restart: ${JSON.stringify(restart[role] ?? ['true'])}}`
+  const text = [
+    'host: {kind: local}',
+    `stateDir: ${at(`state-${name}`)}`,
+    'services:',
+    line('prefill'),
+    line('decode'),
+    line('router'),
+    'watchdog: {deadlineSeconds: 2, pollSeconds: 0.5}',
+    'probeTimeoutSeconds: 30',
   ].join('\n')
   writeFileSync(at(`${name}.yaml`), text)
   return at(`${name}.yaml`)
@@ -106,7 +137,11 @@ async function interrupt(
     const sent = performance.now()
     cli.child.kill(signal)
     const r = await cli.done
-    return {...r, afterSignalMs: performance.now() - sent}
+    const afterSignalMs = performance.now() - sent
+    // BENCHMARKS: the signal-to-exit time of each phase, one JSON line per run, when asked for.
+    if (process.env.PDCHAOS_SIGNAL_TIMES)
+      appendFileSync(process.env.PDCHAOS_SIGNAL_TIMES, JSON.stringify({what, code: r.code, ms: afterSignalMs}) + '\n')
+    return {...r, afterSignalMs}
   } finally {
     clearTimeout(killer)
   }
@@ -163,9 +198,25 @@ describe('signals in each phase (issue 28): exit 3 within a second, nothing left
     healthyPort = await listen(healthy)
     const unhealthy = createServer((req: IncomingMessage, res: ServerResponse) => {
       if (req.url === '/health') gateProbes++
+      if (req.url === '/readiness') readinessProbes++
       res.writeHead(503).end('starting')
     })
     unhealthyPort = await listen(unhealthy)
+    for (const h of Object.values(holding)) {
+      const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+        sockets.add(req.socket)
+        req.socket.on('close', () => sockets.delete(req.socket))
+        if (req.method !== 'POST') return void res.end('ok')
+        h.posts++
+      })
+      h.port = await listen(server)
+    }
+    const quick = createServer((req: IncomingMessage, res: ServerResponse) => {
+      req.resume()
+      res.setHeader('content-type', 'application/json')
+      res.end(req.method === 'POST' ? '{"text": "ok", "meta_info": {}}' : 'ok')
+    })
+    quickPort = await listen(quick)
     const free = createTcpServer()
     deadPort = await listen(free)
     await new Promise<void>(resolve => free.close(() => resolve()))
@@ -356,5 +407,93 @@ describe('signals in each phase (issue 28): exit 3 within a second, nothing left
     )
     expectStopped(r, /interrupted \(SIGINT\) during prefill's health gate/)
     expectNothingHeld(at('state-restart-gate'))
+  })
+
+  // Each later phase of a co-restart (issue 28: "restart's phases"): a later role's restart command and health gate,
+  // the settle, the warm-up and the canaries; the pin watch is test/e2e/signal-run-phases.test.ts's, on the twin.
+  it.concurrent("restart, SIGINT in decode's restart command: killed, 'restarted prefill; nothing after'", async () => {
+    const marker = `sleep 62.${process.pid}`
+    const ports = {prefill: healthyPort, decode: healthyPort, router: healthyPort}
+    const file = restartDeployment('restart-decode', ports, {decode: ['sh', '-c', `exec ${marker}`]})
+    const r = await interrupt(
+      ['restart', '-c', file],
+      () => processesWith(marker).length > 0,
+      "decode's restart command running",
+    )
+    expectStopped(r, /during decode's restart command \(killed\): restarted prefill; nothing after/)
+    expect(processesWith(marker), 'the restart command is not left running').toEqual([])
+    expectNothingHeld(at('state-restart-decode'))
+  })
+
+  it.concurrent("restart, SIGINT in the router's restart command: 'restarted prefill, decode'", async () => {
+    const marker = `sleep 63.${process.pid}`
+    const ports = {prefill: healthyPort, decode: healthyPort, router: healthyPort}
+    const file = restartDeployment('restart-router', ports, {router: ['sh', '-c', `exec ${marker}`]})
+    const r = await interrupt(
+      ['restart', '-c', file],
+      () => processesWith(marker).length > 0,
+      "the router's restart command running",
+    )
+    expectStopped(r, /during router's restart command \(killed\): restarted prefill, decode; nothing after/)
+    expect(processesWith(marker)).toEqual([])
+    expectNothingHeld(at('state-restart-router'))
+  })
+
+  it.concurrent("restart, SIGINT in the router's health gate (readiness 503)", async () => {
+    const file = restartDeployment('restart-router-gate', {
+      prefill: healthyPort,
+      decode: healthyPort,
+      router: unhealthyPort,
+    })
+    const before = readinessProbes
+    const r = await interrupt(
+      ['restart', '--health-timeout', '600', '-c', file],
+      () => readinessProbes >= before + 2,
+      "the router's health gate under way",
+    )
+    expectStopped(r, /during router's health gate: router's restart command ran; restarted prefill, decode; nothing/)
+    expectNothingHeld(at('state-restart-router-gate'))
+  })
+
+  it.concurrent('restart, SIGINT while it settles before the canaries', async () => {
+    const file = restartDeployment('restart-settle', {prefill: quickPort, decode: quickPort, router: quickPort})
+    const r = await interrupt(
+      ['restart', '--settle', '60', '-c', file],
+      err => /settling 60s/.test(err()),
+      'the settle',
+      'SIGINT',
+      false,
+    )
+    const shown = `exit ${r.code} ${Math.round(r.afterSignalMs)} ms after the signal\nstderr: ${r.stderr.slice(-800)}`
+    expect(r.code, shown).toBe(3)
+    expect(r.afterSignalMs, shown).toBeLessThan(1000)
+    expect(r.stderr, shown).toMatch(
+      /^Error: interrupted \(SIGINT\) during the settle: restarted prefill, decode, router; nothing after$/m,
+    )
+    expectNothingHeld(at('state-restart-settle'))
+  })
+
+  it.concurrent("restart, SIGINT in the warm-up (prefill's and decode's generations held)", async () => {
+    const ports = {prefill: holding.warmUp.port, decode: holding.warmUp.port, router: quickPort}
+    const file = restartDeployment('restart-warm-up', ports)
+    const r = await interrupt(
+      ['restart', '--settle', '0', '-c', file],
+      () => holding.warmUp.posts >= 1,
+      'the warm-up under way',
+    )
+    expectStopped(r, /during the warm-up: restarted prefill, decode, router; nothing after/)
+    expectNothingHeld(at('state-restart-warm-up'))
+  })
+
+  it.concurrent("restart, SIGINT in the canaries (the router holds them; the warm-up's pair answered)", async () => {
+    const ports = {prefill: quickPort, decode: quickPort, router: holding.canaries.port}
+    const file = restartDeployment('restart-canaries', ports)
+    const r = await interrupt(
+      ['restart', '--settle', '0', '-c', file],
+      () => holding.canaries.posts >= 1,
+      'the canaries under way',
+    )
+    expectStopped(r, /during the canaries: restarted prefill, decode, router; nothing after/)
+    expectNothingHeld(at('state-restart-canaries'))
   })
 })

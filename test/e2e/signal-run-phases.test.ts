@@ -1,5 +1,5 @@
 import {execFileSync} from 'node:child_process'
-import {existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync} from 'node:fs'
+import {appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync} from 'node:fs'
 import {tmpdir} from 'node:os'
 import {join} from 'node:path'
 
@@ -57,7 +57,13 @@ async function interruptAt(
   })
   const r = await cli.done
   clearTimeout(killer)
-  return {code: r.code, stderr: r.stderr, exitMs: performance.now() - sent, stopMs, revertMs}
+  const exitMs = performance.now() - sent
+  // BENCHMARKS: the signal-to-exit time of each phase, one JSON line per run, when asked for.
+  if (process.env.PDCHAOS_SIGNAL_TIMES) {
+    const line = {what: `${args.join(' ')} at ${phase.source}`, code: r.code, ms: exitMs, stopMs, revertMs}
+    appendFileSync(process.env.PDCHAOS_SIGNAL_TIMES, JSON.stringify(line) + '\n')
+  }
+  return {code: r.code, stderr: r.stderr, exitMs, stopMs, revertMs}
 }
 
 function expectNothingLeft(stderr: string): void {
