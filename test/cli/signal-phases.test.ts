@@ -39,6 +39,8 @@ let deadPort = 0
 const holding = {warmUp: {port: 0, posts: 0}, canaries: {port: 0, posts: 0}}
 /** Healthy, and a generation answered 200 at once (a warm-up that succeeds). */
 let quickPort = 0
+/** Healthy, every other GET held (discovery's probes), for restart --only's discovery alone. */
+const onlyDiscovery = {port: 0, held: [] as string[]}
 
 function deployment(
   name: string,
@@ -217,6 +219,14 @@ describe('signals in each phase (issue 28): exit 3 within a second, nothing left
       res.end(req.method === 'POST' ? '{"text": "ok", "meta_info": {}}' : 'ok')
     })
     quickPort = await listen(quick)
+    const holdGets = createServer((req: IncomingMessage, res: ServerResponse) => {
+      sockets.add(req.socket)
+      req.socket.on('close', () => sockets.delete(req.socket))
+      const path = (req.url ?? '/').split('?')[0]!
+      if (['/health', '/readiness', '/liveness'].includes(path)) return void res.end('ok')
+      onlyDiscovery.held.push(path)
+    })
+    onlyDiscovery.port = await listen(holdGets)
     const free = createTcpServer()
     deadPort = await listen(free)
     await new Promise<void>(resolve => free.close(() => resolve()))
@@ -495,5 +505,37 @@ describe('signals in each phase (issue 28): exit 3 within a second, nothing left
     )
     expectStopped(r, /during the canaries: restarted prefill, decode, router; nothing after/)
     expectNothingHeld(at('state-restart-canaries'))
+  })
+
+  // restart --only ROLE: discovery reads decode's heartbeat bound before anything is restarted; a stop in its canaries
+  // brings the deployment back (a co-restart behind the gates, by design not cut short) before the exit.
+  it.concurrent('restart --only decode, SIGINT in discovery: exit 3 within a second, nothing restarted', async () => {
+    const p = onlyDiscovery.port
+    const file = restartDeployment('only-discovery', {prefill: p, decode: p, router: p})
+    const r = await interrupt(
+      ['restart', '--only', 'decode', '-c', file],
+      () => onlyDiscovery.held.length > 0,
+      'discovery under way',
+    )
+    expectStopped(r, /interrupted \(SIGINT\) during discovery: stopped before changing anything/)
+    expectNothingHeld(at('state-only-discovery'))
+  })
+
+  it.concurrent('restart --only decode, SIGINT in its canaries: the repair co-restart runs, then exit 3', async () => {
+    const file = restartDeployment('only-canaries', {prefill: quickPort, decode: quickPort, router: quickPort})
+    const r = await interrupt(
+      ['restart', '--only', 'decode', '-c', file],
+      err => /^canaries for /m.test(err()),
+      'the canaries under way',
+      'SIGINT',
+      false,
+    )
+    const shown = `exit ${r.code} ${Math.round(r.afterSignalMs)} ms after the signal\nstderr: ${r.stderr.slice(-900)}`
+    expect(r.code, shown).toBe(3)
+    // Here the repair's commands are `true` and every gate answers at once; a real one takes the restarts' time.
+    expect(r.afterSignalMs, shown).toBeLessThan(1000)
+    expect(r.stderr, shown).toMatch(/^bringing the deployment back: co-restart prefill → decode → router$/m)
+    expect(r.stderr, shown).toMatch(/^router healthy after /m)
+    expectNothingHeld(at('state-only-canaries'))
   })
 })
