@@ -20,7 +20,12 @@ function* walk(dir) {
   }
 }
 
-const entryPoints = [...walk(join(dist, 'commands')), join(dist, 'cli', 'main.js')]
+const entryPoints = [
+  ...walk(join(dist, 'commands')),
+  join(dist, 'cli', 'main.js'),
+  join(dist, 'deployment', 'yaml-worker.js'),
+]
+// deployment/yaml-worker.js is a worker thread's module (src/util/worker.ts): its own entry, yaml from the chunks.
 rmSync(join(dist, 'chunks'), {recursive: true, force: true})
 const result = await build({
   entryPoints,

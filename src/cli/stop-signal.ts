@@ -1,3 +1,5 @@
+import {setCurrentStop} from '../util/stop.js'
+
 /**
  * The stop of a command: one AbortController whose signal every phase of the run honours (file parsing, health
  * checks, discovery, planning, injection, observation; util/stop.ts). SIGINT (Ctrl-C) and SIGTERM (a scheduler's
@@ -29,9 +31,11 @@ export async function withStopSignal<R>(fn: (stop: StopSignal) => Promise<R>, o:
   }
   process.on('SIGINT', onSignal)
   process.on('SIGTERM', onSignal)
+  const restore = setCurrentStop(controller.signal)
   try {
     return await fn({signal: controller.signal, stop})
   } finally {
+    restore()
     process.removeListener('SIGINT', onSignal)
     process.removeListener('SIGTERM', onSignal)
   }

@@ -143,6 +143,7 @@ export default class Restart extends TargetCommand<typeof Restart> {
     const f = this.flags
     if (f.journal !== undefined) checkOutputFile('--journal', f.journal)
     const stop = new AbortController()
+    this.stopSignal = stop.signal // resolving the target and discovery hear the stop too (issue 28)
     const onSignal = (signal: NodeJS.Signals) => stop.abort(`interrupted (${signal})`)
     process.on('SIGINT', onSignal)
     process.on('SIGTERM', onSignal)
@@ -166,7 +167,7 @@ export default class Restart extends TargetCommand<typeof Restart> {
           // The bound from decode's environment, read before the restart (decode keeps it; a restarted decode is
           // started
           // by the same command).
-          const d = await new RunSession(t.deployment, placementOf(t)).discovery(l => this.progress(l))
+          const d = await new RunSession(t.deployment, placementOf(t)).discovery(l => this.progress(l), stop.signal)
           const shape = {
             ...ALONE_DEFAULTS,
             role,

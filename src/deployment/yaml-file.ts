@@ -1,17 +1,37 @@
-import {isScalar, LineCounter, parseDocument, type Scalar} from 'yaml'
 import {z} from 'zod'
 
-import {type PdError, badInput, oneLine} from '../errors.js'
-import {readInputText} from '../util/safe-file.js'
+import {type PdError, badInput} from '../errors.js'
+import {readInputText, sizeText} from '../util/safe-file.js'
+import {currentStop} from '../util/stop.js'
+import {inWorker} from '../util/worker.js'
+import {parseYamlCore, type YamlParsed} from './yaml-parse.js'
+
+export {duplicateKeyCheck, MAX_ALIAS_COUNT} from './yaml-parse.js'
 
 /**
  * Reading a YAML file pdchaos takes as input (the deployment file, the suite file) and validating it against its zod
  * schema. Every failure is exit 2 with the file named: missing, unreadable, too large, not YAML (file:line:col), not
  * resolvable (aliases), empty, or not the right shape (one line per schema issue, the path inside the file first).
+ *
+ * Parsing is synchronous and yaml's cost grows with the text (idle, 2 cores: 4-15 s for a hostile MiB, 0.3 s for a
+ * suite of 1000 scenarios): a file over INLINE_YAML_BYTES parses in a worker thread, so the run's stop (SIGINT,
+ * SIGTERM) is heard at once and ends it, and no parse outlasts PARSE_DEADLINE_MS.
  */
 
-/** The most pdchaos reads from an input file: these files are a few kB, and a wrong path must not stall or swamp it. */
-export const MAX_YAML_BYTES = 1024 * 1024
+/**
+ * The most pdchaos reads from a YAML file: a deployment file is a few kB, a suite of 1000 scenarios (the most a run
+ * plans) 70-110 kB; a hostile document of this size parses in at most ~4 s idle (measured; see PARSE_DEADLINE_MS).
+ */
+export const MAX_YAML_BYTES = 256 * 1024
+
+/**
+ * Up to this size a file parses on the main thread (a deployment file is 1-3 kB): the most hostile text measured
+ * parses in ~0.3 s at load 13 on 2 cores; a larger one starts a worker (0.1 s idle, up to 0.5 s loaded).
+ */
+export const INLINE_YAML_BYTES = 4 * 1024
+
+/** A parse (in its worker) that takes longer is ended: exit 2, the file too complex (a suite of 1000: ~1 s loaded). */
+export const PARSE_DEADLINE_MS = 15_000
 
 export interface YamlFileKind {
   /** Names the file in messages: "deployment" gives "no deployment file at …". */
@@ -37,7 +57,36 @@ export async function loadYamlFile<S extends z.ZodType>(
   schema: S,
   kind: YamlFileKind,
 ): Promise<z.output<S>> {
-  return parseYamlText(await readCapped(file, kind), file, schema, kind)
+  const text = await readCapped(file, kind)
+  if (Buffer.byteLength(text, 'utf8') <= INLINE_YAML_BYTES) return parseYamlText(text, file, schema, kind)
+  return validateYaml(failed(await parseInWorker(text, file), kind), file, schema, kind)
+}
+
+/** parseYamlCore in a worker thread, ended by the command's stop (exit 3) or the deadline (exit 2). */
+async function parseInWorker(text: string, file: string): Promise<YamlParsed> {
+  try {
+    return await inWorker<YamlParsed>(
+      'deployment/yaml-worker',
+      {text, file},
+      {
+        signal: currentStop(),
+        phase: `reading ${file}`,
+        deadlineMs: PARSE_DEADLINE_MS,
+        late: () => tooComplex(file, `it took over ${PARSE_DEADLINE_MS / 1000} s to parse`),
+      },
+    )
+  } catch (error) {
+    if ((error as {code?: string}).code === 'ERR_WORKER_OUT_OF_MEMORY')
+      throw tooComplex(file, 'parsing it took more memory than any pdchaos file needs')
+    throw error
+  }
+}
+
+function tooComplex(file: string, why: string): PdError {
+  return badInput(
+    `${file}: YAML too complex: ${why}`,
+    `check that ${file} is the file you meant; pdchaos's files are plain maps and lists`,
+  )
 }
 
 /** Parse and validate YAML text; `file` only names it in errors. */
@@ -48,33 +97,27 @@ export function parseYamlText<S extends z.ZodType>(
   kind: YamlFileKind,
 ): z.output<S> {
   if (Buffer.byteLength(text, 'utf8') > MAX_YAML_BYTES) throw tooLarge(file, kind)
-  const lineCounter = new LineCounter()
-  const keys = duplicateKeyCheck()
-  const doc = parseDocument(text, {prettyErrors: false, uniqueKeys: keys.isEqual, lineCounter})
-  const first = keys.realErrors(doc.errors)[0]
-  if (first) {
-    // The position as yaml's prettyErrors computes it; the message's first line without the position it would append.
-    const at = first.pos[0] === -1 ? undefined : lineCounter.linePos(first.pos[0])
-    const where = at ? `${file}:${at.line}:${at.col}` : file
-    const cause = first.message.split('\n')[0].replace(/ at line \d+, column \d+:?$/, '')
-    throw badInput(`${where}: YAML syntax error: ${cause}`, kind.hints.syntax)
-  }
-  let data: unknown
-  try {
-    data = doc.toJS()
-  } catch (error) {
-    // An alias to an anchor not (yet) defined, or aliases that would expand the document enormously (an alias bomb).
-    throw badInput(
-      `${file}: YAML cannot be resolved: ${oneLine(error)}`,
-      'each alias (*name) must come after its anchor (&name), and aliases may not multiply the document (an alias ' +
-        'bomb)',
-    )
-  }
+  return validateYaml(failed(parseYamlCore(text, file), kind), file, schema, kind)
+}
+
+/** The parsed data, or the parse's failure as exit 2 with its suggestion. */
+function failed(parsed: YamlParsed, kind: YamlFileKind): unknown {
+  if (parsed.ok) return parsed.data
+  if (parsed.kind === 'syntax') throw badInput(parsed.message, kind.hints.syntax)
+  throw badInput(
+    parsed.message,
+    'each alias (*name) must come after its anchor (&name), and aliases may not multiply the document (an alias ' +
+      'bomb)',
+  )
+}
+
+/** Parsed YAML against the file's schema. */
+function validateYaml<S extends z.ZodType>(data: unknown, file: string, schema: S, kind: YamlFileKind): z.output<S> {
   if (data === null || data === undefined) throw badInput(`${file} is empty`, kind.hints.empty)
   const result = schema.safeParse(data)
   if (!result.success) {
     const issues = foldIssues(z.prettifyError({issues: pickUnionOptions(result.error.issues)}))
-    const lines = issues.map((issue, i) => (i === 0 ? `${file}: ${issue}` : issue))
+    const lines = shownIssues(issues).map((issue, i) => (i === 0 ? `${file}: ${issue}` : issue))
     // One line per issue, the first is the cause; ";" keeps the one-line rendering readable.
     throw badInput(
       lines.join(';\n'),
@@ -83,6 +126,15 @@ export function parseYamlText<S extends z.ZodType>(
     )
   }
   return result.data
+}
+
+/** The most issues a message shows, each cut at ISSUE_CHARS: a hostile file's 20 000 unknown keys are not echoed. */
+const MAX_ISSUES = 20
+const ISSUE_CHARS = 300
+
+function shownIssues(issues: string[]): string[] {
+  const cut = issues.slice(0, MAX_ISSUES).map(i => (i.length > ISSUE_CHARS ? `${i.slice(0, ISSUE_CHARS)}…` : i))
+  return issues.length > MAX_ISSUES ? [...cut, `and ${issues.length - MAX_ISSUES} more issue(s)`] : cut
 }
 
 /**
@@ -124,7 +176,7 @@ export function foldIssues(pretty: string): string[] {
 
 function tooLarge(file: string, kind: YamlFileKind): PdError {
   return badInput(
-    `${file} is larger than 1 MiB, the most pdchaos reads from a ${kind.what} file`,
+    `${file} is larger than ${sizeText(MAX_YAML_BYTES)}, the most pdchaos reads from a ${kind.what} file`,
     `check that ${file} is the ${kind.what} file: one is a few kB`,
   )
 }
@@ -137,40 +189,4 @@ async function readCapped(file: string, kind: YamlFileKind): Promise<string> {
     missing: {message: `no ${kind.what} file at ${file}`, suggestion: kind.hints.missing},
     notAFile: kind.hints.directory ?? `give the path of the ${kind.what} file itself (a regular file)`,
   })!
-}
-
-/**
- * yaml's own duplicate-key check (uniqueKeys: true) compares each key with every earlier key of its map: quadratic,
- * minutes on a map of 100 000 keys. This one does the same job in linear time and leaves yaml's errors exactly as they
- * were, in the same order and at the same positions: yaml asks isEqual(first key of the map, new key) before it
- * would compare the new key with the others; answering true at once makes yaml report the key as a duplicate right
- * there (one call per key), and realErrors() drops the reports of keys that were not duplicates after all. Keys are
- * equal as yaml has them by default: scalars with strictly equal values (1 and "1" differ, and so do two NaNs).
- * test/deployment/load.test.ts holds the result to yaml's own check, so a yaml upgrade that changes the protocol shows.
- */
-export function duplicateKeyCheck(): {
-  isEqual: (first: unknown, key: unknown) => boolean
-  realErrors: <E extends {code: string}>(errors: E[]) => E[]
-} {
-  const seenByMap = new Map<unknown, Set<unknown>>()
-  const verdicts: boolean[] = []
-  const comparable = (node: unknown): node is Scalar =>
-    isScalar(node) && !(typeof node.value === 'number' && Number.isNaN(node.value))
-  return {
-    isEqual(first, key) {
-      let seen = seenByMap.get(first)
-      if (!seen) {
-        seen = new Set(comparable(first) ? [first.value] : [])
-        seenByMap.set(first, seen)
-      }
-      const duplicate = comparable(key) && seen.has(key.value)
-      if (comparable(key)) seen.add(key.value)
-      verdicts.push(duplicate)
-      return true
-    },
-    realErrors(errors) {
-      let i = 0
-      return errors.filter(e => e.code !== 'DUPLICATE_KEY' || verdicts[i++] === true)
-    },
-  }
 }

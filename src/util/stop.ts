@@ -70,3 +70,23 @@ export function yielder(everyMs = 50): () => Promise<void> {
     last = performance.now()
   }
 }
+
+/** The stop of the command under way (cli/stop-signal.ts sets it), for work that is not handed a signal. */
+let current: AbortSignal | undefined
+
+/**
+ * The stop of the command under way, if any: reading a file (a large YAML parses in a worker that a stop
+ * terminates) is reached from many callers that have no signal to pass.
+ */
+export function currentStop(): AbortSignal | undefined {
+  return current
+}
+
+/** Make `signal` the current stop until the returned function restores the one before it. */
+export function setCurrentStop(signal: AbortSignal): () => void {
+  const before = current
+  current = signal
+  return () => {
+    current = before
+  }
+}

@@ -14,6 +14,8 @@ export class SteadyLoad {
   readonly sent: Sent[] = []
   private stopping = false
   private readonly controller = new AbortController()
+  /** Wakes the loop's pacing sleep: a stop never waits out an interval (500 ms by default). */
+  private readonly wake = new AbortController()
   private readonly loop: Promise<void>
 
   constructor(
@@ -34,7 +36,7 @@ export class SteadyLoad {
             promptTokens: opts.promptTokens,
           }),
         )
-        await sleep(opts.intervalMs)
+        await sleep(opts.intervalMs, this.wake.signal)
       }
     })()
   }
@@ -42,6 +44,7 @@ export class SteadyLoad {
   /** Send nothing more; requests in flight go on. */
   async stopSending(): Promise<void> {
     this.stopping = true
+    this.wake.abort()
     await this.loop
   }
 

@@ -154,13 +154,17 @@ function writeFixtures(): void {
       'scenarios:\n  - {name: one, fault: drop-dest-info}\n  - {name: "one ", fault: drop-dest-info}\n',
     'suite-double-space.yaml':
       'scenarios:\n  - {name: "a b", fault: drop-dest-info}\n  - {name: "a  b", fault: drop-dest-info}\n',
+    // Hostile YAML within the 256 KiB cap: over 4 KiB it parses in a worker (src/deployment/yaml-file.ts).
+    'hostile-errors.yaml': 'host: {kind: local}\nservices:\n' + '\t- ]\n'.repeat(10_000),
+    'hostile-deep.yaml': `services: ${'['.repeat(20_000)}${']'.repeat(20_000)}\n`,
+    'suite-hostile-keys.yaml': Array.from({length: 5000}, (_, i) => `k${i}: 1`).join('\n') + '\n',
     'suite-too-many.yaml':
       'scenarios:\n' +
       Array.from({length: 11}, (_, i) => `  - {name: s${i}, fault: drop-dest-info, repetitions: 100}`).join('\n') +
       '\n',
   }
   for (const [name, text] of Object.entries(files)) writeFileSync(at(name), text)
-  // 8 MB and 400k keys: refused at the 1 MiB cap before any parsing.
+  // 8 MB and 400k keys: refused at the 256 KiB cap before any parsing.
   writeFileSync(
     at('huge-8mb.yaml'),
     'labels:\n' + Array.from({length: 400_000}, (_, i) => `  key${i}: value${i}`).join('\n') + '\n',
@@ -198,6 +202,8 @@ function writeNotFiles(): void {
     ),
     'ssh-known-hosts-fifo.yaml': sshWith(`identityFile: ${at('good.yaml')}, knownHosts: ${at('fifo')}`),
     'fleet-fifo-member.yaml': `deployments:\n  - {name: one, deployment: fifo}\n`,
+    'fleet-device-member.yaml': `deployments:\n  - {name: one, deployment: dev-zero}\n`,
+    'ssh-known-hosts-device.yaml': sshWith(`identityFile: ${at('good.yaml')}, knownHosts: ${at('dev-zero')}`),
     'journal-time-out-of-range.json': JSON.stringify({
       pdchaos: 1,
       command: 'inject',
@@ -257,7 +263,7 @@ const CASES: Case[] = [
     name: '8 MB deployment file with 400k keys',
     args: ['status', ...c('huge-8mb.yaml')],
     exit: 2,
-    cause: /huge-8mb\.yaml is larger than 1 MiB/,
+    cause: /huge-8mb\.yaml is larger than 256 KiB/,
     withinMs: 45_000,
   },
   {
@@ -749,7 +755,7 @@ const CASES: Case[] = [
     name: 'suite 8 MB file',
     args: ['suite', '{dir}/huge-8mb.yaml', ...c('good.yaml')],
     exit: 2,
-    cause: /huge-8mb\.yaml is larger than 1 MiB/,
+    cause: /huge-8mb\.yaml is larger than 256 KiB/,
   },
   {
     name: 'suite file alias bomb',
@@ -1095,6 +1101,55 @@ const CASES: Case[] = [
     withinMs: 30_000,
   },
   {
+    name: 'a character device (as /dev/zero) as the suite file',
+    args: ['suite', '{dir}/dev-zero', ...c('good.yaml')],
+    exit: 2,
+    cause: /dev-zero is a character device, not a suite file/,
+    withinMs: 30_000,
+  },
+  {
+    name: 'a character device (as /dev/zero) as the fleet file',
+    args: ['suite', '--fleet', '{dir}/dev-zero'],
+    exit: 2,
+    cause: /dev-zero is a character device, not a fleet file/,
+    withinMs: 30_000,
+  },
+  {
+    name: "a character device (as /dev/zero) as a fleet entry's deployment file",
+    args: ['suite', '--fleet', '{dir}/fleet-device-member.yaml'],
+    exit: 2,
+    cause: /dev-zero is a character device, not a deployment file/,
+    withinMs: 30_000,
+  },
+  {
+    name: 'ssh knownHosts a character device (as /dev/zero)',
+    args: ['status', ...c('ssh-known-hosts-device.yaml')],
+    exit: 2,
+    cause: /dev-zero is a character device, not a known_hosts file/,
+    withinMs: 30_000,
+  },
+  {
+    name: 'hostile YAML: 50 kB of lines that are each an error (parsed in a worker)',
+    args: ['status', ...c('hostile-errors.yaml')],
+    exit: 2,
+    cause: /hostile-errors\.yaml:3:1: YAML syntax error: Tabs are not allowed as indentation/,
+    withinMs: 45_000,
+  },
+  {
+    name: 'hostile YAML: collections nested 20 000 deep',
+    args: ['status', ...c('hostile-deep.yaml')],
+    exit: 2,
+    cause: /hostile-deep\.yaml:1:\d+: YAML syntax error: collections nested too deeply/,
+    withinMs: 45_000,
+  },
+  {
+    name: 'hostile YAML: a suite file of 5000 unknown keys (the message names the first, not all)',
+    args: ['suite', '{dir}/suite-hostile-keys.yaml', ...c('good.yaml')],
+    exit: 2,
+    cause: /suite-hostile-keys\.yaml: \(top level\): Unrecognized keys: "k0", "k1", .{100,400}…; scenarios: /,
+    withinMs: 45_000,
+  },
+  {
     name: 'a deployment file that is not UTF-8',
     args: ['status', ...c('latin1.yaml')],
     exit: 2,
@@ -1177,6 +1232,24 @@ const CASES: Case[] = [
     args: ['suite', '--journal', '{dir}/dev-full', ...c('good.yaml')],
     exit: 2,
     cause: /--journal .*dev-full is a character device/,
+  },
+  {
+    name: 'suite --journal a socket',
+    args: ['suite', '--journal', '{dir}/sock', ...c('good.yaml')],
+    exit: 2,
+    cause: /--journal .*sock is a socket, not a regular file/,
+  },
+  {
+    name: 'suite --junit a directory',
+    args: ['suite', '--junit', '{dir}/a-dir', ...c('good.yaml')],
+    exit: 2,
+    cause: /--junit .*a-dir is a directory/,
+  },
+  {
+    name: 'suite --html a socket',
+    args: ['suite', '--html', '{dir}/sock', ...c('good.yaml')],
+    exit: 2,
+    cause: /--html .*sock is a socket, not a regular file/,
   },
   {
     name: 'restart --journal a FIFO',

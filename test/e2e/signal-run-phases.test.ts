@@ -1,5 +1,5 @@
 import {execFileSync} from 'node:child_process'
-import {existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync} from 'node:fs'
+import {appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync} from 'node:fs'
 import {tmpdir} from 'node:os'
 import {join} from 'node:path'
 
@@ -13,8 +13,9 @@ import {startCli} from './cli.js'
  * Issue 28, "signals in each phase", the phases that hold a fault (test/cli/signal-phases.test.ts has those that change
  * nothing yet): a SIGINT while inject or suite injects (packet filter, on the twin) or observes its pins is acted on at
  * once (the run says STOP and starts reverting within a second), the run exits 3, and nothing is left: no nft table of
- * the run, no armed lease, no reverter, no run lock. The exit itself waits for the revert to be verified on the host
- * (host commands): 1.2-1.4 s on this 2-core machine at load 26, so it is bounded here with a margin, not at 1 s.
+ * the run, no armed lease, no reverter, no run lock. The exit waits for the revert to be verified on the host, and is
+ * still within a second of the signal: 116-226 ms at load 6-11 (4 runs), 271-328 ms under 6 CPU burners. (It took
+ * 1.2-1.4 s at load 26 while the steady load's pacing sleep, up to 500 ms, held the run after the revert.)
  * A co-restart's pin watch (nothing held) is stopped and exits within a second, naming what was restarted.
  */
 
@@ -57,7 +58,13 @@ async function interruptAt(
   })
   const r = await cli.done
   clearTimeout(killer)
-  return {code: r.code, stderr: r.stderr, exitMs: performance.now() - sent, stopMs, revertMs}
+  const exitMs = performance.now() - sent
+  // BENCHMARKS: the signal-to-exit time of each phase, one JSON line per run, when asked for.
+  if (process.env.PDCHAOS_SIGNAL_TIMES) {
+    const line = {what: `${args.join(' ')} at ${phase.source}`, code: r.code, ms: exitMs, stopMs, revertMs}
+    appendFileSync(process.env.PDCHAOS_SIGNAL_TIMES, JSON.stringify(line) + '\n')
+  }
+  return {code: r.code, stderr: r.stderr, exitMs, stopMs, revertMs}
 }
 
 function expectNothingLeft(stderr: string): void {
@@ -93,7 +100,7 @@ describe('signals while a fault is held (issue 28): acted on at once, exit 3, no
     expect(r.code, r.stderr).toBe(3)
     expect(r.stopMs, r.stderr).toBeLessThan(1000)
     expect(r.revertMs, r.stderr).toBeLessThan(1000)
-    expect(r.exitMs, r.stderr).toBeLessThan(10_000)
+    expect(r.exitMs, r.stderr).toBeLessThan(1000)
     expectNothingLeft(r.stderr)
   }, 120_000)
 
@@ -102,7 +109,7 @@ describe('signals while a fault is held (issue 28): acted on at once, exit 3, no
     expect(r.code, r.stderr).toBe(3)
     expect(r.stopMs, r.stderr).toBeLessThan(1000)
     expect(r.revertMs, r.stderr).toBeLessThan(1000)
-    expect(r.exitMs, r.stderr).toBeLessThan(10_000)
+    expect(r.exitMs, r.stderr).toBeLessThan(1000)
     expectNothingLeft(r.stderr)
   }, 120_000)
 
@@ -114,7 +121,7 @@ describe('signals while a fault is held (issue 28): acted on at once, exit 3, no
     expect(r.code, r.stderr).toBe(3)
     expect(r.stopMs, r.stderr).toBeLessThan(1000)
     expect(r.revertMs, r.stderr).toBeLessThan(1000)
-    expect(r.exitMs, r.stderr).toBeLessThan(10_000)
+    expect(r.exitMs, r.stderr).toBeLessThan(1000)
     expect(JSON.parse(readFileSync(journal, 'utf8'))).toMatchObject({stopped: {reason: 'interrupted (SIGINT)'}})
     expectNothingLeft(r.stderr)
   }, 120_000)

@@ -1,11 +1,11 @@
 import {execFileSync, spawnSync} from 'node:child_process'
-import {chmodSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync} from 'node:fs'
+import {chmodSync, mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync, truncateSync, writeFileSync} from 'node:fs'
 import {tmpdir} from 'node:os'
 import {join} from 'node:path'
 
 import {afterAll, describe, expect, it} from 'vitest'
 
-import {findUnsafe, SAFE_SH, UNSAFE_EXIT} from '../../src/faults/lease/host-safety.js'
+import {findUnsafe, MAX_LEASE_FILE_BYTES, SAFE_SH, UNSAFE_EXIT} from '../../src/faults/lease/host-safety.js'
 
 /** The host-side checks (issue 12, S1) run by a real sh, as this user: what others could write is refused. */
 
@@ -90,4 +90,52 @@ describe('host-side safety checks', () => {
         .map(l => findUnsafe(l)?.path),
     ).toEqual([join(dir, 'x'), join(dir, 'z')])
   })
+
+  it(
+    'refuses a lease file that is a FIFO (at once: never opened), a private device node or over 1 MiB; a large ' +
+      'log is fine',
+    () => {
+      const dir = join(root, 'nodes')
+      expect(run('pd_make "$1"', dir).code).toBe(0)
+      const leases = join(dir, 'leases')
+      execFileSync('mkfifo', ['-m', '600', join(leases, 'fifo.json')])
+      const t0 = performance.now()
+      const fifo = run('pd_safe_lease "$1/leases" fifo && cat "$1/leases/fifo.json"', dir)
+      expect(fifo.code).toBe(UNSAFE_EXIT)
+      expect(fifo.finding).toMatchObject({
+        path: join(leases, 'fifo.json'),
+        why: 'is a FIFO (named pipe), not a regular file',
+      })
+      expect(performance.now() - t0, 'refused by its listing, never opened (a cat would block)').toBeLessThan(5000)
+      // An oversize claim: one byte over the cap is refused, naming its size; at the cap it passes.
+      writeFileSync(join(leases, 'big.claim'), '', {mode: 0o600})
+      truncateSync(join(leases, 'big.claim'), MAX_LEASE_FILE_BYTES + 1)
+      expect(run('pd_safe_lease "$1/leases" big', dir).finding).toMatchObject({
+        path: join(leases, 'big.claim'),
+        why: `is larger than 1 MiB (${MAX_LEASE_FILE_BYTES + 1} bytes), more than a lease or lock file ever holds`,
+      })
+      truncateSync(join(leases, 'big.claim'), MAX_LEASE_FILE_BYTES)
+      expect(run('pd_safe_lease "$1/leases" big', dir).code).toBe(0)
+      // A lease's log is appended, never read: its size is not held against it.
+      writeFileSync(join(leases, 'log.log'), '', {mode: 0o600})
+      truncateSync(join(leases, 'log.log'), 2 * MAX_LEASE_FILE_BYTES)
+      expect(run('pd_safe_lease "$1/leases" log', dir).code).toBe(0)
+    },
+  )
+
+  it.skipIf(process.getuid?.() !== 0)(
+    'refuses a lease file that is a character device (a private node made with mknod in a temp dir), by its name',
+    () => {
+      const dir = join(root, 'device')
+      expect(run('pd_make "$1"', dir).code).toBe(0)
+      const node = join(dir, 'leases', 'dev.revert.sh')
+      // A private copy of /dev/full's numbers: the system's own node is never touched.
+      execFileSync('mknod', ['-m', '600', node, 'c', '1', '7'])
+      expect(statSync(node).isCharacterDevice()).toBe(true)
+      expect(run('pd_safe_lease "$1/leases" dev', dir).finding).toMatchObject({
+        path: node,
+        why: 'is a character device, not a regular file',
+      })
+    },
+  )
 })

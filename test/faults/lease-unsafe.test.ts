@@ -10,6 +10,7 @@ import {
   rmSync,
   statSync,
   symlinkSync,
+  truncateSync,
   writeFileSync,
 } from 'node:fs'
 import {tmpdir} from 'node:os'
@@ -19,6 +20,7 @@ import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
 import {PdError} from '../../src/errors.js'
 import {acquireHostLock} from '../../src/faults/lease/host-lock.js'
+import {MAX_LEASE_FILE_BYTES} from '../../src/faults/lease/host-safety.js'
 import {createLease, listLeases, revertLease} from '../../src/faults/lease/lease.js'
 import {recoverAll} from '../../src/faults/lease/recover.js'
 import {LocalHost} from '../../src/hosts/local-host.js'
@@ -202,6 +204,44 @@ describe.skipIf(skip)('planted leases and unsafe state dirs are refused (issue 1
     expect(o.why).toContain('evil-2.revert.sh (owner root, uid 0) is a symbolic link')
     expect(existsSync(pwned)).toBe(false)
   })
+
+  it(
+    'a lease file that is a FIFO or larger than 1 MiB: recover refuses each by name, at once (never opened), exit ' +
+      "2; our own lease is reverted; a revert of the FIFO's lease refuses it too",
+    async () => {
+      const {dir, pwned} = freshCase('nodes')
+      mkdirSync(join(dir, 'leases', 'done'), {recursive: true, mode: 0o700})
+      chmodSync(dir, 0o700)
+      const leases = join(dir, 'leases')
+      // Private nodes in this test's own temp dir: a FIFO no writer will ever open, and a sparse 1 MiB + 1 file.
+      execFileSync('mkfifo', ['-m', '600', join(leases, 'fifo-1.json')])
+      writeFileSync(join(leases, 'fifo-1.revert.sh'), `id -u > ${pwned}\n`, {mode: 0o600})
+      writeFileSync(join(leases, 'big-1.json'), '', {mode: 0o600})
+      truncateSync(join(leases, 'big-1.json'), MAX_LEASE_FILE_BYTES + 1)
+      const mark = join(root, 'nodes.ours')
+      const ours = await createLease(host, dir, {
+        fault: 'drop-dest-info',
+        ttlMs: 60_000,
+        revert: [['touch', mark]],
+        command: 'test',
+      })
+      const r = await runCli(['recover', '-c', deploymentFile(dir), '--all'], {timeoutMs: 60_000})
+      expect(r.code, r.stdout + r.stderr).toBe(2)
+      expect(r.ms, 'nothing blocked on the FIFO').toBeLessThan(30_000)
+      expect(r.stdout).toContain(`reverted  ${ours.id}`)
+      expect(r.stdout).toContain(`${join(leases, 'fifo-1.json')} (owner root, uid 0) is a FIFO (named pipe), not a`)
+      expect(r.stdout).toMatch(
+        new RegExp(`big-1\\.json \\(owner root, uid 0\\) is larger than 1 MiB \\(${MAX_LEASE_FILE_BYTES + 1} bytes\\)`),
+      )
+      expectOneLineRefusal(r.stderr, 'refusing 2 lease file(s)')
+      expect(existsSync(mark), 'our own lease is reverted').toBe(true)
+      // The reverter asked for the FIFO's lease directly refuses it by the same check, and runs nothing.
+      const direct = await revertLease(host, dir, 'fifo-1', 'recover').catch((e: unknown) => e)
+      expect((direct as PdError).code).toBe('E_UNSAFE_STATE_DIR')
+      expect((direct as PdError).message).toContain('fifo-1.json (owner root, uid 0) is a FIFO (named pipe)')
+      expect(existsSync(pwned), "the FIFO lease's script ran").toBe(false)
+    },
+  )
 
   it('inject and the run lock refuse an unsafe state dir before writing anything; / is never a state dir', async () => {
     const {dir} = freshCase('inject')

@@ -3,7 +3,8 @@ import {describe, expect, it} from 'vitest'
 import {PdError} from '../../src/errors.js'
 import {expand, planBatches, planBatchesInTurns} from '../../src/suite/planner.js'
 import {MAX_PLANNED_SCENARIOS, SuiteSchema} from '../../src/suite/suite-file.js'
-import {abortable, stoppedError, throwIfStopped} from '../../src/util/stop.js'
+import {withStopSignal} from '../../src/cli/stop-signal.js'
+import {abortable, currentStop, stoppedError, throwIfStopped} from '../../src/util/stop.js'
 
 describe("the run's stop (issue 28: every phase hears it)", () => {
   it('abortable: the work, or exit 3 naming the phase as soon as the signal aborts', async () => {
@@ -75,5 +76,24 @@ describe("the run's stop (issue 28: every phase hears it)", () => {
       ],
     })
     expect(spaced.error?.issues[0]?.message).toBe('duplicate scenario name "a  b" (reads as "a b")')
+  })
+
+  it("the command's stop is currentStop() while it runs (readers handed no signal see it), and only then", async () => {
+    expect(currentStop()).toBeUndefined()
+    let seen: AbortSignal | undefined
+    await withStopSignal(async ({signal, stop}) => {
+      seen = currentStop()
+      expect(seen).toBe(signal)
+      stop('halted (halt file)')
+    })
+    expect(seen?.aborted).toBe(true)
+    expect(seen?.reason).toBe('halted (halt file)')
+    expect(currentStop(), 'restored when the command ends').toBeUndefined()
+    await expect(
+      withStopSignal(async () => {
+        throw new Error('boom')
+      }),
+    ).rejects.toThrow('boom')
+    expect(currentStop(), 'restored when the command throws').toBeUndefined()
   })
 })

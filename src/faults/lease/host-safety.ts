@@ -9,7 +9,9 @@ import {ExitCode} from '../../exit-codes.js'
  *   - is a symbolic link,
  *   - is not owned by the user the script runs as, or by root,
  *   - can be written by group or others (a world-writable sticky dir such as /tmp is allowed above the state dir:
- *     others cannot rename or remove what is ours there), or carries an ACL (the state dir and its files only).
+ *     others cannot rename or remove what is ours there), or carries an ACL (the state dir and its files only),
+ *   - (a file) is not a regular file (a FIFO would block the script reading it, a device act or never end), or is
+ *     larger than MAX_LEASE_FILE_BYTES.
  * Checks happen on the host, in the same shell that then acts, and the state dir and everything it holds belong to
  * us and are writable by nobody else once checked, so nothing can be swapped between the check and its use.
  *
@@ -17,9 +19,17 @@ import {ExitCode} from '../../exit-codes.js'
  */
 export const UNSAFE_EXIT = 13
 
+/**
+ * The most a lease file, a claim or the run lock may hold (each is a few hundred bytes; a revert script a few kB).
+ * A larger one is refused like an unsafe one, before any script reads it; a lease's log (appended, never read) is
+ * not held to it.
+ */
+export const MAX_LEASE_FILE_BYTES = 1024 * 1024
+
 // Few processes: one ls per group of paths (a fork costs tens of ms on a loaded host), the rest shell builtins.
 export const SAFE_SH =
   "pd_tab='\t'\n" +
+  `pd_max=${MAX_LEASE_FILE_BYTES}\n` +
   String.raw`pd_refuse() {
   pd_on=? pd_ou=?
   read -r _ _ pd_on _ <<PDEOF
@@ -40,15 +50,25 @@ pd_scan() {
   [ $# -gt 0 ] || return 0
   pd_ls=$(LC_ALL=C ls -ldn -- "$@" 2>/dev/null)
   pd_seen=0 pd_bad=0
-  while read -r pd_m _ pd_u _ _ _ _ _ pd_n; do
+  while read -r pd_m _ pd_u _ pd_sz _ _ _ pd_n; do
     [ -n "$pd_m" ] || continue
     pd_seen=$((pd_seen + 1)) pd_why=
+    # A device lists "major, minor" where a size stands: one word more before the name.
+    case $pd_m in [cb]*) pd_n=${'${pd_n#* }'} pd_sz=;; esac
     pd_n=${'${pd_n%% -> *}'}
     pd_kind=$pd_k
     if [ "$pd_k" = t ]; then case $pd_n in "$pd_sd"|"$pd_sd"/*) pd_kind=d;; *) pd_kind=a;; esac; fi
     case $pd_kind:$pd_m in
       ?:l*) pd_why="is a symbolic link";;
-      d:d*|a:d*|f:-*) ;;
+      d:d*|a:d*) ;;
+      # Read by these scripts (sed, cat, sh): never a node that blocks (a FIFO), acts (a device) or has no end.
+      f:-*) case $pd_n in *.log) ;; *) [ "$pd_sz" -le "$pd_max" ] 2>/dev/null ||
+        pd_why="is larger than 1 MiB ($pd_sz bytes), more than a lease or lock file ever holds";; esac;;
+      f:p*) pd_why="is a FIFO (named pipe), not a regular file";;
+      f:c*) pd_why="is a character device, not a regular file";;
+      f:b*) pd_why="is a block device, not a regular file";;
+      f:s*) pd_why="is a socket, not a regular file";;
+      f:d*) pd_why="is a directory, not a regular file";;
       f:*) pd_why="is not a regular file";;
       *) pd_why="is not a directory";;
     esac
