@@ -39,7 +39,7 @@ const sleep = (ms: number) => new Promise(r => setTimeout(r, ms))
 
 async function faultsOnHost(host: TestHost): Promise<{tables: number; activeLeases: string[]}> {
   const nft = await host.netns.run(['nft', 'list', 'tables'], {reject: false})
-  const dir = join(host.stateDir, 'leases')
+  const dir = join(host.leaseStateDir, 'leases')
   const activeLeases = existsSync(dir) ? readdirSync(dir).filter(f => f.endsWith('.json')) : []
   return {tables: (nft.stdout.match(/pdchaos_/g) ?? []).length, activeLeases}
 }

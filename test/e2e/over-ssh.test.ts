@@ -28,7 +28,7 @@ async function assertHostClean(): Promise<void> {
   expect(nft.stdout).not.toMatch(/pdchaos/)
   const ipt = await host.netns.run(['iptables-save'], {reject: false})
   expect(ipt.stdout).not.toMatch(/PDCHAOS/)
-  const leases = join(host.stateDir, 'leases')
+  const leases = join(host.leaseStateDir, 'leases')
   const active = existsSync(leases)
     ? readdirSync(leases).filter(f => f.endsWith('.json') || f.endsWith('.revert.sh'))
     : []

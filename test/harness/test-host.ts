@@ -91,6 +91,8 @@ export interface TestHost {
   deploymentFile: string
   /** The twin's state dir (inside the namespace's view of the shared filesystem). */
   stateDir: string
+  /** The deployment's stateDir: where pdchaos keeps its leases, lock and halt file on this host (not the twin's). */
+  leaseStateDir: string
   twin?: TwinInfo
   /** The host's sshd (killAll() cuts every SSH connection to it, as a lost host does). */
   sshd: Sshd
@@ -292,7 +294,20 @@ export async function createTestHost(opts: TestHostOptions = {}): Promise<TestHo
     const deploymentFile = join(dir, 'pdchaos.yaml')
     writeFileSync(deploymentFile, toYaml(deployment))
 
-    return {token, dir, netns, ssh, sshd, hostConfig, deploymentFile, stateDir, twin, sshRun, destroy}
+    return {
+      token,
+      dir,
+      netns,
+      ssh,
+      sshd,
+      hostConfig,
+      deploymentFile,
+      stateDir,
+      leaseStateDir: leaseDir,
+      twin,
+      sshRun,
+      destroy,
+    }
   } catch (error) {
     await destroy()
     throw error

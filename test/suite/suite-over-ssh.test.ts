@@ -33,7 +33,7 @@ async function assertHostClean(h: TestHost): Promise<void> {
   expect(nft.stdout).not.toMatch(/pdchaos/)
   const ipt = await h.netns.run(['iptables-save'], {reject: false})
   expect(ipt.stdout).not.toMatch(/PDCHAOS/)
-  const leases = join(h.stateDir, 'leases')
+  const leases = join(h.leaseStateDir, 'leases')
   const active = existsSync(leases)
     ? readdirSync(leases).filter(f => f.endsWith('.json') || f.endsWith('.revert.sh'))
     : []
