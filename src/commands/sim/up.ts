@@ -13,6 +13,7 @@ import {
 } from '../../cli/sim-flags.js'
 import {layoutFlags, layoutUpOptions} from '../../cli/layout-flags.js'
 import {simUp} from '../../cli/twin.js'
+import {vllmSimUp, vllmUpFlags} from '../../cli/vllm-twin.js'
 import type {SimUpResult} from '../../sim/lifecycle/index.js'
 import {BUG_NAMES} from '../../sim/sim-config.js'
 
@@ -147,10 +148,12 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
     ...lagFlags,
     ...layoutFlags,
     ...routerFlags,
+    ...vllmUpFlags,
   }
 
   async run(): Promise<Omit<SimUpResult, 'config'>> {
     const f = this.flags
+    if (f.engine === 'vllm') return (await vllmSimUp(f, l => this.log(l))) as unknown as Omit<SimUpResult, 'config'>
     const spinner = this.spinner('Starting the twin')
     let result: SimUpResult
     try {
