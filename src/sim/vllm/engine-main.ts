@@ -38,24 +38,23 @@ mkdirSync(dirname(truthFile), {recursive: true})
 const truth = new TruthLog(truthFile, role)
 const counters = new EngineCounters()
 
-function startWorkers(): ReturnType<typeof fork>[] {
-  const titles = ['VLLM::EngineCore', ...(c.tp > 1 ? Array.from({length: c.tp}, (_, k) => `VLLM::Worker_TP${k}`) : [])]
-  return titles.map(title => {
-    const {command, args} = entryArgv(
-      sibling(import.meta.url, 'worker-main'),
-      '--title',
-      title,
-      '--state-dir',
-      stateDir!,
-    )
-    const viaTsx = args[0] === '--import'
-    const execArgv = viaTsx ? ['--import', import.meta.resolve('tsx')] : []
-    const [file, ...rest] = viaTsx ? args.slice(2) : args
-    return fork(file!, rest, {execPath: command, execArgv, stdio: 'inherit'})
-  })
+/** The engine core (and under it, at TP above 1, one worker per rank: vLLM's MultiprocExecutor). */
+function startEngineCore(): ReturnType<typeof fork> {
+  const workers = c.tp > 1 ? ['--workers', String(c.tp)] : []
+  const {command, args} = entryArgv(sibling(import.meta.url, 'worker-main'), '--title', 'VLLM::EngineCore', ...workers)
+  const viaTsx = args[0] === '--import'
+  const execArgv = viaTsx ? ['--import', import.meta.resolve('tsx')] : []
+  const [file, ...rest] = viaTsx ? args.slice(2) : args
+  return fork(file!, rest, {execPath: command, execArgv, stdio: 'inherit'})
 }
 
-const workers = startWorkers()
+const workers = [startEngineCore()]
+/** The engine core's own workers' pids, once it has started them. */
+const workerPids = new Promise<number[]>(resolve =>
+  workers[0]!.on('message', (m: {t?: string; pids?: number[]}) => {
+    if (m?.t === 'pids') resolve(m.pids ?? [])
+  }),
+)
 let loop: EngineLoop | undefined
 const wake = (): void => loop?.wake()
 const prefill = new PrefillSide(c, counters, truth, wake)
@@ -152,7 +151,8 @@ async function main(): Promise<void> {
   vlog('APIServer', 'INFO', 'api_server.py', `Starting vLLM API server 0 on http://${c.host}:${c.ports[role!]}`)
   writeJsonAtomic(vllmPaths(stateDir!).service(role!), {
     pid: process.pid,
-    workerPids: workers.map(w => w.pid),
+    // The engine core, then its TP workers (none at TP 1: the worker runs inside the engine core).
+    workerPids: [workers[0]!.pid, ...(await workerPids)],
     port: c.ports[role!],
     sideChannelPort: c.sideChannel[role!],
     dataPort: role === 'prefill' ? c.ports.prefillData : c.ports.decodeData,
