@@ -89,7 +89,7 @@ function get(url: string, timeoutMs: number): Promise<number> {
 export const vllmHealthUrl = (c: VllmTwinConfig, s: Service): string =>
   s === 'router' ? `${vllmEndpoints(c).router}/healthcheck` : `${vllmEndpoints(c)[s]}/health`
 
-async function waitHealthy(c: VllmTwinConfig, s: Service, ref: ProcRef, deadline: number): Promise<void> {
+export async function waitVllmHealthy(c: VllmTwinConfig, s: Service, ref: ProcRef, deadline: number): Promise<void> {
   for (;;) {
     if (!isSameProcess(ref)) throw unavailable(`${s} exited while starting`, `read ${vllmPaths(c.stateDir).log(s)}`)
     const file = readJson<{pid: number}>(vllmPaths(c.stateDir).service(s))
@@ -101,6 +101,13 @@ async function waitHealthy(c: VllmTwinConfig, s: Service, ref: ProcRef, deadline
       )
     await new Promise(r => setTimeout(r, 50))
   }
+}
+
+/** Start one service detached (its own process group), logging to DIR/logs/<service>.log. */
+export function startVllmService(c: VllmTwinConfig, s: Service): ProcRef {
+  const {command, args} = vllmServiceArgv(c, s)
+  const env = {...process.env, ...(s === 'router' ? {} : serverEnv(c, s))}
+  return spawnDetached(command, args, {env, logFile: vllmPaths(c.stateDir).log(s), cwd: packageRoot})
 }
 
 /** The deployment file (pdchaos.yaml) of a vLLM twin: `engine: vllm`, the services, and the lease as launched. */
@@ -172,15 +179,13 @@ export async function vllmUp(options: VllmUpOptions): Promise<VllmUpResult> {
     const deadline = Date.now() + (options.waitS ?? VLLM_DEFAULTS.waitS) * 1000
     const refs: Partial<Record<Service, ProcRef>> = {}
     for (const s of ['prefill', 'decode', 'router'] as const) {
-      const {command, args} = vllmServiceArgv(c, s)
-      const env = {...process.env, ...(s === 'router' ? {} : serverEnv(c, s))}
-      const ref = spawnDetached(command, args, {env, logFile: vllmPaths(c.stateDir).log(s), cwd: packageRoot})
+      const ref = startVllmService(c, s)
       started.push([s, ref])
       refs[s] = ref
       lock.services[s] = ref
       writeLock(c.stateDir, lock)
     }
-    for (const s of ['prefill', 'decode', 'router'] as const) await waitHealthy(c, s, refs[s]!, deadline)
+    for (const s of ['prefill', 'decode', 'router'] as const) await waitVllmHealthy(c, s, refs[s]!, deadline)
     const header = `# Written by \`pdchaos sim up\` for the twin in ${c.stateDir}. Rewritten on every up.\n`
     writeFileSync(sp.deploymentFile, header + stringify(vllmDeployment(c)))
     lock.owner = {pid: 0, start: ''}
