@@ -173,6 +173,34 @@ describe('vLLM twin (lease, fixed reaper)', () => {
     expect(await twin.metric('vllm:nixl_num_kv_expired_reqs_total')).toBe(before + 1)
   }, 30_000)
 
+  it('a client abort during the READ: D stops heartbeating, P frees when the READ completes, before the lease', async () => {
+    const p = await twin.prefillOnly('abort-read')
+    const granted = twin.event('cmpl-abort-read-0', 'granted')!
+    const prefillPid = (JSON.parse(readFileSync(join(twin.dir, 'services', 'prefill.json'), 'utf8')) as {pid: number})
+      .pid
+    const client = new AbortController()
+    process.kill(prefillPid, 'SIGSTOP') // P serves no bytes: D's READ hangs
+    try {
+      const answer = fetch(`${twin.url('decode')}/v1/completions`, {
+        method: 'POST',
+        headers: {'content-type': 'application/json', 'x-request-id': 'abort-read'},
+        body: JSON.stringify({model: 'm', prompt: 'x', max_tokens: 2, kv_transfer_params: p.kv_transfer_params}),
+        signal: client.signal,
+      }).catch(() => 'aborted')
+      const dEvent = (ev: string) => twin.truth('decode').find(e => e.rid === 'cmpl-abort-read-0' && e.event === ev)
+      await waitFor('D starts the READ', () => dEvent('read-start'), 5000)
+      client.abort()
+      expect(await answer).toBe('aborted')
+      const aborted = await waitFor('D aborts', () => dEvent('aborted'), 5000)
+      expect(aborted.detail?.during).toBe('reading')
+    } finally {
+      process.kill(prefillPid, 'SIGCONT')
+    }
+    const freed = await waitFor('P frees', () => twin.event('cmpl-abort-read-0', 'freed'), 5000)
+    expect(freed.detail?.cause).toBe('read-notified')
+    expect(freed.t - granted.t).toBeLessThan(LEASE_S * 1000)
+  }, 30_000)
+
   it('heartbeats keep the head pinned, and the sweep still frees the expired lease behind it', async () => {
     await twin.prefillOnly('head-a')
     await twin.prefillOnly('behind-a')

@@ -29,6 +29,8 @@ interface Req extends DecodeJob {
   lastProgressMs: number
   readDone?: boolean
   readError?: string
+  /** The client went away while the READ was in flight: the READ goes on, nobody is answered. */
+  aborted?: boolean
 }
 
 interface Peer {
@@ -66,18 +68,27 @@ export class DecodeSide {
     this.wake()
   }
 
-  /** The client went away before the answer: the engine aborts the request. */
+  /**
+   * The client went away before the answer: the engine aborts the request, and `request_finished` stops its
+   * heartbeats. Not yet reading: D's worker notifies P at once so P frees (pull_scheduler.py `request_finished`:
+   * "we must add empty block_ids to _reqs_need_recv so that our worker side will notify and free blocks in the
+   * prefill instance"). Reading: the notification rides on the READ itself (pull_worker.py `_read_blocks` posts it
+   * with the transfer), so P hears of it when the READ completes; a READ that never completes leaves P's blocks to
+   * the lease, no longer renewed.
+   */
   abort(id: string): void {
     const r = this.reqs.get(id)
-    if (!r || r.status === 'done') return
+    if (!r || r.status === 'done' || r.aborted) return
     const during = r.status
-    r.sock?.destroy()
-    this.reqs.delete(id)
     this.k.success.abort = (this.k.success.abort ?? 0) + 1
     this.truth.record(id, null, 'aborted', {detail: {during, remoteId: r.remoteId}})
-    // An abort before the KV arrived frees P's blocks by a notification (pull_scheduler.py `request_finished`:
-    // "we must add empty block_ids to _reqs_need_recv so that our worker side will notify and free blocks").
-    if (during === 'waiting' || during === 'reading') this.notify(r, 'abort')
+    if (during === 'reading') {
+      r.aborted = true
+      return
+    }
+    this.reqs.delete(id)
+    r.status = 'done'
+    if (during === 'waiting') this.notify(r, 'abort')
     this.wake()
   }
 
@@ -106,7 +117,8 @@ export class DecodeSide {
 
   private notify(r: Req, why: 'read' | 'abort'): void {
     const p = this.peer(r.host, r.port)
-    const msg = {t: 'NOTIF', msg: r.remoteId, why}
+    // vLLM's notification: "<remote request id>:<consumers>" (pull_worker.py `_read_blocks`, `notif_id`).
+    const msg = {t: 'NOTIF', msg: `${r.remoteId}:1`, why}
     if (p.meta) writeLine(p.sock, msg)
     else p.queued.push(msg)
     this.truth.record(r.id, null, 'notified', {detail: {remoteId: r.remoteId, why}})
@@ -138,7 +150,7 @@ export class DecodeSide {
     if (this.c.lease.mode === 'legacy') return
     const byPeer = new Map<string, Req[]>()
     for (const r of this.reqs.values())
-      if (r.status === 'waiting' || r.status === 'reading') {
+      if (!r.aborted && (r.status === 'waiting' || r.status === 'reading')) {
         const key = `${r.host}:${r.port}`
         byPeer.set(key, [...(byPeer.get(key) ?? []), r])
       }
@@ -190,6 +202,11 @@ export class DecodeSide {
     r.sock = undefined
     this.truth.record(r.id, null, 'read-done', {detail: {remoteId: r.remoteId, bytes: r.got}})
     this.notify(r, 'read')
+    if (r.aborted) {
+      r.status = 'done'
+      this.reqs.delete(r.id)
+      return
+    }
     r.status = 'running'
     const ms = r.maxTokens * this.c.decodeMsPerToken
     setTimeout(() => this.finish(r), ms)
@@ -203,6 +220,7 @@ export class DecodeSide {
     this.truth.record(r.id, null, 'read-failed', {detail: {remoteId: r.remoteId, why}})
     this.reqs.delete(r.id)
     r.status = 'done'
+    if (r.aborted) return
     this.k.success.error = (this.k.success.error ?? 0) + 1
     r.answer(500, errorBody(`KV load failed for request ${r.id}: ${why}`, 'InternalServerError', 500))
   }

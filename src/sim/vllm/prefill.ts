@@ -163,7 +163,8 @@ export class PrefillSide {
           this.truth.record(r.id, null, 'heartbeat', {detail: {fromMs: r.fromMs, toMs: r.toMs}})
         continue
       }
-      const id = msg
+      // "<request id>:<consumers>": every consumer here is one D worker, so one notification frees.
+      const id = msg.includes(':') ? msg.slice(0, msg.lastIndexOf(':')) : msg
       if (this.leases.release(id)) this.free(id, why === 'abort' ? 'abort-notified' : 'read-notified')
       else
         vlog(
