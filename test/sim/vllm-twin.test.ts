@@ -50,11 +50,12 @@ class Twin {
   side = 0
   up = false
 
-  async start(bugs: string[]): Promise<void> {
+  async start(bugs: string[], extra: string[] = []): Promise<void> {
     ;({base: this.base, side: this.side} = await freeBase())
     const args = ['sim', 'up', '--engine', 'vllm', '--state-dir', this.dir, '--base-port', String(this.base)]
     args.push('--side-channel-port', String(this.side), '--kv-lease-duration', String(LEASE_S), '--vllm-tp', '2')
     for (const b of bugs) args.push('--vllm-bug', b)
+    args.push(...extra)
     await run(process.execPath, [CLI, ...args], {timeout: 60_000})
     this.up = true
   }
@@ -237,4 +238,40 @@ describe('vLLM twin with --vllm-bug reaper-head-block (#58222)', () => {
     expect(behind.t - grantedBehind.t).toBeGreaterThan(LEASE_S * 1000 + 2000)
     expect(Math.abs(behind.t - head.t)).toBeLessThan(SLACK_MS) // freed in the same sweep as the head
   }, 40_000)
+})
+
+describe('vLLM twin with --vllm-bug no-renew (#53095)', () => {
+  const twin = new Twin()
+  beforeAll(() => twin.start(['no-renew']), 90_000)
+  afterAll(() => twin.stop(), 60_000)
+
+  it('frees a heartbeated request at its initial lease: the heartbeats arrive and renew nothing', async () => {
+    await twin.prefillOnly('hb-lost')
+    const granted = twin.event('cmpl-hb-lost-0', 'granted')!
+    const beats = heartbeat(twin.side, 'cmpl-hb-lost-0', 8)
+    const freed = await waitFor('expiry', () => twin.event('cmpl-hb-lost-0', 'freed'), 15_000)
+    await beats
+    expect(freed.detail?.cause).toBe('lease-expired')
+    expect(freed.t - granted.t).toBeLessThan(LEASE_S * 1000 + SLACK_MS)
+    expect(twin.truth('prefill').some(e => e.rid === 'cmpl-hb-lost-0' && e.event === 'heartbeat-dropped')).toBe(true)
+  }, 40_000)
+})
+
+describe('vLLM twin with --vllm-bug no-lease (legacy VLLM_NIXL_ABORT_REQUEST_TIMEOUT)', () => {
+  const twin = new Twin()
+  beforeAll(() => twin.start(['no-lease'], ['--abort-request-timeout', '3']), 90_000)
+  afterAll(() => twin.stop(), 60_000)
+
+  it('frees at the fixed timeout with the legacy log line', async () => {
+    await twin.prefillOnly('legacy')
+    const granted = twin.event('cmpl-legacy-0', 'granted')!
+    expect(granted.detail).toMatchObject({mode: 'legacy', ttlS: 3})
+    const freed = await waitFor('timeout', () => twin.event('cmpl-legacy-0', 'freed'), 10_000)
+    expect(freed.detail?.cause).toBe('legacy-timeout')
+    expect(freed.t - granted.t).toBeGreaterThanOrEqual(3000)
+    expect(freed.t - granted.t).toBeLessThan(3000 + SLACK_MS)
+    expect(twin.log('prefill')).toContain(
+      'Releasing expired KV blocks for request cmpl-legacy-0 which were retrieved by 0 decode worker(s) within 3 seconds.',
+    )
+  }, 30_000)
 })

@@ -98,9 +98,13 @@ export class DecodeSide {
     if (p && !p.sock.destroyed) return p
     const sock = net.connect({host, port})
     const peer: Peer = {sock, queued: []}
-    sock.on('error', () => undefined)
+    let cause = 'connection closed'
+    sock.on('error', e => {
+      cause = e.message
+    })
     sock.on('close', () => {
       if (this.peers.get(key) === peer) this.peers.delete(key)
+      if (!peer.meta) this.handshakeFailed(key, cause)
     })
     sock.on('connect', () => writeLine(sock, {t: 'GET_META'}))
     onLines(sock, m => {
@@ -113,6 +117,25 @@ export class DecodeSide {
     p = peer
     this.peers.set(key, p)
     return p
+  }
+
+  /**
+   * The handshake with a P failed (refused, or closed before its metadata came): each request waiting on it fails
+   * (base_worker.py `_background_nixl_handshake` → `request_ready` → `_log_failure(failure_type="handshake_failed")`),
+   * which ends its heartbeats; P's blocks go at lease expiry.
+   */
+  private handshakeFailed(key: string, cause: string): void {
+    vlog(
+      'EngineCore_DP0',
+      'ERROR',
+      'base_worker.py:_background_nixl_handshake',
+      `NIXL handshake with ${key} failed: ${cause}`,
+    )
+    for (const r of [...this.reqs.values()])
+      if (r.status === 'waiting' && `${r.host}:${r.port}` === key) {
+        r.readError = `handshake_failed: ${cause}`
+        this.readFailed(r, false)
+      }
   }
 
   private notify(r: Req, why: 'read' | 'abort'): void {
@@ -213,8 +236,8 @@ export class DecodeSide {
   }
 
   /** kv_load_failure_policy=fail (the default): the request fails; P's blocks go at lease expiry. */
-  private readFailed(r: Req): void {
-    this.k.failedTransfers++
+  private readFailed(r: Req, transfer = true): void {
+    if (transfer) this.k.failedTransfers++
     const why = r.readError ?? `short read (${r.got} of ${r.want} bytes)`
     vlog('EngineCore_DP0', 'ERROR', 'base_worker.py:_pop_done_transfers', `NIXL transfer failed for ${r.id}: ${why}`)
     this.truth.record(r.id, null, 'read-failed', {detail: {remoteId: r.remoteId, why}})
