@@ -31,6 +31,8 @@ interface Req extends DecodeJob {
   readError?: string
   /** The client went away while the READ was in flight: the READ goes on, nobody is answered. */
   aborted?: boolean
+  /** Tokens generated so far (one per decode step). */
+  generated: number
 }
 
 interface Peer {
@@ -62,7 +64,7 @@ export class DecodeSide {
 
   submit(job: DecodeJob): void {
     const now = nowMs()
-    this.reqs.set(job.id, {...job, status: 'waiting', blocks: 0, got: 0, want: 0, lastProgressMs: now})
+    this.reqs.set(job.id, {...job, status: 'waiting', blocks: 0, got: 0, want: 0, lastProgressMs: now, generated: 0})
     this.truth.record(job.id, null, 'received', {detail: {remoteId: job.remoteId, engineId: job.engineId}})
     this.peer(job.host, job.port) // proactive handshake, as the worker does for heartbeats
     this.wake()
@@ -147,13 +149,22 @@ export class DecodeSide {
     this.truth.record(r.id, null, 'notified', {detail: {remoteId: r.remoteId, why}})
   }
 
-  /** One engine step: heartbeats (`start_load_kv`), scheduling and READs, finished reads, then the gauges. */
+  /**
+   * One engine step: heartbeats (`start_load_kv`), scheduling and READs, finished reads, then a decode forward of
+   * one token for every running request, which takes `decodeMsPerToken`: a busy D sends its heartbeats only between
+   * forwards (the design doc: "a long model forward pass will delay heartbeats"). Then the gauges.
+   */
   async step(): Promise<void> {
     const now = nowMs()
     this.heartbeats(now)
     for (const r of this.reqs.values()) {
       if (r.status === 'waiting') this.schedule(r)
       else if (r.status === 'reading') this.checkRead(r, now)
+    }
+    const batch = [...this.reqs.values()].filter(r => r.status === 'running')
+    if (batch.length > 0) {
+      await new Promise(resolve => setTimeout(resolve, this.c.decodeMsPerToken))
+      for (const r of batch) if (++r.generated >= r.maxTokens) this.finish(r)
     }
     let running = 0
     let capacity = 0
@@ -231,8 +242,6 @@ export class DecodeSide {
       return
     }
     r.status = 'running'
-    const ms = r.maxTokens * this.c.decodeMsPerToken
-    setTimeout(() => this.finish(r), ms)
   }
 
   /** kv_load_failure_policy=fail (the default): the request fails; P's blocks go at lease expiry. */
