@@ -7,6 +7,8 @@ import {promisify} from 'node:util'
 
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
+import {createNetns, type Netns} from '../harness/netns.js'
+
 /**
  * The vLLM twin end to end, through the built CLI: `pdchaos sim up --engine vllm`, requests through the toy proxy
  * and straight to prefill (a D leg that never arrives), the lease's expiry as the twin's truth, its log line and
@@ -49,23 +51,39 @@ class Twin {
   base = 0
   side = 0
   up = false
+  host = '127.0.0.1'
+  /** argv prefix that runs the CLI inside a network namespace (empty: here). */
+  wrap: string[] = []
+
+  /** In a namespace of its own: vLLM's default ports (toy proxy 8000, P 8100, D 8200, side channel 5600). */
+  inNetns(ns: Netns): this {
+    this.host = ns.address
+    this.wrap = [...ns.prefix]
+    return this
+  }
+
+  private cli(args: string[], timeout: number) {
+    const argv = [...this.wrap, process.execPath, CLI, ...args]
+    return run(argv[0]!, argv.slice(1), {timeout})
+  }
 
   async start(bugs: string[], extra: string[] = []): Promise<void> {
-    ;({base: this.base, side: this.side} = await freeBase())
+    ;({base: this.base, side: this.side} = this.wrap.length > 0 ? {base: 8000, side: 5600} : await freeBase())
     const args = ['sim', 'up', '--engine', 'vllm', '--state-dir', this.dir, '--base-port', String(this.base)]
     args.push('--side-channel-port', String(this.side), '--kv-lease-duration', String(LEASE_S), '--vllm-tp', '2')
+    args.push('--host', this.host)
     for (const b of bugs) args.push('--vllm-bug', b)
     args.push(...extra)
-    await run(process.execPath, [CLI, ...args], {timeout: 60_000})
+    await this.cli(args, 60_000)
     this.up = true
   }
 
   async stop(): Promise<void> {
-    if (this.up) await run(process.execPath, [CLI, 'sim', 'down', '--state-dir', this.dir], {timeout: 30_000})
+    if (this.up) await this.cli(['sim', 'down', '--state-dir', this.dir], 30_000)
   }
 
   url = (s: 'proxy' | 'prefill' | 'decode'): string =>
-    `http://127.0.0.1:${this.base + {proxy: 0, prefill: 100, decode: 200}[s]}`
+    `http://${this.host}:${this.base + {proxy: 0, prefill: 100, decode: 200}[s]}`
 
   truth(role: string): Truth[] {
     const f = join(this.dir, 'truth', `${role}.jsonl`)
@@ -123,6 +141,7 @@ async function waitFor<T>(what: string, get: () => T | undefined, ms: number): P
  */
 async function heartbeat(side: number, rid: string, count: number): Promise<number> {
   const sock = net.connect({host: '127.0.0.1', port: side})
+  sock.on('error', () => undefined)
   await new Promise<void>((ok, fail) => sock.once('connect', ok).once('error', fail))
   sock.write(`${JSON.stringify({t: 'GET_META'})}\n`)
   let last = 0
@@ -274,4 +293,89 @@ describe('vLLM twin with --vllm-bug no-lease (legacy VLLM_NIXL_ABORT_REQUEST_TIM
       'Releasing expired KV blocks for request cmpl-legacy-0 which were retrieved by 0 decode worker(s) within 3 seconds.',
     )
   }, 30_000)
+})
+
+/**
+ * A READ stalled on its path while D stays alive, made as pdchaos makes it: a packet filter on P's NIXL data port,
+ * inside a namespace the test owns. D keeps heartbeating (they travel on the side channel), so upstream's behaviour,
+ * the twin's default, pins P's blocks past any lease; NIXL's opt-in stall timeout ends it.
+ */
+const isRoot = process.getuid?.() === 0
+
+describe.skipIf(!isRoot)('vLLM twin: a READ stalled by a packet filter (network namespace)', () => {
+  let ns: Netns
+  const twin = new Twin()
+  const stalled = new Twin()
+  beforeAll(async () => {
+    ns = await createNetns()
+    await twin.inNetns(ns).start([])
+    stalled.inNetns(ns)
+  }, 90_000)
+  afterAll(async () => {
+    try {
+      await twin.stop()
+      await stalled.stop()
+    } finally {
+      await ns?.destroy()
+    }
+  }, 60_000)
+
+  const drop = (port: number, on: boolean) =>
+    ns.run(['iptables', on ? '-I' : '-D', 'OUTPUT', '-p', 'tcp', '--dport', String(port), '-j', 'DROP'])
+
+  /** P prefills, then D is sent the request and starts its READ, which the filter stalls. */
+  async function stallRead(t: Twin, id: string): Promise<{granted: Truth; answer: Promise<number>}> {
+    const p = await t.prefillOnly(id)
+    const granted = t.event(`cmpl-${id}-0`, 'granted')!
+    const answer = fetch(`${t.url('decode')}/v1/completions`, {
+      method: 'POST',
+      headers: {'content-type': 'application/json', 'x-request-id': id},
+      body: JSON.stringify({model: 'm', prompt: 'x', max_tokens: 2, kv_transfer_params: p.kv_transfer_params}),
+      signal: AbortSignal.timeout(60_000),
+    })
+      .then(r => r.status)
+      .catch(() => 0)
+    await waitFor(
+      'READ started',
+      () => t.truth('decode').find(e => e.rid === `cmpl-${id}-0` && e.event === 'read-start'),
+      5000,
+    )
+    return {granted, answer}
+  }
+
+  it('without a READ deadline (upstream): heartbeats go on and P holds the blocks past two leases', async () => {
+    await drop(8300, true)
+    try {
+      const {granted} = await stallRead(twin, 'stall')
+      await new Promise(r => setTimeout(r, 2 * LEASE_S * 1000))
+      expect(twin.event('cmpl-stall-0', 'freed')).toBeUndefined()
+      const renewals = twin.truth('prefill').filter(e => e.rid === 'cmpl-stall-0' && e.event === 'heartbeat')
+      expect(renewals.length).toBeGreaterThan(LEASE_S)
+      expect(Number(renewals.at(-1)!.detail?.toMs)).toBeGreaterThan(granted.t + 2 * LEASE_S * 1000)
+      expect(await twin.metric('vllm:nixl_num_kv_expired_reqs_total')).toBe(0)
+    } finally {
+      await drop(8300, false)
+    }
+    // The filter lifted, TCP's next SYN gets through, the READ completes and P frees on the notification.
+    const freed = await waitFor('freed after the stall', () => twin.event('cmpl-stall-0', 'freed'), 20_000)
+    expect(freed.detail?.cause).toBe('read-notified')
+  }, 60_000)
+
+  it('with the NIXL stall timeout: D fails the READ, stops heartbeating, and P frees at lease expiry', async () => {
+    await twin.stop()
+    twin.up = false
+    await stalled.start([], ['--xfer-stall-timeout', '2'])
+    await drop(8300, true)
+    try {
+      const {answer} = await stallRead(stalled, 'stall-timeout')
+      expect(await answer).toBe(500)
+      const failed = stalled.truth('decode').find(e => e.rid === 'cmpl-stall-timeout-0' && e.event === 'read-failed')!
+      const freed = await waitFor('lease expiry', () => stalled.event('cmpl-stall-timeout-0', 'freed'), 15_000)
+      expect(freed.detail?.cause).toBe('lease-expired')
+      // The last renewal came before the failure; the lease ran out one extension (4 s) after it at most.
+      expect(freed.t - failed.t).toBeLessThan(4000 + SLACK_MS)
+    } finally {
+      await drop(8300, false)
+    }
+  }, 60_000)
 })
