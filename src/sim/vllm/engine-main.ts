@@ -49,6 +49,16 @@ function startEngineCore(): ReturnType<typeof fork> {
 }
 
 const workers = [startEngineCore()]
+// A dead engine core ends the API server, as vLLM's does ("Engine core proc … died unexpectedly").
+workers[0]!.on('exit', (code, signal) => {
+  vlog(
+    'APIServer',
+    'ERROR',
+    'core_client.py',
+    `Engine core proc EngineCore_DP0 died unexpectedly (${signal ?? code}), shutting down client.`,
+  )
+  process.exit(1)
+})
 /** The engine core's own workers' pids, once it has started them. */
 const workerPids = new Promise<number[]>(resolve =>
   workers[0]!.on('message', (m: {t?: string; pids?: number[]}) => {
