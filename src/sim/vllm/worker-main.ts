@@ -22,12 +22,11 @@ const workers: ChildProcess[] = Array.from({length: n}, (_, k) =>
   fork(process.argv[1]!, ['--title', `VLLM::Worker_TP${k}`], {stdio: 'inherit'}),
 )
 // A worker that dies takes the engine down (vLLM's MultiprocExecutor monitors its workers and shuts down).
-workers.forEach((w, k) =>
+for (const [k, w] of workers.entries())
   w.on('exit', (code, signal) => {
     process.stderr.write(`Worker proc VllmWorker-${k} died unexpectedly (${signal ?? code}), shutting down executor.\n`)
     process.exit(1)
-  }),
-)
+  })
 // The API server lists the processes of its engine (status, discovery tests).
 process.send?.({t: 'pids', pids: workers.map(w => w.pid)})
 const pending = new Map<number, number>()
