@@ -45,6 +45,7 @@ export const SYSTEM_TESTS = [
   'test/sim/server-watchdog.test.ts',
   'test/sim/server-lags.test.ts',
   'test/sim/multinode.test.ts',
+  'test/sim/vllm-twin.test.ts',
   // Debian tools: chromium, xmllint, prometheus-pushgateway, prometheus, systemd-analyze
   'test/report/html.test.ts',
   'test/report/dashboard.test.ts',

@@ -64,6 +64,7 @@ const allowed = new Set([
   'util/lazy-require.js',
   'sim/lifecycle/services.js',
   'sim/lifecycle/deployment-file.js',
+  'sim/vllm/up.js',
 ])
 const moved = Object.keys(result.metafile.inputs)
   .filter(p => !p.startsWith('..') && !allowed.has(p))

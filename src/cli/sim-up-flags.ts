@@ -13,6 +13,7 @@ import {
   seconds,
   stateDirFlag,
 } from './sim-flags.js'
+import {vllmUpFlags} from './vllm-twin.js'
 
 /** `pdchaos sim up`'s flags, each one of the twin's options (SimUpOptions). */
 export const simUpFlags = {
@@ -124,6 +125,7 @@ export const simUpFlags = {
   ...lagFlags,
   ...layoutFlags,
   ...routerFlags,
+  ...vllmUpFlags,
 }
 
 export type SimUpFlagValues = Interfaces.InferredFlags<typeof simUpFlags>

@@ -2,6 +2,7 @@ import {BaseCommand} from '../../cli/base-command.js'
 import {simUpFlags, simUpOptions} from '../../cli/sim-up-flags.js'
 import {simUpLines} from '../../cli/sim-up-text.js'
 import {simUp} from '../../cli/twin.js'
+import {vllmSimUp} from '../../cli/vllm-twin.js'
 import type {SimUpResult} from '../../sim/lifecycle/index.js'
 
 export default class SimUp extends BaseCommand<typeof SimUp> {
@@ -18,6 +19,8 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
   static override flags = simUpFlags
 
   async run(): Promise<Omit<SimUpResult, 'config'>> {
+    if (this.flags.engine === 'vllm')
+      return (await vllmSimUp(this.flags, l => this.log(l))) as unknown as Omit<SimUpResult, 'config'>
     const spinner = this.spinner('Starting the twin')
     let result: SimUpResult
     try {

@@ -8,6 +8,8 @@ import {readLock, type Service, SERVICES, writeLock} from './lock.js'
 import {probeBind} from './ports.js'
 import {isSameProcess, stopGroup} from './procs.js'
 import {startService, waitHealthy} from './services.js'
+import {isVllmTwin} from '../vllm/config.js'
+import {vllmRestart} from '../vllm/restart.js'
 
 export interface SimRestartResult {
   service: Service
@@ -28,6 +30,7 @@ export async function simRestart(stateDir: string, service: string, waitS = 30):
   if (!(SERVICES as string[]).includes(service))
     throw badInput(`unknown service "${service}"`, 'restart one of: prefill, decode, router')
   const svc = service as Service
+  if (isVllmTwin(stateDir)) return vllmRestart(stateDir, svc, waitS) // engine: vllm (src/sim/vllm/)
   const config = readSimConfig(stateDir)
   if (!servicesHere(config).includes(svc)) {
     throw badInput(

@@ -7,6 +7,8 @@ import {readLock, type Service} from './lock.js'
 import {gpuUuid} from './nvidia-smi.js'
 import {isSameProcess, procStart} from './procs.js'
 import {probeHealth} from './services.js'
+import {isVllmTwin} from '../vllm/config.js'
+import {vllmStatus} from '../vllm/status.js'
 
 export interface ServiceStatus {
   service: Service
@@ -29,6 +31,7 @@ export interface SimStatusResult {
 
 /** The twin's own view of itself: which services run, pids, health, ports, ranks and GPUs. */
 export async function simStatus(stateDir: string): Promise<SimStatusResult> {
+  if (isVllmTwin(stateDir)) return vllmStatus(stateDir) // engine: vllm (src/sim/vllm/)
   let config: SimConfig
   try {
     config = readSimConfig(stateDir)
