@@ -6,7 +6,7 @@ import {now} from '../workload/recorder.js'
 
 /**
  * Entry and answer lag, measured the way pins will meet them, on SGLang's outside surface only. Held requests go to
- * prefill alone (no decode half: each waits in the bootstrap queue, Bootstrapping, as a drop-dest-info pin does),
+ * prefill alone (no decode half: each waits in the bootstrap queue, Bootstrapping, as a pin held in the bootstrap queue does),
  * paced like the pins and as many at once. Entry: the first /v1/loads?include=disagg snapshot whose
  * prefill_bootstrap_queue_reqs counts the request (SGLang's prefill publishes that snapshot on every idle or prefill
  * iteration). Answer: all are aborted at once (POST /abort_request: the scheduler aborts the sender, the next poll

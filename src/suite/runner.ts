@@ -4,6 +4,7 @@ import {oneLine, PdError} from '../errors.js'
 import {type BatchSettings, runBatch} from '../experiment/batch.js'
 import {RunSession} from '../experiment/session.js'
 import type {PlacedHost, Placement} from '../experiment/placement.js'
+import {type FaultScenario, followsDataPath} from '../faults/fault.js'
 import {classifyDataPath} from '../faults/mechanisms/data-path.js'
 import type {Host} from '../hosts/host.js'
 import type {ScenarioRun, SuiteRun} from '../model/run.js'
@@ -15,6 +16,7 @@ import {evaluateGate} from './gate.js'
 import {
   type Batch,
   expand,
+  faultScenarioOf,
   lagLimit,
   pairOfScenario,
   type PlannedScenario,
@@ -174,6 +176,7 @@ export async function runSuite(
                   fault: s.spec.fault!,
                   params: s.spec.params,
                   pins: s.spec.pins,
+                  ...withParsed(s),
                   ...(s.spec.gpuHost === undefined ? {} : {gpuHost: s.spec.gpuHost}),
                   session: on.session,
                   ...(on.paths ? {pair: on.paths} : {}),
@@ -252,7 +255,8 @@ export async function runSuite(
 }
 
 /**
- * stall-kv's `auto` and abort-mid-transfer's widening follow the data path: the planner must know it. The session's
+ * A footprint that follows the data path (an `auto` mechanism, a widening where the path allows one: faults/fault.ts
+ * followsDataPath): the planner must know the path. The session's
  * calibration and discovery serve the first batch too (calibration first: a fresh deployment opens its routes and
  * KV connections on first use).
  */
@@ -263,11 +267,10 @@ async function planOptions(
 ): Promise<PlanOptions & {limitWhy?: string}> {
   // One scenario has nothing to batch with: no need to know (and a dry run must not calibrate).
   // Several faults may share a window: the lags decide how many at once (lagLimit), so calibrate first as well.
-  const followsPath = scenarios.some(
-    s =>
-      (s.spec.fault === 'stall-kv' && (s.spec.params.mechanism ?? 'auto') === 'auto') ||
-      (s.spec.fault === 'abort-mid-transfer' && s.spec.params.gpu === undefined),
-  )
+  const followsPath = scenarios.some(s => {
+    const fs = parsedOrNot(s)
+    return fs !== undefined && followsDataPath(fs.fault, fs.params)
+  })
   const needs = scenarios.length > 1 && (scenarios.filter(s => !s.spec.restart).length > 1 || followsPath)
   if (!needs) return {}
   let limit: ReturnType<typeof lagLimit>
@@ -378,6 +381,20 @@ async function runAlone(
   // The floor: the health waits and the canaries' span, which the heartbeat bound sets.
   const spanS = (d.heartbeat?.boundSeconds ?? 10) + ALONE_DEFAULTS.epsilonS + ALONE_DEFAULTS.tailS
   return {scenarios: [run], floorMs: healthWaits + spanS * 1000}
+}
+
+/** A scenario's parsed fault and params; undefined where they do not parse (the batch then records why). */
+function parsedOrNot(s: PlannedScenario): FaultScenario | undefined {
+  try {
+    return faultScenarioOf(s)
+  } catch {
+    return undefined
+  }
+}
+
+const withParsed = (s: PlannedScenario): {scenario?: FaultScenario} => {
+  const scenario = parsedOrNot(s)
+  return scenario ? {scenario} : {}
 }
 
 /** Each host once, by name, in the order first seen. */
