@@ -300,8 +300,11 @@ export interface ObservePlanFields {
 /** The plan of a fault observed as `K`. */
 export type PlanOf<K extends Observe> = PlanBase & ObservePlanFields[K]
 
-/** The plan of any fault: the base, and what its observation kind may add (read only by that kind's module). */
-export type FaultPlan = PlanBase & Partial<TrialsPlanFields>
+/**
+ * The plan of any fault: the plan of one of the kinds (what a kind adds is read only by that kind's module, which
+ * narrows it with PlanOf<K>).
+ */
+export type FaultPlan = {[K in Observe]: PlanOf<K>}[Observe]
 
 /** What one scenario holds while it runs: the planner batches only scenarios whose footprints do not overlap. */
 export interface Footprint {
@@ -341,10 +344,12 @@ export interface FootprintContext {
 /**
  * A fault, whole in one file: its params (one strict zod object; the oclif flags and the suite file's `params`
  * are derived from it), where its pins are held, its footprint for the planner, the mechanisms it may use, and
- * plan/verify/revert (plan() returns the commands and the probes that prove each step).
+ * plan/verify/revert (plan() returns the commands and the probes that prove each step). K: what the runner observes
+ * (`observe`), which types what its plan carries (PlanOf<K>): a fault that declares it, e.g. `Fault<Params,
+ * 'trials'>`, must return its trials from plan().
  */
 // biome-ignore lint/suspicious/noExplicitAny: the registry holds faults of every params type side by side
-export interface Fault<P = any> {
+export interface Fault<P = any, K extends Observe = Observe> {
   name: string
   summary: string
   /** Strict zod object of the params a user may set; `.describe()` texts become flag and schema help. */
@@ -354,8 +359,8 @@ export interface Fault<P = any> {
   /** Cross-param rules zod cannot say per field: the param concerned and why ("needs --gpu N"), or undefined. */
   refine?(params: P, label: (key: string) => string): {key: string; why: string} | undefined
   mechanisms: readonly MechanismName[]
-  /** What the runner observes while the fault is in place (pins, abort trials, or the services' health). */
-  observe: Observe
+  /** What the runner observes while the fault is in place: its kind's module in experiment/ (observers.ts). */
+  observe: K
   /**
    * Where its pins are held while the fault is in place ('trials' for abort trials). Absent: the fault holds no pins
    * (observe 'health': its expected outcome is a wedged instance, not a held request).
@@ -370,7 +375,7 @@ export interface Fault<P = any> {
   /** Read-only host probes the plan needs (run before plan(); also what --dry-run runs). */
   gather(host: Host, discovery: FaultDiscovery, params: P, opts?: {timeoutMs?: number}): Promise<HostFacts>
   /** Pure: the plan, or a badInput naming why no safe plan exists. */
-  plan(ctx: FaultContext<P>): FaultPlan
+  plan(ctx: FaultContext<P>): PlanOf<K>
 }
 
 /**
