@@ -124,12 +124,10 @@ export abstract class RestartCommand extends TargetCommand<typeof RestartCommand
   protected async runAlone(role: 'prefill' | 'decode'): Promise<RestartResult | {plan: string[]}> {
     const f = this.flags
     if (f.journal !== undefined) checkOutputFile('--journal', f.journal)
-    const stop = new AbortController()
-    const onSignal = (signal: NodeJS.Signals) => stop.abort(`interrupted (${signal})`)
-    process.on('SIGINT', onSignal)
-    process.on('SIGTERM', onSignal)
     let deployment = ''
-    try {
+    // SIGINT or SIGTERM stops the restart (its command's process group killed, a gate stops waiting); the result so
+    // far is rendered and the exit is 3.
+    return this.withStopSignal(async stop => {
       const out = await this.withTarget(
         {
           disturb: 'restart',
@@ -187,9 +185,6 @@ export abstract class RestartCommand extends TargetCommand<typeof RestartCommand
         }
       }
       return out
-    } finally {
-      process.removeListener('SIGINT', onSignal)
-      process.removeListener('SIGTERM', onSignal)
-    }
+    })
   }
 }
