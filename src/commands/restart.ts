@@ -1,17 +1,8 @@
-import {Flags} from '@oclif/core'
+import {RestartCommand} from '../cli/restart-command.js'
+import {badInput} from '../errors.js'
+import type {RestartResult, ServiceName} from '../restart/co-restart.js'
 
-import {checkOutputFile} from '../cli/outputs.js'
-import {TargetCommand} from '../cli/target-command.js'
-import {placementOf, restartTargetsOf} from '../cli/target.js'
-import {badInput, oneLine} from '../errors.js'
-import {ExitCode} from '../exit-codes.js'
-import {renderRestart} from '../report/restart-text.js'
-import {coRestart, type RestartResult, type ServiceName} from '../restart/co-restart.js'
-import {writeJournal} from '../report/journal.js'
-import {RunSession} from '../experiment/session.js'
-import {ALONE_DEFAULTS, aloneProbePlan, restartAlone} from '../restart/role-restart.js'
-
-export default class Restart extends TargetCommand<typeof Restart> {
+export default class Restart extends RestartCommand {
   static override summary =
     'Co-restart prefill → decode → router behind health gates, send canaries, then watch for pins.'
   static override description =
@@ -23,55 +14,6 @@ export default class Restart extends TargetCommand<typeof Restart> {
     '<%= config.bin %> restart --sim',
     '<%= config.bin %> restart -c pdchaos.yaml --service prefill --watch 120',
   ]
-  static override flags = {
-    ...TargetCommand.targetFlags,
-    ...TargetCommand.disturbFlags,
-    service: Flags.option({
-      options: ['prefill', 'decode', 'router'] as const,
-      multiple: true,
-      summary: 'Restart only these services, in the order given (repeatable). Default: prefill, decode, router.',
-    })(),
-    'health-timeout': Flags.integer({
-      summary: 'Seconds each service has to become healthy after its restart.',
-      default: 300,
-      min: 1,
-      max: 3600,
-    }),
-    'command-timeout': Flags.integer({
-      summary: 'Deadline of each restart command, in seconds.',
-      default: 600,
-      min: 1,
-      max: 3600,
-    }),
-    canaries: Flags.integer({summary: 'Canary requests end to end after the restart.', default: 3, min: 0, max: 100}),
-    watch: Flags.integer({summary: 'Seconds of pin watch after the canaries.', default: 60, min: 0, max: 86_400}),
-    settle: Flags.integer({
-      summary: 'Seconds to wait after the last health gate before the canaries (one decode heartbeat interval).',
-      default: 5,
-      min: 0,
-      max: 600,
-    }),
-    sample: Flags.integer({summary: 'Seconds between pin-watch samples.', default: 1, min: 1, max: 60}),
-    journal: Flags.string({summary: 'Write the run journal (JSON) to this file.'}),
-    only: Flags.option({
-      options: ['prefill', 'decode'] as const,
-      exclusive: ['service'],
-      summary:
-        'Restart this role alone behind its health gate (a pod replaced behind its Service, SGLang #34289), then ' +
-        "judge how long canaries fail against decode's heartbeat bound.",
-    })(),
-    'probe-interval': Flags.integer({
-      summary: 'With --only: milliseconds between canary rounds (one through the router, one direct).',
-      default: 500,
-      min: 50,
-      max: 10_000,
-    }),
-    'dry-run': Flags.boolean({
-      summary: 'With --only: print the plan (restart command, bound, canaries) and change nothing.',
-      dependsOn: ['only'],
-    }),
-  }
-
   async run(): Promise<RestartResult | {plan: string[]}> {
     const f = this.flags
     if (f.only) return this.runAlone(f.only)
@@ -86,129 +28,6 @@ export default class Restart extends TargetCommand<typeof Restart> {
         `name each service once, in the order to restart them: --service ${[...new Set(order)].join(' --service ')}`,
       )
     }
-    if (f.journal !== undefined) checkOutputFile('--journal', f.journal)
-    let deployment = ''
-    // Ctrl-C (or SIGTERM) in any phase ends the run within a second, exit 3: a restart command under way is killed
-    // (its process group), a health gate or the watch stops waiting, and the message says what was restarted.
-    const result = await this.withStopSignal(({signal}) =>
-      this.withTarget(
-        {
-          disturb: 'restart',
-          lock: t => ({
-            command: `restart ${order.join(' ')}`,
-            ttlMs:
-              (restartTargetsOf(t, order).length * (f['health-timeout'] + f['command-timeout']) + f.watch + 120) * 1000,
-          }),
-        },
-        t => {
-          deployment = t.deployment.name
-          // Every instance, where the file lists several: in its restartOrder:, else prefill[0], prefill[1], …
-          // decode's, the router.
-          return coRestart(t.deployment, t.host, {
-            targets: restartTargetsOf(t, order),
-            order,
-            healthTimeoutS: f['health-timeout'],
-            commandTimeoutS: f['command-timeout'],
-            canaries: f.canaries,
-            watchS: f.watch,
-            sampleS: f.sample,
-            settleS: f.settle,
-            onProgress: l => this.progress(l),
-            signal,
-          })
-        },
-      ),
-    )
-    if (!this.jsonEnabled()) this.log(renderRestart(result))
-    if (result.verdicts.some(v => v.verdict === 'fail')) process.exitCode = ExitCode.checkFailed
-    // After the verdict: a journal that cannot be written is reported, the verdict and its exit code kept.
-    if (f.journal) {
-      try {
-        writeJournal(f.journal, {command: 'restart', deployment, result})
-      } catch (error) {
-        process.stderr.write(
-          `Error: could not write the journal to ${f.journal}: ${oneLine(error)} (the verdict above stands)\n`,
-        )
-        return {
-          ...result,
-          outputErrors: [`could not write the journal to ${f.journal}: ${oneLine(error)}`],
-        } as RestartResult
-      }
-    }
-    return result
-  }
-
-  /** `--only ROLE`: the role alone, canaries judged against decode's heartbeat bound (restart/role-restart.ts). */
-  private async runAlone(role: 'prefill' | 'decode'): Promise<RestartResult | {plan: string[]}> {
-    const f = this.flags
-    if (f.journal !== undefined) checkOutputFile('--journal', f.journal)
-    const stop = new AbortController()
-    this.stopSignal = stop.signal // resolving the target and discovery hear the stop too (issue 28)
-    const onSignal = (signal: NodeJS.Signals) => stop.abort(`interrupted (${signal})`)
-    process.on('SIGINT', onSignal)
-    process.on('SIGTERM', onSignal)
-    let deployment = ''
-    try {
-      const out = await this.withTarget(
-        {
-          disturb: 'restart',
-          // The role, perhaps the repair's three, and the canaries: each behind its gate and command deadline.
-          ...(f['dry-run']
-            ? {}
-            : {
-                lock: () => ({
-                  command: `restart --only ${role}`,
-                  ttlMs: (4 * (f['health-timeout'] + f['command-timeout']) + 600) * 1000,
-                }),
-              }),
-        },
-        async t => {
-          deployment = t.deployment.name
-          // The bound from decode's environment, read before the restart (decode keeps it; a restarted decode is
-          // started
-          // by the same command).
-          const d = await new RunSession(t.deployment, placementOf(t)).discovery(l => this.progress(l), stop.signal)
-          const shape = {
-            ...ALONE_DEFAULTS,
-            role,
-            ...(d.heartbeat ? {heartbeat: d.heartbeat} : {}),
-            probeIntervalMs: f['probe-interval'],
-          }
-          const plan = aloneProbePlan(shape)
-          if (f['dry-run']) return {plan}
-          for (const l of plan) this.progress(l)
-          return restartAlone(t.deployment, t.host, {
-            ...shape,
-            targets: restartTargetsOf(t, [role]),
-            repairTargets: restartTargetsOf(t, ['prefill', 'decode', 'router']),
-            healthTimeoutS: f['health-timeout'],
-            commandTimeoutS: f['command-timeout'],
-            onProgress: l => this.progress(l),
-            signal: stop.signal,
-          })
-        },
-      )
-      if ('plan' in out) {
-        if (!this.jsonEnabled())
-          this.log(['plan (dry run: nothing changed):', ...out.plan.map(l => `  ${l}`)].join('\n'))
-        return out
-      }
-      if (!this.jsonEnabled()) this.log(renderRestart(out))
-      if (out.verdicts.some(v => v.verdict === 'fail')) process.exitCode = ExitCode.checkFailed
-      else if (stop.signal.aborted) process.exitCode = ExitCode.stopped
-      if (f.journal) {
-        try {
-          writeJournal(f.journal, {command: `restart --only ${role}`, deployment, result: out})
-        } catch (error) {
-          process.stderr.write(
-            `Error: could not write the journal to ${f.journal}: ${oneLine(error)} (the verdict above stands)\n`,
-          )
-        }
-      }
-      return out
-    } finally {
-      process.removeListener('SIGINT', onSignal)
-      process.removeListener('SIGTERM', onSignal)
-    }
+    return this.coRestartRun(order)
   }
 }

@@ -85,6 +85,7 @@ export const RouterServiceSchema = ServiceSchema.extend({
   metricsUrl: serviceUrl('metricsUrl').optional().describe('The router Prometheus endpoint (--prometheus-port).'),
 }).strict()
 
+// The bounds come from limits.ts, as do watchdog-rules.ts' (the rules' one home, which adds poll <= deadline).
 export const WatchdogSchema = z
   .object({
     scope: z

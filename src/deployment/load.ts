@@ -5,6 +5,7 @@ import type {Deployment} from './config.js'
 import {DeploymentFileSchema} from './file-schema.js'
 import {type DeploymentModel, toModel} from './model.js'
 import {singleHostView} from './single-host.js'
+import {watchdogRuleBreaks} from './watchdog-rules.js'
 import {loadYamlFile, parseYamlText, type YamlFileKind} from './yaml-file.js'
 
 export {foldIssues} from './yaml-file.js'
@@ -49,13 +50,12 @@ export function parseDeployment(text: string, file: string, command = 'pdchaos')
 }
 
 /**
- * What one field's bounds cannot say: a watchdog that polls less often than its deadline gives an eviction window
- * wider than the deadline itself, which no check can judge as a deadline. Checked where a file is read (the
- * runner's own tests build contracts outside these bounds on purpose, to stress timing).
+ * What one field's bounds cannot say (watchdog-rules.ts, the rules' one home): poll <= deadline. Checked where a file
+ * is read (the runner's own tests build contracts outside these bounds on purpose, to stress timing).
  */
 function checkContract(d: DeploymentModel, file: string): DeploymentModel {
   const w = d.watchdog
-  if (w.pollSeconds > w.deadlineSeconds) {
+  if (watchdogRuleBreaks(w).some(b => b.rule === 'poll-over-deadline')) {
     throw badInput(
       `${file}: watchdog.pollSeconds (${w.pollSeconds}) is longer than watchdog.deadlineSeconds (${w.deadlineSeconds})`,
       "give the watchdog's real poll interval, at most its deadline",

@@ -9,7 +9,7 @@ import {sendRequest} from '../workload/send.js'
 import type {RunSession} from './session.js'
 
 /**
- * What the runner records for a fault with `observe: 'breaker'` (trip-breaker): requests through the gateway until
+ * What the runner records for a fault with `observe: 'breaker'` (observe-breaker.ts): requests through the gateway until
  * the prefill worker's breaker reads open (role `trip`), then requests at the open breaker (role `probe`) while
  * decode's fresh queue snapshot (/v1/loads) is sampled; after the revert, requests until the breaker reads closed.
  * Every read of the gateway's breakers is a `breaker` observation. checkBreakerTrip judges the timeline.
@@ -72,6 +72,15 @@ export async function readBreakers(
   return prefill
 }
 
+/** The scenario's fault (its requests carry the name) and where its lines go. */
+export interface TrialOptions {
+  fault: string
+  promptTokens: number
+  scenario: string
+  signal: AbortSignal
+  say: (l: string) => void
+}
+
 export interface BreakerTrial {
   /** When pdchaos first read the breaker open (undefined: it never opened). */
   openedAt?: number
@@ -85,9 +94,9 @@ export async function tripAndProbe(
   session: RunSession,
   rec: Recorder,
   x: BreakerExpectation,
-  o: {promptTokens: number; scenario: string; signal: AbortSignal; say: (l: string) => void},
+  o: TrialOptions,
 ): Promise<BreakerTrial> {
-  const base = {fault: 'trip-breaker', scenario: o.scenario, promptTokens: o.promptTokens, signal: o.signal}
+  const base = {fault: o.fault, scenario: o.scenario, promptTokens: o.promptTokens, signal: o.signal}
   let state = await readBreakers(session.router, rec, x)
   o.say(
     `tripping prefill's breaker: up to ${x.tripRequests} requests through the gateway ` +
@@ -141,7 +150,7 @@ export async function watchBreakerClose(
   rec: Recorder,
   x: BreakerExpectation,
   trial: BreakerTrial,
-  o: {promptTokens: number; scenario: string; signal: AbortSignal; say: (l: string) => void},
+  o: TrialOptions,
 ): Promise<void> {
   if (trial.openedAt === undefined || o.signal.aborted) return
   const halfOpenAt = trial.openedAt + x.openSeconds * 1000
@@ -150,7 +159,7 @@ export async function watchBreakerClose(
   rec.marker('breaker-close-watch')
   await sleep(Math.max(0, halfOpenAt - now()), o.signal)
   const by = trial.openedAt + (x.closeWithinSeconds + 2) * 1000
-  const base = {fault: 'trip-breaker', scenario: o.scenario, promptTokens: o.promptTokens, signal: o.signal}
+  const base = {fault: o.fault, scenario: o.scenario, promptTokens: o.promptTokens, signal: o.signal}
   for (let i = 0; i < 200 && now() < by && !o.signal.aborted; i++) {
     await sendRequest(session.router, rec, {...base, role: 'probe', timeoutMs: 10_000}).done
     if ((await readBreakers(session.router, rec, x)) === 'closed') {

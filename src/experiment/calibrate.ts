@@ -1,4 +1,5 @@
 import type {Calibration} from '../model/timeline.js'
+import type {MeasuredLags} from '../model/lags.js'
 import type {Deployment} from '../deployment/config.js'
 import type {RouterClient} from '../deployment/router-client.js'
 import {newRid, newRoom, type SglangClient} from '../deployment/sglang-client.js'
@@ -110,14 +111,7 @@ export async function calibrate(
   } = {},
 ): Promise<Calibration & {routerMs: number}> {
   const n = opts.requests ?? 8
-  const prefillMs: number[] = []
-  const routerMs: number[] = []
   const text = 'chaos '.repeat(Math.round(((opts.promptTokens ?? 128) * 4) / 6))
-  const unhealthy = (what: string) =>
-    new PdError(`${what}: the deployment is not healthy`, {
-      exit: ExitCode.unreachable,
-      suggestion: 'run `pdchaos status` and fix the deployment before injecting faults',
-    })
   const stop = opts.signal
   const checkStop = (): void => {
     if (stop?.aborted) throw stoppedCalibrating(stop)
@@ -132,24 +126,7 @@ export async function calibrate(
         `decode ${warm?.decode?.status ?? 'dropped'})`,
     )
   }
-  for (let i = 0; i < n; i++) {
-    checkStop()
-    const r = await pair(deployment, c, text)
-    if (r.prefill.status !== 200 || r.decode?.status !== 200) {
-      throw unhealthy(
-        `calibration request ${r.rid} failed before any fault ` +
-          `(prefill ${r.prefill.status} ${answerText(r.prefill.body)}, decode ${r.decode?.status ?? 'dropped'})`,
-      )
-    }
-    prefillMs.push(r.prefill.ms)
-    if (opts.routerToo === false) continue
-    const routed = await c.router.generate({rid: newRid('pdchaos-cal'), text, max_new_tokens: 1}, {timeoutMs: 30_000})
-    if (routed.status !== 200)
-      throw unhealthy(
-        `calibration request through the router failed before any fault (${routed.status} ${answerText(routed.body)})`,
-      )
-    routerMs.push(routed.ms)
-  }
+  const {prefillMs, routerMs} = await timedRequests(deployment, c, {n, text, routerToo: opts.routerToo, checkStop})
   // One observation hop each way: router and prefill round trips on cheap endpoints.
   const hops: number[] = []
   for (let i = 0; i < 20; i++) {
@@ -159,25 +136,8 @@ export async function calibrate(
     const b = await c.prefill.health('/v1/loads')
     hops.push(a.ms + b.ms)
   }
-  // Entry and answer lag, under the pins' concurrency: aborted long before the watchdog could evict one.
-  const shape = opts.lagProbes ?? {count: 8, burst: 1, gapMs: 20}
-  const {deadlineSeconds, pollSeconds} = deployment.watchdog
   checkStop()
-  const lags =
-    shape.count <= 0
-      ? undefined
-      : await measureLags(c.prefill, {
-          count: Math.min(shape.count, LAG_PROBES_MAX),
-          burst: shape.burst,
-          gapMs: shape.gapMs,
-          text,
-          holdLimitMs: Math.min(deadlineSeconds * 500, 10_000),
-          answerWaitMs: Math.min((deadlineSeconds + pollSeconds) * 1000 + 5000, 60_000),
-          bootstrap: {
-            host: new URL(deployment.services.prefill.url).hostname,
-            port: deployment.services.prefill.bootstrapPort,
-          },
-        })
+  const lags = await lagsOf(deployment, c, opts.lagProbes, text)
   return {
     ...(lags && lags.samples > 0 ? {lags} : {}),
     prefillMs: quantile(prefillMs, 0.5),
@@ -186,4 +146,66 @@ export async function calibrate(
     samples: n,
     routerMs: routerMs.length > 0 ? quantile(routerMs, 0.5) : Number.NaN,
   }
+}
+
+const unhealthy = (what: string) =>
+  new PdError(`${what}: the deployment is not healthy`, {
+    exit: ExitCode.unreachable,
+    suggestion: 'run `pdchaos status` and fix the deployment before injecting faults',
+  })
+
+/** n unfaulted requests, each timed on prefill (and through the router unless told not to); any failure ends it. */
+async function timedRequests(
+  deployment: Deployment,
+  c: CalibrateClients,
+  o: {n: number; text: string; routerToo?: boolean; checkStop: () => void},
+): Promise<{prefillMs: number[]; routerMs: number[]}> {
+  const prefillMs: number[] = []
+  const routerMs: number[] = []
+  for (let i = 0; i < o.n; i++) {
+    o.checkStop()
+    const r = await pair(deployment, c, o.text)
+    if (r.prefill.status !== 200 || r.decode?.status !== 200) {
+      throw unhealthy(
+        `calibration request ${r.rid} failed before any fault ` +
+          `(prefill ${r.prefill.status} ${answerText(r.prefill.body)}, decode ${r.decode?.status ?? 'dropped'})`,
+      )
+    }
+    prefillMs.push(r.prefill.ms)
+    if (o.routerToo === false) continue
+    const routed = await c.router.generate(
+      {rid: newRid('pdchaos-cal'), text: o.text, max_new_tokens: 1},
+      {timeoutMs: 30_000},
+    )
+    if (routed.status !== 200)
+      throw unhealthy(
+        `calibration request through the router failed before any fault (${routed.status} ${answerText(routed.body)})`,
+      )
+    routerMs.push(routed.ms)
+  }
+  return {prefillMs, routerMs}
+}
+
+/** Entry and answer lag, under the pins' concurrency: aborted long before the watchdog could evict one. */
+async function lagsOf(
+  deployment: Deployment,
+  c: CalibrateClients,
+  lagProbes: LagProbeShape | undefined,
+  text: string,
+): Promise<MeasuredLags | undefined> {
+  const shape = lagProbes ?? {count: 8, burst: 1, gapMs: 20}
+  const {deadlineSeconds, pollSeconds} = deployment.watchdog
+  if (shape.count <= 0) return undefined
+  return measureLags(c.prefill, {
+    count: Math.min(shape.count, LAG_PROBES_MAX),
+    burst: shape.burst,
+    gapMs: shape.gapMs,
+    text,
+    holdLimitMs: Math.min(deadlineSeconds * 500, 10_000),
+    answerWaitMs: Math.min((deadlineSeconds + pollSeconds) * 1000 + 5000, 60_000),
+    bootstrap: {
+      host: new URL(deployment.services.prefill.url).hostname,
+      port: deployment.services.prefill.bootstrapPort,
+    },
+  })
 }

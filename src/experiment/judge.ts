@@ -1,62 +1,22 @@
-import {checkAborts} from '../checks/abort.js'
 import {checkCollateral} from '../checks/collateral.js'
-import {checkEvictions} from '../checks/eviction.js'
 import {checkRecovery} from '../checks/recovery.js'
-import {checkScope} from '../checks/scope.js'
-import {checkBreakerTrip} from '../checks/breaker-trip.js'
-import {checkWedge} from '../checks/wedge.js'
 import {WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js'
-import {type FaultPlan, renderPlan} from '../faults/fault.js'
-import {getFault} from '../faults/registry.js'
-import type {CompetingTimeout} from '../model/competing.js'
+import {renderPlan} from '../faults/fault.js'
 import type {LeaseRecord, ScenarioRun} from '../model/run.js'
 import type {Observation, Timeline} from '../model/timeline.js'
 import {fail, pass, type Verdict} from '../model/verdict.js'
-import type {BatchScenario} from './batch-scenario.js'
+import {type Entry, injectedEverywhere, leasesOf} from './entry.js'
+import {type JudgeContext, kindOf} from './observers.js'
 import type {Calibrated} from './session.js'
+
+export type {Entry, EntryPart} from './entry.js'
+export {injectedEverywhere, leasesOf} from './entry.js'
 
 /**
  * Judging a batch (pure: a timeline in, scenario runs out). Each pin is judged by its own scenario, on a view of
  * the timeline without the other scenarios' pins; the batch-wide checks (recovery, collateral) are judged once on
  * the whole timeline and reported on the batch's first injected scenario, so that a failure is counted once.
  */
-
-/** What one scenario of the batch holds while it runs. */
-export interface Entry {
-  s: BatchScenario
-  plan?: FaultPlan
-  lease?: LeaseRecord
-  error?: string
-  startedAt: number
-  /** Its own pair's calibration, where the batch spans several pairs (each measured on its own servers). */
-  calibration?: Calibrated
-  /**
-   * Its pair's servers (their paths in the file), where the batch spans several pairs: its view keeps their samples
-   * only.
-   */
-  instances?: {prefill: string; decode: string}
-  /** The same fault on the other nodes of a multi-node instance (Fault.onEveryNode), each under its own lease there. */
-  parts?: EntryPart[]
-  /** SGLang's own timeouts that could release its pins (experiment/competing.ts), as discovery read them. */
-  competing?: CompetingTimeout[]
-  /** Run although one of them fires before the window closes (--allow-competing-timeout). */
-  competingAllowed?: boolean
-}
-
-/** The fault on one more node of an instance: its own plan, host and lease. */
-export interface EntryPart {
-  host: string
-  plan: FaultPlan
-  lease?: LeaseRecord
-}
-
-/** Every lease of a scenario: its own, then one per other node it acts on. */
-export const leasesOf = (e: Entry): LeaseRecord[] =>
-  [e.lease, ...(e.parts ?? []).map(p => p.lease)].filter((l): l is LeaseRecord => l !== undefined)
-
-/** The scenario's fault took effect everywhere it acts (each node's lease verified). */
-export const injectedEverywhere = (e: Entry): boolean =>
-  leasesOf(e).length === 1 + (e.parts?.length ?? 0) && leasesOf(e).every(l => l.verifiedInjected)
 
 /** A scenario's record before judging: what was planned and leased. */
 export function scenarioShell(
@@ -119,6 +79,37 @@ export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
     b.loadedObserveMs === undefined ? c : {...c, loadedObserveMs: b.loadedObserveMs}
   const calibration = loaded(b.calibration)
   const whole: Timeline = {contract: b.contract, calibration, observations: b.observations}
+  const batchVerdicts = judgeBatchWide(b, whole)
+  // Every request of the batch the watchdog could have evicted: its counter names the watchdog only by moving for all.
+  const j: JudgeContext = {batchPins: b.observations.filter(o => o.kind === 'request-sent' && o.role === 'pin').length}
+  const names = b.entries.map(e => e.s.name)
+  const label = names.length > 1 ? ` (batch: ${names.join(', ')})` : ''
+  let batchAttached = false
+  return b.entries.map((e): ScenarioRun => {
+    const own = e.calibration ? loaded(e.calibration) : calibration
+    const run = scenarioShell(e, b.contract, own, b.finishedAt)
+    run.timeline = viewFor({...whole, calibration: own}, e.s.name, e.instances)
+    if (e.error) return run
+    if (!e.lease) return {...run, error: 'not injected: the run stopped first'}
+    const leases = leasesOf(e)
+    for (const l of leases) run.verdicts.push(...faultEffect(l, e.plan!.fault))
+    const injected = injectedEverywhere(e)
+    // Each scenario by its fault's observation kind (observers.ts).
+    if (injected && !b.stoppedEarly) kindOf(e).judge(run, e, j)
+    for (const l of leases) run.verdicts.push(cleanup(l))
+    if (!batchAttached && injected) {
+      batchAttached = true
+      run.verdicts.push(...batchVerdicts.map(v => ({...v, subject: v.subject + label})))
+    }
+    if (b.stoppedEarly) run.error = 'stopped before its window closed: no eviction verdict'
+    else if (b.recoveryStopped) run.error = 'stopped before recovery was proven: no recovery verdict'
+    return run
+  })
+}
+
+/** Recovery and collateral, judged once on the whole timeline (none once the batch stopped before they were proven). */
+function judgeBatchWide(b: BatchTimeline, whole: Timeline): Verdict[] {
+  if (b.stoppedEarly || b.recoveryStopped) return []
   // A batch over several pairs: recovery judges every server it spans (each pair's queues and tokens, all counters).
   const instances = [
     ...new Map(
@@ -134,71 +125,16 @@ export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
         .map(([service, instance]) => [`${service}/${instance}`, {service, instance}]),
     ).values(),
   ]
-  // Only watchdog pins move the watchdog's counter: abort trials and wedges move others (their own checks judge them).
-  const anyTrials = b.entries.some(e => e.plan && getFault(e.plan.fault).observe !== 'pins')
-  const batchVerdicts: Verdict[] =
-    b.stoppedEarly || b.recoveryStopped
-      ? []
-      : [
-          // Abort trials move several counters through several paths (honoured, lost, evicted, cleaned up): their own
-          // verdicts judge them, so the counter balance is checked for watchdog pins only.
-          ...checkRecovery(whole, {
-            failureCounters: anyTrials ? [] : [WATCHDOG_EVICTED_TOTAL],
-            ...(instances.length > 0 ? {instances} : {}),
-          }),
-          ...(b.loadIntervalMs > 0 ? [checkCollateral(whole)] : []),
-        ]
-  // Every request of the batch the watchdog could have evicted: its counter names the watchdog only by moving for all.
-  const batchPins = b.observations.filter(o => o.kind === 'request-sent' && o.role === 'pin').length
-  const names = b.entries.map(e => e.s.name)
-  const label = names.length > 1 ? ` (batch: ${names.join(', ')})` : ''
-  let batchAttached = false
-  return b.entries.map((e): ScenarioRun => {
-    const own = e.calibration ? loaded(e.calibration) : calibration
-    const run = scenarioShell(e, b.contract, own, b.finishedAt)
-    run.timeline = viewFor({...whole, calibration: own}, e.s.name, e.instances)
-    if (e.error) return run
-    const lease = e.lease
-    if (!lease) return {...run, error: 'not injected: the run stopped first'}
-    const leases = leasesOf(e)
-    for (const l of leases) run.verdicts.push(...faultEffect(l, e.plan!.fault))
-    const injected = injectedEverywhere(e)
-    if (injected && !b.stoppedEarly) {
-      const observe = getFault(e.plan!.fault).observe
-      if (observe === 'trials') {
-        const ab = checkAborts(run.timeline)
-        run.verdicts.push(...ab.verdicts)
-        run.aborts = ab.trials
-        if (ab.coverage) run.abortCoverage = ab.coverage
-      } else if (observe === 'health')
-        run.verdicts.push(
-          ...checkWedge(run.timeline, e.plan!.expected?.kind === 'wedge' ? e.plan!.expected : undefined),
-        )
-      else if (observe === 'breaker')
-        run.verdicts.push(
-          ...checkBreakerTrip(run.timeline, e.plan!.expected?.kind === 'breaker' ? e.plan!.expected : undefined),
-        )
-      else {
-        const ev = checkEvictions(run.timeline, {
-          expected: e.plan!.expected,
-          ...(e.competing ? {competing: e.competing} : {}),
-          competingAllowed: e.competingAllowed === true,
-          batchPins,
-        })
-        run.verdicts.push(...ev.verdicts)
-        run.pins = ev.pins
-        run.verdicts.push(...checkScope(run.timeline))
-      }
-    }
-    for (const l of leases) run.verdicts.push(cleanup(l))
-    if (!batchAttached && injected) {
-      batchAttached = true
-      run.verdicts.push(...batchVerdicts.map(v => ({...v, subject: v.subject + label})))
-    }
-    if (b.stoppedEarly) run.error = 'stopped before its window closed: no eviction verdict'
-    else if (b.recoveryStopped) run.error = 'stopped before recovery was proven: no recovery verdict'
-    return run
-  })
+  // Only watchdog pins move the watchdog's counter: abort trials and wedges move others (their own checks judge them),
+  // so the counter balance is checked only when every scenario's kind counts evictions.
+  const countsOnly = b.entries.every(e => !e.plan || kindOf(e).countsEvictions)
+  return [
+    ...checkRecovery(whole, {
+      failureCounters: countsOnly ? [WATCHDOG_EVICTED_TOTAL] : [],
+      ...(instances.length > 0 ? {instances} : {}),
+    }),
+    ...(b.loadIntervalMs > 0 ? [checkCollateral(whole)] : []),
+  ]
 }
 
 function faultEffect(lease: LeaseRecord, fault: string): Verdict[] {

@@ -6,7 +6,7 @@ import {now} from '../workload/recorder.js'
 
 /**
  * Entry and answer lag, measured the way pins will meet them, on SGLang's outside surface only. Held requests go to
- * prefill alone (no decode half: each waits in the bootstrap queue, Bootstrapping, as a drop-dest-info pin does),
+ * prefill alone (no decode half: each waits in the bootstrap queue, Bootstrapping, as a pin held in the bootstrap queue does),
  * paced like the pins and as many at once. Entry: the first /v1/loads?include=disagg snapshot whose
  * prefill_bootstrap_queue_reqs counts the request (SGLang's prefill publishes that snapshot on every idle or prefill
  * iteration). Answer: all are aborted at once (POST /abort_request: the scheduler aborts the sender, the next poll
@@ -64,27 +64,40 @@ export async function measureLags(prefill: SglangClient, o: LagProbeOptions): Pr
   const base = await queued(prefill)
   if (base === undefined)
     notes.push('/v1/loads?include=disagg has no disagg section: entry lag not separable, the answer lag includes it')
-  const probes: Probe[] = []
-  const firstAt = now()
-  const abortBy = firstAt + o.holdLimitMs
-  let sending = true
+  const state: ProbeState = {probes: [], sending: true, abortBy: now() + o.holdLimitMs}
+  const poll = pollEntries(prefill, base, state)
+  await sendProbes(prefill, o, state)
+  state.sending = false
+  await poll
+  const held = await abortHeld(prefill, o, state.probes, notes)
+  return summarize(state.probes, held, base, notes)
+}
 
-  // The poller: the k-th request counted is the k-th sent (one scheduler, requests taken in order).
-  const poll = (async () => {
-    if (base === undefined) return
-    while (now() < abortBy) {
-      const n = await queued(prefill)
-      const at = now()
-      if (n !== undefined) {
-        const entered = Math.min(n - base, probes.length)
-        for (let i = 0; i < entered; i++) probes[i]!.entryAt ??= at
-      }
-      if (!sending && probes.every(p => p.entryAt !== undefined)) return
-      await sleep(1)
+interface ProbeState {
+  probes: Probe[]
+  /** Still sending: the poller waits for more. */
+  sending: boolean
+  abortBy: number
+}
+
+/** The poller: the k-th request counted is the k-th sent (one scheduler, requests taken in order). */
+async function pollEntries(prefill: SglangClient, base: number | undefined, st: ProbeState): Promise<void> {
+  if (base === undefined) return
+  while (now() < st.abortBy) {
+    const n = await queued(prefill)
+    const at = now()
+    if (n !== undefined) {
+      const entered = Math.min(n - base, st.probes.length)
+      for (let i = 0; i < entered; i++) st.probes[i]!.entryAt ??= at
     }
-  })()
+    if (!st.sending && st.probes.every(p => p.entryAt !== undefined)) return
+    await sleep(1)
+  }
+}
 
-  for (let i = 0; i < o.count && now() < abortBy; i++) {
+/** The held requests, paced as the pins are; resolves once all are sent. */
+async function sendProbes(prefill: SglangClient, o: LagProbeOptions, st: ProbeState): Promise<void> {
+  for (let i = 0; i < o.count && now() < st.abortBy; i++) {
     if (i > 0 && i % Math.max(1, o.burst) === 0) await sleep(o.gapMs)
     const rid = newRid('pdchaos-lag')
     const stop = new AbortController()
@@ -107,14 +120,19 @@ export async function measureLags(prefill: SglangClient, o: LagProbeOptions): Pr
         },
         () => undefined,
       )
-    probes.push(p)
+    st.probes.push(p)
   }
-  sending = false
-  await poll
+}
+
+/** Every probe still held aborted at once (as a watchdog tick releases many pins together); their answers waited for. */
+async function abortHeld(
+  prefill: SglangClient,
+  o: LagProbeOptions,
+  probes: Probe[],
+  notes: string[],
+): Promise<Probe[]> {
   const early = probes.filter(p => p.answeredAt !== undefined)
   if (early.length > 0) notes.push(`${early.length} held request(s) were released before their abort (not samples)`)
-
-  // All at once, as a watchdog tick releases many pins together.
   const held = probes.filter(p => p.answeredAt === undefined)
   await Promise.all(
     held.map(async p => {
@@ -131,7 +149,11 @@ export async function measureLags(prefill: SglangClient, o: LagProbeOptions): Pr
     )
   for (const p of probes) p.stop.abort()
   await Promise.all(probes.map(p => p.done))
+  return held
+}
 
+/** Entry lags as counted, and answer lags with each request's own entry lag taken off where it was measured. */
+function summarize(probes: Probe[], held: Probe[], base: number | undefined, notes: string[]): MeasuredLags {
   const answered = held.filter(p => p.answeredAt !== undefined)
   const entries = probes.filter(p => p.entryAt !== undefined).map(p => p.entryAt! - p.sentAt)
   if (base !== undefined && entries.length < probes.length)

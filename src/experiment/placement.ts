@@ -63,11 +63,11 @@ export class Placement {
 }
 
 /**
- * The host a fault acts on: the one whose GPU it names (the rank on that GPU), else prefill's (drop-dest-info acts on
- * prefill's input: node rank 0's host, the runner adding the other nodes' for a fault on every rank,
- * Fault.onEveryNode). A GPU index that ranks on two hosts share (the
- * node ranks of a multi-node instance each number their GPUs from 0) needs `gpuHost`, the host's name; without it the
- * fault is refused (exit 2), never guessed.
+ * The host a fault acts on: the one whose GPU it names (a param `gpu`: the rank on that GPU), else the host of the
+ * prefill TP rank it names (a param `rank`), else prefill's (node rank 0's host; the runner adds the other nodes' for a
+ * fault on every rank, Fault.onEveryNode). A GPU index that ranks on two hosts share (the node ranks of a multi-node
+ * instance each number their GPUs from 0) needs `gpuHost`, the host's name; without it the fault is refused (exit 2),
+ * never guessed.
  */
 export function hostForFault(
   p: Placement,
@@ -93,7 +93,7 @@ export function hostForFault(
     return p.named(gpuHost)
   }
   if (!p.spansHosts) return p.hosts[0]!
-  // drop-dest-info --rank K: the host of prefill TP rank K (a multi-node prefill's ranks past node 0 run elsewhere).
+  // A param `rank` K names prefill TP rank K: its host (a multi-node prefill's ranks past node 0 run elsewhere).
   const rankHost =
     typeof params.rank === 'number'
       ? ranks.find(r => r.service === 'prefill' && r.tpRank === params.rank)?.host

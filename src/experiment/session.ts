@@ -58,7 +58,7 @@ export class RunSession {
   }
 
   /** Unfaulted requests, measured once per run (and again after a restart): they calibrate ε and open what a fresh
-   * deployment opens lazily (decode's route cache, the KV data connections stall-kv must find). */
+   * deployment opens lazily (decode's route cache, the KV data connections a fault on them must find). */
   async calibration(opts: {
     promptTokens: number
     requests?: number

@@ -23,7 +23,7 @@ import {sleep} from '../util/time.js'
 /**
  * packet-filter: netfilter (nft, iptables) on kernel traffic (TCP connections, or a kernel UDP interface).
  * tc-flower: a hardware-offloaded tc flower drop of RoCEv2 on a NIC. link-down: `ip link set DEV down`.
- * ib-port-disable: an InfiniBand HCA port disabled (ibportstate). sigstop: a rank stopped (wedge-rank).
+ * ib-port-disable: an InfiniBand HCA port disabled (ibportstate). sigstop: a rank stopped (SIGSTOP).
  */
 export type MechanismName =
   | 'packet-filter'
@@ -37,7 +37,8 @@ export type MechanismName =
 /**
  * What the runner observes while a fault is in place: pins (requests the fault holds, judged by the eviction check),
  * abort trials, the services' health (a fault whose expected outcome is a wedged instance: checkWedge), or the
- * gateway's circuit breaker and requests sent at it (trip-breaker: checkBreakerTrip).
+ * gateway's circuit breaker and requests sent at it (checkBreakerTrip). Each kind is one module in src/experiment/
+ * (observe-<kind>.ts), chosen through experiment/observers.ts; what it adds to a plan is ObservePlanFields[kind].
  */
 export type Observe = 'pins' | 'trials' | 'health' | 'breaker'
 
@@ -246,7 +247,8 @@ export interface TransferWindow {
   widening: 'packet-filter' | 'twin-failpoint' | 'none'
 }
 
-export interface FaultPlan {
+/** A plan, whatever its fault observes. */
+export interface PlanBase {
   /** The fault's name as users type it (a key of registry.ts, which checks it before any plan is made). */
   fault: string
   mechanism: MechanismName
@@ -270,10 +272,6 @@ export interface FaultPlan {
    */
   refusals?: string[]
   notes?: string[]
-  /** abort-mid-transfer only. */
-  trials?: AbortTrial[]
-  /** abort-mid-transfer only: the window the trials sweep (ms after send) and what holds it open. */
-  transferWindow?: TransferWindow
   /**
    * What the deployment is expected to do, for the checks (machine-readable; the notes say it in words): a stall that
    * the transport turns into an error before the watchdog deadline, or a wedged instance's health bounds.
@@ -281,15 +279,57 @@ export interface FaultPlan {
   expected?: FaultExpectation
 }
 
+/** What a plan of a fault observed by abort trials adds: the trials, and the window they sweep. */
+export interface TrialsPlanFields {
+  trials: AbortTrial[]
+  /** The window the trials sweep (ms after send) and what holds it open. */
+  transferWindow?: TransferWindow
+}
+
+/**
+ * What each observation kind adds to a plan: the kind's module (src/experiment/observe-<kind>.ts) reads it. A new kind
+ * adds its row here and its module to experiment/observers.ts.
+ */
+export interface ObservePlanFields {
+  pins: object
+  trials: TrialsPlanFields
+  health: object
+  breaker: object
+}
+
+/** The plan of a fault observed as `K`. */
+export type PlanOf<K extends Observe> = PlanBase & ObservePlanFields[K]
+
+/**
+ * The plan of any fault: the plan of one of the kinds (what a kind adds is read only by that kind's module, which
+ * narrows it with PlanOf<K>).
+ */
+export type FaultPlan = {[K in Observe]: PlanOf<K>}[Observe]
+
 /** What one scenario holds while it runs: the planner batches only scenarios whose footprints do not overlap. */
 export interface Footprint {
   /** Runs alone (restart, SIGSTOP wedging an instance): why. */
   exclusive?: string
   gpus: number[]
-  /** Packet-filter ports: 'zmq:all', 'zmq:<rank>' (drop-dest-info), 'kv:<gpu>' (data connections). */
+  /** Packet-filter ports: 'zmq:all', 'zmq:<rank>' (a prefill rank's ZMQ input), 'kv:<gpu>' (data connections). */
   ports: string[]
   /** The PD queue its pins are held in. */
   queue?: 'bootstrap' | 'inflight'
+}
+
+/**
+ * The footprint's port names: `kv:<gpu>` (a GPU's KV data connections), and `zmq:<rank>` / `zmq:all` (a prefill TP
+ * rank's ZMQ input, or every rank's). ZMQ ports belong to a prefill instance: on another prefill instance the same name
+ * is another port. The planner asks these two, and never reads a port's name itself.
+ */
+export function isPrefillInstancePort(port: string): boolean {
+  return port.startsWith('zmq:')
+}
+
+/** Whether two footprint ports name the same port (equal, or `zmq:all` and any ZMQ port) on one instance. */
+export function portsOverlap(a: string, b: string): boolean {
+  if (a === b) return true
+  return isPrefillInstancePort(a) && isPrefillInstancePort(b) && (a === 'zmq:all' || b === 'zmq:all')
 }
 
 /** What the planner knows of the deployment before discovery runs per batch. */
@@ -304,10 +344,12 @@ export interface FootprintContext {
 /**
  * A fault, whole in one file: its params (one strict zod object; the oclif flags and the suite file's `params`
  * are derived from it), where its pins are held, its footprint for the planner, the mechanisms it may use, and
- * plan/verify/revert (plan() returns the commands and the probes that prove each step).
+ * plan/verify/revert (plan() returns the commands and the probes that prove each step). K: what the runner observes
+ * (`observe`), which types what its plan carries (PlanOf<K>): a fault that declares it, e.g. `Fault<Params,
+ * 'trials'>`, must return its trials from plan().
  */
 // biome-ignore lint/suspicious/noExplicitAny: the registry holds faults of every params type side by side
-export interface Fault<P = any> {
+export interface Fault<P = any, K extends Observe = Observe> {
   name: string
   summary: string
   /** Strict zod object of the params a user may set; `.describe()` texts become flag and schema help. */
@@ -317,8 +359,8 @@ export interface Fault<P = any> {
   /** Cross-param rules zod cannot say per field: the param concerned and why ("needs --gpu N"), or undefined. */
   refine?(params: P, label: (key: string) => string): {key: string; why: string} | undefined
   mechanisms: readonly MechanismName[]
-  /** What the runner observes while the fault is in place (pins, abort trials, or the services' health). */
-  observe: Observe
+  /** What the runner observes while the fault is in place: its kind's module in experiment/ (observers.ts). */
+  observe: K
   /**
    * Where its pins are held while the fault is in place ('trials' for abort trials). Absent: the fault holds no pins
    * (observe 'health': its expected outcome is a wedged instance, not a held request).
@@ -333,7 +375,23 @@ export interface Fault<P = any> {
   /** Read-only host probes the plan needs (run before plan(); also what --dry-run runs). */
   gather(host: Host, discovery: FaultDiscovery, params: P, opts?: {timeoutMs?: number}): Promise<HostFacts>
   /** Pure: the plan, or a badInput naming why no safe plan exists. */
-  plan(ctx: FaultContext<P>): FaultPlan
+  plan(ctx: FaultContext<P>): PlanOf<K>
+}
+
+/**
+ * Whether a scenario's footprint depends on the data path (its `auto` mechanism, or a widening that follows it): the
+ * planner must then know the data path before it batches. Asked of the footprint itself, so no fault is named here.
+ */
+export function followsDataPath<P>(fault: Fault<P>, params: P): boolean {
+  const under = (ctx: FootprintContext) => JSON.stringify(fault.footprint(params, ctx))
+  const unknown = under({})
+  return unknown !== under({autoMechanism: 'packet-filter'}) || unknown !== under({autoMechanism: 'nic'})
+}
+
+/** A fault scenario's fault and its params, parsed once (faults/params.ts) where the scenario is read. */
+export interface FaultScenario<P = unknown> {
+  fault: Fault<P>
+  params: P
 }
 
 /** THE rendering of a command for people and for the lease: every argument through shellCommand(). */

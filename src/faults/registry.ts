@@ -6,7 +6,14 @@ import {stallKv} from './stall-kv.js'
 import {tripBreaker} from './trip-breaker.js'
 import {wedgeRank} from './wedge-rank.js'
 
-/** Every fault pdchaos can inject, by the name users type. Adding a fault: its file, and one line here. */
+/**
+ * Every fault pdchaos can inject, by the name users type.
+ *
+ * Adding a fault is its file in src/faults/ and one line here, nothing else: the flags, the suite schema, the
+ * planner (its `footprint`), the runner (its `observe` kind: pins, trials, health or breaker, each a module in
+ * src/experiment/observe-*.ts chosen by experiment/observers.ts), the judge and the reports follow. No code in
+ * src/suite/ or src/experiment/ names a fault. The built-in suite's scenarios are in builtin-suite.ts.
+ */
 export const FAULTS = {
   'drop-dest-info': dropDestInfo,
   'stall-kv': stallKv,

@@ -1,5 +1,11 @@
 import {FIRST_PAIR, type InstancePair} from '../deployment/single-host.js'
-import type {Footprint, FootprintContext} from '../faults/fault.js'
+import {
+  type FaultScenario,
+  type Footprint,
+  type FootprintContext,
+  isPrefillInstancePort,
+  portsOverlap,
+} from '../faults/fault.js'
 import {parseFaultParams} from '../faults/params.js'
 import {getFault} from '../faults/registry.js'
 import {EPSILON_FLOOR_MS} from '../checks/epsilon.js'
@@ -97,8 +103,25 @@ const footprints = new WeakMap<PlanOptions, WeakMap<PlannedScenario, ScenarioFoo
 function footprintOf(s: PlannedScenario, opts: PlanOptions): ScenarioFootprint {
   const base = s.spec.name
   if (s.spec.restart) return {exclusive: 'a restart runs alone', gpus: [], ports: [], base}
-  const fault = getFault(s.spec.fault!)
-  return {...fault.footprint(parseFaultParams(fault, s.spec.params, 'file'), opts), base}
+  const {fault, params} = faultScenarioOf(s)!
+  return {...fault.footprint(params, opts), base}
+}
+
+const parsed = new WeakMap<ScenarioSpec, FaultScenario>()
+
+/**
+ * A fault scenario's fault and params, parsed once per scenario of the file (the planner, the runner and the judge all
+ * use this one parse); undefined for a co-restart. Params are named as the file's keys in errors.
+ */
+export function faultScenarioOf(s: PlannedScenario): FaultScenario | undefined {
+  if (s.spec.fault === undefined) return undefined
+  let known = parsed.get(s.spec)
+  if (!known) {
+    const fault = getFault(s.spec.fault)
+    known = {fault, params: parseFaultParams(fault, s.spec.params, 'file')}
+    parsed.set(s.spec, known)
+  }
+  return known
 }
 
 /** Why two scenarios may not share a window, or undefined when they may. */
@@ -113,7 +136,7 @@ export function conflict(a: PlannedScenario, b: PlannedScenario, opts: PlanOptio
   if (samePrefill && pa.decode === pb.decode) return overlap(fa, fb, true, '')
   // Different pairs: each footprint's GPUs, ports and queue are its own pair's instances'. A GPU (and its KV
   // connections, its NIC) may be either instance's (discovery says which, after planning): only a shared instance
-  // can make two of them one. ZMQ ports and the PD queues are the prefill instance's.
+  // can make two of them one. A prefill instance's own ports and the PD queues are that instance's.
   if (!samePrefill && pa.decode !== pb.decode) return undefined
   const shared = samePrefill ? `prefill[${pa.prefill}]` : `decode[${pa.decode}]`
   return overlap(
@@ -126,18 +149,14 @@ export function conflict(a: PlannedScenario, b: PlannedScenario, opts: PlanOptio
 
 /**
  * What two footprints hold in common on instances they share: GPUs and their KV and NIC ports always (either
- * instance's); ZMQ ports and the PD queue only when they share the prefill instance (`samePrefill`).
+ * instance's); a prefill instance's own ports and the PD queue only when they share it (`samePrefill`).
  */
 function overlap(fa: Footprint, fb: Footprint, samePrefill: boolean, why: string): string | undefined {
   const gpu = fa.gpus.find(g => fb.gpus.includes(g))
   if (gpu !== undefined) return `both act on GPU ${gpu}${why}`
-  const isZmq = (x: string) => x.startsWith('zmq:')
-  // A prefill instance's ZMQ ports are its own: on another prefill instance the same port name is another port.
-  const port = fa.ports.find(
-    x =>
-      (samePrefill || !isZmq(x)) &&
-      fb.ports.some(y => x === y || (isZmq(x) && isZmq(y) && (x === 'zmq:all' || y === 'zmq:all'))),
-  )
+  // A prefill instance's own ports (faults/fault.ts names them): on another prefill instance the same name is another
+  // port.
+  const port = fa.ports.find(x => (samePrefill || !isPrefillInstancePort(x)) && fb.ports.some(y => portsOverlap(x, y)))
   if (port !== undefined) return `both filter the same ports (${port})${why}`
   if (samePrefill && fa.queue && fb.queue && fa.queue !== fb.queue)
     return (

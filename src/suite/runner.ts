@@ -1,9 +1,10 @@
 import type {Deployment} from '../deployment/config.js'
 import type {InstancePair} from '../deployment/single-host.js'
 import {oneLine, PdError} from '../errors.js'
-import {type BatchSettings, runBatch} from '../experiment/batch.js'
+import {type BatchOutcome, type BatchSettings, runBatch} from '../experiment/batch.js'
 import {RunSession} from '../experiment/session.js'
 import type {PlacedHost, Placement} from '../experiment/placement.js'
+import {type FaultScenario, followsDataPath} from '../faults/fault.js'
 import {classifyDataPath} from '../faults/mechanisms/data-path.js'
 import type {Host} from '../hosts/host.js'
 import type {ScenarioRun, SuiteRun} from '../model/run.js'
@@ -15,6 +16,7 @@ import {evaluateGate} from './gate.js'
 import {
   type Batch,
   expand,
+  faultScenarioOf,
   lagLimit,
   pairOfScenario,
   type PlannedScenario,
@@ -81,11 +83,60 @@ export async function runSuite(
   suite: SuiteFile,
   opts: RunOptions,
 ): Promise<SuiteRun> {
-  const say = opts.say
   const startedAt = Date.now()
+  const r = await planRun(deployment, on, suite, opts)
+  const watch = await startStopWatch(deployment, r.hosts, suite.stop, {say: opts.say})
+  const onOuter = () => watch.stop(String(opts.signal?.reason ?? 'interrupted'))
+  opts.signal?.addEventListener('abort', onOuter, {once: true})
+  // A SIGINT during calibration or discovery (before the listener) fired no event: the run stops before its first
+  // batch.
+  if (opts.signal?.aborted) onOuter()
+  for (const n of watch.notes) opts.say(n)
+  const done: Done = {runs: [], batchStats: [], floorMs: 0}
+  try {
+    for (const b of r.batches) {
+      if (watch.signal.aborted) break
+      await runOneBatch(r, b, watch, done)
+    }
+  } finally {
+    opts.signal?.removeEventListener('abort', onOuter)
+    await watch.close()
+  }
+  return finishRun(r, done, watch, startedAt)
+}
+
+/** A run once planned: its session, scenarios, batches, the plan's text, and each scenario's own pair. */
+interface PlannedRun {
+  deployment: Deployment
+  suite: SuiteFile
+  opts: RunOptions
+  session: RunSession
+  scenarios: PlannedScenario[]
+  batches: Batch[]
+  plan: string[]
+  hosts: PlacedHost[]
+  sessionOf: (s: PlannedScenario) => {session: RunSession; paths?: PairView['paths']}
+  /** Every pair's session made so far (a co-restart makes each measure and discover again). */
+  pairSessions: () => Iterable<{session: RunSession}>
+}
+
+/** What the batches gave so far. */
+interface Done {
+  runs: ScenarioRun[]
+  batchStats: NonNullable<SuiteRun['batches']>
+  floorMs: number
+}
+
+/** Plan the batches (checked for conflicts) before any injection, and show the plan. */
+async function planRun(
+  deployment: Deployment,
+  on: Host | Placement,
+  suite: SuiteFile,
+  opts: RunOptions,
+): Promise<PlannedRun> {
+  const {say} = opts
   const scenarios = expand(suite.scenarios)
   const session = new RunSession(deployment, on)
-  const pairs = opts.pairs
   const planned = await planOptions(session, scenarios, {
     promptTokens: suite.load.promptTokens,
     say,
@@ -93,43 +144,15 @@ export async function runSuite(
   })
   const planLimitWhy = planned.limitWhy
   delete planned.limitWhy
+  const pairs = opts.pairs
   const planOpts: PlanOptions = {...planned, ...(pairs ? {defaultPair: pairs.default, showPairs: true} : {})}
-  // A session per instance pair (its clients, calibration and discovery), made when a batch first acts on it.
-  const pairSessions = new Map<string, {session: RunSession; paths: PairView['paths']}>()
-  const pairKey = (p: InstancePair) => `${p.prefill}/${p.decode}`
-  const sessionOf = (s: PlannedScenario): {session: RunSession; paths?: PairView['paths']} => {
-    if (!pairs) return {session}
-    const pair = pairOfScenario(s, planOpts)
-    let known = pairSessions.get(pairKey(pair))
-    if (!known) {
-      const v = pairs.viewOf(pair)
-      known = {
-        session: pairKey(pair) === pairKey(pairs.default) ? session : new RunSession(v.deployment, v.placement),
-        paths: v.paths,
-      }
-      pairSessions.set(pairKey(pair), known)
-    }
-    return known
-  }
+  const {sessionOf, pairSessions} = pairSessionsOf(session, planOpts, pairs)
   // The stop conditions watch every host a scenario acts on (the kernel log of each), whichever pair it belongs to.
   const hosts = unionOfHosts([
     session.placement.hosts,
     ...scenarios.filter(s => !s.spec.restart).map(s => sessionOf(s).session.placement.hosts),
   ])
-  // Planning compares every pair of scenarios: a large suite (up to MAX_PLANNED_SCENARIOS) says so and hears a stop.
-  if (scenarios.length > 50) say(`planning ${scenarios.length} scenarios into batches`)
-  // A stop before or while planning: no plan, and the run stops before its first batch (every scenario "not run").
-  const batches: Batch[] = opts.signal?.aborted
-    ? []
-    : opts.oneAtATime
-      ? scenarios.map((s, i) => ({index: i + 1, scenarios: [s]}))
-      : await planBatchesInTurns(scenarios, planOpts, {
-          ...(opts.signal ? {signal: opts.signal} : {}),
-          onProgress: (n, of) => opts.onPhase?.(`planning: ${n} of ${of} scenarios placed`),
-        }).catch((error: unknown) => {
-          if (opts.signal?.aborted) return []
-          throw error
-        })
+  const batches = await batchesOf(scenarios, planOpts, opts)
   const conflicts = planConflicts(batches, planOpts)
   if (conflicts.length > 0)
     throw new PdError(`the batch plan has conflicts: ${conflicts.join('; ')}`, {
@@ -139,109 +162,147 @@ export async function runSuite(
   const plan = renderPlanText(batches, planOpts)
   if (planOpts.maxPerBatch !== undefined && !opts.oneAtATime) plan.push(`batch size: ${planLimitWhy ?? ''}`)
   if (batches.length > 0) opts.onPlan?.(plan)
+  return {deployment, suite, opts, session, scenarios, batches, plan, hosts, sessionOf, pairSessions}
+}
 
-  const watch = await startStopWatch(deployment, hosts, suite.stop, {say})
-  const onOuter = () => watch.stop(String(opts.signal?.reason ?? 'interrupted'))
-  opts.signal?.addEventListener('abort', onOuter, {once: true})
-  // A SIGINT during calibration or discovery (before the listener) fired no event: the run stops before its first
-  // batch.
-  if (opts.signal?.aborted) onOuter()
-  for (const n of watch.notes) say(n)
-  const runs: ScenarioRun[] = []
-  const batchStats: NonNullable<SuiteRun['batches']> = []
-  let floorMs = 0
-  const contract = deployment.watchdog
-  try {
-    for (const b of batches) {
-      if (watch.signal.aborted) break
-      const t0 = now()
-      const names = b.scenarios.map(s => s.name)
-      const label = `batch ${b.index}/${batches.length}`
-      opts.onPhase?.(`${label}: ${names.join(', ')}`)
-      say(`${label}: ${names.join(', ')}`)
-      const only = b.scenarios[0]!
-      try {
-        // Each scenario acts through its own pair's session (a batch may hold several pairs whose footprints do not
-        // overlap).
-        const out = only.spec.restart
-          ? await runRestart(session, only, watch, say, opts.restartTargets)
-          : await runBatch(
-              session,
-              b.scenarios.map(s => {
-                const on = sessionOf(s)
-                return {
-                  name: s.name,
-                  fault: s.spec.fault!,
-                  params: s.spec.params,
-                  pins: s.spec.pins,
-                  ...(s.spec.gpuHost === undefined ? {} : {gpuHost: s.spec.gpuHost}),
-                  session: on.session,
-                  ...(on.paths ? {pair: on.paths} : {}),
-                }
-              }),
-              {
-                ...SUITE_BATCH,
-                allowCompetingTimeout: suite.allowCompetingTimeout,
-                ...opts.batch,
-                promptTokens: suite.load.promptTokens,
-                loadIntervalMs: suite.load.intervalMs,
-                canaries: suite.load.canaries,
-                signal: watch.signal,
-                // A caller that passes a signal stops the run on SIGINT itself (and writes its journal).
-                callerStopsOnSignal: opts.signal !== undefined,
-                say,
-                onRecorder: rec => watch.setRecorder(rec),
-                onDeadline: (what, at) => opts.onPhase?.(`${label}: ${what}`, at),
-              },
-            )
-        // The journal names each scenario's own pair.
-        if (!only.spec.restart) {
-          for (const r of out.scenarios) {
-            const paths = sessionOf(b.scenarios.find(s => s.name === r.name) ?? only).paths
-            if (paths) r.pair = paths
-          }
-        }
-        runs.push(...out.scenarios)
-        floorMs += out.floorMs
-        batchStats.push({index: b.index, scenarios: names, ms: Math.round(now() - t0), floorMs: out.floorMs})
-      } catch (error) {
-        // Cleanup that cannot be verified (exit 4) ends the run: nothing more is injected into a host that may be
-        // faulted. A single-scenario run (inject) gives its errors to the caller as they are.
-        if (error instanceof PdError && (error.exitCode === 4 || opts.batch?.planErrors === 'throw')) throw error
-        const t = Date.now()
-        for (const s of b.scenarios) {
-          const paths = s.spec.restart ? undefined : sessionOf(s).paths
-          runs.push({...errored(s, contract, t, oneLine(error)), ...(paths ? {pair: paths} : {})})
-        }
-      } finally {
-        // A co-restart replaced every instance's processes: each pair measures and discovers again.
-        if (only.spec.restart) for (const known of pairSessions.values()) known.session.forget()
+/** A session per instance pair (its clients, calibration and discovery), made when a batch first acts on it. */
+function pairSessionsOf(
+  session: RunSession,
+  planOpts: PlanOptions,
+  pairs: RunOptions['pairs'],
+): Pick<PlannedRun, 'sessionOf' | 'pairSessions'> {
+  const known = new Map<string, {session: RunSession; paths: PairView['paths']}>()
+  const pairKey = (p: InstancePair) => `${p.prefill}/${p.decode}`
+  const sessionOf = (s: PlannedScenario): {session: RunSession; paths?: PairView['paths']} => {
+    if (!pairs) return {session}
+    const pair = pairOfScenario(s, planOpts)
+    let k = known.get(pairKey(pair))
+    if (!k) {
+      const v = pairs.viewOf(pair)
+      k = {
+        session: pairKey(pair) === pairKey(pairs.default) ? session : new RunSession(v.deployment, v.placement),
+        paths: v.paths,
       }
+      known.set(pairKey(pair), k)
+    }
+    return k
+  }
+  return {sessionOf, pairSessions: () => known.values()}
+}
+
+/** The batches: one scenario each (--one-at-a-time), or planned in turns so that a stop is heard. */
+async function batchesOf(scenarios: PlannedScenario[], planOpts: PlanOptions, opts: RunOptions): Promise<Batch[]> {
+  // Planning compares every pair of scenarios: a large suite (up to MAX_PLANNED_SCENARIOS) says so and hears a stop.
+  if (scenarios.length > 50) opts.say(`planning ${scenarios.length} scenarios into batches`)
+  // A stop before or while planning: no plan, and the run stops before its first batch (every scenario "not run").
+  if (opts.signal?.aborted) return []
+  if (opts.oneAtATime) return scenarios.map((s, i) => ({index: i + 1, scenarios: [s]}))
+  return planBatchesInTurns(scenarios, planOpts, {
+    ...(opts.signal ? {signal: opts.signal} : {}),
+    onProgress: (n, of) => opts.onPhase?.(`planning: ${n} of ${of} scenarios placed`),
+  }).catch((error: unknown) => {
+    if (opts.signal?.aborted) return []
+    throw error
+  })
+}
+
+/** One batch: a co-restart, or faults through runBatch; its scenarios' runs (or errors) added to `done`. */
+async function runOneBatch(r: PlannedRun, b: Batch, watch: StopWatch, done: Done): Promise<void> {
+  const {opts, session} = r
+  const t0 = now()
+  const names = b.scenarios.map(s => s.name)
+  const label = `batch ${b.index}/${r.batches.length}`
+  opts.onPhase?.(`${label}: ${names.join(', ')}`)
+  opts.say(`${label}: ${names.join(', ')}`)
+  const only = b.scenarios[0]!
+  try {
+    const out = only.spec.restart
+      ? await runRestart(session, only, watch, opts.say, opts.restartTargets)
+      : await runFaults(r, b, watch, label)
+    done.runs.push(...out.scenarios)
+    done.floorMs += out.floorMs
+    done.batchStats.push({index: b.index, scenarios: names, ms: Math.round(now() - t0), floorMs: out.floorMs})
+  } catch (error) {
+    // Cleanup that cannot be verified (exit 4) ends the run: nothing more is injected into a host that may be
+    // faulted. A single-scenario run (inject) gives its errors to the caller as they are.
+    if (error instanceof PdError && (error.exitCode === 4 || opts.batch?.planErrors === 'throw')) throw error
+    const t = Date.now()
+    for (const s of b.scenarios) {
+      const paths = s.spec.restart ? undefined : r.sessionOf(s).paths
+      done.runs.push({...errored(s, r.deployment.watchdog, t, oneLine(error)), ...(paths ? {pair: paths} : {})})
     }
   } finally {
-    opts.signal?.removeEventListener('abort', onOuter)
-    await watch.close()
+    // A co-restart replaced every instance's processes: each pair measures and discovers again.
+    if (only.spec.restart) for (const known of r.pairSessions()) known.session.forget()
   }
+}
+
+/** A batch of faults: each scenario acts through its own pair's session (pairs whose footprints do not overlap). */
+async function runFaults(r: PlannedRun, b: Batch, watch: StopWatch, label: string): Promise<BatchOutcome> {
+  const {opts, suite} = r
+  const out = await runBatch(
+    r.session,
+    b.scenarios.map(s => {
+      const on = r.sessionOf(s)
+      return {
+        name: s.name,
+        fault: s.spec.fault!,
+        params: s.spec.params,
+        pins: s.spec.pins,
+        ...withParsed(s),
+        ...(s.spec.gpuHost === undefined ? {} : {gpuHost: s.spec.gpuHost}),
+        session: on.session,
+        ...(on.paths ? {pair: on.paths} : {}),
+      }
+    }),
+    {
+      ...SUITE_BATCH,
+      allowCompetingTimeout: suite.allowCompetingTimeout,
+      ...opts.batch,
+      promptTokens: suite.load.promptTokens,
+      loadIntervalMs: suite.load.intervalMs,
+      canaries: suite.load.canaries,
+      signal: watch.signal,
+      // A caller that passes a signal stops the run on SIGINT itself (and writes its journal).
+      callerStopsOnSignal: opts.signal !== undefined,
+      say: opts.say,
+      onRecorder: rec => watch.setRecorder(rec),
+      onDeadline: (what, at) => opts.onPhase?.(`${label}: ${what}`, at),
+    },
+  )
+  // The journal names each scenario's own pair.
+  for (const run of out.scenarios) {
+    const paths = r.sessionOf(b.scenarios.find(s => s.name === run.name) ?? b.scenarios[0]!).paths
+    if (paths) run.pair = paths
+  }
+  return out
+}
+
+/** The run model: every scenario's run, those a stop left unrun, and the gate. */
+function finishRun(r: PlannedRun, done: Done, watch: StopWatch, startedAt: number): SuiteRun {
+  const {deployment, session, opts} = r
+  const contract = deployment.watchdog
+  const runs = done.runs
   const run: SuiteRun = {
-    name: suite.name,
+    name: r.suite.name,
     runId: opts.runId,
     startedAt,
     finishedAt: Date.now(),
     deployment: deployment.name,
     target: session.placement.spansHosts
-      ? hosts.map(h => `${h.name} (${h.host.describe()})`).join(', ')
+      ? r.hosts.map(h => `${h.name} (${h.host.describe()})`).join(', ')
       : session.host.describe(),
     scenarios: runs,
-    plan,
-    batches: batchStats,
-    floorMs,
+    plan: r.plan,
+    batches: done.batchStats,
+    floorMs: done.floorMs,
     notes: watch.notes,
   }
   const reason = watch.reason()
   if (reason !== undefined) {
     run.stopped = {reason}
-    const ran = new Set(runs.map(r => r.name))
-    for (const s of scenarios)
+    const ran = new Set(runs.map(x => x.name))
+    for (const s of r.scenarios)
       if (!ran.has(s.name))
         runs.push(
           errored(s, contract, run.finishedAt, 'not run: the suite was stopped (a stopped run is never resumed)'),
@@ -252,7 +313,8 @@ export async function runSuite(
 }
 
 /**
- * stall-kv's `auto` and abort-mid-transfer's widening follow the data path: the planner must know it. The session's
+ * A footprint that follows the data path (an `auto` mechanism, a widening where the path allows one: faults/fault.ts
+ * followsDataPath): the planner must know the path. The session's
  * calibration and discovery serve the first batch too (calibration first: a fresh deployment opens its routes and
  * KV connections on first use).
  */
@@ -263,11 +325,10 @@ async function planOptions(
 ): Promise<PlanOptions & {limitWhy?: string}> {
   // One scenario has nothing to batch with: no need to know (and a dry run must not calibrate).
   // Several faults may share a window: the lags decide how many at once (lagLimit), so calibrate first as well.
-  const followsPath = scenarios.some(
-    s =>
-      (s.spec.fault === 'stall-kv' && (s.spec.params.mechanism ?? 'auto') === 'auto') ||
-      (s.spec.fault === 'abort-mid-transfer' && s.spec.params.gpu === undefined),
-  )
+  const followsPath = scenarios.some(s => {
+    const fs = parsedOrNot(s)
+    return fs !== undefined && followsDataPath(fs.fault, fs.params)
+  })
   const needs = scenarios.length > 1 && (scenarios.filter(s => !s.spec.restart).length > 1 || followsPath)
   if (!needs) return {}
   let limit: ReturnType<typeof lagLimit>
@@ -378,6 +439,20 @@ async function runAlone(
   // The floor: the health waits and the canaries' span, which the heartbeat bound sets.
   const spanS = (d.heartbeat?.boundSeconds ?? 10) + ALONE_DEFAULTS.epsilonS + ALONE_DEFAULTS.tailS
   return {scenarios: [run], floorMs: healthWaits + spanS * 1000}
+}
+
+/** A scenario's parsed fault and params; undefined where they do not parse (the batch then records why). */
+function parsedOrNot(s: PlannedScenario): FaultScenario | undefined {
+  try {
+    return faultScenarioOf(s)
+  } catch {
+    return undefined
+  }
+}
+
+const withParsed = (s: PlannedScenario): {scenario?: FaultScenario} => {
+  const scenario = parsedOrNot(s)
+  return scenario ? {scenario} : {}
 }
 
 /** Each host once, by name, in the order first seen. */

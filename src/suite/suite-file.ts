@@ -3,6 +3,7 @@ import {z} from 'zod'
 import {HostNameSchema} from '../deployment/file-schema.js'
 import {loadYamlFile, parseYamlText, type YamlFileKind} from '../deployment/yaml-file.js'
 import {checkFaultParams} from '../faults/params.js'
+import {BUILTIN_SUITE} from '../faults/builtin-suite.js'
 import {FAULT_NAMES, getFault} from '../faults/registry.js'
 import {CHECKS, UNVERIFIED_BLOCKS_BY_DEFAULT} from '../model/verdict.js'
 
@@ -90,7 +91,7 @@ export const ScenarioSchema = z
       .min(1)
       .max(10_000)
       .default(2)
-      .describe('Pinned requests (abort-mid-transfer uses trials instead).'),
+      .describe('Pinned requests (a fault observed by abort trials sends its trials instead).'),
     repetitions: z
       .number()
       .int()
@@ -262,41 +263,8 @@ export type ScenarioSpec = z.infer<typeof ScenarioSchema>
 export type GateSpec = z.infer<typeof GateSchema>
 export type StopSpec = z.infer<typeof StopSchema>
 
-/**
- * The built-in suite: the three faults on several GPUs, the gateway's breaker tripped, prefill restarted alone, then a
- * co-restart.
- */
-export const DEFAULT_SUITE_INPUT = {
-  name: 'default',
-  scenarios: [
-    // Batch 1: one fault per prefill GPU, all in one window (the abort window is widened on GPU 0's KV connections).
-    // `auto` mechanisms: the host's packet filter where one is usable, else (on the twin only) its own failure points.
-    {name: 'stall-kv gpu1', fault: 'stall-kv', params: {gpu: 1}, pins: 2},
-    {name: 'stall-kv gpu2', fault: 'stall-kv', params: {gpu: 2}, pins: 2},
-    {name: 'stall-kv gpu3', fault: 'stall-kv', params: {gpu: 3}, pins: 2},
-    {name: 'abort-mid-transfer gpu0', fault: 'abort-mid-transfer', params: {gpu: 0, trials: 6}},
-    // Aborts on prefill alone: its own abort path, with no ABORT from decode to rescue a Transferring request (a
-    // decode restarted, a backend or release without it). Same GPU as the set above: a batch of its own.
-    {
-      name: 'abort-mid-transfer gpu0 prefill',
-      fault: 'abort-mid-transfer',
-      params: {gpu: 0, trials: 6, side: 'prefill'},
-    },
-    // Batch 2: decode's destination info lost to one prefill rank at a time, each rank its own scenario.
-    {name: 'drop-dest-info rank0', fault: 'drop-dest-info', params: {rank: 0}, pins: 2},
-    {name: 'drop-dest-info rank1', fault: 'drop-dest-info', params: {rank: 1}, pins: 2},
-    {name: 'drop-dest-info rank2', fault: 'drop-dest-info', params: {rank: 2}, pins: 2},
-    {name: 'drop-dest-info rank3', fault: 'drop-dest-info', params: {rank: 3}, pins: 2},
-    // Batch 3, alone: prefill refuses the gateway until its breaker opens; requests must then get 503 at once (SGLang
-    // #31206).
-    {name: 'trip-breaker prefill', fault: 'trip-breaker', params: {role: 'prefill'}},
-    // Prefill replaced alone behind its address (SGLang #34289): decode must drop the old endpoints within its
-    // heartbeat bound.
-    {name: 'restart prefill alone', restart: {only: 'prefill'}},
-    {name: 'co-restart', restart: {services: ['prefill', 'decode', 'router'], watchSeconds: 3, canaries: 2}},
-  ],
-  stop: {routerUnhealthySeconds: 30, kernelXid: true},
-}
+/** The built-in suite (its scenarios are stated next to the faults: faults/builtin-suite.ts). */
+export const DEFAULT_SUITE_INPUT = BUILTIN_SUITE
 
 export function defaultSuite(): SuiteFile {
   return SuiteSchema.parse(DEFAULT_SUITE_INPUT)
