@@ -25,6 +25,7 @@ import {drained, gaugesOnly, type PairInBatch, pairsOf, serversOf} from './batch
 import {type BreakerTrial, tripAndProbe, watchBreakerClose} from './breaker-trial.js'
 import type {BatchScenario} from './batch-scenario.js'
 import {hostForFault, onHost, type PlacedHost, withLeasesOn} from './placement.js'
+import {type DecodePins, decodePinEntry, holdDecodeHalves} from './decode-pins.js'
 import {COMPETING_CODE, competingRefusal, competingText, competingTimeoutsFor, firingInWindow} from './competing.js'
 
 export type {BatchScenario} from './batch-scenario.js'
@@ -328,6 +329,15 @@ export async function runBatch(
           const wedged = planned.find(e => e.plan!.expected?.kind === 'wedge')
           if (wedged && settings.mode === 'run')
             health = await startHealthWatch(pairOf(wedged.s).session, rec, wedged.plan!.expected as WedgeExpectation)
+          // kill-prefill: decode's halves are held before the kill (experiment/decode-pins.ts).
+          const dpin = settings.mode === 'run' ? decodePinEntry(planned) : undefined
+          const decodePins: DecodePins | undefined = dpin
+            ? await holdDecodeHalves(pairOf(dpin.s).session, dpin, rec, servers, {
+                ...settings,
+                timeoutMs: requestTimeoutMs,
+                signal: pinController.signal,
+              })
+            : undefined
           await injectAll(
             guard,
             guardOf,
@@ -366,6 +376,8 @@ export async function runBatch(
             say(`holding the wedge for ${(hold / 1000).toFixed(1)}s, sampling health`)
             settings.onDeadline?.('wedge held', now() + hold)
             await sleep(hold, signal)
+          } else if (!signal.aborted && decodePins && active.includes(decodePins.entry)) {
+            await decodePins.waitReleased(signal)
           } else if (!signal.aborted && active.length > 0) {
             // The observation delay again, from the first pin to the window's end: a host (or a pdchaos) busier
             // now than at calibration delays every answer more, and ε must know it rather than call a pin late.
@@ -401,6 +413,7 @@ export async function runBatch(
           // Stop watching the pins: what is still held is abandoned by the client now (recorded as such).
           pinController.abort()
           await Promise.all(pins.map(p => p.sent.done))
+          await decodePins?.restore(say)
           await Promise.all(
             active.flatMap(e => [
               revertAndVerify(guard(e), e.plan!, rec, e.lease!, PROBE_TIMEOUT_MS, l => say(`${e.s.name}: ${l}`)),

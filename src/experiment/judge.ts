@@ -1,3 +1,4 @@
+import {checkDecodeRelease} from '../checks/decode-release.js'
 import {checkAborts} from '../checks/abort.js'
 import {checkCollateral} from '../checks/collateral.js'
 import {checkEvictions} from '../checks/eviction.js'
@@ -177,6 +178,13 @@ export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
       else if (observe === 'breaker')
         run.verdicts.push(
           ...checkBreakerTrip(run.timeline, e.plan!.expected?.kind === 'breaker' ? e.plan!.expected : undefined),
+        )
+      else if (observe === 'decode-pins')
+        run.verdicts.push(
+          ...checkDecodeRelease(
+            run.timeline,
+            e.plan!.expected?.kind === 'decode-release' ? e.plan!.expected : undefined,
+          ),
         )
       else {
         const ev = checkEvictions(run.timeline, {

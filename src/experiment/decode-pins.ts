@@ -1,0 +1,174 @@
+import type {DecodeReleaseExpectation} from '../checks/decode-release.js'
+import {LOADS_DECODE_PREALLOC_QUEUE, LOADS_DECODE_TRANSFER_QUEUE} from '../deployment/sglang-metrics.js'
+import {newRid, newRoom} from '../deployment/sglang-client.js'
+import {oneLine} from '../errors.js'
+import {getFault} from '../faults/registry.js'
+import {coRestart, roleTargets} from '../restart/co-restart.js'
+import {sleep} from '../util/time.js'
+import {now, type Recorder} from '../workload/recorder.js'
+import {type SampledServer, sampleOnce} from '../workload/sampler.js'
+import type {Sent} from '../workload/send.js'
+import type {Entry} from './judge.js'
+import type {RunSession} from './session.js'
+
+/**
+ * kill-prefill's observation (Fault.observe 'decode-pins'): decode's halves of requests, held in decode's transfer
+ * queue when prefill dies. Each is a request sent to decode alone with a fresh bootstrap room, prefill's half held
+ * back by pdchaos: decode resolves the room on prefill's bootstrap server, allocates its KV pages, sends its destination
+ * info (send_metadata) and waits in WaitingForInput for KV that never comes (disaggregation/decode.py: prealloc queue,
+ * then transfer queue). Once decode's /v1/loads shows them held, the kill is injected; the runner then waits for each
+ * half's answer until the expectation's window ends, aborts what decode still holds, and restarts prefill by its
+ * restart command behind its health gate (as `restart --only prefill` does) before the lease's revert verifies it.
+ * checks/decode-release.ts judges the releases.
+ */
+
+/** How long decode may take to show its halves held (a /route lookup and send_metadata), polled. */
+const HELD_WAIT_MS = 5000
+const HELD_POLL_MS = 100
+const RESTART_TIMEOUT_S = 120
+
+export interface DecodePins {
+  entry: Entry
+  expected: DecodeReleaseExpectation
+  sent: Sent[]
+  /** After the kill: until every half is answered or the window (from the kill) has passed. */
+  waitReleased(signal: AbortSignal): Promise<void>
+  /** Abort what decode still holds, then restart prefill behind its health gate. Never throws. */
+  restore(say: (l: string) => void): Promise<void>
+}
+
+/** The one scenario of the batch that observes decode pins (its footprint is exclusive), or undefined. */
+export function decodePinEntry(planned: Entry[]): Entry | undefined {
+  return planned.find(
+    e => getFault(e.plan!.fault).observe === 'decode-pins' && e.plan!.expected?.kind === 'decode-release',
+  )
+}
+
+/** One request to decode alone, as the gateway would send decode's half, recorded as a pin with path decode-half. */
+function sendDecodeHalf(session: RunSession, rec: Recorder, e: Entry, o: HoldOptions): Sent {
+  const rid = newRid('pdchaos-dpin')
+  const sentAt = now()
+  rec.add({
+    kind: 'request-sent',
+    t: sentAt,
+    rid,
+    role: 'pin',
+    fault: e.plan!.fault,
+    scenario: e.s.name,
+    expectedState: {queue: 'inflight', kvPoll: 'WaitingForInput'},
+    path: 'decode-half',
+  })
+  const body = {
+    rid,
+    text: 'chaos '.repeat(Math.max(1, Math.round((o.promptTokens * 4) / 6))),
+    max_new_tokens: 4,
+    bootstrap_host: session.bootstrap.host,
+    bootstrap_port: session.bootstrap.port,
+    bootstrap_room: newRoom(),
+  }
+  const done = session.decode.generate(body, {timeoutMs: o.timeoutMs, signal: o.signal}).then(
+    res => {
+      const at = now()
+      const detail =
+        res.status >= 300 ? (typeof res.body === 'string' ? res.body : JSON.stringify(res.body)) : undefined
+      rec.add({kind: 'request-answered', t: at, rid, status: res.status, detail: detail?.slice(0, 1000)})
+      return {status: res.status, at}
+    },
+    (error: unknown) => {
+      const at = now()
+      rec.add({kind: 'request-abandoned', t: at, rid, detail: oneLine(error)})
+      return {status: null, at}
+    },
+  )
+  return {rid, sentAt, done}
+}
+
+export interface HoldOptions {
+  promptTokens: number
+  timeoutMs: number
+  signal: AbortSignal
+  say: (l: string) => void
+}
+
+/** decode's prealloc + transfer queue at its latest /v1/loads reading (undefined: none). */
+function latestHeld(rec: Recorder): number | undefined {
+  const reads = rec.observations.filter(
+    o =>
+      o.kind === 'metric' &&
+      o.service === 'decode' &&
+      (o.name === LOADS_DECODE_PREALLOC_QUEUE || o.name === LOADS_DECODE_TRANSFER_QUEUE),
+  ) as Array<{t: number; value: number}>
+  const t = reads.at(-1)?.t
+  return t === undefined ? undefined : reads.filter(r => r.t === t).reduce((n, r) => n + r.value, 0)
+}
+
+/** Send the halves before the kill and wait (bounded) until decode's /v1/loads shows them held. */
+export async function holdDecodeHalves(
+  session: RunSession,
+  e: Entry,
+  rec: Recorder,
+  servers: SampledServer[],
+  o: HoldOptions,
+): Promise<DecodePins> {
+  const expected = e.plan!.expected as DecodeReleaseExpectation
+  o.say(`${e.s.name}: sending ${expected.pins} decode half(s), prefill's half held back`)
+  const sent = Array.from({length: expected.pins}, () => sendDecodeHalf(session, rec, e, o))
+  const by = now() + HELD_WAIT_MS
+  let held: number | undefined
+  while (now() < by && !o.signal.aborted) {
+    await sampleOnce(rec, servers)
+    held = latestHeld(rec)
+    if (held !== undefined && held >= expected.pins) break
+    await sleep(HELD_POLL_MS, o.signal)
+  }
+  rec.marker('decode-halves-held', held === undefined ? 'no /v1/loads reading' : `${held} in decode's queues`)
+  o.say(`${e.s.name}: decode holds ${held ?? 'an unknown number of'} request(s) in its prealloc + transfer queues`)
+  return {
+    entry: e,
+    expected,
+    sent,
+    async waitReleased(signal) {
+      const killedAt = e.lease?.injectedAt ?? now()
+      const until = killedAt + expected.waitSeconds * 1000
+      o.say(`${e.s.name}: waiting for decode to release its halves (${expected.why}; up to ${expected.waitSeconds} s)`)
+      let ended = false
+      void Promise.all(sent.map(s => s.done)).then(() => (ended = true))
+      while (!ended && now() < until && !signal.aborted) await sleep(Math.min(100, Math.max(1, until - now())), signal)
+    },
+    async restore(say) {
+      await restore(session, rec, sent, say)
+    },
+  }
+}
+
+async function restore(session: RunSession, rec: Recorder, sent: Sent[], say: (l: string) => void): Promise<void> {
+  const answered = new Set(
+    rec.observations.filter(x => x.kind === 'request-answered').map(x => (x as {rid: string}).rid),
+  )
+  for (const s of sent.filter(x => !answered.has(x.rid))) {
+    await session.decode.abort(s.rid).catch(() => undefined)
+    rec.marker('cleanup-abort', s.rid)
+  }
+  const deployment = session.deployment
+  try {
+    const r = await coRestart(deployment, session.placement.of('prefill').host, {
+      order: ['prefill'],
+      targets: roleTargets(deployment, session.placement.of('prefill').host, ['prefill']),
+      healthTimeoutS: RESTART_TIMEOUT_S,
+      commandTimeoutS: RESTART_TIMEOUT_S,
+      canaries: 0,
+      watchS: 0,
+      sampleS: 1,
+      settleS: 0,
+      gatesOnly: true,
+      onProgress: l => say(`restart prefill: ${l}`),
+    })
+    for (const x of r.observations) rec.add(x)
+    const bad = r.verdicts.filter(v => v.verdict === 'fail')
+    rec.marker('prefill-restarted', bad.length ? bad.map(v => v.summary).join('; ') : 'healthy behind its gate')
+    await Promise.all(sent.map(s => s.done))
+  } catch (error) {
+    rec.marker('prefill-restarted', `restart failed: ${oneLine(error)}`)
+    say(`restart prefill failed: ${oneLine(error)} (the lease's revert runs the restart command again)`)
+  }
+}
