@@ -5,9 +5,9 @@ import {oneLine} from '../errors.js'
 import {getFault} from '../faults/registry.js'
 import {coRestart, roleTargets} from '../restart/co-restart.js'
 import {sleep} from '../util/time.js'
-import {now, type Recorder} from '../workload/recorder.js'
+import {now, Recorder} from '../workload/recorder.js'
 import {type SampledServer, sampleOnce} from '../workload/sampler.js'
-import type {Sent} from '../workload/send.js'
+import {type Sent, sendDirect} from '../workload/send.js'
 import type {Entry} from './judge.js'
 import type {RunSession} from './session.js'
 
@@ -26,6 +26,8 @@ import type {RunSession} from './session.js'
 const HELD_WAIT_MS = 5000
 const HELD_POLL_MS = 100
 const RESTART_TIMEOUT_S = 120
+/** The direct request that tells a stale decode after prefill's restart: past the watchdog's deadline on the twin. */
+const STALE_PROBE_MS = 15_000
 
 export interface DecodePins {
   entry: Entry
@@ -167,8 +169,49 @@ async function restore(session: RunSession, rec: Recorder, sent: Sent[], say: (l
     const bad = r.verdicts.filter(v => v.verdict === 'fail')
     rec.marker('prefill-restarted', bad.length ? bad.map(v => v.summary).join('; ') : 'healthy behind its gate')
     await Promise.all(sent.map(s => s.done))
+    if (bad.length === 0) await repairIfStale(session, rec, say)
   } catch (error) {
     rec.marker('prefill-restarted', `restart failed: ${oneLine(error)}`)
     say(`restart prefill failed: ${oneLine(error)} (the lease's revert runs the restart command again)`)
   }
+}
+
+/**
+ * A decode whose heartbeat never noticed the kill keeps the dead instance's endpoints (SGLang #34289): the pair does not
+ * serve after prefill's restart. One direct request tells; if it fails, decode and the router are restarted behind their
+ * gates (decode resolves prefill afresh), so that no exit path leaves the deployment broken. The recovery check still
+ * judges what the canaries meet afterwards.
+ */
+async function repairIfStale(session: RunSession, rec: Recorder, say: (l: string) => void): Promise<void> {
+  const probe = sendDirect(session, session.bootstrap, new Recorder(), {role: 'canary', timeoutMs: STALE_PROBE_MS})
+  const {status} = await probe.done
+  if (status === 200) {
+    rec.marker('pair-serves', 'a direct request after the restart succeeded')
+    return
+  }
+  say(
+    `after prefill's restart a direct request got ${status ?? 'no answer'}: decode still holds the killed prefill's ` +
+      'endpoints (SGLang #34289); co-restarting decode and the router to bring the deployment back',
+  )
+  rec.marker('pair-stale', `direct request after prefill's restart: ${status ?? 'no answer'}`)
+  const deployment = session.deployment
+  const r = await coRestart(deployment, role => session.placement.of(role).host, {
+    order: ['decode', 'router'],
+    healthTimeoutS: RESTART_TIMEOUT_S,
+    commandTimeoutS: RESTART_TIMEOUT_S,
+    canaries: 0,
+    watchS: 0,
+    sampleS: 1,
+    settleS: 0,
+    gatesOnly: true,
+    onProgress: l => say(`repair: ${l}`),
+  })
+  for (const x of r.observations) rec.add(x)
+  rec.marker(
+    'repaired',
+    r.verdicts
+      .filter(v => v.verdict === 'fail')
+      .map(v => v.summary)
+      .join('; ') || 'decode, router',
+  )
 }
