@@ -279,6 +279,8 @@ export async function runBatch(
   let recoveryStopped = false
   let loadedObserveMs: number | undefined
   let held = false
+  // kill-prefill's floor: decode's heartbeat bound and prefill's restart behind its gate (experiment/decode-pins.ts).
+  let decodeFloorMs: number | undefined
   try {
     // A lease guard (and reverter) on every host a scenario acts on, each on its own: losing one host's connection
     // leaves that host's reverter to take its faults out by itself. One per host name: two pairs' placements hold
@@ -414,6 +416,7 @@ export async function runBatch(
           pinController.abort()
           await Promise.all(pins.map(p => p.sent.done))
           await decodePins?.restore(say)
+          decodeFloorMs = decodePins?.floorMs()
           await Promise.all(
             active.flatMap(e => [
               revertAndVerify(guard(e), e.plan!, rec, e.lease!, PROBE_TIMEOUT_MS, l => say(`${e.s.name}: ${l}`)),
@@ -475,7 +478,7 @@ export async function runBatch(
       loadIntervalMs: settings.loadIntervalMs,
       finishedAt: now(),
     }),
-    floorMs: windowMs,
+    floorMs: decodeFloorMs ?? windowMs,
   }
 }
 

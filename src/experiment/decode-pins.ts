@@ -37,6 +37,11 @@ export interface DecodePins {
   waitReleased(signal: AbortSignal): Promise<void>
   /** Abort what decode still holds, then restart prefill behind its health gate. Never throws. */
   restore(say: (l: string) => void): Promise<void>
+  /**
+   * The batch's floor: decode's heartbeat bound (the window; SGLang's default where unread) and prefill's restart
+   * behind its gate (its command and health wait), as a restart batch counts its health waits.
+   */
+  floorMs(): number
 }
 
 /** The one scenario of the batch that observes decode pins (its footprint is exclusive), or undefined. */
@@ -124,6 +129,7 @@ export async function holdDecodeHalves(
     await sleep(HELD_POLL_MS, o.signal)
   }
   rec.marker('decode-halves-held', held === undefined ? 'no /v1/loads reading' : `${held} in decode's queues`)
+  let restartMs = 0
   o.say(`${e.s.name}: decode holds ${held ?? 'an unknown number of'} request(s) in its prealloc + transfer queues`)
   return {
     entry: e,
@@ -138,12 +144,14 @@ export async function holdDecodeHalves(
       while (!ended && now() < until && !signal.aborted) await sleep(Math.min(100, Math.max(1, until - now())), signal)
     },
     async restore(say) {
-      await restore(session, rec, sent, say)
+      restartMs = await restore(session, rec, sent, say)
     },
+    floorMs: () => (expected.heartbeat?.boundSeconds ?? expected.waitSeconds) * 1000 + restartMs,
   }
 }
 
-async function restore(session: RunSession, rec: Recorder, sent: Sent[], say: (l: string) => void): Promise<void> {
+/** How long prefill took to pass its health gate from its restart command (as a restart batch counts it), else 0. */
+async function restore(session: RunSession, rec: Recorder, sent: Sent[], say: (l: string) => void): Promise<number> {
   const answered = new Set(
     rec.observations.filter(x => x.kind === 'request-answered').map(x => (x as {rid: string}).rid),
   )
@@ -170,9 +178,12 @@ async function restore(session: RunSession, rec: Recorder, sent: Sent[], say: (l
     rec.marker('prefill-restarted', bad.length ? bad.map(v => v.summary).join('; ') : 'healthy behind its gate')
     await Promise.all(sent.map(s => s.done))
     if (bad.length === 0) await repairIfStale(session, rec, say)
+    const step = r.steps[0]
+    return bad.length === 0 && step ? (step.healthyAfterMs ?? 0) : 0
   } catch (error) {
     rec.marker('prefill-restarted', `restart failed: ${oneLine(error)}`)
     say(`restart prefill failed: ${oneLine(error)} (the lease's revert runs the restart command again)`)
+    return 0
   }
 }
 

@@ -112,6 +112,7 @@ describe('pdchaos suite over SSH into the namespace host', () => {
       'drop-dest-info rank2',
       'drop-dest-info rank3',
       'trip-breaker prefill',
+      'kill-prefill',
       'restart prefill alone',
       'co-restart',
     ])
