@@ -5,7 +5,7 @@ import {serviceClients} from '../deployment/clients.js'
 import {IDLE_REFRESH_S} from '../deployment/freshness.js'
 import type {SglangClient} from '../deployment/sglang-client.js'
 import {oneLine, PdError} from '../errors.js'
-import {type FaultDiscovery, renderPlan} from '../faults/fault.js'
+import {type FaultDiscovery, type Observe, renderPlan} from '../faults/fault.js'
 import type {LeaseGuard} from '../faults/lease/lease-guard.js'
 import {leaseTtlMs, newLeaseId} from '../faults/lease/lease.js'
 import {type ParamSource, parseFaultParams} from '../faults/params.js'
@@ -25,7 +25,7 @@ import {drained, gaugesOnly, type PairInBatch, pairsOf, serversOf} from './batch
 import {type BreakerTrial, tripAndProbe, watchBreakerClose} from './breaker-trial.js'
 import type {BatchScenario} from './batch-scenario.js'
 import {hostForFault, onHost, type PlacedHost, withLeasesOn} from './placement.js'
-import {type DecodePins, decodePinEntry, holdDecodeHalves} from './decode-pins.js'
+import {decodeFloorMs, holdHalves} from './decode-pins.js'
 import {COMPETING_CODE, competingRefusal, competingText, competingTimeoutsFor, firingInWindow} from './competing.js'
 
 export type {BatchScenario} from './batch-scenario.js'
@@ -279,8 +279,6 @@ export async function runBatch(
   let recoveryStopped = false
   let loadedObserveMs: number | undefined
   let held = false
-  // kill-prefill's floor: decode's heartbeat bound and prefill's restart behind its gate (experiment/decode-pins.ts).
-  let decodeFloorMs: number | undefined
   try {
     // A lease guard (and reverter) on every host a scenario acts on, each on its own: losing one host's connection
     // leaves that host's reverter to take its faults out by itself. One per host name: two pairs' placements hold
@@ -331,15 +329,7 @@ export async function runBatch(
           const wedged = planned.find(e => e.plan!.expected?.kind === 'wedge')
           if (wedged && settings.mode === 'run')
             health = await startHealthWatch(pairOf(wedged.s).session, rec, wedged.plan!.expected as WedgeExpectation)
-          // kill-prefill: decode's halves are held before the kill (experiment/decode-pins.ts).
-          const dpin = settings.mode === 'run' ? decodePinEntry(planned) : undefined
-          const decodePins: DecodePins | undefined = dpin
-            ? await holdDecodeHalves(pairOf(dpin.s).session, dpin, rec, servers, {
-                ...settings,
-                timeoutMs: requestTimeoutMs,
-                signal: pinController.signal,
-              })
-            : undefined
+          const dpins = await holdHalves(planned, pairOf, rec, servers, settings, requestTimeoutMs, signal)
           await injectAll(
             guard,
             guardOf,
@@ -360,12 +350,8 @@ export async function runBatch(
             held = true
             return
           }
-          const wedges = active.filter(
-            e => e.plan!.expected?.kind === 'wedge' && getFault(e.plan!.fault).observe === 'health',
-          )
-          const trips = active.filter(
-            e => e.plan!.expected?.kind === 'breaker' && getFault(e.plan!.fault).observe === 'breaker',
-          )
+          const wedges = observing(active, 'health', 'wedge')
+          const trips = observing(active, 'breaker', 'breaker')
           if (!signal.aborted && trips.length > 0) {
             const e = trips[0]!
             const x = e.plan!.expected as BreakerExpectation
@@ -378,9 +364,8 @@ export async function runBatch(
             say(`holding the wedge for ${(hold / 1000).toFixed(1)}s, sampling health`)
             settings.onDeadline?.('wedge held', now() + hold)
             await sleep(hold, signal)
-          } else if (!signal.aborted && decodePins && active.includes(decodePins.entry)) {
-            await decodePins.waitReleased(signal)
-          } else if (!signal.aborted && active.length > 0) {
+          } else if (!signal.aborted && dpins?.observes(active)) await dpins.waitReleased(signal)
+          else if (!signal.aborted && active.length > 0) {
             // The observation delay again, from the first pin to the window's end: a host (or a pdchaos) busier
             // now than at calibration delays every answer more, and ε must know it rather than call a pin late.
             const hops = watchHops(session, pairs, rec)
@@ -415,8 +400,7 @@ export async function runBatch(
           // Stop watching the pins: what is still held is abandoned by the client now (recorded as such).
           pinController.abort()
           await Promise.all(pins.map(p => p.sent.done))
-          await decodePins?.restore(say)
-          decodeFloorMs = decodePins?.floorMs()
+          await dpins?.restore(say)
           await Promise.all(
             active.flatMap(e => [
               revertAndVerify(guard(e), e.plan!, rec, e.lease!, PROBE_TIMEOUT_MS, l => say(`${e.s.name}: ${l}`)),
@@ -478,7 +462,7 @@ export async function runBatch(
       loadIntervalMs: settings.loadIntervalMs,
       finishedAt: now(),
     }),
-    floorMs: decodeFloorMs ?? windowMs,
+    floorMs: decodeFloorMs(rec) ?? windowMs,
   }
 }
 
@@ -897,4 +881,9 @@ async function heldRequestsEnd(
   const by = now() + DRAIN_WAIT_MS
   while (!ended && now() < by && !signal.aborted) await sleep(Math.min(100, by - now()), signal)
   rec.marker('held-requests-ended', ended ? `${open.length}` : `not all within ${DRAIN_WAIT_MS / 1000}s`)
+}
+
+/** The active scenarios whose fault observes `observe` with an expectation of `kind` (the runner's branches). */
+function observing(active: Entry[], observe: Observe, kind: string): Entry[] {
+  return active.filter(e => e.plan!.expected?.kind === kind && getFault(e.plan!.fault).observe === observe)
 }

@@ -4,11 +4,16 @@ import {newRid, newRoom} from '../deployment/sglang-client.js'
 import {oneLine} from '../errors.js'
 import {getFault} from '../faults/registry.js'
 import {coRestart, roleTargets} from '../restart/co-restart.js'
-import {sleep} from '../util/time.js'
+import {sleep, within} from '../util/time.js'
 import {now, Recorder} from '../workload/recorder.js'
 import {type SampledServer, sampleOnce} from '../workload/sampler.js'
 import {type Sent, sendDirect} from '../workload/send.js'
-import type {Entry} from './judge.js'
+import type {FaultPlan} from '../faults/fault.js'
+import type {Timeline} from '../model/timeline.js'
+import {checkDecodeRelease} from '../checks/decode-release.js'
+import type {Verdict} from '../model/verdict.js'
+import type {BatchScenario} from './batch-scenario.js'
+import type {PairInBatch} from './batch-pairs.js'
 import type {RunSession} from './session.js'
 
 /**
@@ -29,23 +34,42 @@ const RESTART_TIMEOUT_S = 120
 /** The direct request that tells a stale decode after prefill's restart: past the watchdog's deadline on the twin. */
 const STALE_PROBE_MS = 15_000
 
+/** What this module reads of a batch's scenario entry (experiment/judge.ts Entry). */
+export interface Entry {
+  s: BatchScenario
+  plan?: FaultPlan
+  lease?: {injectedAt: number | null}
+}
+
 export interface DecodePins {
   entry: Entry
+  /** The scenario is among the batch's active ones (its fault took effect): the runner waits for its releases. */
+  observes(active: readonly Entry[]): boolean
   expected: DecodeReleaseExpectation
   sent: Sent[]
   /** After the kill: until every half is answered or the window (from the kill) has passed. */
   waitReleased(signal: AbortSignal): Promise<void>
-  /** Abort what decode still holds, then restart prefill behind its health gate. Never throws. */
-  restore(say: (l: string) => void): Promise<void>
   /**
-   * The batch's floor: decode's heartbeat bound (the window; SGLang's default where unread) and prefill's restart
-   * behind its gate (its command and health wait), as a restart batch counts its health waits.
+   * Abort what decode still holds, then restart prefill behind its health gate. Never throws. Records the batch's floor
+   * (marker decode-floor): decode's heartbeat bound (SGLang's default where unread) and prefill's health wait after its
+   * restart command, as a restart batch counts its health waits.
    */
-  floorMs(): number
+  restore(say: (l: string) => void): Promise<void>
+}
+
+/** kill-prefill's verdicts (checks/decode-release.ts) from its plan's expectation. */
+export function decodeVerdicts(tl: Timeline, plan: FaultPlan): Verdict[] {
+  return checkDecodeRelease(tl, plan.expected?.kind === 'decode-release' ? plan.expected : undefined)
+}
+
+/** The batch's floor as kill-prefill recorded it (marker decode-floor: ms), else undefined. */
+export function decodeFloorMs(rec: Recorder): number | undefined {
+  const m = rec.observations.find(o => o.kind === 'marker' && o.name === 'decode-floor')
+  return m?.kind === 'marker' ? Number(m.detail) : undefined
 }
 
 /** The one scenario of the batch that observes decode pins (its footprint is exclusive), or undefined. */
-export function decodePinEntry(planned: Entry[]): Entry | undefined {
+function decodePinEntry(planned: Entry[]): Entry | undefined {
   return planned.find(
     e => getFault(e.plan!.fault).observe === 'decode-pins' && e.plan!.expected?.kind === 'decode-release',
   )
@@ -62,7 +86,6 @@ function sendDecodeHalf(session: RunSession, rec: Recorder, e: Entry, o: HoldOpt
     role: 'pin',
     fault: e.plan!.fault,
     scenario: e.s.name,
-    expectedState: {queue: 'inflight', kvPoll: 'WaitingForInput'},
     path: 'decode-half',
   })
   const body = {
@@ -109,8 +132,25 @@ function latestHeld(rec: Recorder): number | undefined {
   return t === undefined ? undefined : reads.filter(r => r.t === t).reduce((n, r) => n + r.value, 0)
 }
 
-/** Send the halves before the kill and wait (bounded) until decode's /v1/loads shows them held. */
-export async function holdDecodeHalves(
+/**
+ * A batch's kill-prefill scenario (a run, not a dry run or a hold): send its halves before the kill and wait (bounded)
+ * until decode's /v1/loads shows them held. Undefined when the batch has none.
+ */
+export async function holdHalves(
+  planned: Entry[],
+  pairOf: (s: BatchScenario) => PairInBatch,
+  rec: Recorder,
+  servers: SampledServer[],
+  settings: {mode: string; promptTokens: number; say: (l: string) => void},
+  timeoutMs: number,
+  signal: AbortSignal,
+): Promise<DecodePins | undefined> {
+  const e = settings.mode === 'run' ? decodePinEntry(planned) : undefined
+  if (!e || signal.aborted) return undefined
+  return holdDecodeHalves(pairOf(e.s).session, e, rec, servers, {...settings, timeoutMs, signal})
+}
+
+async function holdDecodeHalves(
   session: RunSession,
   e: Entry,
   rec: Recorder,
@@ -129,12 +169,12 @@ export async function holdDecodeHalves(
     await sleep(HELD_POLL_MS, o.signal)
   }
   rec.marker('decode-halves-held', held === undefined ? 'no /v1/loads reading' : `${held} in decode's queues`)
-  let restartMs = 0
   o.say(`${e.s.name}: decode holds ${held ?? 'an unknown number of'} request(s) in its prealloc + transfer queues`)
   return {
     entry: e,
     expected,
     sent,
+    observes: active => active.includes(e),
     async waitReleased(signal) {
       const killedAt = e.lease?.injectedAt ?? now()
       const until = killedAt + expected.waitSeconds * 1000
@@ -144,9 +184,9 @@ export async function holdDecodeHalves(
       while (!ended && now() < until && !signal.aborted) await sleep(Math.min(100, Math.max(1, until - now())), signal)
     },
     async restore(say) {
-      restartMs = await restore(session, rec, sent, say)
+      const restartMs = await restore(session, rec, sent, say)
+      rec.marker('decode-floor', String((expected.heartbeat?.boundSeconds ?? expected.waitSeconds) * 1000 + restartMs))
     },
-    floorMs: () => (expected.heartbeat?.boundSeconds ?? expected.waitSeconds) * 1000 + restartMs,
   }
 }
 
@@ -176,7 +216,7 @@ async function restore(session: RunSession, rec: Recorder, sent: Sent[], say: (l
     for (const x of r.observations) rec.add(x)
     const bad = r.verdicts.filter(v => v.verdict === 'fail')
     rec.marker('prefill-restarted', bad.length ? bad.map(v => v.summary).join('; ') : 'healthy behind its gate')
-    await Promise.all(sent.map(s => s.done))
+    await within(Promise.all(sent.map(s => s.done)), 5000)
     if (bad.length === 0) await repairIfStale(session, rec, say)
     const step = r.steps[0]
     return bad.length === 0 && step ? (step.healthyAfterMs ?? 0) : 0

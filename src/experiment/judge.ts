@@ -1,5 +1,5 @@
-import {checkDecodeRelease} from '../checks/decode-release.js'
 import {checkAborts} from '../checks/abort.js'
+import {decodeVerdicts} from './decode-pins.js'
 import {checkCollateral} from '../checks/collateral.js'
 import {checkEvictions} from '../checks/eviction.js'
 import {checkRecovery} from '../checks/recovery.js'
@@ -159,8 +159,7 @@ export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
     const run = scenarioShell(e, b.contract, own, b.finishedAt)
     run.timeline = viewFor({...whole, calibration: own}, e.s.name, e.instances)
     if (e.error) return run
-    const lease = e.lease
-    if (!lease) return {...run, error: 'not injected: the run stopped first'}
+    if (!e.lease) return {...run, error: 'not injected: the run stopped first'}
     const leases = leasesOf(e)
     for (const l of leases) run.verdicts.push(...faultEffect(l, e.plan!.fault))
     const injected = injectedEverywhere(e)
@@ -179,13 +178,7 @@ export function judgeBatch(b: BatchTimeline): ScenarioRun[] {
         run.verdicts.push(
           ...checkBreakerTrip(run.timeline, e.plan!.expected?.kind === 'breaker' ? e.plan!.expected : undefined),
         )
-      else if (observe === 'decode-pins')
-        run.verdicts.push(
-          ...checkDecodeRelease(
-            run.timeline,
-            e.plan!.expected?.kind === 'decode-release' ? e.plan!.expected : undefined,
-          ),
-        )
+      else if (observe === 'decode-pins') run.verdicts.push(...decodeVerdicts(run.timeline, e.plan!))
       else {
         const ev = checkEvictions(run.timeline, {
           expected: e.plan!.expected,
