@@ -64,13 +64,14 @@ const DEFAULT_BOUND_S = 10
 
 /**
  * Kill each (pid, start time) given, after checking the start time on the host: a recycled pid is never signalled.
- * Exit 0 when at least one was killed (the others gone already), 3 when none was, 2 on bad arguments.
+ * Exit 0 when at least one was killed (the others gone already), 3 when none was, 2 on bad arguments. It returns once
+ * the killed processes have exited (or after 3 s).
  */
 export const KILL_SCRIPT = [
   'set -f',
   'start_of() { r=${1##*")"}; set -- $r; echo "${20}"; }',
   'if [ $# -lt 2 ] || [ $(( $# % 2 )) -ne 0 ]; then echo "pdchaos-kill: bad arguments" >&2; exit 2; fi',
-  'killed=0',
+  'killed=0; pids=',
   'while [ $# -gt 0 ]; do',
   '  pid="$1"; want="$2"; shift 2',
   '  case "$pid:$want" in *[!0-9:]*|:*|*:) echo "pdchaos-kill: bad arguments" >&2; exit 2;; esac',
@@ -80,9 +81,25 @@ export const KILL_SCRIPT = [
   '    echo "pdchaos-kill: pid $pid now has start time $start, not $want: another process, not signalled"',
   '    continue',
   '  fi',
-  '  kill -s KILL "$pid" && killed=$((killed + 1)) && echo "pdchaos-kill: SIGKILL sent to pid $pid (start $want)"',
+  '  kill -s KILL "$pid" && killed=$((killed + 1)) && pids="$pids $pid" &&',
+  '    echo "pdchaos-kill: SIGKILL sent to pid $pid (start $want)"',
   'done',
   '[ "$killed" -gt 0 ] || { echo "pdchaos-kill: nothing killed"; exit 3; }',
+  // SIGKILL is delivered at once but a process takes a moment to exit (state D while its memory is freed): wait for
+  // the killed ones (bounded, 3 s), so that the verification reads their end, not their last moments.
+  'n=0',
+  'while [ "$n" -lt 30 ]; do',
+  '  n=$((n + 1))',
+  '  left=0',
+  '  for p in $pids; do',
+  '    st=$(cat "/proc/$p/stat" 2>/dev/null) || continue',
+  '    s=${st##*")"}; set -- $s',
+  '    [ "$1" = Z ] || [ "$1" = X ] || left=$((left + 1))',
+  '  done',
+  '  [ "$left" -eq 0 ] && break',
+  '  sleep 0.1 2>/dev/null || sleep 1',
+  'done',
+  'exit 0',
 ].join('\n')
 
 /** The restart command, unless prefill's HTTP port already has a listener (then it is back: idempotent). */
@@ -113,7 +130,7 @@ function killedProbe(ids: Array<ProcIdentity & {label: string}>): Probe {
         .split('\n')
         .map(l => parseProcStat(l.trim()))
         .filter(s => s !== undefined)
-        .filter(s => ids.some(i => i.pid === s.pid && i.startTicks === s.startTicks) && s.state !== 'Z')
+        .filter(s => ids.some(i => i.pid === s.pid && i.startTicks === s.startTicks) && !'ZX'.includes(s.state))
       return alive.length === 0
         ? {ok: true, evidence: `/proc: ${ids.map(i => `${i.label} pid ${i.pid}`).join(', ')} gone`}
         : {ok: false, evidence: `still alive: ${alive.map(s => `pid ${s.pid} (state ${s.state})`).join(', ')}`}

@@ -119,6 +119,15 @@ describe('kill-prefill host scripts (real processes)', () => {
       })
       expect(ok.status).toBe(0)
       expect(ok.stdout).toMatch(new RegExp(`SIGKILL sent to pid ${a.pid}`))
+      // It returns once the killed process has exited (a zombie until this test reaps it), never in its last moments.
+      const state = (() => {
+        try {
+          return readFileSync(`/proc/${a.pid}/stat`, 'utf8').split(') ')[1]!.charAt(0)
+        } catch {
+          return 'gone'
+        }
+      })()
+      expect(['Z', 'X', 'gone']).toContain(state)
       expect(ok.stdout).toMatch(new RegExp(`pid ${b.pid} now has start time .*not signalled`))
       expect(await exited).toBe('SIGKILL')
       expect(b.exitCode).toBeNull()
