@@ -4,6 +4,10 @@
  * bound a health judgement; neither ever changes a verdict's clock.
  */
 
+import type {DecodeReleaseExpectation} from './decode-release.js'
+
+export type {DecodeReleaseExpectation} from './decode-release.js'
+
 /**
  * A KV stall: does the transport give up before the watchdog deadline? 'transport-error' when it surely does,
  * 'watchdog' when it surely does not, 'either' when its give-up time straddles the deadline.
@@ -80,4 +84,4 @@ export interface BreakerExpectation {
   why: string
 }
 
-export type FaultExpectation = StallExpectation | WedgeExpectation | BreakerExpectation
+export type FaultExpectation = StallExpectation | WedgeExpectation | BreakerExpectation | DecodeReleaseExpectation

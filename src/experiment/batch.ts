@@ -116,7 +116,8 @@ async function runPlanned(session: RunSession, b: PlannedBatch, settings: BatchS
     settings.onRecorder?.(undefined)
   }
   if (run.out.held) return {scenarios: heldScenarios(b.entries, contract, b.calibration), floorMs: 0}
-  return {scenarios: judged(run), floorMs: windowMs}
+  // A kind whose batch waits on more than the window (a restart behind its health gate) records its own floor.
+  return {scenarios: judged(run), floorMs: floorMarkerMs(run.rec) ?? windowMs}
 }
 
 function judged(r: Run): ScenarioRun[] {
@@ -169,6 +170,8 @@ async function underLeases(r: Run, guardOf: (host: string) => LeaseGuard): Promi
     settings,
     signal: r.signal,
     calibration: b.calibration!,
+    servers,
+    requestTimeoutMs,
   }
   const guard = (e: Entry): LeaseGuard => guardOf(b.hostOf.get(e)!.name)
   const live: Live = {guardOf, guard, servers, load, requestTimeoutMs, pinController, pins: [], ctx}
@@ -328,4 +331,10 @@ async function afterRevert(r: Run, live: Live, logMarks: Map<PairInBatch, LogMar
   }
   if (!signal.aborted)
     await recover(r.session, live.servers, rec, live.load, settings, revertedAt(), signal, settings.say)
+}
+
+/** The floor a kind recorded for its batch (marker batch-floor, in ms), else undefined. */
+function floorMarkerMs(rec: Recorder): number | undefined {
+  const m = rec.observations.find(o => o.kind === 'marker' && o.name === 'batch-floor')
+  return m?.kind === 'marker' ? Number(m.detail) : undefined
 }

@@ -1,5 +1,6 @@
 import type {ScenarioRun} from '../model/run.js'
 import type {Recorder} from '../workload/recorder.js'
+import type {SampledServer} from '../workload/sampler.js'
 import type {SendOptions, Sent} from '../workload/send.js'
 import type {PairInBatch} from './batch-pairs.js'
 import type {BatchScenario} from './batch-scenario.js'
@@ -20,6 +21,10 @@ export interface ObserveContext {
   /** The batch's stop: aborted when a stop condition fires. */
   signal: AbortSignal
   calibration: Calibrated
+  /** The batch's sampled servers (a kind may take a reading of its own: sampleOnce). */
+  servers: SampledServer[]
+  /** How long one request of the batch may take. */
+  requestTimeoutMs: number
 }
 
 /** What the kinds of one verdict pass share: requests of the whole batch the watchdog could have evicted. */

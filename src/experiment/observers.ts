@@ -2,6 +2,7 @@ import type {Observe} from '../faults/fault.js'
 import {getFault} from '../faults/registry.js'
 import type {Entry} from './entry.js'
 import {observeBreaker} from './observe-breaker.js'
+import {observeDecodePins} from './observe-decode-pins.js'
 import {observeHealth} from './observe-health.js'
 import type {ObservationKind} from './observe-kind.js'
 import {observePins} from './observe-pins.js'
@@ -19,6 +20,7 @@ export const OBSERVERS: Record<Observe, ObservationKind> = {
   trials: observeTrials,
   health: observeHealth,
   breaker: observeBreaker,
+  'decode-pins': observeDecodePins,
 }
 
 /** The kind a scenario is observed by: its fault's `observe`. */

@@ -30,6 +30,9 @@ export const BUILTIN_SUITE = {
     // Batch 3, alone: prefill refuses the gateway until its breaker opens; requests must then get 503 at once (SGLang
     // #31206).
     {name: 'trip-breaker prefill', fault: 'trip-breaker', params: {role: 'prefill'}},
+    // Alone: prefill killed while decode holds halves of requests in its transfer queue (SGLang issue 30, item 2):
+    // decode must release them within its heartbeat bound.
+    {name: 'kill-prefill', fault: 'kill-prefill', params: {instance: true}},
     // Prefill replaced alone behind its address (SGLang #34289): decode must drop the old endpoints within its
     // heartbeat bound.
     {name: 'restart prefill alone', restart: {only: 'prefill'}},

@@ -33,14 +33,16 @@ export type MechanismName =
   | 'sigstop'
   | 'abort-requests'
   | 'twin-failpoint'
+  | 'sigkill'
 
 /**
  * What the runner observes while a fault is in place: pins (requests the fault holds, judged by the eviction check),
  * abort trials, the services' health (a fault whose expected outcome is a wedged instance: checkWedge), or the
- * gateway's circuit breaker and requests sent at it (checkBreakerTrip). Each kind is one module in src/experiment/
+ * gateway's circuit breaker and requests sent at it (checkBreakerTrip), or decode's halves of requests held when
+ * prefill dies (checkDecodeRelease). Each kind is one module in src/experiment/
  * (observe-<kind>.ts), chosen through experiment/observers.ts; what it adds to a plan is ObservePlanFields[kind].
  */
-export type Observe = 'pins' | 'trials' | 'health' | 'breaker'
+export type Observe = 'pins' | 'trials' | 'health' | 'breaker' | 'decode-pins'
 
 export interface Judgement {
   ok: boolean
@@ -96,6 +98,10 @@ export interface FaultDiscovery {
    * The gateway: its URL, the workers' URLs as the deployment file names them, and its settings as `status` reads them.
    */
   gateway?: {routerUrl: string; prefillUrl: string; decodeUrl: string; settings?: RouterSettings}
+  /** The prefill server's process (its HTTP and bootstrap server; the schedulers are its children) and HTTP port. */
+  prefillServer?: {pid?: number; port: number}
+  /** Each role's operator restart command as the deployment file states it (kill-prefill's revert). */
+  restart?: Partial<Record<'prefill' | 'decode', string[]>>
 }
 
 export function faultDiscovery(report: StatusReport, deployment: Deployment): FaultDiscovery {
@@ -119,6 +125,14 @@ export function faultDiscovery(report: StatusReport, deployment: Deployment): Fa
     ...(Object.keys(health).length ? {health} : {}),
     ...(report.sglangTimeouts ? {sglangTimeouts: report.sglangTimeouts} : {}),
     ...(report.watchdog.heartbeat ? {heartbeat: report.watchdog.heartbeat} : {}),
+    prefillServer: {
+      ...(report.services.prefill.pid === undefined ? {} : {pid: report.services.prefill.pid}),
+      port: portOf(s.prefill.url),
+    },
+    restart: {
+      ...(s.prefill.restart ? {prefill: s.prefill.restart} : {}),
+      ...(s.decode.restart ? {decode: s.decode.restart} : {}),
+    },
     gateway: {
       routerUrl: s.router.url,
       prefillUrl: s.prefill.url,
@@ -154,6 +168,8 @@ export interface HostFacts {
   connections?: Connection[]
   /** The NIC(s) of the target GPU as sysfs, ethtool, tc and ip describe them (stall-kv off TCP). */
   nics?: NicFacts[]
+  /** Processes read from /proc/<pid>/stat (kill-prefill: the prefill server's identity). */
+  processes?: Array<{pid: number; startTicks: number; state: string}>
 }
 
 /** One NIC of a GPU, resolved on the host (read-only): what it is and what can stall it. */
@@ -295,6 +311,7 @@ export interface ObservePlanFields {
   trials: TrialsPlanFields
   health: object
   breaker: object
+  'decode-pins': object
 }
 
 /** The plan of a fault observed as `K`. */

@@ -2,6 +2,7 @@ import {badInput} from '../errors.js'
 import {abortMidTransfer} from './abort-mid-transfer.js'
 import {dropDestInfo} from './drop-dest-info.js'
 import type {Fault} from './fault.js'
+import {killPrefill} from './kill-prefill.js'
 import {stallKv} from './stall-kv.js'
 import {tripBreaker} from './trip-breaker.js'
 import {wedgeRank} from './wedge-rank.js'
@@ -20,6 +21,7 @@ export const FAULTS = {
   'abort-mid-transfer': abortMidTransfer,
   'wedge-rank': wedgeRank,
   'trip-breaker': tripBreaker,
+  'kill-prefill': killPrefill,
 } as const satisfies Record<string, Fault>
 
 export type FaultName = keyof typeof FAULTS

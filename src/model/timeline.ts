@@ -29,7 +29,8 @@ export type Observation =
       fault?: string
       scenario?: string
       expectedState?: PinState
-      path?: 'direct'
+      /** direct: both halves sent by pdchaos once; decode-half: decode's half alone (kill-prefill's decode pins). */
+      path?: 'direct' | 'decode-half'
     }
   | {kind: 'request-answered'; t: number; rid: string; status: number; detail?: string}
   /** The request's client gave up (our own deadline): the request never answered. */

@@ -16,6 +16,7 @@ export const CHECKS = [
   'cleanup',
   'restart',
   'breaker',
+  'decode-release',
 ] as const
 export type CheckName = (typeof CHECKS)[number]
 

@@ -121,7 +121,14 @@ function expectRenderable(plan: FaultPlan): void {
 
 describe('registry', () => {
   it('knows the four faults and refuses others with exit 2', () => {
-    expect(FAULT_NAMES).toEqual(['drop-dest-info', 'stall-kv', 'abort-mid-transfer', 'wedge-rank', 'trip-breaker'])
+    expect(FAULT_NAMES).toEqual([
+      'drop-dest-info',
+      'stall-kv',
+      'abort-mid-transfer',
+      'wedge-rank',
+      'trip-breaker',
+      'kill-prefill',
+    ])
     expect(getFault('stall-kv').name).toBe('stall-kv')
     expectBadInput(() => getFault('drop-everything'), /unknown fault "drop-everything"/)
   })

@@ -221,6 +221,8 @@ describe('decode heartbeat and NIXL without a prefill bootstrap timeout', () => 
     await pair.stopRole('prefill')
     const res = await d
     expect(res.status).toBe(500)
+    // The 500 carries the reason _handle_node_failure records (common/conn.py): kill-prefill's check reads the path.
+    expect(res.body).toMatch(/Decode transfer failed .*Lost connection with prefill instance \(bootstrap_addr: /)
     expect(res.at - t0).toBeLessThan(2000 + 667 + 1500)
     expect(pair.log('decode')).toMatch(
       /Lost connection with prefill instance \(bootstrap_addr: 127\.0\.0\.1:\d+\).*1 requests affected/,

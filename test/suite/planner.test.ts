@@ -29,6 +29,7 @@ describe('batch planner', () => {
         ['abort-mid-transfer gpu0 prefill'],
         ['drop-dest-info rank0', 'drop-dest-info rank1', 'drop-dest-info rank2', 'drop-dest-info rank3'],
         ['trip-breaker prefill'],
+        ['kill-prefill'],
         ['restart prefill alone'],
         ['co-restart'],
       ])

@@ -57,7 +57,7 @@ describe('suite file', () => {
   it("the built-in suite covers the three faults on several GPUs, the gateway's breaker and a co-restart", () => {
     const s = defaultSuite()
     expect(new Set(s.scenarios.map(x => x.fault ?? 'restart'))).toEqual(
-      new Set(['stall-kv', 'abort-mid-transfer', 'drop-dest-info', 'trip-breaker', 'restart']),
+      new Set(['stall-kv', 'abort-mid-transfer', 'drop-dest-info', 'trip-breaker', 'kill-prefill', 'restart']),
     )
     expect(new Set(s.scenarios.map(x => x.params.gpu).filter(g => g !== undefined)).size).toBeGreaterThanOrEqual(3)
   })

@@ -19,7 +19,11 @@ const XSD = fileURLToPath(new URL('../report/fixtures/junit.xsd', import.meta.ur
 let host: TestHost
 
 beforeAll(async () => {
-  host = await createTestHost({twin: {deadlineSeconds: DEADLINE, pollSeconds: POLL}})
+  // The gateway's breaker half-opens after 10 s instead of 60: trip-breaker and kill-prefill (whose kill fails the steady
+  // load) each wait it out before their canaries.
+  host = await createTestHost({
+    twin: {deadlineSeconds: DEADLINE, pollSeconds: POLL, args: ['--cb-timeout-duration-secs', '10']},
+  })
 }, 120_000)
 
 afterAll(async () => {
@@ -83,7 +87,7 @@ describe('pdchaos suite over SSH into the namespace host', () => {
           '--run-id',
           'e2e-default',
         ],
-        {timeoutMs: 150_000},
+        {timeoutMs: 210_000},
       )
       pushed = await (await fetch(`${gw.url}/metrics`, {signal: AbortSignal.timeout(5000)})).text()
     } finally {
@@ -112,6 +116,7 @@ describe('pdchaos suite over SSH into the namespace host', () => {
       'drop-dest-info rank2',
       'drop-dest-info rank3',
       'trip-breaker prefill',
+      'kill-prefill',
       'restart prefill alone',
       'co-restart',
     ])
@@ -180,6 +185,12 @@ describe('pdchaos suite over SSH into the namespace host', () => {
       trip.verdicts.filter((v: any) => v.check === 'breaker' && v.verdict === 'pass').length,
     ).toBeGreaterThanOrEqual(2)
     const named = (name: string) => j.scenarios.find((s: any) => s.name === name)
+    // kill-prefill over SSH: prefill killed by pid and start time, decode's halves released by its heartbeat (5 s × 2).
+    expect(
+      named('kill-prefill')
+        .verdicts.filter((v: any) => v.check === 'decode-release')
+        .map((v: any) => v.verdict),
+    ).toEqual(['pass', 'pass'])
     expect(named('co-restart').verdicts.map((v: any) => v.subject)).toEqual(
       expect.arrayContaining(['prefill', 'decode', 'router', 'canaries', 'pin watch']),
     )
@@ -212,7 +223,7 @@ describe('pdchaos suite over SSH into the namespace host', () => {
     expect(html).toMatch(/^<!doctype html>/i)
     for (const s of j.scenarios) expect(html).toContain(s.name)
     await assertHostClean(host)
-  }, 180_000)
+  }, 240_000)
 
   it('a stop condition (router health) stops the run mid-batch, reverts, exits 3 and leaves the host ' +
     'clean', async () => {

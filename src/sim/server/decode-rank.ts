@@ -320,8 +320,7 @@ export class DecodeRank {
   private nodeFailure(addr: string): void {
     // --bug stale-peer: the rooms fail, but the dead instance's endpoints stay cached: decode never re-resolves.
     if (this.cfg.bugs.includes('stale-peer')) {
-      for (const r of this.receivers.values())
-        if (r.addr === addr && r.status !== KVPoll.Success) r.status = KVPoll.Failed
+      this.failRoomsOf(addr)
       return
     }
     const info = this.infoTable.get(addr)
@@ -339,8 +338,22 @@ export class DecodeRank {
         () => undefined,
       )
     }
-    for (const r of this.receivers.values())
-      if (r.addr === addr && r.status !== KVPoll.Success) r.status = KVPoll.Failed
+    this.failRoomsOf(addr)
+  }
+
+  /**
+   * Every room of that prefill not yet Success fails, with the reason common/conn.py _handle_node_failure records
+   * (record_failure): decode's 500 and its "Decode transfer failed" line carry it.
+   */
+  private failRoomsOf(addr: string): void {
+    for (const [room, r] of this.receivers) {
+      if (r.addr !== addr || r.status === KVPoll.Success || r.status === KVPoll.Failed) continue
+      this.reasons.set(
+        room,
+        `KVTransferError(bootstrap_room=${room}): Lost connection with prefill instance (bootstrap_addr: ${addr})`,
+      )
+      r.status = KVPoll.Failed
+    }
   }
 
   close(): void {
