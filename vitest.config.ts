@@ -3,56 +3,20 @@ import {configDefaults, defineConfig} from 'vitest/config'
 import LongestFirst from './test/harness/longest-first.js'
 
 /**
- * Two levels of tests.
+ * Two levels of tests, told apart by the file's name.
  *
- * - unit (`npm test`): pure code, fake servers on loopback inside the test process, short helper processes
- *   (sh, sleep). No root, no network namespace, no sshd, no twin, no pdchaos subprocess, no Debian tool. Under 60 s.
- * - system (`npm run test:all`, which runs both levels, and .ci/run): everything that needs root, a network
- *   namespace, a real sshd, the twin's processes, the built CLI as a subprocess, a Debian tool (chromium, xmllint,
- *   Pushgateway), or real processes killed and waited for (leases).
+ * - unit (`npm test`), `*.test.ts`: pure code, fake servers on loopback inside the test process, short helper
+ *   processes (sh, sleep). No root, no network namespace, no sshd, no twin, no pdchaos subprocess, no Debian tool.
+ *   Under 60 s.
+ * - system (`npm run test:all`, which runs both levels, and .ci/run), `*.system.test.ts`: everything that needs root,
+ *   a network namespace, a real sshd, the twin's processes, the built CLI as a subprocess, a Debian tool (chromium,
+ *   xmllint, Pushgateway, prometheus, systemd-analyze), or real processes killed and waited for (leases).
  *
- * A new test file is unit unless it is listed here. The test harness refuses, in a unit run, to create a namespace,
- * start sshd, start a test host or run the CLI (test/harness/level.ts), so a file that needs the system level and
- * is not listed fails at once with a message that says so.
+ * The test harness refuses, in a unit run, to create a namespace, start sshd, start a test host or run the CLI
+ * (test/harness/level.ts), so a file that needs the system level and is not named so fails at once with a message
+ * that says so.
  */
-export const SYSTEM_TESTS = [
-  // root, network namespaces, sshd, the twin over SSH, the CLI as a subprocess
-  'test/e2e/**/*.test.ts',
-  'test/harness/**/*.test.ts',
-  'test/suite/suite-over-ssh.test.ts',
-  'test/suite/cli-input.test.ts',
-  'test/cli/bad-input.test.ts',
-  'test/cli/signal-phases.test.ts',
-  'test/cli/closed-output.test.ts',
-  'test/deployment/load.test.ts',
-  // a real sshd
-  'test/hosts/ssh-host.test.ts',
-  'test/hosts/quote.test.ts',
-  'test/faults/lease-ssh.test.ts',
-  // network namespaces and packet filters
-  'test/faults/mechanism-packet-filter.test.ts',
-  'test/sim/server-netns.test.ts',
-  // leases: real processes SIGKILLed at random moments, reverters waited for past their TTL
-  'test/faults/lease-kill.test.ts',
-  'test/faults/lease-local.test.ts',
-  // root and an unprivileged user (nobody) planting lease files
-  'test/faults/lease-unsafe.test.ts',
-  // the twin's processes
-  'test/sim/lifecycle-twin.test.ts',
-  'test/sim/state-dir-guard.test.ts',
-  'test/sim/server-basic.test.ts',
-  'test/sim/server-faults.test.ts',
-  'test/sim/server-watchdog.test.ts',
-  'test/sim/server-lags.test.ts',
-  'test/sim/multinode.test.ts',
-  'test/sim/vllm-twin.test.ts',
-  // Debian tools: chromium, xmllint, prometheus-pushgateway, prometheus, systemd-analyze
-  'test/report/html.test.ts',
-  'test/report/dashboard.test.ts',
-  'test/docs/nightly.test.ts',
-  'test/report/junit.test.ts',
-  'test/report/push.test.ts',
-]
+export const SYSTEM_TESTS = ['test/**/*.system.test.ts']
 
 export default defineConfig({
   test: {

@@ -135,7 +135,7 @@ function existingFixtures(): [string, string][] {
     ],
   ]
   return [
-    ['test/deployment/load.test.ts GOOD', GOOD],
+    ['test/deployment/load.system.test.ts GOOD', GOOD],
     ['README single-host example', readmeExamples().single],
     ['bad-input good.yaml', local('http://127.0.0.1:40001', 'http://127.0.0.1:40002', 'http://127.0.0.1:40003')],
     [

@@ -1,4 +1,4 @@
-/** A deployment file on one GPU host with every optional part: load.test.ts's and deployment-model.test.ts's. */
+/** A deployment file on one GPU host with every optional part: load.system.test.ts's and deployment-model.test.ts's. */
 export const GOOD = `# a deployment on one GPU host
 name: h100-pd
 labels: {environment: staging}

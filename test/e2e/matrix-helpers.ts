@@ -8,8 +8,8 @@ import {createTestHost, type SimUpOptions, type TestHost} from '../harness/test-
 import {runCli} from './cli.js'
 
 /**
- * The mutation matrix's twin and experiments (mutation-matrix.test.ts: no defect; mutation-defects.test.ts and
- * mutation-defects-recovery.test.ts: one defect per row). Three files so that the system level's two lanes share them.
+ * The mutation matrix's twin and experiments (mutation-matrix.system.test.ts: no defect; mutation-defects.system.test.ts and
+ * mutation-defects-recovery.system.test.ts: one defect per row). Three files so that the system level's two lanes share them.
  */
 
 export const DEADLINE = 1.5
@@ -23,7 +23,7 @@ export const TWIN_ARGS = ['--heartbeat-interval', '2', '--cb-timeout-duration-se
 /**
  * The matrix twin's layout: 4 GPUs, TP 2 prefill and TP 2 decode. Every defect here is per request, and two ranks per
  * instance keep what TP adds (the all-reduced poll, a GPU that is not rank 0: --gpu 1). Half the processes of the
- * 8-GPU default, whose layout over-ssh.test.ts and the README's suite cover.
+ * 8-GPU default, whose layout over-ssh.system.test.ts and the README's suite cover.
  */
 export const LAYOUT = {gpus: 4, prefillTp: 2, decodeTp: 2}
 

@@ -17,7 +17,7 @@ export function requireSystemLevel(what: string): void {
   if (process.env.PDCHAOS_TEST_LEVEL === 'unit') {
     throw new Error(
       `${what}: this test needs the system level (root, namespaces, sshd, the twin or the CLI as a subprocess), ` +
-        'but this is a unit run (npm test); list its file in SYSTEM_TESTS in vitest.config.ts',
+        'but this is a unit run (npm test); name its file *.system.test.ts (vitest.config.ts)',
     )
   }
 }

@@ -8,27 +8,27 @@ import {BaseSequencer, type TestSpecification} from 'vitest/node'
  * files that run for minutes) at the end, one lane working alone. Seconds per file at 2 workers: BENCHMARKS.md.
  */
 export const LONGEST_FIRST = [
-  'test/e2e/mutation-matrix.test.ts', // ~160 s (ci33)
-  'test/e2e/mutation-defects.test.ts', // ~140 s
-  'test/e2e/mutation-defects-recovery.test.ts', // ~130 s
-  'test/e2e/lease-survival.test.ts', // ~90 s
-  'test/e2e/two-nodes.test.ts', // ~90 s
-  'test/suite/suite-over-ssh.test.ts', // ~75 s
-  'test/cli/bad-input.test.ts', // ~48 s
-  'test/e2e/over-ssh.test.ts',
-  'test/sim/server-faults.test.ts',
-  'test/sim/server-watchdog.test.ts',
-  'test/sim/lifecycle-twin.test.ts',
-  'test/faults/lease-local.test.ts',
-  'test/e2e/rail-path.test.ts',
-  'test/faults/lease-kill.test.ts',
-  'test/e2e/discovery-layouts.test.ts',
-  'test/e2e/twin-failpoint.test.ts',
-  'test/e2e/pin-path.test.ts',
-  'test/sim/server-basic.test.ts',
-  'test/faults/lease-ssh.test.ts',
-  'test/faults/mechanism-packet-filter.test.ts',
-  'test/e2e/fleet.test.ts',
+  'test/e2e/mutation-matrix.system.test.ts', // ~160 s (ci33)
+  'test/e2e/mutation-defects.system.test.ts', // ~140 s
+  'test/e2e/mutation-defects-recovery.system.test.ts', // ~130 s
+  'test/e2e/lease-survival.system.test.ts', // ~90 s
+  'test/e2e/two-nodes.system.test.ts', // ~90 s
+  'test/suite/suite-over-ssh.system.test.ts', // ~75 s
+  'test/cli/bad-input.system.test.ts', // ~48 s
+  'test/e2e/over-ssh.system.test.ts',
+  'test/sim/server-faults.system.test.ts',
+  'test/sim/server-watchdog.system.test.ts',
+  'test/sim/lifecycle-twin.system.test.ts',
+  'test/faults/lease-local.system.test.ts',
+  'test/e2e/rail-path.system.test.ts',
+  'test/faults/lease-kill.system.test.ts',
+  'test/e2e/discovery-layouts.system.test.ts',
+  'test/e2e/twin-failpoint.system.test.ts',
+  'test/e2e/pin-path.system.test.ts',
+  'test/sim/server-basic.system.test.ts',
+  'test/faults/lease-ssh.system.test.ts',
+  'test/faults/mechanism-packet-filter.system.test.ts',
+  'test/e2e/fleet.system.test.ts',
 ]
 
 export default class LongestFirst extends BaseSequencer {

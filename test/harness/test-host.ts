@@ -39,7 +39,7 @@ export interface SimUpOptions {
 /**
  * The smallest twin: 2 GPUs, one TP 1 prefill and one TP 1 decode (4 processes besides the router, against 10 for
  * the 8-GPU default). For tests about pdchaos's own behaviour (leases, the fleet, a gate) on one request path, where
- * no rank other than 0 is targeted; the default layout stays covered by over-ssh.test.ts and the README's suite.
+ * no rank other than 0 is targeted; the default layout stays covered by over-ssh.system.test.ts and the README's suite.
  */
 export const SMALL_TWIN = {gpus: 2, prefillTp: 1, decodeTp: 1} as const satisfies SimUpOptions
 

@@ -9,7 +9,7 @@ import {decodeUtf8, readInputFile, readInputText, writeOutputFile} from '../../s
 
 /**
  * Issue 28: the one reader of input files and the one writer of output files. FIFOs only (mkfifo needs no root):
- * the device nodes are in the bad-input table (test/cli/bad-input.test.ts), made there with mknod.
+ * the device nodes are in the bad-input table (test/cli/bad-input.system.test.ts), made there with mknod.
  */
 const dir = mkdtempSync(join(tmpdir(), 'pdchaos-safe-file-'))
 afterAll(() => rmSync(dir, {recursive: true, force: true}))

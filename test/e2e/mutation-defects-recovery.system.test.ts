@@ -6,8 +6,8 @@ import {inject, matrixTwins, restart} from './matrix-helpers.js'
  * Proof by mutation, the defects: every defect must turn the verdict of the experiment that exercises it to fail,
  * with the defect visible in the evidence. A row runs only the experiments it judges (the others would only cost
  * minutes: a watchdog that is off holds every pin to the end of its window). This file: the defects that show
- * after the eviction (drain, KV usage, a restart); mutation-defects.test.ts: the watchdog's and the aborts'. The
- * defect-free half: mutation-matrix.test.ts.
+ * after the eviction (drain, KV usage, a restart); mutation-defects.system.test.ts: the watchdog's and the aborts'. The
+ * defect-free half: mutation-matrix.system.test.ts.
  */
 
 const {twin} = matrixTwins()

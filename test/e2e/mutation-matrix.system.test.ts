@@ -7,8 +7,8 @@ import {inject, injectRefused, matrixTwins, restart, type Outcome, TWIN_ARGS, wi
 /**
  * Proof by mutation, the defect-free half: the three faults and a co-restart against a correct twin pass, and the
  * faults pass again after the restart; no stall mechanism judges a correct watchdog failing; without /v1/loads no
- * per-batch gauge makes a failure. The defects, one per row: mutation-defects.test.ts and
- * mutation-defects-recovery.test.ts.
+ * per-batch gauge makes a failure. The defects, one per row: mutation-defects.system.test.ts and
+ * mutation-defects-recovery.system.test.ts.
  */
 
 const {twin, forget} = matrixTwins()

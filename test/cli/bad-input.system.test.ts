@@ -1273,7 +1273,7 @@ const CASES: Case[] = [
   },
 
   // Issue 28 (p28b): confusable labels, values out of range, and the low items (signals in each phase:
-  // signal-phases.test.ts).
+  // signal-phases.system.test.ts).
   {
     name: 'production label with a zero-width space after it',
     args: ['inject', 'drop-dest-info', ...c('label-zwsp.yaml')],

@@ -6,8 +6,8 @@ import {inject, matrixTwins, suite, TWIN_ARGS} from './matrix-helpers.js'
  * Proof by mutation, the defects: every defect must turn the verdict of the experiment that exercises it to fail,
  * with the defect visible in the evidence. A row runs only the experiments it judges (the others would only cost
  * minutes: a watchdog that is off holds every pin to the end of its window). This file: the watchdog's and
- * the aborts' defects; mutation-defects-recovery.test.ts: recovery's (the two files run side by side). The defect-free
- * half: mutation-matrix.test.ts.
+ * the aborts' defects; mutation-defects-recovery.system.test.ts: recovery's (the two files run side by side). The defect-free
+ * half: mutation-matrix.system.test.ts.
  */
 
 const {twin} = matrixTwins()

@@ -10,7 +10,7 @@ import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 import {type CliResult, startCli} from '../e2e/cli.js'
 
 /**
- * Issue 28, "signals in each phase" (a friend of the bad-input table, bad-input.test.ts): a SIGINT or SIGTERM in any
+ * Issue 28, "signals in each phase" (a friend of the bad-input table, bad-input.system.test.ts): a SIGINT or SIGTERM in any
  * phase of inject, suite and restart ends the process with exit 3 within a second of the signal (asserted with a wide
  * margin: under 1 s from signal to exit), with nothing left behind: no run lock, no lease, no process it started.
  * Each phase is reached against loopback servers this file starts, and the signal is sent once the phase is seen under
@@ -420,7 +420,7 @@ describe('signals in each phase (issue 28): exit 3 within a second, nothing left
   })
 
   // Each later phase of a co-restart (issue 28: "restart's phases"): a later role's restart command and health gate,
-  // the settle, the warm-up and the canaries; the pin watch is test/e2e/signal-run-phases.test.ts's, on the twin.
+  // the settle, the warm-up and the canaries; the pin watch is test/e2e/signal-run-phases.system.test.ts's, on the twin.
   it.concurrent("restart, SIGINT in decode's restart command: killed, 'restarted prefill; nothing after'", async () => {
     const marker = `sleep 62.${process.pid}`
     const ports = {prefill: healthyPort, decode: healthyPort, router: healthyPort}

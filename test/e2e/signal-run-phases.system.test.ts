@@ -10,7 +10,7 @@ import {upOnFreePorts} from '../sim/lifecycle-helpers.js'
 import {startCli} from './cli.js'
 
 /**
- * Issue 28, "signals in each phase", the phases that hold a fault (test/cli/signal-phases.test.ts has those that change
+ * Issue 28, "signals in each phase", the phases that hold a fault (test/cli/signal-phases.system.test.ts has those that change
  * nothing yet): a SIGINT while inject or suite injects (packet filter, on the twin) or observes its pins is acted on at
  * once (the run says STOP and starts reverting within a second), the run exits 3, and nothing is left: no nft table of
  * the run, no armed lease, no reverter, no run lock. The exit waits for the revert to be verified on the host, and is
