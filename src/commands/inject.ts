@@ -3,15 +3,16 @@ import {resolve} from 'node:path'
 import {faultParamsFromFlags} from '../cli/fault-flags.js'
 import {InjectCommand} from '../cli/inject-command.js'
 import {parseFaultParams} from '../faults/params.js'
-import {getFault} from '../faults/registry.js'
+import {FAULTS, getFault} from '../faults/registry.js'
 
 export default class Inject extends InjectCommand {
   static override summary =
     'One experiment: inject a fault under a lease, drive pins, observe, revert, verify clean, judge the watchdog.'
+  // The faults from the registry, so the list never misses one (docs/faults.md has each in full).
   static override description = [
-    'Faults: drop-dest-info (decode destination info never reaches prefill; pins sit in Bootstrapping),',
-    "stall-kv --gpu N (one rank's KV transfer stalls; pins sit in Transferring),",
-    'abort-mid-transfer (aborts fired inside the transfer window, N trials).',
+    `Faults: ${Object.entries(FAULTS)
+      .map(([name, f]) => `${name} (${f.summary})`)
+      .join('; ')}.`,
     'Every fault is installed under a lease on the host that reverts it at its TTL even if pdchaos dies.',
     'A flag that does not apply to the fault is refused (exit 2).',
     'Exit 0 all checks passed, 1 a check failed, 3 interrupted (reverted), 4 cleanup unverified.',
