@@ -144,9 +144,8 @@ export abstract class RestartCommand extends TargetCommand<typeof RestartCommand
         async t => {
           deployment = t.deployment.name
           // The bound from decode's environment, read before the restart (decode keeps it; a restarted decode is
-          // started
-          // by the same command).
-          const d = await new RunSession(t.deployment, placementOf(t)).discovery(l => this.progress(l))
+          // started by the same command). Discovery hears the stop (issue 28).
+          const d = await new RunSession(t.deployment, placementOf(t)).discovery(l => this.progress(l), stop.signal)
           const shape = {
             ...ALONE_DEFAULTS,
             role,
