@@ -1,0 +1,81 @@
+/**
+ * vLLM's log lines that name a release of P's KV blocks, parsed into observations. Pure: text in, observations out.
+ *
+ * Line format (vllm/logger.py: `_FORMAT = "%(levelname)s %(asctime)s [%(fileinfo)s:%(lineno)d] %(message)s"`,
+ * `_DATE_FORMAT = "%m-%d %H:%M:%S"`), prefixed in the engine core's process by `(EngineCore_DP0 pid=N) `, e.g. as
+ * quoted in vLLM issues: `(EngineCore_DP0 pid=3747544) WARNING 09-24 16:35:21 [nixl_connector.py:1048] Releasing
+ * expired KV blocks for request cmpl-…-0 which were retrieved by 0 decode worker(s) within 120 seconds.`
+ * The timestamp is the host's local time, whole seconds (strftime truncates), with neither year nor zone: the
+ * reader supplies both (`year` near a reference time, the host's UTC offset) and every time carries a 1 s resolution.
+ */
+
+export type ReleaseLineCause = 'lease-expired' | 'legacy-timeout' | 'unrecognized-notification'
+
+export interface ReleaseObservation {
+  /** Epoch ms of the log's timestamp (the start of its second): the event happened in [t, t + resolutionMs). */
+  t: number
+  resolutionMs: number
+  requestId: string
+  cause: ReleaseLineCause
+  /** Remote workers that read the blocks, as the line states. */
+  retrievedBy?: number
+  line: string
+}
+
+/** The log clock: whole seconds (vllm/logger.py `_DATE_FORMAT` has no `%f`, and the format no `%(msecs)`). */
+export const VLLM_LOG_RESOLUTION_MS = 1000
+
+const HEAD =
+  /^(?:\([^)]*\)\s+)?(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d\d)-(\d\d)\s+(\d\d):(\d\d):(\d\d)\s+\[[^\]]*\]\s+(.*)$/
+/** The lease's reaper (PR #41383): base_worker.py `_reap_expired_send_leases`. */
+const LEASE =
+  /^Releasing expired KV blocks for request (\S+) which were retrieved by (\d+) remote worker\(s\) before lease expired\.?$/
+/** The legacy timeout: nixl_connector.py `NixlConnectorWorker.get_finished` (VLLM_NIXL_ABORT_REQUEST_TIMEOUT). */
+const LEGACY =
+  /^Releasing expired KV blocks for request (\S+) which were retrieved by (\d+) decode worker\(s\) within (\d+) seconds\.?$/
+/** A read notification for a request P no longer holds (worker `_get_new_notifs`); the wording varies by version. */
+const UNRECOGNIZED = /^Potentially invalid KV blocks for unrecognized request (\S+) were retrieved by/
+
+export interface LogClock {
+  /** The year the log's month-day belongs to is the one that puts it nearest this epoch ms. */
+  nearMs: number
+  /** The host's offset from UTC in minutes (UTC+2 is 120); default: this process's own zone at that time. */
+  utcOffsetMin?: number
+}
+
+function epochOf(clock: LogClock, mo: number, d: number, h: number, mi: number, s: number): number {
+  const near = new Date(clock.nearMs)
+  let best = Number.NaN
+  for (const y of [near.getUTCFullYear() - 1, near.getUTCFullYear(), near.getUTCFullYear() + 1]) {
+    const off = clock.utcOffsetMin ?? -new Date(y, mo - 1, d, h, mi, s).getTimezoneOffset()
+    const t = Date.UTC(y, mo - 1, d, h, mi, s) - off * 60_000
+    if (Number.isNaN(best) || Math.abs(t - clock.nearMs) < Math.abs(best - clock.nearMs)) best = t
+  }
+  return best
+}
+
+/** One line → a release observation, or undefined when the line names no release. */
+export function parseReleaseLine(line: string, clock: LogClock): ReleaseObservation | undefined {
+  const m = HEAD.exec(line.trimEnd())
+  if (!m) return undefined
+  const msg = m[7]!
+  const at = (): number => epochOf(clock, +m[2]!, +m[3]!, +m[4]!, +m[5]!, +m[6]!)
+  const base = {resolutionMs: VLLM_LOG_RESOLUTION_MS, line: line.trimEnd()}
+  let r = LEASE.exec(msg)
+  if (r) return {...base, t: at(), requestId: r[1]!, cause: 'lease-expired', retrievedBy: +r[2]!}
+  r = LEGACY.exec(msg)
+  if (r) return {...base, t: at(), requestId: r[1]!, cause: 'legacy-timeout', retrievedBy: +r[2]!}
+  r = UNRECOGNIZED.exec(msg)
+  if (r) return {...base, t: at(), requestId: r[1]!, cause: 'unrecognized-notification'}
+  return undefined
+}
+
+/** Every release a log text names, in the log's order. Lines that are not vLLM's format are skipped. */
+export function parseReleaseLog(text: string, clock: LogClock): ReleaseObservation[] {
+  const out: ReleaseObservation[] = []
+  for (const line of text.split('\n')) {
+    const o = parseReleaseLine(line, clock)
+    if (o) out.push(o)
+  }
+  return out
+}
