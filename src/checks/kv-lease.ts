@@ -1,0 +1,194 @@
+import type {Outcome} from '../model/verdict.js'
+
+/**
+ * The vLLM lease oracle: P's KV blocks, held for a request whose D leg never collects them, are released by the
+ * lease's reaper no earlier than grant + duration and no later than one engine step plus one reaper pass after it.
+ * Pure: a function of what the caller observed. A pass needs a log line naming this request and the expiry path,
+ * or a counter move that only this batch's expiries explain; all else is unverified with what would decide it.
+ *
+ * The grant's clock: P sets the deadline in `request_finished` before it answers (pull_scheduler.py), so the grant
+ * lies in [sent, answered] of the client's own epoch clock; the log's clock is the host's, whole seconds, so a line
+ * at T means a release in [T, T + resolution).
+ */
+
+export interface LeaseSetting {
+  seconds: number
+  /** Where it was read: "kv_transfer_config on P's command line", "deployment file"… */
+  source: string
+}
+
+export interface KvLeaseSettings {
+  mode: 'lease' | 'legacy' | 'unknown'
+  /** kv_lease_duration (lease) or VLLM_NIXL_ABORT_REQUEST_TIMEOUT (legacy); undefined = not known. */
+  duration?: LeaseSetting
+  extension?: LeaseSetting
+  heartbeatInterval?: LeaseSetting
+  /** One engine step (ms) and the reaper's period (ms; vLLM's reaper runs in every step's get_finished). */
+  stepMs?: number
+  reaperMs?: number
+}
+
+export interface LeaseRequest {
+  requestId: string
+  /** Epoch ms the client sent the request to P and P answered (the grant lies between). */
+  sentMs: number
+  answeredMs: number
+  /** D was sent the request: its heartbeats may have renewed the lease. */
+  decodeSent: boolean
+}
+
+export interface LogRelease {
+  t: number
+  resolutionMs: number
+  requestId: string
+  cause: 'lease-expired' | 'legacy-timeout' | 'unrecognized-notification'
+  line: string
+}
+
+export interface CounterSample {
+  t: number
+  value: number
+}
+
+export interface KvLeaseInput {
+  requests: LeaseRequest[]
+  settings: KvLeaseSettings
+  /** Release lines from P's log; undefined when the log could not be read. */
+  logReleases?: LogRelease[]
+  /** Until when (epoch ms) the log was read: a release after it is not seen. */
+  observedUntilMs: number
+  /** P's vllm:nixl_num_kv_expired_reqs samples, in time order. */
+  expiredCounter?: CounterSample[]
+}
+
+export interface KvLeaseVerdict {
+  subject: string
+  verdict: Outcome
+  summary: string
+  evidence: Record<string, unknown>
+}
+
+const EXPECTED_CAUSE = {lease: 'lease-expired', legacy: 'legacy-timeout'} as const
+
+const unverified = (subject: string, summary: string, why: string, toVerify: string, more = {}): KvLeaseVerdict => ({
+  subject,
+  verdict: 'unverified',
+  summary,
+  evidence: {why, toVerify, ...more},
+})
+
+/** The window a release must fall in: [sent + duration, answered + duration + step + reaper]. */
+export function leaseWindow(r: LeaseRequest, durationS: number, s: KvLeaseSettings): {openMs: number; closeMs: number} {
+  return {openMs: r.sentMs + durationS * 1000, closeMs: r.answeredMs + durationS * 1000 + s.stepMs! + s.reaperMs!}
+}
+
+/**
+ * The counter as evidence for a whole batch: it stood at its first value until the earliest window opened and had
+ * risen by every request of the batch by the time the last window closed. It names no request, so it passes a
+ * request only when each of the batch's requests is accounted for by it.
+ */
+function counterCovers(input: KvLeaseInput, durationS: number): string | undefined {
+  const c = input.expiredCounter
+  if (!c || c.length < 2 || input.requests.length === 0) return undefined
+  const wins = input.requests.map(r => leaseWindow(r, durationS, input.settings))
+  const open = Math.min(...wins.map(w => w.openMs))
+  const close = Math.max(...wins.map(w => w.closeMs))
+  const base = c[0]!
+  if (base.t > Math.min(...input.requests.map(r => r.sentMs))) return undefined
+  const lastBefore = [...c].reverse().find(x => x.t < open)
+  const firstAfter = c.find(x => x.t >= close)
+  if (!lastBefore || lastBefore.value !== base.value || !firstAfter) return undefined
+  const atClose = [...c].reverse().find(x => x.t <= close + 1000)
+  if (!atClose || atClose.value - base.value !== input.requests.length) return undefined
+  return (
+    `vllm:nixl_num_kv_expired_reqs ${base.value} until ${new Date(lastBefore.t).toISOString()} (before the first ` +
+    `window), +${atClose.value - base.value} by ${new Date(atClose.t).toISOString()}: one per request of the batch`
+  )
+}
+
+/** Judge every request; each verdict names its clock, window and evidence. */
+export function judgeKvLeases(input: KvLeaseInput): KvLeaseVerdict[] {
+  return input.requests.map(r => judgeOne(input, r))
+}
+
+function judgeOne(input: KvLeaseInput, r: LeaseRequest): KvLeaseVerdict {
+  const s = input.settings
+  const id = r.requestId
+  if (s.mode === 'unknown' || !s.duration)
+    return unverified(
+      id,
+      'lease settings unknown',
+      'neither kv_lease_duration nor VLLM_NIXL_ABORT_REQUEST_TIMEOUT was read',
+      "read P's --kv-transfer-config (kv_connector_extra_config.kv_lease_duration) or its environment",
+    )
+  if (s.stepMs === undefined || s.reaperMs === undefined)
+    return unverified(id, 'engine step time unknown', 'the window has no upper bound without the step time', 'state it')
+  if (r.decodeSent && s.mode === 'lease')
+    return unverified(
+      id,
+      'D was sent this request: heartbeats may have renewed the lease',
+      'the deadline is max(grant + duration, last heartbeat + extension) and no heartbeat was observed',
+      "judge requests whose D leg was dropped, or read P's heartbeat renewals",
+    )
+  const win = leaseWindow(r, s.duration.seconds, s)
+  const clock = {
+    grant: `client epoch clock: sent ${new Date(r.sentMs).toISOString()}, answered ${new Date(r.answeredMs).toISOString()}`,
+    log: "P's log, host local time, whole seconds",
+  }
+  const ev = {
+    clock,
+    windowMs: [win.openMs, win.closeMs],
+    window: `[sent + ${s.duration.seconds} s, answered + ${s.duration.seconds} s + step ${s.stepMs} ms + reaper ${s.reaperMs} ms]`,
+    duration: s.duration,
+    mode: s.mode,
+  }
+  if (!input.logReleases) {
+    const by = counterCovers(input, s.duration.seconds)
+    if (by)
+      return {subject: id, verdict: 'pass', summary: 'released by the expiry path (counter)', evidence: {...ev, by}}
+    return unverified(id, "P's log unreadable", 'no line names this release', "read P's log (its WARNING lines)", ev)
+  }
+  return judgeByLog(input, r, win, ev)
+}
+
+function judgeByLog(
+  input: KvLeaseInput,
+  r: LeaseRequest,
+  win: {openMs: number; closeMs: number},
+  ev: Record<string, unknown>,
+): KvLeaseVerdict {
+  const id = r.requestId
+  const mode = input.settings.mode as 'lease' | 'legacy'
+  const line = input.logReleases!.find(o => o.requestId === id && o.cause !== 'unrecognized-notification')
+  if (!line) {
+    const by = counterCovers(input, input.settings.duration!.seconds)
+    if (by)
+      return {subject: id, verdict: 'pass', summary: 'released by the expiry path (counter)', evidence: {...ev, by}}
+    if (input.observedUntilMs < win.closeMs + 1000)
+      return unverified(id, 'window not yet closed', 'the log was read before the window closed', 'read it later', ev)
+    return {
+      subject: id,
+      verdict: 'fail',
+      summary: 'never released: no expiry line for it after its window closed',
+      evidence: {...ev, failure: 'never', logReadUntil: new Date(input.observedUntilMs).toISOString()},
+    }
+  }
+  const at = {...ev, line: line.line, releasedIn: [line.t, line.t + line.resolutionMs], cause: line.cause}
+  if (line.cause !== EXPECTED_CAUSE[mode])
+    return {subject: id, verdict: 'fail', summary: `released by ${line.cause}, not the ${mode} path`, evidence: at}
+  if (line.t + line.resolutionMs <= win.openMs)
+    return {
+      subject: id,
+      verdict: 'fail',
+      summary: `released early: by ${new Date(line.t + line.resolutionMs).toISOString()}, window opens ${new Date(win.openMs).toISOString()}`,
+      evidence: {...at, failure: 'early', earlyByMs: win.openMs - (line.t + line.resolutionMs)},
+    }
+  if (line.t > win.closeMs)
+    return {
+      subject: id,
+      verdict: 'fail',
+      summary: `released late: at ${new Date(line.t).toISOString()} or after, window closed ${new Date(win.closeMs).toISOString()}`,
+      evidence: {...at, failure: 'late', lateByMs: line.t - win.closeMs},
+    }
+  return {subject: id, verdict: 'pass', summary: `released by the ${mode} expiry path in its window`, evidence: at}
+}
