@@ -15,7 +15,7 @@ export const LAYERS = [
   [0, ['errors.ts', 'exit-codes.ts', 'state-dir.ts', 'util']],
   [1, ['model']],
   [2, ['hosts']],
-  [3, ['deployment']],
+  [3, ['deployment', 'engines']],
   [4, ['discovery']],
   [5, ['checks', 'workload']],
   [6, ['faults', 'halt']],

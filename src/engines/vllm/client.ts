@@ -1,0 +1,99 @@
+import {randomUUID} from 'node:crypto'
+
+import {joinUrl, requestJson, requestText} from '../../deployment/http.js'
+
+/**
+ * A vLLM prefill instance spoken to as vLLM's toy proxy speaks to it (tests/v1/kv_connector/nixl_integration/
+ * toy_proxy_server.py `send_request_to_service`): the request with `kv_transfer_params: {do_remote_decode: true,
+ * do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null}`,
+ * `stream: false`, `max_tokens: 1` (and `max_completion_tokens` 1 where present) and `X-Request-Id`. P answers once
+ * the prefill finished and its blocks are pinned (pull_scheduler.py `request_finished`), with the kv_transfer_params
+ * a decode instance would need. Without a D leg those blocks wait for the lease.
+ */
+
+export interface PrefillGrant {
+  /** The X-Request-Id sent; vLLM's own request id is `cmpl-<it>-0` (P's logs name that one). */
+  xRequestId: string
+  /** P's request id: kv_transfer_params.remote_request_id when P states it, else `cmpl-<X-Request-Id>-0`. */
+  requestId: string
+  kvTransferParams: Record<string, unknown>
+  /** Epoch ms: sent, and P's answer fully read. The lease was granted in between. */
+  sentMs: number
+  answeredMs: number
+}
+
+export interface PrefillRequest {
+  baseUrl: string
+  model: string
+  prompt: string
+  timeoutMs: number
+  xRequestId?: string
+}
+
+export async function sendPrefillOnly(r: PrefillRequest): Promise<PrefillGrant> {
+  const xRequestId = r.xRequestId ?? randomUUID()
+  const url = joinUrl(r.baseUrl, '/v1/completions')
+  const body = {
+    model: r.model,
+    prompt: r.prompt,
+    max_tokens: 1,
+    stream: false,
+    kv_transfer_params: {
+      do_remote_decode: true,
+      do_remote_prefill: false,
+      remote_engine_id: null,
+      remote_block_ids: null,
+      remote_host: null,
+      remote_port: null,
+    },
+  }
+  const sentMs = Date.now()
+  const {json} = await requestJson({
+    service: 'prefill',
+    url,
+    method: 'POST',
+    body: JSON.stringify(body),
+    headers: {'X-Request-Id': xRequestId},
+    timeoutMs: r.timeoutMs,
+  })
+  const answeredMs = Date.now()
+  const ktp = (json as {kv_transfer_params?: unknown}).kv_transfer_params
+  const params = ktp && typeof ktp === 'object' ? (ktp as Record<string, unknown>) : {}
+  const rid = typeof params.remote_request_id === 'string' ? params.remote_request_id : `cmpl-${xRequestId}-0`
+  return {xRequestId, requestId: rid, kvTransferParams: params, sentMs, answeredMs}
+}
+
+/** The NIXL counters P exports (vllm/v1/metrics/loggers.py; prometheus_client adds `_total` to a counter's name). */
+export const NIXL_COUNTERS = [
+  'vllm:nixl_num_kv_expired_reqs',
+  'vllm:nixl_num_failed_transfers',
+  'vllm:nixl_num_failed_notifications',
+] as const
+
+/** A counter's value from a Prometheus text page, summed over label sets; undefined when absent. */
+export function counterValue(text: string, name: string): number | undefined {
+  let sum: number | undefined
+  for (const line of text.split('\n')) {
+    if (line.startsWith('#')) continue
+    for (const n of [`${name}_total`, name]) {
+      if (!line.startsWith(n) || !/[{\s]/.test(line.charAt(n.length))) continue
+      const v = Number(line.trim().split(/\s+/).at(-1))
+      if (Number.isFinite(v)) sum = (sum ?? 0) + v
+      break
+    }
+  }
+  return sum
+}
+
+export async function readNixlCounters(
+  baseUrl: string,
+  timeoutMs: number,
+): Promise<{t: number; values: Partial<Record<(typeof NIXL_COUNTERS)[number], number>>}> {
+  const res = await requestText({service: 'prefill', url: joinUrl(baseUrl, '/metrics'), timeoutMs})
+  const values: Partial<Record<(typeof NIXL_COUNTERS)[number], number>> = {}
+  for (const n of NIXL_COUNTERS) {
+    const v = counterValue(res.text, n)
+    if (v !== undefined) values[n] = v
+  }
+  return {t: Date.now(), values}
+}
