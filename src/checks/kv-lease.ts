@@ -84,7 +84,7 @@ export function leaseWindow(r: LeaseRequest, durationS: number, s: KvLeaseSettin
 
 /**
  * The counter as evidence for a whole batch: it stood at its first value until the earliest window opened and had
- * risen by every request of the batch by the time the last window closed. It names no request, so it passes a
+ * risen by exactly the batch's size in a sample taken before the last window closed. It names no request, so it passes a
  * request only when each of the batch's requests is accounted for by it.
  */
 function counterCovers(input: KvLeaseInput, durationS: number): string | undefined {
@@ -96,9 +96,8 @@ function counterCovers(input: KvLeaseInput, durationS: number): string | undefin
   const base = c[0]!
   if (base.t > Math.min(...input.requests.map(r => r.sentMs))) return undefined
   const lastBefore = [...c].reverse().find(x => x.t < open)
-  const firstAfter = c.find(x => x.t >= close)
-  if (!lastBefore || lastBefore.value !== base.value || !firstAfter) return undefined
-  const atClose = [...c].reverse().find(x => x.t <= close + 1000)
+  if (!lastBefore || lastBefore.value !== base.value) return undefined
+  const atClose = [...c].reverse().find(x => x.t <= close)
   if (!atClose || atClose.value - base.value !== input.requests.length) return undefined
   return (
     `vllm:nixl_num_kv_expired_reqs ${base.value} until ${new Date(lastBefore.t).toISOString()} (before the first ` +
