@@ -25,8 +25,12 @@ export interface ReleaseObservation {
 /** The log clock: whole seconds (vllm/logger.py `_DATE_FORMAT` has no `%f`, and the format no `%(msecs)`). */
 export const VLLM_LOG_RESOLUTION_MS = 1000
 
+/** Level and `%m-%d %H:%M:%S` anywhere (after `VLLM_LOGGING_PREFIX` or a process prefix), an optional fraction (some
+ * forks append milliseconds), then `[file:line]` (older vLLM: `file:line]`) and the message. */
 const HEAD =
-  /^(?:\([^)]*\)\s+)?(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d\d)-(\d\d)\s+(\d\d):(\d\d):(\d\d)\s+\[[^\]]*\]\s+(.*)$/
+  /\b(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d\d)-(\d\d)\s+(\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?\s+\[?[^\s\]]+\]\s+(.*)$/
+/** ColoredFormatter's ANSI colours (vllm/logging_utils), when VLLM_LOGGING_COLOR forces them into a file. */
+const ANSI = /\x1b\[[0-9;]*m/g
 /** The lease's reaper (PR #41383): base_worker.py `_reap_expired_send_leases`. */
 const LEASE =
   /^Releasing expired KV blocks for request (\S+) which were retrieved by (\d+) remote worker\(s\) before lease expired\.?$/
@@ -56,11 +60,15 @@ function epochOf(clock: LogClock, mo: number, d: number, h: number, mi: number, 
 
 /** One line → a release observation, or undefined when the line names no release. */
 export function parseReleaseLine(line: string, clock: LogClock): ReleaseObservation | undefined {
-  const m = HEAD.exec(line.trimEnd())
+  const text = line.replace(ANSI, '').trimEnd()
+  const m = HEAD.exec(text)
   if (!m) return undefined
-  const msg = m[7]!
-  const at = (): number => epochOf(clock, +m[2]!, +m[3]!, +m[4]!, +m[5]!, +m[6]!)
-  const base = {resolutionMs: VLLM_LOG_RESOLUTION_MS, line: line.trimEnd()}
+  const msg = m[8]!
+  const frac = m[7]
+  const fracMs = frac === undefined ? 0 : Number(`0.${frac}`) * 1000
+  const at = (): number => epochOf(clock, +m[2]!, +m[3]!, +m[4]!, +m[5]!, +m[6]!) + fracMs
+  const resolutionMs = frac === undefined ? VLLM_LOG_RESOLUTION_MS : 1000 / 10 ** frac.length
+  const base = {resolutionMs, line: text}
   let r = LEASE.exec(msg)
   if (r) return {...base, t: at(), requestId: r[1]!, cause: 'lease-expired', retrievedBy: +r[2]!}
   r = LEGACY.exec(msg)

@@ -67,3 +67,18 @@ describe('vLLM release log lines', () => {
     expect(parseReleaseLine('INFO 12-04 11:50:07 [api_server.py:1] Started server process', clock)).toBeUndefined()
   })
 })
+
+describe('vLLM log line variants', () => {
+  const msg =
+    'Releasing expired KV blocks for request r which were retrieved by 1 remote worker(s) before lease expired.'
+  it('reads the older format without brackets (`file.py:L]`) and a VLLM_LOGGING_PREFIX', () => {
+    expect(parseReleaseLine(`WARNING 12-04 11:50:07 base_worker.py:3005] ${msg}`, clock)?.requestId).toBe('r')
+    expect(parseReleaseLine(`[node-3] WARNING 12-04 11:50:07 [base_worker.py:3005] ${msg}`, clock)?.requestId).toBe('r')
+  })
+
+  it('strips ANSI colours and takes milliseconds where a fork prints them', () => {
+    const o = parseReleaseLine(`\x1b[33mWARNING\x1b[0m 12-04 11:50:07.250 \x1b[2m[w.py:1]\x1b[0m ${msg}`, clock)
+    expect(o?.t).toBe(Date.UTC(2026, 11, 4, 11, 50, 7, 250))
+    expect(o?.resolutionMs).toBe(1)
+  })
+})
