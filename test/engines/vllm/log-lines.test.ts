@@ -63,6 +63,13 @@ describe('vLLM release log lines', () => {
     expect(parseReleaseLine(line, {...clock, utcOffsetMin: 120})?.t).toBe(Date.UTC(2026, 11, 4, 11, 50, 7))
   })
 
+  it("reads upstream's ERROR for a notification P no longer tracks (worker _get_new_notifs)", () => {
+    const line =
+      '(EngineCore_DP0 pid=9) ERROR 12-04 11:50:09 [pull_worker.py:312] Potentially invalid KV blocks for ' +
+      'unrecognized request cmpl-y-0 were retrieved by a decode worker. They may have expired.'
+    expect(parseReleaseLine(line, clock)).toMatchObject({requestId: 'cmpl-y-0', cause: 'unrecognized-notification'})
+  })
+
   it('names no release for other lines', () => {
     expect(parseReleaseLine('INFO 12-04 11:50:07 [api_server.py:1] Started server process', clock)).toBeUndefined()
   })
