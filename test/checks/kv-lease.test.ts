@@ -110,4 +110,19 @@ describe('the vLLM lease check', () => {
     expect(v.verdict).toBe('pass')
     expect(String(v.evidence.by)).toContain('+1')
   })
+
+  it('does not pass on a counter sampled only after the window closed (a late release would look the same)', () => {
+    const counter = [
+      {t: T0 - 100, value: 3},
+      {t: T0 + 5 * S, value: 3},
+      {t: T0 + 9 * S, value: 4},
+    ]
+    expect(judge({logReleases: undefined, expiredCounter: counter}).verdict).toBe('unverified')
+  })
+
+  it('never counts an unrecognized-notification line as the release', () => {
+    const v = judge({logReleases: [line(T0 + 6 * S, 'unrecognized-notification')]})
+    expect(v.verdict).toBe('fail')
+    expect(v.evidence.failure).toBe('never')
+  })
 })
