@@ -262,7 +262,9 @@ function completed(t: Trial, answer: Answer): Judged {
   )
 }
 
-/** Released (not completed) before any abort was fired: something else let it go, and the abort had nothing to act on. */
+/**
+ * Released (not completed) before any abort was fired: something else let it go, and the abort had nothing to act on.
+ */
 function releasedBeforeAbort(t: Trial, answer: Answer): Judged {
   return out(
     t,
