@@ -334,8 +334,8 @@ function releasedInAbortBound(t: Trial, answer: Answer, released: NonNullable<Tr
     )
   }
   const summary =
-    `abort honoured: released ${secs(answer.t - abortAt)} after the abort by ${PATH_NAMES[t.record.releasedBy!.path]} ` +
-    `(bound one poll + ε = ${secs(t.pollMs + t.eps.highMs)})`
+    `abort honoured: released ${secs(answer.t - abortAt)} after the abort by ` +
+    `${PATH_NAMES[t.record.releasedBy!.path]} (bound one poll + ε = ${secs(t.pollMs + t.eps.highMs)})`
   return out(t, 'honoured', pass('abort', rid, summary, {...evidence, ...path, outcome: 'honoured'}))
 }
 

@@ -140,7 +140,8 @@ function judgeHalf(
     'decode-release',
     h.rid,
     `decode still held its half ${waited} s after the kill, past ${boundText} + ε ${x.epsilonSeconds} s: ` +
-      `its heartbeat did not release it${x.waiting ? ` (the waiting timeout would, after ${x.waiting.seconds} s)` : ''}`,
+      `its heartbeat did not release it` +
+      `${x.waiting ? ` (the waiting timeout would, after ${x.waiting.seconds} s)` : ''}`,
     ev,
   )
 }

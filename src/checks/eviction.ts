@@ -522,7 +522,8 @@ function judgeByAnswerClock(w: PinWindow, {answer, after, released, evidence}: R
       unverified(
         'eviction',
         sent.rid,
-        `evicted after ${secs(after)}, inside ${window} only because ε is a whole poll wide (${Math.round(eps.highMs)} ms)`,
+        `evicted after ${secs(after)}, inside ${window} only because ε is a whole poll wide (` +
+          `${Math.round(eps.highMs)} ms)`,
         {
           ...evidence,
           why:

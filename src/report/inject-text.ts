@@ -28,7 +28,8 @@ export function renderInject(r: ScenarioRun): string {
       `calibration: prefill ${r.calibration.prefillMs.toFixed(1)} ms ` +
         `(spread ${r.calibration.prefillSpreadMs.toFixed(1)}), observation ` +
         `p99 ${r.calibration.observeMs.toFixed(1)} ms over ${r.calibration.samples} ` +
-        `requests${r.calibration.loadedObserveMs === undefined ? '' : `, ${r.calibration.loadedObserveMs.toFixed(1)} ms while the pins were out`}`,
+        `requests` +
+        `${r.calibration.loadedObserveMs === undefined ? '' : `, ${r.calibration.loadedObserveMs.toFixed(1)} ms while the pins were out`}`,
     )
   if (r.pins.length > 0) {
     out.push('', 'pins:')

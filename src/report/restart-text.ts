@@ -9,7 +9,8 @@ export function renderRestart(r: RestartResult): string {
     // A multi-node instance: the command ran on every node at once; each node's exit is named where one failed.
     const nodes = s.nodes
       ? ` on ${s.nodes.length} ` +
-        `nodes${s.nodes.some(n => n.exitCode !== 0) ? ` (${s.nodes.map(n => `${n.host}: ${n.exitCode === 0 ? 'ok' : `exit ${n.exitCode}`}`).join(', ')})` : ''}`
+        `nodes` +
+        `${s.nodes.some(n => n.exitCode !== 0) ? ` (${s.nodes.map(n => `${n.host}: ${n.exitCode === 0 ? 'ok' : `exit ${n.exitCode}`}`).join(', ')})` : ''}`
       : ''
     out.push(
       `${name.padEnd(10)} restart ${s.exitCode === 0 ? 'ok' : `exit ${s.exitCode}`}${nodes} ` +
