@@ -98,7 +98,8 @@ export function renderFleetHtml(fleet: FleetRun, options: HtmlOptions = {}): str
         `· ${((fleet.finishedAt - fleet.startedAt) / 1000).toFixed(1)} ` +
         `s${fleet.maxParallel ? ` · at most ${fleet.maxParallel} at a time` : ''}`,
     )}</p>`,
-    '<table class="fleet"><thead><tr><th>deployment</th><th>verdict</th><th>exit</th><th>checks</th><th>where</th><th>reason</th></tr></thead><tbody>',
+    '<table class="fleet"><thead><tr><th>deployment</th><th>verdict</th><th>exit</th><th>checks</th>' +
+      '<th>where</th><th>reason</th></tr></thead><tbody>',
     ...fleet.members.map(row),
     '</tbody></table>',
     failedList,

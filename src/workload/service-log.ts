@@ -158,7 +158,8 @@ export async function readLogs(
         truncated,
         `${lines.length} line(s) naming a pin ` +
           `from ${source}` +
-          `${'file' in m.source ? ` after byte ${m.offset ?? 0}` : ` from ${new Date(m.at).toISOString()}`}${truncated ? ` (cut at ${max} bytes)` : ''}${warn ? `; ${warn}` : ''}`,
+          `${'file' in m.source ? ` after byte ${m.offset ?? 0}` : ` from ${new Date(m.at).toISOString()}`}` +
+          `${truncated ? ` (cut at ${max} bytes)` : ''}${warn ? `; ${warn}` : ''}`,
       )
     }),
   )
