@@ -116,7 +116,9 @@ export function coverageOf(
         ? ", window held by the twin's failure point"
         : ', window not widened (landing judged by timing and answers only)'
   const span = fired.length > 0 ? `; aborts fired ${Math.min(...fired)}..${Math.max(...fired)} ms after send` : ''
-  const summary = `aborts in window: ${inWindow}/${trials.length}${held}${span}${w ? ` (window ${w.startMs}..${w.endMs} ms, ${w.why})` : ''}`
+  const summary =
+    `aborts in window: ${inWindow}/${trials.length}${held}${span}` +
+    `${w ? ` (window ${w.startMs}..${w.endMs} ms, ${w.why})` : ''}`
   const cov: AbortCoverage = {
     trials: trials.length,
     inWindow,

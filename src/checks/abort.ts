@@ -262,7 +262,9 @@ function completed(t: Trial, answer: Answer): Judged {
   )
 }
 
-/** Released (not completed) before any abort was fired: something else let it go, and the abort had nothing to act on. */
+/**
+ * Released (not completed) before any abort was fired: something else let it go, and the abort had nothing to act on.
+ */
 function releasedBeforeAbort(t: Trial, answer: Answer): Judged {
   return out(
     t,
@@ -332,8 +334,8 @@ function releasedInAbortBound(t: Trial, answer: Answer, released: NonNullable<Tr
     )
   }
   const summary =
-    `abort honoured: released ${secs(answer.t - abortAt)} after the abort by ${PATH_NAMES[t.record.releasedBy!.path]} ` +
-    `(bound one poll + ε = ${secs(t.pollMs + t.eps.highMs)})`
+    `abort honoured: released ${secs(answer.t - abortAt)} after the abort by ` +
+    `${PATH_NAMES[t.record.releasedBy!.path]} (bound one poll + ε = ${secs(t.pollMs + t.eps.highMs)})`
   return out(t, 'honoured', pass('abort', rid, summary, {...evidence, ...path, outcome: 'honoured'}))
 }
 

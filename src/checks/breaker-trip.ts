@@ -72,8 +72,8 @@ export function checkBreakerTrip(tl: Timeline, x: BreakerExpectation | undefined
     pass(
       'fault-effect',
       SUBJECT,
-      `read open after ${t.trips.length} trip request(s) of pdchaos's (the steady load refused by prefill counts too; ` +
-        `threshold ${x.failureThreshold}, ${x.attempts} attempt(s) each)`,
+      `read open after ${t.trips.length} trip request(s) of pdchaos's (the steady load refused by prefill counts ` +
+        `too; threshold ${x.failureThreshold}, ${x.attempts} attempt(s) each)`,
       {
         openedReadAt: firstOpen.t,
         trips: t.tripEvidence,

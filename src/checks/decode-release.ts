@@ -68,7 +68,9 @@ function heldBeforeKill(tl: Timeline, killedAt: number): {reqs: number; t: numbe
   return last ? {t: last[0], reqs: last[1]} : undefined
 }
 
-/** One verdict per decode half: released by a named path within its bound (pass), late or never (fail), or unverified. */
+/**
+ * One verdict per decode half: released by a named path within its bound (pass), late or never (fail), or unverified.
+ */
 export function checkDecodeRelease(tl: Timeline, x: DecodeReleaseExpectation | undefined): Verdict[] {
   const halves = tl.observations.filter((o): o is Sent => o.kind === 'request-sent' && o.path === 'decode-half')
   if (!x)
@@ -138,7 +140,8 @@ function judgeHalf(
     'decode-release',
     h.rid,
     `decode still held its half ${waited} s after the kill, past ${boundText} + ε ${x.epsilonSeconds} s: ` +
-      `its heartbeat did not release it${x.waiting ? ` (the waiting timeout would, after ${x.waiting.seconds} s)` : ''}`,
+      `its heartbeat did not release it` +
+      `${x.waiting ? ` (the waiting timeout would, after ${x.waiting.seconds} s)` : ''}`,
     ev,
   )
 }

@@ -312,7 +312,8 @@ function pinRecord(w: PinWindow, {verdict: judged, evictedAt, edge}: Judged): {v
 function judgeAnswered(w: PinWindow, answer: Answer): Judged {
   const {tl, sent, base, low, high} = w
   if (answer.status >= 200 && answer.status < 300) {
-    const summary = `not pinned: completed with ${answer.status} after ${secs(answer.t - sent.t)} — the fault did not hold it`
+    const took = secs(answer.t - sent.t)
+    const summary = `not pinned: completed with ${answer.status} after ${took} — the fault did not hold it`
     const evidence = {...base, status: answer.status, answeredAfterSeconds: round((answer.t - sent.t) / 1000, 3)}
     return {verdict: fail('fault-effect', sent.rid, summary, evidence), evictedAt: null}
   }
@@ -522,7 +523,8 @@ function judgeByAnswerClock(w: PinWindow, {answer, after, released, evidence}: R
       unverified(
         'eviction',
         sent.rid,
-        `evicted after ${secs(after)}, inside ${window} only because ε is a whole poll wide (${Math.round(eps.highMs)} ms)`,
+        `evicted after ${secs(after)}, inside ${window} only because ε is a whole poll wide (` +
+          `${Math.round(eps.highMs)} ms)`,
         {
           ...evidence,
           why:

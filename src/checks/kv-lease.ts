@@ -84,8 +84,8 @@ export function leaseWindow(r: LeaseRequest, durationS: number, s: KvLeaseSettin
 
 /**
  * The counter as evidence for a whole batch: it stood at its first value until the earliest window opened and had
- * risen by exactly the batch's size in a sample taken before the last window closed. It names no request, so it passes a
- * request only when each of the batch's requests is accounted for by it.
+ * risen by exactly the batch's size in a sample taken before the last window closed. It names no request, so it passes
+ * a request only when each of the batch's requests is accounted for by it.
  */
 function counterCovers(input: KvLeaseInput, durationS: number): string | undefined {
   const c = input.expiredCounter
@@ -131,13 +131,17 @@ function judgeOne(input: KvLeaseInput, r: LeaseRequest): KvLeaseVerdict {
     )
   const win = leaseWindow(r, s.duration.seconds, s)
   const clock = {
-    grant: `client epoch clock: sent ${new Date(r.sentMs).toISOString()}, answered ${new Date(r.answeredMs).toISOString()}`,
+    grant:
+      `client epoch clock: sent ${new Date(r.sentMs).toISOString()}, ` +
+      `answered ${new Date(r.answeredMs).toISOString()}`,
     log: "P's log, host local time, whole seconds",
   }
   const ev = {
     clock,
     windowMs: [win.openMs, win.closeMs],
-    window: `[sent + ${s.duration.seconds} s, answered + ${s.duration.seconds} s + step ${s.stepMs} ms + reaper ${s.reaperMs} ms]`,
+    window:
+      `[sent + ${s.duration.seconds} s, answered + ${s.duration.seconds} s + step ${s.stepMs} ms + ` +
+      `reaper ${s.reaperMs} ms]`,
     duration: s.duration,
     mode: s.mode,
   }
@@ -179,14 +183,18 @@ function judgeByLog(
     return {
       subject: id,
       verdict: 'fail',
-      summary: `released early: by ${new Date(line.t + line.resolutionMs).toISOString()}, window opens ${new Date(win.openMs).toISOString()}`,
+      summary:
+        `released early: by ${new Date(line.t + line.resolutionMs).toISOString()}, ` +
+        `window opens ${new Date(win.openMs).toISOString()}`,
       evidence: {...at, failure: 'early', earlyByMs: win.openMs - (line.t + line.resolutionMs)},
     }
   if (line.t > win.closeMs)
     return {
       subject: id,
       verdict: 'fail',
-      summary: `released late: at ${new Date(line.t).toISOString()} or after, window closed ${new Date(win.closeMs).toISOString()}`,
+      summary:
+        `released late: at ${new Date(line.t).toISOString()} or after, ` +
+        `window closed ${new Date(win.closeMs).toISOString()}`,
       evidence: {...at, failure: 'late', lateByMs: line.t - win.closeMs},
     }
   return {subject: id, verdict: 'pass', summary: `released by the ${mode} expiry path in its window`, evidence: at}

@@ -83,8 +83,8 @@ export async function vllmSimUp(f: Flagged, log: (line: string) => void): Promis
       ? `lease ${c.lease.durationS}s (heartbeat every ${c.lease.intervalS}s, +${c.lease.extensionS}s)`
       : `legacy VLLM_NIXL_ABORT_REQUEST_TIMEOUT ${c.lease.abortTimeoutS}s`
   log(
-    `vLLM twin healthy in ${(out.healthyMs / 1000).toFixed(1)} s (vLLM ${c.version}, NixlConnector kv_both, TP ${c.tp}, ` +
-      `${lease}${c.bugs.length ? `, bugs: ${c.bugs.join(', ')}` : ''})`,
+    `vLLM twin healthy in ${(out.healthyMs / 1000).toFixed(1)} s (vLLM ${c.version}, NixlConnector kv_both, TP ` +
+      `${c.tp}, ${lease}${c.bugs.length ? `, bugs: ${c.bugs.join(', ')}` : ''})`,
   )
   for (const [name, url] of Object.entries(out.endpoints))
     log(`  ${(name === 'router' ? 'proxy' : name).padEnd(15)} ${url}`)

@@ -62,7 +62,8 @@ function deep(message: string): string {
  * would compare the new key with the others; answering true at once makes yaml report the key as a duplicate right
  * there (one call per key), and realErrors() drops the reports of keys that were not duplicates after all. Keys are
  * equal as yaml has them by default: scalars with strictly equal values (1 and "1" differ, and so do two NaNs).
- * test/deployment/load.system.test.ts holds the result to yaml's own check, so a yaml upgrade that changes the protocol shows.
+ * test/deployment/load.system.test.ts holds the result to yaml's own check, so a yaml upgrade that changes the protocol
+ * shows.
  */
 export function duplicateKeyCheck(): {
   isEqual: (first: unknown, key: unknown) => boolean

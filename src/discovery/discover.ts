@@ -528,7 +528,10 @@ function transportOf(
 
 export function bootstrapUrlOf(deployment: Deployment): string {
   const u = new URL(deployment.services.prefill.url)
-  return `${u.protocol}//${u.hostname.includes(':') ? `[${u.hostname}]` : u.hostname}:${deployment.services.prefill.bootstrapPort}`
+  return (
+    `${u.protocol}//${u.hostname.includes(':') ? `[${u.hostname}]` : u.hostname}:` +
+    `${deployment.services.prefill.bootstrapPort}`
+  )
 }
 
 function infoSummary(info: Record<string, unknown> | undefined): Partial<ServiceStatus> {

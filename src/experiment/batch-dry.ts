@@ -7,9 +7,13 @@ import {scenarioShell} from './judge.js'
 import type {PlacedHost} from './placement.js'
 import {type Calibrated, PROBE_TIMEOUT_MS} from './session.js'
 
-/** The two batches that end without judging: a dry run (read-only probes) and a hold (the faults left to their leases). */
+/**
+ * The two batches that end without judging: a dry run (read-only probes) and a hold (the faults left to their leases).
+ */
 
-/** The read-only probes of every planned scenario, on each host it would act on; a failed one is a fault-effect fail. */
+/**
+ * The read-only probes of every planned scenario, on each host it would act on; a failed one is a fault-effect fail.
+ */
 export async function dryRun(
   entries: Entry[],
   hostOf: Map<Entry, PlacedHost>,

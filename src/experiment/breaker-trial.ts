@@ -9,8 +9,8 @@ import {sendRequest} from '../workload/send.js'
 import type {RunSession} from './session.js'
 
 /**
- * What the runner records for a fault with `observe: 'breaker'` (observe-breaker.ts): requests through the gateway until
- * the prefill worker's breaker reads open (role `trip`), then requests at the open breaker (role `probe`) while
+ * What the runner records for a fault with `observe: 'breaker'` (observe-breaker.ts): requests through the gateway
+ * until the prefill worker's breaker reads open (role `trip`), then requests at the open breaker (role `probe`) while
  * decode's fresh queue snapshot (/v1/loads) is sampled; after the revert, requests until the breaker reads closed.
  * Every read of the gateway's breakers is a `breaker` observation. checkBreakerTrip judges the timeline.
  */

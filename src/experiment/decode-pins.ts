@@ -17,14 +17,14 @@ import type {PairInBatch} from './batch-pairs.js'
 import type {RunSession} from './session.js'
 
 /**
- * The observation of a fault that kills prefill (Fault.observe 'decode-pins'): decode's halves of requests, held in decode's transfer
- * queue when prefill dies. Each is a request sent to decode alone with a fresh bootstrap room, prefill's half held
- * back by pdchaos: decode resolves the room on prefill's bootstrap server, allocates its KV pages, sends its destination
- * info (send_metadata) and waits in WaitingForInput for KV that never comes (disaggregation/decode.py: prealloc queue,
- * then transfer queue). Once decode's /v1/loads shows them held, the kill is injected; the runner then waits for each
- * half's answer until the expectation's window ends, aborts what decode still holds, and restarts prefill by its
- * restart command behind its health gate (as `restart --only prefill` does) before the lease's revert verifies it.
- * checks/decode-release.ts judges the releases.
+ * The observation of a fault that kills prefill (Fault.observe 'decode-pins'): decode's halves of requests, held in
+ * decode's transfer queue when prefill dies. Each is a request sent to decode alone with a fresh bootstrap room,
+ * prefill's half held back by pdchaos: decode resolves the room on prefill's bootstrap server, allocates its KV pages,
+ * sends its destination info (send_metadata) and waits in WaitingForInput for KV that never comes
+ * (disaggregation/decode.py: prealloc queue, then transfer queue). Once decode's /v1/loads shows them held, the kill is
+ * injected; the runner then waits for each half's answer until the expectation's window ends, aborts what decode still
+ * holds, and restarts prefill by its restart command behind its health gate (as `restart --only prefill` does) before
+ * the lease's revert verifies it. checks/decode-release.ts judges the releases.
  */
 
 /** How long decode may take to show its halves held (a /route lookup and send_metadata), polled. */
@@ -222,10 +222,10 @@ async function restore(session: RunSession, rec: Recorder, sent: Sent[], say: (l
 }
 
 /**
- * A decode whose heartbeat never noticed the kill keeps the dead instance's endpoints (SGLang #34289): the pair does not
- * serve after prefill's restart. One direct request tells; if it fails, decode and the router are restarted behind their
- * gates (decode resolves prefill afresh), so that no exit path leaves the deployment broken. The recovery check still
- * judges what the canaries meet afterwards.
+ * A decode whose heartbeat never noticed the kill keeps the dead instance's endpoints (SGLang #34289): the pair does
+ * not serve after prefill's restart. One direct request tells; if it fails, decode and the router are restarted behind
+ * their gates (decode resolves prefill afresh), so that no exit path leaves the deployment broken. The recovery check
+ * still judges what the canaries meet afterwards.
  */
 async function repairIfStale(session: RunSession, rec: Recorder, say: (l: string) => void): Promise<void> {
   const probe = sendDirect(session, session.bootstrap, new Recorder(), {role: 'canary', timeoutMs: STALE_PROBE_MS})

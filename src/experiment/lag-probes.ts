@@ -6,8 +6,8 @@ import {now} from '../workload/recorder.js'
 
 /**
  * Entry and answer lag, measured the way pins will meet them, on SGLang's outside surface only. Held requests go to
- * prefill alone (no decode half: each waits in the bootstrap queue, Bootstrapping, as a pin held in the bootstrap queue does),
- * paced like the pins and as many at once. Entry: the first /v1/loads?include=disagg snapshot whose
+ * prefill alone (no decode half: each waits in the bootstrap queue, Bootstrapping, as a pin held in the bootstrap queue
+ * does), paced like the pins and as many at once. Entry: the first /v1/loads?include=disagg snapshot whose
  * prefill_bootstrap_queue_reqs counts the request (SGLang's prefill publishes that snapshot on every idle or prefill
  * iteration). Answer: all are aborted at once (POST /abort_request: the scheduler aborts the sender, the next poll
  * releases it, and the 500 takes the same way out as a watchdog eviction's); abort → answer read is the abort's own
@@ -124,7 +124,9 @@ async function sendProbes(prefill: SglangClient, o: LagProbeOptions, st: ProbeSt
   }
 }
 
-/** Every probe still held aborted at once (as a watchdog tick releases many pins together); their answers waited for. */
+/**
+ * Every probe still held aborted at once (as a watchdog tick releases many pins together); their answers waited for.
+ */
 async function abortHeld(
   prefill: SglangClient,
   o: LagProbeOptions,

@@ -23,8 +23,8 @@ import {checkIdentity, type ProcIdentity, parseProcStat} from './mechanisms/proc
  * host in the shell that sends the signal. Decode's halves of requests held in its transfer queue (WaitingForInput)
  * then wait for decode to notice: its heartbeat (interval × max failures) or its waiting timeout (SGLang issue 30,
  * item 2; checks/decode-release.ts). The revert is the deployment's restart command for prefill; the runner runs it
- * behind prefill's health gate (as `restart --only prefill` does), and the lease's reverter runs it too, guarded so that
- * a prefill already serving on its port is not restarted twice.
+ * behind prefill's health gate (as `restart --only prefill` does), and the lease's reverter runs it too, guarded so
+ * that a prefill already serving on its port is not restarted twice.
  */
 
 const Params = z

@@ -640,7 +640,8 @@ function linkDownPlan(
     readOnlyProbes: plans.flatMap(x => x.p.readOnlyProbes),
     description:
       `take GPU ${ctx.params.gpu}'s NIC down ` +
-      `(--allow-link-down): ${plans.map(x => x.p.summary).join('; ')}. ${LINK_DOWN_WARNING[0]!.toUpperCase()}${LINK_DOWN_WARNING.slice(1)}.`,
+      `(--allow-link-down): ${plans.map(x => x.p.summary).join('; ')}. ${LINK_DOWN_WARNING[0]!.toUpperCase()}` +
+      `${LINK_DOWN_WARNING.slice(1)}.`,
     refusals,
     notes: [
       ...notes,

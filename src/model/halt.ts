@@ -57,7 +57,10 @@ export function parseHalt(text: string, host?: string): HaltRecord {
 /** "halted by alice@ops1 at 2026-12-04T03:12:00.000Z: INC-4411, prefill OOMs" (and "on gpu-a" when known). */
 export function haltLine(h: HaltRecord): string {
   const when = Number.isFinite(h.at) && h.at > 0 && h.at <= 8.64e15 ? new Date(h.at).toISOString() : 'an unknown time'
-  return `halted by ${h.by} at ${when}${h.host === undefined || h.host === 'host' ? '' : ` (on ${h.host})`}: ${h.reason}`
+  return (
+    `halted by ${h.by} at ${when}${h.host === undefined || h.host === 'host' ? '' : ` (on ${h.host})`}: ` +
+    `${h.reason}`
+  )
 }
 
 /**

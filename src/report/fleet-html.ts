@@ -41,14 +41,16 @@ function row(m: FleetMember): string {
   return (
     `<tr><td><a href="#${attr(anchor(m))}">${esc(m.name)}</a></td><td><span ` +
     `class="badge ${BADGE[m.status]}">${esc(m.status.toUpperCase())}</span></td>` +
-    `<td>${m.exitCode}</td><td>${esc(checks)}</td><td>${esc(where)}</td><td>${m.reason === undefined ? '' : `<span class="error">${esc(m.reason)}</span>`}</td></tr>`
+    `<td>${m.exitCode}</td><td>${esc(checks)}</td><td>${esc(where)}</td><td>` +
+    `${m.reason === undefined ? '' : `<span class="error">${esc(m.reason)}</span>`}</td></tr>`
   )
 }
 
 function section(m: FleetMember, options: HtmlOptions): string {
   return [
     `<section class="deployment" id="${attr(anchor(m))}">`,
-    `<h1><span class="badge ${BADGE[m.status]}">${esc(m.status.toUpperCase())}</span> ${esc(m.name)}${m.run ? ` — suite ${esc(m.run.name)}` : ''}</h1>`,
+    `<h1><span class="badge ${BADGE[m.status]}">${esc(m.status.toUpperCase())}</span> ${esc(m.name)}` +
+      `${m.run ? ` — suite ${esc(m.run.name)}` : ''}</h1>`,
     `<p class="facts">${esc(
       [
         `exit ${m.exitCode}`,
@@ -96,7 +98,8 @@ export function renderFleetHtml(fleet: FleetRun, options: HtmlOptions = {}): str
         `· ${((fleet.finishedAt - fleet.startedAt) / 1000).toFixed(1)} ` +
         `s${fleet.maxParallel ? ` · at most ${fleet.maxParallel} at a time` : ''}`,
     )}</p>`,
-    '<table class="fleet"><thead><tr><th>deployment</th><th>verdict</th><th>exit</th><th>checks</th><th>where</th><th>reason</th></tr></thead><tbody>',
+    '<table class="fleet"><thead><tr><th>deployment</th><th>verdict</th><th>exit</th><th>checks</th>' +
+      '<th>where</th><th>reason</th></tr></thead><tbody>',
     ...fleet.members.map(row),
     '</tbody></table>',
     failedList,

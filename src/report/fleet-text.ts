@@ -18,7 +18,10 @@ function memberLine(m: FleetMember, width: number): string {
   const mark = m.status.toUpperCase().padEnd(width)
   const where = [m.deployment, m.target && `(${m.target})`].filter(Boolean).join(' ')
   if (!m.run)
-    return `  ${mark} ${m.name}${where ? ` [${where}]` : ''}: ${m.reason ?? 'no run'}${m.suggestion ? ` — try this: ${m.suggestion}` : ''}`
+    return (
+      `  ${mark} ${m.name}${where ? ` [${where}]` : ''}: ${m.reason ?? 'no run'}` +
+      `${m.suggestion ? ` — try this: ${m.suggestion}` : ''}`
+    )
   const c = runCounts(m.run)
   const checks =
     c.failed > 0 || c.unverified > 0

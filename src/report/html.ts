@@ -192,7 +192,10 @@ function pinRows(
     const wHigh = scale.x(p.sentAt + p.bounds[1] * 1000)
     const dl = scale.x(p.sentAt + deadlineSeconds * 1000)
     const dlp = scale.x(p.sentAt + (deadlineSeconds + pollSeconds) * 1000)
-    const title = `${p.rid}: ${p.verdict}, ${p.evictionSeconds === null ? 'never evicted' : `evicted after ${p.evictionSeconds} s`}, window [${p.bounds[0]} s, ${p.bounds[1]} s]`
+    const title =
+      `${p.rid}: ${p.verdict}, ` +
+      `${p.evictionSeconds === null ? 'never evicted' : `evicted after ${p.evictionSeconds} s`}, ` +
+      `window [${p.bounds[0]} s, ${p.bounds[1]} s]`
     parts.push(`<g class="pin ${p.verdict}"><title>${esc(title)}</title>`)
     if (rowH > 10)
       parts.push(`<text x="${LEFT - 8}" y="${y + 4}" text-anchor="end" class="label">${esc(clip(p.rid, 24))}</text>`)
@@ -205,7 +208,8 @@ function pinRows(
     if (end.open) {
       const h = barH
       parts.push(
-        `<polygon points="${x1.toFixed(1)},${(y - h).toFixed(1)} ${(x1 + 10).toFixed(1)},${y.toFixed(1)} ${x1.toFixed(1)},${(y + h).toFixed(1)}" fill="${color}"/>`,
+        `<polygon points="${x1.toFixed(1)},${(y - h).toFixed(1)} ${(x1 + 10).toFixed(1)},${y.toFixed(1)} ` +
+          `${x1.toFixed(1)},${(y + h).toFixed(1)}" fill="${color}"/>`,
       )
     }
     const tick = (x: number, c: string, dash: string) =>
@@ -451,7 +455,8 @@ function verdictTable(s: ScenarioRun): string {
         `<tr class="${v.verdict}">`,
         `<td>${esc(v.check)}</td><td class="subject">${esc(v.subject)}</td><td ` +
           `class="verdict">${v.verdict.toUpperCase()}</td>`,
-        `<td>${esc(v.summary)}<details><summary>evidence</summary><pre>${esc(JSON.stringify(v.evidence, null, 2))}</pre></details></td>`,
+        `<td>${esc(v.summary)}<details><summary>evidence</summary><pre>${esc(JSON.stringify(v.evidence, null, 2))}` +
+          `</pre></details></td>`,
         '</tr>',
       ].join(''),
     )
@@ -459,6 +464,11 @@ function verdictTable(s: ScenarioRun): string {
     `<table class="verdicts"><thead><tr><th>check</th><th>subject</th><th>verdict</th><th>summary and ` +
     `evidence</th></tr></thead><tbody>\n${rows.join('\n')}\n</tbody></table>`
   )
+}
+
+/** " — <b>unverified</b>: why; to verify: what would decide it" after an abort-coverage summary. */
+function coverageUnverified(c: {why?: string; toVerify?: string}): string {
+  return ` — <b>unverified</b>: ${esc(c.why ?? '')}; to verify: ${esc(c.toVerify ?? '')}`
 }
 
 function scenarioSection(s: ScenarioRun, id: string, opts: Required<HtmlOptions>): string {
@@ -488,11 +498,13 @@ function scenarioSection(s: ScenarioRun, id: string, opts: Required<HtmlOptions>
     .join(' · ')
   return [
     `<section class="scenario ${status}" id="${attr(id)}">`,
-    `<h2><span class="badge ${status}">${status.toUpperCase()}</span> ${esc(s.name)}${s.pair ? ` <small>on ${esc(s.pair.prefill)} + ${esc(s.pair.decode)}</small>` : ''}</h2>`,
+    `<h2><span class="badge ${status}">${status.toUpperCase()}</span> ${esc(s.name)}` +
+      `${s.pair ? ` <small>on ${esc(s.pair.prefill)} + ${esc(s.pair.decode)}</small>` : ''}</h2>`,
     `<p class="facts">${esc(facts)}</p>`,
     s.error !== undefined ? `<p class="error">${esc(s.error)}</p>` : '',
     s.abortCoverage
-      ? `<p class="facts">${esc(s.abortCoverage.summary)}${s.abortCoverage.verified ? '' : ` — <b>unverified</b>: ${esc(s.abortCoverage.why ?? '')}; to verify: ${esc(s.abortCoverage.toVerify ?? '')}`}</p>`
+      ? `<p class="facts">${esc(s.abortCoverage.summary)}` +
+        `${s.abortCoverage.verified ? '' : coverageUnverified(s.abortCoverage)}</p>`
       : '',
     s.timeline || s.pins.length > 0 || s.leases.length > 0
       ? timelineSvg(s, opts)
@@ -519,9 +531,12 @@ table.verdicts th,table.verdicts td{border-bottom:1px solid #e5e5e5;padding:4px 
 table.verdicts td.subject{font-family:ui-monospace,Menlo,Consolas,monospace;max-width:260px;overflow-wrap:anywhere}
 tr.fail td.verdict{color:${COLOR.fail};font-weight:700} tr.pass td.verdict{color:${COLOR.pass};font-weight:700} ` +
   `tr.unverified td.verdict{color:${COLOR.unverified};font-weight:700}
-pre{background:#f6f6f6;padding:6px;max-height:320px;overflow:auto;font-size:12px;white-space:pre-wrap;overflow-wrap:anywhere}
-svg text{font-family:system-ui,"DejaVu Sans",sans-serif} svg .tick{font-size:10px;fill:#666} svg .label{font-size:11px;fill:#333}
-svg .legend{font-size:11px;fill:#333} svg .marker{font-size:10px;fill:#777} svg .fault-label{font-size:11px;fill:#7a5b00}
+pre{background:#f6f6f6;padding:6px;max-height:320px;overflow:auto;font-size:12px;
+white-space:pre-wrap;overflow-wrap:anywhere}
+svg text{font-family:system-ui,"DejaVu Sans",sans-serif} svg .tick{font-size:10px;fill:#666}
+svg .label{font-size:11px;fill:#333}
+svg .legend{font-size:11px;fill:#333} svg .marker{font-size:10px;fill:#777}
+svg .fault-label{font-size:11px;fill:#7a5b00}
 svg .series-name{font-size:11px;fill:#333} svg .note{font-size:11px;fill:#777}
 `
 
@@ -557,7 +572,8 @@ export function runBody(run: SuiteRun, options: HtmlOptions = {}, idPrefix = '')
     run.stopped ? `<p class="error">Stopped: ${esc(run.stopped.reason)}</p>` : '',
     run.gate
       ? `<p class="facts">Release ` +
-        `gate: ${run.gate.passed ? 'passed' : 'failed'}${run.gate.reasons.length > 0 ? ` — ${esc(run.gate.reasons.join('; '))}` : ''}</p>`
+        `gate: ${run.gate.passed ? 'passed' : 'failed'}` +
+        `${run.gate.reasons.length > 0 ? ` — ${esc(run.gate.reasons.join('; '))}` : ''}</p>`
       : '',
     failedList,
     ...run.scenarios.map((s, i) => scenarioSection(s, `${idPrefix}scenario-${i}`, opts)),

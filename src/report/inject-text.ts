@@ -23,12 +23,13 @@ export function renderInject(r: ScenarioRun): string {
       ...out,
       `held under lease ${r.held.leaseId}: the host reverts it at ${r.held.expiresAt} (or run \`pdchaos recover\`)`,
     ].join('\n')
+  const loaded = r.calibration?.loadedObserveMs
   if (r.calibration)
     out.push(
       `calibration: prefill ${r.calibration.prefillMs.toFixed(1)} ms ` +
         `(spread ${r.calibration.prefillSpreadMs.toFixed(1)}), observation ` +
         `p99 ${r.calibration.observeMs.toFixed(1)} ms over ${r.calibration.samples} ` +
-        `requests${r.calibration.loadedObserveMs === undefined ? '' : `, ${r.calibration.loadedObserveMs.toFixed(1)} ms while the pins were out`}`,
+        `requests${loaded === undefined ? '' : `, ${loaded.toFixed(1)} ms while the pins were out`}`,
     )
   if (r.pins.length > 0) {
     out.push('', 'pins:')

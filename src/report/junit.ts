@@ -9,8 +9,10 @@ import type {ScenarioRun, SuiteRun} from '../model/run.js'
 
 /** Characters XML 1.0 cannot carry at all (even escaped): C0 controls but tab/LF/CR, lone surrogates, U+FFFE/U+FFFF. */
 // eslint-disable-next-line no-control-regex
-const INVALID_XML =
-  /[\u0000-\u0008\u000B\u000C\u000E-\u001F\uFFFE\uFFFF]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g
+const CONTROL_OR_NONCHAR = /[\u0000-\u0008\u000B\u000C\u000E-\u001F\uFFFE\uFFFF]/
+/** A high surrogate with no low one after it, or a low one with no high one before it. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
+const INVALID_XML = new RegExp(`${CONTROL_OR_NONCHAR.source}|${LONE_SURROGATE.source}`, 'g')
 
 /** Text content: control characters dropped, markup escaped. */
 export function escapeXml(text: string): string {

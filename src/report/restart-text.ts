@@ -1,6 +1,11 @@
 import type {RestartResult} from '../model/restart.js'
 import {renderVerdicts} from './verdicts-text.js'
 
+/** "gpu-b: exit 1", or "gpu-a: ok". */
+function nodeExit(n: {host: string; exitCode: number | null}): string {
+  return `${n.host}: ${n.exitCode === 0 ? 'ok' : `exit ${n.exitCode}`}`
+}
+
 export function renderRestart(r: RestartResult): string {
   const out: string[] = []
   for (const s of r.steps) {
@@ -9,7 +14,7 @@ export function renderRestart(r: RestartResult): string {
     // A multi-node instance: the command ran on every node at once; each node's exit is named where one failed.
     const nodes = s.nodes
       ? ` on ${s.nodes.length} ` +
-        `nodes${s.nodes.some(n => n.exitCode !== 0) ? ` (${s.nodes.map(n => `${n.host}: ${n.exitCode === 0 ? 'ok' : `exit ${n.exitCode}`}`).join(', ')})` : ''}`
+        `nodes${s.nodes.some(n => n.exitCode !== 0) ? ` (${s.nodes.map(nodeExit).join(', ')})` : ''}`
       : ''
     out.push(
       `${name.padEnd(10)} restart ${s.exitCode === 0 ? 'ok' : `exit ${s.exitCode}`}${nodes} ` +

@@ -43,7 +43,9 @@ function hostLines(across: DeploymentReport): string[] {
 
 type On = (x: object) => string
 
-/** Each service (several instances of a role: each as the file states it, then the router), and the router's settings. */
+/**
+ * Each service (several instances of a role: each as the file states it, then the router), and the router's settings.
+ */
 function serviceLines(r: StatusReport | DeploymentReport, across: DeploymentReport | undefined, on: On): string[] {
   const out = ['services']
   const listed: Array<[string, (typeof r.services)[keyof typeof r.services]]> = across?.instances

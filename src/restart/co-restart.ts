@@ -290,7 +290,8 @@ function commandFailed(
 ): void {
   const name = t.name
   const where = nodeCodes
-    ? ` (${nodeCodes.map(n => `${n.host}: ${n.exitCode === null ? 'did not finish' : `exit ${n.exitCode}`}`).join(', ')})`
+    ? ` (` +
+      `${nodeCodes.map(n => `${n.host}: ${n.exitCode === null ? 'did not finish' : `exit ${n.exitCode}`}`).join(', ')})`
     : ''
   run.steps.push({
     service: t.role,

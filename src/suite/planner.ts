@@ -259,7 +259,8 @@ export function renderPlanText(batches: Batch[], opts: PlanOptions = {}): string
         ? s.spec.restart.only
           ? `restart ${s.spec.restart.only} alone, canaries against decode's heartbeat bound`
           : `restart ${s.spec.restart.services.join('→')}`
-        : `${s.spec.fault}${on}${f.gpus.length ? ` GPU ${f.gpus.join(',')}` : ''}${f.ports.length ? ` [${f.ports.join(',')}]` : ''}${f.queue ? ` pins in ${f.queue}` : ''}`
+        : `${s.spec.fault}${on}${f.gpus.length ? ` GPU ${f.gpus.join(',')}` : ''}` +
+          `${f.ports.length ? ` [${f.ports.join(',')}]` : ''}${f.queue ? ` pins in ${f.queue}` : ''}`
       return `${s.name} (${detail})`
     })
     return `batch ${b.index}: ${what.join(' | ')}`

@@ -27,7 +27,8 @@ export async function inWorker<T>(
   const options = {resourceLimits: {maxOldGenerationSizeMb: o.maxHeapMb ?? 1024}, stdout: true, stderr: true}
   const worker = where.viaTsx
     ? new Worker(
-        `import(${JSON.stringify(where.viaTsx)}).then(m => { m.register(); return import(${JSON.stringify(where.url)}) })`,
+        `import(${JSON.stringify(where.viaTsx)}).then(m => { m.register(); return import(${JSON.stringify(where.url)}` +
+          `) })`,
         {...options, eval: true},
       )
     : new Worker(new URL(where.url), options)

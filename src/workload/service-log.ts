@@ -157,7 +157,9 @@ export async function readLogs(
         lines.length,
         truncated,
         `${lines.length} line(s) naming a pin ` +
-          `from ${source}${'file' in m.source ? ` after byte ${m.offset ?? 0}` : ` from ${new Date(m.at).toISOString()}`}${truncated ? ` (cut at ${max} bytes)` : ''}${warn ? `; ${warn}` : ''}`,
+          `from ${source}` +
+          `${'file' in m.source ? ` after byte ${m.offset ?? 0}` : ` from ${new Date(m.at).toISOString()}`}` +
+          `${truncated ? ` (cut at ${max} bytes)` : ''}${warn ? `; ${warn}` : ''}`,
       )
     }),
   )

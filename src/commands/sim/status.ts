@@ -20,7 +20,8 @@ export default class SimStatus extends BaseCommand<typeof SimStatus> {
       for (const r of svc.ranks) {
         this.log(
           `  TP${r.tpRank} ` +
-            `pid ${r.pid}${r.alive ? '' : ' (gone)'}${r.gpu === undefined ? '' : `, GPU ${r.gpu}`}${r.zmqPort ? `, zmq ${r.zmqPort}` : ''}`,
+            `pid ${r.pid}${r.alive ? '' : ' (gone)'}${r.gpu === undefined ? '' : `, GPU ${r.gpu}`}` +
+            `${r.zmqPort ? `, zmq ${r.zmqPort}` : ''}`,
         )
       }
     }

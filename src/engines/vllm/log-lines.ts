@@ -27,16 +27,22 @@ export const VLLM_LOG_RESOLUTION_MS = 1000
 
 /** Level and `%m-%d %H:%M:%S` anywhere (after `VLLM_LOGGING_PREFIX` or a process prefix), an optional fraction (some
  * forks append milliseconds), then `[file:line]` (older vLLM: `file:line]`) and the message. */
-const HEAD =
-  /\b(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d\d)-(\d\d)\s+(\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?\s+\[?[^\s\]]+\]\s+(.*)$/
+const HEAD = new RegExp(
+  String.raw`\b(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d\d)-(\d\d)\s+(\d\d):(\d\d):(\d\d)` +
+    String.raw`(?:[.,](\d{1,6}))?\s+\[?[^\s\]]+\]\s+(.*)$`,
+)
 /** ColoredFormatter's ANSI colours (vllm/logging_utils), when VLLM_LOGGING_COLOR forces them into a file. */
 const ANSI = /\x1b\[[0-9;]*m/g
 /** The lease's reaper (PR #41383): base_worker.py `_reap_expired_send_leases`. */
-const LEASE =
-  /^Releasing expired KV blocks for request (\S+) which were retrieved by (\d+) remote worker\(s\) before lease expired\.?$/
+const LEASE = new RegExp(
+  String.raw`^Releasing expired KV blocks for request (\S+) which were retrieved by (\d+) remote worker\(s\)` +
+    String.raw` before lease expired\.?$`,
+)
 /** The legacy timeout: nixl_connector.py `NixlConnectorWorker.get_finished` (VLLM_NIXL_ABORT_REQUEST_TIMEOUT). */
-const LEGACY =
-  /^Releasing expired KV blocks for request (\S+) which were retrieved by (\d+) decode worker\(s\) within (\d+) seconds\.?$/
+const LEGACY = new RegExp(
+  String.raw`^Releasing expired KV blocks for request (\S+) which were retrieved by (\d+) decode worker\(s\)` +
+    String.raw` within (\d+) seconds\.?$`,
+)
 /** A read notification for a request P no longer holds (worker `_get_new_notifs`); the wording varies by version. */
 const UNRECOGNIZED = /^Potentially invalid KV blocks for unrecognized request (\S+) were retrieved by/
 

@@ -72,7 +72,9 @@ pd_scan() {
       f:*) pd_why="is not a regular file";;
       *) pd_why="is not a directory";;
     esac
-    if [ -z "$pd_why" ] && [ "$pd_u" != 0 ] && [ ! -O "$pd_n" ]; then pd_why="is owned by another user, not by $(pd_who)"; fi
+    if [ -z "$pd_why" ] && [ "$pd_u" != 0 ] && [ ! -O "$pd_n" ]; then
+      pd_why="is owned by another user, not by $(pd_who)"
+    fi
     if [ -z "$pd_why" ]; then
       case $pd_kind:$pd_m in
         a:?????????[tT]*) ;;
@@ -120,7 +122,9 @@ pd_safe_tree() {
   [ "$pd_p" != / ] || { pd_refuse "$1" "is the root directory"; return; }
   pd_sd=$1 pd_up=
   while pd_p=${'${pd_p%/*}'}; [ -n "$pd_p" ]; do pd_up="$pd_up$pd_p$pd_tab"; done
-  for pd_x in "$1/leases" "$1/leases/done" "$1/bin"; do if [ -e "$pd_x" ] || [ -L "$pd_x" ]; then pd_up="$pd_up$pd_x$pd_tab"; fi; done
+  for pd_x in "$1/leases" "$1/leases/done" "$1/bin"; do
+    if [ -e "$pd_x" ] || [ -L "$pd_x" ]; then pd_up="$pd_up$pd_x$pd_tab"; fi
+  done
   pd_old=$IFS pd_opts=$-; IFS=$pd_tab; set -f
   set -- "$1" $pd_up /
   IFS=$pd_old; case $pd_opts in *f*) ;; *) set +f;; esac
@@ -140,7 +144,8 @@ pd_make() {
 }
 # $1 leases dir, $2 id: every file of that lease that exists.
 pd_safe_lease() {
-  pd_check_if f "$1/$2.json" "$1/$2.revert.sh" "$1/$2.reverting.sh" "$1/$2.claim" "$1/$2.log" "$1/done/$2.json" "$1/done/$2.revert.sh"
+  pd_check_if f "$1/$2.json" "$1/$2.revert.sh" "$1/$2.reverting.sh" "$1/$2.claim" "$1/$2.log" \
+    "$1/done/$2.json" "$1/done/$2.revert.sh"
 }
 `
 

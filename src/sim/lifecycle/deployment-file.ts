@@ -26,7 +26,8 @@ export function restartArgv(stateDir: string, service: Service): string[] {
  * Matches the twin watchdog's line for one eviction (server/prefill-scheduler.ts, the line docs/twin.md recommends a
  * watchdog log): its rid and the seconds it held the request, by its own clock.
  */
-export const WATCHDOG_LOG_PATTERN = String.raw`Disaggregation watchdog evicted request rid='(?<rid>[^']+)'.* held=(?<held>[0-9.]+)s`
+export const WATCHDOG_LOG_PATTERN =
+  String.raw`Disaggregation watchdog evicted request rid='(?<rid>[^']+)'.*` + String.raw` held=(?<held>[0-9.]+)s`
 
 interface TwinService {
   url: string

@@ -66,9 +66,12 @@ dir=$` +
   String.raw`
 exec awk -v STATE="$` +
   '{dir%/*}' +
-  String.raw`" -v UUIDS='__UUIDS__' -v NAME='__NAME__' -v NICS='__NICS__' -v NIC_GPUS='__NIC_GPUS__' -v HIDE=__HIDE__ -- '
+  String.raw`" -v UUIDS='__UUIDS__' -v NAME='__NAME__' -v NICS='__NICS__' \
+  -v NIC_GPUS='__NIC_GPUS__' -v HIDE=__HIDE__ -- '
 function fail(msg, code) { printf "%s\n", msg; exit code }
-function usage_error() { fail("Invalid combination of input arguments. Please run \047nvidia-smi -h\047 for help.\n", 2) }
+function usage_error() {
+  fail("Invalid combination of input arguments. Please run \047nvidia-smi -h\047 for help.\n", 2)
+}
 function pad_end(s, n) { while (length(s) < n) s = s " "; return s }
 function pad_start(s, n) { while (length(s) < n) s = " " s; return s }
 function trim(s) { sub(/^[ \t\r\n]+/, "", s); sub(/[ \t\r\n]+$/, "", s); return s }
@@ -107,9 +110,12 @@ function contexts(   i, text, pid, stray, n, j, k, t) {
     if (pid == "" || !alive(pid)) continue
     n++; c_index[n] = i; c_pid[n] = pid; c_mib[n] = USED_MIB
     stray = json_int(text, "strayGpu")
-    if (stray != "" && stray + 0 >= 0 && stray + 0 < G) { n++; c_index[n] = stray + 0; c_pid[n] = pid; c_mib[n] = STRAY_MIB }
+    if (stray != "" && stray + 0 >= 0 && stray + 0 < G) {
+      n++; c_index[n] = stray + 0; c_pid[n] = pid; c_mib[n] = STRAY_MIB
+    }
   }
-  for (j = 2; j <= n; j++) for (k = j; k > 1 && (c_index[k - 1] > c_index[k] || (c_index[k - 1] == c_index[k] && c_mib[k - 1] > c_mib[k])); k--) {
+  for (j = 2; j <= n; j++) for (k = j; k > 1 && (c_index[k - 1] > c_index[k] ||
+      (c_index[k - 1] == c_index[k] && c_mib[k - 1] > c_mib[k])); k--) {
     t = c_index[k]; c_index[k] = c_index[k - 1]; c_index[k - 1] = t
     t = c_pid[k]; c_pid[k] = c_pid[k - 1]; c_pid[k - 1] = t
     t = c_mib[k]; c_mib[k] = c_mib[k - 1]; c_mib[k - 1] = t
@@ -152,7 +158,8 @@ function csv(spec, kind, rows,   parts, n, i, k, fields, nf, unit, out, line, v,
   for (i = 1; i <= n; i++) { parts[i] = trim(parts[i]); if (parts[i] != "") fields[++nf] = parts[i] }
   if (nf == 0) usage_error()
   valid = kind == "gpu" ? GPU_FIELDS : APP_FIELDS
-  for (i = 1; i <= nf; i++) if (index(valid, " " fields[i] " ") == 0) fail("Field \"" fields[i] "\" is not a valid field to query.\n", 2)
+  for (i = 1; i <= nf; i++)
+    if (index(valid, " " fields[i] " ") == 0) fail("Field \"" fields[i] "\" is not a valid field to query.\n", 2)
   noheader = FMT_NOHEADER; nounits = FMT_NOUNITS
   out = ""
   if (!noheader) {
@@ -193,14 +200,16 @@ function table(   i, mem, l) {
   print "|=========================================================================================|"
   if (apps_n == 0) print "|  No running processes found                                                             |"
   for (i = 1; i <= apps_n; i++) {
-    print "|  " pad_start(c_index[i] "", 3) "   N/A  N/A  " pad_start(c_pid[i] "", 12) "      C   " pad_end(substr(process_name(c_pid[i]), 1, 34), 34) "  " pad_start(c_mib[i] "MiB", 10) " |"
+    l = "|  " pad_start(c_index[i] "", 3) "   N/A  N/A  " pad_start(c_pid[i] "", 12) "      C   "
+    print l pad_end(substr(process_name(c_pid[i]), 1, 34), 34) "  " pad_start(c_mib[i] "MiB", 10) " |"
   }
   print "+-----------------------------------------------------------------------------------------+"
 }
 function numa(i) { return i < int((G + 1) / 2) ? 0 : 1 }
 function pcie(a, b) { return numa(a) == numa(b) ? "NODE" : "SYS" }
 function gpu_nic(g, n) { return g == NIC_GPU[n] ? "PIX" : pcie(g, NIC_GPU[n]) }
-# An 8-GPU H100 SXM host: two sockets, NVSwitch between all GPUs (NV18), each NIC behind the PCIe switch of its GPU (PIX).
+# An 8-GPU H100 SXM host: two sockets, NVSwitch between all GPUs (NV18), each NIC behind the PCIe switch of its GPU
+# (PIX).
 function topo(pcie_only,   g, h, n, m, line) {
   line = "\t\033[4m"
   for (g = 0; g < G; g++) line = line "GPU" g "\t"
@@ -239,8 +248,10 @@ function topo(pcie_only,   g, h, n, m, line) {
 BEGIN {
   USED_MIB = 72000; STRAY_MIB = 500; MEM_TOTAL = 81559
   G = split(UUIDS, u, " "); for (i = 1; i <= G; i++) UUID[i - 1] = u[i]
-  NN = split(NICS, nn, " "); split(NIC_GPUS, ng, " "); for (i = 1; i <= NN; i++) { NIC[i - 1] = nn[i]; NIC_GPU[i - 1] = ng[i] + 0 }
-  GPU_FIELDS = " index uuid gpu_uuid name gpu_name pci.bus_id memory.total memory.used memory.free utilization.gpu count driver_version "
+  NN = split(NICS, nn, " "); split(NIC_GPUS, ng, " ")
+  for (i = 1; i <= NN; i++) { NIC[i - 1] = nn[i]; NIC_GPU[i - 1] = ng[i] + 0 }
+  GPU_FIELDS = " index uuid gpu_uuid name gpu_name pci.bus_id memory.total memory.used memory.free"
+  GPU_FIELDS = GPU_FIELDS " utilization.gpu count driver_version "
   APP_FIELDS = " pid gpu_uuid gpu_name process_name name used_memory used_gpu_memory gpu_bus_id "
   argc = ARGC; for (i = 1; i < argc; i++) { A[i] = ARGV[i]; ARGV[i] = "" }
   if (argc == 1) { table(); exit 0 }
@@ -261,7 +272,9 @@ BEGIN {
       else { has_format = got; format = v }
     } else if (name == "-L" || name == "--list-gpus") list = 1
     else if (name == "-h" || name == "--help") {
-      printf "NVIDIA System Management Interface (pdchaos twin stand-in)\n\n    -L, --list-gpus\n    --query-gpu=FIELDS --format=csv[,noheader][,nounits]\n    --query-compute-apps=FIELDS --format=csv[,noheader][,nounits]\n    topo -m | -mp\n"
+      printf "NVIDIA System Management Interface (pdchaos twin stand-in)\n\n    -L, --list-gpus\n"
+      printf "    --query-gpu=FIELDS --format=csv[,noheader][,nounits]\n"
+      printf "    --query-compute-apps=FIELDS --format=csv[,noheader][,nounits]\n    topo -m | -mp\n"
       exit 0
     } else usage_error()
   }

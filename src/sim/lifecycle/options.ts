@@ -98,7 +98,8 @@ export interface SimUpOptions extends DistUpOptions {
 }
 
 /** sgl-model-gateway's --retry-* / --cb-* / --disable-* flags as `sim up` takes them (one field per flag; the router's
- * own settings, so the two cannot drift apart). retryMaxRetries: attempts per request in all (upstream runs max(N, 1)). */
+ * own settings, so the two cannot drift apart). retryMaxRetries: attempts per request in all (upstream runs max(N, 1)).
+ * */
 export type RouterUpOptions = Pick<
   RouterSettings,
   | 'retryMaxRetries'

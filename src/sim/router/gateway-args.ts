@@ -177,7 +177,9 @@ interface Parse {
   given: {prefill: boolean; decode: boolean}
 }
 
-/** `--prefill URL [PORT|none]`: the bootstrap port after the URL is optional, as in the launcher. Returns the next i. */
+/**
+ * `--prefill URL [PORT|none]`: the bootstrap port after the URL is optional, as in the launcher. Returns the next i.
+ */
 function prefillArg(s: Parse, i: number): number {
   const {argv, a} = s
   const url = strArg('--prefill', argv[++i])

@@ -56,7 +56,9 @@ function deliver(ctx: RouterCtx, req: RouterRequest, r: AttemptResult): void {
   d.resume()
 }
 
-/** A retry's bookkeeping (counters, backoff summary, truth line), then its jittered backoff, cut short by a client gone. */
+/**
+ * A retry's bookkeeping (counters, backoff summary, truth line), then its jittered backoff, cut short by a client gone.
+ */
 async function backOff(ctx: RouterCtx, req: RouterRequest, n: number, status: number): Promise<void> {
   const {metrics} = ctx
   const delayMs = backoffDelayMs(ctx.retry, n, ctx.random)

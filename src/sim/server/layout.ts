@@ -57,7 +57,10 @@ export function coordsOf(l: ServerLayout, k: number): RankCoords {
  */
 export function titleOf(l: ServerLayout, k: number): string {
   const c = coordsOf(l, k)
-  return `sglang::scheduler${c.dp === undefined ? '' : `_DP${c.dp}`}${l.pp > 1 ? `_PP${c.pp}` : ''}${l.tp > 1 ? `_TP${c.tp}` : ''}${l.ep > 1 ? `_EP${c.ep}` : ''}`
+  return (
+    `sglang::scheduler${c.dp === undefined ? '' : `_DP${c.dp}`}${l.pp > 1 ? `_PP${c.pp}` : ''}` +
+    `${l.tp > 1 ? `_TP${c.tp}` : ''}${l.ep > 1 ? `_EP${c.ep}` : ''}`
+  )
 }
 
 /**

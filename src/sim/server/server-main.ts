@@ -35,7 +35,9 @@ const paths = simPaths(stateDir)
 const cfg = JSON.parse(readFileSync(paths.config, 'utf8')) as SimConfig
 // SGLang's launch flags stay visible in `ps`, as a real server's command line is: discovery without root reads them.
 // With --server-config-file the flags are in the YAML and the command line names only the file, as such launches do.
-process.title = `sglang::${role}_server ${cfg.serverConfigFile ? `--config ${paths.serverConfig(role)}` : launchArgv(launchFlags(cfg, role)).join(' ')}`
+process.title =
+  `sglang::${role}_server ` +
+  `${cfg.serverConfigFile ? `--config ${paths.serverConfig(role)}` : launchArgv(launchFlags(cfg, role)).join(' ')}`
 /** Behind docker-proxy the server listens on its container port; the proxy owns the service port. */
 const ownPort = cfg.dockerProxy ? cfg.dockerProxy[role] : cfg.ports[role]
 const env = readEnvSettings()
