@@ -16,7 +16,7 @@ export const LAYERS = [
   [1, ['model']],
   [2, ['hosts']],
   [3, ['deployment']],
-  [4, ['discovery']],
+  [4, ['discovery', 'engines']],
   [5, ['checks', 'workload']],
   [6, ['faults', 'halt']],
   [7, ['report']],
