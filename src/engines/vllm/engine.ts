@@ -1,11 +1,14 @@
 import type {Engine} from '../engine.js'
-import {ENGINE_CORE_TITLE, isVllmMetricsText, isVllmServer, WORKER_TITLE} from './detect.js'
+import {isVllmMetricsText, vllmProcessTrees} from './detect.js'
 
 /** vLLM with the NixlConnector (pull mode): the producer's deadline is the KV lease (lease-contract.ts). */
 export const vllmEngine: Engine = {
   name: 'vllm',
+  // A `vllm serve` line counts only with a VLLM::EngineCore under it (a shell naming the command is not a server).
   processesOf: rows =>
-    rows.filter(r => isVllmServer(r.args) || ENGINE_CORE_TITLE.test(r.args) || WORKER_TITLE.test(r.args)),
+    vllmProcessTrees(rows)
+      .filter(t => t.engineCores.length > 0)
+      .flatMap(t => [t.server, ...t.engineCores, ...t.workers.map(w => w.process)]),
   metricsAreOurs: isVllmMetricsText,
   deadline: {
     kind: 'kv-lease',
