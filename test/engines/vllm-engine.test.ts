@@ -28,6 +28,18 @@ describe('vLLM detection', () => {
       [1, 13],
     ])
   })
+  it('reads titles under another VLLM_PROCESS_NAME_PREFIX, but only under a vllm server', () => {
+    const rows = [
+      {pid: 10, ppid: 1, args: 'vllm serve m --port 9000'},
+      {pid: 11, ppid: 10, args: 'ACME::EngineCore'},
+      {pid: 12, ppid: 11, args: 'ACME::Worker_TP0'},
+      {pid: 40, ppid: 1, args: 'OTHER::EngineCore'},
+    ]
+    const trees = vllmProcessTrees(rows)
+    expect(trees.map(t => [t.server.pid, t.engineCores.map(e => e.pid), t.workers.map(w => w.process.pid)])).toEqual([
+      [10, [11], [12]],
+    ])
+  })
   it('tells the engines apart from a process list', () => {
     expect(enginesIn(PS)).toEqual(['sglang', 'vllm'])
     expect(enginesIn(PS.filter(r => r.pid !== 20))).toEqual(['vllm'])

@@ -4,13 +4,15 @@ import type {ProcessLine} from '../engine.js'
  * Recognising a vLLM server from what a host shows (pure): process titles, the `vllm serve` command line and its
  * `--kv-transfer-config`, and /metrics names.
  *
- * Titles: vLLM sets `VLLM::EngineCore` on the engine-core process and `VLLM::Worker_TP<n>` (with _DP/_PP/_EP parts when
- * those sizes exceed 1) on workers, with setproctitle (vllm/utils/system_utils.py `set_process_title`, PRs #21445,
- * #22205 per reference/vllm-pd.md; the suffix rules were not read in the source: unconfirmed).
+ * Titles: vLLM's `set_process_title(name, suffix, prefix=envs.VLLM_PROCESS_NAME_PREFIX)` writes `f"{prefix}::{name}"`
+ * (`{name}_{suffix}` with a suffix), and VLLM_PROCESS_NAME_PREFIX defaults to "VLLM" (vllm/envs.py): so
+ * `VLLM::EngineCore` and `VLLM::Worker_TP<n>` by default, another prefix when the operator set one. The titles are
+ * therefore matched with any prefix, but only under a `vllm serve` process (vllmProcessTrees). The exact worker
+ * suffix rules (_DP/_PP/_EP parts) were not read in the source: unconfirmed.
  */
 
-export const ENGINE_CORE_TITLE = /^VLLM::EngineCore(?:_DP\d+)?(?=\s|$)/
-export const WORKER_TITLE = /^VLLM::Worker(?:_[A-Z]+\d+)*?_TP(\d+)(?:_[A-Z]+\d+)*(?=\s|$)/
+export const ENGINE_CORE_TITLE = /^[^\s:]+::EngineCore(?:_DP\d+)?(?=\s|$)/
+export const WORKER_TITLE = /^[^\s:]+::Worker(?:_[A-Z]+\d+)*?_TP(\d+)(?:_[A-Z]+\d+)*(?=\s|$)/
 
 /** The argv words of a command line as ps shows it (space-separated; the JSON config has no spaces when written so). */
 const words = (args: string): string[] => args.split(/\s+/).filter(w => w !== '')

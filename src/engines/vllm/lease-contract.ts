@@ -4,9 +4,11 @@ import type {Sourced} from '../engine.js'
  * vLLM's deadline model on the prefill side (pure arithmetic and sources; no I/O). Checked against vLLM's source
  * (vllm-project/vllm, stored copies; docs/twin-vllm.md lists them):
  * - `kv_lease_duration` from `kv_transfer_config.kv_connector_extra_config`, default 30
- *   (nixl/base_worker.py `__init__`: `get_from_extra_config("kv_lease_duration", 30)`);
+ *   (nixl/base_worker.py `NixlBaseConnectorWorker.__init__`: `get_from_extra_config("kv_lease_duration", 30)`);
  * - each heartbeat extends by `kv_lease_duration * 2 // 3` (same place, `self._lease_extension`), heartbeats every
- *   `kv_lease_duration // 6` (nixl/base_scheduler.py `__init__`; docs/design/nixl_kv_cache_lease.md);
+ *   `kv_lease_duration // 6` (nixl/base_scheduler.py `__init__`, `self._heartbeat_interval`;
+ *   docs/design/nixl_kv_cache_lease.md). One stored copy of nixl/worker.py has `max(kv_lease_duration // 6, 1)`;
+ *   the scheduler's plain `// 6` is used here (a 0 s interval means "every step");
  * - before the lease (PR #41383), one timeout: `VLLM_NIXL_ABORT_REQUEST_TIMEOUT` (vllm/envs.py), 480 s since PR #25897
  *   (merged 2025-09-29), 120 s before;
  * - expired entries are reaped in the worker's `get_finished` (`_reap_expired_send_leases`), once per engine step, so
