@@ -1,5 +1,5 @@
 import {execFile} from 'node:child_process'
-import {mkdtempSync} from 'node:fs'
+import {mkdtempSync, rmSync} from 'node:fs'
 import {tmpdir} from 'node:os'
 import {join, resolve} from 'node:path'
 import {promisify} from 'node:util'
@@ -49,6 +49,7 @@ describe('status of a vLLM deployment', {timeout: 180_000}, () => {
   }, 120_000)
   afterAll(async () => {
     await cli(['sim', 'down', '--state-dir', dir])
+    rmSync(dir, {recursive: true, force: true})
   }, 60_000)
 
   it('shows the engine, connector and lease with where each was read', async () => {
@@ -74,6 +75,20 @@ describe('status of a vLLM deployment', {timeout: 180_000}, () => {
       expect(s.lease.connector).toMatchObject({value: 'NixlConnector', source: 'cmdline'})
       expect(s.lease.leaseDurationS).toMatchObject({value: 12, source: 'cmdline'})
       expect(s.lease.legacyAbortTimeoutS).toMatchObject({value: 90, source: 'env'})
+    }
+  })
+
+  it('says which server is unhealthy and exits 5 when decode stops answering', async () => {
+    const j = JSON.parse((await cli(['status', '-c', file, '--json'])).stdout)
+    const pid = j.servers[1].pid as number
+    process.kill(pid, 'SIGSTOP')
+    try {
+      const r = await cli(['status', '-c', file, '--timeout', '2'])
+      expect(r.code).toBe(5)
+      expect(r.stdout).toMatch(/^decode\s+\S+\s+UNHEALTHY/m)
+      expect(r.stdout).toMatch(/^prefill\s+\S+\s+healthy/m)
+    } finally {
+      process.kill(pid, 'SIGCONT')
     }
   })
 
