@@ -8,6 +8,8 @@ import {discover, type StatusReport} from '../discovery/discover.js'
 import {type DeploymentReport, discoverAcrossHosts} from '../discovery/discover-hosts.js'
 import {hostView, instancesOn} from '../deployment/single-host.js'
 import {renderStatus} from '../report/status-text.js'
+import {readEngineField} from '../deployment/engine-field.js'
+import {vllmStatus} from '../cli/vllm-status.js'
 import {redactDeep} from '../util/redact.js'
 
 export default class Status extends TargetCommand<typeof Status> {
@@ -28,7 +30,14 @@ export default class Status extends TargetCommand<typeof Status> {
     }),
   }
 
-  async run(): Promise<StatusReport | DeploymentReport> {
+  async run(): Promise<StatusReport | DeploymentReport | Awaited<ReturnType<typeof vllmStatus>>> {
+    // engine: vllm (issue 31): read by engines/vllm, not the SGLang discovery.
+    if (!this.flags.sim && (await readEngineField(this.flags.config)) === 'vllm')
+      return vllmStatus(this.flags.config, {
+        timeoutS: this.flags.timeout,
+        json: this.jsonEnabled(),
+        log: t => this.log(t),
+      })
     // The service URLs are shown as the deployment file gives them, minus any password (issue 12, S4).
     const report = redactDeep(
       await this.withTarget(

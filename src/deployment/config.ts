@@ -150,6 +150,10 @@ export function watchdogPatternError(pattern: string): string | undefined {
 export const DeploymentFields = {
   version: z.literal(1).default(1),
   name: z.string().min(1).default('deployment'),
+  engine: z
+    .literal('sglang')
+    .optional()
+    .describe('The inference engine: sglang (default). An engine: vllm file is read by `status` only (issue 31).'),
   labels: z
     .record(z.string(), z.string())
     .default({})
@@ -204,6 +208,7 @@ export const DeploymentSchema = z
   .object({
     version: F.version,
     name: F.name,
+    engine: F.engine,
     labels: F.labels,
     host: HostSchema,
     sudo: F.sudo,

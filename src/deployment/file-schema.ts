@@ -55,6 +55,10 @@ const DeploymentFileShape = z
   .object({
     version: F.version,
     name: F.name,
+    engine: z
+      .literal('sglang')
+      .optional()
+      .describe('The inference engine: sglang (default). engine: vllm files: status only.'),
     labels: F.labels,
     host: HostSchema.optional().describe('The one host every service runs on. Give this or hosts:, not both.'),
     hosts: z

@@ -1,0 +1,46 @@
+/**
+ * What pdchaos needs of an inference engine (issue 31): its name, how discovery confirms it from what a host shows
+ * (process titles and command lines, /metrics names), its deadline model, its metric names and their freshness, and
+ * the texts its logs give for releasing a request's KV. One implementation per engine: engines/sglang/ (thin, over
+ * what discovery/ and deployment/ already hold) and engines/vllm/.
+ */
+
+export const ENGINE_NAMES = ['sglang', 'vllm'] as const
+export type EngineName = (typeof ENGINE_NAMES)[number]
+
+/** Where a value was read: the launch command line, the process environment, the deployment file, or a default. */
+export type ValueSource = 'cmdline' | 'env' | 'file' | 'derived' | 'default' | 'endpoint'
+
+export interface Sourced<T> {
+  value: T
+  source: ValueSource
+  /** What exactly was read (a flag, a variable, a rule), for the report. */
+  detail: string
+}
+
+/** A process as the host lists it (`ps -eo pid=,ppid=,stat=,args=`). */
+export interface ProcessLine {
+  pid: number
+  ppid: number
+  args: string
+}
+
+export interface EngineDeadlineModel {
+  /** 'watchdog': SGLang's prefill watchdog contract; 'kv-lease': vLLM's NIXL lease (or its legacy abort timeout). */
+  kind: 'watchdog' | 'kv-lease'
+  /** One line: what bounds how long the producer keeps a request's KV after the consumer is gone. */
+  summary: string
+}
+
+export interface Engine {
+  name: EngineName
+  /** The processes of this engine among a host's processes (empty: the engine is not confirmed there). */
+  processesOf(rows: readonly ProcessLine[]): ProcessLine[]
+  /** Whether a /metrics text is this engine's (its metric-name prefix). */
+  metricsAreOurs(text: string): boolean
+  deadline: EngineDeadlineModel
+  /** Metric names pdchaos reads, and how fresh they are (when the engine updates them). */
+  metrics: {names: readonly string[]; freshness: string}
+  /** Log texts that say the producer released a request's KV, and why. */
+  releaseCauses: readonly {cause: string; text: string}[]
+}

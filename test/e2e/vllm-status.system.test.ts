@@ -1,0 +1,102 @@
+import {execFile} from 'node:child_process'
+import {mkdtempSync, rmSync} from 'node:fs'
+import {tmpdir} from 'node:os'
+import {join, resolve} from 'node:path'
+import {promisify} from 'node:util'
+
+import {afterAll, beforeAll, describe, expect, it} from 'vitest'
+
+/**
+ * `pdchaos status -c` against the vLLM twin's deployment file (issue 31): read as a real host is (ps, /proc, HTTP),
+ * every value with its source; other commands refuse the file with exit 2.
+ */
+const run = promisify(execFile)
+const CLI = resolve('bin/run.js')
+
+async function cli(args: string[]): Promise<{code: number; stdout: string; stderr: string}> {
+  try {
+    const r = await run(process.execPath, [CLI, ...args], {timeout: 120_000})
+    return {code: 0, ...r}
+  } catch (error) {
+    const e = error as {code: number; stdout: string; stderr: string}
+    return {code: e.code, stdout: e.stdout, stderr: e.stderr}
+  }
+}
+
+describe('status of a vLLM deployment', {timeout: 180_000}, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'vllm-status-'))
+  const file = join(dir, 'pdchaos.yaml')
+  const base = 21_000 + Math.floor(Math.random() * 300) * 10
+
+  beforeAll(async () => {
+    const up = await cli([
+      'sim',
+      'up',
+      '--engine',
+      'vllm',
+      '--state-dir',
+      dir,
+      '--base-port',
+      String(base),
+      '--side-channel-port',
+      String(base + 7),
+      '--kv-lease-duration',
+      '12',
+      '--abort-request-timeout',
+      '90',
+    ])
+    expect(up.code, up.stderr).toBe(0)
+  }, 120_000)
+  afterAll(async () => {
+    await cli(['sim', 'down', '--state-dir', dir])
+    rmSync(dir, {recursive: true, force: true})
+  }, 60_000)
+
+  it('shows the engine, connector and lease with where each was read', async () => {
+    const r = await cli(['status', '-c', file])
+    expect(r.code, r.stderr).toBe(0)
+    expect(r.stdout).toMatch(/^engine\s+vllm/)
+    expect(r.stdout).toMatch(/kv_lease_duration\s+12 s\s+\(cmdline:/)
+    expect(r.stdout).toMatch(/heartbeat interval\s+2 s\s+\(derived/)
+    expect(r.stdout).toMatch(/heartbeat extension\s+8 s\s+\(derived/)
+    expect(r.stdout).toMatch(/legacy abort timeout 90 s\s+\(env: VLLM_NIXL_ABORT_REQUEST_TIMEOUT/)
+    expect(r.stdout).toMatch(/titles\s+VLLM::EngineCore/)
+  })
+
+  it('gives the same in --json', async () => {
+    const r = await cli(['status', '-c', file, '--json'])
+    expect(r.code, r.stderr).toBe(0)
+    const j = JSON.parse(r.stdout)
+    expect(j.engine).toBe('vllm')
+    expect(j.router.health.ok).toBe(true)
+    for (const s of j.servers) {
+      expect(s.health.ok).toBe(true)
+      expect(s.metrics.vllm).toBe(true)
+      expect(s.lease.connector).toMatchObject({value: 'NixlConnector', source: 'cmdline'})
+      expect(s.lease.leaseDurationS).toMatchObject({value: 12, source: 'cmdline'})
+      expect(s.lease.legacyAbortTimeoutS).toMatchObject({value: 90, source: 'env'})
+    }
+  })
+
+  it('says which server is unhealthy and exits 5 when decode stops answering', async () => {
+    const j = JSON.parse((await cli(['status', '-c', file, '--json'])).stdout)
+    const pid = j.servers[1].pid as number
+    process.kill(pid, 'SIGSTOP')
+    try {
+      const r = await cli(['status', '-c', file, '--timeout', '2'])
+      expect(r.code).toBe(5)
+      expect(r.stdout).toMatch(/^decode\s+\S+\s+UNHEALTHY/m)
+      expect(r.stdout).toMatch(/^prefill\s+\S+\s+healthy/m)
+    } finally {
+      process.kill(pid, 'SIGCONT')
+    }
+  })
+
+  it('refuses an experiment against it with exit 2 and one line', async () => {
+    const r = await cli(['inject', 'drop-dest-info', '-c', file])
+    expect(r.code).toBe(2)
+    expect(r.stderr).toMatch(/vLLM experiments are not built yet \(issue 31\)/)
+    expect(r.stderr).toMatch(/Try this:/)
+    expect(r.stderr).not.toMatch(/\n\s+at /)
+  })
+})
