@@ -128,8 +128,20 @@ function judgeHalf(
   const boundText = hb
     ? `decode's heartbeat bound ${hb.intervalSeconds} s × ${hb.maxFailure} = ${hb.boundSeconds} s`
     : ''
-  const waited = S((cleanup?.t ?? answer?.t ?? killedAt + x.waitSeconds * 1000) - killedAt)
+  // The last moment pdchaos saw the half held: its own client giving up (abandoned) or its cleanup abort.
+  const abandoned = tl.observations.find(o => o.kind === 'request-abandoned' && o.rid === h.rid)
+  const seen = [abandoned?.t, cleanup?.t].filter((t): t is number => t !== undefined)
+  const heldUntil = seen.length > 0 ? Math.min(...seen) : killedAt + x.waitSeconds * 1000
+  const waited = S(heldUntil - killedAt)
   const ev = {...base, releasedAt: null, state: 'held in decode (prealloc or transfer queue, WaitingForInput)'}
+  if (hb && heldUntil < killedAt + (hb.boundSeconds + x.epsilonSeconds) * 1000)
+    return unverified('decode-release', h.rid, `still held ${waited} s after the kill, when pdchaos stopped watching`, {
+      ...ev,
+      why:
+        `pdchaos stopped watching before ${boundText} + ε ${x.epsilonSeconds} s had passed: ` +
+        'a release after that is unseen',
+      toVerify: 'run again: the half must be watched (its request open) until the bound + ε after the kill',
+    })
   if (!hb)
     return unverified('decode-release', h.rid, `still held in decode ${waited} s after the kill; bound unknown`, {
       ...ev,

@@ -153,7 +153,10 @@ async function holdDecodeHalves(
 ): Promise<DecodePins> {
   const expected = e.plan!.expected as DecodeReleaseExpectation
   o.say(`${e.s.name}: sending ${expected.pins} decode half(s), prefill's half held back`)
-  const sent = Array.from({length: expected.pins}, () => sendDecodeHalf(session, rec, e, o))
+  // Each half stays open until the release wait ends (from the kill, after the held wait), whatever the batch's
+  // window: a client that gave up first would end the watch before decode's bound.
+  const open = {...o, timeoutMs: Math.max(o.timeoutMs, HELD_WAIT_MS + expected.waitSeconds * 1000 + 10_000)}
+  const sent = Array.from({length: expected.pins}, () => sendDecodeHalf(session, rec, e, open))
   const by = now() + HELD_WAIT_MS
   let held: number | undefined
   while (now() < by && !o.signal.aborted) {

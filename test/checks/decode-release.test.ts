@@ -77,6 +77,17 @@ describe('checkDecodeRelease', () => {
     expect(v?.evidence.state).toMatch(/WaitingForInput/)
   })
 
+  it('is unverified, not failed, when pdchaos stopped watching before the bound + ε (its client gave up first)', () => {
+    // The client abandoned the half 4 s after the kill (bound 4 s + ε 1 s): a release at 4.5 s would be unseen.
+    const tl = timeline(undefined, 4800)
+    tl.observations.push({kind: 'request-abandoned', t: tl.observations[0]!.t + 4500, rid: 'h1', detail: 'timeout'})
+    tl.observations.sort((a, b) => a.t - b.t)
+    const [v] = checkDecodeRelease(tl, X)
+    expect(v?.verdict).toBe('unverified')
+    expect(v?.summary).toMatch(/still held 4\.00 s after the kill, when pdchaos stopped watching/)
+    expect(String(v?.evidence.toVerify)).toMatch(/watched .* until the bound \+ ε/)
+  })
+
   it('is unverified when the answer names no path, or the bound is unknown, or decode answered before the kill', () => {
     const noPath = checkDecodeRelease(timeline({ms: 2000, status: 500, detail: 'Internal error'}), X)[0]
     expect(noPath?.verdict).toBe('unverified')
