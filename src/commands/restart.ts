@@ -1,4 +1,5 @@
 import {RestartCommand} from '../cli/restart-command.js'
+import {readEngineField} from '../deployment/engine-field.js'
 import {badInput} from '../errors.js'
 import type {RestartResult, ServiceName} from '../restart/co-restart.js'
 
@@ -16,7 +17,15 @@ export default class Restart extends RestartCommand {
   ]
   async run(): Promise<RestartResult | {plan: string[]}> {
     const f = this.flags
+    // An `engine: vllm` file: vLLM's co-restart (prefill, decode, proxy; issue 31); --only and --service are SGLang's.
+    if (!f.sim && (await readEngineField(f.config)) === 'vllm') {
+      if (f.only || f.service)
+        throw badInput('--only and --service are not built for a vLLM deployment', 'run `pdchaos restart -c FILE`')
+      return this.vllmRun(f.config)
+    }
     if (f.only) return this.runAlone(f.only)
+    if (f['dry-run'])
+      throw badInput('--dry-run needs --only on an SGLang deployment', 'add --only prefill or --only decode')
     // --service picks roles in the order given; by default the file's order (restartOrder:, else prefill, decode,
     // router).
     const order = (f.service ?? ['prefill', 'decode', 'router']) as ServiceName[]
