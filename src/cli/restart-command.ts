@@ -10,6 +10,7 @@ import {ALONE_DEFAULTS, aloneProbePlan, restartAlone} from '../restart/role-rest
 import {vllmCoRestart, vllmRestartPlan, type VllmRestartOptions} from '../restart/vllm-co-restart.js'
 import {loadVllmDeployment} from '../engines/vllm/deployment-file.js'
 import {acquireHostLock} from '../faults/lease/host-lock.js'
+import {onSignalExit} from '../faults/lease/lease-guard.js'
 import {openHost} from '../hosts/open-host.js'
 import {isProduction} from '../deployment/protection.js'
 import {checkOutputFile} from './outputs.js'
@@ -160,10 +161,13 @@ export abstract class RestartCommand extends TargetCommand<typeof RestartCommand
               ttlMs: (3 * (f['health-timeout'] + f['command-timeout']) + 180) * 1000,
             })
           : undefined
+        // A signal ends the process from the lease guard, past this finally: release the lock there too.
+        const off = lock ? onSignalExit(() => lock.release().catch(() => {})) : () => {}
         try {
           for (const l of plan) this.progress(l)
           return await vllmCoRestart(d, host, {...opts, signal})
         } finally {
+          off()
           await lock?.release().catch(() => {})
         }
       } finally {
