@@ -10,7 +10,9 @@ export default class Restart extends RestartCommand {
     'Each service is restarted by the restart command of the deployment file and must pass its health gate (GET ' +
     '/health = 200; /readiness for the router) before the next starts. Where the deployment file lists several ' +
     "instances of a role, each is restarted behind its own gate, on its own host, in the file's order (its " +
-    'restartOrder: when it states one). Exit 1 when a gate, a canary or the pin watch fails.'
+    'restartOrder: when it states one). An `engine: vllm` file: prefill, decode, then the proxy (GET /health; ' +
+    '/healthcheck), then canaries POST /v1/completions through the proxy. Exit 1 when a gate, a canary or the pin ' +
+    'watch fails.'
   static override examples = [
     '<%= config.bin %> restart --sim',
     '<%= config.bin %> restart -c pdchaos.yaml --service prefill --watch 120',

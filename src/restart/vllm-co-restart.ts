@@ -21,8 +21,9 @@ import {
  * canaries through the proxy. What differs is the engine's surface, chosen here:
  * - the order: prefill, decode, then the proxy (the toy proxy takes the servers' addresses at launch and only
  *   forwards: restarted last, it comes back in front of servers that already serve);
- * - the gates: a vLLM server's `GET /health` (vllm/entrypoints/openai/api_server.py), the toy proxy's
- *   `GET /healthcheck` (toy_proxy_server.py): the file's `healthPath` of each;
+ * - the gates: a vLLM server's `GET /health` (vllm/entrypoints/serve/instrumentator/health.py `health`: 200, or 503
+ *   on EngineDeadError), the toy proxy's `GET /healthcheck` (tests/v1/kv_connector/nixl_integration/
+ *   toy_proxy_server.py `healthcheck`): the file's `healthPath` of each;
  * - the canary: `POST /v1/completions` to the proxy with the served model's id (`GET /v1/models` on decode), judged
  *   200 with a `choices` list. No watchdog pin watch: a vLLM pin is P's blocks under their lease, not an open request.
  */
