@@ -1,4 +1,4 @@
-import {execFile, spawn} from 'node:child_process'
+import {execFile, execFileSync, spawn} from 'node:child_process'
 import {mkdtempSync, readFileSync, rmSync, writeFileSync} from 'node:fs'
 import {tmpdir} from 'node:os'
 import {join, resolve} from 'node:path'
@@ -137,16 +137,17 @@ describe('restart of a vLLM deployment', {timeout: 240_000}, () => {
     expect(pids().decode).toBe(before.decode)
   })
 
-  it('SIGINT mid-restart exits 3 and says what was restarted', async () => {
+  it('SIGINT mid-restart exits 3, says what was restarted and kills the restart command under way', async () => {
+    const marker = `slow-restart-${base}`
     const slow = variant('slow', s => {
-      s.prefill!.restart = [process.execPath, '-e', 'setTimeout(() => {}, 60000)']
+      s.decode!.restart = [process.execPath, '-e', 'setTimeout(() => {}, 60000)', marker]
     })
     const child = spawn(process.execPath, [CLI, 'restart', '-c', slow], {stdio: ['ignore', 'pipe', 'pipe']})
     let stderr = ''
     let sentAt = 0
     child.stderr.on('data', (b: Buffer) => {
       stderr += b.toString()
-      if (!sentAt && stderr.includes('restarting prefill:')) {
+      if (!sentAt && stderr.includes('restarting decode:')) {
         sentAt = Date.now()
         child.kill('SIGINT')
       }
@@ -157,6 +158,11 @@ describe('restart of a vLLM deployment', {timeout: 240_000}, () => {
     // Within a second on a quiet machine; the bound is wide for a loaded one.
     expect(ms).toBeLessThan(15_000)
     console.log(`vllm restart: SIGINT to exit ${ms} ms`)
-    expect(stderr).toMatch(/nothing was restarted/)
+    expect(stderr).toMatch(/restarted prefill; nothing after/)
+    // The slow command was killed with its process group (bounded wait: it may take a moment to go).
+    const running = () => execFileSync('ps', ['-eo', 'args'], {encoding: 'utf8'}).includes(marker)
+    const until = Date.now() + 20_000
+    while (running() && Date.now() < until) await new Promise(r => setTimeout(r, 100))
+    expect(running()).toBe(false)
   })
 })
