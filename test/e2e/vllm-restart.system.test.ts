@@ -74,8 +74,9 @@ describe('restart of a vLLM deployment', {timeout: 240_000}, () => {
     // A process that got its SIGTERM may take a moment to be gone: wait for it, bounded.
     const until = Date.now() + 20_000
     while (before.some(alive) && Date.now() < until) await new Promise(r => setTimeout(r, 100))
-    expect(before.filter(alive)).toEqual([])
+    const left = before.filter(alive)
     rmSync(dir, {recursive: true, force: true})
+    expect(left).toEqual([])
   }, 60_000)
 
   it('--dry-run shows the steps in vLLM order and restarts nothing', async () => {
