@@ -1,12 +1,18 @@
 import {Flags} from '@oclif/core'
 
-import {oneLine} from '../errors.js'
+import {badInput, oneLine} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import {RunSession} from '../experiment/session.js'
 import {writeJournal} from '../report/journal.js'
 import {renderRestart} from '../report/restart-text.js'
 import {coRestart, type RestartResult, type ServiceName} from '../restart/co-restart.js'
 import {ALONE_DEFAULTS, aloneProbePlan, restartAlone} from '../restart/role-restart.js'
+import {vllmCoRestart, vllmRestartPlan, type VllmRestartOptions} from '../restart/vllm-co-restart.js'
+import {loadVllmDeployment} from '../engines/vllm/deployment-file.js'
+import {acquireHostLock} from '../faults/lease/host-lock.js'
+import {onSignalExit} from '../faults/lease/lease-guard.js'
+import {openHost} from '../hosts/open-host.js'
+import {isProduction} from '../deployment/protection.js'
 import {checkOutputFile} from './outputs.js'
 import {TargetCommand} from './target-command.js'
 import {placementOf, restartTargetsOf} from './target.js'
@@ -60,8 +66,8 @@ export abstract class RestartCommand extends TargetCommand<typeof RestartCommand
       max: 10_000,
     }),
     'dry-run': Flags.boolean({
-      summary: 'With --only: print the plan (restart command, bound, canaries) and change nothing.',
-      dependsOn: ['only'],
+      summary:
+        'With --only, or on a vLLM deployment: print the plan (restart commands, gates, canaries) and change nothing.',
     }),
   }
 
@@ -118,6 +124,68 @@ export abstract class RestartCommand extends TargetCommand<typeof RestartCommand
       }
     }
     return result
+  }
+
+  /**
+   * The co-restart of an `engine: vllm` file (restart/vllm-co-restart.ts): prefill, decode, proxy behind their gates,
+   * then canaries through the proxy. `--dry-run` prints the steps; a stop (SIGINT) exits 3 as the SGLang one does.
+   */
+  protected async vllmRun(file: string): Promise<RestartResult | {plan: string[]}> {
+    const f = this.flags
+    if (f.journal !== undefined) checkOutputFile('--journal', f.journal)
+    const d = await loadVllmDeployment(file)
+    const opts: VllmRestartOptions = {
+      healthTimeoutS: f['health-timeout'],
+      commandTimeoutS: f['command-timeout'],
+      canaries: f.canaries,
+      settleS: f.settle,
+      canaryTimeoutS: 60,
+      onProgress: l => this.progress(l),
+    }
+    const plan = vllmRestartPlan(d, opts)
+    if (f['dry-run']) {
+      if (!this.jsonEnabled()) this.log(['plan (dry run: nothing changed):', ...plan.map(l => `  ${l}`)].join('\n'))
+      return {plan}
+    }
+    if (isProduction(d.labels ?? {}) && !f['allow-production'])
+      throw badInput(
+        `refusing to restart deployment ${d.name ?? file}: it is labelled environment: production`,
+        'pass --allow-production if you really mean to disturb production',
+      )
+    const result = await this.withStopSignal(async ({signal}) => {
+      const host = await openHost(d.host, {sudo: d.sudo})
+      try {
+        const lock = d.stateDir
+          ? await acquireHostLock(host, d.stateDir, {
+              command: 'restart (vllm)',
+              ttlMs: (3 * (f['health-timeout'] + f['command-timeout']) + 180) * 1000,
+            })
+          : undefined
+        // A signal ends the process from the lease guard, past this finally: release the lock there too.
+        const off = lock ? onSignalExit(() => lock.release().catch(() => {})) : () => {}
+        try {
+          for (const l of plan) this.progress(l)
+          return await vllmCoRestart(d, host, {...opts, signal})
+        } finally {
+          off()
+          await lock?.release().catch(() => {})
+        }
+      } finally {
+        await host.close()
+      }
+    })
+    if (!this.jsonEnabled()) this.log(`engine: vllm (${d.name ?? file})\n${renderRestart(result)}`)
+    if (result.verdicts.some(v => v.verdict === 'fail')) process.exitCode = ExitCode.checkFailed
+    if (f.journal) {
+      try {
+        writeJournal(f.journal, {command: 'restart', engine: 'vllm', deployment: d.name ?? file, result})
+      } catch (error) {
+        process.stderr.write(
+          `Error: could not write the journal to ${f.journal}: ${oneLine(error)} (the verdict above stands)\n`,
+        )
+      }
+    }
+    return {...result, engine: 'vllm'} as RestartResult
   }
 
   /** `--only ROLE`: the role alone, canaries judged against decode's heartbeat bound (restart/role-restart.ts). */

@@ -1,4 +1,5 @@
 import {RestartCommand} from '../cli/restart-command.js'
+import {readEngineField} from '../deployment/engine-field.js'
 import {badInput} from '../errors.js'
 import type {RestartResult, ServiceName} from '../restart/co-restart.js'
 
@@ -9,14 +10,24 @@ export default class Restart extends RestartCommand {
     'Each service is restarted by the restart command of the deployment file and must pass its health gate (GET ' +
     '/health = 200; /readiness for the router) before the next starts. Where the deployment file lists several ' +
     "instances of a role, each is restarted behind its own gate, on its own host, in the file's order (its " +
-    'restartOrder: when it states one). Exit 1 when a gate, a canary or the pin watch fails.'
+    'restartOrder: when it states one). An `engine: vllm` file: prefill, decode, then the proxy (GET /health; ' +
+    '/healthcheck), then canaries POST /v1/completions through the proxy. Exit 1 when a gate, a canary or the pin ' +
+    'watch fails.'
   static override examples = [
     '<%= config.bin %> restart --sim',
     '<%= config.bin %> restart -c pdchaos.yaml --service prefill --watch 120',
   ]
   async run(): Promise<RestartResult | {plan: string[]}> {
     const f = this.flags
+    // An `engine: vllm` file: vLLM's co-restart (prefill, decode, proxy; issue 31); --only and --service are SGLang's.
+    if (!f.sim && (await readEngineField(f.config)) === 'vllm') {
+      if (f.only || f.service)
+        throw badInput('--only and --service are not built for a vLLM deployment', 'run `pdchaos restart -c FILE`')
+      return this.vllmRun(f.config)
+    }
     if (f.only) return this.runAlone(f.only)
+    if (f['dry-run'])
+      throw badInput('--dry-run needs --only on an SGLang deployment', 'add --only prefill or --only decode')
     // --service picks roles in the order given; by default the file's order (restartOrder:, else prefill, decode,
     // router).
     const order = (f.service ?? ['prefill', 'decode', 'router']) as ServiceName[]

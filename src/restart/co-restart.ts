@@ -82,8 +82,9 @@ export function roleTargets(deployment: Deployment, hosts: RestartHost, order: S
 }
 
 /** One co-restart under way: what it has gathered so far, and how it says where it is and stops. */
-interface Run {
-  deployment: Deployment
+export interface Run {
+  /** Restart commands run privileged (the deployment's sudo: passwordless). */
+  sudo: boolean
   opts: RestartOptions
   rec: Recorder
   say: (line: string) => void
@@ -104,9 +105,27 @@ export async function coRestart(
   hosts: RestartHost,
   opts: RestartOptions,
 ): Promise<RestartResult> {
-  const run = startRun(deployment, opts)
+  const run = startRun(deployment.sudo === 'passwordless', opts)
   const {router, ...clients} = serviceClients(deployment)
   const targets = opts.targets ?? roleTargets(deployment, hosts, opts.order)
+  if (!(await restartEach(run, targets))) return run.finish()
+  if (opts.gatesOnly) return run.finish()
+  await settleAndWarmUp(run, deployment, targets)
+  // Canaries end to end: the pair works again through the router.
+  const requestTimeoutMs = Math.max(
+    10_000,
+    (deployment.watchdog.deadlineSeconds + deployment.watchdog.pollSeconds) * 1000 + 10_000,
+  )
+  await sendCanaries(run, router, requestTimeoutMs)
+  await pinWatch(run, deployment, router, clients, requestTimeoutMs)
+  return run.finish()
+}
+
+/**
+ * The engine-agnostic steps (vLLM's co-restart uses them too): every target must have a restart command (else exit
+ * 2 before anything is restarted); then each is restarted behind its gate. False when a step failed.
+ */
+export async function restartEach(run: Run, targets: RestartTarget[]): Promise<boolean> {
   for (const t of targets) {
     if (!t.service.restart)
       throw badInput(
@@ -115,25 +134,16 @@ export async function coRestart(
       )
   }
   for (const t of targets) {
-    if (!(await restartOne(run, t))) return run.finish()
+    if (!(await restartOne(run, t))) return false
   }
-  if (opts.gatesOnly) return run.finish()
-  await settleAndWarmUp(run, targets)
-  // Canaries end to end: the pair works again through the router.
-  const requestTimeoutMs = Math.max(
-    10_000,
-    (deployment.watchdog.deadlineSeconds + deployment.watchdog.pollSeconds) * 1000 + 10_000,
-  )
-  await sendCanaries(run, router, requestTimeoutMs)
-  await pinWatch(run, router, clients, requestTimeoutMs)
-  return run.finish()
+  return true
 }
 
-function startRun(deployment: Deployment, opts: RestartOptions): Run {
+export function startRun(sudo: boolean, opts: RestartOptions): Run {
   const started = now()
   const rec = new Recorder()
   const run: Run = {
-    deployment,
+    sudo,
     opts,
     rec,
     say: opts.onProgress ?? (() => {}),
@@ -242,14 +252,14 @@ async function runRestartCommand(
   t: RestartTarget,
   command: string[],
 ): Promise<{nodeCodes: NodeCodes; exitCode: number | null}> {
-  const {opts, deployment, say, stopOpt} = run
+  const {opts, say, stopOpt} = run
   const name = t.name
   const runOn = async (host: Host, where: string): Promise<number | null> => {
     try {
       // Privileged only as the deployment's sudo: policy says (never: as the login user).
       const res = await host.run(command, {
         timeoutMs: opts.commandTimeoutS * 1000,
-        sudo: deployment.sudo === 'passwordless',
+        sudo: run.sudo,
         ...stopOpt,
       })
       if (res.code !== 0)
@@ -347,8 +357,8 @@ async function waitHealthy(
  * the canaries judge it through the router. Several instances: pairs that reach every restarted one, since the
  * router may send a canary to any of them.
  */
-async function settleAndWarmUp(run: Run, targets: RestartTarget[]): Promise<void> {
-  const {opts, say, rec, deployment} = run
+async function settleAndWarmUp(run: Run, deployment: Deployment, targets: RestartTarget[]): Promise<void> {
+  const {opts, say, rec} = run
   if (opts.settleS > 0) {
     say(`settling ${opts.settleS}s (one decode heartbeat) before the canaries`)
     await sleep(opts.settleS * 1000, opts.signal)
@@ -376,6 +386,12 @@ async function sendCanaries(run: Run, router: Router, requestTimeoutMs: number):
     canaries.push({rid: s.rid, status: r.status, ms: Math.round(r.at - s.sentAt)})
   }
   run.stopped('the canaries')
+  judgeCanaries(run)
+}
+
+/** The canaries' verdict: every one answered 200 end to end, or which did not (with status and time). */
+export function judgeCanaries(run: Pick<Run, 'canaries' | 'verdicts'>): void {
+  const {canaries} = run
   const badCanaries = canaries.filter(c => c.status !== 200)
   run.verdicts.push(
     badCanaries.length === 0
@@ -393,7 +409,13 @@ async function sendCanaries(run: Run, router: Router, requestTimeoutMs: number):
 }
 
 /** The pin watch: an operator's sampling loop plus one request per sample; then every watch request judged. */
-async function pinWatch(run: Run, router: Router, clients: Clients, requestTimeoutMs: number): Promise<void> {
+async function pinWatch(
+  run: Run,
+  deployment: Deployment,
+  router: Router,
+  clients: Clients,
+  requestTimeoutMs: number,
+): Promise<void> {
   const {opts, rec, say, samples} = run
   say(`watching for pins for ${opts.watchS}s`)
   const watchStart = now()
@@ -422,12 +444,12 @@ async function pinWatch(run: Run, router: Router, clients: Clients, requestTimeo
     await sleep(opts.sampleS * 1000, opts.signal)
   }
   run.stopped('the pin watch')
-  await judgeWatch(run, inWatch, watchStart)
+  await judgeWatch(run, deployment, inWatch, watchStart)
 }
 
 /** Every watch request must finish; one held past half the deadline and then failed is a pin the restart left. */
-async function judgeWatch(run: Run, inWatch: Sent[], watchStart: number): Promise<void> {
-  const {deployment, opts, samples} = run
+async function judgeWatch(run: Run, deployment: Deployment, inWatch: Sent[], watchStart: number): Promise<void> {
+  const {opts, samples} = run
   const deadlineMs = deployment.watchdog.deadlineSeconds * 1000
   const settled = await Promise.all(inWatch.map(async s => ({s, r: await s.done})))
   run.watchRequests = settled.map(({s, r}) => ({
