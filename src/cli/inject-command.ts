@@ -12,6 +12,7 @@ import {instanceFlags} from './flags.js'
 import {TargetCommand} from './target-command.js'
 import {pairOf, placementOf} from './target.js'
 import {checkRunTtl} from './ttl.js'
+import {renderVllmDropRun, vllmDropDestInfo} from './vllm-drop.js'
 
 /**
  * `pdchaos inject`'s flags and its run: a suite of one scenario (suite-file.ts oneScenarioSuite) under the target,
@@ -153,5 +154,27 @@ export abstract class InjectCommand extends TargetCommand<typeof InjectCommand> 
     const {outputErrors} = await this.writeRunOutputs(run, 'inject', {journal: f.journal}, fields)
     const {scenarios: _s, ...rest} = runJournal(run, 'inject', fields) as {scenarios: unknown}
     return {...rest, scenarios: run.scenarios.map(({timeline: _t, ...s}) => s), ...(outputErrors ? {outputErrors} : {})}
+  }
+
+  /** drop-dest-info on an `engine: vllm` file (cli/vllm-drop.ts): the plan, or the run and its journal. */
+  protected async vllmDrop(): Promise<Record<string, unknown>> {
+    const f = this.flags
+    if (f.hold) throw badInput('--hold keeps a fault in place, and drop-dest-info on vLLM installs none', 'drop --hold')
+    const r = await this.withStopSignal(({signal}) =>
+      vllmDropDestInfo(f.config, {
+        requests: f.pins,
+        dryRun: f['dry-run'],
+        signal,
+        progress: l => this.progress(l),
+      }),
+    )
+    if (r.kind === 'dry-run') {
+      if (!this.jsonEnabled()) this.log(r.lines.join('\n'))
+      return {engine: 'vllm', fault: 'drop-dest-info', dryRun: true, plan: r.plan}
+    }
+    if (!this.jsonEnabled()) this.log(renderVllmDropRun(r.run))
+    this.setRunExitCode(r.run)
+    const {outputErrors} = await this.writeRunOutputs(r.run, 'inject', {journal: f.journal}, {engine: 'vllm'})
+    return {...runJournal(r.run, 'inject', {engine: 'vllm'}), ...(outputErrors ? {outputErrors} : {})}
   }
 }
