@@ -1,3 +1,5 @@
+import {resolve} from 'node:path'
+
 import {Args, Flags} from '@oclif/core'
 
 import {badInput} from '../errors.js'
@@ -160,14 +162,25 @@ export abstract class InjectCommand extends TargetCommand<typeof InjectCommand> 
   protected async vllmDrop(): Promise<Record<string, unknown>> {
     const f = this.flags
     if (f.hold) throw badInput('--hold keeps a fault in place, and drop-dest-info on vLLM installs none', 'drop --hold')
+    // Two P-only requests unless --pins says otherwise (each holds P's blocks for a whole lease).
+    const pinsGiven = this.argv.some(a => a === '--pins' || a.startsWith('--pins='))
+    const t0 = Date.now()
     const r = await this.withStopSignal(({signal}) =>
       vllmDropDestInfo(f.config, {
-        requests: f.pins,
+        requests: pinsGiven ? f.pins : 2,
         dryRun: f['dry-run'],
         signal,
         progress: l => this.progress(l),
       }),
-    )
+    ).catch((error: unknown) => {
+      this.writeFailureJournal(
+        f.journal,
+        'inject',
+        {name: 'drop-dest-info (vllm)', config: resolve(f.config), startedAt: t0},
+        error,
+      )
+      throw error
+    })
     if (r.kind === 'dry-run') {
       if (!this.jsonEnabled()) this.log(r.lines.join('\n'))
       return {engine: 'vllm', fault: 'drop-dest-info', dryRun: true, plan: r.plan}

@@ -143,6 +143,7 @@ export async function vllmDropDestInfo(file: string, o: VllmDropOptions): Promis
       requests: o.requests,
       logFile: d.services.prefill.logs?.file,
       problems: p.problems,
+      ...(d.vllm?.lease ? {declared: d.vllm.lease} : {}),
     })
     if ('refusal' in plan) throw badInput(plan.refusal, plan.hint)
     const lines = renderVllmDropPlan(plan)

@@ -49,6 +49,24 @@ describe('drop-dest-info on vLLM: the plan', () => {
     expect('refusal' in p && p.refusal).toMatch(/no kv_connector_extra_config\.kv_lease_duration/)
   })
 
+  it('uses the legacy timeout when the deployment file states a build before the lease, env over file', () => {
+    const declared = {mode: 'legacy', abortRequestTimeoutSeconds: 90}
+    const fromFile = vllmDropPlan(leaseContract(config(), {}), {
+      requests: 1,
+      logFile: undefined,
+      problems: [],
+      declared,
+    })
+    if ('refusal' in fromFile) throw new Error(fromFile.refusal)
+    expect(fromFile.settings.mode).toBe('legacy')
+    expect(fromFile.settings.duration).toEqual({seconds: 90, source: 'file: vllm.lease.abortRequestTimeoutSeconds'})
+    const env = leaseContract(config(), {VLLM_NIXL_ABORT_REQUEST_TIMEOUT: '120'})
+    const fromEnv = vllmDropPlan(env, {requests: 1, logFile: undefined, problems: [], declared})
+    if ('refusal' in fromEnv) throw new Error(fromEnv.refusal)
+    expect(fromEnv.settings.duration).toEqual({seconds: 120, source: 'env: VLLM_NIXL_ABORT_REQUEST_TIMEOUT'})
+    expect(renderVllmDropPlan(fromEnv)[0]).toContain('legacy abort timeout')
+  })
+
   it("refuses when P's process was not found, naming discovery's problem", () => {
     const p = vllmDropPlan(undefined, {requests: 2, logFile: undefined, problems: ['no `vllm serve` process']})
     expect('refusal' in p && p.refusal).toContain('no `vllm serve` process')

@@ -41,43 +41,54 @@ const said = (s: Sourced<number>): string => `${s.value} s (${s.source}: ${s.det
  */
 export function vllmDropPlan(
   lease: LeaseContract | undefined,
-  o: {requests: number; logFile: string | undefined; problems: string[]},
+  o: {requests: number; logFile: string | undefined; problems: string[]; declared?: Record<string, unknown>},
 ): VllmDropPlan | {refusal: string; hint: string} {
   if (!lease)
     return {
       refusal: `P's lease settings could not be read: ${o.problems.join('; ') || 'no vllm serve process for P'}`,
       hint: 'run `pdchaos status -c FILE` to see what discovery read on the host',
     }
-  if (lease.mode !== 'lease')
-    return {
-      refusal:
-        "P's --kv-transfer-config has no kv_connector_extra_config.kv_lease_duration, so whether P runs the lease " +
-        '(default 30 s) or the legacy VLLM_NIXL_ABORT_REQUEST_TIMEOUT cannot be told',
-      hint: 'launch P with kv_lease_duration in --kv-transfer-config (its value is then read from the command line)',
-    }
-  const d = lease.leaseDurationS
-  const settings: KvLeaseSettings = {
-    mode: 'lease',
-    duration: {seconds: d.value, source: `${d.source}: ${d.detail}`},
-    extension: {seconds: lease.extensionS.value, source: `${lease.extensionS.source}: ${lease.extensionS.detail}`},
-    stepMs: VLLM_STEP_BOUND_MS,
-    reaperMs: VLLM_STEP_BOUND_MS,
+  if (lease.mode === 'lease') return leasePlan(lease, o)
+  const legacy = declaredLegacy(lease, o.declared)
+  if (legacy) return legacyPlan(legacy, o)
+  return {
+    refusal:
+      "P's --kv-transfer-config has no kv_connector_extra_config.kv_lease_duration and the deployment file states no " +
+      'legacy lease (vllm.lease.mode: legacy), so whether P runs the lease (default 30 s) or the legacy ' +
+      'VLLM_NIXL_ABORT_REQUEST_TIMEOUT cannot be told',
+    hint:
+      'launch P with kv_lease_duration in --kv-transfer-config, or state `vllm: {lease: {mode: legacy}}` in the ' +
+      'deployment file for a build before the lease',
   }
-  const slackMs = 2 * VLLM_STEP_BOUND_MS
+}
+
+/**
+ * A build before the lease (PR #41383) when the deployment file says so (`vllm.lease.mode: legacy`): its timeout is
+ * P's VLLM_NIXL_ABORT_REQUEST_TIMEOUT when read from its environment, else the file's `abortRequestTimeoutSeconds`,
+ * else vLLM's default (480 s).
+ */
+function declaredLegacy(
+  lease: LeaseContract,
+  declared: Record<string, unknown> | undefined,
+): Sourced<number> | undefined {
+  if (declared?.mode !== 'legacy') return undefined
+  const env = lease.legacyAbortTimeoutS
+  const fromFile = declared.abortRequestTimeoutSeconds
+  if (env.source === 'env' || typeof fromFile !== 'number' || !(fromFile > 0)) return env
+  return {value: fromFile, source: 'file', detail: 'vllm.lease.abortRequestTimeoutSeconds'}
+}
+
+const slackMs = 2 * VLLM_STEP_BOUND_MS
+const STEP_SOURCE = `engine step + reaper pass ${slackMs} ms (assumed bound: a step is not readable from outside)`
+
+function common(o: {requests: number; logFile: string | undefined}, durationS: number, line: string) {
   return {
     requests: o.requests,
-    settings,
-    sources: [
-      `kv_lease_duration ${said(d)}`,
-      `extension ${said(lease.extensionS)} (unused: no D heartbeats)`,
-      `engine step + reaper pass ${slackMs} ms (assumed bound: a step is not readable from outside)`,
-    ],
-    window: `[sent + ${d.value} s, answered + ${d.value} s + ${slackMs} ms] per request (no heartbeats: D never sent)`,
     // The last window's close, the log's whole-second resolution, and a margin for reading.
-    waitAfterLastGrantMs: d.value * 1000 + slackMs + VLLM_LOG_RESOLUTION_MS + 500,
+    waitAfterLastGrantMs: durationS * 1000 + slackMs + VLLM_LOG_RESOLUTION_MS + 500,
+    window: `[sent + ${durationS} s, answered + ${durationS} s + ${slackMs} ms] per request (no D leg, no heartbeats)`,
     evidence: [
-      `P's log ${o.logFile ?? '(no services.prefill.logs.file: unreadable, verdicts unverified)'}: ` +
-        '"Releasing expired KV blocks for request <id> ... before lease expired"',
+      `P's log ${o.logFile ?? '(no services.prefill.logs.file: unreadable, verdicts unverified)'}: ${line}`,
       "P's /metrics vllm:nixl_num_kv_expired_reqs before the requests and after the windows closed",
     ],
     notes: [
@@ -87,10 +98,46 @@ export function vllmDropPlan(
   }
 }
 
+function leasePlan(lease: LeaseContract, o: {requests: number; logFile: string | undefined}): VllmDropPlan {
+  const d = lease.leaseDurationS
+  return {
+    ...common(o, d.value, '"Releasing expired KV blocks for request <id> ... before lease expired"'),
+    settings: {
+      mode: 'lease',
+      duration: {seconds: d.value, source: `${d.source}: ${d.detail}`},
+      extension: {seconds: lease.extensionS.value, source: `${lease.extensionS.source}: ${lease.extensionS.detail}`},
+      stepMs: VLLM_STEP_BOUND_MS,
+      reaperMs: VLLM_STEP_BOUND_MS,
+    },
+    sources: [
+      `kv_lease_duration ${said(d)}`,
+      `extension ${said(lease.extensionS)} (unused: no D heartbeats)`,
+      STEP_SOURCE,
+    ],
+  }
+}
+
+function legacyPlan(t: Sourced<number>, o: {requests: number; logFile: string | undefined}): VllmDropPlan {
+  return {
+    ...common(o, t.value, '"Releasing expired KV blocks for request <id> ... within <n> seconds"'),
+    settings: {
+      mode: 'legacy',
+      duration: {seconds: t.value, source: `${t.source}: ${t.detail}`},
+      stepMs: VLLM_STEP_BOUND_MS,
+      reaperMs: VLLM_STEP_BOUND_MS,
+    },
+    sources: [
+      `legacy VLLM_NIXL_ABORT_REQUEST_TIMEOUT ${said(t)} (no kv_lease_duration: a build before the lease)`,
+      STEP_SOURCE,
+    ],
+  }
+}
+
 /** The plan as lines a person reads (dry run and the head of a run). */
 export function renderVllmDropPlan(p: VllmDropPlan): string[] {
   return [
-    `${VLLM_DROP_FAULT} on vLLM: P's blocks for requests whose D leg never arrives must be freed at lease expiry`,
+    `${VLLM_DROP_FAULT} on vLLM: P's blocks for requests whose D leg never arrives must be freed at ` +
+      (p.settings.mode === 'legacy' ? 'the legacy abort timeout' : 'lease expiry'),
     'lease settings:',
     ...p.sources.map(s => `  ${s}`),
     `window: ${p.window}`,
