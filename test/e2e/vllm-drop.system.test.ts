@@ -1,4 +1,4 @@
-import {execFile} from 'node:child_process'
+import {execFile, spawn} from 'node:child_process'
 import {existsSync, mkdtempSync, readFileSync} from 'node:fs'
 import net from 'node:net'
 import {tmpdir} from 'node:os'
@@ -135,6 +135,38 @@ describe('inject drop-dest-info on the vLLM twin', () => {
       expect(v.evidence.failure).toBe('early')
       const [open] = v.evidence.windowMs as [number, number]
       expect(freedOf(o, v.subject)!.t).toBeLessThan(open)
+    }
+  }, 120_000)
+
+  it('Ctrl-C while waiting out the windows exits 3 at once, without waiting the windows out', async () => {
+    const dir = mkdtempSync(join(process.env.TMPDIR ?? tmpdir(), 'vllm-drop-int-'))
+    const {base, side} = await freeBase()
+    const up = ['sim', 'up', '--engine', 'vllm', '--state-dir', dir, '--base-port', String(base)]
+    up.push('--side-channel-port', String(side), '--kv-lease-duration', String(LEASE_S))
+    try {
+      await run(process.execPath, [CLI, ...up], {timeout: 60_000})
+      const child = spawn(process.execPath, [CLI, 'inject', 'drop-dest-info', '-c', join(dir, 'pdchaos.yaml')])
+      let stderr = ''
+      const exited = new Promise<number | null>(ok => child.on('exit', code => ok(code)))
+      await new Promise<void>((ok, no) => {
+        const t = setTimeout(() => no(new Error(`never reached the wait: ${stderr}`)), 30_000)
+        child.stderr.on('data', (b: Buffer) => {
+          stderr += b.toString()
+          if (stderr.includes('waiting')) {
+            clearTimeout(t)
+            ok()
+          }
+        })
+      })
+      const t0 = Date.now()
+      child.kill('SIGINT')
+      const code = await exited
+      expect(code).toBe(3)
+      // Well inside the lease: the run did not wait its windows out (a wide bound, not a timing assertion).
+      expect(Date.now() - t0).toBeLessThan(LEASE_S * 1000)
+      expect(stderr).toContain('interrupted')
+    } finally {
+      await run(process.execPath, [CLI, 'sim', 'down', '--state-dir', dir], {timeout: 30_000}).catch(() => undefined)
     }
   }, 120_000)
 })
