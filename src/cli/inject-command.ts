@@ -1,3 +1,5 @@
+import {resolve} from 'node:path'
+
 import {Args, Flags} from '@oclif/core'
 
 import {badInput} from '../errors.js'
@@ -12,6 +14,7 @@ import {instanceFlags} from './flags.js'
 import {TargetCommand} from './target-command.js'
 import {pairOf, placementOf} from './target.js'
 import {checkRunTtl} from './ttl.js'
+import {renderVllmDropRun, vllmDropDestInfo} from './vllm-drop.js'
 
 /**
  * `pdchaos inject`'s flags and its run: a suite of one scenario (suite-file.ts oneScenarioSuite) under the target,
@@ -153,5 +156,38 @@ export abstract class InjectCommand extends TargetCommand<typeof InjectCommand> 
     const {outputErrors} = await this.writeRunOutputs(run, 'inject', {journal: f.journal}, fields)
     const {scenarios: _s, ...rest} = runJournal(run, 'inject', fields) as {scenarios: unknown}
     return {...rest, scenarios: run.scenarios.map(({timeline: _t, ...s}) => s), ...(outputErrors ? {outputErrors} : {})}
+  }
+
+  /** drop-dest-info on an `engine: vllm` file (cli/vllm-drop.ts): the plan, or the run and its journal. */
+  protected async vllmDrop(): Promise<Record<string, unknown>> {
+    const f = this.flags
+    if (f.hold) throw badInput('--hold keeps a fault in place, and drop-dest-info on vLLM installs none', 'drop --hold')
+    // Two P-only requests unless --pins says otherwise (each holds P's blocks for a whole lease).
+    const pinsGiven = this.argv.some(a => a === '--pins' || a.startsWith('--pins='))
+    const t0 = Date.now()
+    const r = await this.withStopSignal(({signal}) =>
+      vllmDropDestInfo(f.config, {
+        requests: pinsGiven ? f.pins : 2,
+        dryRun: f['dry-run'],
+        signal,
+        progress: l => this.progress(l),
+      }),
+    ).catch((error: unknown) => {
+      this.writeFailureJournal(
+        f.journal,
+        'inject',
+        {name: 'drop-dest-info (vllm)', config: resolve(f.config), startedAt: t0},
+        error,
+      )
+      throw error
+    })
+    if (r.kind === 'dry-run') {
+      if (!this.jsonEnabled()) this.log(r.lines.join('\n'))
+      return {engine: 'vllm', fault: 'drop-dest-info', dryRun: true, plan: r.plan}
+    }
+    if (!this.jsonEnabled()) this.log(renderVllmDropRun(r.run))
+    this.setRunExitCode(r.run)
+    const {outputErrors} = await this.writeRunOutputs(r.run, 'inject', {journal: f.journal}, {engine: 'vllm'})
+    return {...runJournal(r.run, 'inject', {engine: 'vllm'}), ...(outputErrors ? {outputErrors} : {})}
   }
 }

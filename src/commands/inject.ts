@@ -2,6 +2,7 @@ import {resolve} from 'node:path'
 
 import {faultParamsFromFlags} from '../cli/fault-flags.js'
 import {InjectCommand} from '../cli/inject-command.js'
+import {readEngineField} from '../deployment/engine-field.js'
 import {parseFaultParams} from '../faults/params.js'
 import {FAULTS, getFault} from '../faults/registry.js'
 
@@ -29,6 +30,9 @@ export default class Inject extends InjectCommand {
     const params = parseFaultParams(getFault(this.args.fault), faultParamsFromFlags(f, this.args.fault), 'flags')
     const mode = f['dry-run'] ? 'dry-run' : f.hold ? 'hold' : 'run'
     this.checkRunOutputs({journal: f.journal})
+    // engine: vllm (issue 31): drop-dest-info only; every other fault keeps the loader's refusal.
+    if (!f.sim && this.args.fault === 'drop-dest-info' && (await readEngineField(f.config)) === 'vllm')
+      return this.vllmDrop()
     const suite = this.injectSuite(params)
     const holdMs = (f.ttl ?? 60) * 1000
     // Ctrl-C (or SIGTERM) stops the run in any phase: its faults are reverted through the run's own flow and the

@@ -17,6 +17,7 @@ export const CHECKS = [
   'restart',
   'breaker',
   'decode-release',
+  'kv-lease',
 ] as const
 export type CheckName = (typeof CHECKS)[number]
 
@@ -51,4 +52,4 @@ export const unverified = (
 ): Verdict => ({check, subject, verdict: 'unverified', summary, evidence})
 
 /** Checks whose unverified verdicts block a run (and a release gate) unless told otherwise: the watchdog's own. */
-export const UNVERIFIED_BLOCKS_BY_DEFAULT: readonly CheckName[] = ['eviction']
+export const UNVERIFIED_BLOCKS_BY_DEFAULT: readonly CheckName[] = ['eviction', 'kv-lease']

@@ -25,7 +25,7 @@ describe('suite file', () => {
       maxFailedChecks: 0,
       maxFaultsLeftBehind: 0,
       requiredChecks: [],
-      unverifiedBlocks: ['eviction'],
+      unverifiedBlocks: ['eviction', 'kv-lease'],
     })
     expect(s.stop.kernelXid).toBe(true)
   })

@@ -28,6 +28,8 @@ export interface PrefillRequest {
   prompt: string
   timeoutMs: number
   xRequestId?: string
+  /** The caller's stop: aborts the request (a PdError, exit 3). */
+  signal?: AbortSignal
 }
 
 export async function sendPrefillOnly(r: PrefillRequest): Promise<PrefillGrant> {
@@ -55,6 +57,7 @@ export async function sendPrefillOnly(r: PrefillRequest): Promise<PrefillGrant> 
     body: JSON.stringify(body),
     headers: {'X-Request-Id': xRequestId},
     timeoutMs: r.timeoutMs,
+    ...(r.signal ? {signal: r.signal} : {}),
   })
   const answeredMs = Date.now()
   const ktp = (json as {kv_transfer_params?: unknown}).kv_transfer_params
