@@ -26,6 +26,8 @@ export interface KvLeaseSettings {
   /** One engine step (ms) and the reaper's period (ms; vLLM's reaper runs in every step's get_finished). */
   stepMs?: number
   reaperMs?: number
+  /** Set when stepMs/reaperMs are an assumed bound, not read from the engine: why they were assumed. */
+  stepAssumed?: string
 }
 
 export interface LeaseRequest {
@@ -188,6 +190,15 @@ function judgeByLog(
         `window opens ${new Date(win.openMs).toISOString()}`,
       evidence: {...at, failure: 'early', earlyByMs: win.openMs - (line.t + line.resolutionMs)},
     }
+  if (line.t > win.closeMs && input.settings.stepAssumed)
+    // Past an assumed bound is not shown late: a slower engine step than assumed puts the same release in its window.
+    return unverified(
+      id,
+      `released ${line.t - win.closeMs} ms or more past a window closed by an assumed step bound`,
+      `the upper edge rests on an assumption (${input.settings.stepAssumed}), not on the engine's own step time`,
+      "read P's step time (its vllm:iteration or step-duration metrics, or the log's step timing) and judge again",
+      {...at, lateByMs: line.t - win.closeMs},
+    )
   if (line.t > win.closeMs)
     return {
       subject: id,

@@ -40,6 +40,15 @@ describe('the vLLM lease check', () => {
     expect(v.evidence.earlyByMs).toBe(2 * S)
   })
 
+  it('does not fail as late a release past a window whose step bound was assumed, not read', () => {
+    const v = judge({
+      settings: {...settings, stepAssumed: 'engine step + reaper pass 1000 ms (assumed)'},
+      logReleases: [line(T0 + 8 * S)],
+    })
+    expect(v.verdict).toBe('unverified')
+    expect(String(v.evidence.why)).toMatch(/assumption \(engine step \+ reaper pass 1000 ms/)
+  })
+
   it('fails a release logged after the window closed (late)', () => {
     const v = judge({logReleases: [line(T0 + 8 * S)]})
     expect(v.verdict).toBe('fail')

@@ -108,6 +108,7 @@ function leasePlan(lease: LeaseContract, o: {requests: number; logFile: string |
       extension: {seconds: lease.extensionS.value, source: `${lease.extensionS.source}: ${lease.extensionS.detail}`},
       stepMs: VLLM_STEP_BOUND_MS,
       reaperMs: VLLM_STEP_BOUND_MS,
+      stepAssumed: STEP_SOURCE,
     },
     sources: [
       `kv_lease_duration ${said(d)}`,
@@ -125,6 +126,7 @@ function legacyPlan(t: Sourced<number>, o: {requests: number; logFile: string | 
       duration: {seconds: t.value, source: `${t.source}: ${t.detail}`},
       stepMs: VLLM_STEP_BOUND_MS,
       reaperMs: VLLM_STEP_BOUND_MS,
+      stepAssumed: STEP_SOURCE,
     },
     sources: [
       `legacy VLLM_NIXL_ABORT_REQUEST_TIMEOUT ${said(t)} (no kv_lease_duration: a build before the lease)`,
