@@ -1,11 +1,12 @@
 import {execFile, spawn} from 'node:child_process'
 import {existsSync, mkdtempSync, readFileSync} from 'node:fs'
-import net from 'node:net'
 import {tmpdir} from 'node:os'
 import {join, resolve} from 'node:path'
 import {promisify} from 'node:util'
 
 import {describe, expect, it} from 'vitest'
+
+import {freeVllmPorts} from '../sim/lifecycle-helpers.js'
 
 /**
  * `pdchaos inject drop-dest-info -c <engine: vllm file>` end to end on the vLLM twin (short lease): P-only requests,
@@ -17,24 +18,6 @@ const run = promisify(execFile)
 const CLI = resolve('bin/run.js')
 const LEASE_S = 4
 const PINS = 2
-
-function probe(port: number): Promise<boolean> {
-  return new Promise(ok => {
-    const s = net.createServer()
-    s.once('error', () => ok(false))
-    s.listen(port, '127.0.0.1', () => s.close(() => ok(true)))
-  })
-}
-
-async function freeBase(): Promise<{base: number; side: number}> {
-  for (let i = 0; i < 50; i++) {
-    const base = 42_000 + Math.floor(Math.random() * 1500) * 10
-    const side = base + 7
-    const ports = [base, base + 100, base + 200, base + 300, base + 301, side, side + 1]
-    if ((await Promise.all(ports.map(probe))).every(Boolean)) return {base, side}
-  }
-  throw new Error('no free port block')
-}
 
 interface Truth {
   t: number
@@ -62,7 +45,7 @@ interface Outcome {
 /** Up, inject (journal and --json), down on every path. */
 async function injectOnTwin(bugs: string[]): Promise<Outcome> {
   const dir = mkdtempSync(join(process.env.TMPDIR ?? tmpdir(), 'vllm-drop-'))
-  const {base, side} = await freeBase()
+  const {base, side} = await freeVllmPorts()
   const args = ['sim', 'up', '--engine', 'vllm', '--state-dir', dir, '--base-port', String(base)]
   args.push('--side-channel-port', String(side), '--kv-lease-duration', String(LEASE_S), '--vllm-step-ms', '20')
   for (const b of bugs) args.push('--vllm-bug', b)
@@ -140,7 +123,7 @@ describe('inject drop-dest-info on the vLLM twin', () => {
 
   it('Ctrl-C while waiting out the windows exits 3 at once, without waiting the windows out', async () => {
     const dir = mkdtempSync(join(process.env.TMPDIR ?? tmpdir(), 'vllm-drop-int-'))
-    const {base, side} = await freeBase()
+    const {base, side} = await freeVllmPorts()
     const up = ['sim', 'up', '--engine', 'vllm', '--state-dir', dir, '--base-port', String(base)]
     up.push('--side-channel-port', String(side), '--kv-lease-duration', String(LEASE_S))
     try {

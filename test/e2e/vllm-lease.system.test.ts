@@ -1,6 +1,5 @@
 import {execFile} from 'node:child_process'
 import {existsSync, mkdtempSync, readFileSync} from 'node:fs'
-import net from 'node:net'
 import {tmpdir} from 'node:os'
 import {join, resolve} from 'node:path'
 import {promisify} from 'node:util'
@@ -10,6 +9,8 @@ import {describe, expect, it} from 'vitest'
 import {judgeKvLeases, type KvLeaseVerdict} from '../../src/checks/kv-lease.js'
 import {readNixlCounters, sendPrefillOnly, type PrefillGrant} from '../../src/engines/vllm/client.js'
 import {parseReleaseLog} from '../../src/engines/vllm/log-lines.js'
+
+import {freeVllmPorts} from '../sim/lifecycle-helpers.js'
 
 /**
  * Judging vLLM's lease end to end: the vLLM twin with a short lease, P-only requests (the D leg dropped) sent with
@@ -21,24 +22,6 @@ const CLI = resolve('bin/run.js')
 const LEASE_S = 4
 const STEP_MS = 20
 const REQUESTS = 3
-
-function probe(port: number): Promise<boolean> {
-  return new Promise(ok => {
-    const s = net.createServer()
-    s.once('error', () => ok(false))
-    s.listen(port, '127.0.0.1', () => s.close(() => ok(true)))
-  })
-}
-
-async function freeBase(): Promise<{base: number; side: number}> {
-  for (let i = 0; i < 50; i++) {
-    const base = 22_000 + Math.floor(Math.random() * 2000) * 10
-    const side = base + 7
-    const ports = [base, base + 100, base + 200, base + 300, base + 301, side, side + 1]
-    if ((await Promise.all(ports.map(probe))).every(Boolean)) return {base, side}
-  }
-  throw new Error('no free port block')
-}
 
 interface Truth {
   t: number
@@ -57,7 +40,7 @@ interface Outcome {
 /** Up, REQUESTS P-only requests, wait the window out, judge; down on every path. */
 async function judgeTwin(bugs: string[]): Promise<Outcome> {
   const dir = mkdtempSync(join(process.env.TMPDIR ?? tmpdir(), 'vllm-lease-'))
-  const {base, side} = await freeBase()
+  const {base, side} = await freeVllmPorts()
   const args = ['sim', 'up', '--engine', 'vllm', '--state-dir', dir, '--base-port', String(base)]
   args.push('--side-channel-port', String(side), '--kv-lease-duration', String(LEASE_S))
   args.push('--vllm-step-ms', String(STEP_MS))

@@ -1,10 +1,12 @@
-import {execFile, execFileSync, spawn} from 'node:child_process'
+import {execFileSync, spawn} from 'node:child_process'
 import {mkdtempSync, readFileSync, rmSync, writeFileSync} from 'node:fs'
 import {tmpdir} from 'node:os'
 import {join, resolve} from 'node:path'
-import {promisify} from 'node:util'
 
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
+
+import {freeVllmPorts} from '../sim/lifecycle-helpers.js'
+import {runCli} from './cli.js'
 import {parse, stringify} from 'yaml'
 
 import {readLock} from '../../src/sim/lifecycle/lock.js'
@@ -14,23 +16,13 @@ import {readLock} from '../../src/sim/lifecycle/lock.js'
  * restart command and behind its gate, then canaries through the proxy; a failed command or a gate that never passes
  * is a failed verdict (exit 1) and stops there; SIGINT mid-restart exits 3. The twin is torn down in afterAll.
  */
-const run = promisify(execFile)
 const CLI = resolve('bin/run.js')
-
-async function cli(args: string[]): Promise<{code: number; stdout: string; stderr: string}> {
-  try {
-    const r = await run(process.execPath, [CLI, ...args], {timeout: 150_000})
-    return {code: 0, ...r}
-  } catch (error) {
-    const e = error as {code: number; stdout: string; stderr: string}
-    return {code: e.code, stdout: e.stdout, stderr: e.stderr}
-  }
-}
+const cli = (args: string[]) => runCli(args, {timeoutMs: 150_000})
 
 describe('restart of a vLLM deployment', {timeout: 240_000}, () => {
   const dir = mkdtempSync(join(tmpdir(), 'vllm-restart-'))
   const file = join(dir, 'pdchaos.yaml')
-  const base = 23_000 + Math.floor(Math.random() * 300) * 10
+  let base = 0
   const pids = () => {
     const s = readLock(dir)?.services ?? {}
     return {prefill: s.prefill?.pid, decode: s.decode?.pid, router: s.router?.pid}
@@ -45,6 +37,7 @@ describe('restart of a vLLM deployment', {timeout: 240_000}, () => {
   }
 
   beforeAll(async () => {
+    base = (await freeVllmPorts()).base
     const up = await cli([
       'sim',
       'up',

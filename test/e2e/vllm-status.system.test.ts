@@ -1,34 +1,25 @@
-import {execFile} from 'node:child_process'
 import {mkdtempSync, rmSync} from 'node:fs'
 import {tmpdir} from 'node:os'
-import {join, resolve} from 'node:path'
-import {promisify} from 'node:util'
+import {join} from 'node:path'
 
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
+
+import {freeVllmPorts} from '../sim/lifecycle-helpers.js'
+import {runCli} from './cli.js'
 
 /**
  * `pdchaos status -c` against the vLLM twin's deployment file (issue 31): read as a real host is (ps, /proc, HTTP),
  * every value with its source; other commands refuse the file with exit 2.
  */
-const run = promisify(execFile)
-const CLI = resolve('bin/run.js')
-
-async function cli(args: string[]): Promise<{code: number; stdout: string; stderr: string}> {
-  try {
-    const r = await run(process.execPath, [CLI, ...args], {timeout: 120_000})
-    return {code: 0, ...r}
-  } catch (error) {
-    const e = error as {code: number; stdout: string; stderr: string}
-    return {code: e.code, stdout: e.stdout, stderr: e.stderr}
-  }
-}
+const cli = (args: string[]) => runCli(args, {timeoutMs: 150_000})
 
 describe('status of a vLLM deployment', {timeout: 180_000}, () => {
   const dir = mkdtempSync(join(tmpdir(), 'vllm-status-'))
   const file = join(dir, 'pdchaos.yaml')
-  const base = 21_000 + Math.floor(Math.random() * 300) * 10
+  let base = 0
 
   beforeAll(async () => {
+    base = (await freeVllmPorts()).base
     const up = await cli([
       'sim',
       'up',

@@ -35,12 +35,21 @@ const PORT_OFFSETS = [0, 100, 200, 500, 900]
  * A random high base port whose five ports are free right now (for a twin started as its own process, which cannot be
  * retried on a conflict): the README's twin, left running by `suite --sim`, holds 30000-30900 for the whole run.
  */
-export async function freeBasePort(): Promise<number> {
+export async function freeBasePort(offsets: readonly number[] = PORT_OFFSETS, step = 100): Promise<number> {
   for (let attempt = 0; attempt < 50; attempt++) {
-    const base = 20_000 + Math.floor(Math.random() * 400) * 100
-    if ((await Promise.all(PORT_OFFSETS.map(o => bindable(base + o)))).every(Boolean)) return base
+    const base = 20_000 + Math.floor((Math.random() * 40_000) / step) * step
+    if ((await Promise.all(offsets.map(o => bindable(base + o)))).every(Boolean)) return base
   }
-  throw new Error('no base port with five free ports in 50 tries')
+  throw new Error(`no base port with ${offsets.length} free ports in 50 tries`)
+}
+
+/**
+ * The vLLM twin's ports from its base (src/sim/vllm: proxy, P, D, P's and D's data paths) and the side channels it is
+ * given at base + 7 (P) and base + 8 (D): a base whose seven are free right now.
+ */
+export async function freeVllmPorts(): Promise<{base: number; side: number}> {
+  const base = await freeBasePort([0, 100, 200, 300, 301, 7, 8], 10)
+  return {base, side: base + 7}
 }
 
 function bindable(port: number): Promise<boolean> {
