@@ -24,10 +24,17 @@ export const LAYERS = [
   [9, ['cli', 'commands']],
 ]
 
+// An engine is one folder (src/engines/<name>/): its contract and discovery sit at the engines layer, and two
+// subfolders take the layer of what they hold, so the engine's faults and experiments live with it.
+export const ENGINE_SUBLAYERS = {faults: 6, experiments: 8}
+
 /** The layer of a path relative to src/ ('sim' is a world of its own). */
 export function layerOf(rel) {
-  const top = rel.split('/')[0]
+  const parts = rel.split('/')
+  const top = parts[0]
   if (top === 'sim') return 'sim'
+  if (top === 'engines' && parts.length > 3 && Object.hasOwn(ENGINE_SUBLAYERS, parts[2]))
+    return ENGINE_SUBLAYERS[parts[2]]
   for (const [n, names] of LAYERS) if (names.includes(top)) return n
   return undefined
 }

@@ -5,6 +5,7 @@ import {Args, Flags} from '@oclif/core'
 import {badInput} from '../errors.js'
 import {runLockTtlMs} from '../faults/lease/lease.js'
 import {FAULT_NAMES} from '../faults/registry.js'
+import {VLLM_FAULT_NAMES} from '../engines/vllm/experiments/registry.js'
 import {renderInject} from '../report/inject-text.js'
 import {injectFields, runJournal} from '../report/journal-fields.js'
 import {runSuite} from '../suite/runner.js'
@@ -14,7 +15,8 @@ import {instanceFlags} from './flags.js'
 import {TargetCommand} from './target-command.js'
 import {pairOf, placementOf} from './target.js'
 import {checkRunTtl} from './ttl.js'
-import {renderVllmDropRun, vllmDropDestInfo} from './vllm-drop.js'
+import {renderVllmRun, vllmInject} from './vllm-inject.js'
+import {vllmFaultOptions} from './vllm-fault-options.js'
 
 /**
  * `pdchaos inject`'s flags and its run: a suite of one scenario (suite-file.ts oneScenarioSuite) under the target,
@@ -22,7 +24,12 @@ import {renderVllmDropRun, vllmDropDestInfo} from './vllm-drop.js'
  */
 export abstract class InjectCommand extends TargetCommand<typeof InjectCommand> {
   static override args = {
-    fault: Args.string({required: true, options: FAULT_NAMES, description: 'The fault to inject.'}),
+    fault: Args.string({
+      required: true,
+      // SGLang's faults and vLLM's (an `engine: vllm` file): a name only one engine has is refused for the other.
+      options: [...new Set([...FAULT_NAMES, ...VLLM_FAULT_NAMES()])],
+      description: 'The fault to inject.',
+    }),
   }
   static override flags = {
     ...TargetCommand.targetFlags,
@@ -158,16 +165,18 @@ export abstract class InjectCommand extends TargetCommand<typeof InjectCommand> 
     return {...rest, scenarios: run.scenarios.map(({timeline: _t, ...s}) => s), ...(outputErrors ? {outputErrors} : {})}
   }
 
-  /** drop-dest-info on an `engine: vllm` file (cli/vllm-drop.ts): the plan, or the run and its journal. */
-  protected async vllmDrop(): Promise<Record<string, unknown>> {
+  /** A fault on an `engine: vllm` file (cli/vllm-inject.ts): the plan, or the run and its journal. */
+  protected async vllmRun(): Promise<Record<string, unknown>> {
     const f = this.flags
-    if (f.hold) throw badInput('--hold keeps a fault in place, and drop-dest-info on vLLM installs none', 'drop --hold')
-    // Two P-only requests unless --pins says otherwise (each holds P's blocks for a whole lease).
+    const fault = this.args.fault
+    if (f.hold) throw badInput(`--hold is not built for ${fault} on vLLM`, 'drop --hold')
     const pinsGiven = this.argv.some(a => a === '--pins' || a.startsWith('--pins='))
+    const faultOptions = vllmFaultOptions(f, fault, pinsGiven)
     const t0 = Date.now()
     const r = await this.withStopSignal(({signal}) =>
-      vllmDropDestInfo(f.config, {
-        requests: pinsGiven ? f.pins : 2,
+      vllmInject(f.config, {
+        fault,
+        faultOptions,
         dryRun: f['dry-run'],
         signal,
         progress: l => this.progress(l),
@@ -176,16 +185,16 @@ export abstract class InjectCommand extends TargetCommand<typeof InjectCommand> 
       this.writeFailureJournal(
         f.journal,
         'inject',
-        {name: 'drop-dest-info (vllm)', config: resolve(f.config), startedAt: t0},
+        {name: `${fault} (vllm)`, config: resolve(f.config), startedAt: t0},
         error,
       )
       throw error
     })
     if (r.kind === 'dry-run') {
       if (!this.jsonEnabled()) this.log(r.lines.join('\n'))
-      return {engine: 'vllm', fault: 'drop-dest-info', dryRun: true, plan: r.plan}
+      return {engine: 'vllm', fault, dryRun: true, plan: r.plan}
     }
-    if (!this.jsonEnabled()) this.log(renderVllmDropRun(r.run))
+    if (!this.jsonEnabled()) this.log(renderVllmRun(r.run))
     this.setRunExitCode(r.run)
     const {outputErrors} = await this.writeRunOutputs(r.run, 'inject', {journal: f.journal}, {engine: 'vllm'})
     return {...runJournal(r.run, 'inject', {engine: 'vllm'}), ...(outputErrors ? {outputErrors} : {})}

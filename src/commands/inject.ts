@@ -26,13 +26,15 @@ export default class Inject extends InjectCommand {
   ]
   async run(): Promise<Record<string, unknown>> {
     const f = this.flags
+    // engine: vllm (issue 31): the fault's vLLM experiment, its flags checked there.
+    if (!f.sim && (await readEngineField(f.config)) === 'vllm') {
+      this.checkRunOutputs({journal: f.journal})
+      return this.vllmRun()
+    }
     // Validated before anything is reached: a flag that does not apply to this fault is bad input.
     const params = parseFaultParams(getFault(this.args.fault), faultParamsFromFlags(f, this.args.fault), 'flags')
     const mode = f['dry-run'] ? 'dry-run' : f.hold ? 'hold' : 'run'
     this.checkRunOutputs({journal: f.journal})
-    // engine: vllm (issue 31): drop-dest-info only; every other fault keeps the loader's refusal.
-    if (!f.sim && this.args.fault === 'drop-dest-info' && (await readEngineField(f.config)) === 'vllm')
-      return this.vllmDrop()
     const suite = this.injectSuite(params)
     const holdMs = (f.ttl ?? 60) * 1000
     // Ctrl-C (or SIGTERM) stops the run in any phase: its faults are reverted through the run's own flow and the

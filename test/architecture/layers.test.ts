@@ -18,4 +18,12 @@ describe('data flows one way', () => {
     expect(layerOf('experiment/batch.ts')).toBeLessThan(layerOf('commands/inject.ts'))
     expect(layerOf('sim/server/http-api.ts')).toBe('sim')
   })
+
+  it("places an engine's faults and experiments at their own layers inside its one folder", () => {
+    expect(layerOf('engines/vllm/lease-contract.ts')).toBe(layerOf('discovery/proc.ts'))
+    expect(layerOf('engines/vllm/faults/drop-dest-info.ts')).toBe(layerOf('faults/stall-kv.ts'))
+    expect(layerOf('engines/vllm/experiments/registry.ts')).toBe(layerOf('experiment/batch.ts'))
+    // A file named like a subfolder at the engine's top stays at the engines layer.
+    expect(layerOf('engines/vllm/faults.ts')).toBe(layerOf('engines/engine.ts'))
+  })
 })

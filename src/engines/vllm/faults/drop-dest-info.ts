@@ -1,9 +1,9 @@
-import type {KvLeaseSettings, KvLeaseVerdict} from '../../checks/kv-lease.js'
-import type {Sourced} from '../../engines/engine.js'
-import type {LeaseContract} from '../../engines/vllm/lease-contract.js'
-import {VLLM_LOG_RESOLUTION_MS} from '../../engines/vllm/log-lines.js'
-import type {ScenarioRun} from '../../model/run.js'
-import type {Verdict} from '../../model/verdict.js'
+import type {KvLeaseSettings, KvLeaseVerdict} from '../../../checks/kv-lease.js'
+import type {Sourced} from '../../engine.js'
+import type {LeaseContract} from '../lease-contract.js'
+import {VLLM_LOG_RESOLUTION_MS} from '../log-lines.js'
+import type {ScenarioRun} from '../../../model/run.js'
+import type {Verdict} from '../../../model/verdict.js'
 
 /**
  * drop-dest-info on vLLM (issue 31 item 3), pure: the plan and the scenario record. The "fault" is pdchaos withholding
@@ -176,8 +176,4 @@ export function vllmDropScenario(
     description: 'engine vllm: P-only requests, the D leg never sent; P must free the blocks at lease expiry',
     notes: ['engine: vllm', ...p.sources, `window: ${p.window}`, ...p.notes, ...(r.notes ?? [])],
   }
-}
-
-export function renderVllmDropVerdicts(verdicts: readonly KvLeaseVerdict[]): string[] {
-  return verdicts.map(v => `  ${v.verdict.toUpperCase().padEnd(10)} ${v.subject}  ${v.summary}`)
 }

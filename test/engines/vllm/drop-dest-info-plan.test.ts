@@ -1,15 +1,15 @@
 import {describe, expect, it} from 'vitest'
 
-import {judgeKvLeases} from '../../src/checks/kv-lease.js'
-import {leaseContract} from '../../src/engines/vllm/lease-contract.js'
+import {judgeKvLeases} from '../../../src/checks/kv-lease.js'
+import {leaseContract} from '../../../src/engines/vllm/lease-contract.js'
 import {
   renderVllmDropPlan,
   VLLM_STEP_BOUND_MS,
   type VllmDropPlan,
   vllmDropPlan,
   vllmDropScenario,
-} from '../../src/faults/vllm/drop-dest-info.js'
-import {runExitCode, type SuiteRun} from '../../src/model/run.js'
+} from '../../../src/engines/vllm/faults/drop-dest-info.js'
+import {runExitCode, type SuiteRun} from '../../../src/model/run.js'
 
 const config = (extra?: Record<string, unknown>) => ({
   kv_connector: 'NixlConnector',
