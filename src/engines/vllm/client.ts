@@ -1,6 +1,6 @@
 import {randomUUID} from 'node:crypto'
 
-import {joinUrl, requestJson, requestText} from '../../deployment/http.js'
+import {httpRequest, joinUrl, requestJson, requestText} from '../../deployment/http.js'
 
 /**
  * A vLLM prefill instance spoken to as vLLM's toy proxy speaks to it (tests/v1/kv_connector/nixl_integration/
@@ -99,4 +99,58 @@ export async function readNixlCounters(
     if (v !== undefined) values[n] = v
   }
   return {t: Date.now(), values}
+}
+
+/** D's leg of a request, started and not awaited: its answer (or transport error) settles `done`; `abort()` cuts it. */
+export interface DecodeLeg {
+  xRequestId: string
+  /** D's request id: the same `cmpl-<X-Request-Id>-0` as P's (the twin and vLLM's serving layer both use it). */
+  requestId: string
+  sentMs: number
+  /** The client abort's epoch ms, once `abort()` was called. */
+  abortedMs?: number
+  done: Promise<{status: number; text: string; answeredMs: number} | {error: string; answeredMs: number}>
+  abort: () => void
+}
+
+/**
+ * Send D the request with P's kv_transfer_params, as the toy proxy's second leg does (`do_remote_prefill: true` and
+ * the remote_* fields P returned; the same X-Request-Id). D then handshakes with P, READs the blocks and heartbeats
+ * P's lease while the request waits in its scheduler. `abort()` closes the connection: the client abort vLLM's
+ * serving layer turns into an engine abort (D's `request_finished`).
+ */
+export function sendDecodeLeg(r: PrefillRequest & {grant: PrefillGrant; maxTokens?: number}): DecodeLeg {
+  const cut = new AbortController()
+  const signal = r.signal ? AbortSignal.any([cut.signal, r.signal]) : cut.signal
+  const body = {
+    model: r.model,
+    prompt: r.prompt,
+    max_tokens: r.maxTokens ?? 4,
+    stream: false,
+    kv_transfer_params: r.grant.kvTransferParams,
+  }
+  const sentMs = Date.now()
+  const done = httpRequest({
+    service: 'decode',
+    url: joinUrl(r.baseUrl, '/v1/completions'),
+    method: 'POST',
+    body: JSON.stringify(body),
+    headers: {'X-Request-Id': r.grant.xRequestId},
+    timeoutMs: r.timeoutMs,
+    signal,
+  }).then(
+    res => ({status: res.status, text: res.text, answeredMs: Date.now()}),
+    (error: unknown) => ({error: (error as Error).message.split('\n')[0]!, answeredMs: Date.now()}),
+  )
+  const leg: DecodeLeg = {
+    xRequestId: r.grant.xRequestId,
+    requestId: r.grant.requestId,
+    sentMs,
+    done,
+    abort: () => {
+      if (leg.abortedMs === undefined) leg.abortedMs = Date.now()
+      cut.abort()
+    },
+  }
+  return leg
 }
