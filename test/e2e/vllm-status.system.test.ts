@@ -83,12 +83,12 @@ describe('status of a vLLM deployment', {timeout: 180_000}, () => {
     }
   })
 
-  it('refuses an experiment not built for vLLM yet with exit 2 and one line', async () => {
-    // drop-dest-info runs on vLLM (vllm-drop.system.test.ts); stall-kv is not mapped yet.
-    const r = await cli(['inject', 'stall-kv', '--gpu', '1', '-c', file])
+  it('refuses a fault that has no vLLM experiment with exit 2, one line and the faults it has', async () => {
+    // trip-breaker acts on SGLang's gateway breaker; vLLM's toy proxy has none, so no vLLM experiment maps it.
+    const r = await cli(['inject', 'trip-breaker', '-c', file])
     expect(r.code).toBe(2)
-    expect(r.stderr).toMatch(/vLLM experiments are not built yet \(issue 31\)/)
-    expect(r.stderr).toMatch(/Try this:/)
+    expect(r.stderr).toMatch(/"trip-breaker" is not built for vLLM deployments/)
+    expect(r.stderr).toMatch(/Try this: use one of: .*drop-dest-info/)
     expect(r.stderr).not.toMatch(/\n\s+at /)
   })
 })
