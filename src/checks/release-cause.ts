@@ -1,4 +1,4 @@
-import {BOOTSTRAP_FAILED_TOTAL, TRANSFER_FAILED_TOTAL, WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js'
+import {BOOTSTRAP_FAILED_TOTAL, TRANSFER_FAILED_TOTAL, WATCHDOG_EVICTED_TOTAL} from '../engines/sglang/sglang-metrics.js'
 import {logLinesOf, logReadOf, type Timeline} from '../model/timeline.js'
 
 /**

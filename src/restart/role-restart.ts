@@ -1,7 +1,7 @@
 import {serviceClients} from '../deployment/clients.js'
 import type {Deployment} from '../deployment/config.js'
 import {checkPeerRecovery, canaryOutcomes} from '../checks/peer-recovery.js'
-import type {HeartbeatSettings} from '../discovery/heartbeat-bound.js'
+import type {HeartbeatSettings} from '../engines/sglang/discovery/heartbeat-bound.js'
 import type {AloneRecovery, RestartResult} from '../model/restart.js'
 import type {Observation, Timeline} from '../model/timeline.js'
 import {unverified, type Verdict} from '../model/verdict.js'
