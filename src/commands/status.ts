@@ -2,7 +2,7 @@ import {Flags} from '@oclif/core'
 
 import {TargetCommand} from '../cli/target-command.js'
 import {withHaltOf} from '../cli/halt-hook.js'
-import {DEFAULT_PROBE_TIMEOUT_MS} from '../deployment/clients.js'
+import {DEFAULT_PROBE_TIMEOUT_MS} from '../engines/sglang/deployment/clients.js'
 import {ExitCode} from '../exit-codes.js'
 import {discover, type StatusReport} from '../engines/sglang/discovery/discover.js'
 import {type DeploymentReport, discoverAcrossHosts} from '../engines/sglang/discovery/discover-hosts.js'

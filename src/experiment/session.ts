@@ -1,4 +1,4 @@
-import {DEFAULT_PROBE_TIMEOUT_MS, serviceClients} from '../deployment/clients.js'
+import {DEFAULT_PROBE_TIMEOUT_MS, serviceClients} from '../engines/sglang/deployment/clients.js'
 import type {Deployment} from '../deployment/config.js'
 import {ROUTER_CB_STATE} from '../engines/sglang/sglang-metrics.js'
 import type {RouterClient} from '../engines/sglang/deployment/router-client.js'

@@ -1,4 +1,4 @@
-import {DEFAULT_PROBE_TIMEOUT_MS, serviceClients} from '../deployment/clients.js'
+import {DEFAULT_PROBE_TIMEOUT_MS, serviceClients} from '../engines/sglang/deployment/clients.js'
 import type {Deployment, RouterService, Service} from '../deployment/config.js'
 import {RouterClient} from '../engines/sglang/deployment/router-client.js'
 import {SglangClient} from '../engines/sglang/deployment/sglang-client.js'

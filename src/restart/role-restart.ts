@@ -1,4 +1,4 @@
-import {serviceClients} from '../deployment/clients.js'
+import {serviceClients} from '../engines/sglang/deployment/clients.js'
 import type {Deployment} from '../deployment/config.js'
 import {checkPeerRecovery, canaryOutcomes} from '../checks/peer-recovery.js'
 import type {HeartbeatSettings} from '../engines/sglang/discovery/heartbeat-bound.js'

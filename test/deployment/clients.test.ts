@@ -1,6 +1,6 @@
 import {afterAll, afterEach, beforeAll, describe, expect, it} from 'vitest'
 
-import {DEFAULT_PROBE_TIMEOUT_MS, serviceClients} from '../../src/deployment/clients.js'
+import {DEFAULT_PROBE_TIMEOUT_MS, serviceClients} from '../../src/engines/sglang/deployment/clients.js'
 import {httpRequest, jsonWithBigInts} from '../../src/deployment/http.js'
 import {sampleValue} from '../../src/deployment/prom-text.js'
 import {RouterClient} from '../../src/engines/sglang/deployment/router-client.js'

@@ -1,5 +1,5 @@
 import type {Deployment} from '../../../deployment/config.js'
-import {DEFAULT_PROBE_TIMEOUT_MS, type ServiceClients, serviceClients} from '../../../deployment/clients.js'
+import {DEFAULT_PROBE_TIMEOUT_MS, type ServiceClients, serviceClients} from '../deployment/clients.js'
 import type {HealthResult} from '../deployment/sglang-client.js'
 import {sampleValue, sumOf, type ParsedMetrics} from '../../../deployment/prom-text.js'
 import {PD_COUNTERS, PD_QUEUE_GAUGES, QUEUE_REQS, RUNNING_REQS, TOKEN_USAGE} from '../sglang-metrics.js'

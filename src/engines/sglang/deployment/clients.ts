@@ -1,6 +1,6 @@
-import type {Deployment} from './config.js'
-import {RouterClient} from '../engines/sglang/deployment/router-client.js'
-import {DEFAULT_PROBE_TIMEOUT_MS, SglangClient} from '../engines/sglang/deployment/sglang-client.js'
+import type {Deployment} from '../../../deployment/config.js'
+import {RouterClient} from './router-client.js'
+import {DEFAULT_PROBE_TIMEOUT_MS, SglangClient} from './sglang-client.js'
 
 export {DEFAULT_PROBE_TIMEOUT_MS}
 
