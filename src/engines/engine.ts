@@ -2,7 +2,8 @@
  * What pdchaos needs of an inference engine (issue 31): its name, how discovery confirms it from what a host shows
  * (process titles and command lines, /metrics names), its deadline model, its metric names and their freshness, and
  * the texts its logs give for releasing a request's KV. One folder per engine (engines/sglang/, engines/vllm/) holds
- * its implementation and everything else that is the engine's own (docs/architecture.md, "Adding an engine").
+ * its implementation and what else is the engine's own (docs/architecture.md, "Adding an engine", which also lists
+ * what of SGLang's is still outside its folder: its runner and faults, its deployment file's fields).
  */
 
 export const ENGINE_NAMES = ['sglang', 'vllm'] as const
