@@ -24,9 +24,10 @@ export const LAYERS = [
   [9, ['cli', 'commands']],
 ]
 
-// An engine is one folder (src/engines/<name>/): its contract and discovery sit at the engines layer, and two
-// subfolders take the layer of what they hold, so the engine's faults and experiments live with it.
-export const ENGINE_SUBLAYERS = {faults: 6, experiments: 8}
+// An engine is one folder (src/engines/<name>/): its contract and discovery sit at the engines layer, and three
+// subfolders take the layer of what they hold, so the engine's service clients and file rules (which the deployment
+// loader asks), faults and experiments live with it.
+export const ENGINE_SUBLAYERS = {deployment: 3, faults: 6, experiments: 8}
 
 /** The layer of a path relative to src/ ('sim' is a world of its own). */
 export function layerOf(rel) {

@@ -1,4 +1,4 @@
-import {LOADS_DECODE_PREALLOC_QUEUE, LOADS_DECODE_TRANSFER_QUEUE} from '../deployment/sglang-metrics.js'
+import {LOADS_DECODE_PREALLOC_QUEUE, LOADS_DECODE_TRANSFER_QUEUE} from '../engines/sglang/sglang-metrics.js'
 import type {Observation, Timeline} from '../model/timeline.js'
 import {fail, pass, unverified, type Verdict} from '../model/verdict.js'
 import type {BreakerExpectation} from './expectation.js'

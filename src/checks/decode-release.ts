@@ -1,4 +1,5 @@
-import {LOADS_DECODE_PREALLOC_QUEUE, LOADS_DECODE_TRANSFER_QUEUE} from '../deployment/sglang-metrics.js'
+import {LOADS_DECODE_PREALLOC_QUEUE, LOADS_DECODE_TRANSFER_QUEUE} from '../engines/sglang/sglang-metrics.js'
+import {type DecodeReleasePath, SGLANG_DECODE_RELEASE_PATHS} from '../engines/sglang/release-texts.js'
 import type {Observation, Timeline} from '../model/timeline.js'
 import {fail, pass, unverified, type Verdict} from '../model/verdict.js'
 
@@ -36,19 +37,14 @@ export interface DecodeReleaseExpectation {
   why: string
 }
 
-export type ReleasePath = 'heartbeat' | 'waiting-timeout' | 'decode-watchdog' | 'prefill-reported' | 'abort' | 'unknown'
+export type ReleasePath = DecodeReleasePath
 
-const PATHS: Array<{path: ReleasePath; re: RegExp; words: string}> = [
-  {path: 'heartbeat', re: /Lost connection with prefill instance|failed due to prefill down/, words: 'heartbeat'},
-  {path: 'waiting-timeout', re: /timed out after [\d.]+s in KVPoll\.WaitingForInput/, words: 'waiting timeout'},
-  {path: 'abort', re: /Aborted by AbortReq|Abort/, words: 'abort'},
-  {path: 'prefill-reported', re: /Failed to get kvcache from prefill instance/, words: "prefill's own Failed status"},
-  {path: 'decode-watchdog', re: /watchdog/i, words: "decode's watchdog"},
-]
-
-/** Which of decode's paths an answer's text names (SGLang's own words; see the module comment). */
-export function releasePath(text: string | undefined): {path: ReleasePath; words: string} {
-  const hit = PATHS.find(p => p.re.test(text ?? ''))
+/** Which of decode's paths an answer's text names (SGLang's own words, engines/sglang/release-texts.ts). */
+export function releasePath(
+  text: string | undefined,
+  paths: typeof SGLANG_DECODE_RELEASE_PATHS = SGLANG_DECODE_RELEASE_PATHS,
+): {path: ReleasePath; words: string} {
+  const hit = paths.find(p => p.re.test(text ?? ''))
   return hit ? {path: hit.path, words: hit.words} : {path: 'unknown', words: 'no path named'}
 }
 

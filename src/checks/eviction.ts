@@ -4,7 +4,7 @@ import {
   PREFILL_BOOTSTRAP_QUEUE,
   PREFILL_INFLIGHT_QUEUE,
   WATCHDOG_EVICTED_TOTAL,
-} from '../deployment/sglang-metrics.js'
+} from '../engines/sglang/sglang-metrics.js'
 import {edgeOf, epsilonFor, type Edge} from './epsilon.js'
 import type {FaultExpectation, StallExpectation} from './expectation.js'
 import {attributeRelease, type Attribution, CAUSE_NAMES, type ReleaseCause, releaseCauseOf} from './release-cause.js'

@@ -1,11 +1,11 @@
-import {freshnessOf, idleSnapshotReadings, readingsOf, settledAfter, writtenSince} from '../deployment/freshness.js'
-import {LOADS_USED_TOKENS, TOKEN_USAGE} from '../deployment/sglang-metrics.js'
+import {freshnessOf, idleSnapshotReadings, readingsOf, settledAfter, writtenSince} from '../engines/sglang/freshness.js'
+import {LOADS_USED_TOKENS, TOKEN_USAGE} from '../engines/sglang/sglang-metrics.js'
 import type {Timeline} from '../model/timeline.js'
 import {fail, pass, unverified, type Verdict} from '../model/verdict.js'
 
 /**
  * KV tokens back at their baseline after the fault: a leak holds its tokens for good. Judged only from readings that
- * their freshness row (deployment/freshness.ts) says show the server's state at that moment:
+ * their freshness row (engines/sglang/freshness.ts) says show the server's state at that moment:
  * - /v1/loads sglang_num_used_tokens read while the server was idle (fresh): a count above the idle baseline is a leak;
  * - otherwise the per-batch readings (sglang:token_usage, or loads snapshots taken while busy), which count whatever
  * was

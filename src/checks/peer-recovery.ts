@@ -1,4 +1,4 @@
-import type {HeartbeatSettings} from '../discovery/heartbeat-bound.js'
+import type {HeartbeatSettings} from '../engines/sglang/discovery/heartbeat-bound.js'
 import type {CanaryOutcome} from '../model/restart.js'
 import {answerOf, requestsOf, type Timeline} from '../model/timeline.js'
 import {fail, pass, unverified, type Verdict} from '../model/verdict.js'

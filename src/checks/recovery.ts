@@ -1,5 +1,5 @@
-import {freshnessOf, readingsOf, settledAfter, writtenSince} from '../deployment/freshness.js'
-import {PD_QUEUES, WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js'
+import {freshnessOf, readingsOf, settledAfter, writtenSince} from '../engines/sglang/freshness.js'
+import {PD_QUEUES, WATCHDOG_EVICTED_TOTAL} from '../engines/sglang/sglang-metrics.js'
 import {round} from './eviction.js'
 import {checkKvTokens} from './kv-tokens.js'
 import {releaseCauseOf} from './release-cause.js'
@@ -123,7 +123,7 @@ interface QueueReadings {
 
 /**
  * Each PD queue: the /v1/loads snapshot (fresh once idle) first, the /metrics gauge as fallback. A gauge's 0 shows
- * the queue empty only when it was written after every request of the fault had ended (deployment/freshness.ts):
+ * the queue empty only when it was written after every request of the fault had ended (engines/sglang/freshness.ts):
  * otherwise it may be a write from before a request entered.
  */
 function readQueues(tl: Timeline, {revertedAt, end}: Span, opts: RecoveryOptions): QueueReadings {

@@ -1,99 +1,35 @@
-import {BOOTSTRAP_FAILED_TOTAL, TRANSFER_FAILED_TOTAL, WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js'
+import {
+  BOOTSTRAP_FAILED_TOTAL,
+  TRANSFER_FAILED_TOTAL,
+  WATCHDOG_EVICTED_TOTAL,
+} from '../engines/sglang/sglang-metrics.js'
+import type {ReleaseText} from '../engines/engine.js'
+import {CAUSE_NAMES, type ReleaseCause, SGLANG_RELEASE_TEXTS} from '../engines/sglang/release-texts.js'
 import {logLinesOf, logReadOf, type Timeline} from '../model/timeline.js'
 
 /**
- * What released a pin, read from its answer's error text (the prefill's 500 body, passed on by the router). The
- * texts are SGLang's and the twin's own:
- * - SGLang, python/sglang/srt/disaggregation/prefill.py handle_inflight_transfer_failure: "Prefill transfer failed
- *   for request rank=N req.rid='…' req.bootstrap_room=… with exception KVTransferError(bootstrap_room=…): <reason>";
- *   the reason is the backend's: NIXL "NIXL transfer encountered ERR room=…" (nixl/conn.py transfer_worker),
- *   Mooncake "Failed to send kv chunk of … to …" (mooncake/conn.py), an abort "Aborted by AbortReq."
- *   (common/conn.py), a timeout "… timed out after Xs in KVPoll.…", or just "KV transfer failed" when the failure
- *   came from another TP rank (the answer is written by rank 0, which only saw the all-reduced Failed).
- * - sgl-model-gateway: "No available servers: …" (code server_selection_failed) when no worker could be picked.
- * - the twin: the same sentence, its transport errors carrying "transport error (UCX Endpoint timeout: Transport
- *   retry count exceeded …)"; its watchdog "Request … evicted by the disaggregation watchdog after …".
- * - decode letting go: decode's receiver sends ABORT to the prefill ranks on its waiting timeout or its own abort
- *   (common/conn.py CommonKVReceiver._check_waiting_timeout, abort, _send_abort_notification); the prefill rank then
- *   fails the room with "Request R was aborted by decode." (nixl/conn.py, after #30352) or, in later versions,
- *   "Aborted by decode-side abort notification." / "Aborted by peer notification.". Which of decode's reasons it was
- *   only decode's own line says: "Decode transfer failed for request rank=N decode_req.req.rid='…'
- *   decode_req.req.bootstrap_room=R with exception KVTransferError(bootstrap_room=R): Request R timed out after Xs in
- *   KVPoll.WaitingForInput" (disaggregation/decode.py pop_transferred), or "Lost connection with prefill instance
- *   (bootstrap_addr: …)" after heartbeat failures (common/conn.py _handle_node_failure).
+ * What released a pin, read from its answer's error text (the prefill's 500 body, passed on by the router) or a log
+ * line. The texts are the engine's (engines/sglang/release-texts.ts, where each is cited upstream), taken as data.
  */
 
-export type ReleaseCause =
-  | 'watchdog'
-  | 'bootstrap-timeout'
-  | 'waiting-timeout'
-  | 'heartbeat'
-  | 'transport-error'
-  | 'transfer-failed'
-  | 'abort'
-  | 'decode-abort'
-  | 'revert'
-  | 'timeout'
-  | 'gateway'
-  | 'unknown'
+export type {ReleaseCause}
+export {CAUSE_NAMES}
 
-/** How a report names each cause. */
-export const CAUSE_NAMES: Record<ReleaseCause, string> = {
-  watchdog: 'the watchdog',
-  'bootstrap-timeout': "SGLang's bootstrap timeout (prefill, SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT)",
-  'waiting-timeout': "decode's waiting timeout (SGLANG_DISAGGREGATION_WAITING_TIMEOUT)",
-  heartbeat: "decode's heartbeat failure (it lost the prefill instance)",
-  'transport-error': 'a transport error',
-  'transfer-failed': 'a KV transfer failure (its reason not stated: it came from another TP rank)',
-  abort: 'an abort (/abort_request)',
-  'decode-abort': "decode letting go of its half (its ABORT reached prefill; decode's own reason not shown)",
-  revert: 'the revert of the fault',
-  timeout: 'an SGLang timeout',
-  gateway: 'the gateway (no worker available)',
-  unknown: 'an unknown cause',
-}
-
-const TRANSPORT = [
-  /NIXL transfer encountered ERR/i,
-  /transport error/i,
-  /Transport retry count exceeded/i,
-  /Endpoint timeout/i,
-  /UCS_ERR_\w+/,
-  /IBV_WC_\w+_ERR/,
-  /Failed to send kv chunk/i,
-  /KVSender failed to (post|create) transfer/i,
-  /Failed to (post|create) sliced KV transfer/i,
-]
-
-export function releaseCauseOf(detail: string | undefined): {cause: ReleaseCause; evidence: string} {
+export function releaseCauseOf(
+  detail: string | undefined,
+  texts: readonly ReleaseText<ReleaseCause>[] = SGLANG_RELEASE_TEXTS,
+): {cause: ReleaseCause; evidence: string} {
   const text = detail ?? ''
   const quote = (m: RegExpExecArray) => `"${text.slice(Math.max(0, m.index - 40), m.index + m[0].length + 80).trim()}"`
   if (!text) return {cause: 'unknown', evidence: 'the answer carried no error text'}
-  // The gateway's own 503 when no worker is available (unhealthy, or its circuit breaker open): the final attempt
-  // reached no worker (sgl-model-gateway pd_router.rs handle_server_selection_error).
-  let m = /server_selection_failed|No available servers/.exec(text)
-  if (m) return {cause: 'gateway', evidence: quote(m)}
-  m = /evicted by the disaggregation watchdog|watchdog/i.exec(text)
-  if (m) return {cause: 'watchdog', evidence: quote(m)}
-  m = /Aborted by AbortReq/i.exec(text)
-  if (m) return {cause: 'abort', evidence: quote(m)}
-  m = /was aborted by decode|Aborted by decode-side abort notification|Aborted by peer notification/i.exec(text)
-  if (m) return {cause: 'decode-abort', evidence: quote(m)}
-  m = /timed out after [\d.]+\s*s in KVPoll\.(\w+)/i.exec(text)
-  if (m)
-    return {
-      cause:
-        m[1] === 'Bootstrapping' ? 'bootstrap-timeout' : m[1] === 'WaitingForInput' ? 'waiting-timeout' : 'timeout',
-      evidence: quote(m),
-    }
-  m = /Lost connection with prefill instance/i.exec(text)
-  if (m) return {cause: 'heartbeat', evidence: quote(m)}
-  for (const re of TRANSPORT) {
-    m = re.exec(text)
-    if (m) return {cause: 'transport-error', evidence: quote(m)}
+  for (const t of texts) {
+    const m = t.re.exec(text)
+    if (!m) continue
+    // The state the text names picks a more precise cause (SGLang's KVPoll.<state>); another state keeps `cause`.
+    const state = m[1]
+    const byState = t.byState && state !== undefined && Object.hasOwn(t.byState, state) ? t.byState[state] : undefined
+    return {cause: byState ?? t.cause, evidence: quote(m)}
   }
-  m = /(Prefill|Decode) transfer failed|KV transfer failed|KVTransferError/i.exec(text)
-  if (m) return {cause: 'transfer-failed', evidence: quote(m)}
   return {cause: 'unknown', evidence: `"${text.slice(0, 160)}"`}
 }
 

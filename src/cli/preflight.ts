@@ -1,4 +1,4 @@
-import {DEFAULT_PROBE_TIMEOUT_MS} from '../deployment/clients.js'
+import {DEFAULT_PROBE_TIMEOUT_MS} from '../engines/sglang/deployment/clients.js'
 import type {Deployment} from '../deployment/config.js'
 import {httpRequest, joinUrl} from '../deployment/http.js'
 import {PdError, unreachable} from '../errors.js'

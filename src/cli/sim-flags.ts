@@ -3,7 +3,11 @@ import {resolve} from 'node:path'
 
 import {Flags} from '@oclif/core'
 
-import {type WatchdogRuleBreak, type WatchdogTiming, watchdogRuleBreaks} from '../deployment/watchdog-rules.js'
+import {
+  type WatchdogRuleBreak,
+  type WatchdogTiming,
+  watchdogRuleBreaks,
+} from '../engines/sglang/deployment/watchdog-rules.js'
 import {badInput} from '../errors.js'
 import type {RouterUpOptions} from '../sim/lifecycle/index.js'
 import {POLICY_NAMES} from '../sim/router/policy.js'

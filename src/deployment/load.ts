@@ -6,7 +6,7 @@ import {readEngineField, vllmNotBuilt} from './engine-field.js'
 import {DeploymentFileSchema} from './file-schema.js'
 import {type DeploymentModel, toModel} from './model.js'
 import {singleHostView} from './single-host.js'
-import {watchdogRuleBreaks} from './watchdog-rules.js'
+import {watchdogRuleBreaks} from '../engines/sglang/deployment/watchdog-rules.js'
 import {loadYamlFile, parseYamlText, type YamlFileKind} from './yaml-file.js'
 
 export {foldIssues} from './yaml-file.js'

@@ -1,4 +1,4 @@
-import {PD_QUEUE_GAUGES, PD_QUEUE_LOADS} from '../deployment/sglang-metrics.js'
+import {PD_QUEUE_GAUGES, PD_QUEUE_LOADS} from '../engines/sglang/sglang-metrics.js'
 import type {Observation} from '../model/timeline.js'
 import {pairServers, type SampledServer} from '../workload/sampler.js'
 import type {BatchScenario} from './batch-scenario.js'

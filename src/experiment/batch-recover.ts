@@ -1,5 +1,5 @@
-import {IDLE_REFRESH_S} from '../deployment/freshness.js'
-import type {SglangClient} from '../deployment/sglang-client.js'
+import {IDLE_REFRESH_S} from '../engines/sglang/freshness.js'
+import type {SglangClient} from '../engines/sglang/deployment/sglang-client.js'
 import {sleep, within} from '../util/time.js'
 import {now, type Recorder} from '../workload/recorder.js'
 import {type SampledServer, sampleOnce} from '../workload/sampler.js'

@@ -1,6 +1,6 @@
 import type {BreakerExpectation} from '../checks/expectation.js'
-import type {RouterClient} from '../deployment/router-client.js'
-import {ROUTER_CB_STATE} from '../deployment/sglang-metrics.js'
+import type {RouterClient} from '../engines/sglang/deployment/router-client.js'
+import {ROUTER_CB_STATE} from '../engines/sglang/sglang-metrics.js'
 import type {Observation} from '../model/timeline.js'
 import {sleep} from '../util/time.js'
 import {now, type Recorder} from '../workload/recorder.js'

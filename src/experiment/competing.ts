@@ -1,7 +1,7 @@
 import type {Contract} from '../model/run.js'
 import type {CompetingTimeout} from '../model/competing.js'
 import type {PinState} from '../model/timeline.js'
-import type {SglangTimeouts, TimeoutSetting} from '../discovery/sglang-timeouts.js'
+import type {SglangTimeouts, TimeoutSetting} from '../engines/sglang/discovery/sglang-timeouts.js'
 import {PdError} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 

@@ -1,6 +1,6 @@
 import type {DecodeReleaseExpectation} from '../checks/decode-release.js'
-import {LOADS_DECODE_PREALLOC_QUEUE, LOADS_DECODE_TRANSFER_QUEUE} from '../deployment/sglang-metrics.js'
-import {newRid, newRoom} from '../deployment/sglang-client.js'
+import {LOADS_DECODE_PREALLOC_QUEUE, LOADS_DECODE_TRANSFER_QUEUE} from '../engines/sglang/sglang-metrics.js'
+import {newRid, newRoom} from '../engines/sglang/deployment/sglang-client.js'
 import {oneLine} from '../errors.js'
 import {getFault} from '../faults/registry.js'
 import {coRestart, roleTargets} from '../restart/co-restart.js'

@@ -1,6 +1,6 @@
 import {checkCollateral} from '../checks/collateral.js'
 import {checkRecovery} from '../checks/recovery.js'
-import {WATCHDOG_EVICTED_TOTAL} from '../deployment/sglang-metrics.js'
+import {WATCHDOG_EVICTED_TOTAL} from '../engines/sglang/sglang-metrics.js'
 import {renderPlan} from '../faults/fault.js'
 import type {LeaseRecord, ScenarioRun} from '../model/run.js'
 import type {Observation, Timeline} from '../model/timeline.js'

@@ -1,5 +1,5 @@
-import type {SglangClient} from '../deployment/sglang-client.js'
-import {newRid, newRoom} from '../deployment/sglang-client.js'
+import type {SglangClient} from '../engines/sglang/deployment/sglang-client.js'
+import {newRid, newRoom} from '../engines/sglang/deployment/sglang-client.js'
 import type {MeasuredLags} from '../model/lags.js'
 import {sleep, within} from '../util/time.js'
 import {now} from '../workload/recorder.js'

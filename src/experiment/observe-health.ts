@@ -1,6 +1,6 @@
 import type {WedgeExpectation} from '../checks/expectation.js'
 import {checkWedge} from '../checks/wedge.js'
-import {serviceClients} from '../deployment/clients.js'
+import {serviceClients} from '../engines/sglang/deployment/clients.js'
 import {sleep} from '../util/time.js'
 import {now, type Recorder} from '../workload/recorder.js'
 import type {AloneKind} from './observe-kind.js'

@@ -2,12 +2,12 @@ import type {z} from 'zod'
 
 import type {Deployment} from '../deployment/config.js'
 import type {FaultExpectation} from '../checks/expectation.js'
-import type {RankInfo, StatusReport} from '../discovery/discover.js'
+import type {RankInfo, StatusReport} from '../engines/sglang/discovery/discover.js'
 import type {Topology} from '../discovery/topo.js'
-import type {RouterSettings} from '../discovery/router-settings.js'
-import type {HealthCheckSettings} from '../discovery/transport-env.js'
-import type {SglangTimeouts} from '../discovery/sglang-timeouts.js'
-import type {HeartbeatSettings} from '../discovery/heartbeat-bound.js'
+import type {RouterSettings} from '../engines/sglang/discovery/router-settings.js'
+import type {HealthCheckSettings} from '../engines/sglang/discovery/transport-env.js'
+import type {SglangTimeouts} from '../engines/sglang/discovery/sglang-timeouts.js'
+import type {HeartbeatSettings} from '../engines/sglang/discovery/heartbeat-bound.js'
 import {badInput, oneLine} from '../errors.js'
 import type {Host} from '../hosts/host.js'
 import {shellCommand} from '../hosts/quote.js'
@@ -90,7 +90,7 @@ export interface FaultDiscovery {
   topologyError?: string
   /** How each server's /health judges it (SGLANG_HEALTH_CHECK_TIMEOUT, generation on or off). */
   health?: Partial<Record<'prefill' | 'decode', HealthCheckSettings>>
-  /** SGLang's own PD timeouts, each with where it was read (discovery/sglang-timeouts.ts). */
+  /** SGLang's own PD timeouts, each with where it was read (engines/sglang/discovery/sglang-timeouts.ts). */
   sglangTimeouts?: SglangTimeouts
   /** Decode's heartbeat toward prefill (its environment), when it was read: how soon decode notices a lost prefill. */
   heartbeat?: HeartbeatSettings

@@ -1,7 +1,7 @@
 import {z} from 'zod'
 
 import type {DecodeReleaseExpectation} from '../checks/decode-release.js'
-import type {RankInfo} from '../discovery/discover.js'
+import type {RankInfo} from '../engines/sglang/discovery/discover.js'
 import {badInput} from '../errors.js'
 import type {Host} from '../hosts/host.js'
 import {

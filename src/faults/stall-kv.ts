@@ -1,9 +1,9 @@
 import {z} from 'zod'
 
 import type {StallExpectation} from '../checks/expectation.js'
-import type {RankInfo, TwinRail} from '../discovery/discover.js'
+import type {RankInfo, TwinRail} from '../engines/sglang/discovery/discover.js'
 import {type GpuNics, nicsOfGpu} from '../discovery/topo.js'
-import {mooncakeTimeoutFromEnv, rcLimitsFromEnv} from '../discovery/transport-env.js'
+import {mooncakeTimeoutFromEnv, rcLimitsFromEnv} from '../engines/sglang/discovery/transport-env.js'
 import {badInput, oneLine} from '../errors.js'
 import type {Host} from '../hosts/host.js'
 import {

@@ -3,7 +3,7 @@ import {isIP} from 'node:net'
 import {z} from 'zod'
 
 import type {BreakerExpectation} from '../checks/expectation.js'
-import {GATEWAY_DEFAULTS, worstBackoffMs} from '../discovery/router-settings.js'
+import {GATEWAY_DEFAULTS, worstBackoffMs} from '../engines/sglang/discovery/router-settings.js'
 import {badInput} from '../errors.js'
 import type {Host} from '../hosts/host.js'
 import {checkLeaseId, type Fault, type FaultContext, type FaultPlan, type HostFacts} from './fault.js'

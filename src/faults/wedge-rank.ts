@@ -1,8 +1,8 @@
 import {z} from 'zod'
 
 import type {WedgeExpectation} from '../checks/expectation.js'
-import type {RankInfo} from '../discovery/discover.js'
-import {HEALTH_CHECK_GRANULARITY_S, healthCheckFromEnv} from '../discovery/transport-env.js'
+import type {RankInfo} from '../engines/sglang/discovery/discover.js'
+import {HEALTH_CHECK_GRANULARITY_S, healthCheckFromEnv} from '../engines/sglang/discovery/transport-env.js'
 import {badInput} from '../errors.js'
 import type {Host} from '../hosts/host.js'
 import {checkLeaseId, describeRank, type Fault, type FaultContext, type FaultPlan, type HostFacts} from './fault.js'

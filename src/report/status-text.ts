@@ -1,5 +1,5 @@
-import type {StatusReport} from '../discovery/discover.js'
-import type {DeploymentReport} from '../discovery/discover-hosts.js'
+import type {StatusReport} from '../engines/sglang/discovery/discover.js'
+import type {DeploymentReport} from '../engines/sglang/discovery/discover-hosts.js'
 import {type HaltRecord, haltLine} from '../model/halt.js'
 
 /** `pdchaos status` for a person: one screen, the problems last and loud. */

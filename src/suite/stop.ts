@@ -1,6 +1,6 @@
 import {checkCollateral} from '../checks/collateral.js'
 import type {Deployment} from '../deployment/config.js'
-import {serviceClients} from '../deployment/clients.js'
+import {serviceClients} from '../engines/sglang/deployment/clients.js'
 import {oneLine} from '../errors.js'
 import type {Host} from '../hosts/host.js'
 import {sleep} from '../util/time.js'

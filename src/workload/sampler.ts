@@ -1,6 +1,6 @@
 import {joinUrl, requestText} from '../deployment/http.js'
 import {parsePromText} from '../deployment/prom-text.js'
-import type {SglangClient} from '../deployment/sglang-client.js'
+import type {SglangClient} from '../engines/sglang/deployment/sglang-client.js'
 import {
   LOADS_RUNNING_REQS,
   LOADS_USED_TOKENS,
@@ -10,7 +10,7 @@ import {
   PD_QUEUE_LOADS,
   RUNNING_REQS,
   TOKEN_USAGE,
-} from '../deployment/sglang-metrics.js'
+} from '../engines/sglang/sglang-metrics.js'
 import {sleep} from '../util/time.js'
 import {now, type Recorder} from './recorder.js'
 

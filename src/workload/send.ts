@@ -1,7 +1,7 @@
 import type {PinState, RequestRole} from '../model/timeline.js'
 import {oneLine} from '../errors.js'
-import type {RouterClient} from '../deployment/router-client.js'
-import {newRid, newRoom, type SglangClient} from '../deployment/sglang-client.js'
+import type {RouterClient} from '../engines/sglang/deployment/router-client.js'
+import {newRid, newRoom, type SglangClient} from '../engines/sglang/deployment/sglang-client.js'
 import {now, type Recorder} from './recorder.js'
 
 /** One request through the router with pdchaos's own rid, recorded as sent and as answered (or abandoned). */

@@ -1,6 +1,6 @@
 import {setMaxListeners} from 'node:events'
 
-import type {RouterClient} from '../deployment/router-client.js'
+import type {RouterClient} from '../engines/sglang/deployment/router-client.js'
 import {sleep} from '../util/time.js'
 import type {Recorder} from './recorder.js'
 import {sendRequest, type Sent} from './send.js'

@@ -23,6 +23,9 @@ describe('data flows one way', () => {
     expect(layerOf('engines/vllm/lease-contract.ts')).toBe(layerOf('discovery/proc.ts'))
     expect(layerOf('engines/vllm/faults/drop-dest-info.ts')).toBe(layerOf('faults/stall-kv.ts'))
     expect(layerOf('engines/vllm/experiments/registry.ts')).toBe(layerOf('experiment/batch.ts'))
+    // Its service clients and file rules sit at the deployment layer, which the deployment loader may ask.
+    expect(layerOf('engines/sglang/deployment/sglang-client.ts')).toBe(layerOf('deployment/config.ts'))
+    expect(layerOf('engines/sglang/discovery/discover.ts')).toBe(layerOf('engines/engine.ts'))
     // A file named like a subfolder at the engine's top stays at the engines layer.
     expect(layerOf('engines/vllm/faults.ts')).toBe(layerOf('engines/engine.ts'))
   })

@@ -3,7 +3,7 @@ import {describe, expect, it} from 'vitest'
 import {checkAborts} from '../../src/checks/abort.js'
 import {checkCollateral} from '../../src/checks/collateral.js'
 import {checkRecovery} from '../../src/checks/recovery.js'
-import {LOADS_PREFILL_INFLIGHT_QUEUE} from '../../src/deployment/sglang-metrics.js'
+import {LOADS_PREFILL_INFLIGHT_QUEUE} from '../../src/engines/sglang/sglang-metrics.js'
 import type {MeasuredLags} from '../../src/model/lags.js'
 import {TimelineBuilder} from './synthetic.js'
 

@@ -1,7 +1,7 @@
 import {describe, expect, it} from 'vitest'
 
 import {checkDecodeRelease, type DecodeReleaseExpectation, releasePath} from '../../src/checks/decode-release.js'
-import {LOADS_DECODE_TRANSFER_QUEUE} from '../../src/deployment/sglang-metrics.js'
+import {LOADS_DECODE_TRANSFER_QUEUE} from '../../src/engines/sglang/sglang-metrics.js'
 import {TimelineBuilder} from './synthetic.js'
 
 /** Decode's half of a pin, judged against decode's heartbeat bound (2 s × 2 here) from the kill. */

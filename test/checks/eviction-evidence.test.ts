@@ -1,7 +1,7 @@
 import {describe, expect, it} from 'vitest'
 
 import {checkEvictions} from '../../src/checks/eviction.js'
-import {WATCHDOG_EVICTED_TOTAL} from '../../src/deployment/sglang-metrics.js'
+import {WATCHDOG_EVICTED_TOTAL} from '../../src/engines/sglang/sglang-metrics.js'
 import type {CompetingTimeout} from '../../src/model/competing.js'
 import {TimelineBuilder, TIMEOUTS_READ} from './synthetic.js'
 

@@ -2,14 +2,14 @@ import {describe, expect, it} from 'vitest'
 
 import {checkKvTokens} from '../../src/checks/kv-tokens.js'
 import {checkRecovery} from '../../src/checks/recovery.js'
-import {freshnessOf, idleSnapshotReadings, inFlightAt, writtenSince} from '../../src/deployment/freshness.js'
+import {freshnessOf, idleSnapshotReadings, inFlightAt, writtenSince} from '../../src/engines/sglang/freshness.js'
 import {
   LOADS_PREFILL_INFLIGHT_QUEUE,
   LOADS_USED_TOKENS,
   PREFILL_INFLIGHT_QUEUE,
   TOKEN_USAGE,
   TRANSFER_FAILED_TOTAL,
-} from '../../src/deployment/sglang-metrics.js'
+} from '../../src/engines/sglang/sglang-metrics.js'
 import {TimelineBuilder} from './synthetic.js'
 
 /**

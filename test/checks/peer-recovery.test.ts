@@ -1,7 +1,7 @@
 import {describe, expect, it} from 'vitest'
 
 import {checkPeerRecovery} from '../../src/checks/peer-recovery.js'
-import {heartbeatFromEnv} from '../../src/discovery/heartbeat-bound.js'
+import {heartbeatFromEnv} from '../../src/engines/sglang/discovery/heartbeat-bound.js'
 import type {Observation, Timeline} from '../../src/model/timeline.js'
 
 const T0 = 1_000_000

@@ -8,7 +8,7 @@ import {
   LOADS_PREFILL_INFLIGHT_QUEUE,
   LOADS_USED_TOKENS,
   WATCHDOG_EVICTED_TOTAL,
-} from '../../src/deployment/sglang-metrics.js'
+} from '../../src/engines/sglang/sglang-metrics.js'
 import {drained} from '../../src/experiment/batch-pairs.js'
 import {viewFor} from '../../src/experiment/judge.js'
 import {TimelineBuilder} from './synthetic.js'

@@ -1,10 +1,10 @@
 import {afterAll, afterEach, beforeAll, describe, expect, it} from 'vitest'
 
-import {DEFAULT_PROBE_TIMEOUT_MS, serviceClients} from '../../src/deployment/clients.js'
+import {DEFAULT_PROBE_TIMEOUT_MS, serviceClients} from '../../src/engines/sglang/deployment/clients.js'
 import {httpRequest, jsonWithBigInts} from '../../src/deployment/http.js'
 import {sampleValue} from '../../src/deployment/prom-text.js'
-import {RouterClient} from '../../src/deployment/router-client.js'
-import {MAX_ROOM, newRid, newRoom, SglangClient, toRoom} from '../../src/deployment/sglang-client.js'
+import {RouterClient} from '../../src/engines/sglang/deployment/router-client.js'
+import {MAX_ROOM, newRid, newRoom, SglangClient, toRoom} from '../../src/engines/sglang/deployment/sglang-client.js'
 import {PdError} from '../../src/errors.js'
 import {closedPort, sendJson, startHttp, startRawTcp, type TestServer} from './servers.js'
 

@@ -1,6 +1,6 @@
 import {describe, expect, it} from 'vitest'
 
-import {watchdogRuleBreaks} from '../../src/deployment/watchdog-rules.js'
+import {watchdogRuleBreaks} from '../../src/engines/sglang/deployment/watchdog-rules.js'
 
 describe('watchdogRuleBreaks: the watchdog contract rules in one place', () => {
   it('a contract within every bound breaks none', () => {

@@ -1,9 +1,21 @@
 import {describe, expect, it} from 'vitest'
 
-import {CONFIG_SCRIPT, parseConfigBlocks, rankName, routeKeyOf, serviceOwner} from '../../src/discovery/discover.js'
+import {
+  CONFIG_SCRIPT,
+  parseConfigBlocks,
+  rankName,
+  routeKeyOf,
+  serviceOwner,
+} from '../../src/engines/sglang/discovery/discover.js'
 import {gpuFromLayout, gpuIndexByPid, parseComputeApps, parseGpuList} from '../../src/discovery/gpus.js'
-import {isServerLaunch, mergeLaunchArgs, parseConfigYaml, parseLaunchCommand} from '../../src/discovery/launch-args.js'
-import {parseDockerProxy, parsePs, parseRankTitle, parseSsListeners} from '../../src/discovery/proc.js'
+import {
+  isServerLaunch,
+  mergeLaunchArgs,
+  parseConfigYaml,
+  parseLaunchCommand,
+} from '../../src/engines/sglang/discovery/launch-args.js'
+import {parseDockerProxy, parsePs, parseSsListeners} from '../../src/discovery/proc.js'
+import {parseRankTitle} from '../../src/engines/sglang/discovery/rank-title.js'
 
 describe('scheduler titles by SGLang rule', () => {
   it('reads every segment in upstream order: DP, PP, ATTN_CP, MOE_DP, TP, EP', () => {

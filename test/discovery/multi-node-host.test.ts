@@ -1,7 +1,7 @@
 import {describe, expect, it} from 'vitest'
 
 import {DeploymentSchema} from '../../src/deployment/config.js'
-import {discover} from '../../src/discovery/discover.js'
+import {discover} from '../../src/engines/sglang/discovery/discover.js'
 import {answered, answeringHost} from '../hosts/answering-host.js'
 
 /**

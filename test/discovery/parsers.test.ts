@@ -1,13 +1,14 @@
 import {describe, expect, it} from 'vitest'
 
 import {gpuIndexByPid, parseComputeApps, parseGpuList} from '../../src/discovery/gpus.js'
-import {parseEnviron, parseProcStat, parsePs, parseRankTitle, parseSsListeners} from '../../src/discovery/proc.js'
+import {parseEnviron, parseProcStat, parsePs, parseSsListeners} from '../../src/discovery/proc.js'
+import {parseRankTitle} from '../../src/engines/sglang/discovery/rank-title.js'
 import {
   timeoutsFromEnv,
   timeoutsFromServices,
   watchdogFromEnv,
   watchdogWarnings,
-} from '../../src/discovery/watchdog-env.js'
+} from '../../src/engines/sglang/discovery/watchdog-env.js'
 
 describe('process parsers', () => {
   it('reads SGLang rank titles, including the DP and PP variants, and ignores other processes', () => {

@@ -1,6 +1,6 @@
 import {describe, expect, it} from 'vitest'
 
-import {isRouterCommand, routerSettingsFromArgv} from '../../src/discovery/router-settings.js'
+import {isRouterCommand, routerSettingsFromArgv} from '../../src/engines/sglang/discovery/router-settings.js'
 
 describe("the gateway's retry and breaker settings", () => {
   it(

@@ -1,6 +1,6 @@
 import {describe, expect, it} from 'vitest'
 
-import {launchVarsOf, sglangTimeoutsOf, versionAtMost} from '../../src/discovery/sglang-timeouts.js'
+import {launchVarsOf, sglangTimeoutsOf, versionAtMost} from '../../src/engines/sglang/discovery/sglang-timeouts.js'
 import {competingRefusal, competingTimeoutsFor, firingInWindow} from '../../src/experiment/competing.js'
 import {nixlHasBootstrapTimeout} from '../../src/sim/server/prefill-rank.js'
 

@@ -1,8 +1,13 @@
 import {spawnSync} from 'node:child_process'
 import {describe, expect, it} from 'vitest'
 
-import {ENVIRON_SCRIPT, parseEnvironBlocks, type StatusReport, twinRailsOf} from '../../src/discovery/discover.js'
-import {transportAcross} from '../../src/discovery/discover-hosts.js'
+import {
+  ENVIRON_SCRIPT,
+  parseEnvironBlocks,
+  type StatusReport,
+  twinRailsOf,
+} from '../../src/engines/sglang/discovery/discover.js'
+import {transportAcross} from '../../src/engines/sglang/discovery/discover-hosts.js'
 import {nicsOfGpu, parseNvidiaTopo} from '../../src/discovery/topo.js'
 import {
   healthCheckFromEnv,
@@ -11,7 +16,7 @@ import {
   qpAckTimeout,
   rcLimitsFromEnv,
   rcTransportOf,
-} from '../../src/discovery/transport-env.js'
+} from '../../src/engines/sglang/discovery/transport-env.js'
 import {FEWER_NICS, railHost} from './topo-samples.js'
 
 describe('nvidia-smi topo -m', () => {

@@ -2,7 +2,7 @@ import {createServer, type Server} from 'node:http'
 
 import {afterAll, describe, expect, it} from 'vitest'
 
-import {RouterClient} from '../../src/deployment/router-client.js'
+import {RouterClient} from '../../src/engines/sglang/deployment/router-client.js'
 import {untilBreakersClose} from '../../src/experiment/session.js'
 
 /**

@@ -5,7 +5,7 @@ import {afterAll, expect, type TestContext} from 'vitest'
 import type {ServerResponse} from 'node:http'
 
 import {DeploymentSchema, type Deployment} from '../../src/deployment/config.js'
-import type {RankInfo} from '../../src/discovery/discover.js'
+import type {RankInfo} from '../../src/engines/sglang/discovery/discover.js'
 import {RunSession} from '../../src/experiment/session.js'
 import type {FaultDiscovery} from '../../src/faults/fault.js'
 import {listLeases, revertLease} from '../../src/faults/lease/lease.js'

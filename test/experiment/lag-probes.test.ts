@@ -3,7 +3,7 @@ import type {AddressInfo} from 'node:net'
 
 import {afterEach, describe, expect, it} from 'vitest'
 
-import {SglangClient} from '../../src/deployment/sglang-client.js'
+import {SglangClient} from '../../src/engines/sglang/deployment/sglang-client.js'
 import {measureLags} from '../../src/experiment/lag-probes.js'
 
 /**

@@ -4,7 +4,7 @@ import {createServer} from 'node:net'
 import {describe, expect, it} from 'vitest'
 
 import {PdError} from '../../src/errors.js'
-import type {RankInfo} from '../../src/discovery/discover.js'
+import type {RankInfo} from '../../src/engines/sglang/discovery/discover.js'
 import type {FaultDiscovery} from '../../src/faults/fault.js'
 import {KILL_SCRIPT, killPrefill, RESTART_UNLESS_SERVING} from '../../src/faults/kill-prefill.js'
 import {parseFaultParams} from '../../src/faults/params.js'

@@ -2,7 +2,7 @@ import type {ChildProcess} from 'node:child_process'
 import {fileURLToPath} from 'node:url'
 import {afterAll, afterEach, beforeAll, describe, expect, it} from 'vitest'
 
-import type {RankInfo} from '../../src/discovery/discover.js'
+import type {RankInfo} from '../../src/engines/sglang/discovery/discover.js'
 import {parseSsConnections} from '../../src/faults/mechanisms/data-path.js'
 import {dropDestInfo} from '../../src/faults/drop-dest-info.js'
 import {type FaultDiscovery, type FaultPlan, type FilterTool, runProbes} from '../../src/faults/fault.js'

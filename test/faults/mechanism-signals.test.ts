@@ -2,7 +2,7 @@ import {type ChildProcess, spawn} from 'node:child_process'
 import {readFileSync} from 'node:fs'
 import {afterEach, describe, expect, it} from 'vitest'
 
-import type {RankInfo} from '../../src/discovery/discover.js'
+import type {RankInfo} from '../../src/engines/sglang/discovery/discover.js'
 import {type FaultDiscovery, runProbe, waitProbes} from '../../src/faults/fault.js'
 import {resolveIdentity, type ProcIdentity} from '../../src/faults/mechanisms/proc-identity.js'
 import {buildSigstop, signalArgv} from '../../src/faults/mechanisms/signals.js'

@@ -1,7 +1,7 @@
 import {spawnSync} from 'node:child_process'
 import {describe, expect, it} from 'vitest'
 
-import type {RankInfo} from '../../src/discovery/discover.js'
+import type {RankInfo} from '../../src/engines/sglang/discovery/discover.js'
 import {abortMidTransfer, sweepOffsets, trialRid} from '../../src/faults/abort-mid-transfer.js'
 import {classifyDataPath, dataConnectionsOf, parseSsConnections} from '../../src/faults/mechanisms/data-path.js'
 import {dropDestInfo} from '../../src/faults/drop-dest-info.js'

@@ -1,7 +1,7 @@
 import {spawnSync} from 'node:child_process'
 import {describe, expect, it} from 'vitest'
 
-import type {RankInfo} from '../../src/discovery/discover.js'
+import type {RankInfo} from '../../src/engines/sglang/discovery/discover.js'
 import {parseNvidiaTopo} from '../../src/discovery/topo.js'
 import {PdError} from '../../src/errors.js'
 import {type FaultDiscovery, type FaultPlan, type HostFacts, type NicFacts, renderArgv} from '../../src/faults/fault.js'

@@ -1,6 +1,6 @@
 import {describe, expect, it} from 'vitest'
 
-import {routerSettingsFromArgv} from '../../src/discovery/router-settings.js'
+import {routerSettingsFromArgv} from '../../src/engines/sglang/discovery/router-settings.js'
 import {PdError} from '../../src/errors.js'
 import type {FaultDiscovery} from '../../src/faults/fault.js'
 import {judgeIptablesInjected} from '../../src/faults/mechanisms/packet-filter.js'

@@ -1,6 +1,6 @@
 import {describe, expect, it} from 'vitest'
 
-import type {RankInfo} from '../../src/discovery/discover.js'
+import type {RankInfo} from '../../src/engines/sglang/discovery/discover.js'
 import {PdError} from '../../src/errors.js'
 import {dropDestInfo} from '../../src/faults/drop-dest-info.js'
 import type {FaultDiscovery} from '../../src/faults/fault.js'

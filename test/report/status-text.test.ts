@@ -1,7 +1,7 @@
 import {describe, expect, it} from 'vitest'
 
-import type {StatusReport} from '../../src/discovery/discover.js'
-import type {DeploymentReport} from '../../src/discovery/discover-hosts.js'
+import type {StatusReport} from '../../src/engines/sglang/discovery/discover.js'
+import type {DeploymentReport} from '../../src/engines/sglang/discovery/discover-hosts.js'
 import {renderStatus} from '../../src/report/status-text.js'
 
 // `pdchaos status` as a person reads it: these pin the whole screen for one host and for several, so that a change

@@ -1,9 +1,14 @@
-import {parseRankTitle} from '../../discovery/proc.js'
 import type {Engine} from '../engine.js'
+import {parseRankTitle} from './discovery/rank-title.js'
+import {SGLANG_PIN_STATES} from './pin-states.js'
+import {CAUSE_NAMES, SGLANG_RELEASE_TEXTS} from './release-texts.js'
+import {QUEUE_REQS, RUNNING_REQS, TOKEN_USAGE} from './sglang-metrics.js'
 
 /**
- * SGLang, thin: what discovery/ and deployment/ hold today (scheduler titles in discovery/proc.ts, the watchdog
- * contract in deployment/watchdog-rules.ts and discovery/watchdog-env.ts). A later pass may move those files here.
+ * SGLang: everything that is its own lives in this folder (docs/architecture.md, "Adding an engine"): discovery/
+ * (`discover()`, scheduler titles, launch args, its PD timeouts and watchdog environment, the gateway's settings),
+ * deployment/ (its HTTP and gateway clients, the watchdog contract's rules: the deployment layer asks them), its metric
+ * names (sglang-metrics.ts) and when each is fresh (freshness.ts), its release texts and its pin states.
  */
 export const sglangEngine: Engine = {
   name: 'sglang',
@@ -16,8 +21,13 @@ export const sglangEngine: Engine = {
       "prefill's watchdog contract (deployment file `watchdog:`): a request unread past its deadline is released",
   },
   metrics: {
-    names: ['sglang:num_running_reqs', 'sglang:num_queue_reqs', 'sglang:token_usage'],
-    freshness: 'per scheduler step (deployment/freshness.ts)',
+    names: [RUNNING_REQS, QUEUE_REQS, TOKEN_USAGE],
+    freshness: 'per scheduler step (engines/sglang/freshness.ts)',
   },
-  releaseCauses: [],
+  // One line per cause its texts can name, in the words a report uses (CAUSE_NAMES).
+  releaseCauses: [...new Set(SGLANG_RELEASE_TEXTS.flatMap(t => [t.cause, ...Object.values(t.byState ?? {})]))].map(
+    cause => ({cause, text: CAUSE_NAMES[cause]}),
+  ),
+  releaseTexts: SGLANG_RELEASE_TEXTS,
+  pinStates: SGLANG_PIN_STATES,
 }

@@ -1,6 +1,6 @@
 import {isIP} from 'node:net'
 
-import type {RankInfo} from '../../discovery/discover.js'
+import type {RankInfo} from '../../engines/sglang/discovery/discover.js'
 import {badInput} from '../../errors.js'
 import type {Connection, Endpoint, FaultDiscovery} from '../fault.js'
 

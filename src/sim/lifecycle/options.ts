@@ -270,7 +270,8 @@ function watchdogOf(o: SimUpOptions): {
   if (!['all', 'inflight', 'off'].includes(scope))
     throw badInput(`--watchdog must be all, inflight or off, got "${scope}"`, 'pass --watchdog all')
   // The twin's own bounds on its watchdog, behind its wall (it imports no CLI code); the contract's rules, poll <=
-  // deadline among them, have their one home in src/deployment/watchdog-rules.ts, asked by the CLI (cli/twin.ts).
+  // deadline among them, have their one home in src/engines/sglang/deployment/watchdog-rules.ts, asked by the CLI
+  // (cli/twin.ts).
   const deadlineS = positive('--deadline', o.deadlineS, UP_DEFAULTS.deadlineS)
   const pollS = positive('--poll', o.pollS, UP_DEFAULTS.pollS, 3600)
   const lateMs = o.watchdogLateMs ?? 0

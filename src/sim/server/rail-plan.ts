@@ -99,7 +99,8 @@ export interface UcxRcSettings {
  * ucs_config_sscanf_time (src/ucs/config/parser.c:497-529): a number, then s, ms, us, ns or m (minutes); none is
  * seconds.
  */
-// The twin's own copy of UCX's time syntax (it imports no CLI code); CLI's: discovery/transport-env.ts parseUcxTime
+// The twin's own copy of UCX's time syntax (it imports no CLI code); CLI's: engines/sglang/discovery/transport-env.ts
+// parseUcxTime
 export function parseUcxTime(raw: string): number | undefined {
   const m = /^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)(m|s|ms|us|ns)?$/.exec(raw)
   if (!m) return undefined
@@ -110,7 +111,8 @@ export function parseUcxTime(raw: string): number | undefined {
 }
 
 /** uct_ib_to_qp_fabric_time (src/uct/ib/base/ib_device.c:1252-1264): the QP's local ACK timeout exponent. */
-// The twin's own copy of the QP-timeout formula (imports no CLI code); CLI's: discovery/transport-env.ts qpAckTimeout
+// The twin's own copy of the QP-timeout formula (imports no CLI code); CLI's: engines/sglang/discovery/transport-env.ts
+// qpAckTimeout
 export function qpFabricTime(seconds: number): {exponent: number; seconds: number} {
   const to = Math.log(seconds / 4.096e-6) / Math.log(2)
   let exponent: number

@@ -1,4 +1,9 @@
-import {MAX_DEADLINE_SECONDS, MAX_POLL_SECONDS, MIN_DEADLINE_SECONDS, MIN_POLL_SECONDS} from './limits.js'
+import {
+  MAX_DEADLINE_SECONDS,
+  MAX_POLL_SECONDS,
+  MIN_DEADLINE_SECONDS,
+  MIN_POLL_SECONDS,
+} from '../../../deployment/limits.js'
 
 /**
  * The one home of the watchdog contract's rules: each bound on the deadline and the poll (limits.ts), and the rule no

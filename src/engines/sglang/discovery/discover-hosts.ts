@@ -1,5 +1,5 @@
-import type {Deployment} from '../deployment/config.js'
-import type {Host} from '../hosts/host.js'
+import type {Deployment} from '../../../deployment/config.js'
+import type {Host} from '../../../hosts/host.js'
 import {
   discover,
   type DiscoverOptions,
@@ -8,9 +8,9 @@ import {
   type ServiceStatus,
   type StatusReport,
 } from './discover.js'
-import type {NodeRankOn} from '../deployment/single-host.js'
-import type {HostState} from './host-state.js'
-import type {Topology} from './topo.js'
+import type {NodeRankOn} from '../../../deployment/single-host.js'
+import type {HostState} from '../../../discovery/host-state.js'
+import type {Topology} from '../../../discovery/topo.js'
 
 /**
  * Discovery of a deployment over several hosts: each host is read for the services that run on it (its process

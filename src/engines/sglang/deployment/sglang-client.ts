@@ -1,7 +1,7 @@
 import {randomBytes} from 'node:crypto'
 
-import {badInput, PdError} from '../errors.js'
-import {ExitCode} from '../exit-codes.js'
+import {badInput, PdError} from '../../../errors.js'
+import {ExitCode} from '../../../exit-codes.js'
 import {
   httpRequest,
   type HttpResponse,
@@ -12,8 +12,8 @@ import {
   requestText,
   snippet,
   statusError,
-} from './http.js'
-import {type ParsedMetrics, parsePromText} from './prom-text.js'
+} from '../../../deployment/http.js'
+import {type ParsedMetrics, parsePromText} from '../../../deployment/prom-text.js'
 
 /**
  * HTTP client of one SGLang server (prefill or decode), with SGLang's own endpoint names

@@ -1,12 +1,12 @@
-import type {Deployment} from '../deployment/config.js'
+import type {Deployment} from '../../../deployment/config.js'
 import {DEFAULT_PROBE_TIMEOUT_MS, type ServiceClients, serviceClients} from '../deployment/clients.js'
 import type {HealthResult} from '../deployment/sglang-client.js'
-import {sampleValue, sumOf, type ParsedMetrics} from '../deployment/prom-text.js'
-import {PD_COUNTERS, PD_QUEUE_GAUGES, QUEUE_REQS, RUNNING_REQS, TOKEN_USAGE} from '../deployment/sglang-metrics.js'
-import {oneLine, PdError, unreachable} from '../errors.js'
-import {ExitCode} from '../exit-codes.js'
-import type {Host} from '../hosts/host.js'
-import {listHostState, type HostState} from './host-state.js'
+import {sampleValue, sumOf, type ParsedMetrics} from '../../../deployment/prom-text.js'
+import {PD_COUNTERS, PD_QUEUE_GAUGES, QUEUE_REQS, RUNNING_REQS, TOKEN_USAGE} from '../sglang-metrics.js'
+import {oneLine, PdError, unreachable} from '../../../errors.js'
+import {ExitCode} from '../../../exit-codes.js'
+import type {Host} from '../../../hosts/host.js'
+import {listHostState, type HostState} from '../../../discovery/host-state.js'
 import {
   gpuFromLayout,
   gpuIndexByPid,
@@ -15,20 +15,20 @@ import {
   type GpuLayout,
   type GpuRow,
   type PidGpu,
-} from './gpus.js'
+} from '../../../discovery/gpus.js'
 import {isServerLaunch, mergeLaunchArgs, parseConfigYaml, parseLaunchCommand, type LaunchArgs} from './launch-args.js'
 import {
   parseDockerProxy,
   parseEnviron,
   parseProcStat,
   parsePs,
-  parseRankTitle,
   parseSsListeners,
   type Listener,
   type ProcessRow,
-} from './proc.js'
+} from '../../../discovery/proc.js'
+import {parseRankTitle} from './rank-title.js'
 import {isRouterCommand, type RouterSettings, routerSettingsFromArgv} from './router-settings.js'
-import {parseNvidiaTopo, type Topology} from './topo.js'
+import {parseNvidiaTopo, type Topology} from '../../../discovery/topo.js'
 import {healthCheckFromEnv, KEPT_ENV, type HealthCheckSettings} from './transport-env.js'
 import {
   heartbeatSettingsOf,

@@ -1,5 +1,5 @@
-import {joinUrl} from './http.js'
-import type {ParsedMetrics} from './prom-text.js'
+import {joinUrl} from '../../../deployment/http.js'
+import type {ParsedMetrics} from '../../../deployment/prom-text.js'
 import {
   type ClientOptions,
   DEFAULT_PROBE_TIMEOUT_MS,

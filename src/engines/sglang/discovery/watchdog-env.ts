@@ -1,4 +1,4 @@
-import type {Watchdog} from '../deployment/config.js'
+import type {Watchdog} from '../../../deployment/config.js'
 
 /**
  * The watchdog and SGLang PD timeouts as a scheduler process's environment sets them, compared with the

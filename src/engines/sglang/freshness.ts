@@ -1,4 +1,4 @@
-import {abandonedOf, answerOf, type Observation, type Timeline} from '../model/timeline.js'
+import {abandonedOf, answerOf, type Observation, type Timeline} from '../../model/timeline.js'
 import {
   ABORTED_REQUESTS_TOTAL,
   BOOTSTRAP_FAILED_TOTAL,

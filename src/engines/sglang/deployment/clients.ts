@@ -1,4 +1,4 @@
-import type {Deployment} from './config.js'
+import type {Deployment} from '../../../deployment/config.js'
 import {RouterClient} from './router-client.js'
 import {DEFAULT_PROBE_TIMEOUT_MS, SglangClient} from './sglang-client.js'
 
