@@ -173,7 +173,9 @@ export class DecodeSide {
     for (const r of this.reqs.values()) {
       used += r.blocks
       if (r.status === 'running') running++
-      else if (r.status === 'reading') deferred++
+      // An aborted request leaves the scheduler's queues at once (scheduler.py `finish_requests`) while its blocks
+      // stay allocated until the READ ends (`delay_free_blocks` for WAITING_FOR_REMOTE_KVS): used, not waiting.
+      else if (r.status === 'reading' && !r.aborted) deferred++
       else if (r.status === 'waiting') capacity++
     }
     this.k.stats = {running, waitingCapacity: capacity, waitingDeferred: deferred, usedBlocks: used}
