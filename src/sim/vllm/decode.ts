@@ -76,15 +76,20 @@ export class DecodeSide {
    * "we must add empty block_ids to _reqs_need_recv so that our worker side will notify and free blocks in the
    * prefill instance"). Reading: the notification rides on the READ itself (pull_worker.py `_read_blocks` posts it
    * with the transfer), so P hears of it when the READ completes; a READ that never completes leaves P's blocks to
-   * the lease, no longer renewed.
+   * the lease, no longer renewed. D's blocks stay allocated until the READ ends (scheduler.py `finish_requests`:
+   * `delay_free_blocks` for WAITING_FOR_REMOTE_KVS), but the request leaves the waiting gauges at once.
    */
   abort(id: string): void {
     const r = this.reqs.get(id)
     if (!r || r.status === 'done' || r.aborted) return
     const during = r.status
     this.k.success.abort = (this.k.success.abort ?? 0) + 1
-    this.truth.record(id, null, 'aborted', {detail: {during, remoteId: r.remoteId}})
-    if (during === 'reading') {
+    // Waiting on the handshake, vLLM has already allocated the blocks and cleared do_remote_prefill
+    // (`update_state_after_alloc`; the handshake runs in the worker): the same as during the READ, which still starts.
+    const handshaking = during === 'waiting' && !this.peers.get(`${r.host}:${r.port}`)?.meta
+    const detail = {during, remoteId: r.remoteId, ...(handshaking ? {handshake: true} : {})}
+    this.truth.record(id, null, 'aborted', {detail})
+    if (during === 'reading' || handshaking) {
       r.aborted = true
       return
     }
@@ -173,8 +178,10 @@ export class DecodeSide {
     for (const r of this.reqs.values()) {
       used += r.blocks
       if (r.status === 'running') running++
-      else if (r.status === 'reading') deferred++
-      else if (r.status === 'waiting') capacity++
+      // An aborted request leaves the scheduler's queues at once (scheduler.py `finish_requests`) while its blocks
+      // stay allocated until the READ ends (`delay_free_blocks` for WAITING_FOR_REMOTE_KVS): used, not waiting.
+      else if (r.status === 'reading' && !r.aborted) deferred++
+      else if (r.status === 'waiting' && !r.aborted) capacity++
     }
     this.k.stats = {running, waitingCapacity: capacity, waitingDeferred: deferred, usedBlocks: used}
   }

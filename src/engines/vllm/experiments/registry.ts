@@ -1,4 +1,5 @@
 import {badInput} from '../../../errors.js'
+import {vllmAbortMidTransfer} from './abort-mid-transfer.js'
 import {vllmDropDestInfo} from './drop-dest-info.js'
 import type {VllmExperiment} from './experiment.js'
 
@@ -8,6 +9,7 @@ import type {VllmExperiment} from './experiment.js'
  */
 export const VLLM_EXPERIMENTS: Record<string, VllmExperiment> = {
   [vllmDropDestInfo.fault]: vllmDropDestInfo,
+  [vllmAbortMidTransfer.fault]: vllmAbortMidTransfer,
 }
 
 export const VLLM_FAULT_NAMES = (): string[] => Object.keys(VLLM_EXPERIMENTS)
