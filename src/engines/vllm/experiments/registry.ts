@@ -1,6 +1,7 @@
 import {badInput} from '../../../errors.js'
 import {vllmDropDestInfo} from './drop-dest-info.js'
 import type {VllmExperiment} from './experiment.js'
+import {vllmStallKv} from './stall-kv.js'
 
 /**
  * Every fault pdchaos can inject into a vLLM PD deployment, by the name users type. Adding one is its experiment file
@@ -8,6 +9,7 @@ import type {VllmExperiment} from './experiment.js'
  */
 export const VLLM_EXPERIMENTS: Record<string, VllmExperiment> = {
   [vllmDropDestInfo.fault]: vllmDropDestInfo,
+  [vllmStallKv.fault]: vllmStallKv,
 }
 
 export const VLLM_FAULT_NAMES = (): string[] => Object.keys(VLLM_EXPERIMENTS)
