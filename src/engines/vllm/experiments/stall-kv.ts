@@ -139,6 +139,26 @@ async function afterRevert(ctx: VllmContext, plan: VllmStallPlan, sent: Sent, re
   return lines
 }
 
+/**
+ * Bystanders not released during the observation: their release lines once the stalled READs completed (one step and
+ * the log's second later), as a note: a reaper that stops at a renewed head frees them only behind it.
+ */
+async function bystandersAfter(ctx: VllmContext, plan: VllmStallPlan, sent: Sent, seen: Observed): Promise<string[]> {
+  const late = sent.bystanders.filter(g => !seen.releases?.some(r => r.requestId === g.requestId))
+  if (late.length === 0 || seen.releases === undefined) return []
+  await sleepUntil(Date.now() + 1500, ctx.signal, 'the filter is lifted')
+  const [log, offset] = await readPrefillLog(ctx.host, ctx.deployment.services.prefill.logs?.file, ctx.signal)
+  const clock = {nearMs: Date.now(), ...(offset === undefined ? {} : {utcOffsetMin: offset})}
+  const releases = log === undefined ? [] : parseReleaseLog(log, clock)
+  const d = plan.settings.duration!.seconds * 1000
+  return late.map(g => {
+    const r = releases.find(x => x.requestId === g.requestId)
+    if (!r) return `bystander ${g.requestId}: still no release line after the revert`
+    const past = ((r.t - (g.answeredMs + d)) / 1000).toFixed(1)
+    return `bystander ${g.requestId}: released ${past} s or more past its lease, only after the revert ("${r.line}")`
+  })
+}
+
 function leaseRecord(stall: ReadStallPlan, handle: ReadStallHandle, ev: {injected: string[]; clean: string[]}) {
   return (r: {clean: boolean; revertedAt: number}): LeaseRecord => ({
     id: stall.leaseId,
@@ -177,6 +197,7 @@ async function runStall(ctx: VllmContext, plan: VllmStallPlan, stall: ReadStallP
   }
   const reverted = await handle.revert()
   const after = await afterRevert(ctx, plan, sent!, reverted.revertedAt)
+  after.push(...(await bystandersAfter(ctx, plan, sent!, seen!)))
   const expired = before?.values['vllm:nixl_num_kv_expired_reqs']
   const lease = leaseRecord(stall, handle, ev)(reverted)
   return judge(plan, {
