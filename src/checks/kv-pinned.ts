@@ -45,6 +45,13 @@ export interface KvPinnedInput {
   decode: DecodeState
   /** The filter's dropped-packet count at the end of the observation: did any READ meet the stall? */
   matchedPackets?: number
+  /**
+   * Did D's heartbeats reach P during the stall over a path the filter left open? (Traffic from D into P's side
+   * channel while the READ was stalled.) vLLM's heartbeats ride NIXL notifications
+   * (docs/design/nixl_kv_cache_lease.md),
+   * which may share the stalled path: a release while D held the request is a defect only when they reached P.
+   */
+  heartbeats?: {reachedP: boolean; evidence: string}
   /** P's vllm:nixl_num_kv_expired_reqs before the requests and at the end, when exported. */
   expiredCounter?: {before: number; after: number}
 }
@@ -163,6 +170,15 @@ function judgeReleased(
   const id = r.requestId
   const at = {...ev, line: line.line, releasedIn: [line.t, line.t + line.resolutionMs]}
   const held = heldAt(input, r, line.t + line.resolutionMs, outstanding)
+  if (held && !input.heartbeats?.reachedP)
+    return unverified(
+      id,
+      "released while D held the request; D's heartbeats were not seen reaching P",
+      "P may have freed correctly: the stall may have cut D's heartbeats too " +
+        `(${input.heartbeats?.evidence ?? 'not measured'})`,
+      "stall only the READ's lane, or read P's lease renewals (its debug log), and judge again",
+      {...at, held},
+    )
   if (held)
     return {
       subject: id,
@@ -173,6 +189,7 @@ function judgeReleased(
         failure: 'freed-early',
         held,
         renewal: `D heartbeats ${every(s)}, each extending by ${s.extension?.seconds} s`,
+        heartbeats: input.heartbeats!.evidence,
       },
     }
   const open = r.sentMs + s.duration!.seconds * 1000
@@ -254,14 +271,15 @@ function judgeUnreleased(
       "read D's /health and /metrics during the stall",
       ev,
     )
+  const hb = input.heartbeats?.reachedP ? 'D heartbeated' : 'D held the request'
   const pinnedS = ((input.observedUntilMs - r.answeredMs) / 1000).toFixed(1)
   const pastS = ((input.observedUntilMs - r.answeredMs) / 1000 - s.duration!.seconds).toFixed(1)
   return {
     subject: id,
     verdict: 'fail',
     summary:
-      `pinned: P held the blocks ${pinnedS} s (${pastS} s past the ${s.duration!.seconds} s lease) while D ` +
-      'heartbeated; no READ deadline freed them',
+      `pinned: P held the blocks ${pinnedS} s (${pastS} s past the ${s.duration!.seconds} s lease) while ${hb}; ` +
+      'no READ deadline freed them',
     evidence: {
       ...ev,
       failure: 'pinned',
@@ -269,8 +287,8 @@ function judgeUnreleased(
       held,
       noRelease: `no "Releasing expired KV blocks" line for ${id} in P's log read at ${iso(input.observedUntilMs)}`,
       heartbeats:
-        `inferred: D heartbeats each request waiting for remote KVs ${every(s)} ` +
-        '(nixl/base_scheduler.py build_connector_meta), and the lease was not reaped',
+        `${input.heartbeats?.evidence ?? 'not measured'}; D heartbeats each request waiting for remote KVs ` +
+        `${every(s)} (nixl/base_scheduler.py on_new_request, build_connector_meta)`,
     },
   }
 }

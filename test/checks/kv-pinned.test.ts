@@ -34,6 +34,7 @@ const input = (over: Partial<KvPinnedInput> = {}): KvPinnedInput => ({
   observedUntilMs: T0 + 12_600,
   decode: {healthy: true, waiting: 1, t: T0 + 12_650},
   matchedPackets: 8,
+  heartbeats: {reachedP: true, evidence: "P's side channel received 900 byte(s) from D during the stall"},
   ...over,
 })
 
@@ -63,6 +64,14 @@ describe('kv-pinned: a READ stalled while D heartbeats', () => {
     const [v] = judgeKvPinned(input({logReleases: [line(T0 + 4000)]}))
     expect([v!.verdict, v!.evidence.failure]).toEqual(['fail', 'freed-early'])
     expect(v!.summary).toMatch(/^freed while D renewed/)
+  })
+
+  it("is unverified, not freed-early, when D's heartbeats were not seen reaching P (they may share the stalled path)", () => {
+    const [v] = judgeKvPinned(
+      input({logReleases: [line(T0 + 4000)], heartbeats: {reachedP: false, evidence: 'no traffic'}}),
+    )
+    expect(v!.verdict).toBe('unverified')
+    expect(String(v!.evidence.why)).toMatch(/may have cut D's heartbeats too \(no traffic\)/)
   })
 
   it('passes a release by lease expiry after D failed the READ (its leg answered 500), inside its window', () => {

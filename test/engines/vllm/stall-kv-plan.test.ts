@@ -1,7 +1,13 @@
 import {describe, expect, it} from 'vitest'
 
 import {leaseContract} from '../../../src/engines/vllm/lease-contract.js'
-import {renderVllmStallPlan, vllmStallPlan, vllmStallScenario} from '../../../src/engines/vllm/faults/stall-kv.js'
+import {
+  heartbeatsSeen,
+  renderVllmStallPlan,
+  sideChannelBytesIn,
+  vllmStallPlan,
+  vllmStallScenario,
+} from '../../../src/engines/vllm/faults/stall-kv.js'
 import {runExitCode} from '../../../src/model/run.js'
 
 const config = (extra?: Record<string, unknown>) => ({
@@ -52,5 +58,25 @@ describe('stall-kv on vLLM: the plan', () => {
     ])
     expect(s.notes![0]).toBe('engine: vllm')
     expect(runExitCode({name: 'x', startedAt: 0, finishedAt: 1, deployment: 'd', scenarios: [s]})).toBe(1)
+  })
+})
+
+describe("stall-kv on vLLM: D's heartbeats seen on P's side channel", () => {
+  const SS = [
+    '0      0      127.0.0.1:56238 127.0.0.1:44234',
+    '\t bbr wscale:10,10 rto:204 bytes_sent:93 bytes_acked:93 bytes_received:20018 segs_out:179 segs_in:181',
+  ].join('\n')
+
+  it('sums bytes_received of the side-channel connections (ss -tinH); none: undefined', () => {
+    expect(sideChannelBytesIn(SS)).toBe(20_018)
+    expect(sideChannelBytesIn(`${SS}\n${SS.replace('20018', '5')}`)).toBe(20_023)
+    expect(sideChannelBytesIn('')).toBeUndefined()
+  })
+
+  it('reached P only when bytes flowed in during the stall', () => {
+    expect(heartbeatsSeen(5600, 100, 900).reachedP).toBe(true)
+    expect(heartbeatsSeen(5600, 900, 900)).toMatchObject({reachedP: false})
+    expect(heartbeatsSeen(5600, undefined, undefined).evidence).toMatch(/ride NIXL notifications/)
+    expect(heartbeatsSeen(undefined, 1, 2).reachedP).toBe(false)
   })
 })

@@ -12,6 +12,9 @@ import {
 } from '../client.js'
 import {type ReadStallHandle, type ReadStallPlan, installReadStall, planReadStall} from '../faults/read-stall.js'
 import {
+  heartbeatsSeen,
+  sideChannelBytesIn,
+  sideChannelSsArgv,
   type VllmStallPlan,
   VLLM_STALL_FAULT,
   renderVllmStallPlan,
@@ -78,11 +81,25 @@ interface Observed {
   decode: DecodeState
   matchedPackets?: number
   expiredAfter?: number
+  heartbeats: {reachedP: boolean; evidence: string}
 }
 
-async function observe(ctx: VllmContext, handle: ReadStallHandle, sent: Sent): Promise<Observed> {
+/** Bytes into P's side channel now (`ss -tin` over the Host interface), undefined without a connection. */
+async function sideChannelIn(ctx: VllmContext, port: number | undefined): Promise<number | undefined> {
+  if (port === undefined) return undefined
+  const r = await ctx.host.run(sideChannelSsArgv(port), {timeoutMs: 10_000, sudo: true, signal: ctx.signal})
+  return r.code === 0 ? sideChannelBytesIn(r.stdout) : undefined
+}
+
+async function observe(
+  ctx: VllmContext,
+  handle: ReadStallHandle,
+  sent: Sent,
+  side: {port: number | undefined; before: number | undefined},
+): Promise<Observed> {
   const observedUntilMs = Date.now()
   const stalled = stalledOf(sent)
+  const heartbeats = heartbeatsSeen(side.port, side.before, await sideChannelIn(ctx, side.port))
   const [decode, filter, counters] = await Promise.all([
     decodeState(ctx),
     handle.verify(),
@@ -94,6 +111,7 @@ async function observe(ctx: VllmContext, handle: ReadStallHandle, sent: Sent): P
   const expiredAfter = counters?.values['vllm:nixl_num_kv_expired_reqs']
   return {
     stalled,
+    heartbeats,
     ...(releases ? {releases} : {}),
     observedUntilMs,
     decode,
@@ -183,10 +201,12 @@ async function runStall(ctx: VllmContext, plan: VllmStallPlan, stall: ReadStallP
   let seen: Observed | undefined
   try {
     sent = await sendAll(ctx, plan, plan.observeAfterLastAnswerMs + plan.afterRevertMs + 60_000)
+    const port = stall.sideChannelPorts[0]
+    const side = {port, before: await sideChannelIn(ctx, port)}
     const until = Math.max(...sent.grants.map(g => g.answeredMs)) + plan.observeAfterLastAnswerMs
     ctx.progress(`observing ${((until - Date.now()) / 1000).toFixed(1)} s with the READ stalled`)
     await sleepUntil(until, ctx.signal, 'reverting the READ stall')
-    seen = await observe(ctx, handle, sent)
+    seen = await observe(ctx, handle, sent, side)
   } finally {
     const r = await handle.revert()
     ev.clean.push(...r.evidence)
@@ -221,6 +241,7 @@ function judge(
     ...(seen.releases ? {logReleases: seen.releases} : {}),
     observedUntilMs: seen.observedUntilMs,
     decode: seen.decode,
+    heartbeats: seen.heartbeats,
     ...(seen.matchedPackets === undefined ? {} : {matchedPackets: seen.matchedPackets}),
     ...(o.before !== undefined && seen.expiredAfter !== undefined
       ? {expiredCounter: {before: o.before, after: seen.expiredAfter}}
@@ -240,6 +261,7 @@ function judge(
   const notes = [
     `vllm:nixl_num_kv_expired_reqs: ${o.before ?? 'not exported'} -> ${seen.expiredAfter ?? 'not exported'}`,
     `filter dropped ${seen.matchedPackets ?? '?'} packet(s) to P's data port`,
+    `heartbeats: ${seen.heartbeats.evidence}`,
     ...o.after.map(l => `after the revert: ${l}`),
   ]
   return vllmStallScenario(plan, {

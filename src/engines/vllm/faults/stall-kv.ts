@@ -152,3 +152,48 @@ export function vllmStallScenario(
     notes: ['engine: vllm', ...p.sources, `bound: ${p.bound}`, ...p.notes, ...(r.notes ?? [])],
   }
 }
+
+/** `ss -tinH state established '( sport = :PORT )'`: the argv reading the connections into P's side channel. */
+export const sideChannelSsArgv = (port: number): string[] => [
+  'ss',
+  '-tinH',
+  'state',
+  'established',
+  `( sport = :${port} )`,
+]
+
+/**
+ * Bytes P received on its side-channel connections, from `ss -tinH` (each socket a line, then an indented line of
+ * TCP info with `bytes_received:N`); undefined when there is no connection. Pure.
+ */
+export function sideChannelBytesIn(text: string): number | undefined {
+  let sum: number | undefined
+  for (const line of text.split('\n')) {
+    const m = /\bbytes_received:(\d+)/.exec(line)
+    if (m) sum = (sum ?? 0) + Number(m[1])
+  }
+  return sum
+}
+
+/** Did anything flow from D into P's side channel between two readings (the twin's heartbeats do)? */
+export function heartbeatsSeen(
+  port: number | undefined,
+  before: number | undefined,
+  after: number | undefined,
+): {reachedP: boolean; evidence: string} {
+  if (port === undefined) return {reachedP: false, evidence: "P's side-channel port unknown: heartbeats not observed"}
+  if (before !== undefined && after !== undefined && after > before)
+    return {
+      reachedP: true,
+      evidence:
+        `P's side channel :${port} received ${after - before} byte(s) from D during the stall (bytes_received ` +
+        `${before} -> ${after}): D's heartbeats reached P on a path the filter left open`,
+    }
+  return {
+    reachedP: false,
+    evidence:
+      `no traffic from D into P's side channel :${port} during the stall ` +
+      `(bytes_received ${before ?? 'no connection'} ` +
+      `-> ${after ?? 'no connection'}): vLLM's heartbeats ride NIXL notifications, which may share the stalled path`,
+  }
+}
