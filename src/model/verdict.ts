@@ -18,6 +18,7 @@ export const CHECKS = [
   'breaker',
   'decode-release',
   'kv-lease',
+  'kv-pinned',
 ] as const
 export type CheckName = (typeof CHECKS)[number]
 

@@ -109,6 +109,7 @@ describe('read-stall: finding P data path', () => {
     const p = await planReadStall(c, {ttlMs: 60_000, fault: 'stall-kv'})
     if ('refusal' in p) throw new Error(p.refusal)
     expect(p.listeners.map(l => l.port)).toEqual([8300])
+    expect(p.sideChannelPorts).toEqual([5600])
     expect(p.filter.tool).toBe('nft')
     expect(p.filter.inject[0]![1]).toContain('tcp dport 8300 counter drop')
     expect(p.filter.inject[0]![1]).not.toContain('5600')

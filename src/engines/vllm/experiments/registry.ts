@@ -2,6 +2,7 @@ import {badInput} from '../../../errors.js'
 import {vllmAbortMidTransfer} from './abort-mid-transfer.js'
 import {vllmDropDestInfo} from './drop-dest-info.js'
 import type {VllmExperiment} from './experiment.js'
+import {vllmStallKv} from './stall-kv.js'
 
 /**
  * Every fault pdchaos can inject into a vLLM PD deployment, by the name users type. Adding one is its experiment file
@@ -9,6 +10,7 @@ import type {VllmExperiment} from './experiment.js'
  */
 export const VLLM_EXPERIMENTS: Record<string, VllmExperiment> = {
   [vllmDropDestInfo.fault]: vllmDropDestInfo,
+  [vllmStallKv.fault]: vllmStallKv,
   [vllmAbortMidTransfer.fault]: vllmAbortMidTransfer,
 }
 

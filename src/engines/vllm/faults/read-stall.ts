@@ -63,6 +63,8 @@ export interface ReadStallPlan {
   listeners: DataListener[]
   /** Listeners of P's tree left alone, each with why. */
   excluded: string[]
+  /** P's NIXL side-channel port(s) (left open): where the twin's heartbeats travel; real vLLM's ride NIXL. */
+  sideChannelPorts: number[]
   filter: FilterPlan
   sudo: boolean
   lines: string[]
@@ -182,11 +184,12 @@ export async function planReadStall(ctx: ReadStallContext, opts: ReadStallOption
       hint: 'run P with UCX_TLS limited to tcp (e.g. UCX_TLS=tcp,self,sm) for this experiment, or stall another way',
     }
   const side = [positivePort(facts.env?.VLLM_NIXL_SIDE_CHANNEL_PORT), ctx.deployment.services.prefill.sideChannelPort]
+  const sideChannelPorts = [...new Set(side.filter((x): x is number => x !== undefined))]
   const found = dataListeners({
     tree: facts.tree,
     listeners: facts.listeners,
     httpPort: Number(new URL(ctx.deployment.services.prefill.url).port || 80),
-    sideChannelPorts: side.filter((x): x is number => x !== undefined),
+    sideChannelPorts,
     otherPorts: [positivePort(facts.env?.MASTER_PORT)].filter((x): x is number => x !== undefined),
   })
   if ('refusal' in found) return found
@@ -210,6 +213,7 @@ export async function planReadStall(ctx: ReadStallContext, opts: ReadStallOption
     stateDir: ctx.deployment.stateDir ?? '/run/pdchaos',
     dataPath,
     ...found,
+    sideChannelPorts,
     filter,
     sudo: true,
   }
