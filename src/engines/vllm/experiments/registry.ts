@@ -1,6 +1,8 @@
 import {badInput} from '../../../errors.js'
 import {vllmDropDestInfo} from './drop-dest-info.js'
 import type {VllmExperiment} from './experiment.js'
+import {vllmKillDecode} from './kill-decode.js'
+import {vllmWedgeRank} from './wedge-rank.js'
 
 /**
  * Every fault pdchaos can inject into a vLLM PD deployment, by the name users type. Adding one is its experiment file
@@ -8,6 +10,8 @@ import type {VllmExperiment} from './experiment.js'
  */
 export const VLLM_EXPERIMENTS: Record<string, VllmExperiment> = {
   [vllmDropDestInfo.fault]: vllmDropDestInfo,
+  [vllmWedgeRank.fault]: vllmWedgeRank,
+  [vllmKillDecode.fault]: vllmKillDecode,
 }
 
 export const VLLM_FAULT_NAMES = (): string[] => Object.keys(VLLM_EXPERIMENTS)
