@@ -227,7 +227,13 @@ export async function injectUnder(
     record.evidence.injected.push(`exit ${r.code}: ${oneLine(r.stdout || r.stderr).slice(0, 300)}`)
     if (r.code !== 0) return record
   }
-  const v = await runProbes(guard.host, [o.verify], 10_000)
+  // A signal is delivered asynchronously (a process running on another CPU shows state R for a moment after
+  // SIGSTOP; a killed one lingers while its memory is freed): the proof is read again, up to 3 s.
+  let v = await runProbes(guard.host, [o.verify], 10_000)
+  for (let i = 0; i < 30 && !v.ok; i++) {
+    await new Promise(r => setTimeout(r, 100))
+    v = await runProbes(guard.host, [o.verify], 10_000)
+  }
   record.verifiedInjected = v.ok
   record.evidence.injected.push(...v.results.map(x => x.evidence))
   return record

@@ -2,7 +2,6 @@ import type {KvLeaseSettings} from '../../../checks/kv-lease.js'
 import type {MechanismPlan} from '../../../faults/fault.js'
 import {checkIdentity} from '../../../faults/mechanisms/proc-identity.js'
 import {buildSigstop} from '../../../faults/mechanisms/signals.js'
-import {displayArgv} from '../../../hosts/quote.js'
 import type {VllmProcessTree} from '../detect.js'
 import type {LeaseContract} from '../lease-contract.js'
 import {renderTiming, type StopTiming, stopLeaseTtlMs, stopSettings, stopTiming} from './heartbeat-stop.js'
@@ -117,7 +116,6 @@ export function renderVllmWedgePlan(p: VllmWedgePlan): string[] {
       'blocks of the requests D held at max(grant + duration, last renewal + extension) + one step + the reaper',
     `target: ${p.target.title} pid ${p.target.pid} (start ${p.target.startTicks})`,
     `mechanism: ${p.sigstop.summary}`,
-    `  inject: ${p.sigstop.inject.map(displayArgv).join('; ')}`,
     `  revert (also the fault lease's host-side reverter, TTL ${(p.leaseTtlMs / 1000).toFixed(0)} s): SIGCONT`,
     'lease settings:',
     ...p.sources.map(s => `  ${s}`),
