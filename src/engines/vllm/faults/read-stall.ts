@@ -176,7 +176,9 @@ export async function planReadStall(ctx: ReadStallContext, opts: ReadStallOption
   })
   if (dataPath.kind !== 'tcp')
     return {
-      refusal: `P's KV data path is ${dataPath.kind === 'rdma' ? 'RDMA' : 'unknown'} (${dataPath.evidence}): a packet filter would not stall it`,
+      refusal:
+        `P's KV data path is ${dataPath.kind === 'rdma' ? 'RDMA' : 'unknown'} (${dataPath.evidence}): ` +
+        'a packet filter would not stall it',
       hint: 'run P with UCX_TLS limited to tcp (e.g. UCX_TLS=tcp,self,sm) for this experiment, or stall another way',
     }
   const side = [positivePort(facts.env?.VLLM_NIXL_SIDE_CHANNEL_PORT), ctx.deployment.services.prefill.sideChannelPort]
