@@ -98,9 +98,20 @@ async function expectDecodeRunning(t: Twin) {
   const d = (JSON.parse(status.stdout) as {servers: Array<{role: string; health: {ok: boolean}; pid?: number}>}).servers
   const decode = d.find(s => s.role === 'decode')!
   expect(decode.health.ok).toBe(true)
-  const ps = await run('ps', ['-eo', 'pid=,stat=,args='])
-  const stopped = ps.stdout.split('\n').filter(l => /^\s*\d+\s+T/.test(l) && l.includes('VLLM::'))
-  expect(stopped).toEqual([])
+  // This twin's D only (other tests on the machine may hold their own processes stopped).
+  const ps = await run('ps', ['-eo', 'pid=,ppid=,stat=,args='])
+  const rows = ps.stdout
+    .split('\n')
+    .map(l => /^\s*(\d+)\s+(\d+)\s+(\S+)\s+(.*)$/.exec(l))
+    .filter(m => m !== null)
+    .map(m => ({pid: Number(m[1]), ppid: Number(m[2]), stat: m[3]!, args: m[4]!}))
+  const tree = new Set([decode.pid])
+  for (let grew = true; grew; ) {
+    grew = false
+    for (const r of rows) if (tree.has(r.ppid) && !tree.has(r.pid)) grew = tree.add(r.pid) !== undefined
+  }
+  expect(tree.size).toBeGreaterThan(1)
+  expect(rows.filter(r => tree.has(r.pid) && r.stat.startsWith('T')).map(r => r.args)).toEqual([])
   return decode.pid
 }
 
