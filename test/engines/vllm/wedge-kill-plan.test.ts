@@ -76,6 +76,13 @@ describe('wedge-rank on vLLM (plan)', () => {
     expect(p.leaseTtlMs).toBeGreaterThan(p.timing.holdRenewedMs + p.timing.holdStopMs)
   })
 
+  it('refuses a --ttl shorter than the run (the host would SIGCONT mid-run)', () => {
+    const o = {side: 'decode' as const, target: {title: 'E', pid: 101, startTicks: 1}, p: lease12, d: lease12}
+    const r = vllmWedgePlan({...o, requests: 2, ttlS: 10, logFile: undefined})
+    expect('refusal' in r && r.refusal).toContain('--ttl 10 s is shorter than the run')
+    expect('refusal' in vllmWedgePlan({...o, requests: 2, ttlS: 60, logFile: undefined})).toBe(false)
+  })
+
   it('holds the renewed requests past duration − extension + interval, and the stop past every window', () => {
     const s = {
       mode: 'lease' as const,

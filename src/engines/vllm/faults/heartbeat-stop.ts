@@ -98,6 +98,16 @@ export function stopLeaseTtlMs(t: StopTiming): number {
   return Math.min(3_600_000, Math.ceil(t.holdRenewedMs + t.holdStopMs + 60_000))
 }
 
+/** --ttl shorter than the run: the host's reverter would take the fault out mid-run, so refuse it. */
+export function ttlRefusal(ttlS: number | undefined, t: StopTiming): {refusal: string; hint: string} | undefined {
+  const needS = Math.ceil((t.holdRenewedMs + t.holdStopMs) / 1000) + 10
+  if (ttlS === undefined || ttlS >= needS) return undefined
+  return {
+    refusal: `--ttl ${ttlS} s is shorter than the run (${needS} s: both holds and 10 s to send and revert)`,
+    hint: `pass --ttl ${needS} or more, or leave it out (the plan's TTL covers the run and a minute)`,
+  }
+}
+
 export function renderTiming(t: StopTiming, what: string): string[] {
   return [
     `requests: ${t.renewed} renewed (held ${(t.holdRenewedMs / 1000).toFixed(1)} s before the ${what}, so that ` +

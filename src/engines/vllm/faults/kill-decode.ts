@@ -5,7 +5,7 @@ import {checkIdentity, type ProcIdentity, parseProcStat} from '../../../faults/m
 import {displayArgv} from '../../../hosts/quote.js'
 import type {VllmProcessTree} from '../detect.js'
 import type {LeaseContract} from '../lease-contract.js'
-import {renderTiming, type StopTiming, stopLeaseTtlMs, stopSettings, stopTiming} from './heartbeat-stop.js'
+import {renderTiming, type StopTiming, stopLeaseTtlMs, stopSettings, stopTiming, ttlRefusal} from './heartbeat-stop.js'
 
 /**
  * kill-decode on vLLM (issue 31 item 3), pure: the plan. SIGKILL of D's API server and its engine core(s) and TP
@@ -98,6 +98,8 @@ export function vllmKillDecodePlan(o: {
   if ('refusal' in s) return s
   const targets = o.targets.map(t => ({...checkIdentity(t, `${t.label} (pid ${t.pid})`), label: t.label}))
   const timing = stopTiming(s.settings, o.requests)
+  const short = ttlRefusal(o.ttlS, timing)
+  if (short) return short
   return {
     targets,
     kill: ['sh', '-c', KILL_SCRIPT, 'pdchaos-kill', ...targets.flatMap(t => [String(t.pid), String(t.startTicks)])],

@@ -4,7 +4,7 @@ import {checkIdentity} from '../../../faults/mechanisms/proc-identity.js'
 import {buildSigstop} from '../../../faults/mechanisms/signals.js'
 import type {VllmProcessTree} from '../detect.js'
 import type {LeaseContract} from '../lease-contract.js'
-import {renderTiming, type StopTiming, stopLeaseTtlMs, stopSettings, stopTiming} from './heartbeat-stop.js'
+import {renderTiming, type StopTiming, stopLeaseTtlMs, stopSettings, stopTiming, ttlRefusal} from './heartbeat-stop.js'
 
 /**
  * wedge-rank on vLLM (issue 31 item 3), pure: the plan and its target. `--side decode [--gpu N]` SIGSTOPs D's
@@ -99,6 +99,8 @@ export function vllmWedgePlan(o: {
   const label = `D's ${o.target.title}`
   const id = checkIdentity(o.target, label)
   const timing = stopTiming(s.settings, o.requests)
+  const short = ttlRefusal(o.ttlS, timing)
+  if (short) return short
   return {
     side: 'decode',
     target: {...o.target, startTicks: id.startTicks},
