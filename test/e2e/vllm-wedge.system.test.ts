@@ -41,13 +41,22 @@ interface Twin {
   file: string
 }
 
-async function up(bugs: string[]): Promise<Twin> {
+/** A twin on free ports; another test may take a port between the probe and the bind, so up to 3 tries. */
+async function up(bugs: string[], attempt = 1): Promise<Twin> {
   const dir = mkdtempSync(join(process.env.TMPDIR ?? tmpdir(), 'vllm-wedge-'))
   const {base, side} = await freeVllmPorts()
   const args = ['sim', 'up', '--engine', 'vllm', '--state-dir', dir, '--base-port', String(base), '--vllm-tp', '2']
   args.push('--side-channel-port', String(side), '--kv-lease-duration', String(LEASE_S))
   for (const b of bugs) args.push('--vllm-bug', b)
-  await run(process.execPath, [CLI, ...args], {timeout: 60_000})
+  try {
+    await run(process.execPath, [CLI, ...args], {timeout: 60_000})
+  } catch (error) {
+    const inUse = [join(dir, 'logs', 'prefill.log'), join(dir, 'logs', 'decode.log'), join(dir, 'logs', 'router.log')]
+      .filter(f => existsSync(f))
+      .some(f => readFileSync(f, 'utf8').includes('EADDRINUSE'))
+    if (attempt < 3 && (inUse || /already in use/.test(String(error)))) return up(bugs, attempt + 1)
+    throw error
+  }
   return {dir, file: join(dir, 'pdchaos.yaml')}
 }
 
