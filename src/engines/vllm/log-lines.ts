@@ -93,3 +93,18 @@ export function parseReleaseLog(text: string, clock: LogClock): ReleaseObservati
   }
   return out
 }
+
+/** Any vLLM log line's time and message (issue 31 wedge-rank reads P's DEBUG renewals); undefined when not vLLM's. */
+export function parseLogLine(
+  line: string,
+  clock: LogClock,
+): {t: number; resolutionMs: number; msg: string; line: string} | undefined {
+  const text = line.replace(ANSI, '').trimEnd()
+  const m = HEAD.exec(text)
+  if (!m) return undefined
+  const frac = m[7]
+  const t =
+    epochOf(clock, +m[2]!, +m[3]!, +m[4]!, +m[5]!, +m[6]!) + (frac === undefined ? 0 : Number(`0.${frac}`) * 1000)
+  const resolutionMs = frac === undefined ? VLLM_LOG_RESOLUTION_MS : 1000 / 10 ** frac.length
+  return {t, resolutionMs, msg: m[8]!, line: text}
+}

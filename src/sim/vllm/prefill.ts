@@ -159,8 +159,18 @@ export class PrefillSide {
           for (const id of ids) if (this.leases.has(id)) this.truth.record(id, null, 'heartbeat-dropped')
           continue
         }
-        for (const r of this.leases.heartbeat(ids, nowMs(), this.c.lease.extensionS))
+        const ext = this.c.lease.extensionS
+        for (const r of this.leases.heartbeat(ids, nowMs(), ext)) {
           this.truth.record(r.id, null, 'heartbeat', {detail: {fromMs: r.fromMs, toMs: r.toMs}})
+          // base_worker.py `_handle_heartbeat`'s logger.debug, per renewed request (its expiries: P's own clock).
+          vlog(
+            'EngineCore_DP0',
+            'DEBUG',
+            `${WORKER}:_handle_heartbeat`,
+            `Heartbeat extended lease for request ${r.id} by ${ext}s ` +
+              `(old_expiry=${(r.fromMs / 1000).toFixed(1)}, new_expiry=${(r.toMs / 1000).toFixed(1)})`,
+          )
+        }
         continue
       }
       // "<request id>:<consumers>": every consumer here is one D worker, so one notification frees.
