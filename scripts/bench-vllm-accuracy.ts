@@ -30,6 +30,8 @@ const LEASE_S = arg('lease', 4)
 const STEP_MS = 20
 const SAMPLE_MS = arg('sample-ms', 100)
 const TOL_MS = 1
+/** The twin's step beyond its timer: the round trip to its workers over IPC (engine-loop.ts), for the second truth. */
+const OVERHEAD_MS = arg('step-overhead-ms', 5)
 
 interface JVerdict {
   subject: string
@@ -50,6 +52,8 @@ interface ReqResult {
   set: string
   rid: string
   truthPass: boolean
+  /** The same with one step taken as the timer + OVERHEAD_MS (the twin's step as it runs). */
+  truthPassRun: boolean
   truthLateMs: number | null
   pd: JVerdict['verdict']
   pdWhy: string
@@ -129,13 +133,10 @@ function judgeRound(set: string, j: Journal, truth: TruthEvent[], samples: Array
     const freed = mine.find(e => e.event === 'freed')
     const expiry = granted?.detail?.expiryMs
     const lateMs = freed && expiry !== undefined ? freed.t - expiry - STEP_MS : null
-    const truthPass =
-      !!granted &&
-      !!freed &&
-      freed.detail?.cause === 'lease-expired' &&
-      freed.t >= granted.t + LEASE_S * 1000 - TOL_MS &&
-      lateMs !== null &&
-      lateMs <= TOL_MS
+    const onTime =
+      !!granted && !!freed && freed.detail?.cause === 'lease-expired' && freed.t >= granted.t + LEASE_S * 1000 - TOL_MS
+    const truthPass = onTime && lateMs !== null && lateMs <= TOL_MS
+    const truthPassRun = onTime && lateMs !== null && lateMs <= OVERHEAD_MS + TOL_MS
     const sec = v.evidence.releasedIn
     const est = sec ? (sec[0] + sec[1]) / 2 : undefined
     const iv = sampledInterval(samples, k + 1)
@@ -143,6 +144,7 @@ function judgeRound(set: string, j: Journal, truth: TruthEvent[], samples: Array
       set,
       rid: v.subject,
       truthPass,
+      truthPassRun,
       truthLateMs: lateMs,
       pd: v.verdict,
       pdWhy: v.verdict === 'unverified' ? (v.evidence.why ?? v.summary) : v.summary,
@@ -198,12 +200,13 @@ function distRow(name: string, xs: number[]): string {
 }
 
 /** Wrong = pdchaos's pass/fail differs from the truth's; unverified is counted apart (and is never right). */
-function verdictRow(name: string, rs: ReqResult[], expectFail: boolean): string {
-  const tp = rs.filter(r => r.truthPass).length
+function verdictRow(name: string, rs: ReqResult[], expectFail: boolean, run = false): string {
+  const truth = (r: ReqResult): boolean => (run ? r.truthPassRun : r.truthPass)
+  const tp = rs.filter(truth).length
   const pp = rs.filter(r => r.pd === 'pass').length
   const pf = rs.filter(r => r.pd === 'fail').length
   const un = rs.filter(r => r.pd === 'unverified').length
-  const wrong = rs.filter(r => r.pd !== 'unverified' && (r.pd === 'pass') !== r.truthPass).length
+  const wrong = rs.filter(r => r.pd !== 'unverified' && (r.pd === 'pass') !== truth(r)).length
   const ok = wrong === 0 && un === 0 && (!expectFail || (tp === 0 && pp === 0))
   return `| ${name} | ${rs.length} | ${tp} / ${rs.length - tp} | ${pp} / ${pf} / ${un} | ${wrong} | ${verdict(ok)} |`
 }
@@ -234,7 +237,9 @@ function report(clean: ReqResult[], never: ReqResult[], early: ReqResult[]): str
     'puts the release in [T, T + 1 s) (`releasedIn`); the point estimate is the middle of that second, T + 500 ms. ' +
       "Truth: `freed.t` in the twin's",
     'truth/prefill.jsonl; error = estimate − truth. Truth verdict: pass iff freed by the lease path with ' +
-      `grant + ${LEASE_S} s <= freed <= expiry + one step (${STEP_MS} ms), ±${TOL_MS} ms.`,
+      `grant + ${LEASE_S} s <= freed <= expiry + one step (${STEP_MS} ms), ±${TOL_MS} ms; and, as a second truth, ` +
+      `one step as the twin runs it (its timer + ${OVERHEAD_MS} ms for the round trip to its workers; a bound set ` +
+      "after a first run found the twin's reaper 1.6–2.7 ms past the nominal step, not measured per step).`,
     `Measured ${new Date().toISOString().slice(0, 16)} UTC on ${cpus().length} cores shared with other work: ` +
       `1-minute load average ${ms(ls.min)}–${ms(ls.max)} (median ${ms(ls.p50)}), sampled every 10 s.`,
     '',
@@ -257,12 +262,20 @@ function report(clean: ReqResult[], never: ReqResult[], early: ReqResult[]): str
     '',
     '| twin | requests | truth | pdchaos | wrong | goal |',
     '|---|---|---|---|---|---|',
-    verdictRow('no defect', clean, false),
+    verdictRow(`no defect (truth: expiry + the nominal ${STEP_MS} ms step)`, clean, false),
+    verdictRow(
+      `no defect (truth: expiry + ${STEP_MS} ms + ${OVERHEAD_MS} ms worker IPC, the twin's step as run)`,
+      clean,
+      false,
+      true,
+    ),
     verdictRow('`--vllm-bug lease-never-expires`', never, true),
     verdictRow('`--vllm-bug expire-early`', early, true),
     '',
     `- p99 |error| ${ms(p99)} ms over ${abs.length} releases; the truth lay inside the log's second for ` +
-      `${pct(inSec, withSec)}. Wrong verdicts without a defect: ${wrong(clean).length}; unverified: ` +
+      `${pct(inSec, withSec)}. Wrong verdicts without a defect: ${wrong(clean).length} against the nominal-step ` +
+      `truth, ${clean.filter(r => r.pd !== 'unverified' && (r.pd === 'pass') !== r.truthPassRun).length} against ` +
+      `the step as run; unverified: ` +
       `${un(clean).length}. With the defects, fail by truth and pdchaos: lease-never-expires ` +
       `${never.filter(r => !r.truthPass).length}/${never.length} and ` +
       `${never.filter(r => r.pd === 'fail').length}/${never.length}; expire-early ` +
