@@ -239,7 +239,7 @@ function report(clean: ReqResult[], never: ReqResult[], early: ReqResult[]): str
     'truth/prefill.jsonl; error = estimate − truth. Truth verdict: pass iff freed by the lease path with ' +
       `grant + ${LEASE_S} s <= freed <= expiry + one step (${STEP_MS} ms), ±${TOL_MS} ms; and, as a second truth, ` +
       `one step as the twin runs it (its timer + ${OVERHEAD_MS} ms for the round trip to its workers; a bound set ` +
-      "after a first run found the twin's reaper 1.6–2.7 ms past the nominal step, not measured per step).`,
+      "after a first run found the twin's reaper 1.6–2.7 ms past the nominal step, not measured per step).",
     `Measured ${new Date().toISOString().slice(0, 16)} UTC on ${cpus().length} cores shared with other work: ` +
       `1-minute load average ${ms(ls.min)}–${ms(ls.max)} (median ${ms(ls.p50)}), sampled every 10 s.`,
     '',
