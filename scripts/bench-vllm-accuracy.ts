@@ -300,8 +300,10 @@ function report(clean: ReqResult[], never: ReqResult[], early: ReqResult[]): str
       'p99 above is that phase spread, bounded by 500 ms, not a property of the oracle. The verdicts do not hinge on ' +
       `it: the window is [sent + ${LEASE_S} s, answered + ${LEASE_S} s + an assumed 1 s step and reaper bound], ` +
       'a second-stamped line is early only when its whole second ends before the window opens, and ' +
-      `expire-early frees at half the lease (${LEASE_S / 2} s early).`,
-    '  What would improve it: a sub-second log stamp (a `VLLM_LOGGING_CONFIG_PATH` format with `%(msecs)`; ' +
+      `expire-early frees at half the lease (${LEASE_S / 2} s early). What the whole second and the assumed step ` +
+      'bound cost is on the late side: a release up to about 1 s past expiry passes (such a late defect is invisible ' +
+      'to pdchaos); an early one must end its second before the window opens.',
+    '  What would improve it: a sub-second log stamp (a `VLLM_LOGGING_CONFIG_PATH` (vllm/envs.py) logging config whose format has `%(msecs)`; ' +
       'src/engines/vllm/log-lines.ts already reads a fraction), or sampling vllm:nixl_num_kv_expired_reqs during ' +
       `the window as the bench's own sampler did (its interval is ~${SAMPLE_MS} ms + a scrape), which on an ` +
       'otherwise idle P (src/checks/kv-lease.ts `traffic`) places each release to about half a sampling interval.',
