@@ -51,6 +51,8 @@ export interface LogRelease {
 export interface CounterSample {
   t: number
   value: number
+  /** When the scrape was sent (epoch ms): the value was read in [fromT, t]. Absent: t alone. */
+  fromT?: number
 }
 
 export interface KvLeaseInput {
@@ -241,6 +243,7 @@ function judgeByLog(
     }
   }
   const at = {...ev, line: line.line, releasedIn: [line.t, line.t + line.resolutionMs], cause: line.cause}
+  Object.assign(at, sampledEvidence(input, id, line))
   if (line.cause !== EXPECTED_CAUSE[mode])
     return {subject: id, verdict: 'fail', summary: `released by ${line.cause}, not the ${mode} path`, evidence: at}
   if (line.t + line.resolutionMs <= win.openMs)
@@ -271,4 +274,40 @@ function judgeByLog(
       evidence: {...at, failure: 'late', lateByMs: line.t - win.closeMs},
     }
   return {subject: id, verdict: 'pass', summary: `released by the ${mode} expiry path in its window`, evidence: at}
+}
+
+/**
+ * The expiry counter as a finer clock than the log's second, on a P shown otherwise idle (idleOtherwise): leases of
+ * one duration expire in grant order, and when each request of the batch was answered before the next was sent, the
+ * k-th rise of the counter is the k-th request's release. It happened after the scrape before the rise was sent and
+ * before the scrape that showed it answered. Empty when P is not shown idle or the requests overlap.
+ */
+export function sampledReleases(input: KvLeaseInput): Map<string, [number, number]> {
+  const out = new Map<string, [number, number]>()
+  const c = input.expiredCounter
+  const rs = [...input.requests].sort((a, b) => a.sentMs - b.sentMs)
+  if (!c || c.length < 2 || rs.length === 0 || c[0]!.t > rs[0]!.sentMs) return out
+  if (rs.some((r, i) => i > 0 && r.sentMs < rs[i - 1]!.answeredMs)) return out
+  for (const [k, r] of rs.entries()) {
+    const i = c.findIndex(x => x.value >= c[0]!.value + k + 1)
+    if (i <= 0 || !('idle' in idleOtherwise(input, c[i]!.t))) break
+    out.set(r.requestId, [c[i - 1]!.fromT ?? c[i - 1]!.t, c[i]!.t])
+  }
+  return out
+}
+
+/**
+ * The release time from the counter's samples, on the client's clock (the log's second is on the host's): evidence
+ * only, the verdict stays on the log's line. `sampledMeetsLogSecond` false means the clocks or the attribution disagree.
+ */
+function sampledEvidence(input: KvLeaseInput, id: string, line: LogRelease): Record<string, unknown> {
+  const s = sampledReleases(input).get(id)
+  if (!s) return {}
+  return {
+    releasedInSampled: s,
+    sampledMeetsLogSecond: s[0] < line.t + line.resolutionMs && s[1] >= line.t,
+    sampledHow:
+      "between two scrapes of P's vllm:nixl_num_kv_expired_reqs (client clock), P otherwise idle: the counter's " +
+      'k-th rise is the k-th grant (one lease duration, requests one after another)',
+  }
 }

@@ -1,6 +1,6 @@
 import {describe, expect, it} from 'vitest'
 
-import {judgeKvLeases, type KvLeaseInput, type LogRelease} from '../../src/checks/kv-lease.js'
+import {judgeKvLeases, type KvLeaseInput, type LogRelease, sampledReleases} from '../../src/checks/kv-lease.js'
 
 /**
  * A counter-only pass (vllm:nixl_num_kv_expired_reqs names no request) needs P shown otherwise idle over the windows:
@@ -94,5 +94,63 @@ describe('the vLLM lease check on the expiry counter alone', () => {
     expect(b!.verdict).toBe('unverified')
     const [, b2] = judge({logReleases: [other], traffic: idle})
     expect(b2!.verdict).toBe('pass')
+  })
+})
+
+describe('the expiry counter as a finer clock than the log second', () => {
+  // Scrapes every 200 ms around the windows: +1 between 6.0 s and 6.2 s, +1 between 6.2 s and 6.4 s after T0.
+  const scrapes = [
+    {fromT: T0 - 150, t: T0 - 100, value: 3},
+    {fromT: T0 + 5950, t: T0 + 6 * S, value: 3},
+    {fromT: T0 + 6150, t: T0 + 6200, value: 4},
+    {fromT: T0 + 6350, t: T0 + 6400, value: 5},
+  ]
+  const traffic = [
+    {t: T0 - 100, finished: 10, kvUsage: 0},
+    {t: T0 + 6400, finished: 12, kvUsage: 0},
+  ]
+  const lines = reqs.map(
+    (r): LogRelease => ({
+      t: T0 + 6 * S,
+      resolutionMs: 1000,
+      requestId: r.requestId,
+      cause: 'lease-expired',
+      line: `WARNING … Releasing expired KV blocks for request ${r.requestId} …`,
+    }),
+  )
+
+  it('places the k-th rise on the k-th grant, from the scrape before it was sent to the one that showed it', () => {
+    const m = sampledReleases({
+      requests: reqs,
+      settings,
+      observedUntilMs: T0 + 20 * S,
+      expiredCounter: scrapes,
+      traffic,
+    })
+    expect([...m.entries()]).toEqual([
+      ['cmpl-a-0', [T0 + 5950, T0 + 6200]],
+      ['cmpl-b-0', [T0 + 6150, T0 + 6400]],
+    ])
+  })
+
+  it('adds the sampled interval to a log pass as evidence, the verdict still resting on the line', () => {
+    const [a] = judge({logReleases: lines, expiredCounter: scrapes, traffic})
+    expect(a!.verdict).toBe('pass')
+    expect(a!.evidence.releasedIn).toEqual([T0 + 6 * S, T0 + 7 * S])
+    expect(a!.evidence.releasedInSampled).toEqual([T0 + 5950, T0 + 6200])
+    expect(a!.evidence.sampledMeetsLogSecond).toBe(true)
+  })
+
+  it('gives no sampled time when P is not shown idle or the requests overlapped (the rise could be anyone)', () => {
+    expect(judge({logReleases: lines, expiredCounter: scrapes})[0]!.evidence.releasedInSampled).toBeUndefined()
+    const overlapping = [reqs[0]!, {...reqs[1]!, sentMs: T0 + 10}]
+    const m = sampledReleases({
+      requests: overlapping,
+      settings,
+      observedUntilMs: T0 + 20 * S,
+      expiredCounter: scrapes,
+      traffic,
+    })
+    expect(m.size).toBe(0)
   })
 })
