@@ -298,7 +298,7 @@ export function sampledReleases(input: KvLeaseInput): Map<string, [number, numbe
 
 /**
  * The release time from the counter's samples, on the client's clock (the log's second is on the host's): evidence
- * only, the verdict stays on the log's line. `sampledMeetsLogSecond` false means the clocks or the attribution disagree.
+ * only, the verdict stays on the log's line. `sampledMeetsLogSecond` false: the clocks or the attribution disagree.
  */
 function sampledEvidence(input: KvLeaseInput, id: string, line: LogRelease): Record<string, unknown> {
   const s = sampledReleases(input).get(id)
