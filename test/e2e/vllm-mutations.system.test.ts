@@ -1,5 +1,5 @@
 import {execFile} from 'node:child_process'
-import {existsSync, mkdtempSync, readFileSync} from 'node:fs'
+import {existsSync, mkdtempSync, readFileSync, writeFileSync} from 'node:fs'
 import {tmpdir} from 'node:os'
 import {join, resolve} from 'node:path'
 import {promisify} from 'node:util'
@@ -13,8 +13,9 @@ import {freeVllmPorts} from '../sim/lifecycle-helpers.js'
  * correct twin three times (every verdict pass: 0 false alarms over 3 clean repetitions), on a twin whose reaper
  * never frees (`lease-never-expires`: fail "never"), one that grants half the lease (`expire-early`: fail "early"),
  * and a build before the lease (`no-lease`, a short VLLM_NIXL_ABORT_REQUEST_TIMEOUT; the twin's file states
- * `vllm.lease.mode: legacy`: pass on the legacy path). Each verdict is compared with the twin's truth log. The six
- * twins run three at a time (distinct ports), each torn down on every path. Rows for stall-kv, abort and wedge live
+ * `vllm.lease.mode: legacy`: pass on the legacy path), and a correct twin whose P log is unreadable (pass on the
+ * expiry counter alone, P shown otherwise idle). Each verdict is compared with the twin's truth log. The seven twins
+ * run four at a time (distinct ports), each torn down on every path. Rows for stall-kv, abort and wedge live
  * in their own files.
  */
 const run = promisify(execFile)
@@ -47,6 +48,8 @@ interface Row {
   name: string
   bugs: string[]
   up?: string[]
+  /** Point the file's P log at a path that does not exist (the log unreadable: the counter is all there is). */
+  noLog?: boolean
 }
 
 const ROWS: Row[] = [
@@ -56,6 +59,7 @@ const ROWS: Row[] = [
   {name: 'lease-never-expires', bugs: ['lease-never-expires']},
   {name: 'expire-early', bugs: ['expire-early']},
   {name: 'no-lease', bugs: ['no-lease'], up: ['--abort-request-timeout', String(LEGACY_S)]},
+  {name: 'correct, log unreadable', bugs: [], noLog: true},
 ]
 
 /** Up, inject with a journal, down on every path. */
@@ -68,6 +72,8 @@ async function injectOnTwin(row: Row): Promise<Outcome> {
   for (const b of row.bugs) args.push('--vllm-bug', b)
   try {
     await run(process.execPath, [CLI, ...args], {timeout: 60_000})
+    const file = join(dir, 'pdchaos.yaml')
+    if (row.noLog) writeFileSync(file, readFileSync(file, 'utf8').replace('logs/prefill.log', 'logs/absent.log'))
     const journal = join(dir, 'run.json')
     const inject = [CLI, 'inject', 'drop-dest-info', '-c', join(dir, 'pdchaos.yaml'), '--pins', String(PINS)]
     inject.push('--journal', journal)
@@ -111,7 +117,7 @@ describe('mutation rows: inject drop-dest-info on the vLLM twin', () => {
     return o
   }
   beforeAll(async () => {
-    results = await runAll(ROWS, 3)
+    results = await runAll(ROWS, 4)
   }, 110_000)
 
   it.each(['correct 1', 'correct 2', 'correct 3'])(
@@ -132,9 +138,25 @@ describe('mutation rows: inject drop-dest-info on the vLLM twin', () => {
         const [open, close] = v.evidence.windowMs as [number, number]
         expect(freed.t).toBeGreaterThanOrEqual(open)
         expect(freed.t).toBeLessThanOrEqual(close)
+        // The finer clock (P's expiry counter scraped through the windows, P otherwise idle) holds the truth.
+        const [from, to] = v.evidence.releasedInSampled as [number, number]
+        expect(freed.t).toBeGreaterThanOrEqual(from)
+        expect(freed.t).toBeLessThanOrEqual(to)
       }
     },
   )
+
+  it('correct twin, P log unreadable: passes on the expiry counter alone, P shown otherwise idle', () => {
+    const o = outcome('correct, log unreadable')
+    expect(
+      o.verdicts.map(v => [v.verdict, v.summary]),
+      o.stderr,
+    ).toEqual(Array(PINS).fill(['pass', 'released by the expiry path (counter, P otherwise idle)']))
+    for (const v of o.verdicts) {
+      expect(String(v.evidence.idle)).toContain(`request_success +${PINS}`)
+      expect(event(o, v.subject, 'freed')?.detail?.cause).toBe('lease-expired')
+    }
+  })
 
   it('lease-never-expires: every verdict fails "never", and the truth log frees nothing', () => {
     const o = outcome('lease-never-expires')
