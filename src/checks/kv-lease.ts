@@ -4,7 +4,8 @@ import type {Outcome} from '../model/verdict.js'
  * The vLLM lease oracle: P's KV blocks, held for a request whose D leg never collects them, are released by the
  * lease's reaper no earlier than grant + duration and no later than one engine step plus one reaper pass after it.
  * Pure: a function of what the caller observed. A pass needs a log line naming this request and the expiry path,
- * or a counter move that only this batch's expiries explain; all else is unverified with what would decide it.
+ * or a counter move that only this batch's expiries explain (P otherwise idle, shown by its request counters); all
+ * else is unverified with what would decide it.
  *
  * The grant's clock: P sets the deadline in `request_finished` before it answers (pull_scheduler.py), so the grant
  * lies in [sent, answered] of the client's own epoch clock; the log's clock is the host's, whole seconds, so a line
@@ -50,6 +51,8 @@ export interface LogRelease {
 export interface CounterSample {
   t: number
   value: number
+  /** When the scrape was sent (epoch ms): the value was read in [fromT, t]. Absent: t alone. */
+  fromT?: number
 }
 
 export interface KvLeaseInput {
@@ -61,6 +64,20 @@ export interface KvLeaseInput {
   observedUntilMs: number
   /** P's vllm:nixl_num_kv_expired_reqs samples, in time order. */
   expiredCounter?: CounterSample[]
+  /**
+   * P's own traffic, in time order: what a counter-only pass needs to show that only this batch's expiries can
+   * explain the counter's move (the counter names no request). Absent: a counter-only pass is unverified.
+   */
+  traffic?: TrafficSample[]
+}
+
+/** One sample of P's request counters (its /metrics). */
+export interface TrafficSample {
+  t: number
+  /** vllm:request_success summed over finished_reason: the requests P has finished. */
+  finished: number
+  /** vllm:kv_cache_usage_perc: 0 means P held no blocks, so no earlier request's lease was outstanding. */
+  kvUsage?: number
 }
 
 export interface KvLeaseVerdict {
@@ -86,10 +103,10 @@ export function leaseWindow(r: LeaseRequest, durationS: number, s: KvLeaseSettin
 
 /**
  * The counter as evidence for a whole batch: it stood at its first value until the earliest window opened and had
- * risen by exactly the batch's size in a sample taken before the last window closed. It names no request, so it passes
- * a request only when each of the batch's requests is accounted for by it.
+ * risen by exactly the batch's size in a sample taken before the last window closed. It names no request, so it
+ * speaks for the batch only on a P otherwise idle (idleOtherwise); `at` is the sample that showed the rise.
  */
-function counterCovers(input: KvLeaseInput, durationS: number): string | undefined {
+function counterCovers(input: KvLeaseInput, durationS: number): {by: string; at: number} | undefined {
   const c = input.expiredCounter
   if (!c || c.length < 2 || input.requests.length === 0) return undefined
   const wins = input.requests.map(r => leaseWindow(r, durationS, input.settings))
@@ -101,9 +118,58 @@ function counterCovers(input: KvLeaseInput, durationS: number): string | undefin
   if (!lastBefore || lastBefore.value !== base.value) return undefined
   const atClose = [...c].reverse().find(x => x.t <= close)
   if (!atClose || atClose.value - base.value !== input.requests.length) return undefined
-  return (
+  const by =
     `vllm:nixl_num_kv_expired_reqs ${base.value} until ${new Date(lastBefore.t).toISOString()} (before the first ` +
     `window), +${atClose.value - base.value} by ${new Date(atClose.t).toISOString()}: one per request of the batch`
+  return {by, at: atClose.t}
+}
+
+const IDLE_TO_VERIFY =
+  'read P\'s log (its WARNING "Releasing expired KV blocks for request <id>" lines name each request), or sample ' +
+  "P's vllm:request_success and vllm:kv_cache_usage_perc before the batch and after the windows"
+
+/**
+ * Whether only this batch can explain the counter's move by `atMs`: P held no blocks when the batch was sent (no
+ * earlier lease outstanding) and finished no request but ours up to a sample at or after `atMs` (a lease starts only
+ * when its request finishes). Returns the evidence, or why it is not shown.
+ */
+function idleOtherwise(input: KvLeaseInput, atMs: number): {idle: string} | {why: string} {
+  const tr = input.traffic ?? []
+  const first = tr[0]
+  const firstSent = Math.min(...input.requests.map(r => r.sentMs))
+  if (!first || first.t > firstSent) return {why: "P's request counters were not sampled before the batch was sent"}
+  if (first.kvUsage !== 0)
+    return {why: `P held blocks before the batch (vllm:kv_cache_usage_perc ${first.kvUsage ?? 'not read'})`}
+  const last = [...tr].reverse().find(x => x.t >= atMs)
+  if (!last) return {why: "P's request counters were not sampled after the counter's rise"}
+  const rise = last.finished - first.finished
+  if (rise !== input.requests.length)
+    return {why: `P finished ${rise} request(s) meanwhile, the batch has ${input.requests.length}: other traffic`}
+  return {
+    idle:
+      `P otherwise idle: kv_cache_usage_perc 0 at ${new Date(first.t).toISOString()}, request_success ` +
+      `+${rise} (the batch) by ${new Date(last.t).toISOString()}`,
+  }
+}
+
+/** A counter-only verdict: pass on an otherwise idle P, else unverified (the counter names no request). */
+function byCounter(input: KvLeaseInput, id: string, ev: Record<string, unknown>): KvLeaseVerdict | undefined {
+  const c = counterCovers(input, input.settings.duration!.seconds)
+  if (!c) return undefined
+  const idle = idleOtherwise(input, c.at)
+  if ('idle' in idle)
+    return {
+      subject: id,
+      verdict: 'pass',
+      summary: 'released by the expiry path (counter, P otherwise idle)',
+      evidence: {...ev, by: c.by, idle: idle.idle},
+    }
+  return unverified(
+    id,
+    'the expiry counter moved by the batch, but it names no request',
+    `another request's expiry on P could stand in for this one: ${idle.why}`,
+    IDLE_TO_VERIFY,
+    {...ev, by: c.by},
   )
 }
 
@@ -147,12 +213,11 @@ function judgeOne(input: KvLeaseInput, r: LeaseRequest): KvLeaseVerdict {
     duration: s.duration,
     mode: s.mode,
   }
-  if (!input.logReleases) {
-    const by = counterCovers(input, s.duration.seconds)
-    if (by)
-      return {subject: id, verdict: 'pass', summary: 'released by the expiry path (counter)', evidence: {...ev, by}}
-    return unverified(id, "P's log unreadable", 'no line names this release', "read P's log (its WARNING lines)", ev)
-  }
+  if (!input.logReleases)
+    return (
+      byCounter(input, id, ev) ??
+      unverified(id, "P's log unreadable", 'no line names this release', "read P's log (its WARNING lines)", ev)
+    )
   return judgeByLog(input, r, win, ev)
 }
 
@@ -166,9 +231,8 @@ function judgeByLog(
   const mode = input.settings.mode as 'lease' | 'legacy'
   const line = input.logReleases!.find(o => o.requestId === id && o.cause !== 'unrecognized-notification')
   if (!line) {
-    const by = counterCovers(input, input.settings.duration!.seconds)
-    if (by)
-      return {subject: id, verdict: 'pass', summary: 'released by the expiry path (counter)', evidence: {...ev, by}}
+    const counted = byCounter(input, id, ev)
+    if (counted) return counted
     if (input.observedUntilMs < win.closeMs + 1000)
       return unverified(id, 'window not yet closed', 'the log was read before the window closed', 'read it later', ev)
     return {
@@ -179,6 +243,7 @@ function judgeByLog(
     }
   }
   const at = {...ev, line: line.line, releasedIn: [line.t, line.t + line.resolutionMs], cause: line.cause}
+  Object.assign(at, sampledEvidence(input, id, line))
   if (line.cause !== EXPECTED_CAUSE[mode])
     return {subject: id, verdict: 'fail', summary: `released by ${line.cause}, not the ${mode} path`, evidence: at}
   if (line.t + line.resolutionMs <= win.openMs)
@@ -209,4 +274,40 @@ function judgeByLog(
       evidence: {...at, failure: 'late', lateByMs: line.t - win.closeMs},
     }
   return {subject: id, verdict: 'pass', summary: `released by the ${mode} expiry path in its window`, evidence: at}
+}
+
+/**
+ * The expiry counter as a finer clock than the log's second, on a P shown otherwise idle (idleOtherwise): leases of
+ * one duration expire in grant order, and when each request of the batch was answered before the next was sent, the
+ * k-th rise of the counter is the k-th request's release. It happened after the scrape before the rise was sent and
+ * before the scrape that showed it answered. Empty when P is not shown idle or the requests overlap.
+ */
+export function sampledReleases(input: KvLeaseInput): Map<string, [number, number]> {
+  const out = new Map<string, [number, number]>()
+  const c = input.expiredCounter
+  const rs = [...input.requests].sort((a, b) => a.sentMs - b.sentMs)
+  if (!c || c.length < 2 || rs.length === 0 || c[0]!.t > rs[0]!.sentMs) return out
+  if (rs.some((r, i) => i > 0 && r.sentMs < rs[i - 1]!.answeredMs)) return out
+  for (const [k, r] of rs.entries()) {
+    const i = c.findIndex(x => x.value >= c[0]!.value + k + 1)
+    if (i <= 0 || !('idle' in idleOtherwise(input, c[i]!.t))) break
+    out.set(r.requestId, [c[i - 1]!.fromT ?? c[i - 1]!.t, c[i]!.t])
+  }
+  return out
+}
+
+/**
+ * The release time from the counter's samples, on the client's clock (the log's second is on the host's): evidence
+ * only, the verdict stays on the log's line. `sampledMeetsLogSecond` false: the clocks or the attribution disagree.
+ */
+function sampledEvidence(input: KvLeaseInput, id: string, line: LogRelease): Record<string, unknown> {
+  const s = sampledReleases(input).get(id)
+  if (!s) return {}
+  return {
+    releasedInSampled: s,
+    sampledMeetsLogSecond: s[0] < line.t + line.resolutionMs && s[1] >= line.t,
+    sampledHow:
+      "between two scrapes of P's vllm:nixl_num_kv_expired_reqs (client clock), P otherwise idle: the counter's " +
+      'k-th rise is the k-th grant (one lease duration, requests one after another)',
+  }
 }

@@ -115,7 +115,12 @@ describe('the vLLM lease check', () => {
       {t: T0 + 5 * S, value: 3},
       {t: T0 + 6 * S + 60, value: 4},
     ]
-    const v = judge({logReleases: undefined, expiredCounter: counter})
+    // P otherwise idle (test/checks/kv-lease-counter.test.ts has the cases where it is not shown).
+    const traffic = [
+      {t: T0 - 100, finished: 7, kvUsage: 0},
+      {t: T0 + 7 * S, finished: 8},
+    ]
+    const v = judge({logReleases: undefined, expiredCounter: counter, traffic})
     expect(v.verdict).toBe('pass')
     expect(String(v.evidence.by)).toContain('+1')
   })

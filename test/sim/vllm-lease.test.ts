@@ -104,6 +104,8 @@ describe('vLLM twin config', () => {
   it('no-lease is the legacy timeout, 120 s before Sep 2025', () => {
     const c = buildVllmConfig({stateDir: '/tmp/x', bugs: ['no-lease'], releaseDate: '2025-06-01'})
     expect(c.lease).toMatchObject({mode: 'legacy', abortTimeoutS: 120})
+    // A build before the lease is launched without the key (discovery then cannot claim lease mode).
+    expect(JSON.parse(kvTransferConfig(c)).kv_connector_extra_config).toEqual({})
   })
 
   it('refuses an unknown bug as bad input', () => {

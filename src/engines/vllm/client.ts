@@ -101,6 +101,41 @@ export async function readNixlCounters(
   return {t: Date.now(), values}
 }
 
+/** One scrape of P's /metrics for the lease check: the expiry counter and what shows P otherwise idle. */
+export interface LeaseScrape {
+  /** Sent and answered (epoch ms): the values were read in [fromT, t]. */
+  fromT: number
+  t: number
+  expired?: number
+  /** vllm:request_success summed over finished_reason. */
+  finished?: number
+  kvUsage?: number
+}
+
+export async function readLeaseScrape(baseUrl: string, timeoutMs: number, signal?: AbortSignal): Promise<LeaseScrape> {
+  const fromT = Date.now()
+  const res = await requestText({
+    service: 'prefill',
+    url: joinUrl(baseUrl, '/metrics'),
+    timeoutMs,
+    ...(signal ? {signal} : {}),
+  })
+  const t = Date.now()
+  const pick = (n: string) => counterValue(res.text, n)
+  const [expired, finished, kvUsage] = [
+    pick('vllm:nixl_num_kv_expired_reqs'),
+    pick('vllm:request_success'),
+    pick('vllm:kv_cache_usage_perc'),
+  ]
+  return {
+    fromT,
+    t,
+    ...(expired === undefined ? {} : {expired}),
+    ...(finished === undefined ? {} : {finished}),
+    ...(kvUsage === undefined ? {} : {kvUsage}),
+  }
+}
+
 /** D's leg of a request, started and not awaited: its answer (or transport error) settles `done`; `abort()` cuts it. */
 export interface DecodeLeg {
   xRequestId: string

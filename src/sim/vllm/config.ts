@@ -144,9 +144,12 @@ export const vllmPaths = (stateDir: string) => ({
 export const isVllmTwin = (stateDir: string): boolean =>
   existsSync(vllmPaths(stateDir).config) && !existsSync(join(stateDir, 'sim.json'))
 
-/** `--kv-transfer-config` exactly as the servers are launched with it (no spaces: one argv word). */
+/**
+ * `--kv-transfer-config` exactly as the servers are launched with it (no spaces: one argv word). A build before the
+ * lease (legacy, `no-lease`) is launched without kv_lease_duration: that key did not exist yet.
+ */
 export function kvTransferConfig(c: VllmTwinConfig): string {
-  const extra: Record<string, unknown> = {kv_lease_duration: c.lease.durationS}
+  const extra: Record<string, unknown> = c.lease.mode === 'legacy' ? {} : {kv_lease_duration: c.lease.durationS}
   return JSON.stringify({kv_connector: 'NixlConnector', kv_role: 'kv_both', kv_connector_extra_config: extra})
 }
 

@@ -1,6 +1,6 @@
 import {judgeKvLeases, type KvLeaseVerdict} from '../../../checks/kv-lease.js'
 import type {Host} from '../../../hosts/host.js'
-import {type PrefillGrant, readNixlCounters, sendPrefillOnly} from '../client.js'
+import {type LeaseScrape, type PrefillGrant, readLeaseScrape, sendPrefillOnly} from '../client.js'
 import type {VllmDeployment} from '../deployment-file.js'
 import {
   type VllmDropPlan,
@@ -20,6 +20,38 @@ import {readLog, servedModel, sleepUntil, utcOffsetMin} from './host-reads.js'
  */
 
 const STOPPED = 'no D leg was sent, nothing to revert'
+/** How often P's /metrics is scraped while the windows run (the expiry counter as a clock finer than the log's). */
+const SCRAPE_MS = 200
+
+/**
+ * P's /metrics every SCRAPE_MS from before the first request until stopped (bounded by the run's wait; each scrape
+ * has its own deadline): the expiry counter, request_success and kv_cache_usage_perc (src/checks/kv-lease.ts). The
+ * first scrape is taken before this returns; stop() takes a last one and returns them all.
+ */
+async function scrapeLease(url: string, signal: AbortSignal): Promise<{stop: () => Promise<LeaseScrape[]>}> {
+  const out: LeaseScrape[] = []
+  const one = () =>
+    readLeaseScrape(url, 5000, signal).then(
+      s => void out.push(s),
+      () => undefined,
+    )
+  await one()
+  let on = true
+  const loop = (async () => {
+    while (on && !signal.aborted) {
+      await new Promise(r => setTimeout(r, SCRAPE_MS))
+      if (on) await one()
+    }
+  })()
+  return {
+    stop: async () => {
+      on = false
+      await loop
+      await one()
+      return out
+    },
+  }
+}
 
 async function sendAll(d: VllmDeployment, n: number, ctx: VllmContext): Promise<PrefillGrant[]> {
   const baseUrl = d.services.prefill.url
@@ -38,17 +70,27 @@ async function observeAndJudge(
 ): Promise<{verdicts: KvLeaseVerdict[]; notes: string[]}> {
   const d = ctx.deployment
   const url = d.services.prefill.url
-  const before = await readNixlCounters(url, 10_000).catch(() => undefined)
-  const grants = await sendAll(d, plan.requests, ctx)
-  const until = Math.max(...grants.map(g => g.answeredMs)) + plan.waitAfterLastGrantMs
-  ctx.progress(`waiting ${((until - Date.now()) / 1000).toFixed(1)} s for every window to close`)
-  await sleepUntil(until, ctx.signal, STOPPED)
-  const after = await readNixlCounters(url, 10_000).catch(() => undefined)
+  const scraper = await scrapeLease(url, ctx.signal)
+  let scrapes: LeaseScrape[] = []
+  let grants: PrefillGrant[]
+  try {
+    grants = await sendAll(d, plan.requests, ctx)
+    const until = Math.max(...grants.map(g => g.answeredMs)) + plan.waitAfterLastGrantMs
+    ctx.progress(`waiting ${((until - Date.now()) / 1000).toFixed(1)} s for every window to close`)
+    await sleepUntil(until, ctx.signal, STOPPED)
+  } finally {
+    scrapes = await scraper.stop()
+  }
   const logFile = d.services.prefill.logs?.file
   const [log, offset] = await readPrefillLog(ctx.host, logFile, ctx.signal)
   const observedUntilMs = Date.now()
   const name = 'vllm:nixl_num_kv_expired_reqs'
-  const samples = [before, after].flatMap(s => (s?.values[name] === undefined ? [] : [{t: s.t, value: s.values[name]}]))
+  const samples = scrapes.flatMap(s => (s.expired === undefined ? [] : [{fromT: s.fromT, t: s.t, value: s.expired}]))
+  const traffic = scrapes.flatMap(s =>
+    s.finished === undefined
+      ? []
+      : [{t: s.t, finished: s.finished, ...(s.kvUsage === undefined ? {} : {kvUsage: s.kvUsage})}],
+  )
   const verdicts = judgeKvLeases({
     requests: grants.map(g => ({
       requestId: g.requestId,
@@ -67,9 +109,13 @@ async function observeAndJudge(
         }),
     observedUntilMs,
     expiredCounter: samples,
+    traffic,
   })
   const notes = [
-    `${name}: ${samples.map(s => s.value).join(' -> ') || 'not exported'}`,
+    samples.length
+      ? `${name}: ${samples[0]!.value} -> ${samples.at(-1)!.value} over ${samples.length} scrapes ` +
+        `(every ${SCRAPE_MS} ms)`
+      : `${name}: not exported`,
     log === undefined
       ? `P's log ${logFile ?? '(not in the deployment file)'} not readable`
       : `P's log read: ${logFile}`,

@@ -89,7 +89,8 @@ function common(o: {requests: number; logFile: string | undefined}, durationS: n
     window: `[sent + ${durationS} s, answered + ${durationS} s + ${slackMs} ms] per request (no D leg, no heartbeats)`,
     evidence: [
       `P's log ${o.logFile ?? '(no services.prefill.logs.file: unreadable, verdicts unverified)'}: ${line}`,
-      "P's /metrics vllm:nixl_num_kv_expired_reqs before the requests and after the windows closed",
+      "P's /metrics every 200 ms from before the requests until the windows closed: vllm:nixl_num_kv_expired_reqs " +
+        'with vllm:request_success and vllm:kv_cache_usage_perc (on a P otherwise idle, a clock finer than the log)',
     ],
     notes: [
       'no fault is installed on the host (pdchaos withholds the D leg), so no fault lease is taken',
