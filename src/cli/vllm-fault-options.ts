@@ -46,3 +46,12 @@ export function vllmFaultOptions(flags: Record<string, unknown>, fault: string, 
   if (given('ttl') && e.takes.includes('ttlS')) o.ttlS = flags.ttl as number
   return o
 }
+
+/** A fault only vLLM has (kill-decode), named for an SGLang target: one line saying so, exit 2. */
+export function refuseVllmOnlyFault(fault: string, sglangFaults: readonly string[]): void {
+  if (sglangFaults.includes(fault)) return
+  throw badInput(
+    `${fault} is a vLLM fault, and this target is an SGLang deployment`,
+    `use one of ${sglangFaults.join(', ')}, or pass -c with an \`engine: vllm\` deployment file`,
+  )
+}

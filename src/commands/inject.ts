@@ -2,9 +2,10 @@ import {resolve} from 'node:path'
 
 import {faultParamsFromFlags} from '../cli/fault-flags.js'
 import {InjectCommand} from '../cli/inject-command.js'
+import {refuseVllmOnlyFault} from '../cli/vllm-fault-options.js'
 import {readEngineField} from '../deployment/engine-field.js'
 import {parseFaultParams} from '../faults/params.js'
-import {FAULTS, getFault} from '../faults/registry.js'
+import {FAULT_NAMES, FAULTS, getFault} from '../faults/registry.js'
 
 export default class Inject extends InjectCommand {
   static override summary =
@@ -31,6 +32,7 @@ export default class Inject extends InjectCommand {
       this.checkRunOutputs({journal: f.journal})
       return this.vllmRun()
     }
+    refuseVllmOnlyFault(this.args.fault, FAULT_NAMES)
     // Validated before anything is reached: a flag that does not apply to this fault is bad input.
     const params = parseFaultParams(getFault(this.args.fault), faultParamsFromFlags(f, this.args.fault), 'flags')
     const mode = f['dry-run'] ? 'dry-run' : f.hold ? 'hold' : 'run'

@@ -457,6 +457,13 @@ const CASES: Case[] = [
   // inject's flags.
   {name: 'inject without a fault', args: ['inject', ...c('good.yaml')], exit: 2, cause: /Missing 1 required arg/},
   {
+    name: 'inject a vLLM-only fault into an SGLang deployment',
+    args: ['inject', 'kill-decode', '--dry-run', ...c('good.yaml')],
+    exit: 2,
+    cause: /kill-decode is a vLLM fault, and this target is an SGLang deployment/,
+    suggestion: /engine: vllm/,
+  },
+  {
     name: 'inject an unknown fault',
     args: ['inject', 'melt-gpu', ...c('good.yaml')],
     exit: 2,
