@@ -1,0 +1,87 @@
+import {assertMayDisturb} from '../deployment/protection.js'
+import {loadVllmDeployment, type VllmDeployment} from '../engines/vllm/deployment-file.js'
+import {VLLM_BUILTIN_SUITE} from '../engines/vllm/experiments/builtin-suite.js'
+import {runVllmSuite} from '../engines/vllm/experiments/suite.js'
+import {acquireHostLock} from '../faults/lease/host-lock.js'
+import {onSignalExit} from '../faults/lease/lease-guard.js'
+import {guardRun, type HaltGuard} from '../halt/watch.js'
+import type {Host} from '../hosts/host.js'
+import {openHost} from '../hosts/open-host.js'
+import type {SuiteRun} from '../model/run.js'
+import type {GateSpec} from '../suite/suite-file.js'
+import {abortable, throwIfStopped} from '../util/stop.js'
+
+/**
+ * `pdchaos suite` on an `engine: vllm` deployment (-c FILE, or --sim --engine vllm): the file loaded, the production
+ * guard, the host opened once, the halt (a halted deployment refuses, a halt while it runs stops it) and the run lock
+ * in the file's stateDir, then the built-in vLLM suite (engines/vllm/experiments/suite.ts). The command renders the run
+ * and writes its outputs as it does SGLang's.
+ */
+
+export interface VllmSuiteRunOptions {
+  signal: AbortSignal
+  /** Stops the run from another source (a halt noticed on the host). */
+  stop?: (reason: string) => void
+  say: (line: string) => void
+  onPlan: (lines: string[]) => void
+  allowProduction: boolean
+  runId?: string
+  gate?: GateSpec
+  /** Learns the deployment's name as soon as the file is read (for a failure journal). */
+  onDeployment?: (name: string) => void
+}
+
+export async function vllmSuiteRun(file: string, o: VllmSuiteRunOptions): Promise<SuiteRun> {
+  const d = await loadVllmDeployment(file)
+  o.onDeployment?.(d.name ?? 'vllm')
+  assertMayDisturb({name: d.name ?? file, labels: d.labels ?? {}} as never, o.allowProduction, 'run a suite against')
+  const host = await abortable(openHost(d.host, {sudo: d.sudo}), o.signal, 'opening the host')
+  try {
+    const halt = d.stateDir ? await haltGuard(host, d.stateDir, file, o) : undefined
+    try {
+      const run = await underLock(host, d, o, () =>
+        runVllmSuite(d, host, VLLM_BUILTIN_SUITE, {
+          file,
+          signal: o.signal,
+          progress: o.say,
+          onPlan: o.onPlan,
+          ...(o.runId ? {runId: o.runId} : {}),
+          ...(o.gate ? {gate: o.gate} : {}),
+          restart: {healthTimeoutS: 120, commandTimeoutS: 120, canaries: 3, settleS: 1, canaryTimeoutS: 30},
+        }),
+      )
+      return halt ? halt.record(run) : run
+    } finally {
+      await halt?.close()
+    }
+  } finally {
+    await host.close()
+  }
+}
+
+/** A halted deployment refuses the run (exit 2); a halt while it runs stops it (the halt file in the stateDir). */
+function haltGuard(host: Host, stateDir: string, file: string, o: VllmSuiteRunOptions): Promise<HaltGuard> {
+  return guardRun([{name: 'host', host, stateDir}], {
+    // `pdchaos resume` reads SGLang files only for now: the halt file is removed by hand on a vLLM deployment.
+    resume: `remove ${stateDir}/halt.json on the host (\`pdchaos resume -c ${file}\` once it reads vLLM files)`,
+    ...(o.stop ? {stop: o.stop} : {}),
+    say: o.say,
+    signal: o.signal,
+  })
+}
+
+/** The deployment's run lock (its stateDir), held while fn runs and released on every exit, a signal's included. */
+async function underLock<R>(host: Host, d: VllmDeployment, o: VllmSuiteRunOptions, fn: () => Promise<R>): Promise<R> {
+  if (!d.stateDir) return fn()
+  // Every entry waits out at most a few leases (each at most a few minutes), then the co-restart's gates.
+  const ttlMs = (VLLM_BUILTIN_SUITE.entries.length * 600 + 3 * 240 + 300) * 1000
+  const lock = await acquireHostLock(host, d.stateDir, {command: `suite ${VLLM_BUILTIN_SUITE.name}`, ttlMs})
+  const off = onSignalExit(() => lock.release().catch(() => {}))
+  try {
+    throwIfStopped(o.signal, 'taking the run lock')
+    return await fn()
+  } finally {
+    off()
+    await lock.release().catch(() => {})
+  }
+}
