@@ -13,7 +13,7 @@ import {runCli, startCli} from './cli.js'
  * beside this one), runs the built-in vLLM suite (drop-dest-info, then the co-restart), exits 0 and names the engine
  * and each scenario in the journal, JUnit and HTML; its verdicts agree with the twin's truth log. Then inject, status
  * and restart reach the same twin with --sim --engine vllm, --engine without --sim is refused (exit 2), a halted
- * deployment refuses the suite (exit 2), and a SIGINT while the suite waits a lease out exits 3 with the journal
+ * deployment refuses the suite (exit 2), a halt during it stops it (exit 3), and a SIGINT while the suite waits a lease out exits 3 with the journal
  * written. The twin is stopped at the end.
  */
 
@@ -142,6 +142,34 @@ describe('pdchaos suite --sim --engine vllm, from a fresh state dir', () => {
       rmSync(halt, {force: true})
     }
   }, 90_000)
+
+  it('a halt while the suite waits a lease out stops it (exit 3, the halt and the halted scenario recorded)', async () => {
+    const journal = join(root, 'halted.json')
+    const halt = join(dir, 'host-state', 'halt.json')
+    const cli = startCli(['suite', ...twin(), '--journal', journal])
+    let stderr = ''
+    cli.child.stderr!.on('data', (d: Buffer) => {
+      stderr += d.toString()
+      if (!existsSync(halt) && /waiting [\d.]+ s for every window to close/.test(stderr))
+        writeFileSync(halt, `${JSON.stringify({pdchaos: 1, by: 'test@here', at: Date.now(), reason: 'INC-2'})}\n`, {
+          mode: 0o600,
+        })
+    })
+    const killer = setTimeout(() => cli.child.kill('SIGKILL'), 120_000)
+    try {
+      const r = await cli.done
+      expect(r.code, r.stderr).toBe(3)
+      expect(r.stderr).toContain('HALT: halted by test@here')
+      const j = journalOf(journal) as Journal & {stopped?: {halt?: {reason: string}}}
+      expect(j.stopped?.halt?.reason).toBe('INC-2')
+      expect(j.scenarios.map(s => [s.name, (s as {status?: string}).status])).toEqual([
+        ['drop-dest-info (vllm)', 'halted'],
+      ])
+    } finally {
+      clearTimeout(killer)
+      rmSync(halt, {force: true})
+    }
+  }, 150_000)
 
   it('a SIGINT while the suite waits a lease out exits 3 with the journal written (engine named, stopped)', async () => {
     const journal = join(root, 'stopped.json')
