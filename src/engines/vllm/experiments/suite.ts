@@ -10,7 +10,7 @@ import {restartScenario} from '../../../suite/runner.js'
 import type {GateSpec} from '../../../suite/suite-file.js'
 import {abortable} from '../../../util/stop.js'
 import type {VllmSuite, VllmSuiteEntry} from './builtin-suite.js'
-import type {VllmContext, VllmPrepared} from './experiment.js'
+import type {VllmContext, VllmExperiment, VllmPrepared} from './experiment.js'
 import {getVllmExperiment} from './registry.js'
 
 /**
@@ -33,6 +33,8 @@ export interface VllmSuiteOptions {
   gate?: GateSpec
   /** The co-restart's deadlines and canaries. */
   restart: Omit<VllmRestartOptions, 'signal' | 'onProgress'>
+  /** The experiments by fault name (default: the registry's). */
+  experiments?: Record<string, VllmExperiment>
 }
 
 interface Planned {
@@ -54,7 +56,18 @@ export async function runVllmSuite(
   const p = discovery.servers.find(s => s.role === 'prefill')!
   if (!p.health.ok) throw new PdError(`prefill is not healthy: ${p.health.detail}`, {exit: ExitCode.unreachable})
   const ctx: VllmContext = {file: o.file, deployment: d, host, discovery, signal: o.signal, progress: o.progress}
-  const planned = await planEntries(suite, ctx)
+  return runVllmSuiteIn(ctx, suite, o, startedAt)
+}
+
+/** The run once P and D are discovered: plan every entry, print the plan, run each, then the co-restart. */
+export async function runVllmSuiteIn(
+  ctx: VllmContext,
+  suite: VllmSuite,
+  o: VllmSuiteOptions,
+  startedAt = Date.now(),
+): Promise<SuiteRun> {
+  const {deployment: d, host, discovery} = ctx
+  const planned = await planEntries(suite, ctx, o.experiments)
   const plan = planLines(d, suite, planned, o)
   o.onPlan?.(plan)
   const run: SuiteRun = {
@@ -83,12 +96,18 @@ export async function runVllmSuite(
 }
 
 /** Each entry's experiment prepared (reads only); one that refuses or cannot be read is that scenario's error. */
-async function planEntries(suite: VllmSuite, ctx: VllmContext): Promise<Planned[]> {
+async function planEntries(
+  suite: VllmSuite,
+  ctx: VllmContext,
+  experiments?: Record<string, VllmExperiment>,
+): Promise<Planned[]> {
   const out: Planned[] = []
   for (const entry of suite.entries) {
     const name = `${entry.fault} (vllm)`
     try {
-      const prepared = await getVllmExperiment(entry.fault).prepare(ctx, entry.options)
+      const experiment = experiments ? experiments[entry.fault] : getVllmExperiment(entry.fault)
+      if (!experiment) throw new Error(`${entry.fault} is not a registered vLLM experiment`)
+      const prepared = await experiment.prepare(ctx, entry.options)
       if ('refusal' in prepared) out.push({entry, name, error: `${prepared.refusal} (${prepared.hint})`})
       else out.push({entry, name, prepared})
     } catch (error) {
