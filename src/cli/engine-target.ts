@@ -63,6 +63,14 @@ export interface VllmTarget {
   startedTwin?: string
   /** The lease the started twin was given, seconds. */
   leaseS?: number
+  /** NIXL's READ stall timeout the started twin was given, seconds (0: off). */
+  xferStallTimeoutS?: number
+}
+
+/** How a command starts the vLLM twin when none runs: its lease and NIXL's READ stall timeout (absent: vLLM's). */
+export interface VllmTwinStart {
+  leaseS?: number
+  xferStallTimeoutS?: number
 }
 
 const TWIN_FLAGS = ['sim-lease', 'sim-base-port', 'sim-side-channel-port'] as const
@@ -91,7 +99,7 @@ export function checkEngineFlags(f: EngineTargetFlags): void {
  */
 export async function vllmTarget(
   f: EngineTargetFlags,
-  o: {leaseS?: number; say: (line: string) => void; before?: () => void},
+  o: VllmTwinStart & {say: (line: string) => void; before?: () => void},
 ): Promise<VllmTarget | undefined> {
   checkEngineFlags(f)
   if (!f.sim) {
@@ -133,20 +141,26 @@ async function runningTwinFile(dir: string): Promise<string | undefined> {
 async function startVllmTwin(
   dir: string,
   f: EngineTargetFlags,
-  o: {leaseS?: number; say: (line: string) => void},
+  o: VllmTwinStart & {say: (line: string) => void},
 ): Promise<VllmTarget> {
   const [{vllmUp}, {fromSimError}] = await Promise.all([import('../sim/vllm/up.js'), import('./twin.js')])
   const leaseS = seconds('--sim-lease', f['sim-lease']) ?? o.leaseS
-  o.say(`starting the vLLM twin in ${dir}${leaseS === undefined ? '' : ` (kv_lease_duration ${leaseS}s)`}`)
+  const said = [
+    ...(leaseS === undefined ? [] : [`kv_lease_duration ${leaseS}s`]),
+    ...(o.xferStallTimeoutS === undefined ? [] : [`NIXL READ stall timeout ${o.xferStallTimeoutS}s`]),
+  ]
+  o.say(`starting the vLLM twin in ${dir}${said.length ? ` (${said.join(', ')})` : ''}`)
   try {
     const up = await vllmUp({
       stateDir: dir,
       ...(f['sim-base-port'] === undefined ? {} : {basePort: f['sim-base-port']}),
       ...(f['sim-side-channel-port'] === undefined ? {} : {sideChannelPort: f['sim-side-channel-port']}),
       ...(leaseS === undefined ? {} : {leaseDurationS: leaseS}),
+      ...(o.xferStallTimeoutS === undefined ? {} : {xferStallTimeoutS: o.xferStallTimeoutS}),
       waitS: 60,
     })
-    return {file: up.deploymentFile, startedTwin: dir, leaseS: up.config.lease.durationS}
+    const {lease, xferStallTimeoutS} = up.config
+    return {file: up.deploymentFile, startedTwin: dir, leaseS: lease.durationS, xferStallTimeoutS}
   } catch (error) {
     throw fromSimError(error)
   }

@@ -113,7 +113,7 @@ export abstract class SuiteCommand extends TargetCommand<typeof SuiteCommand> {
     const f = this.flags
     // An `engine: vllm` file, or the vLLM twin (--sim --engine vllm): the built-in vLLM suite (issue 31).
     const vllm = await vllmTarget(f, {
-      leaseS: VLLM_SUITE_LEASE_S,
+      ...VLLM_SUITE_TWIN,
       say: l => this.progress(l),
       before: () => this.checkVllmFlags(),
     })
@@ -287,7 +287,8 @@ export abstract class SuiteCommand extends TargetCommand<typeof SuiteCommand> {
       const twinNote =
         v.startedTwin &&
         `started the vLLM twin in ${v.startedTwin} with a short KV lease (kv_lease_duration ${v.leaseS}s) so the ` +
-          `suite is quick; it keeps running: \`pdchaos sim down --state-dir ${v.startedTwin}\` stops it`
+          `suite is quick, and NIXL's READ stall timeout on (${v.xferStallTimeoutS}s; opt-in upstream) as a ` +
+          `hardened deployment runs; it keeps running: \`pdchaos sim down --state-dir ${v.startedTwin}\` stops it`
       return await this.reportRun(run, {wallMs: Date.now() - t0, progress, where, twinNote: twinNote || undefined})
     } catch (error) {
       const fields = {name: 'builtin-vllm', runId: f['run-id'], label: f.label, config: v.file, startedAt: t0}
@@ -339,8 +340,13 @@ interface Where {
   started?: string
 }
 
-/** The lease of a vLLM twin the suite starts itself (`--sim-lease` overrides): short, so the suite is quick. */
-const VLLM_SUITE_LEASE_S = 4
+/**
+ * A vLLM twin the suite starts itself: a short lease (`--sim-lease` overrides) so the suite is quick, and NIXL's READ
+ * stall timeout on (nixl PR #2047, off by default upstream), as a deployment hardened against a stalled READ runs:
+ * without it a READ stalled while D heartbeats pins P's blocks for as long as D lives (stall-kv's finding; run it on a
+ * twin started by `sim up --engine vllm` without --xfer-stall-timeout to see it).
+ */
+const VLLM_SUITE_TWIN = {leaseS: 4, xferStallTimeoutS: 2}
 
 function summaryOf(run: SuiteRun, runId: string) {
   return {

@@ -4,6 +4,7 @@ import {join} from 'node:path'
 
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
+import {VLLM_BUILTIN_SUITE} from '../../src/engines/vllm/experiments/builtin-suite.js'
 import {freeVllmPorts} from '../sim/lifecycle-helpers.js'
 import {runCli, startCli} from './cli.js'
 
@@ -71,19 +72,27 @@ describe('pdchaos suite --sim --engine vllm, from a fresh state dir', () => {
       html!,
     ])
     expect(r.code, r.stderr).toBe(0)
-    expect(r.stderr).toContain(`starting the vLLM twin in ${dir} (kv_lease_duration ${LEASE_S}s)`)
+    expect(r.stderr).toContain(
+      `starting the vLLM twin in ${dir} (kv_lease_duration ${LEASE_S}s, NIXL READ stall timeout 2s)`,
+    )
     expect(r.stdout).toMatch(/suite builtin-vllm on pdchaos-twin-vllm \(engine vllm\)/)
     const j = journalOf(journal!)
     expect([j.command, j.engine]).toEqual(['suite', 'vllm'])
-    expect(j.scenarios.map(s => [s.name, s.kind])).toEqual([
-      ['drop-dest-info (vllm)', 'inject'],
-      ['co-restart (vllm)', 'restart'],
-    ])
-    expectTruthAgrees(j.scenarios[0]!.verdicts)
-    expect(j.scenarios[1]!.verdicts.map(v => v.verdict)).toEqual(['pass', 'pass', 'pass', 'pass'])
+    // Every entry of the built-in vLLM suite, in order, then the co-restart; each a scenario with a verdict.
+    const names = [...VLLM_BUILTIN_SUITE.entries.map(e => `${e.fault} (vllm)`), 'co-restart (vllm)']
+    expect(j.scenarios.map(s => s.name)).toEqual(names)
+    expect(j.scenarios.map(s => s.kind).at(-1)).toBe('restart')
+    for (const s of j.scenarios) {
+      expect(s.error, s.name).toBeUndefined()
+      expect(s.verdicts.length, s.name).toBeGreaterThan(0)
+      expect(
+        s.verdicts.every(v => v.verdict === 'pass'),
+        s.name,
+      ).toBe(true)
+    }
+    expectTruthAgrees(j.scenarios.find(s => s.name === 'drop-dest-info (vllm)')!.verdicts)
     const xml = readFileSync(junit!, 'utf8')
-    expect(xml).toContain('<testsuite name="drop-dest-info (vllm)"')
-    expect(xml).toContain('<testsuite name="co-restart (vllm)"')
+    for (const name of names) expect(xml).toContain(`<testsuite name="${name}"`)
     expect(xml).toContain('<property name="engine" value="vllm"/>')
     expect(readFileSync(html!, 'utf8')).toContain('engine vllm · deployment pdchaos-twin-vllm')
   }, 180_000)
