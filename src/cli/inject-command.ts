@@ -182,6 +182,8 @@ export abstract class InjectCommand extends TargetCommand<typeof InjectCommand> 
         dryRun: f['dry-run'],
         signal,
         progress: l => this.progress(l),
+        ...(this.stopRun ? {stop: this.stopRun} : {}),
+        allowProduction: f['allow-production'],
       }),
     ).catch((error: unknown) => {
       this.writeFailureJournal(

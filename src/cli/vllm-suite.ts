@@ -34,33 +34,74 @@ export interface VllmSuiteRunOptions {
 export async function vllmSuiteRun(file: string, o: VllmSuiteRunOptions): Promise<SuiteRun> {
   const d = await loadVllmDeployment(file)
   o.onDeployment?.(d.name ?? 'vllm')
-  assertMayDisturb({name: d.name ?? file, labels: d.labels ?? {}} as never, o.allowProduction, 'run a suite against')
+  checkMayDisturb(d, file, o.allowProduction, 'run a suite against')
   const host = await abortable(openHost(d.host, {sudo: d.sudo}), o.signal, 'opening the host')
   try {
-    const halt = d.stateDir ? await haltGuard(host, d.stateDir, file, o) : undefined
-    try {
-      const run = await underLock(host, d, o, () =>
-        runVllmSuite(d, host, VLLM_BUILTIN_SUITE, {
-          file,
-          signal: o.signal,
-          progress: o.say,
-          onPlan: o.onPlan,
-          ...(o.runId ? {runId: o.runId} : {}),
-          ...(o.gate ? {gate: o.gate} : {}),
-          restart: {healthTimeoutS: 120, commandTimeoutS: 120, canaries: 3, settleS: 1, canaryTimeoutS: 30},
-        }),
-      )
-      return halt ? halt.record(run) : run
-    } finally {
-      await halt?.close()
-    }
+    // Every entry waits out at most a few leases (each at most a few minutes), then the co-restart's gates.
+    const ttlMs = (VLLM_BUILTIN_SUITE.entries.length * 600 + 3 * 240 + 300) * 1000
+    return await guardedVllmRun(host, d, file, {...o, command: `suite ${VLLM_BUILTIN_SUITE.name}`, ttlMs}, () =>
+      runVllmSuite(d, host, VLLM_BUILTIN_SUITE, {
+        file,
+        signal: o.signal,
+        progress: o.say,
+        onPlan: o.onPlan,
+        ...(o.runId ? {runId: o.runId} : {}),
+        ...(o.gate ? {gate: o.gate} : {}),
+        restart: {healthTimeoutS: 120, commandTimeoutS: 120, canaries: 3, settleS: 1, canaryTimeoutS: 30},
+      }),
+    )
   } finally {
     await host.close()
   }
 }
 
+/** Exit 2 for a deployment labelled environment: production, unless allowed (as every SGLang run that disturbs). */
+export function checkMayDisturb(d: VllmDeployment, file: string, allow: boolean, action: string): void {
+  assertMayDisturb({name: d.name ?? file, labels: d.labels ?? {}} as never, allow, action)
+}
+
+/**
+ * A vLLM run that changes the deployment, on its open host: refused when the deployment is halted (exit 2), stopped by
+ * a halt while it runs (the run model records it), and under the deployment's run lock (its stateDir), released on
+ * every exit, a signal's included. Without a stateDir in the file neither applies (nowhere to keep them).
+ */
+export async function guardedVllmRun<R>(
+  host: Host,
+  d: VllmDeployment,
+  file: string,
+  o: {
+    signal: AbortSignal
+    stop?: (reason: string) => void
+    say: (line: string) => void
+    command: string
+    ttlMs: number
+  },
+  fn: () => Promise<R>,
+): Promise<R> {
+  if (!d.stateDir) return fn()
+  const halt = await haltGuard(host, d.stateDir, file, o)
+  try {
+    const lock = await acquireHostLock(host, d.stateDir, {command: o.command, ttlMs: o.ttlMs})
+    const off = onSignalExit(() => lock.release().catch(() => {}))
+    try {
+      throwIfStopped(o.signal, 'taking the run lock')
+      return halt.record(await fn())
+    } finally {
+      off()
+      await lock.release().catch(() => {})
+    }
+  } finally {
+    await halt.close()
+  }
+}
+
 /** A halted deployment refuses the run (exit 2); a halt while it runs stops it (the halt file in the stateDir). */
-function haltGuard(host: Host, stateDir: string, file: string, o: VllmSuiteRunOptions): Promise<HaltGuard> {
+function haltGuard(
+  host: Host,
+  stateDir: string,
+  file: string,
+  o: {signal: AbortSignal; stop?: (reason: string) => void; say: (line: string) => void},
+): Promise<HaltGuard> {
   return guardRun([{name: 'host', host, stateDir}], {
     // `pdchaos resume` reads SGLang files only for now: the halt file is removed by hand on a vLLM deployment.
     resume: `remove ${stateDir}/halt.json on the host (\`pdchaos resume -c ${file}\` once it reads vLLM files)`,
@@ -68,20 +109,4 @@ function haltGuard(host: Host, stateDir: string, file: string, o: VllmSuiteRunOp
     say: o.say,
     signal: o.signal,
   })
-}
-
-/** The deployment's run lock (its stateDir), held while fn runs and released on every exit, a signal's included. */
-async function underLock<R>(host: Host, d: VllmDeployment, o: VllmSuiteRunOptions, fn: () => Promise<R>): Promise<R> {
-  if (!d.stateDir) return fn()
-  // Every entry waits out at most a few leases (each at most a few minutes), then the co-restart's gates.
-  const ttlMs = (VLLM_BUILTIN_SUITE.entries.length * 600 + 3 * 240 + 300) * 1000
-  const lock = await acquireHostLock(host, d.stateDir, {command: `suite ${VLLM_BUILTIN_SUITE.name}`, ttlMs})
-  const off = onSignalExit(() => lock.release().catch(() => {}))
-  try {
-    throwIfStopped(o.signal, 'taking the run lock')
-    return await fn()
-  } finally {
-    off()
-    await lock.release().catch(() => {})
-  }
 }
