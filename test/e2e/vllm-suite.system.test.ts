@@ -5,17 +5,18 @@ import {join} from 'node:path'
 import {afterAll, beforeAll, describe, expect, it} from 'vitest'
 
 import {VLLM_BUILTIN_SUITE} from '../../src/engines/vllm/experiments/builtin-suite.js'
+import {startPushgateway} from '../report/gateway.js'
 import {freeVllmPorts} from '../sim/lifecycle-helpers.js'
 import {runCli, startCli} from './cli.js'
 
 /**
  * Issue 31, "`pdchaos suite --sim --engine vllm` works from a fresh clone": a newcomer's commands on the vLLM twin, in
  * order. The suite starts the twin itself in a fresh state dir (a short lease; free ports, since other tests run
- * beside this one), runs the built-in vLLM suite (drop-dest-info, then the co-restart), exits 0 and names the engine
- * and each scenario in the journal, JUnit and HTML; its verdicts agree with the twin's truth log. Then inject, status
- * and restart reach the same twin with --sim --engine vllm, --engine without --sim is refused (exit 2), a halted
- * deployment refuses the suite (exit 2), a halt during it stops it (exit 3), and a SIGINT while the suite waits a lease out exits 3 with the journal
- * written. The twin is stopped at the end.
+ * beside this one), runs the built-in vLLM suite (its entries, then the co-restart), exits 0, passes --gate, and names
+ * the engine and each scenario in the journal, JUnit, HTML and the Pushgateway; its verdicts agree with the twin's
+ * truth log. Then inject, status and restart reach the same twin with --sim --engine vllm, --engine without --sim is
+ * refused (exit 2), a halted deployment refuses the suite (exit 2), a halt during it stops it (exit 3), and a SIGINT
+ * while the suite waits a lease out exits 3 with the journal written. The twin is stopped at the end.
  */
 
 const LEASE_S = 3
@@ -55,6 +56,8 @@ describe('pdchaos suite --sim --engine vllm, from a fresh state dir', () => {
   it('starts the vLLM twin, runs the built-in vLLM suite, exit 0, engine and scenarios named', async () => {
     expect(existsSync(dir)).toBe(false)
     const [journal, junit, html] = ['run.json', 'junit.xml', 'report.html'].map(f => join(root, f))
+    const gateway = await startPushgateway()
+    let pushed = ''
     const r = await runCli([
       'suite',
       ...twin(),
@@ -70,8 +73,19 @@ describe('pdchaos suite --sim --engine vllm, from a fresh state dir', () => {
       junit!,
       '--html',
       html!,
-    ])
+      '--push',
+      gateway.url,
+      '--gate',
+      '--run-id',
+      'vllm-e2e',
+    ]).finally(async () => {
+      pushed = await fetch(`${gateway.url}/metrics`).then(x => x.text())
+      await gateway.stop()
+    })
     expect(r.code, r.stderr).toBe(0)
+    expect(r.stdout).toContain('release gate: PASS')
+    // The Pushgateway groups the run by run_id and engine.
+    expect(pushed).toMatch(/pdchaos_check_passed\{check="kv-lease",engine="vllm",[^}]*run_id="vllm-e2e"/)
     expect(r.stderr).toContain(
       `starting the vLLM twin in ${dir} (kv_lease_duration ${LEASE_S}s, NIXL READ stall timeout 2s)`,
     )
