@@ -99,12 +99,14 @@ export function checkEngineFlags(f: EngineTargetFlags): void {
  */
 export async function vllmTarget(
   f: EngineTargetFlags,
-  o: VllmTwinStart & {say: (line: string) => void; before?: () => void},
+  o: VllmTwinStart & {say: (line: string) => void; before?: () => void | Promise<void>},
 ): Promise<VllmTarget | undefined> {
   checkEngineFlags(f)
   if (!f.sim) {
     const file = resolve(f.config)
-    return (await readEngineField(file)) === 'vllm' ? {file} : undefined
+    if ((await readEngineField(file)) !== 'vllm') return undefined
+    await o.before?.()
+    return {file}
   }
   const dir = simStateDir(f['state-dir'] ?? (f.engine === 'vllm' ? vllmSimDir() : defaultSimDir()))
   const running = await runningTwinFile(dir)
@@ -116,13 +118,13 @@ export async function vllmTarget(
         `drop --engine, stop it (\`pdchaos sim down --state-dir ${dir}\`), or give another --state-dir`,
       )
     if (engine !== 'vllm') return undefined
-    o.before?.()
+    await o.before?.()
     if (TWIN_FLAGS.some(flag => f[flag] !== undefined))
       o.say(`the vLLM twin in ${dir} runs already: its settings are kept (sim down, then run again, to change them)`)
     return {file: running}
   }
   if (f.engine !== 'vllm') return undefined
-  o.before?.()
+  await o.before?.()
   return startVllmTwin(dir, f, o)
 }
 

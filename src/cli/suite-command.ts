@@ -19,6 +19,8 @@ import {Progress} from './progress.js'
 import {suiteTwin, type TwinStart} from './sim-flags.js'
 import {TargetCommand} from './target-command.js'
 import {vllmSuiteRun} from './vllm-suite.js'
+import {VLLM_BUILTIN_SUITE, type VllmSuite} from '../engines/vllm/experiments/builtin-suite.js'
+import {loadVllmSuite, suiteFileEngine} from '../engines/vllm/experiments/suite-file.js'
 import {
   checkScenarioPairs,
   pairOf,
@@ -112,13 +114,22 @@ export abstract class SuiteCommand extends TargetCommand<typeof SuiteCommand> {
   protected async runOne(signal: AbortSignal): Promise<Record<string, unknown>> {
     const f = this.flags
     // An `engine: vllm` file, or the vLLM twin (--sim --engine vllm): the built-in vLLM suite (issue 31).
+    let vllmSuite: VllmSuite = VLLM_BUILTIN_SUITE
     const vllm = await vllmTarget(f, {
       ...VLLM_SUITE_TWIN,
       say: l => this.progress(l),
-      before: () => this.checkVllmFlags(),
+      before: async () => {
+        this.checkVllmFlags()
+        if (this.args.file) vllmSuite = await loadVllmSuite(resolve(this.args.file))
+      },
     })
-    if (vllm) return this.runVllm(vllm, signal)
+    if (vllm) return this.runVllm(vllm, vllmSuite, signal)
     const suiteFile = this.args.file ? resolve(this.args.file) : undefined
+    if (suiteFile && (await suiteFileEngine(suiteFile)) === 'vllm')
+      throw badInput(
+        `${suiteFile} is a vLLM suite file (engine: vllm), and the target is an SGLang deployment`,
+        'run it with --sim --engine vllm, or -c a deployment file with engine: vllm',
+      )
     const suite = suiteFile ? await loadSuite(suiteFile) : defaultSuite()
     throwIfStopped(signal, suiteFile ? `reading ${suiteFile}` : 'the start')
     const twin = suiteTwin(f)
@@ -245,11 +256,6 @@ export abstract class SuiteCommand extends TargetCommand<typeof SuiteCommand> {
   /** Flags of the SGLang suite that a vLLM run cannot honour: exit 2 before anything is reached or started. */
   private checkVllmFlags(): void {
     const f = this.flags
-    if (this.args.file !== undefined)
-      throw badInput(
-        `suite files are not built for vLLM deployments yet (${this.args.file}): a vLLM run is the built-in vLLM suite`,
-        'drop the suite file to run the built-in vLLM suite (`pdchaos suite --help` lists it)',
-      )
     for (const flag of ['sim-deadline', 'sim-poll', 'allow-competing-timeout'] as const)
       if (f[flag] !== undefined && f[flag] !== false)
         throw badInput(
@@ -265,14 +271,14 @@ export abstract class SuiteCommand extends TargetCommand<typeof SuiteCommand> {
   }
 
   /** The built-in vLLM suite on an `engine: vllm` file (cli/vllm-suite.ts), reported and written as SGLang's. */
-  private async runVllm(v: VllmTarget, signal: AbortSignal): Promise<Record<string, unknown>> {
+  private async runVllm(v: VllmTarget, suite: VllmSuite, signal: AbortSignal): Promise<Record<string, unknown>> {
     const f = this.flags
     this.checkRunOutputs(f)
     const progress = new Progress({json: this.jsonEnabled()})
     const where: Where = {config: v.file, ...(v.startedTwin ? {started: v.startedTwin} : {})}
     const t0 = Date.now()
     try {
-      const run = await vllmSuiteRun(v.file, {
+      const run = await vllmSuiteRun(v.file, suite, {
         signal,
         ...(this.stopRun ? {stop: this.stopRun} : {}),
         say: progress.say,
@@ -291,7 +297,7 @@ export abstract class SuiteCommand extends TargetCommand<typeof SuiteCommand> {
           `hardened deployment runs; it keeps running: \`pdchaos sim down --state-dir ${v.startedTwin}\` stops it`
       return await this.reportRun(run, {wallMs: Date.now() - t0, progress, where, twinNote: twinNote || undefined})
     } catch (error) {
-      const fields = {name: 'builtin-vllm', runId: f['run-id'], label: f.label, config: v.file, startedAt: t0}
+      const fields = {name: suite.name, runId: f['run-id'], label: f.label, config: v.file, startedAt: t0}
       this.writeFailureJournal(f.journal, 'suite', {...fields, deployment: where.deployment}, error)
       throw error
     } finally {

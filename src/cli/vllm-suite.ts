@@ -1,6 +1,6 @@
 import {assertMayDisturb} from '../deployment/protection.js'
 import {loadVllmDeployment, type VllmDeployment} from '../engines/vllm/deployment-file.js'
-import {VLLM_BUILTIN_SUITE} from '../engines/vllm/experiments/builtin-suite.js'
+import type {VllmSuite} from '../engines/vllm/experiments/builtin-suite.js'
 import {runVllmSuite} from '../engines/vllm/experiments/suite.js'
 import {acquireHostLock} from '../faults/lease/host-lock.js'
 import {onSignalExit} from '../faults/lease/lease-guard.js'
@@ -31,16 +31,16 @@ export interface VllmSuiteRunOptions {
   onDeployment?: (name: string) => void
 }
 
-export async function vllmSuiteRun(file: string, o: VllmSuiteRunOptions): Promise<SuiteRun> {
+export async function vllmSuiteRun(file: string, suite: VllmSuite, o: VllmSuiteRunOptions): Promise<SuiteRun> {
   const d = await loadVllmDeployment(file)
   o.onDeployment?.(d.name ?? 'vllm')
   checkMayDisturb(d, file, o.allowProduction, 'run a suite against')
   const host = await abortable(openHost(d.host, {sudo: d.sudo}), o.signal, 'opening the host')
   try {
     // Every entry waits out at most a few leases (each at most a few minutes), then the co-restart's gates.
-    const ttlMs = (VLLM_BUILTIN_SUITE.entries.length * 600 + 3 * 240 + 300) * 1000
-    return await guardedVllmRun(host, d, file, {...o, command: `suite ${VLLM_BUILTIN_SUITE.name}`, ttlMs}, () =>
-      runVllmSuite(d, host, VLLM_BUILTIN_SUITE, {
+    const ttlMs = (suite.entries.length * 600 + 3 * 240 + 300) * 1000
+    return await guardedVllmRun(host, d, file, {...o, command: `suite ${suite.name}`, ttlMs}, () =>
+      runVllmSuite(d, host, suite, {
         file,
         signal: o.signal,
         progress: o.say,

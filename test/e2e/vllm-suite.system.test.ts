@@ -14,7 +14,8 @@ import {runCli, startCli} from './cli.js'
  * order. The suite starts the twin itself in a fresh state dir (a short lease; free ports, since other tests run
  * beside this one), runs the built-in vLLM suite (its entries, then the co-restart), exits 0, passes --gate, and names
  * the engine and each scenario in the journal, JUnit, HTML and the Pushgateway; its verdicts agree with the twin's
- * truth log. Then inject, status and restart reach the same twin with --sim --engine vllm, --engine without --sim is
+ * truth log. Then inject, status and restart reach the same twin with --sim --engine vllm, a vLLM suite file runs
+ * there (and is refused against an SGLang deployment), --engine without --sim is
  * refused (exit 2), a halted deployment refuses the suite (exit 2), a halt during it stops it (exit 3), and a SIGINT
  * while the suite waits a lease out exits 3 with the journal written. The twin is stopped at the end.
  */
@@ -132,6 +133,29 @@ describe('pdchaos suite --sim --engine vllm, from a fresh state dir', () => {
     expect(rj.verdicts.length).toBeGreaterThan(0)
     expect(rj.verdicts.every(v => v.verdict === 'pass')).toBe(true)
   }, 180_000)
+
+  it('runs a vLLM suite file (engine: vllm) on the twin; refuses it against an SGLang deployment (exit 2)', async () => {
+    const file = join(root, 'nightly-vllm.yaml')
+    writeFileSync(
+      file,
+      'engine: vllm\nname: nightly-vllm\nscenarios:\n  - {fault: drop-dest-info, pins: 1}\ncoRestart: false\n',
+    )
+    const journal = join(root, 'file-run.json')
+    const r = await runCli(['suite', file, ...twin(), '--journal', journal])
+    expect(r.code, r.stderr).toBe(0)
+    const j = journalOf(journal) as Journal & {name: string}
+    expect([j.name, j.engine, j.scenarios.map(s => s.name)]).toEqual([
+      'nightly-vllm',
+      'vllm',
+      ['drop-dest-info (vllm)'],
+    ])
+    expectTruthAgrees(j.scenarios[0]!.verdicts)
+    const sglang = join(root, 'sglang.yaml')
+    writeFileSync(sglang, 'name: an-sglang-deployment\n')
+    const refused = await runCli(['suite', file, '-c', sglang], {timeoutMs: 30_000})
+    expect(refused.code, refused.stderr).toBe(2)
+    expect(refused.stderr).toMatch(/is a vLLM suite file \(engine: vllm\), and the target is an SGLang deployment/)
+  }, 120_000)
 
   it('refuses --engine without --sim, and an --engine the running twin is not (exit 2, one line)', async () => {
     for (const args of [
