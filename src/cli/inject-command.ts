@@ -12,6 +12,7 @@ import {runSuite} from '../suite/runner.js'
 import {oneScenarioSuite} from '../suite/suite-file.js'
 import {faultFlags} from './fault-flags.js'
 import {instanceFlags} from './flags.js'
+import {engineFlags} from './engine-target.js'
 import {TargetCommand} from './target-command.js'
 import {pairOf, placementOf} from './target.js'
 import {checkRunTtl} from './ttl.js'
@@ -33,6 +34,7 @@ export abstract class InjectCommand extends TargetCommand<typeof InjectCommand> 
   }
   static override flags = {
     ...TargetCommand.targetFlags,
+    ...engineFlags,
     ...instanceFlags,
     ...TargetCommand.disturbFlags,
     ...faultFlags(),
@@ -166,7 +168,7 @@ export abstract class InjectCommand extends TargetCommand<typeof InjectCommand> 
   }
 
   /** A fault on an `engine: vllm` file (cli/vllm-inject.ts): the plan, or the run and its journal. */
-  protected async vllmRun(): Promise<Record<string, unknown>> {
+  protected async vllmRun(file: string): Promise<Record<string, unknown>> {
     const f = this.flags
     const fault = this.args.fault
     if (f.hold) throw badInput(`--hold is not built for ${fault} on vLLM`, 'drop --hold')
@@ -174,18 +176,20 @@ export abstract class InjectCommand extends TargetCommand<typeof InjectCommand> 
     const faultOptions = vllmFaultOptions(f, fault, pinsGiven)
     const t0 = Date.now()
     const r = await this.withStopSignal(({signal}) =>
-      vllmInject(f.config, {
+      vllmInject(file, {
         fault,
         faultOptions,
         dryRun: f['dry-run'],
         signal,
         progress: l => this.progress(l),
+        ...(this.stopRun ? {stop: this.stopRun} : {}),
+        allowProduction: f['allow-production'],
       }),
     ).catch((error: unknown) => {
       this.writeFailureJournal(
         f.journal,
         'inject',
-        {name: `${fault} (vllm)`, config: resolve(f.config), startedAt: t0},
+        {name: `${fault} (vllm)`, config: resolve(file), startedAt: t0},
         error,
       )
       throw error

@@ -14,6 +14,7 @@ import {onSignalExit} from '../faults/lease/lease-guard.js'
 import {openHost} from '../hosts/open-host.js'
 import {isProduction} from '../deployment/protection.js'
 import {checkOutputFile} from './outputs.js'
+import {engineFlags} from './engine-target.js'
 import {TargetCommand} from './target-command.js'
 import {placementOf, restartTargetsOf} from './target.js'
 
@@ -24,6 +25,7 @@ import {placementOf, restartTargetsOf} from './target.js'
 export abstract class RestartCommand extends TargetCommand<typeof RestartCommand> {
   static override flags = {
     ...TargetCommand.targetFlags,
+    ...engineFlags,
     ...TargetCommand.disturbFlags,
     service: Flags.option({
       options: ['prefill', 'decode', 'router'] as const,

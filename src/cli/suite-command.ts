@@ -11,12 +11,16 @@ import {loadFleet} from '../suite/fleet-file.js'
 import {runSuite} from '../suite/runner.js'
 import {defaultSuite, GateSchema, loadSuite, type SuiteFile} from '../suite/suite-file.js'
 import {throwIfStopped} from '../util/stop.js'
+import {engineFlags, type VllmTarget, vllmTarget} from './engine-target.js'
 import {checkFleetOutputs, finishFleet} from './fleet-outputs.js'
 import {checkFleet, runFleetHere} from './fleet-run.js'
 import {instanceFlags} from './flags.js'
 import {Progress} from './progress.js'
 import {suiteTwin, type TwinStart} from './sim-flags.js'
 import {TargetCommand} from './target-command.js'
+import {vllmSuiteRun} from './vllm-suite.js'
+import {VLLM_BUILTIN_SUITE, type VllmSuite} from '../engines/vllm/experiments/builtin-suite.js'
+import {loadVllmSuite, suiteFileEngine} from '../engines/vllm/experiments/suite-file.js'
 import {
   checkScenarioPairs,
   pairOf,
@@ -39,6 +43,7 @@ export abstract class SuiteCommand extends TargetCommand<typeof SuiteCommand> {
   }
   static override flags = {
     ...TargetCommand.targetFlags,
+    ...engineFlags,
     ...instanceFlags,
     ...TargetCommand.disturbFlags,
     gate: Flags.boolean({
@@ -108,7 +113,23 @@ export abstract class SuiteCommand extends TargetCommand<typeof SuiteCommand> {
   /** One deployment: the suite file (or the built-in suite) run under the target; the summary, exit code, outputs. */
   protected async runOne(signal: AbortSignal): Promise<Record<string, unknown>> {
     const f = this.flags
+    // An `engine: vllm` file, or the vLLM twin (--sim --engine vllm): the built-in vLLM suite (issue 31).
+    let vllmSuite: VllmSuite = VLLM_BUILTIN_SUITE
+    const vllm = await vllmTarget(f, {
+      ...VLLM_SUITE_TWIN,
+      say: l => this.progress(l),
+      before: async () => {
+        this.checkVllmFlags()
+        if (this.args.file) vllmSuite = await loadVllmSuite(resolve(this.args.file))
+      },
+    })
+    if (vllm) return this.runVllm(vllm, vllmSuite, signal)
     const suiteFile = this.args.file ? resolve(this.args.file) : undefined
+    if (suiteFile && (await suiteFileEngine(suiteFile)) === 'vllm')
+      throw badInput(
+        `${suiteFile} is a vLLM suite file (engine: vllm), and the target is an SGLang deployment`,
+        'run it with --sim --engine vllm, or -c a deployment file with engine: vllm',
+      )
     const suite = suiteFile ? await loadSuite(suiteFile) : defaultSuite()
     throwIfStopped(signal, suiteFile ? `reading ${suiteFile}` : 'the start')
     const twin = suiteTwin(f)
@@ -121,7 +142,8 @@ export abstract class SuiteCommand extends TargetCommand<typeof SuiteCommand> {
       const run = await this.withTarget(this.suiteTarget(suite, suiteFile, twin, progress, where), t =>
         this.runUnder(t, suite, signal, progress, where),
       )
-      return await this.reportRun(run, {wallMs: Date.now() - t0, twin, progress, where})
+      const twinNote = where.started && this.twinNote(twin, where.started)
+      return await this.reportRun(run, {wallMs: Date.now() - t0, progress, where, twinNote: twinNote || undefined})
     } catch (error) {
       const {config, deployment} = where
       this.writeFailureJournal(
@@ -192,23 +214,26 @@ export abstract class SuiteCommand extends TargetCommand<typeof SuiteCommand> {
     })
   }
 
+  /** What the report says of a twin the suite started. */
+  private twinNote(twin: TwinStart, started: string): string {
+    return (
+      `started the twin in ${started} with a short watchdog (deadline ${twin.deadlineS}s, poll ${twin.pollS}s), ` +
+      `a circuit breaker that half-opens after ${twin.cbTimeoutS}s and decode's heartbeat ` +
+      `at ${twin.heartbeatIntervalS}s x ${twin.heartbeatMaxFailure} so the suite is quick; ` +
+      `it keeps running: \`pdchaos sim down${this.flags['state-dir'] ? ` --state-dir ${started}` : ''}\` stops it`
+    )
+  }
+
   /** The summary and the exit code first, then the outputs: a failed write or push is reported, the verdict kept. */
   private async reportRun(
     run: SuiteRun,
-    o: {wallMs: number; twin: TwinStart; progress: Progress; where: Where},
+    o: {wallMs: number; progress: Progress; where: Where; twinNote?: string},
   ): Promise<Record<string, unknown>> {
     const f = this.flags
-    const {wallMs, twin} = o
-    const started = o.where.started
-    const twinNote =
-      started &&
-      `started the twin in ${started} with a short watchdog (deadline ${twin.deadlineS}s, poll ${twin.pollS}s), ` +
-        `a circuit breaker that half-opens after ${twin.cbTimeoutS}s and decode's heartbeat ` +
-        `at ${twin.heartbeatIntervalS}s x ${twin.heartbeatMaxFailure} so the suite is quick; ` +
-        `it keeps running: \`pdchaos sim down${f['state-dir'] ? ` --state-dir ${started}` : ''}\` stops it`
+    const {wallMs, twinNote} = o
     if (twinNote) run.notes = [...(run.notes ?? []), twinNote]
     o.progress.stop()
-    if (!this.jsonEnabled()) this.log(renderSuite(run, {wallMs, twin: twinNote || undefined}))
+    if (!this.jsonEnabled()) this.log(renderSuite(run, {wallMs, twin: twinNote}))
     this.setRunExitCode(run)
     const {pushed, outputErrors} = await this.writeRunOutputs(run, 'suite', f, {
       wallMs,
@@ -225,6 +250,58 @@ export abstract class SuiteCommand extends TargetCommand<typeof SuiteCommand> {
       ...(pushed ? {pushed} : {}),
       ...(outputErrors ? {outputErrors} : {}),
       scenarios: run.scenarios.map(({timeline: _t, ...s}) => s),
+    }
+  }
+
+  /** Flags of the SGLang suite that a vLLM run cannot honour: exit 2 before anything is reached or started. */
+  private checkVllmFlags(): void {
+    const f = this.flags
+    for (const flag of ['sim-deadline', 'sim-poll', 'allow-competing-timeout'] as const)
+      if (f[flag] !== undefined && f[flag] !== false)
+        throw badInput(
+          `--${flag} is SGLang's (a watchdog and its competing timeouts); a vLLM deployment's guard is its KV lease`,
+          `drop --${flag}` +
+            (flag === 'allow-competing-timeout' ? '' : '; with --sim --engine vllm, --sim-lease sets the lease'),
+        )
+    if (f['prefill-instance'] !== 0 || f['decode-instance'] !== 0)
+      throw badInput(
+        'a vLLM deployment file has one prefill and one decode',
+        'drop --prefill-instance/--decode-instance',
+      )
+  }
+
+  /** The built-in vLLM suite on an `engine: vllm` file (cli/vllm-suite.ts), reported and written as SGLang's. */
+  private async runVllm(v: VllmTarget, suite: VllmSuite, signal: AbortSignal): Promise<Record<string, unknown>> {
+    const f = this.flags
+    this.checkRunOutputs(f)
+    const progress = new Progress({json: this.jsonEnabled()})
+    const where: Where = {config: v.file, ...(v.startedTwin ? {started: v.startedTwin} : {})}
+    const t0 = Date.now()
+    try {
+      const run = await vllmSuiteRun(v.file, suite, {
+        signal,
+        ...(this.stopRun ? {stop: this.stopRun} : {}),
+        say: progress.say,
+        onPlan: lines => progress.print(['plan (one scenario at a time):', ...lines.map(x => `  ${x}`)]),
+        allowProduction: f['allow-production'],
+        ...(f['run-id'] ? {runId: f['run-id']} : {}),
+        ...(f.gate ? {gate: GateSchema.parse({})} : {}),
+        onDeployment: name => {
+          where.deployment = name
+        },
+      })
+      const twinNote =
+        v.startedTwin &&
+        `started the vLLM twin in ${v.startedTwin} with a short KV lease (kv_lease_duration ${v.leaseS}s) so the ` +
+          `suite is quick, and NIXL's READ stall timeout on (${v.xferStallTimeoutS}s; opt-in upstream) as a ` +
+          `hardened deployment runs; it keeps running: \`pdchaos sim down --state-dir ${v.startedTwin}\` stops it`
+      return await this.reportRun(run, {wallMs: Date.now() - t0, progress, where, twinNote: twinNote || undefined})
+    } catch (error) {
+      const fields = {name: suite.name, runId: f['run-id'], label: f.label, config: v.file, startedAt: t0}
+      this.writeFailureJournal(f.journal, 'suite', {...fields, deployment: where.deployment}, error)
+      throw error
+    } finally {
+      progress.stop()
     }
   }
 
@@ -269,10 +346,19 @@ interface Where {
   started?: string
 }
 
+/**
+ * A vLLM twin the suite starts itself: a short lease (`--sim-lease` overrides) so the suite is quick, and NIXL's READ
+ * stall timeout on (nixl PR #2047, off by default upstream), as a deployment hardened against a stalled READ runs:
+ * without it a READ stalled while D heartbeats pins P's blocks for as long as D lives (stall-kv's finding; run it on a
+ * twin started by `sim up --engine vllm` without --xfer-stall-timeout to see it).
+ */
+const VLLM_SUITE_TWIN = {leaseS: 4, xferStallTimeoutS: 2}
+
 function summaryOf(run: SuiteRun, runId: string) {
   return {
     name: run.name,
     runId,
+    ...(run.engine ? {engine: run.engine} : {}),
     deployment: run.deployment,
     startedAt: run.startedAt,
     finishedAt: run.finishedAt,

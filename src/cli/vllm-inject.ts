@@ -6,6 +6,7 @@ import {badInput, PdError} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import {openHost} from '../hosts/open-host.js'
 import type {SuiteRun} from '../model/run.js'
+import {checkMayDisturb, guardedVllmRun} from './vllm-suite.js'
 
 /**
  * `pdchaos inject <fault> -c <engine: vllm file>`: load the file, open its host, discover P and D, let the fault's
@@ -19,6 +20,9 @@ export interface VllmInjectOptions {
   dryRun: boolean
   signal: AbortSignal
   progress: (line: string) => void
+  /** Stops the run from another source (a halt noticed on the host). */
+  stop?: (reason: string) => void
+  allowProduction: boolean
 }
 
 export type VllmInjectResult = {kind: 'dry-run'; plan: unknown; lines: string[]} | {kind: 'run'; run: SuiteRun}
@@ -26,6 +30,7 @@ export type VllmInjectResult = {kind: 'dry-run'; plan: unknown; lines: string[]}
 export async function vllmInject(file: string, o: VllmInjectOptions): Promise<VllmInjectResult> {
   const experiment = getVllmExperiment(o.fault)
   const d = await loadVllmDeployment(file)
+  if (!o.dryRun) checkMayDisturb(d, file, o.allowProduction, 'inject a fault into')
   const host = await openHost(d.host, {sudo: d.sudo})
   try {
     const discovery = await discoverVllm(d, host, {timeoutMs: (d.probeTimeoutSeconds ?? 5) * 1000})
@@ -36,7 +41,14 @@ export async function vllmInject(file: string, o: VllmInjectOptions): Promise<Vl
     if ('refusal' in prepared) throw badInput(prepared.refusal, prepared.hint)
     if (o.dryRun) return {kind: 'dry-run', plan: prepared.plan, lines: prepared.lines}
     for (const l of prepared.lines) o.progress(l)
-    const scenario = await prepared.run()
+    // Refused when halted, stopped by a halt, under the run lock (cli/vllm-suite.ts), as SGLang's inject.
+    const guard = {
+      ...o,
+      say: o.progress,
+      command: `inject ${o.fault}`,
+      ttlMs: ((o.faultOptions.ttlS ?? 600) + 300) * 1000,
+    }
+    const scenario = await guardedVllmRun(host, d, file, guard, () => prepared.run())
     const run: SuiteRun = {
       name: `inject ${scenario.name}`,
       startedAt: scenario.startedAt,

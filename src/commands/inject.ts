@@ -3,7 +3,7 @@ import {resolve} from 'node:path'
 import {faultParamsFromFlags} from '../cli/fault-flags.js'
 import {InjectCommand} from '../cli/inject-command.js'
 import {refuseVllmOnlyFault} from '../cli/vllm-fault-options.js'
-import {readEngineField} from '../deployment/engine-field.js'
+import {vllmTarget} from '../cli/engine-target.js'
 import {parseFaultParams} from '../faults/params.js'
 import {FAULT_NAMES, FAULTS, getFault} from '../faults/registry.js'
 
@@ -27,10 +27,15 @@ export default class Inject extends InjectCommand {
   ]
   async run(): Promise<Record<string, unknown>> {
     const f = this.flags
-    // engine: vllm (issue 31): the fault's vLLM experiment, its flags checked there.
-    if (!f.sim && (await readEngineField(f.config)) === 'vllm') {
+    // engine: vllm (issue 31), or --sim --engine vllm (its twin's file): the fault's vLLM experiment, its flags
+    // checked there.
+    const vllm = await vllmTarget(f, {
+      say: l => this.progress(l),
+      before: () => this.checkRunOutputs({journal: f.journal}),
+    })
+    if (vllm) {
       this.checkRunOutputs({journal: f.journal})
-      return this.vllmRun()
+      return this.vllmRun(vllm.file)
     }
     refuseVllmOnlyFault(this.args.fault, FAULT_NAMES)
     // Validated before anything is reached: a flag that does not apply to this fault is bad input.

@@ -1,5 +1,5 @@
 import {RestartCommand} from '../cli/restart-command.js'
-import {readEngineField} from '../deployment/engine-field.js'
+import {vllmTarget} from '../cli/engine-target.js'
 import {badInput} from '../errors.js'
 import type {RestartResult, ServiceName} from '../restart/co-restart.js'
 
@@ -19,11 +19,16 @@ export default class Restart extends RestartCommand {
   ]
   async run(): Promise<RestartResult | {plan: string[]}> {
     const f = this.flags
-    // An `engine: vllm` file: vLLM's co-restart (prefill, decode, proxy; issue 31); --only and --service are SGLang's.
-    if (!f.sim && (await readEngineField(f.config)) === 'vllm') {
+    // An `engine: vllm` file, or --sim --engine vllm (its twin's file): vLLM's co-restart (prefill, decode, proxy;
+    // issue 31); --only and --service are SGLang's.
+    const refuse = (): void => {
       if (f.only || f.service)
         throw badInput('--only and --service are not built for a vLLM deployment', 'run `pdchaos restart -c FILE`')
-      return this.vllmRun(f.config)
+    }
+    const vllm = await vllmTarget(f, {say: l => this.progress(l), before: refuse})
+    if (vllm) {
+      refuse()
+      return this.vllmRun(vllm.file)
     }
     if (f.only) return this.runAlone(f.only)
     if (f['dry-run'])

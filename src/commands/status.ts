@@ -8,8 +8,8 @@ import {discover, type StatusReport} from '../engines/sglang/discovery/discover.
 import {type DeploymentReport, discoverAcrossHosts} from '../engines/sglang/discovery/discover-hosts.js'
 import {hostView, instancesOn} from '../deployment/single-host.js'
 import {renderStatus} from '../report/status-text.js'
-import {readEngineField} from '../deployment/engine-field.js'
 import {vllmStatus} from '../cli/vllm-status.js'
+import {engineFlags, vllmTarget} from '../cli/engine-target.js'
 import {redactDeep} from '../util/redact.js'
 
 export default class Status extends TargetCommand<typeof Status> {
@@ -21,6 +21,7 @@ export default class Status extends TargetCommand<typeof Status> {
   static override examples = ['<%= config.bin %> status --sim', '<%= config.bin %> status -c pdchaos.yaml --json']
   static override flags = {
     ...TargetCommand.targetFlags,
+    ...engineFlags,
     timeout: Flags.integer({
       summary:
         `Deadline of each probe, in seconds (default: the deployment file's probeTimeoutSeconds, ` +
@@ -31,9 +32,10 @@ export default class Status extends TargetCommand<typeof Status> {
   }
 
   async run(): Promise<StatusReport | DeploymentReport | Awaited<ReturnType<typeof vllmStatus>>> {
-    // engine: vllm (issue 31): read by engines/vllm, not the SGLang discovery.
-    if (!this.flags.sim && (await readEngineField(this.flags.config)) === 'vllm')
-      return vllmStatus(this.flags.config, {
+    // engine: vllm (issue 31), or --sim --engine vllm (its twin's file): read by engines/vllm, not SGLang's discovery.
+    const vllm = await vllmTarget(this.flags, {say: l => this.progress(l)})
+    if (vllm)
+      return vllmStatus(vllm.file, {
         timeoutS: this.flags.timeout,
         json: this.jsonEnabled(),
         log: t => this.log(t),

@@ -15,11 +15,16 @@ export default class Suite extends SuiteCommand {
       '4 cleanup unverified, 5 unreachable.',
     'With --sim and no twin running, the twin is started with a short watchdog (deadline 3 s, poll 0.5 s) and a ' +
       'gateway circuit breaker that half-opens after 5 s (60 by default) so the suite takes well under a minute.',
+    'A deployment file with engine: vllm, or --sim --engine vllm (the vLLM twin, started with a 4 s KV lease when ' +
+      'none runs), runs the built-in vLLM suite instead: drop-dest-info, then the co-restart prefill, decode, proxy;',
+    'or FILE, a vLLM suite file: engine: vllm, name, scenarios (each {fault, pins, gpu, side, mechanism, ttl} as ' +
+      'inject takes them), coRestart (default true).',
     'With --fleet each deployment of the fleet file runs as its own suite run; the exit code is the most urgent of ' +
       'theirs: 4 > 3 > 1 > 5 > 2 > 0.',
   ].join(' ')
   static override examples = [
     '<%= config.bin %> suite --sim',
+    '<%= config.bin %> suite --sim --engine vllm --journal run.json --junit junit.xml',
     '<%= config.bin %> suite nightly.yaml -c pdchaos.yaml --journal run.json --junit junit.xml --html report.html',
     '<%= config.bin %> suite release.yaml -c pdchaos.yaml --gate --push http://127.0.0.1:9091',
     '<%= config.bin %> suite --fleet fleet.yaml --max-parallel 4 --journal-dir /var/lib/pdchaos/nightly --junit ' +

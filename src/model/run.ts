@@ -185,6 +185,8 @@ export interface SuiteRun {
   name: string
   /** Names the run in the Pushgateway grouping and in file names; defaults to one derived from startedAt. */
   runId?: string
+  /** The engine of the deployment, where it is not SGLang's (`vllm`: src/engines/vllm/experiments/suite.ts). */
+  engine?: 'sglang' | 'vllm'
   startedAt: number
   finishedAt: number
   /** The deployment's name. */

@@ -563,7 +563,7 @@ export function runBody(run: SuiteRun, options: HtmlOptions = {}, idPrefix = '')
           .join('')}</ul>`
   return [
     `<p class="facts">${esc(
-      `deployment ${run.deployment} · started ${iso(run.startedAt)} ` +
+      `${run.engine ? `engine ${run.engine} · ` : ''}deployment ${run.deployment} · started ${iso(run.startedAt)} ` +
         `· ${fmt((run.finishedAt - run.startedAt) / 1000, 1)} s`,
     )}</p>`,
     `<p class="counts"><span><b>${c.passed}</b> passed</span><span><b>${c.failed}</b> ` +

@@ -52,6 +52,7 @@ function properties(run: SuiteRun, s: ScenarioRun): Array<[string, string]> {
   const props: Array<[string, string]> = [
     ['run', run.name],
     ['deployment', run.deployment],
+    ...(run.engine ? [['engine', run.engine] as [string, string]] : []),
     ['kind', s.kind],
     ['contract.scope', s.contract.scope],
     ['contract.deadlineSeconds', String(s.contract.deadlineSeconds)],

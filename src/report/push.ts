@@ -283,7 +283,9 @@ function checkUrl(url: string): void {
  * failure.
  */
 export async function pushRun(url: string, run: SuiteRun, opts: PushOptions = {}): Promise<PushResult> {
-  return pushRegistry(url, runRegistry(run), runIdOf(run), opts)
+  // A vLLM run is grouped with its engine named (job + run_id + engine); an SGLang run's grouping is unchanged.
+  const engine = run.engine && !opts.groupings ? {groupings: {run_id: runIdOf(run), engine: run.engine}} : {}
+  return pushRegistry(url, runRegistry(run), runIdOf(run), {...opts, ...engine})
 }
 
 /** Push a fleet's metrics as one grouping (job + the fleet's run_id), each series labelled with its deployment. */

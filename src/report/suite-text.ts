@@ -8,9 +8,12 @@ export function renderSuite(run: SuiteRun, o: {wallMs: number; twin?: string}): 
   const c = runCounts(run)
   const lines: string[] = []
   if (o.twin) lines.push(o.twin)
+  // A vLLM run names its engine; it has no floor (its waits are each experiment's lease windows).
+  const engine = run.engine ? ` (engine ${run.engine})` : ''
+  const floor = run.engine && run.floorMs === undefined ? '' : ` (floor ${((run.floorMs ?? 0) / 1000).toFixed(1)}s)`
   lines.push(
-    `suite ${run.name} on ${run.deployment}: ${c.scenarios} scenario(s) in ${run.batches?.length ?? 0} ` +
-      `batch(es), ${(o.wallMs / 1000).toFixed(1)}s (floor ${((run.floorMs ?? 0) / 1000).toFixed(1)}s)`,
+    `suite ${run.name} on ${run.deployment}${engine}: ${c.scenarios} scenario(s) in ${run.batches?.length ?? 0} ` +
+      `batch(es), ${(o.wallMs / 1000).toFixed(1)}s${floor}`,
   )
   for (const s of run.scenarios) {
     const failed = s.verdicts.filter(v => v.verdict === 'fail').length

@@ -3,6 +3,7 @@ import {simUpFlags, simUpOptions} from '../../cli/sim-up-flags.js'
 import {simUpLines} from '../../cli/sim-up-text.js'
 import {simUp} from '../../cli/twin.js'
 import {vllmSimUp} from '../../cli/vllm-twin.js'
+import {vllmSimDir} from '../../cli/engine-target.js'
 import type {SimUpResult} from '../../sim/lifecycle/index.js'
 
 export default class SimUp extends BaseCommand<typeof SimUp> {
@@ -19,8 +20,12 @@ export default class SimUp extends BaseCommand<typeof SimUp> {
   static override flags = simUpFlags
 
   async run(): Promise<Omit<SimUpResult, 'config'>> {
+    // The vLLM twin's own default state dir (the SGLang twin's + -vllm), where `--sim --engine vllm` looks for it.
+    const dirGiven = this.argv.some(a => a === '--state-dir' || a.startsWith('--state-dir='))
     if (this.flags.engine === 'vllm')
-      return (await vllmSimUp(this.flags, l => this.log(l))) as unknown as Omit<SimUpResult, 'config'>
+      return (await vllmSimUp(dirGiven ? this.flags : {...this.flags, 'state-dir': vllmSimDir()}, l =>
+        this.log(l),
+      )) as unknown as Omit<SimUpResult, 'config'>
     const spinner = this.spinner('Starting the twin')
     let result: SimUpResult
     try {
