@@ -1,4 +1,5 @@
 import {SuiteCommand} from '../cli/suite-command.js'
+import {VLLM_BUILTIN_SUITE} from '../engines/vllm/experiments/builtin-suite.js'
 import {badInput} from '../errors.js'
 
 export default class Suite extends SuiteCommand {
@@ -16,7 +17,8 @@ export default class Suite extends SuiteCommand {
     'With --sim and no twin running, the twin is started with a short watchdog (deadline 3 s, poll 0.5 s) and a ' +
       'gateway circuit breaker that half-opens after 5 s (60 by default) so the suite takes well under a minute.',
     'A deployment file with engine: vllm, or --sim --engine vllm (the vLLM twin, started with a 4 s KV lease when ' +
-      'none runs), runs the built-in vLLM suite instead: drop-dest-info, then the co-restart prefill, decode, proxy;',
+      `none runs), runs the built-in vLLM suite instead: ${VLLM_BUILTIN_SUITE.entries.map(e => e.fault).join(', ')} ` +
+      'one at a time, then the co-restart prefill, decode, proxy;',
     'or FILE, a vLLM suite file: engine: vllm, name, scenarios (each {fault, pins, gpu, side, mechanism, ttl} as ' +
       'inject takes them), coRestart (default true).',
     'With --fleet each deployment of the fleet file runs as its own suite run; the exit code is the most urgent of ' +
