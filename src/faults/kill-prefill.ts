@@ -15,7 +15,7 @@ import {
   type Probe,
 } from './fault.js'
 import {rankOnGpu} from './mechanisms/data-path.js'
-import {checkIdentity, type ProcIdentity, parseProcStat} from './mechanisms/proc-identity.js'
+import {checkIdentity, goneProbe, type ProcIdentity, parseProcStat} from './mechanisms/proc-identity.js'
 
 /**
  * kill-prefill --gpu N | --instance: SIGKILL of the prefill server (its HTTP process, which also runs the bootstrap
@@ -113,31 +113,6 @@ export const RESTART_UNLESS_SERVING = [
   'exec "$@"',
 ].join('\n')
 
-/** Probe: none of the identities is alive (gone, a zombie, or its pid now another process's). */
-function killedProbe(ids: Array<ProcIdentity & {label: string}>): Probe {
-  return {
-    name: `${ids.length} prefill process(es) are gone`,
-    argv: [
-      'sh',
-      '-c',
-      'for p in "$@"; do cat "/proc/$p/stat" 2>/dev/null; done; true',
-      'pdchaos-stat',
-      ...ids.map(i => String(i.pid)),
-    ],
-    sudo: false,
-    judge(stdout): Judgement {
-      const alive = stdout
-        .split('\n')
-        .map(l => parseProcStat(l.trim()))
-        .filter(s => s !== undefined)
-        .filter(s => ids.some(i => i.pid === s.pid && i.startTicks === s.startTicks) && !'ZX'.includes(s.state))
-      return alive.length === 0
-        ? {ok: true, evidence: `/proc: ${ids.map(i => `${i.label} pid ${i.pid}`).join(', ')} gone`}
-        : {ok: false, evidence: `still alive: ${alive.map(s => `pid ${s.pid} (state ${s.state})`).join(', ')}`}
-    },
-  }
-}
-
 /** Probe: prefill's HTTP port has a listener again (the health gate itself is the runner's, over HTTP). */
 function servingProbe(port: number): Probe {
   return {
@@ -213,7 +188,7 @@ export const killPrefill: Fault<KillPrefillParams> = {
       inject: [kill],
       revert: [revert],
       sudo: true,
-      verifyInjected: [killedProbe(ids)],
+      verifyInjected: [goneProbe(ids, 'prefill')],
       verifyClean: [servingProbe(port)],
       readOnlyProbes: [
         ['sh', '-c', 'for p in "$@"; do cat "/proc/$p/stat"; done', 'pdchaos-stat', ...ids.map(i => String(i.pid))],

@@ -294,7 +294,8 @@ export function oneScenarioSuite(o: {
   })
 }
 
-const SUITE_FILE: YamlFileKind = {
+/** A suite file as the loader names it in refusals (any engine's: the vLLM probe reads it so too). */
+export const SUITE_FILE: YamlFileKind = {
   what: 'suite',
   schemaCommand: 'pdchaos schema suite',
   hints: {

@@ -89,3 +89,31 @@ export function notStoppedProbe(id: ProcIdentity, label: string): Probe {
     },
   }
 }
+
+/**
+ * Probe: none of the identities is alive (gone, a zombie, or its pid now another process's). One shell reads every
+ * /proc/<pid>/stat, so a kill of a whole tree (kill-prefill, vLLM's kill-decode) is judged at one instant.
+ */
+export function goneProbe(ids: Array<ProcIdentity & {label: string}>, who: string): Probe {
+  return {
+    name: `${ids.length} ${who} process(es) are gone`,
+    argv: [
+      'sh',
+      '-c',
+      'for p in "$@"; do cat "/proc/$p/stat" 2>/dev/null; done; true',
+      'pdchaos-stat',
+      ...ids.map(i => String(i.pid)),
+    ],
+    sudo: false,
+    judge(stdout): Judgement {
+      const alive = stdout
+        .split('\n')
+        .map(l => parseProcStat(l.trim()))
+        .filter(s => s !== undefined)
+        .filter(s => ids.some(i => i.pid === s.pid && i.startTicks === s.startTicks) && !'ZX'.includes(s.state))
+      return alive.length === 0
+        ? {ok: true, evidence: `/proc: ${ids.map(i => `${i.label} pid ${i.pid}`).join(', ')} gone`}
+        : {ok: false, evidence: `still alive: ${alive.map(s => `pid ${s.pid} (state ${s.state})`).join(', ')}`}
+    },
+  }
+}

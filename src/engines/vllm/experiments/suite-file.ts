@@ -5,6 +5,7 @@ import {badInput} from '../../../errors.js'
 import type {VllmSuite, VllmSuiteEntry} from './builtin-suite.js'
 import type {VllmFaultOptions} from './experiment.js'
 import {VLLM_EXPERIMENTS, VLLM_FAULT_NAMES} from './registry.js'
+import {SUITE_FILE} from '../../../suite/suite-file.js'
 
 /**
  * A vLLM suite file (`pdchaos suite FILE` on a vLLM deployment): `engine: vllm`, a name, and scenarios run in order,
@@ -49,21 +50,13 @@ const KIND: YamlFileKind = {
   },
 }
 
-/** Read before the file's engine is known: its refusals name a suite file, not one engine's. */
-const PROBE_KIND: YamlFileKind = {
-  what: 'suite',
-  schemaCommand: 'pdchaos schema suite',
-  hints: {
-    missing: 'pass an existing file, or none for the built-in suite; `pdchaos schema suite` prints the shape',
-    syntax: 'fix the YAML at that position',
-    empty: '`pdchaos schema suite` prints what a suite file holds',
-  },
-}
-
-/** The file's `engine:` alone (absent: SGLang's), so each engine's suite is told apart before its schema judges it. */
+/**
+ * The file's `engine:` alone (absent: SGLang's), so each engine's suite is told apart before its schema judges it; read
+ * as a suite file of either engine, so its refusals (missing, a FIFO, a device) name no engine.
+ */
 export async function suiteFileEngine(file: string): Promise<'sglang' | 'vllm'> {
   const probe = z.looseObject({engine: z.enum(['sglang', 'vllm']).default('sglang')})
-  return (await loadYamlFile(file, probe, PROBE_KIND)).engine
+  return (await loadYamlFile(file, probe, SUITE_FILE)).engine
 }
 
 /** Load and check a vLLM suite file: every fault registered, every option taken by its experiment. */

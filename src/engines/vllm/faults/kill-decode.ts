@@ -1,7 +1,7 @@
 import type {KvLeaseSettings} from '../../../checks/kv-lease.js'
-import type {Judgement, Probe} from '../../../faults/fault.js'
+import type {Probe} from '../../../faults/fault.js'
 import {KILL_SCRIPT, RESTART_UNLESS_SERVING} from '../../../faults/kill-prefill.js'
-import {checkIdentity, type ProcIdentity, parseProcStat} from '../../../faults/mechanisms/proc-identity.js'
+import {checkIdentity, goneProbe, type ProcIdentity} from '../../../faults/mechanisms/proc-identity.js'
 import {displayArgv} from '../../../hosts/quote.js'
 import type {VllmProcessTree} from '../detect.js'
 import type {LeaseContract} from '../lease-contract.js'
@@ -48,31 +48,6 @@ export function killTargets(tree: VllmProcessTree | undefined): Array<{pid: numb
   ]
 }
 
-/** Probe: none of the identities is alive (gone, a zombie, or its pid now another process's). */
-export function killedProbe(ids: KillTarget[]): Probe {
-  return {
-    name: `${ids.length} D process(es) are gone`,
-    argv: [
-      'sh',
-      '-c',
-      'for p in "$@"; do cat "/proc/$p/stat" 2>/dev/null; done; true',
-      'pdchaos-stat',
-      ...ids.map(i => String(i.pid)),
-    ],
-    sudo: false,
-    judge(stdout): Judgement {
-      const alive = stdout
-        .split('\n')
-        .map(l => parseProcStat(l.trim()))
-        .filter(s => s !== undefined)
-        .filter(s => ids.some(i => i.pid === s.pid && i.startTicks === s.startTicks) && !'ZX'.includes(s.state))
-      return alive.length === 0
-        ? {ok: true, evidence: `/proc: ${ids.map(i => `${i.label} pid ${i.pid}`).join(', ')} gone`}
-        : {ok: false, evidence: `still alive: ${alive.map(s => `pid ${s.pid} (state ${s.state})`).join(', ')}`}
-    },
-  }
-}
-
 /** The plan, or the one-line reason it cannot be run. */
 export function vllmKillDecodePlan(o: {
   targets: Array<{pid: number; label: string; startTicks?: number}> | undefined
@@ -106,7 +81,7 @@ export function vllmKillDecodePlan(o: {
     revert: ['sh', '-c', RESTART_UNLESS_SERVING, 'pdchaos-restart', String(o.port), ...o.restart],
     restart: o.restart,
     port: o.port,
-    verifyKilled: killedProbe(targets),
+    verifyKilled: goneProbe(targets, 'D'),
     ...s,
     timing,
     leaseTtlMs: o.ttlS === undefined ? stopLeaseTtlMs(timing) : o.ttlS * 1000,
