@@ -4,7 +4,7 @@ import type {VllmSuite} from '../engines/vllm/experiments/builtin-suite.js'
 import {runVllmSuite} from '../engines/vllm/experiments/suite.js'
 import {acquireHostLock} from '../faults/lease/host-lock.js'
 import {onSignalExit} from '../faults/lease/lease-guard.js'
-import {guardRun, type HaltGuard} from '../halt/watch.js'
+import {guardRun, type HaltGuard, refuseIfHalted} from '../halt/watch.js'
 import type {Host} from '../hosts/host.js'
 import {openHost} from '../hosts/open-host.js'
 import {shellQuote} from '../hosts/quote.js'
@@ -102,6 +102,13 @@ export async function guardedVllmRun<R>(
   }
 }
 
+/** Exit 2 (E_HALTED) when the deployment is halted: before a run discovers or plans anything, as SGLang's runs. */
+export function refuseVllmIfHalted(host: Host, d: VllmDeployment, file: string, signal?: AbortSignal): Promise<void> {
+  return refuseIfHalted([{name: 'host', host, stateDir: vllmStateDir(d)}], resumeOf(file), signal)
+}
+
+const resumeOf = (file: string): string => `pdchaos resume -c ${shellQuote(file)}`
+
 /** A halted deployment refuses the run (exit 2); a halt while it runs stops it (the halt file in the stateDir). */
 function haltGuard(
   host: Host,
@@ -111,7 +118,7 @@ function haltGuard(
 ): Promise<HaltGuard> {
   return guardRun([{name: 'host', host, stateDir}], {
     // -c the file the run read: the vLLM twin's own file too (`--sim --engine vllm` reads it the same way).
-    resume: `pdchaos resume -c ${shellQuote(file)}`,
+    resume: resumeOf(file),
     ...(o.stop ? {stop: o.stop} : {}),
     say: o.say,
     signal: o.signal,
