@@ -45,6 +45,23 @@ async function nftTables(): Promise<string[]> {
   )
 }
 
+/** An inject stall-kv SIGKILLed while it holds P's READ stalled: its lease id (its nft table and lease left behind). */
+async function stallKilled(): Promise<string> {
+  const {child, done} = startCli(['inject', 'stall-kv', '-c', file])
+  const lines = progressLines(child)
+  const killer = setTimeout(() => child.kill('SIGKILL'), 120_000)
+  try {
+    await lines.waitFor(/observing .* with the READ stalled/, 90_000)
+    const leaseId = /lease (stall-kv-\S+),/.exec(lines.lines.map(l => l.text).join('\n'))?.[1]
+    child.kill('SIGKILL')
+    await done
+    expect(leaseId).toBeDefined()
+    return leaseId!
+  } finally {
+    clearTimeout(killer)
+  }
+}
+
 beforeAll(async () => {
   root = mkdtempSync(join(process.env.TMPDIR ?? tmpdir(), 'vllm-halt-'))
   dir = join(root, 'tw')
@@ -135,21 +152,9 @@ describe('pdchaos halt / resume / recover / --fleet on an engine: vllm deploymen
   it.skipIf(!isRoot)(
     'recover reverts the nft table of a stall-kv whose pdchaos was SIGKILLed',
     async () => {
-      const {child, done} = startCli(['inject', 'stall-kv', '-c', file])
-      const lines = progressLines(child)
-      const killer = setTimeout(() => child.kill('SIGKILL'), 120_000)
-      let leaseId: string | undefined
-      try {
-        await lines.waitFor(/observing .* with the READ stalled/, 90_000)
-        leaseId = /lease (stall-kv-\S+),/.exec(lines.lines.map(l => l.text).join('\n'))?.[1]
-        child.kill('SIGKILL')
-        await done
-      } finally {
-        clearTimeout(killer)
-      }
-      expect(leaseId).toBeDefined()
+      const leaseId = await stallKilled()
       // Left on the host: the table and the armed lease (its reverter would revert it only at its TTL).
-      expect(await nftTables()).toContain(nftTableName(leaseId!))
+      expect(await nftTables()).toContain(nftTableName(leaseId))
       const status = await runCli(['status', '-c', file, '--json'], {timeoutMs: 60_000})
       const sj = JSON.parse(status.stdout) as {hostState?: {leases: Array<{id: string}>}}
       expect(sj.hostState?.leases.map(l => l.id)).toEqual([leaseId])
@@ -159,11 +164,43 @@ describe('pdchaos halt / resume / recover / --fleet on an engine: vllm deploymen
       const rj = JSON.parse(r.stdout) as {clean: boolean; recovered: Array<{id: string; action: string}>}
       expect(rj.clean).toBe(true)
       expect(rj.recovered.map(o => [o.id, o.action])).toEqual([[leaseId, 'reverted']])
-      expect(await nftTables()).not.toContain(nftTableName(leaseId!))
+      expect(await nftTables()).not.toContain(nftTableName(leaseId))
       expect(readdirSync(join(dir, 'host-state', 'leases')).filter(f => f.endsWith('.json'))).toEqual([])
       // Idempotent: nothing left the second time.
       const again = await runCli(['recover', '-c', file], {timeoutMs: 60_000})
       expect([again.code, again.stdout.trim()]).toEqual([0, `nothing to recover on local (${join(dir, 'host-state')})`])
+    },
+    180_000,
+  )
+
+  it.skipIf(!isRoot)(
+    "halt: the lease reverter takes out a SIGKILLed stall-kv's nft table at once",
+    async () => {
+      const leaseId = await stallKilled()
+      const table = nftTableName(leaseId)
+      expect(await nftTables()).toContain(table)
+      try {
+        const h = await runCli(['halt', '-c', file, '--reason', 'INC-34'], {timeoutMs: 30_000})
+        expect(h.code, h.stderr).toBe(0)
+        const haltedAt = performance.now()
+        // The reverter looks for the halt file every step (at most 1 s): a wide deadline, polled.
+        let gone = false
+        for (let i = 0; i < 100 && !gone; i++) {
+          gone = !(await nftTables()).includes(table)
+          if (!gone) await new Promise(r => setTimeout(r, 100))
+        }
+        expect(gone).toBe(true)
+        const doneFile = join(dir, 'host-state', 'leases', 'done', `${leaseId}.json`)
+        for (let i = 0; i < 50 && !existsSync(doneFile); i++) await new Promise(r => setTimeout(r, 100))
+        console.log(
+          `vllm-halt: reverter took the table out ${((performance.now() - haltedAt) / 1000).toFixed(2)} s after halt`,
+        )
+        const done = JSON.parse(readFileSync(doneFile, 'utf8')) as {revertedBy?: string}
+        expect(done.revertedBy).toBe('reverter')
+      } finally {
+        await runCli(['resume', '-c', file], {timeoutMs: 30_000})
+        await runCli(['recover', '-c', file], {timeoutMs: 60_000})
+      }
     },
     180_000,
   )
