@@ -81,7 +81,7 @@ afterAll(async () => {
 }, 60_000)
 
 describe('pdchaos halt / resume / recover / --fleet on an engine: vllm deployment', () => {
-  it('halt writes the halt file, status shows it, a new inject is refused (exit 2), resume lifts it', async () => {
+  it('halt writes the halt file, status shows it, a new inject or restart is refused (exit 2), resume lifts it', async () => {
     const h = await runCli(['halt', '-c', file, '--reason', 'INC-31: P OOMs', '--json'], {timeoutMs: 30_000})
     expect(h.code, h.stderr).toBe(0)
     const record = JSON.parse(readFileSync(haltFile(), 'utf8')) as {pdchaos: number; by: string; reason: string}
@@ -107,12 +107,19 @@ describe('pdchaos halt / resume / recover / --fleet on an engine: vllm deploymen
     // Refused before anything was discovered or planned: no plan printed, nothing sent to P.
     expect(inject.stdout).toBe('')
 
+    // So is the vLLM co-restart (it restarts the deployment's services).
+    const restart = await runCli(['restart', '-c', file], {timeoutMs: 60_000})
+    expect(restart.code, restart.stderr).toBe(2)
+    expect(restart.stderr).toMatch(/^Error: the deployment is halted by .*: INC-31: P OOMs/m)
+
     const resumed = await runCli(['resume', ...twin()], {timeoutMs: 30_000})
     expect(resumed.code, resumed.stderr).toBe(0)
     expect(resumed.stdout).toMatch(/resumed by .*; it was halted by .*: INC-31: P OOMs/)
     expect(existsSync(haltFile())).toBe(false)
     const twice = await runCli(['resume', '-c', file], {timeoutMs: 30_000})
     expect([twice.code, twice.stdout.trim()]).toEqual([0, 'pdchaos-twin-vllm on host (local): was not halted'])
+    const restarted = await runCli(['restart', '-c', file, '--json'], {timeoutMs: 120_000})
+    expect(restarted.code, restarted.stderr).toBe(0)
   }, 180_000)
 
   it('`pdchaos halt` while a vLLM suite waits a lease out stops it: exit 3, the halt in its journal', async () => {
