@@ -13,10 +13,11 @@ import {progressLines, runCli, startCli} from './cli.js'
 /**
  * The on-call commands on a vLLM deployment (issue 31, round 2), end to end on a vLLM twin of its own (lease 3 s, free
  * ports, its own state dir): `pdchaos halt` writes the halt file in the file's stateDir on its host (the same file and
- * checks as SGLang's), `status` shows it, a new inject is refused (exit 2, E_HALTED, before anything is planned), a
- * vLLM suite under way stops (exit 3, the halt and the halted scenario in its journal), `resume` lifts it (by -c and by
- * --sim --engine vllm). `recover` reverts the nft table of a stall-kv whose pdchaos was SIGKILLed while it held the
- * READ stalled (root: nft). A fleet with the vLLM deployment runs its vLLM suite (exit 0, its journal engine vllm), is
+ * checks as SGLang's), `status` shows it, a new inject or restart is refused (exit 2, E_HALTED, before anything is
+ * planned), a vLLM suite under way stops (exit 3, the halt and the halted scenario in its journal), `resume` lifts it
+ * (by -c and by --sim --engine vllm). `recover` reverts the nft table of a stall-kv whose pdchaos was SIGKILLed while
+ * it held the READ stalled, and resumes a D a SIGKILLed wedge-rank left stopped (root: nft); a halt makes a lease's
+ * reverter act at once. A fleet with the vLLM deployment runs its vLLM suite (exit 0, its journal engine vllm), is
  * halted and resumed with --fleet, and refuses an SGLang suite for it (exit 2).
  */
 
@@ -60,6 +61,23 @@ async function stallKilled(): Promise<string> {
   } finally {
     clearTimeout(killer)
   }
+}
+
+/** D's process tree on the twin (from status's pid and ps): its size, and the processes stopped (state T). */
+async function decodeTree(): Promise<{size: number; stopped: string[]}> {
+  const status = await runCli(['status', '-c', file, '--json'], {timeoutMs: 60_000})
+  const servers = (JSON.parse(status.stdout) as {servers: Array<{role: string; pid?: number}>}).servers
+  const rows = (await run('ps', ['-eo', 'pid=,ppid=,stat=,args='])).stdout
+    .split('\n')
+    .map(l => /^\s*(\d+)\s+(\d+)\s+(\S+)\s+(.*)$/.exec(l))
+    .filter(m => m !== null)
+    .map(m => ({pid: Number(m[1]), ppid: Number(m[2]), stat: m[3]!, args: m[4]!}))
+  const tree = new Set([servers.find(s => s.role === 'decode')!.pid])
+  for (let grew = true; grew; ) {
+    grew = false
+    for (const r of rows) if (tree.has(r.ppid) && !tree.has(r.pid)) grew = tree.add(r.pid) !== undefined
+  }
+  return {size: tree.size, stopped: rows.filter(r => tree.has(r.pid) && r.stat.startsWith('T')).map(r => r.args)}
 }
 
 beforeAll(async () => {
@@ -208,6 +226,35 @@ describe('pdchaos halt / resume / recover / --fleet on an engine: vllm deploymen
         await runCli(['resume', '-c', file], {timeoutMs: 30_000})
         await runCli(['recover', '-c', file], {timeoutMs: 60_000})
       }
+    },
+    180_000,
+  )
+
+  it.skipIf(!isRoot)(
+    'recover: a SIGKILLed wedge-rank --side decode leaves D stopped; recover resumes it',
+    async () => {
+      const {child, done} = startCli(['inject', 'wedge-rank', '--side', 'decode', '-c', file])
+      const lines = progressLines(child)
+      const killer = setTimeout(() => child.kill('SIGKILL'), 120_000)
+      try {
+        await lines.waitFor(/waiting [\d.]+ s for every window to close/, 90_000)
+        child.kill('SIGKILL')
+        await done
+      } finally {
+        clearTimeout(killer)
+      }
+      // Left behind: D's processes stopped (state T) under the SIGSTOP lease, and the READ stall's table.
+      expect((await decodeTree()).stopped.length).toBeGreaterThan(0)
+      const r = await runCli(['recover', '-c', file, '--json'], {timeoutMs: 60_000})
+      expect(r.code, r.stderr).toBe(0)
+      const rj = JSON.parse(r.stdout) as {clean: boolean; recovered: Array<{fault: string; action: string}>}
+      expect(rj.clean).toBe(true)
+      expect(rj.recovered.map(o => o.action).every(a => a === 'reverted')).toBe(true)
+      expect(rj.recovered.map(o => o.fault)).toContain('wedge-rank')
+      const after = await decodeTree()
+      expect(after.size).toBeGreaterThan(1)
+      expect(after.stopped).toEqual([])
+      expect(readdirSync(join(dir, 'host-state', 'leases')).filter(f => f.endsWith('.json'))).toEqual([])
     },
     180_000,
   )
