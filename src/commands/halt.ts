@@ -17,6 +17,7 @@ export default class Halt extends TargetCommand<typeof Halt> {
   static override examples = [
     '<%= config.bin %> halt -c pdchaos.yaml --reason "INC-4411: prefill OOMs"',
     '<%= config.bin %> halt --fleet fleet.yaml --reason "all hands: outage"',
+    '<%= config.bin %> halt --sim --engine vllm --reason "INC-4412"',
   ]
   static override flags = {
     ...TargetCommand.targetFlags,

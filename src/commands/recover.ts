@@ -20,6 +20,7 @@ export default class Recover extends TargetCommand<typeof Recover> {
   static override examples = [
     '<%= config.bin %> recover -c pdchaos.yaml',
     '<%= config.bin %> recover --sim --all --json',
+    '<%= config.bin %> recover --sim --engine vllm',
   ]
   static override flags = {
     ...TargetCommand.targetFlags,
