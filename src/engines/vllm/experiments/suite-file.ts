@@ -49,23 +49,10 @@ const KIND: YamlFileKind = {
   },
 }
 
-/** Read before either engine's schema: a suite file of no engine yet (a missing one is "no suite file at …"). */
-const ANY_SUITE: YamlFileKind = {
-  what: 'suite',
-  schemaCommand: 'pdchaos schema suite',
-  hints: {
-    missing:
-      'pass an existing file, or none for the built-in suite; `pdchaos schema suite` (vLLM: `pdchaos schema ' +
-      'vllm-suite`) prints the shape',
-    syntax: 'fix the YAML at that position',
-    empty: '`pdchaos schema suite` (vLLM: `pdchaos schema vllm-suite`) prints what a suite file holds',
-  },
-}
-
 /** The file's `engine:` alone (absent: SGLang's), so each engine's suite is told apart before its schema judges it. */
 export async function suiteFileEngine(file: string): Promise<'sglang' | 'vllm'> {
   const probe = z.looseObject({engine: z.enum(['sglang', 'vllm']).default('sglang')})
-  return (await loadYamlFile(file, probe, ANY_SUITE)).engine
+  return (await loadYamlFile(file, probe, KIND)).engine
 }
 
 /** Load and check a vLLM suite file: every fault registered, every option taken by its experiment. */
