@@ -10,6 +10,7 @@ import {FLEET_EXIT_PRECEDENCE, type FleetMember, memberOfFailure, worseExit} fro
 import type {FleetEntry} from '../suite/fleet-file.js'
 import {describeEntry, type MemberContext} from '../suite/fleet.js'
 import {readJournal} from '../suite/fleet-journals.js'
+import {vllmSuiteTtlMs} from './vllm-suite.js'
 
 /**
  * One deployment of a fleet, run as its own `pdchaos suite -c FILE --journal DIR/NAME.json --label NAME` process.
@@ -65,6 +66,7 @@ export function memberArgv(e: FleetEntry, o: Pick<ChildOptions, 'journalDir' | '
 
 /** The longest a deployment's run may take: its run lock's TTL (what the run itself allows) and 5 minutes. */
 export function memberDeadlineMs(e: FleetEntry): number {
+  if (e.engine === 'vllm') return vllmSuiteTtlMs(e.suite) + 300_000
   const scenarios = e.suite.scenarios.reduce((n, s) => n + s.repetitions, 0)
   return runLockTtlMs({...e.deployment.watchdog, scenarios}) + 300_000
 }

@@ -4,7 +4,7 @@ import {join} from 'node:path'
 
 import {assertMayDisturb} from '../deployment/protection.js'
 import type {FleetRun} from '../model/fleet.js'
-import type {FleetPlan} from '../suite/fleet-file.js'
+import {entryDeploymentName, type FleetPlan} from '../suite/fleet-file.js'
 import {runFleet} from '../suite/fleet.js'
 import {type ChildOptions, journalPath, runMemberChild} from './fleet-member.js'
 import {checkOutputFile} from './outputs.js'
@@ -35,7 +35,9 @@ export interface FleetHereOptions {
  */
 export function checkFleet(plan: FleetPlan, o: {allowProduction: boolean; journalDir?: string}): void {
   for (const e of plan.entries) {
-    assertMayDisturb(e.deployment, o.allowProduction, `run fleet ${plan.name} (deployment ${e.name}) against`)
+    const d =
+      e.engine === 'vllm' ? ({name: entryDeploymentName(e), labels: e.deployment.labels ?? {}} as never) : e.deployment
+    assertMayDisturb(d, o.allowProduction, `run fleet ${plan.name} (deployment ${e.name}) against`)
     if (o.journalDir !== undefined) checkOutputFile('--journal-dir', journalPath(o.journalDir, e.name))
   }
 }
@@ -78,7 +80,8 @@ export async function runFleetHere(plan: FleetPlan, o: FleetHereOptions): Promis
             ),
           onStart: e => {
             running.add(e.name)
-            progress.say(`[${e.name}] starting: deployment ${e.deployment.name}, suite ${e.suite.name}`)
+            const engine = e.engine === 'vllm' ? ' (engine vllm)' : ''
+            progress.say(`[${e.name}] starting: deployment ${entryDeploymentName(e)}${engine}, suite ${e.suite.name}`)
             phase()
           },
           onEnd: m => {

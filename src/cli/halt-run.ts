@@ -5,13 +5,16 @@ import {oneLine, PdError} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import type {HaltHost} from '../halt/host-halt.js'
 import {loadFleet} from '../suite/fleet-file.js'
+import type {EngineTargetFlags} from './engine-target.js'
 import {closeTarget, everyHostOf, resolveTarget, type TargetFlags} from './target.js'
+import {openVllmHost, vllmFileNoStart} from './vllm-hosts.js'
 
 /**
  * `pdchaos halt` and `pdchaos resume` act on every host of a deployment (the same target as every command: -c FILE,
  * --sim) or of every deployment of a fleet file (--fleet), never starting the twin and never probing a service (an
  * outage is when they are needed). A deployment that cannot be reached does not stop the others: each is reported,
- * and the command exits 5 when any failed.
+ * and the command exits 5 when any failed. An `engine: vllm` file (or --sim --engine vllm) is acted on in its one
+ * host's stateDir (cli/vllm-hosts.ts), the same file and checks as SGLang's: its runs poll the same halt file.
  */
 
 export interface DeploymentOutcome<T> {
@@ -34,11 +37,11 @@ export function whoAmI(): string {
 }
 
 export async function onEveryDeployment<T>(
-  flags: TargetFlags & {fleet?: string},
+  flags: TargetFlags & Pick<EngineTargetFlags, 'engine'> & {fleet?: string},
   act: (h: HaltHost) => Promise<T>,
   say: (line: string) => void,
 ): Promise<Array<DeploymentOutcome<T>>> {
-  const targets: Array<TargetFlags & {label?: string}> =
+  const targets: Array<TargetFlags & Pick<EngineTargetFlags, 'engine'> & {label?: string}> =
     flags.fleet === undefined
       ? [flags]
       : (await loadFleet(resolve(flags.fleet))).entries.map(e => ({
@@ -50,6 +53,11 @@ export async function onEveryDeployment<T>(
   const outcomes: Array<DeploymentOutcome<T>> = []
   for (const f of targets) {
     try {
+      const vllm = await vllmFileNoStart(f)
+      if (vllm) {
+        outcomes.push(await onVllm(vllm, f, act))
+        continue
+      }
       const t = await resolveTarget(f, {startTwin: false, command: 'halt'})
       try {
         const hosts = everyHostOf(t).hosts
@@ -70,6 +78,25 @@ export async function onEveryDeployment<T>(
     }
   }
   return outcomes
+}
+
+/** A vLLM deployment: its one host, in the file's stateDir. */
+async function onVllm<T>(
+  file: string,
+  f: TargetFlags & {label?: string},
+  act: (h: HaltHost) => Promise<T>,
+): Promise<DeploymentOutcome<T>> {
+  const h = await openVllmHost(file, f['accept-new-host-key'] ? {acceptNewHostKey: true} : {})
+  try {
+    const result = await act(h)
+    return {
+      deployment: f.label ?? h.deployment.name ?? 'vllm',
+      file,
+      hosts: [{name: h.name, host: h.host.describe(), result}],
+    }
+  } finally {
+    await h.close()
+  }
 }
 
 /** Exit 5 after reporting, when a fleet member could not be reached. */

@@ -9,8 +9,7 @@ import {coRestart, type RestartResult, type ServiceName} from '../restart/co-res
 import {ALONE_DEFAULTS, aloneProbePlan, restartAlone} from '../restart/role-restart.js'
 import {vllmCoRestart, vllmRestartPlan, type VllmRestartOptions} from '../restart/vllm-co-restart.js'
 import {loadVllmDeployment} from '../engines/vllm/deployment-file.js'
-import {acquireHostLock} from '../faults/lease/host-lock.js'
-import {onSignalExit} from '../faults/lease/lease-guard.js'
+import {guardedVllmRun} from './vllm-suite.js'
 import {openHost} from '../hosts/open-host.js'
 import {isProduction} from '../deployment/protection.js'
 import {checkOutputFile} from './outputs.js'
@@ -154,24 +153,21 @@ export abstract class RestartCommand extends TargetCommand<typeof RestartCommand
         `refusing to restart deployment ${d.name ?? file}: it is labelled environment: production`,
         'pass --allow-production if you really mean to disturb production',
       )
-    const result = await this.withStopSignal(async ({signal}) => {
+    const result = await this.withStopSignal(async ({signal, stop}) => {
       const host = await openHost(d.host, {sudo: d.sudo})
       try {
-        const lock = d.stateDir
-          ? await acquireHostLock(host, d.stateDir, {
-              command: 'restart (vllm)',
-              ttlMs: (3 * (f['health-timeout'] + f['command-timeout']) + 180) * 1000,
-            })
-          : undefined
-        // A signal ends the process from the lease guard, past this finally: release the lock there too.
-        const off = lock ? onSignalExit(() => lock.release().catch(() => {})) : () => {}
-        try {
-          for (const l of plan) this.progress(l)
-          return await vllmCoRestart(d, host, {...opts, signal})
-        } finally {
-          off()
-          await lock?.release().catch(() => {})
+        // Refused when halted (exit 2), stopped by a halt while it runs (exit 3), under the run lock: as SGLang's.
+        const guard = {
+          signal,
+          stop,
+          say: (l: string) => this.progress(l),
+          command: 'restart (vllm)',
+          ttlMs: (3 * (f['health-timeout'] + f['command-timeout']) + 180) * 1000,
         }
+        return await guardedVllmRun(host, d, file, guard, () => {
+          for (const l of plan) this.progress(l)
+          return vllmCoRestart(d, host, {...opts, signal})
+        })
       } finally {
         await host.close()
       }

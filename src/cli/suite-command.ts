@@ -284,6 +284,7 @@ export abstract class SuiteCommand extends TargetCommand<typeof SuiteCommand> {
         say: progress.say,
         onPlan: lines => progress.print(['plan (one scenario at a time):', ...lines.map(x => `  ${x}`)]),
         allowProduction: f['allow-production'],
+        ...(f['accept-new-host-key'] ? {acceptNewHostKey: true} : {}),
         ...(f['run-id'] ? {runId: f['run-id']} : {}),
         ...(f.gate ? {gate: GateSchema.parse({})} : {}),
         onDeployment: name => {

@@ -6,7 +6,7 @@ import {badInput, PdError} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import {openHost} from '../hosts/open-host.js'
 import type {SuiteRun} from '../model/run.js'
-import {checkMayDisturb, guardedVllmRun} from './vllm-suite.js'
+import {checkMayDisturb, guardedVllmRun, refuseVllmIfHalted} from './vllm-suite.js'
 
 /**
  * `pdchaos inject <fault> -c <engine: vllm file>`: load the file, open its host, discover P and D, let the fault's
@@ -33,6 +33,8 @@ export async function vllmInject(file: string, o: VllmInjectOptions): Promise<Vl
   if (!o.dryRun) checkMayDisturb(d, file, o.allowProduction, 'inject a fault into')
   const host = await openHost(d.host, {sudo: d.sudo})
   try {
+    // A halted deployment (`pdchaos halt`) refuses before anything is discovered or planned (exit 2).
+    if (!o.dryRun) await refuseVllmIfHalted(host, d, file, o.signal)
     const discovery = await discoverVllm(d, host, {timeoutMs: (d.probeTimeoutSeconds ?? 5) * 1000})
     const p = discovery.servers.find(s => s.role === 'prefill')!
     if (!p.health.ok) throw new PdError(`prefill is not healthy: ${p.health.detail}`, {exit: ExitCode.unreachable})

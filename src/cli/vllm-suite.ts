@@ -1,12 +1,13 @@
 import {assertMayDisturb} from '../deployment/protection.js'
-import {loadVllmDeployment, type VllmDeployment} from '../engines/vllm/deployment-file.js'
+import {loadVllmDeployment, type VllmDeployment, vllmStateDir} from '../engines/vllm/deployment-file.js'
 import type {VllmSuite} from '../engines/vllm/experiments/builtin-suite.js'
 import {runVllmSuite} from '../engines/vllm/experiments/suite.js'
 import {acquireHostLock} from '../faults/lease/host-lock.js'
 import {onSignalExit} from '../faults/lease/lease-guard.js'
-import {guardRun, type HaltGuard} from '../halt/watch.js'
+import {guardRun, type HaltGuard, refuseIfHalted} from '../halt/watch.js'
 import type {Host} from '../hosts/host.js'
 import {openHost} from '../hosts/open-host.js'
+import {shellQuote} from '../hosts/quote.js'
 import type {SuiteRun} from '../model/run.js'
 import type {GateSpec} from '../suite/suite-file.js'
 import {abortable, throwIfStopped} from '../util/stop.js'
@@ -27,6 +28,8 @@ export interface VllmSuiteRunOptions {
   allowProduction: boolean
   runId?: string
   gate?: GateSpec
+  /** Trust and record the host key of a host not yet in known_hosts (--accept-new-host-key). */
+  acceptNewHostKey?: boolean
   /** Learns the deployment's name as soon as the file is read (for a failure journal). */
   onDeployment?: (name: string) => void
 }
@@ -35,10 +38,10 @@ export async function vllmSuiteRun(file: string, suite: VllmSuite, o: VllmSuiteR
   const d = await loadVllmDeployment(file)
   o.onDeployment?.(d.name ?? 'vllm')
   checkMayDisturb(d, file, o.allowProduction, 'run a suite against')
-  const host = await abortable(openHost(d.host, {sudo: d.sudo}), o.signal, 'opening the host')
+  const opening = openHost(d.host, {sudo: d.sudo, ...(o.acceptNewHostKey ? {acceptNewHostKey: true} : {})})
+  const host = await abortable(opening, o.signal, 'opening the host')
   try {
-    // Every entry waits out at most a few leases (each at most a few minutes), then the co-restart's gates.
-    const ttlMs = (suite.entries.length * 600 + 3 * 240 + 300) * 1000
+    const ttlMs = vllmSuiteTtlMs(suite)
     return await guardedVllmRun(host, d, file, {...o, command: `suite ${suite.name}`, ttlMs}, () =>
       runVllmSuite(d, host, suite, {
         file,
@@ -54,6 +57,10 @@ export async function vllmSuiteRun(file: string, suite: VllmSuite, o: VllmSuiteR
     await host.close()
   }
 }
+
+/** The vLLM suite's run lock TTL: every entry waits out at most a few leases (each at most a few minutes), then the
+ * co-restart's gates. A fleet bounds the run by it (cli/fleet-member.ts). */
+export const vllmSuiteTtlMs = (suite: VllmSuite): number => (suite.entries.length * 600 + 3 * 240 + 300) * 1000
 
 /** Exit 2 for a deployment labelled environment: production, unless allowed (as every SGLang run that disturbs). */
 export function checkMayDisturb(d: VllmDeployment, file: string, allow: boolean, action: string): void {
@@ -78,10 +85,10 @@ export async function guardedVllmRun<R>(
   },
   fn: () => Promise<R>,
 ): Promise<R> {
-  if (!d.stateDir) return fn()
-  const halt = await haltGuard(host, d.stateDir, file, o)
+  const stateDir = vllmStateDir(d)
+  const halt = await haltGuard(host, stateDir, file, o)
   try {
-    const lock = await acquireHostLock(host, d.stateDir, {command: o.command, ttlMs: o.ttlMs})
+    const lock = await acquireHostLock(host, stateDir, {command: o.command, ttlMs: o.ttlMs})
     const off = onSignalExit(() => lock.release().catch(() => {}))
     try {
       throwIfStopped(o.signal, 'taking the run lock')
@@ -95,6 +102,13 @@ export async function guardedVllmRun<R>(
   }
 }
 
+/** Exit 2 (E_HALTED) when the deployment is halted: before a run discovers or plans anything, as SGLang's runs. */
+export function refuseVllmIfHalted(host: Host, d: VllmDeployment, file: string, signal?: AbortSignal): Promise<void> {
+  return refuseIfHalted([{name: 'host', host, stateDir: vllmStateDir(d)}], resumeOf(file), signal)
+}
+
+const resumeOf = (file: string): string => `pdchaos resume -c ${shellQuote(file)}`
+
 /** A halted deployment refuses the run (exit 2); a halt while it runs stops it (the halt file in the stateDir). */
 function haltGuard(
   host: Host,
@@ -103,8 +117,8 @@ function haltGuard(
   o: {signal: AbortSignal; stop?: (reason: string) => void; say: (line: string) => void},
 ): Promise<HaltGuard> {
   return guardRun([{name: 'host', host, stateDir}], {
-    // `pdchaos resume` reads SGLang files only for now: the halt file is removed by hand on a vLLM deployment.
-    resume: `remove ${stateDir}/halt.json on the host (\`pdchaos resume -c ${file}\` once it reads vLLM files)`,
+    // -c the file the run read: the vLLM twin's own file too (`--sim --engine vllm` reads it the same way).
+    resume: resumeOf(file),
     ...(o.stop ? {stop: o.stop} : {}),
     say: o.say,
     signal: o.signal,

@@ -2,6 +2,7 @@ import {Flags} from '@oclif/core'
 
 import {failedDeployments, onEveryDeployment, whoAmI} from '../cli/halt-run.js'
 import {TargetCommand} from '../cli/target-command.js'
+import {engineFlags} from '../cli/engine-target.js'
 import {writeHalt} from '../halt/host-halt.js'
 import {haltLine, newHalt} from '../model/halt.js'
 
@@ -16,13 +17,15 @@ export default class Halt extends TargetCommand<typeof Halt> {
   static override examples = [
     '<%= config.bin %> halt -c pdchaos.yaml --reason "INC-4411: prefill OOMs"',
     '<%= config.bin %> halt --fleet fleet.yaml --reason "all hands: outage"',
+    '<%= config.bin %> halt --sim --engine vllm --reason "INC-4412"',
   ]
   static override flags = {
     ...TargetCommand.targetFlags,
+    engine: engineFlags.engine,
     reason: Flags.string({summary: 'Why (shown to every run it stops and every run it refuses).'}),
     fleet: Flags.string({
       summary: 'Halt every deployment of this fleet file.',
-      exclusive: ['config', 'sim', 'state-dir'],
+      exclusive: ['config', 'sim', 'state-dir', 'engine'],
     }),
   }
 

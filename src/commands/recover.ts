@@ -2,7 +2,9 @@ import {Flags} from '@oclif/core'
 
 import {renderRecover} from '../cli/recover-text.js'
 import {TargetCommand} from '../cli/target-command.js'
+import {engineFlags} from '../cli/engine-target.js'
 import {everyHostOf} from '../cli/target.js'
+import {openVllmHost, vllmFileNoStart} from '../cli/vllm-hosts.js'
 import {ExitCode} from '../exit-codes.js'
 import {describeUnsafe} from '../faults/lease/host-safety.js'
 import {combinedRecovery, recoverAll, type RecoverReport} from '../faults/lease/recover.js'
@@ -18,21 +20,40 @@ export default class Recover extends TargetCommand<typeof Recover> {
   static override examples = [
     '<%= config.bin %> recover -c pdchaos.yaml',
     '<%= config.bin %> recover --sim --all --json',
+    '<%= config.bin %> recover --sim --engine vllm',
   ]
   static override flags = {
     ...TargetCommand.targetFlags,
+    engine: engineFlags.engine,
     all: Flags.boolean({summary: 'Also revert leases held by a pdchaos still running on this machine.'}),
   }
 
-  async run(): Promise<RecoverReport & {hosts?: RecoverReport[]}> {
-    // Never start the twin to recover it: a twin that is not running has nothing of ours to revert.
-    const {report, parts} = await this.withTarget({startTwin: false}, async t => {
-      // Every host of the deployment, each from its own state dir, side by side.
+  /** Every host of the deployment, each from its own state dir, side by side; a vLLM file's one host. */
+  private async recoverEach(): Promise<{report: RecoverReport & {hosts?: RecoverReport[]}; parts: RecoverReport[]}> {
+    const vllm = await vllmFileNoStart(this.flags)
+    if (vllm) {
+      const h = await openVllmHost(vllm, {
+        ...(this.flags['accept-new-host-key'] ? {acceptNewHostKey: true} : {}),
+        ...(this.stopSignal ? {signal: this.stopSignal} : {}),
+      })
+      try {
+        const report = await recoverAll(h.host, h.stateDir, {all: this.flags.all})
+        return {report, parts: [report]}
+      } finally {
+        await h.close()
+      }
+    }
+    return this.withTarget({startTwin: false}, async t => {
       const parts = await Promise.all(
         everyHostOf(t).hosts.map(h => recoverAll(h.host, h.stateDir, {all: this.flags.all})),
       )
       return {report: parts.length === 1 ? parts[0]! : {...combinedRecovery(parts), hosts: parts}, parts}
     })
+  }
+
+  async run(): Promise<RecoverReport & {hosts?: RecoverReport[]}> {
+    // Never start the twin to recover it: a twin that is not running has nothing of ours to revert.
+    const {report, parts} = await this.recoverEach()
     if (!this.jsonEnabled()) this.log(parts.map(p => renderRecover(p)).join('\n'))
     if (!report.clean) process.exitCode = ExitCode.cleanupUnverified
     else if (report.refused.length > 0) {

@@ -2,6 +2,7 @@ import {Flags} from '@oclif/core'
 
 import {failedDeployments, onEveryDeployment, whoAmI} from '../cli/halt-run.js'
 import {TargetCommand} from '../cli/target-command.js'
+import {engineFlags} from '../cli/engine-target.js'
 import {removeHalt} from '../halt/host-halt.js'
 import {haltLine} from '../model/halt.js'
 
@@ -13,9 +14,10 @@ export default class Resume extends TargetCommand<typeof Resume> {
   static override examples = ['<%= config.bin %> resume -c pdchaos.yaml', '<%= config.bin %> resume --fleet fleet.yaml']
   static override flags = {
     ...TargetCommand.targetFlags,
+    engine: engineFlags.engine,
     fleet: Flags.string({
       summary: 'Resume every deployment of this fleet file.',
-      exclusive: ['config', 'sim', 'state-dir'],
+      exclusive: ['config', 'sim', 'state-dir', 'engine'],
     }),
   }
 

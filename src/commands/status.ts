@@ -39,6 +39,7 @@ export default class Status extends TargetCommand<typeof Status> {
         timeoutS: this.flags.timeout,
         json: this.jsonEnabled(),
         log: t => this.log(t),
+        warn: l => this.progress(l),
       })
     // The service URLs are shown as the deployment file gives them, minus any password (issue 12, S4).
     const report = redactDeep(

@@ -153,7 +153,10 @@ export const DeploymentFields = {
   engine: z
     .literal('sglang')
     .optional()
-    .describe('The inference engine: sglang (default). An engine: vllm file is read by `status` only (issue 31).'),
+    .describe(
+      'The inference engine: sglang (default). An engine: vllm file has its own schema: ' +
+        '`pdchaos schema vllm-deployment`.',
+    ),
   labels: z
     .record(z.string(), z.string())
     .default({})

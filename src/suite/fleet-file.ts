@@ -3,8 +3,12 @@ import {dirname, isAbsolute, resolve} from 'node:path'
 import {z} from 'zod'
 
 import type {Deployment} from '../deployment/config.js'
+import {readEngineField} from '../deployment/engine-field.js'
 import {loadDeployment} from '../deployment/load.js'
 import {loadYamlFile, parseYamlText, type YamlFileKind} from '../deployment/yaml-file.js'
+import {loadVllmDeployment, type VllmDeployment, vllmStateDir} from '../engines/vllm/deployment-file.js'
+import {VLLM_BUILTIN_SUITE, type VllmSuite} from '../engines/vllm/experiments/builtin-suite.js'
+import {loadVllmSuite, suiteFileEngine} from '../engines/vllm/experiments/suite-file.js'
 import {badInput} from '../errors.js'
 import {defaultSuite, loadSuite, type SuiteFile} from './suite-file.js'
 
@@ -76,14 +80,29 @@ export const FleetSchema = z
 
 export type FleetFile = z.infer<typeof FleetSchema>
 
-export interface FleetEntry {
+interface FleetEntryBase {
   name: string
   /** Absolute paths. */
   deploymentFile: string
   suiteFile?: string
-  deployment: Deployment
-  suite: SuiteFile
 }
+
+/**
+ * One deployment of the fleet and its suite: SGLang's (no `engine`), or an `engine: vllm` file with a vLLM suite file
+ * (`engine: vllm`) or the built-in vLLM suite; each runs as `pdchaos suite -c FILE` would run it alone.
+ */
+export type FleetEntry = FleetEntryBase &
+  (
+    | {engine?: 'sglang'; deployment: Deployment; suite: SuiteFile}
+    | {engine: 'vllm'; deployment: VllmDeployment; suite: VllmSuite}
+  )
+
+/** The deployment's name as its own file states it (a vLLM file may state none: the fleet's name for it). */
+export const entryDeploymentName = (e: FleetEntry): string => e.deployment.name ?? e.name
+
+/** The deployment's state dir on its host (its run lock and halt live there). */
+export const entryStateDir = (e: FleetEntry): string =>
+  e.engine === 'vllm' ? vllmStateDir(e.deployment) : e.deployment.stateDir
 
 export interface FleetPlan {
   file: string
@@ -127,31 +146,48 @@ export async function planFleet(fleet: FleetFile, file: string): Promise<FleetPl
     const deploymentFile = at(d.deployment)
     const suiteFile = d.suite ?? fleet.suite
     const suitePath = suiteFile === undefined ? undefined : at(suiteFile)
-    entries.push({
-      name: d.name,
-      deploymentFile,
-      ...(suitePath ? {suiteFile: suitePath} : {}),
-      deployment: await loadDeployment(deploymentFile, 'suite'),
-      suite: await suiteOf(suitePath),
-    })
+    const base = {name: d.name, deploymentFile, ...(suitePath ? {suiteFile: suitePath} : {})}
+    const engine = await readEngineField(deploymentFile)
+    if (suitePath !== undefined) await checkSuiteEngine(file, d.name, engine, suitePath)
+    entries.push(
+      engine === 'vllm'
+        ? {
+            ...base,
+            engine,
+            deployment: await loadVllmDeployment(deploymentFile),
+            suite: suitePath ? await loadVllmSuite(suitePath) : VLLM_BUILTIN_SUITE,
+          }
+        : {...base, deployment: await loadDeployment(deploymentFile, 'suite'), suite: await suiteOf(suitePath)},
+    )
   }
   checkDistinct(entries, file)
   return {file: resolve(file), name: fleet.name, maxParallel: fleet.maxParallel, entries}
+}
+
+/** A deployment's suite file is its engine's (exit 2 naming both, before anything runs). */
+async function checkSuiteEngine(file: string, name: string, engine: 'sglang' | 'vllm', suite: string): Promise<void> {
+  const suiteEngine = await suiteFileEngine(suite)
+  if (suiteEngine === engine) return
+  const is = (e: string) => (e === 'vllm' ? 'a vLLM' : 'an SGLang')
+  throw badInput(
+    `${file}: deployment ${name} is ${is(engine)} deployment and its suite ${suite} is ${is(suiteEngine)} suite file`,
+    engine === 'vllm'
+      ? 'give it a vLLM suite file (engine: vllm) with `suite:` on its entry, or omit suite: for the built-in vLLM ' +
+          'suite'
+      : 'give it an SGLang suite file with `suite:` on its entry, or omit suite: for the built-in suite',
+  )
 }
 
 /** Two entries on one deployment would contend for its host lock (and the second would be refused): said now. */
 function checkDistinct(entries: FleetEntry[], file: string): void {
   const seen = new Map<string, string>()
   for (const e of entries) {
-    for (const key of [
-      `file ${e.deploymentFile}`,
-      `host ${JSON.stringify(e.deployment.host)} ${e.deployment.stateDir}`,
-    ]) {
+    for (const key of [`file ${e.deploymentFile}`, `host ${JSON.stringify(e.deployment.host)} ${entryStateDir(e)}`]) {
       const other = seen.get(key)
       if (other !== undefined) {
         const what = key.startsWith('file')
           ? `the same deployment file ${e.deploymentFile}`
-          : `the same host and stateDir ${e.deployment.stateDir}`
+          : `the same host and stateDir ${entryStateDir(e)}`
         throw badInput(
           `${file}: deployments ${other} and ${e.name} use ${what}: two runs of one deployment would contend for ` +
             `its host lock`,

@@ -1,7 +1,7 @@
 import {oneLine, PdError} from '../errors.js'
 import {ExitCode} from '../exit-codes.js'
 import {type FleetMember, type FleetRun, fleetOf, memberOfFailure} from '../model/fleet.js'
-import type {FleetEntry, FleetPlan} from './fleet-file.js'
+import {entryDeploymentName, type FleetEntry, type FleetPlan} from './fleet-file.js'
 
 /**
  * Run a fleet: every deployment on its own, at most maxParallel at once, in the fleet file's order. How one deployment
@@ -71,7 +71,7 @@ export async function runFleet(plan: FleetPlan, o: FleetOptions): Promise<FleetR
 
 /** What the fleet file says about a deployment, for its member record. */
 export function describeEntry(e: FleetEntry): Partial<FleetMember> {
-  return {deployment: e.deployment.name, config: e.deploymentFile, suite: e.suite.name}
+  return {deployment: entryDeploymentName(e), config: e.deploymentFile, suite: e.suite.name}
 }
 
 function notRun(e: FleetEntry): FleetMember {

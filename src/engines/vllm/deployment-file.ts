@@ -45,14 +45,29 @@ export const VllmDeploymentSchema = z
 
 export type VllmDeployment = z.output<typeof VllmDeploymentSchema>
 
+/**
+ * The deployment's state dir on its host: the file's `stateDir`, else SGLang's default, where the vLLM faults keep
+ * their leases (engines/vllm/faults/read-stall.ts, experiments/heartbeat-stop.ts): the halt, run lock and recover too.
+ */
+export const vllmStateDir = (d: Pick<VllmDeployment, 'stateDir'>): string => d.stateDir ?? '/run/pdchaos'
+
 export function loadVllmDeployment(file: string): Promise<VllmDeployment> {
   return loadYamlFile(file, VllmDeploymentSchema, {
     what: 'vLLM deployment',
-    schemaCommand: 'pdchaos schema',
+    schemaCommand: 'pdchaos schema vllm-deployment',
     hints: {
       missing: 'run `pdchaos sim up --engine vllm` (it writes one), or pass -c FILE',
       syntax: 'fix the YAML at that position',
       empty: 'write a deployment there',
     },
   })
+}
+
+/** The JSON Schema of an `engine: vllm` deployment file, as a user writes it (`pdchaos schema vllm-deployment`). */
+export function vllmDeploymentJsonSchema(): Record<string, unknown> {
+  const {$schema, ...rest} = z.toJSONSchema(VllmDeploymentSchema, {io: 'input', unrepresentable: 'any'}) as Record<
+    string,
+    unknown
+  >
+  return {$schema, title: 'pdchaos vLLM deployment file (engine: vllm)', ...rest}
 }

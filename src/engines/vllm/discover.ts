@@ -1,5 +1,7 @@
 import {httpRequest, joinUrl} from '../../deployment/http.js'
+import type {HostState} from '../../discovery/host-state.js'
 import type {Host} from '../../hosts/host.js'
+import type {HaltRecord} from '../../model/halt.js'
 import {parseEnviron, parsePs} from '../../discovery/proc.js'
 import type {Sourced} from '../engine.js'
 import type {VllmDeployment} from './deployment-file.js'
@@ -31,6 +33,10 @@ export interface VllmStatusReport {
   declared: NonNullable<VllmDeployment['vllm']> | undefined
   servers: VllmServerReport[]
   router: {url: string; health: {ok: boolean; detail: string}}
+  /** What pdchaos left in the deployment's stateDir on the host (leases, the run lock), read by `status`. */
+  hostState?: HostState
+  /** The halt (`pdchaos halt`) on the host, if any. */
+  halt?: HaltRecord
 }
 
 async function get(service: string, url: string, timeoutMs: number): Promise<{status: number; text: string} | string> {

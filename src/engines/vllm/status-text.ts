@@ -1,4 +1,5 @@
 import type {Sourced} from '../engine.js'
+import {haltLine} from '../../model/halt.js'
 import type {VllmStatusReport} from './discover.js'
 
 /** `pdchaos status` of a vLLM deployment, as text: each value with where it was read. */
@@ -30,5 +31,22 @@ export function renderVllmStatus(r: VllmStatusReport): string {
     '',
     `router      ${r.router.url}  ${r.router.health.ok ? 'healthy' : 'UNHEALTHY'}  (${r.router.health.detail})`,
   )
-  return out.join('\n')
+  return [...out, ...pdchaosLines(r)].join('\n')
+}
+
+/** What pdchaos holds on the host, as SGLang's status shows it: leases, the run lock, and the halt, loud. */
+function pdchaosLines(r: VllmStatusReport): string[] {
+  const out: string[] = []
+  if (r.hostState) {
+    const {leases, lock} = r.hostState
+    const named = leases.map(l => `${String(l.id ?? l.file)} (${String(l.fault ?? '?')})`)
+    out.push(
+      '',
+      `leases      ${named.length === 0 ? 'none' : named.join(', ')}`,
+      `lock        ${lock ? `held by ${String(lock.owner)} for ${String(lock.command)}` : 'free'}`,
+    )
+  }
+  if (r.halt)
+    out.push('', `HALTED      ${haltLine(r.halt)}`, '            no chaos run acts on it until `pdchaos resume`')
+  return out
 }

@@ -42,7 +42,7 @@ export const VllmSuiteFileSchema = z
 
 const KIND: YamlFileKind = {
   what: 'vLLM suite',
-  schemaCommand: 'pdchaos suite --help',
+  schemaCommand: 'pdchaos schema vllm-suite',
   hints: {
     missing: 'pass an existing file, or none for the built-in vLLM suite',
     syntax: 'fix the YAML at that position',
@@ -96,4 +96,10 @@ function entryOf(file: string, i: number, s: z.output<typeof Scenario>): VllmSui
     ;(options as Record<string, unknown>)[option] = s[key]
   }
   return {fault: s.fault, options}
+}
+
+/** The JSON Schema of a vLLM suite file (`pdchaos schema vllm-suite`). */
+export function vllmSuiteJsonSchema(): Record<string, unknown> {
+  const {$schema, ...rest} = z.toJSONSchema(VllmSuiteFileSchema, {io: 'input'}) as Record<string, unknown>
+  return {$schema, title: 'pdchaos vLLM suite file (engine: vllm)', ...rest}
 }
