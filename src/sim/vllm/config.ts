@@ -56,7 +56,7 @@ export interface VllmTwinConfig {
   model: string
   version: string
   releaseDate: string
-  /** prefillData: P's rank 0 data listener (rank k: + k, owned by VLLM::Worker_TP<k>); D's data listeners are ephemeral. */
+  /** prefillData: P's rank 0 data listener (rank k: + k, owned by VLLM::Worker_TP<k>); D's are ephemeral. */
   ports: {proxy: number; prefill: number; decode: number; prefillData: number}
   sideChannel: {prefill: number; decode: number}
   lease: {mode: 'lease' | 'legacy'; durationS: number; intervalS: number; extensionS: number; abortTimeoutS: number}

@@ -181,7 +181,9 @@ export function pickRank(
     .map(([k, r]) => `rank ${k}${visible?.[k] === undefined ? '' : ` (GPU ${visible[k]})`}: ${r.title} pid ${r.pid}`)
   const gpus = [...ranks.keys()].sort((a, b) => a - b).map(k => visible?.[k] ?? String(k))
   return {
-    refusal: `--gpu ${gpu}: P has no TP rank on GPU ${gpu} (${present.length} rank(s): ${present.join('; ') || 'none found'})`,
+    refusal:
+      `--gpu ${gpu}: P has no TP rank on GPU ${gpu} ` +
+      `(${present.length} rank(s): ${present.join('; ') || 'none found'})`,
     hint: gpus.length > 0 ? `pass --gpu ${gpus.join(' or ')}, or drop --gpu for every rank` : 'drop --gpu',
   }
 }
