@@ -1,7 +1,7 @@
 import {Flags} from '@oclif/core'
 
 import {type VllmUpResult, vllmUp} from '../sim/vllm/up.js'
-import {VLLM_BUG_NAMES} from '../sim/vllm/config.js'
+import {VLLM_BUG_NAMES, VLLM_NOTIF_PATHS} from '../sim/vllm/config.js'
 import {seconds, simStateDir} from './sim-flags.js'
 import {fromSimError} from './twin.js'
 
@@ -38,6 +38,12 @@ export const vllmUpFlags = {
     summary: "vLLM: NIXL's opt-in READ stall timeout in seconds (nixl PR #2047); 0, the default, is off.",
   }),
   'vllm-step-ms': Flags.integer({summary: "vLLM: the engine's step period in ms while it has work (default 20)."}),
+  'vllm-notif-path': Flags.string({
+    summary:
+      "vLLM: where D's heartbeats and read notifications travel: side (the side channel, the default) or data " +
+      "(each rank's data connection, as NIXL notifications ride the READ's transport).",
+    options: [...VLLM_NOTIF_PATHS],
+  }),
 }
 
 interface Flagged {
@@ -54,6 +60,7 @@ interface Flagged {
   'vllm-tp'?: number
   'xfer-stall-timeout'?: string
   'vllm-step-ms'?: number
+  'vllm-notif-path'?: string
 }
 
 export async function vllmSimUp(f: Flagged, log: (line: string) => void): Promise<Omit<VllmUpResult, 'config'>> {
@@ -72,6 +79,7 @@ export async function vllmSimUp(f: Flagged, log: (line: string) => void): Promis
       tp: f['vllm-tp'],
       xferStallTimeoutS: seconds('--xfer-stall-timeout', f['xfer-stall-timeout']),
       stepMs: f['vllm-step-ms'],
+      ...(f['vllm-notif-path'] === undefined ? {} : {notifPath: f['vllm-notif-path']}),
       waitS: seconds('--wait', f.wait),
     })
   } catch (error) {

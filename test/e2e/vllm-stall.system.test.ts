@@ -40,6 +40,7 @@ interface Outcome {
   code: number | null
   dir: string
   stderr: string
+  stdout: string
   pinned: Verdict[]
   bystanders: Verdict[]
   lease: Lease
@@ -76,11 +77,17 @@ async function expectClean(dir: string, leaseId: string | undefined): Promise<vo
   expect(armed).toEqual([])
 }
 
-async function inject(bugs: string[], extra: string[] = []): Promise<Outcome> {
+async function inject(
+  bugs: string[],
+  extra: string[] = [],
+  args: string[] = [],
+  before?: (dir: string) => Promise<void>,
+): Promise<Outcome> {
   const dir = await up(bugs, extra)
   try {
+    await before?.(dir)
     const journal = join(dir, 'run.json')
-    const r = await runCli(['inject', 'stall-kv', '-c', join(dir, 'pdchaos.yaml'), '--journal', journal], {
+    const r = await runCli(['inject', 'stall-kv', '-c', join(dir, 'pdchaos.yaml'), '--journal', journal, ...args], {
       timeoutMs: 120_000,
     })
     const s = (
@@ -93,6 +100,7 @@ async function inject(bugs: string[], extra: string[] = []): Promise<Outcome> {
       code: r.code,
       dir,
       stderr: r.stderr,
+      stdout: r.stdout,
       pinned: s.verdicts.filter(v => v.check === 'kv-pinned'),
       bystanders: s.verdicts.filter(v => v.check === 'kv-lease'),
       lease: s.leases[0]!,
@@ -168,6 +176,60 @@ describe.skipIf(!isRoot)('inject stall-kv on the vLLM twin (nft on the twin loop
     // Freed only once the heads left the table after the revert (or not at all while the run watched).
     expect(freed === undefined || freed.t > Math.max(close, o.lease.revertedAt!)).toBe(true)
     expect(o.pinned.map(v => v.evidence.failure)).toEqual(['pinned', 'pinned'])
+  }, 180_000)
+
+  it('--vllm-notif-path data: the drop cuts the heartbeats too; P frees at its lease, kv-pinned says unverified', async () => {
+    const o = await inject([], ['--vllm-notif-path', 'data'])
+    expect(o.code, o.stderr).toBe(0) // neither a false pass nor a false "freed-early" fail
+    expect(o.lease.verifiedClean).toBe(true)
+    expect(o.pinned).toHaveLength(2)
+    for (const v of o.pinned) {
+      expect(v.verdict).toBe('unverified')
+      expect(v.summary).toBe("released while D held the request; D's heartbeats were not seen reaching P")
+      expect(String(v.evidence.why)).toMatch(/no traffic from D into P's side channel .* may share the stalled path/)
+      expect(String(v.evidence.toVerify)).toMatch(/read P's lease renewals/)
+      // The truth: D heartbeated all along, P took none of it while the filter was in place, and freed the blocks at
+      // its first lease (grant + 4 s), by expiry, before the revert.
+      const sent = events(o.dir, 'decode').filter(e => e.rid === v.subject && e.event === 'heartbeat-sent')
+      expect(sent.filter(e => e.t < o.lease.revertedAt!).length).toBeGreaterThan(1)
+      const renewed = events(o.dir, 'prefill').filter(e => e.rid === v.subject && e.event === 'heartbeat')
+      expect(renewed.filter(e => e.t < o.lease.revertedAt!)).toEqual([])
+      const granted = firstOf(o.dir, 'prefill', v.subject, 'granted')!
+      const freed = firstOf(o.dir, 'prefill', v.subject, 'freed')!
+      expect(freed.detail?.cause).toBe('lease-expired')
+      expect(freed.t).toBeLessThan(o.lease.revertedAt!)
+      expect(freed.t - granted.t).toBeGreaterThanOrEqual(LEASE_S * 1000)
+      expect(freed.t - granted.t).toBeLessThan(LEASE_S * 1000 + 2000)
+    }
+    expect(o.bystanders.map(v => v.verdict)).toEqual(['pass'])
+  }, 180_000)
+
+  it("--gpu 1 at TP 2 drops only rank 1's listener (Worker_TP1): rank 0 serves its share, the READ waits on rank 1", async () => {
+    let base = 0
+    const o = await inject([], ['--vllm-tp', '2'], ['--gpu', '1'], async dir => {
+      base = (JSON.parse(readFileSync(join(dir, 'vllm.json'), 'utf8')) as {ports: {proxy: number}}).ports.proxy
+      // A GPU with no rank of P is refused before anything is touched (exit 2), naming the ranks present.
+      const r = await runCli(['inject', 'stall-kv', '-c', join(dir, 'pdchaos.yaml'), '--gpu', '2'], {timeoutMs: 60_000})
+      expect(r.code, r.stderr).toBe(2)
+      expect(r.stderr).toMatch(
+        /--gpu 2: P has no TP rank on GPU 2 \(2 rank\(s\): rank 0: VLLM::Worker_TP0 pid \d+; rank 1/,
+      )
+      expect(r.stderr).toMatch(/^Try this: pass --gpu 0 or 1/m)
+    })
+    const out = o.stdout + o.stderr
+    expect(out).toMatch(new RegExp(`P's data listener 127\\.0\\.0\\.1:${base + 301} \\(pid \\d+\\)`))
+    expect(out).toMatch(/P's rank 1 on the GPU: VLLM::Worker_TP1 pid \d+/)
+    expect(out).not.toMatch(new RegExp(`P's data listener 127\\.0\\.0\\.1:${base + 300}`))
+    expect(o.code).toBe(1)
+    for (const v of o.pinned) {
+      expect([v.verdict, v.evidence.failure]).toEqual(['fail', 'pinned'])
+      const served = events(o.dir, 'prefill').filter(
+        e => e.rid === v.subject && e.event === 'read-served' && e.t < o.lease.revertedAt!,
+      ) as Array<Event & {detail?: {rank?: number}}>
+      expect(served.map(e => e.detail?.rank)).toEqual([0])
+      const freed = firstOf(o.dir, 'prefill', v.subject, 'freed')
+      if (freed) expect(freed.t).toBeGreaterThan(o.lease.revertedAt!)
+    }
   }, 180_000)
 
   it('Ctrl-C while the READ is stalled exits 3 with the filter lifted and no armed lease', async () => {

@@ -1,7 +1,7 @@
 import {describe, expect, it} from 'vitest'
 
 import {SimError} from '../../src/sim/lifecycle/sim-error.js'
-import {buildVllmConfig, kvTransferConfig, serveArgv} from '../../src/sim/vllm/config.js'
+import {buildVllmConfig, dataPorts, kvTransferConfig, rankShare, serveArgv} from '../../src/sim/vllm/config.js'
 import {LeaseTable, leaseParams, legacyAbortTimeoutDefaultS} from '../../src/sim/vllm/lease.js'
 
 const S = 1000
@@ -111,5 +111,20 @@ describe('vLLM twin config', () => {
   it('refuses an unknown bug as bad input', () => {
     expect(() => buildVllmConfig({stateDir: '/tmp/x', bugs: ['nope']})).toThrow(SimError)
     expect(() => buildVllmConfig({stateDir: '/tmp/x', bugs: ['nope']})).toThrow(/unknown --vllm-bug nope/)
+  })
+
+  it("P's data listener per TP rank at base + 300 + k, D's ephemeral; each rank's share of the bytes adds up", () => {
+    const c = buildVllmConfig({stateDir: '/tmp/x', basePort: 9000, tp: 4})
+    expect(dataPorts(c, 'prefill')).toEqual([9300, 9301, 9302, 9303])
+    expect(dataPorts(c, 'decode')).toEqual([0, 0, 0, 0])
+    expect([0, 1, 2, 3].map(k => rankShare(10, 4, k))).toEqual([3, 3, 2, 2])
+    expect(rankShare(4096, 1, 0)).toBe(4096)
+  })
+
+  it('notifications on the side channel by default; --vllm-notif-path data, and nothing else, is taken', () => {
+    expect(buildVllmConfig({stateDir: '/tmp/x'}).notifPath).toBe('side')
+    expect(buildVllmConfig({stateDir: '/tmp/x', notifPath: 'data'}).notifPath).toBe('data')
+    expect(() => buildVllmConfig({stateDir: '/tmp/x', notifPath: 'ucx'})).toThrow(/unknown --vllm-notif-path ucx/)
+    expect(() => buildVllmConfig({stateDir: '/tmp/x', tp: 0})).toThrow(/--vllm-tp must be a whole number/)
   })
 })

@@ -41,8 +41,13 @@ export interface VllmUpOptions {
   kvBytesPerToken?: number
   /** NIXL xferStallTimeout (nixl PR #2047, opt-in): seconds a READ may make no progress; 0 = off (NIXL's default). */
   xferStallTimeoutS?: number
+  /** Where D's heartbeats and read notifications travel: the side channel, or each rank's data connection. */
+  notifPath?: string
   waitS?: number
 }
+
+export const VLLM_NOTIF_PATHS = ['side', 'data'] as const
+export type VllmNotifPath = (typeof VLLM_NOTIF_PATHS)[number]
 
 export interface VllmTwinConfig {
   engine: 'vllm'
@@ -51,7 +56,8 @@ export interface VllmTwinConfig {
   model: string
   version: string
   releaseDate: string
-  ports: {proxy: number; prefill: number; decode: number; prefillData: number; decodeData: number}
+  /** prefillData: P's rank 0 data listener (rank k: + k, owned by VLLM::Worker_TP<k>); D's are ephemeral. */
+  ports: {proxy: number; prefill: number; decode: number; prefillData: number}
   sideChannel: {prefill: number; decode: number}
   lease: {mode: 'lease' | 'legacy'; durationS: number; intervalS: number; extensionS: number; abortTimeoutS: number}
   bugs: VllmBug[]
@@ -63,6 +69,7 @@ export interface VllmTwinConfig {
   blockSize: number
   numBlocks: number
   xferStallTimeoutS: number
+  notifPath: VllmNotifPath
 }
 
 export const VLLM_DEFAULTS = {
@@ -80,6 +87,7 @@ export const VLLM_DEFAULTS = {
   blockSize: 16,
   numBlocks: 4096,
   xferStallTimeoutS: 0,
+  notifPath: 'side' as VllmNotifPath,
   waitS: 30,
 } as const
 
@@ -98,9 +106,15 @@ export function buildVllmConfig(o: VllmUpOptions): VllmTwinConfig {
   positive('--step-ms', o.stepMs)
   if (o.xferStallTimeoutS !== undefined && !(o.xferStallTimeoutS >= 0))
     throw badInput(`--xfer-stall-timeout must be 0 (off) or more seconds`, 'pass e.g. --xfer-stall-timeout 5')
+  const notifPath = o.notifPath ?? VLLM_DEFAULTS.notifPath
+  if (!(VLLM_NOTIF_PATHS as readonly string[]).includes(notifPath))
+    throw badInput(`unknown --vllm-notif-path ${notifPath}`, `use one of ${VLLM_NOTIF_PATHS.join(', ')}`)
+  const tp = o.tp ?? VLLM_DEFAULTS.tp
+  if (!(Number.isInteger(tp) && tp >= 1 && tp <= 64))
+    throw badInput(`--vllm-tp must be a whole number from 1 to 64, got ${tp}`, 'pass e.g. --vllm-tp 2')
   const base = o.basePort ?? VLLM_DEFAULTS.basePort
   const side = o.sideChannelPort ?? VLLM_DEFAULTS.sideChannelPort
-  if (!(base > 0 && base + 301 < 65536) || !(side > 0 && side + 1 < 65536))
+  if (!(base > 0 && base + 300 + tp < 65536) || !(side > 0 && side + 1 < 65536))
     throw badInput(`ports out of range (base ${base}, side channel ${side})`, 'pass --base-port 8000')
   const releaseDate = o.releaseDate ?? VLLM_DEFAULTS.releaseDate
   const lp = leaseParams(o.leaseDurationS ?? VLLM_DEFAULTS.leaseDurationS)
@@ -112,7 +126,7 @@ export function buildVllmConfig(o: VllmUpOptions): VllmTwinConfig {
     model: 'pdchaos/twin-model',
     version: o.version ?? VLLM_DEFAULTS.version,
     releaseDate,
-    ports: {proxy: base, prefill: base + 100, decode: base + 200, prefillData: base + 300, decodeData: base + 301},
+    ports: {proxy: base, prefill: base + 100, decode: base + 200, prefillData: base + 300},
     sideChannel: {prefill: side, decode: side + 1},
     lease: {
       mode: legacy ? 'legacy' : 'lease',
@@ -120,7 +134,7 @@ export function buildVllmConfig(o: VllmUpOptions): VllmTwinConfig {
       abortTimeoutS: o.abortRequestTimeoutS ?? legacyAbortTimeoutDefaultS(releaseDate),
     },
     bugs: bugs as VllmBug[],
-    tp: o.tp ?? VLLM_DEFAULTS.tp,
+    tp,
     stepMs: o.stepMs ?? VLLM_DEFAULTS.stepMs,
     prefillMsPerKToken: o.prefillMsPerKToken ?? VLLM_DEFAULTS.prefillMsPerKToken,
     decodeMsPerToken: o.decodeMsPerToken ?? VLLM_DEFAULTS.decodeMsPerToken,
@@ -128,8 +142,20 @@ export function buildVllmConfig(o: VllmUpOptions): VllmTwinConfig {
     blockSize: VLLM_DEFAULTS.blockSize,
     numBlocks: VLLM_DEFAULTS.numBlocks,
     xferStallTimeoutS: o.xferStallTimeoutS ?? VLLM_DEFAULTS.xferStallTimeoutS,
+    notifPath: notifPath as VllmNotifPath,
   }
 }
+
+/**
+ * The data listener ports of a server's TP ranks: P's rank k at base + 300 + k (owned by its VLLM::Worker_TP<k>, or
+ * the engine core at TP 1), D's ephemeral (0: never READ from in pull mode), as UCX's listeners are on a real host.
+ */
+export const dataPorts = (c: VllmTwinConfig, role: VllmRole): number[] =>
+  Array.from({length: c.tp}, (_, k) => (role === 'prefill' ? c.ports.prefillData + k : 0))
+
+/** Rank k's share of a request's KV bytes (each TP rank holds its heads' part of every block). */
+export const rankShare = (bytes: number, tp: number, k: number): number =>
+  Math.floor(bytes / tp) + (k < bytes % tp ? 1 : 0)
 
 export const hasBug = (c: VllmTwinConfig, ...names: VllmBug[]): boolean => names.some(n => c.bugs.includes(n))
 

@@ -3,7 +3,7 @@ import net from 'node:net'
 import {nowMs} from '../server/clock.js'
 import type {TruthLog} from '../server/truth.js'
 import {errorBody, onLines, vlog, writeLine} from './common.js'
-import {hasBug, type VllmTwinConfig} from './config.js'
+import {hasBug, rankShare, type VllmTwinConfig} from './config.js'
 import {blocksFor, type EngineCounters} from './engine-state.js'
 
 /** A request D decodes after reading its KV from P (`kv_transfer_params.do_remote_prefill`). */
@@ -20,14 +20,23 @@ export interface DecodeJob {
 
 type Status = 'waiting' | 'reading' | 'running' | 'done'
 
-interface Req extends DecodeJob {
-  status: Status
-  blocks: number
-  sock?: net.Socket
+/** One rank's share of a READ: D's worker k reads from P's worker k (equal TP, pull_worker.py `_read_blocks`). */
+interface Part {
+  sock: net.Socket
   got: number
   want: number
   lastProgressMs: number
-  readDone?: boolean
+  done?: boolean
+  /** Its notification has gone to P's rank. */
+  notified?: boolean
+}
+
+interface Req extends DecodeJob {
+  status: Status
+  blocks: number
+  parts: Part[]
+  want: number
+  lastProgressMs: number
   readError?: string
   /** The client went away while the READ was in flight: the READ goes on, nobody is answered. */
   aborted?: boolean
@@ -36,9 +45,12 @@ interface Req extends DecodeJob {
 }
 
 interface Peer {
+  host: string
   sock: net.Socket
-  meta?: {engine_id: string; data_port: number}
+  meta?: {engine_id: string; data_ports: number[]}
   queued: Array<Record<string, unknown>>
+  /** `--vllm-notif-path data`: one notification connection per P rank, over that rank's data listener. */
+  notif: Array<net.Socket | undefined>
 }
 
 /**
@@ -64,7 +76,7 @@ export class DecodeSide {
 
   submit(job: DecodeJob): void {
     const now = nowMs()
-    this.reqs.set(job.id, {...job, status: 'waiting', blocks: 0, got: 0, want: 0, lastProgressMs: now, generated: 0})
+    this.reqs.set(job.id, {...job, status: 'waiting', blocks: 0, parts: [], want: 0, lastProgressMs: now, generated: 0})
     this.truth.record(job.id, null, 'received', {detail: {remoteId: job.remoteId, engineId: job.engineId}})
     this.peer(job.host, job.port) // proactive handshake, as the worker does for heartbeats
     this.wake()
@@ -104,7 +116,7 @@ export class DecodeSide {
     let p = this.peers.get(key)
     if (p && !p.sock.destroyed) return p
     const sock = net.connect({host, port})
-    const peer: Peer = {sock, queued: []}
+    const peer: Peer = {host: host === 'localhost' ? '127.0.0.1' : host, sock, queued: [], notif: []}
     let cause = 'connection closed'
     sock.on('error', e => {
       cause = e.message
@@ -116,9 +128,13 @@ export class DecodeSide {
     sock.on('connect', () => writeLine(sock, {t: 'GET_META'}))
     onLines(sock, m => {
       if (m.t !== 'META') return
-      peer.meta = {engine_id: String(m.engine_id), data_port: Number(m.data_port)}
+      const ports = Array.isArray(m.data_ports) ? m.data_ports.map(Number) : [Number(m.data_port)]
+      peer.meta = {engine_id: String(m.engine_id), data_ports: ports}
       vlog('EngineCore_DP0', 'DEBUG', 'base_worker.py:_nixl_handshake', `NIXL handshake with ${key} done`)
-      for (const q of peer.queued.splice(0)) writeLine(sock, q)
+      for (const q of peer.queued.splice(0)) {
+        const {t: _t, rank, ...notif} = q as {t: string; rank?: number; msg: string; why?: string}
+        this.send(peer, rank, notif)
+      }
       this.wake()
     })
     p = peer
@@ -145,13 +161,43 @@ export class DecodeSide {
       }
   }
 
-  private notify(r: Req, why: 'read' | 'abort'): void {
-    const p = this.peer(r.host, r.port)
-    // vLLM's notification: "<remote request id>:<consumers>" (pull_worker.py `_read_blocks`, `notif_id`).
-    const msg = {t: 'NOTIF', msg: `${r.remoteId}:1`, why}
-    if (p.meta) writeLine(p.sock, msg)
-    else p.queued.push(msg)
-    this.truth.record(r.id, null, 'notified', {detail: {remoteId: r.remoteId, why}})
+  /**
+   * vLLM's notification "<remote request id>:<consumers>" (pull_worker.py `_read_blocks`, `notif_id`) to P's rank
+   * `rank` (its READ's part done), or to every rank (an abort: each D worker notifies its own P rank).
+   */
+  private notify(r: Req, why: 'read' | 'abort', rank?: number): void {
+    this.send(this.peer(r.host, r.port), rank, {msg: `${r.remoteId}:1`, why})
+    this.truth.record(r.id, null, 'notified', {
+      detail: {remoteId: r.remoteId, why, ...(rank === undefined ? {} : {rank})},
+    })
+  }
+
+  /**
+   * A NIXL notification to P's rank `rank` (undefined: every rank). `side`: on the side channel, naming the rank
+   * (queued until the handshake is done). `data`: on D's notification connection to that rank's data listener, the
+   * READ's transport, as upstream's `send_notif` rides UCX: a path that stalls the READ stalls these too.
+   */
+  private send(p: Peer, rank: number | undefined, notif: {msg: string; why?: string}): void {
+    if (this.c.notifPath === 'side') {
+      const msg = {t: 'NOTIF', ...notif, ...(rank === undefined ? {} : {rank})}
+      if (p.meta) writeLine(p.sock, msg)
+      else p.queued.push(msg)
+      return
+    }
+    if (!p.meta) return void p.queued.push({t: 'NOTIF', ...notif, ...(rank === undefined ? {} : {rank})})
+    const ranks = rank === undefined ? p.meta.data_ports.map((_, k) => k) : [rank]
+    for (const k of ranks) writeLine(this.notifSock(p, k), notif)
+  }
+
+  /** D's notification connection to P's rank k (made once, again after it broke). */
+  private notifSock(p: Peer, k: number): net.Socket {
+    const have = p.notif[k]
+    if (have && !have.destroyed) return have
+    const sock = net.connect({host: p.host, port: p.meta!.data_ports[k]!})
+    sock.on('error', () => undefined)
+    sock.write('NOTIF\n')
+    p.notif[k] = sock
+    return sock
   }
 
   /**
@@ -200,7 +246,8 @@ export class DecodeSide {
     for (const rs of byPeer.values()) {
       const p = this.peer(rs[0]!.host, rs[0]!.port)
       if (!p.meta) continue // deferred until the handshake completes
-      writeLine(p.sock, {t: 'NOTIF', msg: `HB:${rs.map(r => r.remoteId).join(',')}`})
+      // Each D worker sends it to the P agents it knows (base_worker.py `_send_heartbeats`): every rank.
+      this.send(p, undefined, {msg: `HB:${rs.map(r => r.remoteId).join(',')}`})
       for (const r of rs) this.truth.record(r.id, null, 'heartbeat-sent', {detail: {remoteId: r.remoteId}})
     }
   }
@@ -215,34 +262,51 @@ export class DecodeSide {
     r.want = r.tokens * this.c.kvBytesPerToken
     r.lastProgressMs = nowMs()
     this.truth.record(r.id, null, 'read-start', {detail: {remoteId: r.remoteId, bytes: r.want}})
-    const sock = net.connect({host: r.host === 'localhost' ? '127.0.0.1' : r.host, port: p.meta.data_port})
-    r.sock = sock
+    r.parts = p.meta.data_ports.map((port, k) => this.readPart(r, p.host, port, rankShare(r.want, this.c.tp, k)))
+  }
+
+  /** One rank's READ: a TCP connection to P's rank listener, `READ <id>`, its share of the bytes, then the end. */
+  private readPart(r: Req, host: string, port: number, want: number): Part {
+    const sock = net.connect({host, port})
+    const part: Part = {sock, got: 0, want, lastProgressMs: nowMs()}
     sock.on('connect', () => sock.write(`READ ${r.remoteId}\n`))
     sock.on('data', (b: Buffer) => {
-      r.got += b.length
-      r.lastProgressMs = nowMs()
+      part.got += b.length
+      part.lastProgressMs = nowMs()
     })
     sock.on('end', () => {
-      r.readDone = true
+      part.done = true
       this.wake()
     })
     sock.on('error', e => {
       r.readError = e.message
       this.wake()
     })
+    return part
   }
 
+  /**
+   * A READ completes when every rank's part has (the scheduler waits for finished_recving from every worker); each
+   * part's notification goes to its P rank as it completes. NIXL's stall timeout is per transfer (per part).
+   */
   private checkRead(r: Req, now: number): void {
     const stallS = hasBug(this.c, 'read-stall-forever') ? 0 : this.c.xferStallTimeoutS
-    if (!r.readDone && !r.readError && stallS > 0 && now - r.lastProgressMs > stallS * 1000) {
+    const stalled = r.parts.find(x => !x.done && stallS > 0 && now - x.lastProgressMs > stallS * 1000)
+    if (!r.readError && stalled) {
       r.readError = `NIXL_ERR_XFER_STALLED: no progress for ${stallS}s`
-      r.sock?.destroy()
+      for (const x of r.parts) x.sock.destroy()
     }
-    if (r.readError || (r.readDone && r.got < r.want)) return this.readFailed(r)
-    if (!r.readDone) return
-    r.sock = undefined
-    this.truth.record(r.id, null, 'read-done', {detail: {remoteId: r.remoteId, bytes: r.got}})
-    this.notify(r, 'read')
+    const short = r.parts.find(x => x.done && x.got < x.want)
+    if (r.readError || short) return this.readFailed(r)
+    const fresh = r.parts.flatMap((x, k) => (x.done && !x.notified ? [k] : []))
+    const all = r.parts.every(x => x.done)
+    const got = r.parts.reduce((n, x) => n + x.got, 0)
+    if (all) this.truth.record(r.id, null, 'read-done', {detail: {remoteId: r.remoteId, bytes: got}})
+    for (const k of fresh) {
+      r.parts[k]!.notified = true
+      this.notify(r, 'read', this.c.tp > 1 ? k : undefined)
+    }
+    if (!all) return
     if (r.aborted) {
       r.status = 'done'
       this.reqs.delete(r.id)
@@ -254,7 +318,8 @@ export class DecodeSide {
   /** kv_load_failure_policy=fail (the default): the request fails; P's blocks go at lease expiry. */
   private readFailed(r: Req, transfer = true): void {
     if (transfer) this.k.failedTransfers++
-    const why = r.readError ?? `short read (${r.got} of ${r.want} bytes)`
+    const got = r.parts.reduce((n, x) => n + x.got, 0)
+    const why = r.readError ?? `short read (${got} of ${r.want} bytes)`
     vlog('EngineCore_DP0', 'ERROR', 'base_worker.py:_pop_done_transfers', `NIXL transfer failed for ${r.id}: ${why}`)
     this.truth.record(r.id, null, 'read-failed', {detail: {remoteId: r.remoteId, why}})
     this.reqs.delete(r.id)

@@ -9,7 +9,7 @@ import {entryArgv, sibling} from '../entry.js'
 import {writeJsonAtomic} from '../lifecycle/files.js'
 import {TruthLog} from '../server/truth.js'
 import {errorBody, promptTokens, readBody, sendJson, vlog} from './common.js'
-import {type VllmRole, type VllmTwinConfig, vllmPaths} from './config.js'
+import {dataPorts, type VllmRole, type VllmTwinConfig, vllmPaths} from './config.js'
 import {DecodeSide} from './decode.js'
 import {EngineLoop} from './engine-loop.js'
 import {EngineCounters, renderMetrics} from './engine-state.js'
@@ -38,10 +38,20 @@ mkdirSync(dirname(truthFile), {recursive: true})
 const truth = new TruthLog(truthFile, role)
 const counters = new EngineCounters()
 
+/** The local (abstract unix) socket each rank's data listener relays its connections to. */
+const dataRelay = `pdchaos-vllm-${role}-${process.pid}-data`
+
 /** The engine core (and under it, at TP above 1, one worker per rank: vLLM's MultiprocExecutor). */
 function startEngineCore(): ReturnType<typeof fork> {
   const workers = c.tp > 1 ? ['--workers', String(c.tp)] : []
-  const {command, args} = entryArgv(sibling(import.meta.url, 'worker-main'), '--title', 'VLLM::EngineCore', ...workers)
+  const data = ['--data-host', c.host, '--data-ports', dataPorts(c, role!).join(','), '--data-relay', dataRelay]
+  const {command, args} = entryArgv(
+    sibling(import.meta.url, 'worker-main'),
+    '--title',
+    'VLLM::EngineCore',
+    ...workers,
+    ...data,
+  )
   const viaTsx = args[0] === '--import'
   const execArgv = viaTsx ? ['--import', import.meta.resolve('tsx')] : []
   const [file, ...rest] = viaTsx ? args.slice(2) : args
@@ -65,6 +75,15 @@ const workerPids = new Promise<number[]>(resolve =>
     if (m?.t === 'pids') resolve(m.pids ?? [])
   }),
 )
+/** Each rank's data port, once its listener (in the rank's process) listens. */
+const rankPorts = new Promise<number[]>(resolve => {
+  const got: number[] = []
+  workers[0]!.on('message', (m: {t?: string; rank?: number; port?: number}) => {
+    if (m?.t !== 'data-port' || m.rank === undefined || m.port === undefined) return
+    got[m.rank] = m.port
+    if (got.filter(p => p !== undefined).length === c.tp) resolve(got)
+  })
+})
 let loop: EngineLoop | undefined
 const wake = (): void => loop?.wake()
 const prefill = new PrefillSide(c, counters, truth, wake)
@@ -155,8 +174,14 @@ const listen = (s: net.Server | http.Server, port: number): Promise<void> =>
   })
 
 async function main(): Promise<void> {
+  await new Promise<void>((resolve, reject) => {
+    const relay = prefill.dataServer()
+    relay.once('error', reject)
+    relay.listen({path: `\0${dataRelay}`}, () => resolve())
+  })
+  const ports = await rankPorts
+  prefill.dataPorts = ports
   await listen(prefill.sideChannel(), c.sideChannel[role!])
-  await listen(prefill.dataServer(), role === 'prefill' ? c.ports.prefillData : c.ports.decodeData)
   await listen(server, c.ports[role!])
   vlog('APIServer', 'INFO', 'api_server.py', `Starting vLLM API server 0 on http://${c.host}:${c.ports[role!]}`)
   writeJsonAtomic(vllmPaths(stateDir!).service(role!), {
@@ -165,7 +190,7 @@ async function main(): Promise<void> {
     workerPids: [workers[0]!.pid, ...(await workerPids)],
     port: c.ports[role!],
     sideChannelPort: c.sideChannel[role!],
-    dataPort: role === 'prefill' ? c.ports.prefillData : c.ports.decodeData,
+    dataPorts: ports,
   })
   await loop!.run()
 }

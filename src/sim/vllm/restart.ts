@@ -6,7 +6,7 @@ import {readLock, type Service, writeLock} from '../lifecycle/lock.js'
 import {probeBind} from '../lifecycle/ports.js'
 import {isSameProcess, stopGroup} from '../lifecycle/procs.js'
 import {badInput, SimError, unavailable} from '../lifecycle/sim-error.js'
-import {type VllmTwinConfig, vllmPaths} from './config.js'
+import {dataPorts, type VllmTwinConfig, vllmPaths} from './config.js'
 import {startVllmService, waitVllmHealthy} from './up.js'
 
 /**
@@ -26,8 +26,8 @@ export async function vllmRestart(stateDir: string, svc: Service, waitS = 30) {
     svc === 'router'
       ? [c.ports.proxy]
       : svc === 'prefill'
-        ? [c.ports.prefill, c.sideChannel.prefill, c.ports.prefillData]
-        : [c.ports.decode, c.sideChannel.decode, c.ports.decodeData]
+        ? [c.ports.prefill, c.sideChannel.prefill, ...dataPorts(c, 'prefill')]
+        : [c.ports.decode, c.sideChannel.decode]
   const portDeadline = Date.now() + 5000
   for (const port of ports)
     while ((await probeBind(c.host, port)) === 'EADDRINUSE') {

@@ -16,6 +16,7 @@ import {assertOwnDeploymentFile, claimStateDir} from '../lifecycle/state-marker.
 import {simPaths} from '../sim-config.js'
 import {
   buildVllmConfig,
+  dataPorts,
   kvTransferConfig,
   serveArgv,
   serverEnv,
@@ -167,8 +168,7 @@ export async function vllmUp(options: VllmUpOptions): Promise<VllmUpResult> {
         decode: c.ports.decode,
         'prefill side channel': c.sideChannel.prefill,
         'decode side channel': c.sideChannel.decode,
-        'prefill NIXL data': c.ports.prefillData,
-        'decode NIXL data': c.ports.decodeData,
+        ...Object.fromEntries(dataPorts(c, 'prefill').map((p, k) => [`prefill NIXL data (rank ${k})`, p])),
       },
       `pass another --base-port (now ${c.ports.proxy}) or --side-channel-port, or stop what holds the port`,
     )

@@ -2,7 +2,9 @@ import {describe, expect, it} from 'vitest'
 
 import {
   dataListeners,
+  pickRank,
   planReadStall,
+  ranksOf,
   processTree,
   type ReadStallContext,
 } from '../../../src/engines/vllm/faults/read-stall.js'
@@ -126,9 +128,47 @@ describe('read-stall: finding P data path', () => {
     expect('hint' in p && p.hint).toMatch(/UCX_TLS/)
   })
 
-  it('refuses --gpu: the data path is taken per instance', async () => {
+  it('refuses --gpu with no rank of P on it, naming the ranks present', async () => {
     const p = await planReadStall(ctx(ENV_TCP), {ttlMs: 60_000, gpu: 1})
-    expect('refusal' in p && p.refusal).toMatch(/--gpu 1: P's data path is taken per instance/)
+    expect('refusal' in p && p.refusal).toBe(
+      '--gpu 1: P has no TP rank on GPU 1 (1 rank(s): rank 0: VLLM::Worker_TP0 pid 102)',
+    )
+    expect('hint' in p && p.hint).toMatch(/^pass --gpu 0, or drop --gpu/)
+  })
+
+  it("--gpu N at TP 2: drops only the listener of P's Worker_TP<k> on that GPU; the other rank's is left alone", async () => {
+    const ps = [PS, '  103   101 Sl VLLM::Worker_TP1'].join('\n')
+    const ss = [SS, 'LISTEN 0 511 127.0.0.1:8301 0.0.0.0:* users:(("VLLM::Worker_T",pid=103,fd=19))'].join('\n')
+    const answers = {'ps -eo pid=,ppid=,stat=,args=': ps, 'ss -tlnpH': ss}
+    const p = await planReadStall(ctx(ENV_TCP, answers), {ttlMs: 60_000, gpu: 1})
+    if ('refusal' in p) throw new Error(p.refusal)
+    expect(p.listeners.map(l => l.port)).toEqual([8301])
+    expect(p.filter.inject[0]![1]).toContain('tcp dport 8301 counter drop')
+    expect(p.filter.inject[0]![1]).not.toContain('8300')
+    expect(p.lines.join('\n')).toContain("P's rank 1 on the GPU: VLLM::Worker_TP1 pid 103 (GPU 1 = local rank 1")
+    expect(p.excluded.join('\n')).toContain("127.0.0.1:8300 (another rank's data listener, pid 102)")
+    // CUDA_VISIBLE_DEVICES=4,5: GPU 5 is rank 1, GPU 0 none of P's.
+    const cvd = `${ENV_TCP}CUDA_VISIBLE_DEVICES=4,5\0`
+    const five = await planReadStall(ctx(cvd, answers), {ttlMs: 60_000, gpu: 5})
+    if ('refusal' in five) throw new Error(five.refusal)
+    expect(five.listeners.map(l => l.port)).toEqual([8301])
+    const zero = await planReadStall(ctx(cvd, answers), {ttlMs: 60_000, gpu: 0})
+    expect('refusal' in zero && zero.refusal).toMatch(
+      /^--gpu 0: P has no TP rank on GPU 0 \(2 rank\(s\): rank 0 \(GPU 4\)/,
+    )
+    expect('hint' in zero && zero.hint).toMatch(/^pass --gpu 4 or 5/)
+    // Without --gpu: every rank's listener.
+    const all = await planReadStall(ctx(ENV_TCP, answers), {ttlMs: 60_000})
+    if ('refusal' in all) throw new Error(all.refusal)
+    expect(all.listeners.map(l => l.port)).toEqual([8300, 8301])
+  })
+
+  it('TP 1: the engine core is rank 0 (the worker runs in it)', () => {
+    const rows = parsePs(['  100     1 Sl vllm serve m', '  101   100 Sl VLLM::EngineCore'].join('\n'))
+    const ranks = ranksOf(rows, new Set([100, 101]))
+    expect([...ranks.entries()]).toEqual([[0, {pid: 101, title: 'VLLM::EngineCore'}]])
+    expect(pickRank(0, ranks, undefined)).toMatchObject({rank: 0, pid: 101})
+    expect(pickRank(2, ranks, undefined)).toMatchObject({refusal: expect.stringMatching(/no TP rank on GPU 2/)})
   })
 
   it('refuses when ss cannot list sockets', async () => {

@@ -285,6 +285,7 @@ export const vllmStallKv: VllmExperiment = {
       requests: opts.requests ?? 2,
       logFile: d.services.prefill.logs?.file,
       problems: p.problems,
+      ...(opts.gpu === undefined ? {} : {gpu: opts.gpu}),
     })
     if ('refusal' in plan) return plan
     // The host lifts the filter by itself at the TTL: the observation, the wait after the revert, and a margin.

@@ -18,8 +18,10 @@ import type {VllmStatusReport} from '../discover.js'
  * listeners; inbound TCP to them is dropped by a packet filter (faults/mechanisms/packet-filter.ts: an nft table or
  * iptables chain owned by one fault lease, with a host-side reverter). A data path that is not positively TCP
  * (NIXL without UCX_TLS limited to tcp: UCX picks RDMA or cuda_ipc, which netfilter never sees) is refused.
- * The instance's data path is taken as one: the twin has one data listener per instance (docs/twin-vllm.md), and a
- * per-rank pick (--gpu) is refused with that reason.
+ * Real NIXL has one agent (one UCX listener) per TP worker: without --gpu every data listener of P's tree is dropped
+ * (the whole data path); `--gpu N` picks P's rank on GPU N (its index in P's CUDA_VISIBLE_DEVICES, or N itself when
+ * that is unset), its process by title (`VLLM::Worker_TP<k>`, or `VLLM::EngineCore` at TP 1 where the worker runs in
+ * it) and drops only the listeners that process owns; a GPU with no rank of P is refused, naming the ranks present.
  *
  * API: planReadStall(ctx, opts) -> plan (lines, ports, filter) or {refusal, hint}; installReadStall(ctx, plan) ->
  * handle with verify() (the rule's counter) and revert() (idempotent; also on Ctrl-C: a second signal reverts at once,
@@ -39,7 +41,7 @@ export interface ReadStallContext {
 export interface ReadStallOptions {
   /** The fault lease's TTL: the host lifts the filter by itself then, whoever forgets it. */
   ttlMs: number
-  /** --gpu: refused (the data path is taken per instance). */
+  /** --gpu: only the data listener of P's rank on this GPU. */
   gpu?: number
   /** The lease's fault name (lowercase, -): the experiment's, e.g. stall-kv. */
   fault?: string
@@ -63,6 +65,8 @@ export interface ReadStallPlan {
   listeners: DataListener[]
   /** Listeners of P's tree left alone, each with why. */
   excluded: string[]
+  /** --gpu: the rank picked, its process and how the GPU was mapped to it. */
+  rank?: PickedRank
   /** P's NIXL side-channel port(s) (left open): where the twin's heartbeats travel; real vLLM's ride NIXL. */
   sideChannelPorts: number[]
   filter: FilterPlan
@@ -133,8 +137,55 @@ const positivePort = (v: unknown): number | undefined => {
 
 interface HostFacts {
   tree: Set<number>
+  rows: ProcessRow[]
   listeners: Listener[]
   env: Record<string, string> | undefined
+}
+
+export interface PickedRank {
+  rank: number
+  pid: number
+  title: string
+  /** How GPU N was mapped to the rank. */
+  how: string
+}
+
+/** P's TP ranks by process title: `<prefix>::Worker_TP<k>` in P's tree, or the engine core alone (TP 1). Pure. */
+export function ranksOf(rows: ProcessRow[], tree: Set<number>): Map<number, {pid: number; title: string}> {
+  const mine = rows.filter(r => tree.has(r.pid))
+  const out = new Map<number, {pid: number; title: string}>()
+  for (const r of mine) {
+    const m = /::Worker_TP(\d+)\b/.exec(r.args)
+    if (m) out.set(Number(m[1]), {pid: r.pid, title: r.args.trim()})
+  }
+  const core = mine.find(r => /::EngineCore\b/.test(r.args))
+  if (out.size === 0 && core) out.set(0, {pid: core.pid, title: core.args.trim()})
+  return out
+}
+
+/** P's rank on GPU `gpu` (CUDA_VISIBLE_DEVICES order: worker k uses the k-th visible device), or a refusal. Pure. */
+export function pickRank(
+  gpu: number,
+  ranks: Map<number, {pid: number; title: string}>,
+  cudaVisible: string | undefined,
+): PickedRank | Refusal {
+  const visible = cudaVisible?.split(',').map(x => x.trim())
+  const rank = visible ? visible.indexOf(String(gpu)) : gpu
+  const how = visible
+    ? `GPU ${gpu} is entry ${rank} of P's CUDA_VISIBLE_DEVICES=${cudaVisible}`
+    : `GPU ${gpu} = local rank ${gpu} (P's CUDA_VISIBLE_DEVICES unset)`
+  const got = ranks.get(rank)
+  if (rank >= 0 && got) return {rank, ...got, how}
+  const present = [...ranks.entries()]
+    .sort(([a], [b]) => a - b)
+    .map(([k, r]) => `rank ${k}${visible?.[k] === undefined ? '' : ` (GPU ${visible[k]})`}: ${r.title} pid ${r.pid}`)
+  const gpus = [...ranks.keys()].sort((a, b) => a - b).map(k => visible?.[k] ?? String(k))
+  return {
+    refusal:
+      `--gpu ${gpu}: P has no TP rank on GPU ${gpu} ` +
+      `(${present.length} rank(s): ${present.join('; ') || 'none found'})`,
+    hint: gpus.length > 0 ? `pass --gpu ${gpus.join(' or ')}, or drop --gpu for every rank` : 'drop --gpu',
+  }
 }
 
 async function readHostFacts(ctx: ReadStallContext, pid: number): Promise<HostFacts | Refusal> {
@@ -147,8 +198,10 @@ async function readHostFacts(ctx: ReadStallContext, pid: number): Promise<HostFa
       hint: 'install iproute2 (ss) on the host and run as root or with passwordless sudo',
     }
   const environ = await ctx.host.run(['cat', `/proc/${pid}/environ`], {...t, sudo: true})
+  const rows = parsePs(ps.stdout)
   return {
-    tree: processTree(parsePs(ps.stdout), pid),
+    tree: processTree(rows, pid),
+    rows,
     listeners: parseSsListeners(ss.stdout),
     env: environ.code === 0 ? parseEnviron(environ.stdout) : undefined,
   }
@@ -156,13 +209,6 @@ async function readHostFacts(ctx: ReadStallContext, pid: number): Promise<HostFa
 
 /** The plan, read from the host (changes nothing), or the one-line reason the READ cannot be stalled here. */
 export async function planReadStall(ctx: ReadStallContext, opts: ReadStallOptions): Promise<ReadStallPlan | Refusal> {
-  if (opts.gpu !== undefined)
-    return {
-      refusal:
-        `--gpu ${opts.gpu}: P's data path is taken per instance (one data listener per vLLM instance, as the twin ` +
-        'has it), so one GPU rank cannot be picked',
-      hint: "drop --gpu: the stall covers P's whole data path",
-    }
   const p = ctx.discovery.servers.find(s => s.role === 'prefill')
   if (p?.pid === undefined)
     return {
@@ -193,6 +239,8 @@ export async function planReadStall(ctx: ReadStallContext, opts: ReadStallOption
     otherPorts: [positivePort(facts.env?.MASTER_PORT)].filter((x): x is number => x !== undefined),
   })
   if ('refusal' in found) return found
+  const picked = opts.gpu === undefined ? undefined : pickRankListeners(opts.gpu, facts, found)
+  if (picked && 'refusal' in picked) return picked
   const tool = await detectFilterTool(ctx.host)
   if (!tool.tool)
     return {
@@ -204,7 +252,7 @@ export async function planReadStall(ctx: ReadStallContext, opts: ReadStallOption
   const filter = buildFilter({
     tool: tool.tool,
     leaseId,
-    matches: found.listeners.map(l => ({kind: 'to' as const, port: l.port})),
+    matches: (picked?.listeners ?? found.listeners).map(l => ({kind: 'to' as const, port: l.port})),
   })
   const plan = {
     fault,
@@ -213,6 +261,7 @@ export async function planReadStall(ctx: ReadStallContext, opts: ReadStallOption
     stateDir: ctx.deployment.stateDir ?? '/run/pdchaos',
     dataPath,
     ...found,
+    ...(picked ? {listeners: picked.listeners, excluded: picked.excluded, rank: picked.rank} : {}),
     sideChannelPorts,
     filter,
     sudo: true,
@@ -220,10 +269,33 @@ export async function planReadStall(ctx: ReadStallContext, opts: ReadStallOption
   return {...plan, lines: renderReadStallPlan(plan)}
 }
 
+/** --gpu: only the listeners the rank's process owns; the other ranks' listeners are left alone. */
+function pickRankListeners(
+  gpu: number,
+  facts: HostFacts,
+  found: {listeners: DataListener[]; excluded: string[]},
+): {rank: PickedRank; listeners: DataListener[]; excluded: string[]} | Refusal {
+  const rank = pickRank(gpu, ranksOf(facts.rows, facts.tree), facts.env?.CUDA_VISIBLE_DEVICES)
+  if ('refusal' in rank) return rank
+  const listeners = found.listeners.filter(l => l.pids.includes(rank.pid))
+  if (listeners.length === 0)
+    return {
+      refusal:
+        `--gpu ${gpu}: P's rank ${rank.rank} (${rank.title} pid ${rank.pid}) owns none of P's data listeners ` +
+        `(${found.listeners.map(l => `${l.port} pid ${l.pids.join(',')}`).join('; ')})`,
+      hint: "drop --gpu to stall every rank's data path, or check `ss -tlnp` on the host as root",
+    }
+  const others = found.listeners
+    .filter(l => !listeners.includes(l))
+    .map(l => `${l.address}:${l.port} (another rank's data listener, pid ${l.pids.join(', ')})`)
+  return {rank, listeners, excluded: [...found.excluded, ...others]}
+}
+
 export function renderReadStallPlan(p: Omit<ReadStallPlan, 'lines'>): string[] {
   return [
     `READ stall: ${p.filter.summary}`,
     `  data path: ${p.dataPath.kind} (${p.dataPath.evidence})`,
+    ...(p.rank ? [`  P's rank ${p.rank.rank} on the GPU: ${p.rank.title} pid ${p.rank.pid} (${p.rank.how})`] : []),
     ...p.listeners.map(l => `  P's data listener ${l.address}:${l.port} (pid ${l.pids.join(', ')})`),
     ...p.excluded.map(e => `  left alone: ${e}`),
     `  lease ${p.leaseId}, TTL ${(p.ttlMs / 1000).toFixed(0)} s (the host lifts the filter by itself then)`,

@@ -42,7 +42,7 @@ const STEP_SOURCE =
 /** The plan from P's discovered lease contract, or the one-line reason it cannot be judged. */
 export function vllmStallPlan(
   lease: LeaseContract | undefined,
-  o: {requests: number; logFile: string | undefined; problems: string[]},
+  o: {requests: number; logFile: string | undefined; problems: string[]; gpu?: number},
 ): VllmStallPlan | {refusal: string; hint: string} {
   if (!lease)
     return {
@@ -97,7 +97,10 @@ export function vllmStallPlan(
     notes: [
       `${o.requests} stalled request(s): P's leg, then D's leg with P's kv_transfer_params (D READs and heartbeats)`,
       "1 bystander: P's leg only, sent after the stalled ones; judged by kv-lease (must be freed at its own expiry)",
-      "P's data path is taken per instance (one data listener per vLLM instance here); --gpu is not taken",
+      o.gpu === undefined
+        ? "every TP rank's data listener of P is dropped (P's whole data path); --gpu N stalls one rank's"
+        : `only the data listener of P's rank on GPU ${o.gpu} is dropped: the READ completes on the other ranks ` +
+          "and waits on that one (D's worker reads its share from each P rank)",
     ],
   }
 }
