@@ -27,10 +27,14 @@ export async function readEngineField(file: string): Promise<EngineField> {
   return f.engine
 }
 
-/** Every command but `status` refuses a vLLM deployment for now: exit 2, one line. */
-export function vllmNotBuilt(file: string): PdError {
+/**
+ * The SGLang loader given a vLLM file. Every command that takes a vLLM deployment dispatches on `engine:` before it
+ * loads (status, inject, suite, restart, halt, resume, recover, --fleet members), so this is a guard for a path that
+ * reads SGLang's model only: exit 2, one line.
+ */
+export function vllmFileRefused(file: string): PdError {
   return badInput(
-    `${file}: vLLM experiments are not built yet (issue 31)`,
-    `run \`pdchaos status -c ${file}\` to read the vLLM deployment`,
+    `${file} is a vLLM deployment (engine: vllm), and this reads SGLang deployments only`,
+    `pass it to a command that takes a vLLM file (status, inject, suite, restart, halt, resume, recover)`,
   )
 }

@@ -2,7 +2,7 @@ import {z} from 'zod'
 
 import {badInput} from '../errors.js'
 import type {Deployment} from './config.js'
-import {readEngineField, vllmNotBuilt} from './engine-field.js'
+import {readEngineField, vllmFileRefused} from './engine-field.js'
 import {DeploymentFileSchema} from './file-schema.js'
 import {type DeploymentModel, toModel} from './model.js'
 import {singleHostView} from './single-host.js'
@@ -30,7 +30,7 @@ const DEPLOYMENT_FILE: YamlFileKind = {
 
 /** Read and validate a deployment file in any of its forms: the model of its hosts and instances. */
 export async function loadDeploymentModel(file: string): Promise<DeploymentModel> {
-  if ((await readEngineField(file)) === 'vllm') throw vllmNotBuilt(file)
+  if ((await readEngineField(file)) === 'vllm') throw vllmFileRefused(file)
   return checkContract(toModel(await loadYamlFile(file, DeploymentFileSchema, DEPLOYMENT_FILE)), file)
 }
 

@@ -39,13 +39,15 @@ describe('engine: in the deployment file', () => {
     await expect(loadDeployment(f)).resolves.toBeDefined()
   })
 
-  it('refuses a vLLM file for experiments with exit 2 and one line, and reads it with the vLLM schema', async () => {
+  it('refuses a vLLM file in the SGLang loader with exit 2 and one line, and reads it with the vLLM schema', async () => {
     const f = await write('v.yaml', VLLM)
     expect(await readEngineField(f)).toBe('vllm')
     const error = await loadDeployment(f).catch((e: unknown) => e)
     expect(error).toBeInstanceOf(PdError)
     expect((error as PdError).exitCode).toBe(ExitCode.badInput)
-    expect((error as PdError).message).toBe(`${f}: vLLM experiments are not built yet (issue 31)`)
+    expect((error as PdError).message).toBe(
+      `${f} is a vLLM deployment (engine: vllm), and this reads SGLang deployments only`,
+    )
     const d = await loadVllmDeployment(f)
     expect(d.services.prefill.healthPath).toBe('/health')
     expect(d.services.router.kind).toBe('toy-proxy')
