@@ -1,0 +1,140 @@
+/**
+ * The tables of `## vLLM lease accuracy, the other experiments` in BENCHMARKS.md, from the rows each campaign of
+ * scripts/bench-vllm-experiments.ts saved ($TMPDIR/bench-vllm-exp-<campaign>.json).
+ */
+import {existsSync, readFileSync} from 'node:fs'
+import {cpus} from 'node:os'
+
+import {stats, verdict} from './bench-common.js'
+import {campaigns, OVERHEAD_MS, type Row, type Saved, STEP_MS, savedFile, TOL_MS} from './bench-vllm-experiments.js'
+
+export const OTHERS_SECTION = 'vLLM lease accuracy, the other experiments'
+
+const KEYS: Array<[string, string]> = [
+  ['abort', 'abort-mid-transfer (lease 4 s, `--pins 2`): D aborted inside its READ, the READ held'],
+  ['wedge', "wedge-rank --side decode --gpu 1 (lease 12 s, TP 2): D's worker stopped, its heartbeats with it"],
+  ['kill', 'kill-decode (lease 12 s, TP 2): D killed while it holds the requests'],
+  ['stall', "stall-kv on a twin with `--xfer-stall-timeout 2` (lease 4 s): D's READ fails, P frees at lease expiry"],
+  ['pinned', 'stall-kv on a default twin (lease 4 s): the "pinned" finding'],
+]
+
+const ms = (x: number): string => x.toFixed(1)
+const isWrong = (r: Row): boolean => r.pd !== 'unverified' && (r.pd === 'pass') !== (r.truth === 'pass')
+
+function load(name: string): Saved | undefined {
+  const f = savedFile(name)
+  return existsSync(f) ? (JSON.parse(readFileSync(f, 'utf8')) as Saved) : undefined
+}
+
+function verdictRow(s: Saved): string {
+  const rs = s.rows
+  const c = s.campaign
+  const n = (f: (r: Row) => boolean): number => rs.filter(f).length
+  const tp = n(r => r.truth === 'pass')
+  const un = n(r => r.pd === 'unverified')
+  const wrong = n(isWrong)
+  const ok = wrong === 0 && un === 0 && rs.length > 0 && (!c.mustFail || (tp === 0 && n(r => r.pd === 'pass') === 0))
+  const twin = c.bugs.length ? c.bugs.map(b => `\`--vllm-bug ${b}\``).join(' ') : 'no defect'
+  const kinds = [...new Set(rs.filter(r => r.pd === 'fail').map(r => `${r.pdFailure}/${r.truthWhy.split(':')[0]}`))]
+  return (
+    `| ${twin} | ${rs.length} (${c.rounds} × ${s.exits.length ? Math.round(rs.length / s.exits.length) : 0}) | ` +
+    `${tp} / ${rs.length - tp} | ${n(r => r.pd === 'pass')} / ${n(r => r.pd === 'fail')} / ${un} | ${wrong} | ` +
+    `${kinds.join(', ') || '-'} | ${s.secs.toFixed(0)} s | ${verdict(ok)} |`
+  )
+}
+
+function distRow(name: string, xs: number[]): string {
+  if (!xs.length) return `| ${name} | 0 | - | - | - | - | - |`
+  const s = stats(xs)
+  return `| ${name} | ${s.n} | ${ms(s.min)} | ${ms(s.p50)} | ${ms(s.p90)} | ${ms(s.p99)} | ${ms(s.max)} |`
+}
+
+const errs = (rs: Row[]): number[] => rs.flatMap(r => (r.errorMs === undefined ? [] : [r.errorMs]))
+
+function table(key: string, title: string, rounds: number, bugRounds: number): string[] {
+  const saved = campaigns(key, rounds, bugRounds).flatMap(c => load(c.name) ?? [])
+  if (!saved.length) return [`### ${title}`, '', 'Not run.', '']
+  const clean = saved.filter(s => !s.campaign.bugs.length && key !== 'pinned').flatMap(s => s.rows)
+  const err = errs(clean)
+  const notes = saved.flatMap(s => s.rows.filter(r => isWrong(r) || r.pd === 'unverified'))
+  return [
+    `### ${title}`,
+    '',
+    '| twin | requests (rounds × per round) | truth pass / fail | pdchaos pass / fail / unverified | wrong | ' +
+      'fail kinds (pdchaos/truth) | run time | goal |',
+    '|---|---|---|---|---|---|---|---|',
+    ...saved.map(verdictRow),
+    ...(err.length
+      ? [
+          '',
+          '| no defect, ms | n | min | p50 | p90 | p99 | max |',
+          '|---|---|---|---|---|---|---|',
+          distRow("pdchaos's estimate − truth `freed`", err),
+          distRow('\\|error\\|', err.map(Math.abs)),
+          distRow(
+            "truth: freed − the twin's deadline (its reaper's lateness)",
+            clean.flatMap(r => (r.lateMs === undefined ? [] : [r.lateMs])),
+          ),
+          `| the truth inside the estimate's interval | ${clean.filter(r => r.inInterval).length}/` +
+            `${clean.filter(r => r.inInterval !== undefined).length} | | | | | |`,
+        ]
+      : []),
+    ...notes.map(
+      r =>
+        `- ${r.campaign} round ${r.round + 1}, ${r.check} ${r.rid}: pdchaos ${r.pd}` +
+        `${r.pdFailure ? ` (${r.pdFailure})` : ''}: ${r.pdWhy.replace(/\|/g, '\\|')}; truth ${r.truth} ` +
+        `(${r.truthWhy}${r.lateMs === undefined ? '' : `, freed − deadline ${ms(r.lateMs)} ms`}).`,
+    ),
+    '',
+  ]
+}
+
+/** The section: how it was measured, a table per experiment, the combined line. */
+export function otherReport(rounds = 3, bugRounds = 1): string {
+  const all = KEYS.flatMap(([k]) => campaigns(k, rounds, bugRounds).flatMap(c => load(c.name) ?? []))
+  const loads = all.flatMap(s => s.loads)
+  const ls = loads.length ? stats(loads) : undefined
+  const secs = all.reduce((a, s) => a + s.secs, 0)
+  const clean = all.filter(s => !s.campaign.mustFail).flatMap(s => s.rows)
+  const bug = all.filter(s => s.campaign.mustFail).flatMap(s => s.rows)
+  const abs = errs(clean).map(Math.abs)
+  const wrongAll = all.flatMap(s => s.rows).filter(isWrong).length
+  const unAll = all.flatMap(s => s.rows).filter(r => r.pd === 'unverified').length
+  return [
+    ...HOW,
+    `Measured ${new Date().toISOString().slice(0, 16)} UTC on ${cpus().length} cores shared with other work: ` +
+      (ls ? `1-minute load average ${ms(ls.min)}–${ms(ls.max)} (median ${ms(ls.p50)}), ` : '') +
+      `${all.length} campaigns, ${secs.toFixed(0)} s of campaign time (two processes side by side).`,
+    '',
+    ...KEYS.flatMap(([k, t]) => table(k, t, rounds, bugRounds)),
+    `**Combined**: no defect, ${clean.length} requests: p99 |error| ` +
+      `${abs.length ? ms(stats(abs).p99) : '-'} ms (max ${abs.length ? ms(Math.max(...abs)) : '-'} ms, n ${abs.length}),` +
+      ` wrong ${clean.filter(isWrong).length}, unverified ${clean.filter(r => r.pd === 'unverified').length}; ` +
+      `with a defect (and the default twin's pinned finding), ${bug.length} requests: truth fail ` +
+      `${bug.filter(r => r.truth === 'fail').length}, pdchaos fail ${bug.filter(r => r.pd === 'fail').length}, ` +
+      `wrong ${bug.filter(isWrong).length}, unverified ${bug.filter(r => r.pd === 'unverified').length}. ` +
+      `All: wrong ${wrongAll}, unverified ${unAll}.`,
+  ].join('\n')
+}
+
+const HOW = [
+  '`node --import tsx scripts/bench-vllm-accuracy.ts --experiments abort --rounds 10 --bug-rounds 3`, ' +
+    '`--experiments stall --rounds 6 --bug-rounds 3`, `--experiments pinned --rounds 3`, ' +
+    '`--experiments wedge,kill --rounds 4 --bug-rounds 2`, then `--experiments report`',
+  '(scripts/bench-vllm-experiments.ts): one vLLM twin per row (loopback, engine step ' +
+    `${STEP_MS} ms), pdchaos from this checkout's \`npm run build\`: \`inject <experiment> -c <twin file> --journal J\`.`,
+  "Per request: pdchaos's release time is the middle of its verdict's evidence `releasedInSampled` (two scrapes of " +
+    "P's expiry counter; only the stall-kv bystander, judged by drop-dest-info's check) or else `releasedIn` (the " +
+    "whole second of P's `Releasing expired KV blocks` line: T + 500 ms); error = that − `freed.t` of the twin's " +
+    'truth/prefill.jsonl.',
+  "Truth verdict (scripts/bench-vllm-lease-truth.ts `leaseTruth`), the same for every experiment: the twin's " +
+    "deadline = max(`granted.t` + the nominal duration, every `heartbeat`'s `toMs` (P applied a renewal), every " +
+    "`heartbeat-dropped`'s t + extension (a renewal a correct P would have applied: `no-renew`)); pass iff `freed` " +
+    `has cause lease-expired and deadline − ${TOL_MS} ms <= freed.t <= deadline + ${STEP_MS} ms step + ` +
+    `${OVERHEAD_MS} ms worker round trip + ${TOL_MS} ms; else fail never / early / late / other-path. abort: ` +
+    "D's heartbeats stop at the abort; wedge, kill: at D's stop; stall-kv with the stall timeout: at D's failed " +
+    "READ. stall-kv's pinned requests on a default twin (`pinnedTruth`): pinned (a fail, the finding) iff P " +
+    "applied renewals and has no `freed` for it before the filter was lifted (the lease's `revertedAt` in the " +
+    'journal); otherwise by `leaseTruth`. Wrong = pdchaos passed what the truth failed or failed what it passed; ' +
+    'unverified is counted apart, never as right. A bug row must have every request failed by both.',
+]
