@@ -15,10 +15,14 @@ const KEYS: Array<[string, string]> = [
   ['wedge', "wedge-rank --side decode --gpu 1 (lease 12 s, TP 2): D's worker stopped, its heartbeats with it"],
   ['kill', 'kill-decode (lease 12 s, TP 2): D killed while it holds the requests'],
   ['stall', "stall-kv on a twin with `--xfer-stall-timeout 2` (lease 4 s): D's READ fails, P frees at lease expiry"],
-  ['pinned', 'stall-kv on a default twin (lease 4 s): the "pinned" finding'],
+  ['pinned', 'stall-kv on a default twin (lease 4 s): the "pinned" finding, and `no-renew` (freed while D holds)'],
 ]
 
 const ms = (x: number): string => x.toFixed(1)
+/** A row that must fail: its campaign's bug (or the pinned finding) acts on it; a stall-kv bystander is never renewed,
+ * so only lease-never-expires acts on it. */
+const mustFail = (c: Saved['campaign'], r: Row): boolean =>
+  c.mustFail && (c.experiment !== 'stall-kv' || r.check === 'kv-pinned' || c.bugs.includes('lease-never-expires'))
 const isWrong = (r: Row): boolean => r.pd !== 'unverified' && (r.pd === 'pass') !== (r.truth === 'pass')
 
 function load(name: string): Saved | undefined {
@@ -26,21 +30,41 @@ function load(name: string): Saved | undefined {
   return existsSync(f) ? (JSON.parse(readFileSync(f, 'utf8')) as Saved) : undefined
 }
 
-function verdictRow(s: Saved): string {
-  const rs = s.rows
+function verdictRow(s: Saved, rs: Row[], what: string, mustFail: boolean): string {
   const c = s.campaign
   const n = (f: (r: Row) => boolean): number => rs.filter(f).length
   const tp = n(r => r.truth === 'pass')
   const un = n(r => r.pd === 'unverified')
   const wrong = n(isWrong)
-  const ok = wrong === 0 && un === 0 && rs.length > 0 && (!c.mustFail || (tp === 0 && n(r => r.pd === 'pass') === 0))
+  const ok = wrong === 0 && un === 0 && rs.length > 0 && (!mustFail || (tp === 0 && n(r => r.pd === 'pass') === 0))
   const twin = c.bugs.length ? c.bugs.map(b => `\`--vllm-bug ${b}\``).join(' ') : 'no defect'
   const kinds = [...new Set(rs.filter(r => r.pd === 'fail').map(r => `${r.pdFailure}/${r.truthWhy.split(':')[0]}`))]
   return (
-    `| ${twin} | ${rs.length} (${c.rounds} × ${s.exits.length ? Math.round(rs.length / s.exits.length) : 0}) | ` +
+    `| ${twin}${what} | ${rs.length} (${c.rounds} rounds) | ` +
     `${tp} / ${rs.length - tp} | ${n(r => r.pd === 'pass')} / ${n(r => r.pd === 'fail')} / ${un} | ${wrong} | ` +
-    `${kinds.join(', ') || '-'} | ${s.secs.toFixed(0)} s | ${verdict(ok)} |`
+    `${kinds.join(', ') || '-'} | ${s.secs.toFixed(0)} s | ${verdict(ok)}${mustFail ? ' (must fail)' : ''} |`
   )
+}
+
+/** stall-kv: the stalled requests (kv-pinned) and the P-only bystander (kv-lease, never renewed) apart. */
+function verdictRows(s: Saved): string[] {
+  const c = s.campaign
+  if (c.experiment !== 'stall-kv') return [verdictRow(s, s.rows, '', c.mustFail)]
+  const never = c.bugs.includes('lease-never-expires')
+  return [
+    verdictRow(
+      s,
+      s.rows.filter(r => r.check === 'kv-pinned'),
+      ', stalled (kv-pinned)',
+      c.mustFail,
+    ),
+    verdictRow(
+      s,
+      s.rows.filter(r => r.check === 'kv-lease'),
+      ', bystander (kv-lease)',
+      never,
+    ),
+  ]
 }
 
 function distRow(name: string, xs: number[]): string {
@@ -54,7 +78,7 @@ const errs = (rs: Row[]): number[] => rs.flatMap(r => (r.errorMs === undefined ?
 function table(key: string, title: string, rounds: number, bugRounds: number): string[] {
   const saved = campaigns(key, rounds, bugRounds).flatMap(c => load(c.name) ?? [])
   if (!saved.length) return [`### ${title}`, '', 'Not run.', '']
-  const clean = saved.filter(s => !s.campaign.bugs.length && key !== 'pinned').flatMap(s => s.rows)
+  const clean = saved.flatMap(s => s.rows.filter(r => !mustFail(s.campaign, r)))
   const err = errs(clean)
   const notes = saved.flatMap(s => s.rows.filter(r => isWrong(r) || r.pd === 'unverified'))
   return [
@@ -63,11 +87,11 @@ function table(key: string, title: string, rounds: number, bugRounds: number): s
     '| twin | requests (rounds × per round) | truth pass / fail | pdchaos pass / fail / unverified | wrong | ' +
       'fail kinds (pdchaos/truth) | run time | goal |',
     '|---|---|---|---|---|---|---|---|',
-    ...saved.map(verdictRow),
+    ...saved.flatMap(verdictRows),
     ...(err.length
       ? [
           '',
-          '| no defect, ms | n | min | p50 | p90 | p99 | max |',
+          '| requests no defect acts on, ms | n | min | p50 | p90 | p99 | max |',
           '|---|---|---|---|---|---|---|',
           distRow("pdchaos's estimate − truth `freed`", err),
           distRow('\\|error\\|', err.map(Math.abs)),
@@ -95,8 +119,8 @@ export function otherReport(rounds = 3, bugRounds = 1): string {
   const loads = all.flatMap(s => s.loads)
   const ls = loads.length ? stats(loads) : undefined
   const secs = all.reduce((a, s) => a + s.secs, 0)
-  const clean = all.filter(s => !s.campaign.mustFail).flatMap(s => s.rows)
-  const bug = all.filter(s => s.campaign.mustFail).flatMap(s => s.rows)
+  const clean = all.flatMap(s => s.rows.filter(r => !mustFail(s.campaign, r)))
+  const bug = all.flatMap(s => s.rows.filter(r => mustFail(s.campaign, r)))
   const abs = errs(clean).map(Math.abs)
   const wrongAll = all.flatMap(s => s.rows).filter(isWrong).length
   const unAll = all.flatMap(s => s.rows).filter(r => r.pd === 'unverified').length
@@ -107,7 +131,7 @@ export function otherReport(rounds = 3, bugRounds = 1): string {
       `${all.length} campaigns, ${secs.toFixed(0)} s of campaign time (two processes side by side).`,
     '',
     ...KEYS.flatMap(([k, t]) => table(k, t, rounds, bugRounds)),
-    `**Combined**: no defect, ${clean.length} requests: p99 |error| ` +
+    `**Combined**: requests no defect acts on (bystanders of bug rows included), ${clean.length}: p99 |error| ` +
       `${abs.length ? ms(stats(abs).p99) : '-'} ms (max ${abs.length ? ms(Math.max(...abs)) : '-'} ms, n ${abs.length}),` +
       ` wrong ${clean.filter(isWrong).length}, unverified ${clean.filter(r => r.pd === 'unverified').length}; ` +
       `with a defect (and the default twin's pinned finding), ${bug.length} requests: truth fail ` +

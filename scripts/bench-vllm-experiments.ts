@@ -229,10 +229,14 @@ export function campaigns(key: string, rounds: number, bugRounds: number): Campa
         'no-renew',
         'lease-never-expires',
       ])
-    case 'pinned':
+    case 'pinned': {
+      // The default twin's finding (a fail by both), and no-renew there: P frees while D still holds the request.
+      const base = {experiment: 'stall-kv' as const, flags: [], leaseS: 4, tp: 1, mustFail: true}
       return [
-        {name: 'stall-pinned', experiment: 'stall-kv', flags: [], leaseS: 4, tp: 1, bugs: [], rounds, mustFail: true},
+        {...base, name: 'stall-pinned', bugs: [], rounds},
+        {...base, name: 'stall-pinned-no-renew', bugs: ['no-renew'], rounds: bugRounds},
       ]
+    }
     default:
       throw new Error(`unknown --experiments ${key}: abort, wedge, kill, stall, pinned, report`)
   }
