@@ -229,6 +229,12 @@ export function campaigns(key: string, rounds: number, bugRounds: number): Campa
         'no-renew',
         'lease-never-expires',
       ])
+    case 'stall3':
+      // A stall timeout 3 s into a 4 s lease (extension 2 s): D's last renewal holds P to about grant + 5 s, so a
+      // no-renew P (frees at grant + 4 s) is early by more than the log's second.
+      return three('stall-xfer3', {experiment: 'stall-kv', flags: [], leaseS: 4, tp: 1, xferStallTimeoutS: 3}, [
+        'no-renew',
+      ])
     case 'pinned': {
       // The default twin's finding (a fail by both), and no-renew there: P frees while D still holds the request.
       const base = {experiment: 'stall-kv' as const, flags: [], leaseS: 4, tp: 1, mustFail: true}
@@ -238,6 +244,6 @@ export function campaigns(key: string, rounds: number, bugRounds: number): Campa
       ]
     }
     default:
-      throw new Error(`unknown --experiments ${key}: abort, wedge, kill, stall, pinned, report`)
+      throw new Error(`unknown --experiments ${key}: abort, wedge, kill, stall, stall3, pinned, report`)
   }
 }
