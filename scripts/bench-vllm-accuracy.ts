@@ -13,6 +13,9 @@
  * the twin runs it). Then one twin with `--vllm-bug lease-never-expires` and one with `expire-early`, where every
  * request must fail by both. Unverified verdicts are counted apart, never as right.
  * Writes `## vLLM lease accuracy` of BENCHMARKS.md.
+ *
+ * `--experiments abort,wedge,kill,stall,stall3,pinned` runs the other vLLM experiments' campaigns instead, and
+ * `--experiments report` writes their section (scripts/bench-vllm-experiments.ts has how they are judged).
  */
 import {existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync} from 'node:fs'
 import {cpus, loadavg, tmpdir} from 'node:os'

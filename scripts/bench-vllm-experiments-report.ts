@@ -148,8 +148,9 @@ export function otherReport(rounds = 3, bugRounds = 1): string {
 
 const HOW = [
   '`node --import tsx scripts/bench-vllm-accuracy.ts --experiments abort --rounds 10 --bug-rounds 3`, ' +
-    '`--experiments stall --rounds 6 --bug-rounds 3`, `--experiments pinned --rounds 3`, ' +
-    '`--experiments wedge,kill --rounds 4 --bug-rounds 2`, then `--experiments report`',
+    '`--experiments stall --rounds 6 --bug-rounds 3`, `--experiments stall3 --rounds 2 --bug-rounds 3`, ' +
+    '`--experiments pinned --rounds 3 --bug-rounds 3`, `--experiments wedge,kill --rounds 4 --bug-rounds 2`, then ' +
+    '`--experiments report`',
   '(scripts/bench-vllm-experiments.ts): one vLLM twin per row (loopback, engine step ' +
     `${STEP_MS} ms), pdchaos from this checkout's \`npm run build\`: \`inject <experiment> -c <twin file> --journal J\`.`,
   "Per request: pdchaos's release time is the middle of its verdict's evidence `releasedInSampled` (two scrapes of " +
