@@ -143,6 +143,8 @@ export function otherReport(rounds = 3, bugRounds = 1): string {
         rows.filter(r => r.truth === 'fail'),
       )}; on the twins without a defect ` +
       `(the default twin's pinned finding included) ${line('requests', onCorrect)}.`,
+    '',
+    ...reading(rows),
   ].join('\n')
 }
 
@@ -168,3 +170,45 @@ const HOW = [
     'journal); otherwise by `leaseTruth`. Wrong = pdchaos passed what the truth failed or failed what it passed; ' +
     'unverified is counted apart, never as right. A bug row must have every request failed by both.',
 ]
+
+const span = (xs: number[]): string => (xs.length ? `${ms(Math.min(...xs))}–${ms(Math.max(...xs))}` : '-')
+
+/** The reading: what bounds the error, and where each wrong verdict came from (traced in the twin's truth log). */
+function reading(rows: Row[]): string[] {
+  const withEst = rows.filter(r => r.errorMs !== undefined)
+  const sampled = withEst.filter(r => r.estimateFrom === 'sampled').length
+  const inside = withEst.filter(r => r.inInterval).length
+  const lateness = rows.flatMap(r => (r.truth === 'pass' && r.lateMs !== undefined ? [r.lateMs] : []))
+  const early = (name: string): number[] =>
+    rows.filter(r => r.campaign === name && isWrong(r)).flatMap(r => (r.lateMs === undefined ? [] : [-r.lateMs]))
+  const x3 = rows.filter(r => r.campaign === 'stall-xfer3-no-renew' && r.check === 'kv-pinned')
+  return [
+    `- Error: every estimate here is the middle of P's log second (${sampled} of ${withEst.length} had a sampled ` +
+      "time: the counter scrapes name a request only on a P otherwise idle, which these experiments' P never is), " +
+      `and the truth lay inside that second for ${inside}/${withEst.length}; so |error| <= 500 ms, and its spread ` +
+      "is the phase of each deadline against the wall clock's second, not the load. The twin's own reaper freed " +
+      `${span(lateness)} ms after its deadline (a ${STEP_MS} ms step plus its workers' round trip), far below the ` +
+      'log resolution.',
+    '- Wrong verdicts come only from stall-kv on a twin with a READ stall timeout and `--vllm-bug no-renew`. The ' +
+      "truth log shows P dropping D's renewals (`heartbeat-dropped` until D's `read-failed` in truth/decode.jsonl) " +
+      'and its reaper freeing at grant + 4 s, while a correct P holds to the last renewal + 2 s extension. With ' +
+      `\`--xfer-stall-timeout 2\` D's READ fails just after grant + 2 s, so the release is early by only ` +
+      `${span(early('stall-xfer-no-renew'))} ms: below P's whole-second log, no check reading that log can see it ` +
+      '(a resolution limit, as the late side of drop-dest-info). With `--xfer-stall-timeout 3` it is early by ' +
+      `${span(early('stall-xfer3-no-renew'))} ms, which the log can show: before the fix the check passed all 6 ` +
+      '(6 wrong, same twin and rounds; kv-pinned opened the window at sent + duration only, ignoring the renewal edge its own ' +
+      "evidence implies: D's leg answered the READ's failure at settledAt, and D's heartbeats were seen reaching " +
+      'P). Fixed in src/checks/kv-pinned.ts (`beforeLastRenewal`): a line whose second ends before settledAt − ' +
+      'interval − step + extension is unverified (the edge rests on the assumed 500 ms step). On the fixed build ' +
+      `the 3 s rows read pdchaos pass / fail / unverified ${x3.filter(r => r.pd === 'pass').length} / ` +
+      `${x3.filter(r => r.pd === 'fail').length} / ${x3.filter(r => r.pd === 'unverified').length}: the edge ` +
+      "catches a release only when its log second ends 0.5 s or more before D's renewal ran out (the phase of the " +
+      "second); a sub-second log stamp, or P's DEBUG renewal lines read as kv-wedge reads them, would let the check " +
+      'fail it every time (not done here).",
+    '- expire-early on wedge-rank and kill-decode: one request per round passes by both (D renewed it; its ' +
+      "deadline is D's last renewal + extension, which the bug does not shorten), the fresh one fails early by " +
+      'both (freed 6 s before grant + 12 s). lease-never-expires: never by both, everywhere. The default twin ' +
+      'pins every stalled request by both (hundreds of renewals applied, `freed` only after the filter was lifted, ' +
+      'by read-notified); no-renew there fails freed-early by both.',
+  ]
+}
