@@ -204,7 +204,7 @@ function reading(rows: Row[]): string[] {
       `${x3.filter(r => r.pd === 'fail').length} / ${x3.filter(r => r.pd === 'unverified').length}: the edge ` +
       "catches a release only when its log second ends 0.5 s or more before D's renewal ran out (the phase of the " +
       "second); a sub-second log stamp, or P's DEBUG renewal lines read as kv-wedge reads them, would let the check " +
-      'fail it every time (not done here).",
+      'fail it every time (not done here).',
     '- expire-early on wedge-rank and kill-decode: one request per round passes by both (D renewed it; its ' +
       "deadline is D's last renewal + extension, which the bug does not shorten), the fresh one fails early by " +
       'both (freed 6 s before grant + 12 s). lease-never-expires: never by both, everywhere. The default twin ' +
