@@ -251,9 +251,9 @@ function beforeLastRenewal(
   return unverified(
     r.requestId,
     `released ${edge - end} ms or more before D's last renewal ran out`,
-    `D heartbeated ${every(s)} until its leg answered at ${iso(r.decodeSettled.atMs)} (${input.heartbeats.evidence}), ` +
-      `so P's lease ran to about then + extension ${s.extension?.seconds ?? 0} s; the edge (settled − interval − ` +
-      `step ${s.stepMs} ms + extension) rests on ${s.stepAssumed ?? 'the step bound'}`,
+    `D heartbeated ${every(s)} until its leg answered at ${iso(r.decodeSettled.atMs)} ` +
+      `(${input.heartbeats.evidence}), so P's lease ran to about then + extension ${s.extension?.seconds ?? 0} s; ` +
+      `the edge (settled − interval − step ${s.stepMs} ms + extension) rests on ${s.stepAssumed ?? 'the step bound'}`,
     'run P at VLLM_LOGGING_LEVEL=DEBUG so that its renewals are logged, and judge again',
     {...at, renewalEdgeMs: edge, earlyByMs: edge - end},
   )
