@@ -81,7 +81,7 @@ function table(key: string, title: string, rounds: number, bugRounds: number): s
   return [
     `### ${title}`,
     '',
-    '| twin | requests (rounds × per round) | truth pass / fail | pdchaos pass / fail / unverified | wrong | ' +
+    '| twin | requests (rounds) | truth pass / fail | pdchaos pass / fail / unverified | wrong | ' +
       'fail kinds (pdchaos/truth) | run time | goal |',
     '|---|---|---|---|---|---|---|---|',
     ...saved.flatMap(verdictRows),
@@ -126,7 +126,7 @@ export function otherReport(rounds = 3, bugRounds = 1): string {
   const onCorrect = all.filter(s => !s.campaign.bugs.length).flatMap(s => s.rows)
   return [
     ...HOW,
-    `Measured ${new Date().toISOString().slice(0, 16)} UTC on ${cpus().length} cores shared with other work: ` +
+    `Campaigns run up to ${new Date().toISOString().slice(0, 16)} UTC on ${cpus().length} cores shared with other work: ` +
       (ls ? `1-minute load average ${ms(ls.min)}–${ms(ls.max)} (median ${ms(ls.p50)}), sampled every 10 s; ` : '') +
       `${all.length} campaigns, ${secs.toFixed(0)} s of campaign time in all (run as two or three processes side ` +
       'by side).',
@@ -168,7 +168,8 @@ const HOW = [
     "READ. stall-kv's pinned requests on a default twin (`pinnedTruth`): pinned (a fail, the finding) iff P " +
     "applied renewals and has no `freed` for it before the filter was lifted (the lease's `revertedAt` in the " +
     'journal); otherwise by `leaseTruth`. Wrong = pdchaos passed what the truth failed or failed what it passed; ' +
-    'unverified is counted apart, never as right. A bug row must have every request failed by both.',
+    'unverified is counted apart, never as right. Goal: no wrong and no unverified verdict, and on a bug row the ' +
+    'bug caught (a pdchaos fail) in every round.',
 ]
 
 const span = (xs: number[]): string => (xs.length ? `${ms(Math.min(...xs))}–${ms(Math.max(...xs))}` : '-')
@@ -205,6 +206,13 @@ function reading(rows: Row[]): string[] {
       "catches a release only when its log second ends 0.5 s or more before D's renewal ran out (the phase of the " +
       "second); a sub-second log stamp, or P's DEBUG renewal lines read as kv-wedge reads them, would let the check " +
       'fail it every time (not done here).',
+    '- Retried rounds: the first inject on a fresh TP-2 twin (wedge, lease-never-expires) was refused (exit 2) ' +
+      '"D has no VLLM::Worker_TP1 process (TP workers: 0 …)": the twin answers /health before its engine core has ' +
+      'forked its TP workers and set their titles (src/sim/vllm/engine-main.ts, worker-main.ts), where a real vLLM ' +
+      "API server waits for its engine core's handshake; the immediate retry found it. A twin readiness gap, not " +
+      "pdchaos's: the refusal is right for a D that has no such worker.",
+    "- stall-kv with lease-never-expires: the stalled requests read never (pdchaos) / pinned (the truth's label: " +
+      "renewed, then no `freed` before the revert); both fail, D's READ had failed and P kept the blocks.",
     '- expire-early on wedge-rank and kill-decode: one request per round passes by both (D renewed it; its ' +
       "deadline is D's last renewal + extension, which the bug does not shorten), the fresh one fails early by " +
       'both (freed 6 s before grant + 12 s). lease-never-expires: never by both, everywhere. The default twin ' +
