@@ -13,6 +13,9 @@
  * the twin runs it). Then one twin with `--vllm-bug lease-never-expires` and one with `expire-early`, where every
  * request must fail by both. Unverified verdicts are counted apart, never as right.
  * Writes `## vLLM lease accuracy` of BENCHMARKS.md.
+ *
+ * `--experiments abort,wedge,kill,stall,stall3,pinned` runs the other vLLM experiments' campaigns instead, and
+ * `--experiments report` writes their section (scripts/bench-vllm-experiments.ts has how they are judged).
  */
 import {existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync} from 'node:fs'
 import {cpus, loadavg, tmpdir} from 'node:os'
@@ -22,6 +25,8 @@ import {simDown} from '../src/sim/lifecycle/down.js'
 import {vllmUp} from '../src/sim/vllm/up.js'
 import {freeVllmPorts} from '../test/sim/lifecycle-helpers.js'
 import {arg, repo, runNode, stats, verdict, writeSection} from './bench-common.js'
+import {campaigns, runCampaign, save} from './bench-vllm-experiments.js'
+import {OTHERS_SECTION, otherReport} from './bench-vllm-experiments-report.js'
 
 const ROUNDS = arg('rounds', 8)
 const PINS = arg('pins', 5)
@@ -318,4 +323,26 @@ async function main(): Promise<void> {
   }
 }
 
-await main()
+/** `--experiments a,b` (scripts/bench-vllm-experiments.ts): the other experiments' campaigns, or `report`. */
+async function others(keys: string[]): Promise<void> {
+  const cli = join(repo, 'bin', 'run.js')
+  if (!existsSync(join(repo, 'dist', 'commands', 'inject.js'))) throw new Error('no dist/: run `npm run build` first')
+  const dir = mkdtempSync(join(process.env.TMPDIR ?? tmpdir(), 'pdchaos-bench-vllm-exp-'))
+  const only = process.argv.includes('--only') ? process.argv[process.argv.indexOf('--only') + 1] : undefined
+  try {
+    for (const key of keys) {
+      if (key === 'report') {
+        process.stdout.write(`${writeSection(OTHERS_SECTION, otherReport())}\n`)
+        continue
+      }
+      for (const c of campaigns(key, arg('rounds', 3), arg('bug-rounds', 1)))
+        if (!only || only.split(',').includes(c.name)) save(await runCampaign(cli, c, dir))
+    }
+  } finally {
+    rmSync(dir, {recursive: true, force: true})
+  }
+}
+
+const exp = process.argv.indexOf('--experiments')
+if (exp > 0 && process.argv[exp + 1] !== 'drop-dest-info') await others(process.argv[exp + 1]!.split(','))
+else await main()

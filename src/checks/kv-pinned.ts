@@ -208,6 +208,8 @@ function judgeReleased(
       "read D's /metrics (vllm:num_requests_waiting)",
       at,
     )
+  const renewed = beforeLastRenewal(input, r, line, at)
+  if (renewed) return renewed
   const close =
     Math.max(r.answeredMs + s.duration!.seconds * 1000, r.decodeSettled.atMs + (s.extension?.seconds ?? 0) * 1000) +
     (s.stepMs ?? 0) +
@@ -226,6 +228,35 @@ function judgeReleased(
     summary: 'released by lease expiry after D stopped (its READ failed)',
     evidence: {...at, windowMs: [open, close], stoppedBy: r.decodeSettled.error ?? r.decodeSettled.status},
   }
+}
+
+/**
+ * D renewed the lease until it stopped holding the request (its leg answered the READ's failure): P's deadline was
+ * then at least D's last renewal + extension, that renewal no earlier than settled − heartbeat interval − one step.
+ * A release whose log second ends before that edge came before D's last renewal ran out; the edge rests on the
+ * assumed step and interval, so unverified (as kv-wedge's assumed heartbeat edge), never pass.
+ */
+function beforeLastRenewal(
+  input: KvPinnedInput,
+  r: StalledRequest,
+  line: LogRelease,
+  at: Record<string, unknown>,
+): KvPinnedVerdict | undefined {
+  const s = input.settings
+  if (!r.decodeSettled || !input.heartbeats?.reachedP || s.stepMs === undefined) return undefined
+  const edge =
+    r.decodeSettled.atMs - (s.heartbeatInterval?.seconds ?? 0) * 1000 - s.stepMs + (s.extension?.seconds ?? 0) * 1000
+  const end = line.t + line.resolutionMs
+  if (end > edge) return undefined
+  return unverified(
+    r.requestId,
+    `released ${edge - end} ms or more before D's last renewal ran out`,
+    `D heartbeated ${every(s)} until its leg answered at ${iso(r.decodeSettled.atMs)} ` +
+      `(${input.heartbeats.evidence}), so P's lease ran to about then + extension ${s.extension?.seconds ?? 0} s; ` +
+      `the edge (settled − interval − step ${s.stepMs} ms + extension) rests on ${s.stepAssumed ?? 'the step bound'}`,
+    'run P at VLLM_LOGGING_LEVEL=DEBUG so that its renewals are logged, and judge again',
+    {...at, renewalEdgeMs: edge, earlyByMs: edge - end},
+  )
 }
 
 function judgeUnreleased(

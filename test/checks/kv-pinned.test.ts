@@ -102,3 +102,32 @@ describe('kv-pinned: a READ stalled while D heartbeats', () => {
     expect([v!.verdict, v!.evidence.failure]).toEqual(['fail', 'early'])
   })
 })
+
+describe("kv-pinned: a release before D's last renewal ran out (D failed the READ after heartbeating)", () => {
+  // D renewed every step until its leg answered 500 at T0 + 3100: P's lease ran to about T0 + 5100. A release logged
+  // in [T0 + 4000, T0 + 5000) (a P that dropped the renewals frees at grant + 4 s) came before that.
+  const settled = {atMs: T0 + 3100, status: 500}
+
+  it('is unverified, never pass, when the log second ends before settled − interval − step + extension', () => {
+    const tight = {...settings, stepMs: 20}
+    const [v] = judgeKvPinned(
+      input({settings: tight, requests: [req({decodeSettled: settled})], logReleases: [line(T0 + 4000)]}),
+    )
+    expect([v!.verdict, v!.summary]).toEqual(['unverified', "released 80 ms or more before D's last renewal ran out"])
+    expect(v!.evidence.renewalEdgeMs).toBe(T0 + 5080)
+  })
+
+  it("still passes when D's heartbeats were not seen reaching P, or the line ends past the edge", () => {
+    const tight = {...settings, stepMs: 20}
+    const unseen = input({
+      settings: tight,
+      heartbeats: {reachedP: false, evidence: 'none'},
+      requests: [req({decodeSettled: settled})],
+      logReleases: [line(T0 + 4000)],
+    })
+    expect(judgeKvPinned(unseen)[0]!.verdict).toBe('pass')
+    // With the assumed 500 ms step the edge is T0 + 4600: a line ending at T0 + 5000 is not shown early.
+    const loose = input({requests: [req({decodeSettled: settled})], logReleases: [line(T0 + 4000)]})
+    expect(judgeKvPinned(loose)[0]!.verdict).toBe('pass')
+  })
+})
