@@ -75,7 +75,11 @@ describe('the vLLM suite runner', () => {
   it("runs every entry in order into one run with engine: vllm; a refusal and a throw are their scenarios' errors", async () => {
     const c = new AbortController()
     const ran: string[] = []
-    const ok = (f: string) => experiment(f, async () => (ran.push(f), scenario(f, 'pass')))
+    const ok = (f: string) =>
+      experiment(f, async () => {
+        ran.push(f)
+        return scenario(f, 'pass')
+      })
     const experiments = {
       a: ok('a'),
       refused: experiment('refused', async () => scenario('refused', 'pass'), true),
@@ -115,7 +119,10 @@ describe('the vLLM suite runner', () => {
         c.abort('interrupted (SIGINT)')
         throw new PdError('interrupted: nothing to revert', {exit: ExitCode.stopped})
       }),
-      b: experiment('b', async () => (ran.push('b'), scenario('b', 'pass'))),
+      b: experiment('b', async () => {
+        ran.push('b')
+        return scenario('b', 'pass')
+      }),
     }
     const run = await runVllmSuiteIn(context(c), suiteOf('a', 'b'), options(c, experiments))
     expect(ran).toEqual(['a'])
