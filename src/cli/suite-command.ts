@@ -113,6 +113,10 @@ export abstract class SuiteCommand extends TargetCommand<typeof SuiteCommand> {
   /** One deployment: the suite file (or the built-in suite) run under the target; the summary, exit code, outputs. */
   protected async runOne(signal: AbortSignal): Promise<Record<string, unknown>> {
     const f = this.flags
+    // The suite file is judged before any target is read: a bad file names itself, whatever -c points at.
+    const suiteFile = this.args.file ? resolve(this.args.file) : undefined
+    const fileEngine = suiteFile ? await suiteFileEngine(suiteFile) : undefined
+    const sglangSuite = suiteFile && fileEngine === 'sglang' ? await loadSuite(suiteFile) : undefined
     // An `engine: vllm` file, or the vLLM twin (--sim --engine vllm): the built-in vLLM suite (issue 31).
     let vllmSuite: VllmSuite = VLLM_BUILTIN_SUITE
     const vllm = await vllmTarget(f, {
@@ -124,13 +128,12 @@ export abstract class SuiteCommand extends TargetCommand<typeof SuiteCommand> {
       },
     })
     if (vllm) return this.runVllm(vllm, vllmSuite, signal)
-    const suiteFile = this.args.file ? resolve(this.args.file) : undefined
-    if (suiteFile && (await suiteFileEngine(suiteFile)) === 'vllm')
+    if (suiteFile && fileEngine === 'vllm')
       throw badInput(
         `${suiteFile} is a vLLM suite file (engine: vllm), and the target is an SGLang deployment`,
         'run it with --sim --engine vllm, or -c a deployment file with engine: vllm',
       )
-    const suite = suiteFile ? await loadSuite(suiteFile) : defaultSuite()
+    const suite = sglangSuite ?? defaultSuite()
     throwIfStopped(signal, suiteFile ? `reading ${suiteFile}` : 'the start')
     const twin = suiteTwin(f)
     // Every output checked before the run: a long run must not end in a write that was bound to fail.
