@@ -1,7 +1,14 @@
 import {describe, expect, it} from 'vitest'
 
 import {SimError} from '../../src/sim/lifecycle/sim-error.js'
-import {buildVllmConfig, dataPorts, kvTransferConfig, rankShare, serveArgv} from '../../src/sim/vllm/config.js'
+import {
+  buildVllmConfig,
+  dataPorts,
+  kvTransferConfig,
+  rankShare,
+  serveArgv,
+  serverEnv,
+} from '../../src/sim/vllm/config.js'
 import {LeaseTable, leaseParams, legacyAbortTimeoutDefaultS} from '../../src/sim/vllm/lease.js'
 
 const S = 1000
@@ -126,5 +133,17 @@ describe('vLLM twin config', () => {
     expect(buildVllmConfig({stateDir: '/tmp/x', notifPath: 'data'}).notifPath).toBe('data')
     expect(() => buildVllmConfig({stateDir: '/tmp/x', notifPath: 'ucx'})).toThrow(/unknown --vllm-notif-path ucx/)
     expect(() => buildVllmConfig({stateDir: '/tmp/x', tp: 0})).toThrow(/--vllm-tp must be a whole number/)
+  })
+
+  it('P and D run at VLLM_LOGGING_LEVEL=DEBUG by default (P logs its renewals); --vllm-log-level INFO is taken', () => {
+    const c = buildVllmConfig({stateDir: '/tmp/x'})
+    expect([serverEnv(c, 'prefill').VLLM_LOGGING_LEVEL, serverEnv(c, 'decode').VLLM_LOGGING_LEVEL]).toEqual([
+      'DEBUG',
+      'DEBUG',
+    ])
+    expect(serverEnv(buildVllmConfig({stateDir: '/tmp/x', logLevel: 'info'}), 'prefill').VLLM_LOGGING_LEVEL).toBe(
+      'INFO',
+    )
+    expect(() => buildVllmConfig({stateDir: '/tmp/x', logLevel: 'TRACE'})).toThrow(/unknown --vllm-log-level TRACE/)
   })
 })
