@@ -1,4 +1,4 @@
-import {describe, expect, it} from 'vitest'
+import {afterEach, describe, expect, it, vi} from 'vitest'
 
 import {SimError} from '../../src/sim/lifecycle/sim-error.js'
 import {
@@ -10,6 +10,7 @@ import {
   serverEnv,
 } from '../../src/sim/vllm/config.js'
 import {LeaseTable, leaseParams, legacyAbortTimeoutDefaultS} from '../../src/sim/vllm/lease.js'
+import {vlog} from '../../src/sim/vllm/common.js'
 
 const S = 1000
 
@@ -145,5 +146,32 @@ describe('vLLM twin config', () => {
       'INFO',
     )
     expect(() => buildVllmConfig({stateDir: '/tmp/x', logLevel: 'TRACE'})).toThrow(/unknown --vllm-log-level TRACE/)
+  })
+})
+
+describe("the vLLM twin's log level (vllm/envs.py VLLM_LOGGING_LEVEL, default INFO)", () => {
+  const saved = process.env.VLLM_LOGGING_LEVEL
+  afterEach(() => {
+    if (saved === undefined) delete process.env.VLLM_LOGGING_LEVEL
+    else process.env.VLLM_LOGGING_LEVEL = saved
+    vi.restoreAllMocks()
+  })
+  const written = (): string[] => {
+    const out: string[] = []
+    vi.spyOn(process.stdout, 'write').mockImplementation(c => {
+      out.push(String(c))
+      return true
+    })
+    vlog('EngineCore_DP0', 'DEBUG', 'base_worker.py:_handle_heartbeat', 'Heartbeat extended lease for request r by 2s')
+    vlog('EngineCore_DP0', 'INFO', 'api_server.py', 'started')
+    return out
+  }
+
+  it('writes DEBUG lines only when the process runs at VLLM_LOGGING_LEVEL=DEBUG', () => {
+    process.env.VLLM_LOGGING_LEVEL = 'debug'
+    expect(written().map(l => l.split(' ')[2])).toEqual(['DEBUG', 'INFO'])
+    delete process.env.VLLM_LOGGING_LEVEL
+    vi.restoreAllMocks()
+    expect(written().map(l => l.split(' ')[2])).toEqual(['INFO'])
   })
 })
