@@ -12,8 +12,13 @@ import type {Outcome} from '../model/verdict.js'
  *   it (its leg unanswered, D healthy, D's num_requests_waiting covering it): the blocks stay pinned for as long as D
  *   heartbeats;
  * - fail "freed-early": a release line while D still held the request and heartbeated (its leg unanswered after the
- *   line, and D still counted it waiting): P did not honour the renewals;
- * - unverified otherwise, with what would decide it.
+ *   line, and D still counted it waiting): P did not honour the renewals; or a release line whose whole second ends
+ *   before P's own last logged renewal of it (DEBUG, nixl/base_worker.py `_handle_heartbeat`) + its extension;
+ * - fail "not-renewed": P is known to log at DEBUG (VLLM_LOGGING_LEVEL=DEBUG in its environment, or renewal lines of
+ *   other requests of the run), D's heartbeats reached P while D held the request for longer than a heartbeat
+ *   interval, yet P logged no renewal of it: P applied none of D's renewals (#53095), whatever the release time;
+ * - unverified otherwise, with what would decide it (P not shown at DEBUG: a release that could precede D's last
+ *   renewal is unverified, "set VLLM_LOGGING_LEVEL=DEBUG on P").
  */
 
 export interface StalledRequest {
@@ -54,6 +59,22 @@ export interface KvPinnedInput {
   heartbeats?: {reachedP: boolean; evidence: string}
   /** P's vllm:nixl_num_kv_expired_reqs before the requests and at the end, when exported. */
   expiredCounter?: {before: number; after: number}
+  /**
+   * P's lease renewals as it logs them at DEBUG (nixl/base_worker.py `_handle_heartbeat`: "Heartbeat extended lease
+   * for request %s by %ds …"), for this run's requests (stalled and bystanders); undefined: P's log unreadable.
+   */
+  renewals?: PinnedRenewal[]
+  /** P's log level as its environment states it (VLLM_LOGGING_LEVEL, /proc/<pid>/environ), when read. */
+  prefillLogLevel?: {debug: boolean; evidence: string}
+}
+
+/** One renewal line of P's log, at the log's resolution, with the extension it states. */
+export interface PinnedRenewal {
+  t: number
+  resolutionMs: number
+  requestId: string
+  extensionS?: number
+  line: string
 }
 
 export interface KvPinnedVerdict {
@@ -169,6 +190,8 @@ function judgeReleased(
   const s = input.settings
   const id = r.requestId
   const at = {...ev, line: line.line, releasedIn: [line.t, line.t + line.resolutionMs]}
+  const logged = beforeLoggedRenewal(input, r, line, at)
+  if (logged) return logged
   const held = heldAt(input, r, line.t + line.resolutionMs, outstanding)
   if (held && !input.heartbeats?.reachedP)
     return unverified(
@@ -200,6 +223,8 @@ function judgeReleased(
       summary: `released early: before grant + ${s.duration!.seconds} s`,
       evidence: {...at, failure: 'early'},
     }
+  const none = noRenewalApplied(input, r, line, at)
+  if (none) return none
   if (!r.decodeSettled)
     return unverified(
       id,
@@ -254,9 +279,91 @@ function beforeLastRenewal(
     `D heartbeated ${every(s)} until its leg answered at ${iso(r.decodeSettled.atMs)} ` +
       `(${input.heartbeats.evidence}), so P's lease ran to about then + extension ${s.extension?.seconds ?? 0} s; ` +
       `the edge (settled − interval − step ${s.stepMs} ms + extension) rests on ${s.stepAssumed ?? 'the step bound'}`,
-    'run P at VLLM_LOGGING_LEVEL=DEBUG so that its renewals are logged, and judge again',
-    {...at, renewalEdgeMs: edge, earlyByMs: edge - end},
+    "set VLLM_LOGGING_LEVEL=DEBUG on P so that its renewals are logged (P's own last renewal + extension is the " +
+      'edge), and judge again',
+    {...at, renewalEdgeMs: edge, earlyByMs: edge - end, prefillLogLevel: input.prefillLogLevel?.evidence ?? 'not read'},
   )
+}
+
+/**
+ * P's own last logged renewal of the request, at or before the release line: P's deadline was then at least that
+ * renewal + its extension (`max(old, now + extension)`). Both stamps are P's log: the release is early when its whole
+ * second ends before the renewal's second starts + extension (as kv-wedge's logged edge). Firm: fail.
+ */
+function beforeLoggedRenewal(
+  input: KvPinnedInput,
+  r: StalledRequest,
+  line: LogRelease,
+  at: Record<string, unknown>,
+): KvPinnedVerdict | undefined {
+  const mine = (input.renewals ?? []).filter(x => x.requestId === r.requestId && x.t <= line.t)
+  if (mine.length === 0) return undefined
+  const last = mine.reduce((a, b) => (b.t > a.t ? b : a))
+  const extS = last.extensionS ?? input.settings.extension?.seconds ?? 0
+  const edge = last.t + extS * 1000
+  const end = line.t + line.resolutionMs
+  if (end > edge) return undefined
+  return {
+    subject: r.requestId,
+    verdict: 'fail',
+    summary: `freed early: released ${edge - end} ms or more before P's own last renewal (+${extS} s) ran out`,
+    evidence: {
+      ...at,
+      failure: 'freed-early',
+      lastRenewal: last.line,
+      renewalsLogged: mine.length,
+      renewalEdgeMs: edge,
+      earlyByMs: edge - end,
+      renewal:
+        `P logged the renewal at ${iso(last.t)} (its second) extending by ${extS} s: its deadline was then at ` +
+        `least ${iso(edge)}; the release's second ends ${iso(end)}`,
+    },
+  }
+}
+
+/** What shows P logs its renewals (DEBUG): its environment, or its renewal lines for other requests of the run. */
+function renewalsLogged(input: KvPinnedInput, id: string): string | undefined {
+  if (!input.renewals) return undefined
+  if (input.prefillLogLevel?.debug) return input.prefillLogLevel.evidence
+  const other = input.renewals.find(x => x.requestId !== id)
+  return other ? `P logged renewals of other requests of this run at DEBUG ("${other.line}")` : undefined
+}
+
+/**
+ * No renewal line for the request though P logs renewals and D's heartbeats reached P while D held the request long
+ * enough to heartbeat it (D tracks it from arrival, nixl/base_scheduler.py `on_new_request`, and sends at most once
+ * per interval, `build_connector_meta`): P applied none of D's renewals (the no-renew defect, #53095).
+ */
+function noRenewalApplied(
+  input: KvPinnedInput,
+  r: StalledRequest,
+  line: LogRelease,
+  at: Record<string, unknown>,
+): KvPinnedVerdict | undefined {
+  const s = input.settings
+  if (!input.heartbeats?.reachedP || s.heartbeatInterval === undefined || s.stepMs === undefined) return undefined
+  if (input.renewals?.some(x => x.requestId === r.requestId)) return undefined
+  const debug = renewalsLogged(input, r.requestId)
+  if (!debug) return undefined
+  // D held it from its leg's send until its leg answered (or the release): one interval, one step, the log's second.
+  const heldUntil = Math.min(r.decodeSettled?.atMs ?? Number.POSITIVE_INFINITY, line.t)
+  const due = r.decodeSentMs + s.heartbeatInterval.seconds * 1000 + s.stepMs + 1000
+  if (due > heldUntil) return undefined
+  return {
+    subject: r.requestId,
+    verdict: 'fail',
+    summary: "not renewed: P logged no renewal of the request though D's heartbeats reached it; P freed at its lease",
+    evidence: {
+      ...at,
+      failure: 'not-renewed',
+      debug,
+      noRenewal: `no "Heartbeat extended lease for request ${r.requestId}" line in P's log`,
+      heartbeats: input.heartbeats.evidence,
+      held:
+        `D held the request from ${iso(r.decodeSentMs)} until ${iso(heldUntil)}, past one heartbeat interval ` +
+        `(${every(s)}) + step ${s.stepMs} ms + 1 s`,
+    },
+  }
 }
 
 function judgeUnreleased(

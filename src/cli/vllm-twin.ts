@@ -1,7 +1,7 @@
 import {Flags} from '@oclif/core'
 
 import {type VllmUpResult, vllmUp} from '../sim/vllm/up.js'
-import {VLLM_BUG_NAMES, VLLM_NOTIF_PATHS} from '../sim/vllm/config.js'
+import {VLLM_BUG_NAMES, VLLM_LOG_LEVELS, VLLM_NOTIF_PATHS} from '../sim/vllm/config.js'
 import {seconds, simStateDir} from './sim-flags.js'
 import {fromSimError} from './twin.js'
 
@@ -44,6 +44,10 @@ export const vllmUpFlags = {
       "(each rank's data connection, as NIXL notifications ride the READ's transport).",
     options: [...VLLM_NOTIF_PATHS],
   }),
+  'vllm-log-level': Flags.string({
+    summary: 'vLLM: VLLM_LOGGING_LEVEL of P and D (default DEBUG: P logs its lease renewals; INFO: it does not).',
+    options: [...VLLM_LOG_LEVELS],
+  }),
 }
 
 interface Flagged {
@@ -61,6 +65,7 @@ interface Flagged {
   'xfer-stall-timeout'?: string
   'vllm-step-ms'?: number
   'vllm-notif-path'?: string
+  'vllm-log-level'?: string
 }
 
 export async function vllmSimUp(f: Flagged, log: (line: string) => void): Promise<Omit<VllmUpResult, 'config'>> {
@@ -80,6 +85,7 @@ export async function vllmSimUp(f: Flagged, log: (line: string) => void): Promis
       xferStallTimeoutS: seconds('--xfer-stall-timeout', f['xfer-stall-timeout']),
       stepMs: f['vllm-step-ms'],
       ...(f['vllm-notif-path'] === undefined ? {} : {notifPath: f['vllm-notif-path']}),
+      ...(f['vllm-log-level'] === undefined ? {} : {logLevel: f['vllm-log-level']}),
       waitS: seconds('--wait', f.wait),
     })
   } catch (error) {

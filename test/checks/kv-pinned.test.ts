@@ -1,7 +1,13 @@
 import {describe, expect, it} from 'vitest'
 
 import type {KvLeaseSettings, LogRelease} from '../../src/checks/kv-lease.js'
-import {type KvPinnedInput, judgeKvPinned, pinnedBoundMs, type StalledRequest} from '../../src/checks/kv-pinned.js'
+import {
+  type KvPinnedInput,
+  judgeKvPinned,
+  type PinnedRenewal,
+  pinnedBoundMs,
+  type StalledRequest,
+} from '../../src/checks/kv-pinned.js'
 
 const T0 = Date.UTC(2026, 11, 4, 12, 0, 0)
 const settings: KvLeaseSettings = {
@@ -129,5 +135,131 @@ describe("kv-pinned: a release before D's last renewal ran out (D failed the REA
     // With the assumed 500 ms step the edge is T0 + 4600: a line ending at T0 + 5000 is not shown early.
     const loose = input({requests: [req({decodeSettled: settled})], logReleases: [line(T0 + 4000)]})
     expect(judgeKvPinned(loose)[0]!.verdict).toBe('pass')
+  })
+})
+
+describe("kv-pinned with P's renewal lines (DEBUG, nixl/base_worker.py _handle_heartbeat)", () => {
+  const renewal = (t: number, id = 'cmpl-a-0'): PinnedRenewal => ({
+    t,
+    resolutionMs: 1000,
+    requestId: id,
+    extensionS: 2,
+    line: `DEBUG Heartbeat extended lease for request ${id} by 2s (old_expiry=1.0, new_expiry=3.0)`,
+  })
+  const debugEnv = {debug: true, evidence: "P's environment (/proc/1/environ): VLLM_LOGGING_LEVEL=DEBUG"}
+  const infoEnv = {debug: false, evidence: "P's environment (/proc/1/environ): unset: vLLM's default INFO"}
+  const hb = {reachedP: true, evidence: "P's side channel received 15619 byte(s) from D during the stall"}
+
+  // BENCHMARKS.md, stall-kv with --xfer-stall-timeout 2 and --vllm-bug no-renew, round 0 (first request): sent at
+  // window open − 4 s, D's READ failed ~2 s later, P (dropping every renewal) freed at grant + 4 s, 45.5 ms before
+  // a correct P's deadline: inside the same log second, so no release time shows it. The missing renewals do.
+  const xfer2 = input({
+    requests: [
+      req({
+        sentMs: 1796397049736,
+        answeredMs: 1796397049776,
+        decodeSentMs: 1796397049781,
+        decodeSettled: {atMs: 1796397051800, status: 500},
+      }),
+    ],
+    logReleases: [line(1796397053000)],
+    observedUntilMs: 1796397062400,
+    heartbeats: hb,
+    renewals: [],
+  })
+  // --xfer-stall-timeout 3, no-renew, round 0: freed 1030.6 ms before the deadline D's last renewal set.
+  const xfer3 = input({
+    requests: [
+      req({
+        sentMs: 1796396917055,
+        answeredMs: 1796396917080,
+        decodeSentMs: 1796396917085,
+        decodeSettled: {atMs: 1796396920091, status: 500},
+      }),
+    ],
+    logReleases: [line(1796396921000)],
+    observedUntilMs: 1796396929700,
+    heartbeats: hb,
+    renewals: [],
+  })
+
+  it('fails "not-renewed" on both no-renew journals when P logs at DEBUG (its environment says so)', () => {
+    for (const run of [xfer2, xfer3]) {
+      const [v] = judgeKvPinned({...run, prefillLogLevel: debugEnv})
+      expect([v!.verdict, v!.evidence.failure]).toEqual(['fail', 'not-renewed'])
+      expect(v!.evidence.debug).toContain('VLLM_LOGGING_LEVEL=DEBUG')
+      expect(String(v!.evidence.noRenewal)).toContain('Heartbeat extended lease for request cmpl-a-0')
+    }
+  })
+
+  it("fails it too when P's environment was not read but P logged renewals of another request of the run", () => {
+    const [v] = judgeKvPinned({...xfer3, renewals: [renewal(1796396918000, 'cmpl-b-0')]})
+    expect([v!.verdict, v!.evidence.failure]).toEqual(['fail', 'not-renewed'])
+    expect(v!.evidence.debug).toMatch(/renewals of other requests/)
+  })
+
+  it("does not fail it when D's heartbeats were not seen reaching P, or D held the request under one interval", () => {
+    const unseen = judgeKvPinned({...xfer3, prefillLogLevel: debugEnv, heartbeats: {reachedP: false, evidence: '0'}})
+    expect(unseen[0]!.evidence.failure).not.toBe('not-renewed')
+    // A 30 s lease heartbeats every 5 s: a READ failing 3 s after D took the request may have met no heartbeat.
+    const slow = {...settings, heartbeatInterval: {seconds: 5, source: 'derived'}}
+    const [v] = judgeKvPinned({...xfer3, settings: slow, prefillLogLevel: debugEnv})
+    expect(v!.evidence.failure).not.toBe('not-renewed')
+  })
+
+  it("P not shown at DEBUG: today's rule, unverified where the release could precede D's last renewal", () => {
+    const settled = {atMs: T0 + 3100, status: 500}
+    const [v] = judgeKvPinned(
+      input({
+        settings: {...settings, stepMs: 20},
+        requests: [req({decodeSettled: settled})],
+        logReleases: [line(T0 + 4000)],
+        renewals: [],
+        prefillLogLevel: infoEnv,
+      }),
+    )
+    expect(v!.verdict).toBe('unverified')
+    expect(v!.evidence.toVerify).toMatch(/set VLLM_LOGGING_LEVEL=DEBUG on P/)
+    expect(v!.evidence.prefillLogLevel).toContain("vLLM's default INFO")
+  })
+
+  it('fails "freed-early" when the release\'s second ends before P\'s own last renewal + extension', () => {
+    const settled = {atMs: T0 + 3100, status: 500}
+    const renewals = [renewal(T0 + 1000), renewal(T0 + 2000), renewal(T0 + 3000)]
+    const run = input({requests: [req({decodeSettled: settled})], renewals, prefillLogLevel: debugEnv})
+    // Renewed in [T0 + 3000, T0 + 4000) by 2 s: P's deadline was at least T0 + 5000; a line of [T0 + 4000, T0 + 5000)
+    // ends there: early. Firm, whatever D's heartbeats or the assumed step: both stamps are P's own log.
+    const [v] = judgeKvPinned({...run, logReleases: [line(T0 + 4000)], heartbeats: {reachedP: false, evidence: '?'}})
+    expect([v!.verdict, v!.evidence.failure]).toEqual(['fail', 'freed-early'])
+    expect(v!.evidence.lastRenewal).toContain('Heartbeat extended lease for request cmpl-a-0')
+    // The next second may hold the deadline: not early.
+    expect(judgeKvPinned({...run, logReleases: [line(T0 + 5000)]})[0]!.verdict).toBe('pass')
+  })
+
+  it("passes the correct twin's run: renewals until D's READ failed, the release after the last one + 2 s", () => {
+    // BENCHMARKS.md, --xfer-stall-timeout 3 on a twin without a defect, round 0: D's leg answered 500 at
+    // 1796396851078, P's last renewal in the second 1796396851000, freed 1796396853098 (2.6 ms past its deadline).
+    const renewals = [848000, 849000, 850000, 851000].flatMap(s => [
+      renewal(1796396000000 + s),
+      renewal(1796396000000 + s, 'cmpl-b-0'),
+    ])
+    const [v] = judgeKvPinned(
+      input({
+        requests: [
+          req({
+            sentMs: 1796396848021,
+            answeredMs: 1796396848050,
+            decodeSentMs: 1796396848055,
+            decodeSettled: {atMs: 1796396851078, status: 500},
+          }),
+        ],
+        logReleases: [line(1796396853000)],
+        observedUntilMs: 1796396860800,
+        heartbeats: hb,
+        renewals,
+        prefillLogLevel: debugEnv,
+      }),
+    )
+    expect([v!.verdict, v!.summary]).toEqual(['pass', 'released by lease expiry after D stopped (its READ failed)'])
   })
 })

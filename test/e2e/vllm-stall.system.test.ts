@@ -15,7 +15,8 @@ import {progressLines, runCli, startCli, truth} from './cli.js'
  * an nft table of the run's own lease (root, loopback ports the twin owns; no other rule is touched), two requests go
  * through both legs (D's READ stalls, D heartbeats) and one bystander to P only. Each row's verdicts are compared with
  * the twin's truth log: a correct twin FAILs "pinned" (the finding: no `freed` for those rids before the revert),
- * `--xfer-stall-timeout 2` PASSes, `no-renew` FAILs "freed-early", `reaper-head-block` strands the bystander. Ctrl-C
+ * `--xfer-stall-timeout 2` PASSes, `no-renew` FAILs "freed-early" (with a 3 s READ stall timeout "not-renewed": P at
+ * DEBUG logged no renewal), `reaper-head-block` strands the bystander. Ctrl-C
  * exits 3 with no table and no armed lease left.
  */
 const run = promisify(execFile)
@@ -163,6 +164,22 @@ describe.skipIf(!isRoot)('inject stall-kv on the vLLM twin (nft on the twin loop
       )
       expect(dEnd === undefined || dEnd.t > freed.t).toBe(true)
       expect(firstOf(o.dir, 'prefill', v.subject, 'heartbeat-dropped')).toBeDefined()
+    }
+  }, 180_000)
+
+  it('--xfer-stall-timeout 3 --vllm-bug no-renew: FAIL "not-renewed" (exit 1): P at DEBUG logged no renewal', async () => {
+    const o = await inject(['no-renew'], ['--xfer-stall-timeout', '3'])
+    expect(o.code).toBe(1)
+    expect(o.pinned).toHaveLength(2)
+    for (const v of o.pinned) {
+      expect([v.verdict, v.evidence.failure]).toEqual(['fail', 'not-renewed'])
+      expect(String(v.evidence.debug)).toContain('VLLM_LOGGING_LEVEL=DEBUG')
+      // The truth: P dropped D's renewals and freed by expiry, before a correct P's deadline (D's last renewal + 2 s).
+      const dropped = events(o.dir, 'prefill').filter(e => e.rid === v.subject && e.event === 'heartbeat-dropped')
+      const freed = firstOf(o.dir, 'prefill', v.subject, 'freed')!
+      expect(freed.detail?.cause).toBe('lease-expired')
+      expect(dropped.length).toBeGreaterThan(1)
+      expect(freed.t).toBeLessThan(dropped.at(-1)!.t + 2000)
     }
   }, 180_000)
 

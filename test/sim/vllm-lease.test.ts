@@ -1,8 +1,16 @@
-import {describe, expect, it} from 'vitest'
+import {afterEach, describe, expect, it, vi} from 'vitest'
 
 import {SimError} from '../../src/sim/lifecycle/sim-error.js'
-import {buildVllmConfig, dataPorts, kvTransferConfig, rankShare, serveArgv} from '../../src/sim/vllm/config.js'
+import {
+  buildVllmConfig,
+  dataPorts,
+  kvTransferConfig,
+  rankShare,
+  serveArgv,
+  serverEnv,
+} from '../../src/sim/vllm/config.js'
 import {LeaseTable, leaseParams, legacyAbortTimeoutDefaultS} from '../../src/sim/vllm/lease.js'
+import {vlog} from '../../src/sim/vllm/common.js'
 
 const S = 1000
 
@@ -126,5 +134,44 @@ describe('vLLM twin config', () => {
     expect(buildVllmConfig({stateDir: '/tmp/x', notifPath: 'data'}).notifPath).toBe('data')
     expect(() => buildVllmConfig({stateDir: '/tmp/x', notifPath: 'ucx'})).toThrow(/unknown --vllm-notif-path ucx/)
     expect(() => buildVllmConfig({stateDir: '/tmp/x', tp: 0})).toThrow(/--vllm-tp must be a whole number/)
+  })
+
+  it('P and D run at VLLM_LOGGING_LEVEL=DEBUG by default (P logs its renewals); --vllm-log-level INFO is taken', () => {
+    const c = buildVllmConfig({stateDir: '/tmp/x'})
+    expect([serverEnv(c, 'prefill').VLLM_LOGGING_LEVEL, serverEnv(c, 'decode').VLLM_LOGGING_LEVEL]).toEqual([
+      'DEBUG',
+      'DEBUG',
+    ])
+    expect(serverEnv(buildVllmConfig({stateDir: '/tmp/x', logLevel: 'info'}), 'prefill').VLLM_LOGGING_LEVEL).toBe(
+      'INFO',
+    )
+    expect(() => buildVllmConfig({stateDir: '/tmp/x', logLevel: 'TRACE'})).toThrow(/unknown --vllm-log-level TRACE/)
+  })
+})
+
+describe("the vLLM twin's log level (vllm/envs.py VLLM_LOGGING_LEVEL, default INFO)", () => {
+  const saved = process.env.VLLM_LOGGING_LEVEL
+  afterEach(() => {
+    if (saved === undefined) delete process.env.VLLM_LOGGING_LEVEL
+    else process.env.VLLM_LOGGING_LEVEL = saved
+    vi.restoreAllMocks()
+  })
+  const written = (): string[] => {
+    const out: string[] = []
+    vi.spyOn(process.stdout, 'write').mockImplementation(c => {
+      out.push(String(c))
+      return true
+    })
+    vlog('EngineCore_DP0', 'DEBUG', 'base_worker.py:_handle_heartbeat', 'Heartbeat extended lease for request r by 2s')
+    vlog('EngineCore_DP0', 'INFO', 'api_server.py', 'started')
+    return out
+  }
+
+  it('writes DEBUG lines only when the process runs at VLLM_LOGGING_LEVEL=DEBUG', () => {
+    process.env.VLLM_LOGGING_LEVEL = 'debug'
+    expect(written().map(l => l.split(' ')[2])).toEqual(['DEBUG', 'INFO'])
+    delete process.env.VLLM_LOGGING_LEVEL
+    vi.restoreAllMocks()
+    expect(written().map(l => l.split(' ')[2])).toEqual(['INFO'])
   })
 })

@@ -35,3 +35,29 @@ export function parseRenewalLog(text: string, clock: LogClock): RenewalObservati
 export function logsAtDebug(text: string): boolean {
   return /\bDEBUG\s+\d\d-\d\d\s/.test(text)
 }
+
+/** Whether P logs at DEBUG, as its environment says, with the evidence. */
+export interface LogLevelEvidence {
+  debug: boolean
+  evidence: string
+}
+
+/**
+ * P's log level from its environment (/proc/<pid>/environ): vllm/envs.py `VLLM_LOGGING_LEVEL` (default "INFO",
+ * upper-cased) sets the "vllm" logger and handler of vllm/logger.py's DEFAULT_LOGGING_CONFIG, which vLLM applies
+ * only when VLLM_CONFIGURE_LOGGING is on (default 1) and no VLLM_LOGGING_CONFIG_PATH replaces it. Undefined
+ * environment: not known either way.
+ */
+export function logLevelFromEnv(env: Record<string, string> | undefined, source: string): LogLevelEvidence {
+  if (env === undefined) return {debug: false, evidence: `${source} not readable: P's log level unknown`}
+  if (env.VLLM_CONFIGURE_LOGGING === '0')
+    return {debug: false, evidence: `${source}: VLLM_CONFIGURE_LOGGING=0 (vLLM does not configure its logging)`}
+  if (env.VLLM_LOGGING_CONFIG_PATH)
+    return {
+      debug: false,
+      evidence: `${source}: VLLM_LOGGING_CONFIG_PATH=${env.VLLM_LOGGING_CONFIG_PATH} (its level unread)`,
+    }
+  const level = (env.VLLM_LOGGING_LEVEL ?? 'INFO').toUpperCase()
+  const set = env.VLLM_LOGGING_LEVEL === undefined ? "unset: vLLM's default INFO" : `VLLM_LOGGING_LEVEL=${level}`
+  return {debug: level === 'DEBUG', evidence: `${source}: ${set}`}
+}

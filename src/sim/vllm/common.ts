@@ -7,8 +7,16 @@ import type net from 'node:net'
  * `_nixl_handshake_listener`).
  */
 
-/** vLLM's `(EngineCore_DP0 pid=N) WARNING 12-04 11:50:00 [file.py:L] message` (vllm/logger.py's format). */
+const LEVELS = {DEBUG: 10, INFO: 20, WARNING: 30, ERROR: 40} as const
+
+/**
+ * vLLM's `(EngineCore_DP0 pid=N) WARNING 12-04 11:50:00 [file.py:L] message` (vllm/logger.py's format), written only
+ * at or above this process's VLLM_LOGGING_LEVEL (vllm/envs.py: default "INFO", upper-cased; vllm/logger.py
+ * DEFAULT_LOGGING_CONFIG sets the "vllm" handler and logger to it): DEBUG lines only when it says DEBUG.
+ */
 export function vlog(proc: string, level: 'INFO' | 'WARNING' | 'ERROR' | 'DEBUG', where: string, msg: string): void {
+  const want = (process.env.VLLM_LOGGING_LEVEL ?? 'INFO').toUpperCase()
+  if (LEVELS[level] < (LEVELS[want as keyof typeof LEVELS] ?? LEVELS.INFO)) return
   const d = new Date()
   const p = (n: number): string => String(n).padStart(2, '0')
   const ts = `${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`

@@ -43,10 +43,14 @@ export interface VllmUpOptions {
   xferStallTimeoutS?: number
   /** Where D's heartbeats and read notifications travel: the side channel, or each rank's data connection. */
   notifPath?: string
+  /** VLLM_LOGGING_LEVEL in P's and D's environment (DEBUG by default: P logs its lease renewals). */
+  logLevel?: string
   waitS?: number
 }
 
 export const VLLM_NOTIF_PATHS = ['side', 'data'] as const
+export const VLLM_LOG_LEVELS = ['DEBUG', 'INFO'] as const
+export type VllmLogLevel = (typeof VLLM_LOG_LEVELS)[number]
 export type VllmNotifPath = (typeof VLLM_NOTIF_PATHS)[number]
 
 export interface VllmTwinConfig {
@@ -70,6 +74,7 @@ export interface VllmTwinConfig {
   numBlocks: number
   xferStallTimeoutS: number
   notifPath: VllmNotifPath
+  logLevel: VllmLogLevel
 }
 
 export const VLLM_DEFAULTS = {
@@ -88,6 +93,7 @@ export const VLLM_DEFAULTS = {
   numBlocks: 4096,
   xferStallTimeoutS: 0,
   notifPath: 'side' as VllmNotifPath,
+  logLevel: 'DEBUG' as VllmLogLevel,
   waitS: 30,
 } as const
 
@@ -109,6 +115,9 @@ export function buildVllmConfig(o: VllmUpOptions): VllmTwinConfig {
   const notifPath = o.notifPath ?? VLLM_DEFAULTS.notifPath
   if (!(VLLM_NOTIF_PATHS as readonly string[]).includes(notifPath))
     throw badInput(`unknown --vllm-notif-path ${notifPath}`, `use one of ${VLLM_NOTIF_PATHS.join(', ')}`)
+  const logLevel = (o.logLevel ?? VLLM_DEFAULTS.logLevel).toUpperCase()
+  if (!(VLLM_LOG_LEVELS as readonly string[]).includes(logLevel))
+    throw badInput(`unknown --vllm-log-level ${o.logLevel}`, `use one of ${VLLM_LOG_LEVELS.join(', ')}`)
   const tp = o.tp ?? VLLM_DEFAULTS.tp
   if (!(Number.isInteger(tp) && tp >= 1 && tp <= 64))
     throw badInput(`--vllm-tp must be a whole number from 1 to 64, got ${tp}`, 'pass e.g. --vllm-tp 2')
@@ -143,6 +152,7 @@ export function buildVllmConfig(o: VllmUpOptions): VllmTwinConfig {
     numBlocks: VLLM_DEFAULTS.numBlocks,
     xferStallTimeoutS: o.xferStallTimeoutS ?? VLLM_DEFAULTS.xferStallTimeoutS,
     notifPath: notifPath as VllmNotifPath,
+    logLevel: logLevel as VllmLogLevel,
   }
 }
 
@@ -186,6 +196,7 @@ export function serverEnv(c: VllmTwinConfig, role: VllmRole): Record<string, str
     VLLM_NIXL_SIDE_CHANNEL_PORT: String(c.sideChannel[role]),
     VLLM_NIXL_ABORT_REQUEST_TIMEOUT: String(c.lease.abortTimeoutS),
     UCX_TLS: 'tcp',
+    VLLM_LOGGING_LEVEL: c.logLevel ?? VLLM_DEFAULTS.logLevel,
   }
 }
 

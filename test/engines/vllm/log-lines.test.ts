@@ -1,6 +1,7 @@
 import {describe, expect, it} from 'vitest'
 
 import {parseReleaseLine, parseReleaseLog, VLLM_LOG_RESOLUTION_MS} from '../../../src/engines/vllm/log-lines.js'
+import {logLevelFromEnv} from '../../../src/engines/vllm/renewal-log.js'
 
 // A UTC host: the log's local time is UTC.
 const clock = {nearMs: Date.UTC(2026, 11, 4, 12, 0, 0), utcOffsetMin: 0}
@@ -87,5 +88,21 @@ describe('vLLM log line variants', () => {
     const o = parseReleaseLine(`\x1b[33mWARNING\x1b[0m 12-04 11:50:07.250 \x1b[2m[w.py:1]\x1b[0m ${msg}`, clock)
     expect(o?.t).toBe(Date.UTC(2026, 11, 4, 11, 50, 7, 250))
     expect(o?.resolutionMs).toBe(1)
+  })
+})
+
+describe("P's log level from its environment (vllm/envs.py VLLM_LOGGING_LEVEL, default INFO)", () => {
+  it('DEBUG only when VLLM_LOGGING_LEVEL says so and vLLM configures its own logging', () => {
+    const src = "P's environment"
+    expect(logLevelFromEnv({VLLM_LOGGING_LEVEL: 'debug'}, src)).toEqual({
+      debug: true,
+      evidence: "P's environment: VLLM_LOGGING_LEVEL=DEBUG",
+    })
+    expect(logLevelFromEnv({}, src)).toEqual({debug: false, evidence: "P's environment: unset: vLLM's default INFO"})
+    expect(logLevelFromEnv({VLLM_LOGGING_LEVEL: 'DEBUG', VLLM_CONFIGURE_LOGGING: '0'}, src).debug).toBe(false)
+    expect(logLevelFromEnv({VLLM_LOGGING_LEVEL: 'DEBUG', VLLM_LOGGING_CONFIG_PATH: '/etc/l.json'}, src).debug).toBe(
+      false,
+    )
+    expect(logLevelFromEnv(undefined, src).evidence).toMatch(/not readable/)
   })
 })

@@ -21,7 +21,9 @@ import {
   vllmStallPlan,
   vllmStallScenario,
 } from '../faults/stall-kv.js'
+import {parseEnviron} from '../../../discovery/proc.js'
 import {parseReleaseLog, type ReleaseObservation} from '../log-lines.js'
+import {type LogLevelEvidence, logLevelFromEnv, parseRenewalLog, type RenewalObservation} from '../renewal-log.js'
 import {readPrefillLog} from './drop-dest-info.js'
 import type {VllmContext, VllmExperiment, VllmFaultOptions} from './experiment.js'
 import {servedModel, sleepUntil} from './host-reads.js'
@@ -82,6 +84,16 @@ interface Observed {
   matchedPackets?: number
   expiredAfter?: number
   heartbeats: {reachedP: boolean; evidence: string}
+  /** P's renewal lines (DEBUG) for this run's requests; undefined when its log was unreadable. */
+  renewals?: RenewalObservation[]
+}
+
+/** P's log level from its environment (/proc/<pid>/environ over the Host interface, as read-stall.ts reads it). */
+async function prefillLogLevel(ctx: VllmContext): Promise<LogLevelEvidence> {
+  const pid = ctx.discovery.servers.find(s => s.role === 'prefill')?.pid
+  if (pid === undefined) return logLevelFromEnv(undefined, "P's environment (no pid)")
+  const r = await ctx.host.run(['cat', `/proc/${pid}/environ`], {timeoutMs: 10_000, sudo: true, signal: ctx.signal})
+  return logLevelFromEnv(r.code === 0 ? parseEnviron(r.stdout) : undefined, `P's environment (/proc/${pid}/environ)`)
 }
 
 /** Bytes into P's side channel now (`ss -tin` over the Host interface), undefined without a connection. */
@@ -108,10 +120,16 @@ async function observe(
   const [log, offset] = await readPrefillLog(ctx.host, ctx.deployment.services.prefill.logs?.file, ctx.signal)
   const clock = {nearMs: observedUntilMs, ...(offset === undefined ? {} : {utcOffsetMin: offset})}
   const releases = log === undefined ? undefined : parseReleaseLog(log, clock).filter(r => r.t <= observedUntilMs)
+  const ids = new Set([...sent.grants, ...sent.bystanders].map(g => g.requestId))
+  const renewals =
+    log === undefined
+      ? undefined
+      : parseRenewalLog(log, clock).filter(r => ids.has(r.requestId) && r.t <= observedUntilMs)
   const expiredAfter = counters?.values['vllm:nixl_num_kv_expired_reqs']
   return {
     stalled,
     heartbeats,
+    ...(renewals ? {renewals} : {}),
     ...(releases ? {releases} : {}),
     observedUntilMs,
     decode,
@@ -195,6 +213,7 @@ async function runStall(ctx: VllmContext, plan: VllmStallPlan, stall: ReadStallP
   const startedAt = Date.now()
   const url = ctx.deployment.services.prefill.url
   const before = await readNixlCounters(url, 10_000).catch(() => undefined)
+  const level = await prefillLogLevel(ctx)
   const handle = await installReadStall(ctx, stall)
   const ev = {injected: [(await handle.verify()).evidence], clean: [] as string[]}
   let sent: Sent | undefined
@@ -223,6 +242,7 @@ async function runStall(ctx: VllmContext, plan: VllmStallPlan, stall: ReadStallP
   return judge(plan, {
     sent: sent!,
     seen: seen!,
+    level,
     ...(expired === undefined ? {} : {before: expired}),
     startedAt,
     after,
@@ -232,13 +252,23 @@ async function runStall(ctx: VllmContext, plan: VllmStallPlan, stall: ReadStallP
 
 function judge(
   plan: VllmStallPlan,
-  o: {sent: Sent; seen: Observed; before?: number; startedAt: number; after: string[]; lease: LeaseRecord},
+  o: {
+    sent: Sent
+    seen: Observed
+    level: LogLevelEvidence
+    before?: number
+    startedAt: number
+    after: string[]
+    lease: LeaseRecord
+  },
 ): ScenarioRun {
   const {seen} = o
   const pinned = judgeKvPinned({
     requests: seen.stalled,
     settings: plan.settings,
     ...(seen.releases ? {logReleases: seen.releases} : {}),
+    ...(seen.renewals ? {renewals: seen.renewals} : {}),
+    prefillLogLevel: o.level,
     observedUntilMs: seen.observedUntilMs,
     decode: seen.decode,
     heartbeats: seen.heartbeats,
@@ -262,6 +292,8 @@ function judge(
     `vllm:nixl_num_kv_expired_reqs: ${o.before ?? 'not exported'} -> ${seen.expiredAfter ?? 'not exported'}`,
     `filter dropped ${seen.matchedPackets ?? '?'} packet(s) to P's data port`,
     `heartbeats: ${seen.heartbeats.evidence}`,
+    `P's log level: ${o.level.evidence}; renewal lines for this run's requests: ` +
+      (seen.renewals ? String(seen.renewals.length) : "P's log unreadable"),
     ...o.after.map(l => `after the revert: ${l}`),
   ]
   return vllmStallScenario(plan, {
