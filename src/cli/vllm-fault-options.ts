@@ -26,6 +26,8 @@ export function vllmFaultOptions(flags: Record<string, unknown>, fault: string, 
     const key = (Object.keys(FLAG_OF) as (keyof VllmFaultOptions)[]).find(k => FLAG_OF[k] === flag)
     if (given(flag) && (key === undefined || !e.takes.includes(key))) throw refuse(flag)
   }
+  // --ttl is inject's own flag, not a fault flag: a fault that installs nothing (drop-dest-info) holds no lease.
+  if (given('ttl') && !e.takes.includes('ttlS')) throw refuse('ttl')
   const o: VllmFaultOptions = {}
   if (pinsGiven) o.requests = flags.pins as number
   if (given('gpu') && e.takes.includes('gpu')) {
